@@ -1,0 +1,422 @@
+#include "absl/strings/string_view.h"
+#include "integration/cli/plan_command.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/hash.h"
+#include "common/status.h"
+#include "planner/geometry.h"
+#include "planner/job.h"
+#include "planner/layout.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+
+ABSL_FLAG(std::string, model, "", "Model name; `wsync help` lists them.");
+ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
+ABSL_FLAG(std::string, to, "", "Named layout of the target (rollout) side.");
+ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
+          "Global process id to plan for; all processes when unset.");
+ABSL_FLAG(std::string, policy, "local_first_least_loaded",
+          "Replica policy: first_holder or local_first_least_loaded.");
+ABSL_FLAG(int64_t, segments, 10, "Number of segments to list.");
+
+namespace wsync::cli {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Measuring: wall time per phase and resident memory.
+
+// Resident set size now, from /proc/self/statm; nullopt where it cannot be read.
+std::optional<int64_t> ResidentBytes() {
+  std::FILE* file = std::fopen("/proc/self/statm", "r");
+  if (file == nullptr) return std::nullopt;
+  long long size_pages = 0;
+  long long resident_pages = 0;
+  const int fields = std::fscanf(file, "%lld %lld", &size_pages, &resident_pages);
+  std::fclose(file);
+  if (fields != 2) return std::nullopt;
+  return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
+}
+
+// Peak resident set size of this process so far (Linux reports ru_maxrss in KiB).
+int64_t PeakResidentBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+class Stopwatch {
+ public:
+  // Milliseconds since construction or the previous Lap.
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+struct PhaseCost {
+  double ms = 0;
+  std::optional<int64_t> rss_after;  // Resident bytes when the phase ended.
+};
+
+// Everything one `wsync plan` run produced, and what each phase cost.
+struct PlanRun {
+  ModelSpec model;
+  std::optional<Job> job;  // Set once Job::Create succeeded.
+  Plan plan;
+  std::optional<int64_t> rss_start;
+  PhaseCost build;     // GetModel and both BuildNamedLayout calls.
+  PhaseCost validate;  // Job::Create (validation of both layouts and of the pair).
+  PhaseCost planning;  // MakeReplicaPolicy and MakePlan.
+};
+
+// `result`, with `what` prefixed to its message when it is an error.
+template <typename T>
+absl::StatusOr<T> WithContext(absl::StatusOr<T> result, const std::string& what) {
+  if (result.ok()) return result;
+  return absl::Status(result.status().code(), absl::StrCat(what, ": ", result.status().message()));
+}
+
+absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
+  PlanRun run;
+  run.rss_start = ResidentBytes();
+  Stopwatch watch;
+
+  WSYNC_ASSIGN_OR_RETURN(
+      run.model,
+      WithContext(GetModel(request.model),
+                  absl::StrCat("--model (one of ", absl::StrJoin(ModelNames(), ", "), ")")));
+  WSYNC_ASSIGN_OR_RETURN(Layout source,
+                         WithContext(BuildNamedLayout(run.model, request.from), "--from"));
+  WSYNC_ASSIGN_OR_RETURN(Layout target,
+                         WithContext(BuildNamedLayout(run.model, request.to), "--to"));
+  run.build = {watch.Lap(), ResidentBytes()};
+
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
+  run.job.emplace(std::move(job));
+  run.validate = {watch.Lap(), ResidentBytes()};
+
+  const int32_t num_processes = run.job->num_processes();
+  if (request.process.has_value() && (*request.process < 0 || *request.process >= num_processes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--process %d is out of range: the job has processes 0..%d (trainer ranks 0..%d, rollout "
+        "ranks from %d)",
+        *request.process, num_processes - 1, run.job->source().processes.size() - 1,
+        run.job->TargetId(0)));
+  }
+  watch.Lap();  // The range check is not part of planning.
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaPolicy> policy,
+                         WithContext(MakeReplicaPolicy(request.policy), "--policy"));
+  PlanOptions options;
+  options.process = request.process;
+  WSYNC_ASSIGN_OR_RETURN(run.plan, MakePlan(*run.job, *policy, options));
+  run.planning = {watch.Lap(), ResidentBytes()};
+  return run;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tallying what the plan moves.
+
+struct Totals {
+  int64_t bytes = 0;
+  int64_t segments = 0;
+
+  void Add(int64_t segment_bytes) {
+    bytes += segment_bytes;
+    ++segments;
+  }
+};
+
+struct Traffic {
+  Totals all;
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, Totals> pairs;  // Keyed by (from, to).
+  std::map<std::string, Totals> paths;                             // Keyed by path class.
+  std::vector<Totals> sent;                                        // Indexed by global id.
+  std::vector<Totals> received;                                    // Indexed by global id.
+};
+
+int64_t SegmentBytes(const Job& job, const Segment& segment) {
+  return segment.elements() * job.ElementSize(segment.param);
+}
+
+Traffic Tally(const Job& job, const Plan& plan) {
+  Traffic traffic;
+  traffic.sent.resize(job.num_processes());
+  traffic.received.resize(job.num_processes());
+  for (const Segment& segment : plan.segments) {
+    const int64_t bytes = SegmentBytes(job, segment);
+    const int32_t from = segment.from.process;
+    const int32_t to = segment.to.process;
+    traffic.all.Add(bytes);
+    traffic.pairs[{from, to}].Add(bytes);
+    traffic.paths[std::string(job.PathClass(from, to))].Add(bytes);
+    traffic.sent[from].Add(bytes);
+    traffic.received[to].Add(bytes);
+  }
+  return traffic;
+}
+
+struct PairTotals {
+  int32_t from;
+  int32_t to;
+  Totals totals;
+};
+
+// All pairs, the largest first; ties by (from, to) so the listing is deterministic.
+std::vector<PairTotals> SortedPairs(const Traffic& traffic) {
+  std::vector<PairTotals> pairs;
+  pairs.reserve(traffic.pairs.size());
+  for (const auto& [key, totals] : traffic.pairs) pairs.push_back({key.first, key.second, totals});
+  std::sort(pairs.begin(), pairs.end(), [](const PairTotals& a, const PairTotals& b) {
+    if (a.totals.bytes != b.totals.bytes) return a.totals.bytes > b.totals.bytes;
+    return std::pair(a.from, a.to) < std::pair(b.from, b.to);
+  });
+  return pairs;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printing.
+
+std::string HumanBytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return absl::StrFormat("%d B", bytes);
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+}
+
+std::string HumanBytes(const std::optional<int64_t>& bytes) {
+  return bytes.has_value() ? HumanBytes(*bytes) : std::string("n/a");
+}
+
+// "p3 (trainer 3)": the global id, then the role and rank within its layout.
+std::string ProcessName(const Job& job, int32_t id) {
+  const JobProcess& process = job.processes()[id];
+  return absl::StrFormat("p%d (%s %d)", id, RoleName(process.role), process.rank);
+}
+
+int64_t CountNodes(const Layout& layout) {
+  absl::flat_hash_set<absl::string_view> nodes;
+  for (const ProcessInfo& process : layout.processes) nodes.insert(process.node_id);
+  return static_cast<int64_t>(nodes.size());
+}
+
+void PrintLayout(std::FILE* out, absl::string_view label, absl::string_view spec,
+                 const Layout& layout) {
+  absl::FPrintF(out, "%-12s %s: %s, %d processes on %d nodes, %d buffers, %d pieces, %s held\n",
+                label, spec, RoleName(layout.role), layout.processes.size(), CountNodes(layout),
+                layout.buffers.size(), layout.pieces.size(), HumanBytes(layout.PieceBytes()));
+}
+
+void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run,
+                  const Traffic& traffic) {
+  const Job& job = *run.job;
+  const ModelSpec& model = run.model;
+  absl::FPrintF(out, "%-12s %s: %d parameters, %d elements, %s (%d B)\n", "model", model.name,
+                model.tensors.size(), model.TotalElements(), HumanBytes(model.TotalBytes()),
+                model.TotalBytes());
+  PrintLayout(out, "from", request.from, job.source());
+  PrintLayout(out, "to", request.to, job.target());
+  absl::FPrintF(out, "%-12s %d: trainer p0..p%d, rollout p%d..p%d\n", "processes",
+                job.num_processes(), job.TargetId(0) - 1, job.TargetId(0), job.num_processes() - 1);
+  absl::FPrintF(out, "%-12s %s\n", "policy", run.plan.policy);
+  absl::FPrintF(out, "%-12s %s\n", "planned for",
+                request.process.has_value() ? ProcessName(job, *request.process)
+                                            : std::string("all processes"));
+  absl::FPrintF(out, "%-12s %s\n", "digest", DigestHex(run.plan.digest));
+  absl::FPrintF(out, "%-12s %d moving %s (%d B)\n", "segments", run.plan.segments.size(),
+                HumanBytes(traffic.all.bytes), traffic.all.bytes);
+  absl::FPrintF(out, "%-12s %d replica requests\n", "requests", run.plan.requests.size());
+}
+
+void PrintSegments(std::FILE* out, const Job& job, const Plan& plan, int64_t count) {
+  const int64_t shown = std::min<int64_t>(count, static_cast<int64_t>(plan.segments.size()));
+  if (shown == 0) return;
+  absl::FPrintF(out, "\nfirst %d segments (p = global process id; offsets in elements):\n", shown);
+  for (int64_t i = 0; i < shown; ++i) {
+    const Segment& segment = plan.segments[i];
+    absl::FPrintF(
+        out, "  #%d %s %s\n       p%d buffer %d offset %d -> p%d buffer %d offset %d, %s\n", i,
+        job.target().params[segment.param].name, BoxToString(segment.box), segment.from.process,
+        segment.from.buffer, segment.from.offset, segment.to.process, segment.to.buffer,
+        segment.to.offset, HumanBytes(SegmentBytes(job, segment)));
+  }
+}
+
+void PrintPairRow(std::FILE* out, const Job& job, const PairTotals& pair) {
+  absl::FPrintF(out, "  %-22s -> %-22s %-11s %7d segments %12s\n", ProcessName(job, pair.from),
+                ProcessName(job, pair.to), job.PathClass(pair.from, pair.to), pair.totals.segments,
+                HumanBytes(pair.totals.bytes));
+}
+
+// With --process: every pair involving the process, and what it sends and receives in total.
+void PrintPairsOfProcess(std::FILE* out, const Job& job, const Traffic& traffic, int32_t process) {
+  const std::vector<PairTotals> pairs = SortedPairs(traffic);
+  absl::FPrintF(out, "\nbytes per (from, to) pair involving %s: %d pairs\n",
+                ProcessName(job, process), pairs.size());
+  for (const PairTotals& pair : pairs) PrintPairRow(out, job, pair);
+  const Totals& sent = traffic.sent[process];
+  const Totals& received = traffic.received[process];
+  absl::FPrintF(out, "  sent %s in %d segments; received %s in %d segments\n",
+                HumanBytes(sent.bytes), sent.segments, HumanBytes(received.bytes),
+                received.segments);
+}
+
+// Without --process: how many pairs, the ten largest, and the busiest sender and receiver.
+void PrintPairSummary(std::FILE* out, const Job& job, const Traffic& traffic) {
+  constexpr size_t kTop = 10;
+  const std::vector<PairTotals> pairs = SortedPairs(traffic);
+  absl::FPrintF(out, "\nbytes per (from, to) pair: %d pairs; the %d largest:\n", pairs.size(),
+                std::min(kTop, pairs.size()));
+  for (size_t i = 0; i < std::min(kTop, pairs.size()); ++i) PrintPairRow(out, job, pairs[i]);
+  // Ties go to the lowest id, as max_element keeps the first maximum.
+  const auto by_bytes = [](const Totals& a, const Totals& b) { return a.bytes < b.bytes; };
+  const auto busiest_sender = std::max_element(traffic.sent.begin(), traffic.sent.end(), by_bytes);
+  const auto busiest_receiver =
+      std::max_element(traffic.received.begin(), traffic.received.end(), by_bytes);
+  if (busiest_sender == traffic.sent.end() || busiest_sender->bytes == 0) return;
+  absl::FPrintF(out, "  busiest sender %s: %s; busiest receiver %s: %s\n",
+                ProcessName(job, busiest_sender - traffic.sent.begin()),
+                HumanBytes(busiest_sender->bytes),
+                ProcessName(job, busiest_receiver - traffic.received.begin()),
+                HumanBytes(busiest_receiver->bytes));
+}
+
+void PrintPaths(std::FILE* out, const Traffic& traffic) {
+  absl::FPrintF(out, "\nbytes per path class:\n");
+  for (const auto& [path, totals] : traffic.paths) {
+    absl::FPrintF(out, "  %-12s %9d segments %12s (%d B)\n", path, totals.segments,
+                  HumanBytes(totals.bytes), totals.bytes);
+  }
+  const auto local = traffic.paths.find(std::string(kPathLocal));
+  const int64_t local_bytes = local == traffic.paths.end() ? 0 : local->second.bytes;
+  absl::FPrintF(out, "local bytes: %s (%d B)\n", HumanBytes(local_bytes), local_bytes);
+}
+
+void PrintCost(std::FILE* out, const PlanRun& run) {
+  const double total_ms = run.build.ms + run.validate.ms + run.planning.ms;
+  absl::FPrintF(out,
+                "\ntime: %.1f ms = build layouts %.1f ms + validate/job %.1f ms + plan %.1f ms\n",
+                total_ms, run.build.ms, run.validate.ms, run.planning.ms);
+  absl::FPrintF(out, "memory: peak RSS %s (getrusage ru_maxrss)\n",
+                HumanBytes(PeakResidentBytes()));
+  absl::FPrintF(out, "  RSS %s at start, %s after layouts, %s after job, %s after plan\n",
+                HumanBytes(run.rss_start), HumanBytes(run.build.rss_after),
+                HumanBytes(run.validate.rss_after), HumanBytes(run.planning.rss_after));
+  if (run.rss_start.has_value() && run.planning.rss_after.has_value()) {
+    absl::FPrintF(out, "  RSS growth during planning (start to after plan): %s\n",
+                  HumanBytes(*run.planning.rss_after - *run.rss_start));
+  }
+}
+
+bool IsHelpArg(absl::string_view arg) { return arg == "--help" || arg == "-h" || arg == "help"; }
+
+}  // namespace
+
+absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
+  WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(request));
+  const Job& job = *run.job;
+  const Traffic traffic = Tally(job, run.plan);
+  PrintSummary(out, request, run, traffic);
+  PrintSegments(out, job, run.plan, request.segments_to_show);
+  if (request.process.has_value()) {
+    PrintPairsOfProcess(out, job, traffic, *request.process);
+  } else {
+    PrintPairSummary(out, job, traffic);
+  }
+  PrintPaths(out, traffic);
+  PrintCost(out, run);
+  return absl::OkStatus();
+}
+
+std::string PlanUsage() {
+  return absl::StrCat(
+      "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P]\n"
+      "                  [--policy first_holder|local_first_least_loaded] [--segments N]\n"
+      "\n"
+      "  --model     one of: ",
+      absl::StrJoin(ModelNames(), ", "),
+      "\n"
+      "  --from      the trainer's layout: megatron(tp=1,pp=1,ep=1,dp=ep) or fsdp(n)\n"
+      "  --to        the rollout's layout: vllm(tp=1,ep=1,dp=1)\n"
+      "              (keys may be omitted; the values shown are the defaults)\n"
+      "  --process   plan only what global process P sends or receives: trainer ranks are\n"
+      "              0..S-1, rollout ranks S..S+T-1 (default: all processes)\n"
+      "  --policy    replica policy (default: local_first_least_loaded)\n"
+      "  --segments  how many segments to list (default: 10)\n"
+      "\n"
+      "example:\n"
+      "  wsync plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' "
+      "--to 'vllm(tp=8,ep=8,dp=16)' --process 0\n");
+}
+
+int PlanMain(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (IsHelpArg(argv[i])) {
+      absl::PrintF("%s", PlanUsage());
+      return 0;
+    }
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    absl::FPrintF(stderr, "wsync plan: unexpected argument '%s'\n\n%s", positional[1], PlanUsage());
+    return 2;
+  }
+  PlanRequest request;
+  request.model = absl::GetFlag(FLAGS_model);
+  request.from = absl::GetFlag(FLAGS_from);
+  request.to = absl::GetFlag(FLAGS_to);
+  request.process = absl::GetFlag(FLAGS_process);
+  request.policy = absl::GetFlag(FLAGS_policy);
+  request.segments_to_show = absl::GetFlag(FLAGS_segments);
+  if (request.model.empty() || request.from.empty() || request.to.empty()) {
+    absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
+    return 2;
+  }
+  if (request.segments_to_show < 0) {
+    absl::FPrintF(stderr, "wsync plan: --segments must be >= 0\n");
+    return 2;
+  }
+  const absl::Status status = RunPlan(request, stdout);
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "wsync plan: %s\n", status.ToString());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace wsync::cli

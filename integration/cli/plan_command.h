@@ -1,0 +1,41 @@
+#ifndef WSYNC_INTEGRATION_CLI_PLAN_COMMAND_H_
+#define WSYNC_INTEGRATION_CLI_PLAN_COMMAND_H_
+
+// `wsync plan`: builds two named layouts of an embedded model, validates them into a Job, plans the
+// resharding (for one process or all of them) and prints what the plan moves, what it cost to make
+// and how much memory that took.
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace wsync::cli {
+
+struct PlanRequest {
+  std::string model;  // A name GetModel accepts.
+  std::string from;   // Named layout of the source (trainer) side, e.g. "megatron(tp=2)".
+  std::string to;     // Named layout of the target (rollout) side, e.g. "vllm(tp=2)".
+  // Global process id to plan for (trainer ranks 0..S-1, then rollout ranks S..S+T-1); all
+  // processes when unset.
+  std::optional<int32_t> process;
+  std::string policy = "local_first_least_loaded";  // A name MakeReplicaPolicy accepts.
+  int64_t segments_to_show = 10;                    // How many segments to list (>= 0).
+};
+
+// Runs the request and writes the report to `out`. Returns the first error of building, validating
+// or planning (its message names what broke), or InvalidArgument for a process id out of range.
+absl::Status RunPlan(const PlanRequest& request, std::FILE* out);
+
+// Text describing `wsync plan`'s flags, for `wsync help`.
+std::string PlanUsage();
+
+// Entry point of the subcommand: argv[0] is "plan", the rest are its flags. Returns the exit
+// status: 0 on success, 1 when planning fails, 2 for a usage error.
+int PlanMain(int argc, char** argv);
+
+}  // namespace wsync::cli
+
+#endif  // WSYNC_INTEGRATION_CLI_PLAN_COMMAND_H_

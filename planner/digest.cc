@@ -1,0 +1,97 @@
+#include "common/hash.h"
+#include "planner/plan.h"
+
+namespace wsync {
+namespace {
+
+void AddDims(CanonicalHasher& h, const Dims& dims) {
+  h.AddInt(static_cast<int64_t>(dims.size()));
+  for (int64_t value : dims) h.AddInt(value);
+}
+
+void AddBox(CanonicalHasher& h, const Box& box) {
+  AddDims(h, box.origin);
+  AddDims(h, box.extent);
+}
+
+void AddLayout(CanonicalHasher& h, const Layout& layout) {
+  h.AddInt(static_cast<int64_t>(layout.role));
+  h.AddInt(static_cast<int64_t>(layout.processes.size()));
+  for (const ProcessInfo& process : layout.processes) {
+    h.AddInt(process.rank);
+    h.AddString(process.node_id);
+  }
+  h.AddInt(static_cast<int64_t>(layout.buffers.size()));
+  for (const BufferInfo& buffer : layout.buffers) {
+    h.AddInt(buffer.process);
+    h.AddInt(static_cast<int64_t>(buffer.id));
+    h.AddInt(buffer.bytes);
+    h.AddInt(static_cast<int64_t>(buffer.kind));
+  }
+  h.AddInt(static_cast<int64_t>(layout.params.size()));
+  for (const ParamInfo& param : layout.params) {
+    h.AddString(param.name);
+    h.AddInt(static_cast<int64_t>(param.dtype));
+    AddDims(h, param.shape);
+  }
+  h.AddInt(static_cast<int64_t>(layout.pieces.size()));
+  for (const Piece& piece : layout.pieces) {
+    h.AddInt(piece.param);
+    h.AddInt(piece.process);
+    h.AddInt(static_cast<int64_t>(piece.buffer));
+    AddBox(h, piece.box);
+    h.AddInt(piece.offset);
+    AddDims(h, piece.strides);
+  }
+}
+
+void AddEndpoint(CanonicalHasher& h, const Endpoint& endpoint) {
+  h.AddInt(endpoint.process);
+  h.AddInt(static_cast<int64_t>(endpoint.buffer));
+  h.AddInt(endpoint.offset);
+  AddDims(h, endpoint.strides);
+}
+
+}  // namespace
+
+uint64_t PlanDigest(const Job& job, const Plan& plan) {
+  CanonicalHasher h;
+  h.AddString("wsync.plan");
+  h.AddInt(kPlannerVersion);
+  AddLayout(h, job.source());
+  AddLayout(h, job.target());
+  h.AddString(plan.policy);
+  h.AddInt(static_cast<int64_t>(plan.requests.size()));
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const ReplicaRequest& request = plan.requests[i];
+    h.AddInt(request.param);
+    AddBox(h, request.region);
+    h.AddInt(request.target_process);
+    h.AddInt(request.target_piece);
+    h.AddInt(static_cast<int64_t>(request.holder_pieces.size()));
+    for (int32_t holder : request.holder_pieces) h.AddInt(holder);
+    const ReplicaAnswer& answer = plan.answers[i];
+    h.AddInt(static_cast<int64_t>(answer.parts.size()));
+    for (const ReplicaPart& part : answer.parts) {
+      h.AddInt(part.holder);
+      h.AddInt(part.begin);
+      h.AddInt(part.end);
+    }
+  }
+  return h.Digest();
+}
+
+uint64_t SegmentsDigest(absl::Span<const Segment> segments) {
+  CanonicalHasher h;
+  h.AddString("wsync.segments");
+  h.AddInt(static_cast<int64_t>(segments.size()));
+  for (const Segment& segment : segments) {
+    h.AddInt(segment.param);
+    AddBox(h, segment.box);
+    AddEndpoint(h, segment.from);
+    AddEndpoint(h, segment.to);
+  }
+  return h.Digest();
+}
+
+}  // namespace wsync

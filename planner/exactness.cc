@@ -1,0 +1,149 @@
+// The exactness proof: every target element written exactly once, every byte read from a holder.
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "planner/plan.h"
+
+namespace wsync {
+namespace {
+
+using PieceKey = std::tuple<int32_t, uint64_t, int32_t>;  // (rank, buffer, param)
+
+absl::flat_hash_map<PieceKey, std::vector<int32_t>> IndexPieces(const Layout& layout) {
+  absl::flat_hash_map<PieceKey, std::vector<int32_t>> index;
+  for (int32_t i = 0; i < static_cast<int32_t>(layout.pieces.size()); ++i) {
+    const Piece& piece = layout.pieces[i];
+    if (Volume(piece.box) > 0) index[{piece.process, piece.buffer, piece.param}].push_back(i);
+  }
+  return index;
+}
+
+// Calls fn(piece index, part) for every piece of `layout` in the endpoint's buffer whose affine map
+// places `part` (its common box with `box`) where the endpoint's map does. Returns the number of
+// elements so accounted for; a segment that coalesced several pieces continuing each other in one
+// buffer is accounted for piece by piece.
+template <typename Fn>
+int64_t ForEachMatchingPiece(const Layout& layout,
+                             const absl::flat_hash_map<PieceKey, std::vector<int32_t>>& index,
+                             int32_t rank, int32_t param, const Box& box, const Endpoint& endpoint,
+                             Fn&& fn) {
+  auto it = index.find(PieceKey{rank, endpoint.buffer, param});
+  if (it == index.end()) return 0;
+  int64_t matched = 0;
+  for (int32_t i : it->second) {
+    const Piece& piece = layout.pieces[i];
+    if (piece.strides != endpoint.strides) continue;
+    std::optional<Box> part = Intersect(piece.box, box);
+    if (!part) continue;
+    if (SubRegionOffset(piece.box, piece.offset, piece.strides, *part) !=
+        SubRegionOffset(box, endpoint.offset, endpoint.strides, *part)) {
+      continue;
+    }
+    matched += Volume(*part);
+    fn(i, *part);
+  }
+  return matched;
+}
+
+std::string DescribeSegment(const Job& job, const Segment& s) {
+  const bool known = s.param >= 0 && s.param < static_cast<int32_t>(job.target().params.size());
+  return absl::StrCat("segment of parameter '", known ? job.target().params[s.param].name : "?",
+                      "' box ", BoxToString(s.box), " from process ", s.from.process, " buffer ",
+                      s.from.buffer, " offset ", s.from.offset, " to process ", s.to.process,
+                      " buffer ", s.to.buffer, " offset ", s.to.offset);
+}
+
+// Boxes inside one target piece are pairwise disjoint.
+// The parts written into one target piece (segment index, box) are pairwise disjoint.
+absl::Status CheckDisjoint(const Job& job, absl::Span<const Segment> segments,
+                           std::vector<std::pair<int32_t, Box>>& parts) {
+  if (parts[0].second.rank() == 0) {
+    if (parts.size() == 1) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[parts[1].first]),
+                                            " writes a scalar written before"));
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const auto& a, const auto& b) { return a.second.origin[0] < b.second.origin[0]; });
+  std::vector<const std::pair<int32_t, Box>*> active;
+  for (const auto& part : parts) {
+    const Box& box = part.second;
+    std::erase_if(active, [&](const auto* other) {
+      return other->second.origin[0] + other->second.extent[0] <= box.origin[0];
+    });
+    for (const auto* other : active) {
+      if (Overlaps(other->second, box)) {
+        return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[part.first]),
+                                                " overlaps ",
+                                                DescribeSegment(job, segments[other->first])));
+      }
+    }
+    active.push_back(&part);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
+                        std::optional<int32_t> process) {
+  const Layout& source = job.source();
+  const Layout& target = job.target();
+  const auto source_index = IndexPieces(source);
+  const auto target_index = IndexPieces(target);
+  std::vector<std::vector<std::pair<int32_t, Box>>> writers(target.pieces.size());
+
+  for (int32_t k = 0; k < static_cast<int32_t>(segments.size()); ++k) {
+    const Segment& s = segments[k];
+    if (s.param < 0 || s.param >= static_cast<int32_t>(target.params.size()) ||
+        s.box.rank() != static_cast<int>(target.params[s.param].shape.size()) ||
+        Volume(s.box) == 0 || !Contains(WholeBox(target.params[s.param].shape), s.box)) {
+      return absl::InternalError(
+          absl::StrCat(DescribeSegment(job, s), " is not a non-empty box of its parameter"));
+    }
+    if (s.from.process < 0 || s.from.process >= job.num_processes() ||
+        !job.IsSource(s.from.process) || s.to.process < 0 || s.to.process >= job.num_processes() ||
+        job.IsSource(s.to.process)) {
+      return absl::InternalError(absl::StrCat(DescribeSegment(job, s),
+                                              " does not go from a trainer to a rollout process"));
+    }
+    const int64_t volume = Volume(s.box);
+    const int64_t read =
+        ForEachMatchingPiece(source, source_index, job.processes()[s.from.process].rank,
+                             job.SourceParamOf(s.param), s.box, s.from, [](int32_t, const Box&) {});
+    if (read != volume) {
+      return absl::InternalError(absl::StrCat(DescribeSegment(job, s), " reads ", volume - read,
+                                              " elements from no source piece holding them"));
+    }
+    const int64_t written = ForEachMatchingPiece(
+        target, target_index, job.processes()[s.to.process].rank, s.param, s.box, s.to,
+        [&](int32_t piece, const Box& part) { writers[piece].emplace_back(k, part); });
+    if (written != volume) {
+      return absl::InternalError(absl::StrCat(DescribeSegment(job, s), " writes ", volume - written,
+                                              " elements outside every target piece"));
+    }
+  }
+
+  for (int32_t t = 0; t < static_cast<int32_t>(target.pieces.size()); ++t) {
+    const Piece& piece = target.pieces[t];
+    const int64_t volume = Volume(piece.box);
+    if (volume == 0) continue;
+    if (process && job.TargetId(piece.process) != *process) continue;
+    int64_t written = 0;
+    for (const auto& [k, part] : writers[t]) written += Volume(part);
+    if (written != volume) {
+      return absl::InternalError(absl::StrCat(
+          "target piece of parameter '", target.params[piece.param].name, "' on process ",
+          job.TargetId(piece.process), " box ", BoxToString(piece.box), " receives ", written,
+          " elements for its ", volume));
+    }
+    if (absl::Status disjoint = CheckDisjoint(job, segments, writers[t]); !disjoint.ok()) {
+      return disjoint;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync

@@ -1,0 +1,35 @@
+#include "planner/layout.h"
+
+#include "absl/strings/string_view.h"
+
+namespace wsync {
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kTrainer:
+      return "trainer";
+    case Role::kRollout:
+      return "rollout";
+  }
+  return "invalid";
+}
+
+absl::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kCuda:
+      return "cuda";
+  }
+  return "invalid";
+}
+
+int64_t Layout::PieceBytes() const {
+  int64_t bytes = 0;
+  for (const Piece& piece : pieces) {
+    bytes += Volume(piece.box) * DTypeSize(params[piece.param].dtype);
+  }
+  return bytes;
+}
+
+}  // namespace wsync

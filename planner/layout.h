@@ -1,0 +1,68 @@
+#ifndef WSYNC_PLANNER_LAYOUT_H_
+#define WSYNC_PLANNER_LAYOUT_H_
+
+// The in-memory form of one side's layout (the protobuf Manifest is its wire form; see
+// manifest_codec.h). A layout lists the processes of one role, their buffers, the logical
+// parameters, and the pieces that say which buffer holds which box of which parameter.
+// Plain data: no invariants are enforced here; ValidateLayout checks them.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "planner/geometry.h"
+
+namespace wsync {
+
+enum class Role : uint8_t { kTrainer = 1, kRollout = 2 };
+enum class MemoryKind : uint8_t { kHost = 1, kCuda = 2 };
+
+absl::string_view RoleName(Role role);              // "trainer", "rollout"
+absl::string_view MemoryKindName(MemoryKind kind);  // "host", "cuda"
+
+struct ProcessInfo {
+  int32_t rank = 0;     // Rank within the role; ranks are 0..n-1.
+  std::string node_id;  // Processes with equal node ids share a node (intra_node paths).
+};
+
+struct BufferInfo {
+  int32_t process = 0;  // Rank of the owning process within this layout.
+  uint64_t id = 0;      // Unique within its process.
+  int64_t bytes = 0;
+  MemoryKind kind = MemoryKind::kHost;
+};
+
+struct ParamInfo {
+  std::string name;
+  DType dtype = DType::kBFloat16;
+  Dims shape;  // At most kMaxAxes axes.
+};
+
+// "This buffer holds this box of this parameter": element `i` of the box lives at element address
+// offset + sum_a (i[a] - box.origin[a]) * strides[a] of the buffer (in units of the dtype).
+struct Piece {
+  int32_t param = 0;    // Index into Layout::params.
+  int32_t process = 0;  // Rank of the holding process.
+  uint64_t buffer = 0;  // BufferInfo::id within that process.
+  Box box;
+  int64_t offset = 0;
+  Dims strides;
+};
+
+struct Layout {
+  Role role = Role::kTrainer;
+  std::vector<ProcessInfo> processes;
+  std::vector<BufferInfo> buffers;
+  std::vector<ParamInfo> params;
+  std::vector<Piece> pieces;
+
+  // Total bytes of all pieces (counting each replica).
+  int64_t PieceBytes() const;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLANNER_LAYOUT_H_

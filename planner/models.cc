@@ -1,0 +1,262 @@
+#include "planner/models.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+
+namespace wsync {
+namespace {
+
+// The fields of a public config.json that determine parameter shapes.
+struct Config {
+  std::string name;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;  // Dense MLP.
+  int32_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  bool tied = false;
+  bool qkv_bias = false;
+  bool qk_norm = false;  // Per-head RMS norms of q and k (Qwen3).
+  // Mixture of experts: layers [first_dense, layers) route to `experts` experts.
+  int64_t experts = 0;
+  int64_t moe_intermediate = 0;
+  int64_t shared_experts = 0;
+  int32_t first_dense = 0;
+  bool router_bias = false;  // e_score_correction_bias, fp32.
+  // Multi-head latent attention (DeepSeek-V3); replaces q/k/v/o when mla is set.
+  bool mla = false;
+  int64_t q_lora = 0;
+  int64_t kv_lora = 0;
+  int64_t qk_nope = 0;
+  int64_t qk_rope = 0;
+  int64_t v_head = 0;
+};
+
+class SpecWriter {
+ public:
+  explicit SpecWriter(ModelSpec* spec) : spec_(spec) {}
+
+  TensorSpec& Add(std::string name, Dims shape, ShardRole role, int32_t layer) {
+    TensorSpec& tensor = spec_->tensors.emplace_back();
+    tensor.name = std::move(name);
+    tensor.shape = std::move(shape);
+    tensor.role = role;
+    tensor.layer = layer;
+    return tensor;
+  }
+
+  TensorSpec& AddFused(std::string name, Dims shape, ShardRole role, int32_t layer, FuseKind fuse,
+                       std::string fused_name, int32_t fuse_index) {
+    TensorSpec& tensor = Add(std::move(name), std::move(shape), role, layer);
+    tensor.fuse = fuse;
+    tensor.fused_name = std::move(fused_name);
+    tensor.fuse_index = fuse_index;
+    return tensor;
+  }
+
+ private:
+  ModelSpec* spec_;
+};
+
+void AddAttention(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
+  const std::string qkv = absl::StrCat(p, "self_attn.qkv_proj.weight");
+  const int64_t q_rows = c.heads * c.head_dim;
+  const int64_t kv_rows = c.kv_heads * c.head_dim;
+  w.AddFused(absl::StrCat(p, "self_attn.q_proj.weight"), {q_rows, c.hidden}, ShardRole::kColumn,
+             layer, FuseKind::kQkv, qkv, 0)
+      .heads = c.heads;
+  w.AddFused(absl::StrCat(p, "self_attn.k_proj.weight"), {kv_rows, c.hidden}, ShardRole::kColumn,
+             layer, FuseKind::kQkv, qkv, 1)
+      .heads = c.kv_heads;
+  w.AddFused(absl::StrCat(p, "self_attn.v_proj.weight"), {kv_rows, c.hidden}, ShardRole::kColumn,
+             layer, FuseKind::kQkv, qkv, 2)
+      .heads = c.kv_heads;
+  if (c.qkv_bias) {
+    const std::string bias = absl::StrCat(p, "self_attn.qkv_proj.bias");
+    w.AddFused(absl::StrCat(p, "self_attn.q_proj.bias"), {q_rows}, ShardRole::kColumn, layer,
+               FuseKind::kQkv, bias, 0)
+        .heads = c.heads;
+    w.AddFused(absl::StrCat(p, "self_attn.k_proj.bias"), {kv_rows}, ShardRole::kColumn, layer,
+               FuseKind::kQkv, bias, 1)
+        .heads = c.kv_heads;
+    w.AddFused(absl::StrCat(p, "self_attn.v_proj.bias"), {kv_rows}, ShardRole::kColumn, layer,
+               FuseKind::kQkv, bias, 2)
+        .heads = c.kv_heads;
+  }
+  w.Add(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, q_rows}, ShardRole::kRow, layer);
+  if (c.qk_norm) {
+    w.Add(absl::StrCat(p, "self_attn.q_norm.weight"), {c.head_dim}, ShardRole::kReplicated, layer);
+    w.Add(absl::StrCat(p, "self_attn.k_norm.weight"), {c.head_dim}, ShardRole::kReplicated, layer);
+  }
+}
+
+void AddLatentAttention(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
+  const std::string qkv_a = absl::StrCat(p, "self_attn.fused_qkv_a_proj.weight");
+  w.AddFused(absl::StrCat(p, "self_attn.q_a_proj.weight"), {c.q_lora, c.hidden},
+             ShardRole::kReplicated, layer, FuseKind::kMlaQkvA, qkv_a, 0);
+  w.Add(absl::StrCat(p, "self_attn.q_a_layernorm.weight"), {c.q_lora}, ShardRole::kReplicated,
+        layer);
+  w.Add(absl::StrCat(p, "self_attn.q_b_proj.weight"), {c.heads * (c.qk_nope + c.qk_rope), c.q_lora},
+        ShardRole::kColumn, layer)
+      .heads = c.heads;
+  w.AddFused(absl::StrCat(p, "self_attn.kv_a_proj_with_mqa.weight"),
+             {c.kv_lora + c.qk_rope, c.hidden}, ShardRole::kReplicated, layer, FuseKind::kMlaQkvA,
+             qkv_a, 1);
+  w.Add(absl::StrCat(p, "self_attn.kv_a_layernorm.weight"), {c.kv_lora}, ShardRole::kReplicated,
+        layer);
+  w.Add(absl::StrCat(p, "self_attn.kv_b_proj.weight"),
+        {c.heads * (c.qk_nope + c.v_head), c.kv_lora}, ShardRole::kColumn, layer)
+      .heads = c.heads;
+  w.Add(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, c.heads * c.v_head}, ShardRole::kRow,
+        layer);
+}
+
+// gate_proj / up_proj / down_proj of a dense MLP (prefix "mlp.") or of the shared experts
+// (prefix "mlp.shared_experts."), with `inner` intermediate features.
+void AddGatedMlp(const Config& c, int32_t layer, const std::string& p, int64_t inner,
+                 SpecWriter& w) {
+  const std::string gate_up = absl::StrCat(p, "gate_up_proj.weight");
+  w.AddFused(absl::StrCat(p, "gate_proj.weight"), {inner, c.hidden}, ShardRole::kColumn, layer,
+             FuseKind::kGateUp, gate_up, 0);
+  w.AddFused(absl::StrCat(p, "up_proj.weight"), {inner, c.hidden}, ShardRole::kColumn, layer,
+             FuseKind::kGateUp, gate_up, 1);
+  w.Add(absl::StrCat(p, "down_proj.weight"), {c.hidden, inner}, ShardRole::kRow, layer);
+}
+
+void AddMoe(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
+  w.Add(absl::StrCat(p, "mlp.gate.weight"), {c.experts, c.hidden}, ShardRole::kReplicated, layer);
+  if (c.router_bias) {
+    w.Add(absl::StrCat(p, "mlp.gate.e_score_correction_bias"), {c.experts}, ShardRole::kReplicated,
+          layer)
+        .dtype = DType::kFloat32;
+  }
+  const std::string w13 = absl::StrCat(p, "mlp.experts.w13_weight");
+  w.AddFused(absl::StrCat(p, "mlp.experts.gate_proj.weight"),
+             {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
+             FuseKind::kExpertW13, w13, 0);
+  w.AddFused(absl::StrCat(p, "mlp.experts.up_proj.weight"),
+             {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
+             FuseKind::kExpertW13, w13, 1);
+  w.Add(absl::StrCat(p, "mlp.experts.down_proj.weight"), {c.experts, c.hidden, c.moe_intermediate},
+        ShardRole::kExpertRow, layer)
+      .fused_name = absl::StrCat(p, "mlp.experts.w2_weight");
+  if (c.shared_experts > 0) {
+    AddGatedMlp(c, layer, absl::StrCat(p, "mlp.shared_experts."),
+                c.shared_experts * c.moe_intermediate, w);
+  }
+}
+
+ModelSpec Build(const Config& c) {
+  ModelSpec spec;
+  spec.name = c.name;
+  spec.num_layers = c.layers;
+  spec.vocab = c.vocab;
+  spec.tied_embeddings = c.tied;
+  SpecWriter w(&spec);
+  w.Add("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
+  for (int32_t layer = 0; layer < c.layers; ++layer) {
+    const std::string p = absl::StrCat("model.layers.", layer, ".");
+    w.Add(absl::StrCat(p, "input_layernorm.weight"), {c.hidden}, ShardRole::kReplicated, layer);
+    if (c.mla) {
+      AddLatentAttention(c, layer, p, w);
+    } else {
+      AddAttention(c, layer, p, w);
+    }
+    w.Add(absl::StrCat(p, "post_attention_layernorm.weight"), {c.hidden}, ShardRole::kReplicated,
+          layer);
+    if (c.experts > 0 && layer >= c.first_dense) {
+      AddMoe(c, layer, p, w);
+    } else {
+      AddGatedMlp(c, layer, absl::StrCat(p, "mlp."), c.intermediate, w);
+    }
+  }
+  w.Add("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
+  if (!c.tied) w.Add("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
+  return spec;
+}
+
+// From the models' config.json on the Hugging Face hub.
+std::vector<Config> Configs() {
+  std::vector<Config> configs;
+  {
+    Config& c = configs.emplace_back();  // Qwen/Qwen2.5-0.5B
+    c.name = "qwen2.5-0.5b";
+    c.hidden = 896, c.intermediate = 4864, c.layers = 24, c.heads = 14, c.kv_heads = 2;
+    c.head_dim = 64, c.vocab = 151936, c.tied = true, c.qkv_bias = true;
+  }
+  {
+    Config& c = configs.emplace_back();  // meta-llama/Meta-Llama-3-8B
+    c.name = "llama-3-8b";
+    c.hidden = 4096, c.intermediate = 14336, c.layers = 32, c.heads = 32, c.kv_heads = 8;
+    c.head_dim = 128, c.vocab = 128256;
+  }
+  {
+    Config& c = configs.emplace_back();  // meta-llama/Llama-3.2-1B
+    c.name = "llama-3.2-1b";
+    c.hidden = 2048, c.intermediate = 8192, c.layers = 16, c.heads = 32, c.kv_heads = 8;
+    c.head_dim = 64, c.vocab = 128256, c.tied = true;
+  }
+  {
+    Config& c = configs.emplace_back();  // Qwen/Qwen3-30B-A3B
+    c.name = "qwen3-30b-a3b";
+    c.hidden = 2048, c.intermediate = 6144, c.layers = 48, c.heads = 32, c.kv_heads = 4;
+    c.head_dim = 128, c.vocab = 151936, c.qk_norm = true;
+    c.experts = 128, c.moe_intermediate = 768;
+  }
+  {
+    Config& c = configs.emplace_back();  // deepseek-ai/DeepSeek-V3 (without the MTP layer)
+    c.name = "deepseek-v3";
+    c.hidden = 7168, c.intermediate = 18432, c.layers = 61, c.heads = 128, c.vocab = 129280;
+    c.experts = 256, c.moe_intermediate = 2048, c.shared_experts = 1, c.first_dense = 3;
+    c.router_bias = true;
+    c.mla = true, c.q_lora = 1536, c.kv_lora = 512, c.qk_nope = 128, c.qk_rope = 64;
+    c.v_head = 128;
+  }
+  {
+    Config c = configs.back();  // moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture.
+    c.name = "kimi-k2";
+    c.heads = 64, c.vocab = 163840, c.experts = 384, c.first_dense = 1;
+    configs.push_back(std::move(c));
+  }
+  return configs;
+}
+
+}  // namespace
+
+int64_t ModelSpec::TotalElements() const {
+  int64_t total = 0;
+  for (const TensorSpec& tensor : tensors) total += Volume(tensor.shape);
+  return total;
+}
+
+int64_t ModelSpec::TotalBytes() const {
+  int64_t total = 0;
+  for (const TensorSpec& tensor : tensors) total += Volume(tensor.shape) * DTypeSize(tensor.dtype);
+  return total;
+}
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names;
+  for (const Config& c : Configs()) names.push_back(c.name);
+  return names;
+}
+
+absl::StatusOr<ModelSpec> GetModel(absl::string_view name) {
+  for (const Config& c : Configs()) {
+    if (c.name == name) return Build(c);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown model \"", name,
+                                          "\"; known models: ", absl::StrJoin(ModelNames(), ", ")));
+}
+
+}  // namespace wsync

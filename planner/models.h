@@ -1,0 +1,73 @@
+#ifndef WSYNC_PLANNER_MODELS_H_
+#define WSYNC_PLANNER_MODELS_H_
+
+// Model shapes as data, from the models' public configs. A ModelSpec lists the logical parameters
+// (HF-style names, one 3-D tensor per layer for routed experts) with the sharding role each plays,
+// which the named layouts (named_layouts.h) turn into pieces.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "planner/geometry.h"
+
+namespace wsync {
+
+// How tensor parallelism and expert parallelism cut a tensor.
+enum class ShardRole : uint8_t {
+  kReplicated,    // Norms, router weights, biases of row-parallel layers: whole on every rank.
+  kColumn,        // Split along axis 0 (output features).
+  kRow,           // Split along axis 1 (input features).
+  kVocab,         // Split along axis 0 with the vocabulary padded per framework rules.
+  kExpertColumn,  // [E, I, H]: experts along axis 0 (EP), axis 1 split by TP when EP is off.
+  kExpertRow,     // [E, H, I]: experts along axis 0 (EP), axis 2 split by TP when EP is off.
+};
+
+// Fusion in the rollout engine's module structure (vLLM names).
+enum class FuseKind : uint8_t {
+  kNone,
+  kQkv,        // qkv_proj = q | k | v along axis 0; k and v replicated when kv heads < TP.
+  kGateUp,     // gate_up_proj = gate | up along axis 0.
+  kExpertW13,  // w13 [E, 2I, H] = gate | up along axis 1.
+  kMlaQkvA,    // fused_qkv_a_proj = q_a_proj | kv_a_proj_with_mqa along axis 0 (replicated).
+};
+
+struct TensorSpec {
+  std::string name;  // e.g. "model.layers.3.self_attn.q_proj.weight"
+  Dims shape;
+  DType dtype = DType::kBFloat16;
+  ShardRole role = ShardRole::kReplicated;
+  int32_t layer = -1;  // Transformer layer, or -1 for embedding (pre) and -2 for final norm/head.
+  FuseKind fuse = FuseKind::kNone;
+  std::string fused_name;  // Name of the fused module tensor (e.g. "...qkv_proj.weight").
+  int32_t fuse_index = 0;  // Position inside the fused tensor (q=0, k=1, v=2; gate=0, up=1).
+  // Attention heads along axis 0 (head_dim = shape[0] / heads) for q/k/v parts (kQkv) and MLA's
+  // q_b_proj / kv_b_proj; 0 for tensors without head structure.
+  int64_t heads = 0;
+};
+
+struct ModelSpec {
+  std::string name;
+  int32_t num_layers = 0;
+  int64_t vocab = 0;
+  bool tied_embeddings = false;
+  std::vector<TensorSpec> tensors;
+
+  int64_t TotalBytes() const;
+  int64_t TotalElements() const;
+};
+
+// Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",
+// "deepseek-v3", "kimi-k2".
+std::vector<std::string> ModelNames();
+
+// The embedded model of that name; NotFound otherwise.
+absl::StatusOr<ModelSpec> GetModel(absl::string_view name);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLANNER_MODELS_H_

@@ -1,0 +1,605 @@
+#include "planner/named_layouts.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "planner/builders.h"
+#include "planner/geometry.h"
+
+namespace wsync {
+namespace {
+
+// Upper bound on any parallel size and on the processes of one layout.
+constexpr int64_t kMaxProcesses = int64_t{1} << 20;
+
+// vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of this
+// (DEFAULT_VOCAB_PADDING_SIZE).
+constexpr int64_t kVllmVocabPadding = 64;
+// Megatron pads the vocabulary to a multiple of this times tp (make-vocab-size-divisible-by).
+constexpr int64_t kMegatronVocabPadding = 128;
+
+// ---------------------------------------------------------------------------------------------
+// Spec parsing.
+
+struct ParsedSpec {
+  std::string kind;
+  std::vector<std::pair<std::string, int64_t>> args;  // In spec order, keys unique.
+
+  std::optional<int64_t> Get(absl::string_view key) const {
+    for (const auto& [k, v] : args) {
+      if (k == key) return v;
+    }
+    return std::nullopt;
+  }
+};
+
+struct KindInfo {
+  absl::string_view kind;
+  std::vector<absl::string_view> keys;
+  absl::string_view positional_key;  // Key of a bare value ("fsdp(4)"); empty when none.
+};
+
+const std::vector<KindInfo>& Kinds() {
+  static const auto* const kinds = new std::vector<KindInfo>{
+      {"megatron", {"tp", "pp", "ep", "dp"}, ""},
+      {"fsdp", {"n"}, "n"},
+      {"vllm", {"tp", "ep", "dp"}, ""},
+  };
+  return *kinds;
+}
+
+absl::Status SpecError(absl::string_view spec, absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat("layout \"", spec, "\": ", reason));
+}
+
+// Grammar (spaces ignored): kind [ "(" [ arg { "," arg } ] ")" ], arg = key "=" int | int.
+absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
+  std::string text;
+  for (char ch : spec) {
+    if (!std::isspace(static_cast<unsigned char>(ch))) text.push_back(ch);
+  }
+  ParsedSpec parsed;
+  absl::string_view body;
+  const size_t open = text.find('(');
+  if (open == std::string::npos) {
+    parsed.kind = text;
+  } else {
+    if (text.back() != ')') return SpecError(spec, "expected ')' at the end");
+    parsed.kind = text.substr(0, open);
+    body = absl::string_view(text).substr(open + 1, text.size() - open - 2);
+    if (body.find_first_of("()") != absl::string_view::npos) {
+      return SpecError(spec, "unexpected parenthesis inside the arguments");
+    }
+  }
+  const KindInfo* info = nullptr;
+  for (const KindInfo& candidate : Kinds()) {
+    if (candidate.kind == parsed.kind) info = &candidate;
+  }
+  if (info == nullptr) {
+    return SpecError(spec, absl::StrCat("unknown layout kind \"", parsed.kind,
+                                        "\"; expected megatron, fsdp or vllm"));
+  }
+  if (body.empty()) return parsed;
+  int position = 0;
+  for (absl::string_view arg : absl::StrSplit(body, ',')) {
+    std::string key;
+    absl::string_view value = arg;
+    const size_t eq = arg.find('=');
+    if (eq != absl::string_view::npos) {
+      key = std::string(arg.substr(0, eq));
+      value = arg.substr(eq + 1);
+      if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end()) {
+        return SpecError(spec, absl::StrCat("unknown key \"", key, "\" for ", parsed.kind,
+                                            "; expected ", absl::StrJoin(info->keys, ", ")));
+      }
+    } else if (arg.empty()) {
+      return SpecError(spec, "empty argument");
+    } else if (position == 0 && !info->positional_key.empty()) {
+      key = std::string(info->positional_key);
+    } else {
+      return SpecError(spec, absl::StrCat("argument \"", arg, "\" needs the form key=value"));
+    }
+    ++position;
+    if (parsed.Get(key).has_value()) {
+      return SpecError(spec, absl::StrCat("key \"", key, "\" given twice"));
+    }
+    int64_t number = 0;
+    if (!absl::SimpleAtoi(value, &number) || number <= 0) {
+      return SpecError(spec, absl::StrCat(key, " must be a positive integer, got \"", value, "\""));
+    }
+    if (number > kMaxProcesses) {
+      return SpecError(spec, absl::StrCat(key, "=", number, " exceeds ", kMaxProcesses));
+    }
+    parsed.args.emplace_back(std::move(key), number);
+  }
+  return parsed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by the three layouts.
+
+// Checks that `parts` divides axis `axis` of `tensor`; `what` names the parallel dimension.
+absl::Status CheckDivides(const TensorSpec& tensor, int axis, int64_t parts, absl::string_view what,
+                          absl::string_view framework) {
+  if (tensor.shape[axis] % parts == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(framework, ": ", what, "=", parts,
+                                                 " does not divide axis ", axis, " (",
+                                                 tensor.shape[axis], ") of ", tensor.name));
+}
+
+void AddProcesses(LayoutBuilder& builder, int64_t count, const NamedLayoutOptions& options,
+                  absl::string_view default_prefix) {
+  const std::string prefix =
+      options.node_prefix.empty() ? std::string(default_prefix) : options.node_prefix;
+  for (int64_t p = 0; p < count; ++p) {
+    builder.AddProcess(absl::StrCat(prefix, p / options.procs_per_node));
+  }
+}
+
+// Registers every tensor of the model as a parameter; parameter i is tensor i.
+void AddParams(LayoutBuilder& builder, const ModelSpec& model) {
+  builder.mutable_layout().params.reserve(model.tensors.size());
+  for (const TensorSpec& tensor : model.tensors) {
+    builder.AddParam(tensor.name, tensor.dtype, tensor.shape);
+  }
+}
+
+// Rows [begin, begin + size) of a vocabulary of `vocab` rows padded to a multiple of `multiple`
+// that TP rank `rank` of `tp` holds, and the padded rows each rank's buffer reserves.
+struct VocabShard {
+  int64_t begin = 0;
+  int64_t size = 0;
+  int64_t reserved_rows = 0;
+};
+VocabShard ShardVocab(int64_t vocab, int64_t multiple, int32_t tp, int32_t rank) {
+  VocabShard shard;
+  shard.reserved_rows = RoundUp(vocab, multiple) / tp;
+  shard.begin = rank * shard.reserved_rows;
+  shard.size = std::clamp<int64_t>(vocab - shard.begin, 0, shard.reserved_rows);
+  return shard;
+}
+
+Box VocabBox(const TensorSpec& tensor, const VocabShard& shard) {
+  Box box = WholeBox(tensor.shape);
+  box.origin[0] = shard.begin;
+  box.extent[0] = shard.size;
+  return box;
+}
+
+// Per process: one buffer per dtype, created on first use, with pieces packed back to back.
+class PackedBuffers {
+ public:
+  PackedBuffers(LayoutBuilder& builder, MemoryKind kind) : builder_(builder), kind_(kind) {}
+
+  // Starts a process; its buffers are created as dtypes appear.
+  void Begin(int32_t process) {
+    Finish();
+    process_ = process;
+    slots_.fill(Slot{});
+  }
+
+  // Places `box` of `param` at the next free element of the process's `dtype` buffer, reserving
+  // `reserved` elements (>= the box's volume) for it.
+  void Place(int32_t param, DType dtype, const Box& box, int64_t reserved) {
+    Slot& slot = SlotFor(dtype);
+    if (Volume(box) > 0) builder_.AddPackedPiece(param, process_, slot.id, box, slot.elements);
+    slot.elements += reserved;
+  }
+
+  // Places the row-major flat range [begin, end) of `param` at the next free element of the
+  // process's `dtype` buffer, reserving `reserved` elements (>= end - begin) for it.
+  void PlaceFlat(int32_t param, DType dtype, int64_t begin, int64_t end, int64_t reserved) {
+    Slot& slot = SlotFor(dtype);
+    builder_.AddFlatRange(param, process_, slot.id, begin, end, slot.elements);
+    slot.elements += reserved;
+  }
+
+  // Sets the byte sizes of the current process's buffers.
+  void Finish() {
+    for (size_t d = 0; d < slots_.size(); ++d) {
+      if (slots_[d].buffer_index < 0) continue;
+      builder_.mutable_layout().buffers[slots_[d].buffer_index].bytes =
+          slots_[d].elements * DTypeSize(static_cast<DType>(d));
+    }
+    slots_.fill(Slot{});
+  }
+
+ private:
+  struct Slot {
+    int64_t buffer_index = -1;  // Index into Layout::buffers.
+    uint64_t id = 0;
+    int64_t elements = 0;
+  };
+
+  Slot& SlotFor(DType dtype) {
+    Slot& slot = slots_[static_cast<size_t>(dtype)];
+    if (slot.buffer_index < 0) {
+      slot.buffer_index = static_cast<int64_t>(builder_.layout().buffers.size());
+      slot.id = builder_.AddBuffer(process_, 0, kind_);
+    }
+    return slot;
+  }
+  LayoutBuilder& builder_;
+  MemoryKind kind_;
+  int32_t process_ = 0;
+  std::array<Slot, 9> slots_;  // Indexed by DType's value.
+};
+
+bool HasExperts(const ModelSpec& model) {
+  return std::any_of(model.tensors.begin(), model.tensors.end(), [](const TensorSpec& t) {
+    return t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow;
+  });
+}
+
+int64_t NumExperts(const ModelSpec& model) {
+  for (const TensorSpec& t : model.tensors) {
+    if (t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow) return t.shape[0];
+  }
+  return 0;
+}
+
+// Checks ep against the model: ep > 1 needs routed experts whose count it divides.
+absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view framework) {
+  if (ep == 1) return absl::OkStatus();
+  if (!HasExperts(model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(framework, ": ep=", ep, " needs routed experts; ", model.name, " has none"));
+  }
+  const int64_t experts = NumExperts(model);
+  if (experts % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(framework, ": ep=", ep, " does not divide the ",
+                                                   experts, " experts of ", model.name));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// megatron(tp, pp, ep, dp)
+
+struct MegatronConfig {
+  int32_t tp = 1;
+  int32_t pp = 1;
+  int32_t ep = 1;
+  int32_t dp = 1;
+};
+
+absl::Status CheckMegatron(const ModelSpec& model, const MegatronConfig& c) {
+  constexpr absl::string_view kName = "megatron";
+  if (c.pp > model.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("megatron: pp=", c.pp, " exceeds the ",
+                                                   model.num_layers, " layers of ", model.name));
+  }
+  if (c.dp % c.ep != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("megatron: ep=", c.ep, " does not divide dp=", c.dp));
+  }
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, kName));
+  for (const TensorSpec& t : model.tensors) {
+    if (t.heads > 0 && t.heads % c.tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("megatron: tp=", c.tp, " does not divide the ",
+                                                     t.heads, " heads of ", t.name));
+    }
+    switch (t.role) {
+      case ShardRole::kColumn:
+        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 0, c.tp, "tp", kName));
+        break;
+      case ShardRole::kRow:
+        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
+        break;
+      case ShardRole::kExpertColumn:
+        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
+        break;
+      case ShardRole::kExpertRow:
+        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 2, c.tp, "tp", kName));
+        break;
+      case ShardRole::kReplicated:
+      case ShardRole::kVocab:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+Layout BuildMegatron(const ModelSpec& model, const MegatronConfig& c,
+                     const NamedLayoutOptions& options) {
+  LayoutBuilder builder(Role::kTrainer);
+  const int64_t processes = int64_t{c.tp} * c.pp * c.dp;
+  AddProcesses(builder, processes, options, "trainer-node");
+  AddParams(builder, model);
+
+  // Tensors of each stage, in model order; a tied embedding also sits on the last stage.
+  std::vector<int32_t> stage_of_layer(model.num_layers);
+  for (int32_t s = 0; s < c.pp; ++s) {
+    const Range layers = SplitRange(model.num_layers, c.pp, s);
+    for (int64_t l = layers.begin; l < layers.begin + layers.size; ++l) stage_of_layer[l] = s;
+  }
+  std::vector<std::vector<int32_t>> stage_tensors(c.pp);
+  for (int32_t i = 0; i < static_cast<int32_t>(model.tensors.size()); ++i) {
+    const int32_t layer = model.tensors[i].layer;
+    const int32_t stage = layer >= 0 ? stage_of_layer[layer] : (layer == -1 ? 0 : c.pp - 1);
+    stage_tensors[stage].push_back(i);
+  }
+  if (model.tied_embeddings && c.pp > 1) {
+    for (int32_t i = 0; i < static_cast<int32_t>(model.tensors.size()); ++i) {
+      if (model.tensors[i].role == ShardRole::kVocab) stage_tensors[c.pp - 1].push_back(i);
+    }
+  }
+
+  builder.mutable_layout().pieces.reserve(processes * (model.tensors.size() / c.pp + 2));
+  PackedBuffers buffers(builder, options.memory);
+  for (int32_t p = 0; p < processes; ++p) {
+    const int32_t tp_rank = p % c.tp;
+    const int32_t dp_rank = (p / c.tp) % c.dp;
+    const int32_t stage = p / (c.tp * c.dp);
+    const int32_t ep_rank = dp_rank % c.ep;
+    buffers.Begin(p);
+    for (int32_t i : stage_tensors[stage]) {
+      const TensorSpec& t = model.tensors[i];
+      Box box;
+      int64_t reserved = -1;  // Elements the piece occupies; its volume unless padded.
+      switch (t.role) {
+        case ShardRole::kReplicated:
+          box = WholeBox(t.shape);
+          break;
+        case ShardRole::kColumn:
+          box = SplitBox(t.shape, 0, c.tp, tp_rank);
+          break;
+        case ShardRole::kRow:
+          box = SplitBox(t.shape, 1, c.tp, tp_rank);
+          break;
+        case ShardRole::kVocab: {
+          const VocabShard shard =
+              ShardVocab(t.shape[0], kMegatronVocabPadding * c.tp, c.tp, tp_rank);
+          box = VocabBox(t, shard);
+          reserved = shard.reserved_rows * t.shape[1];
+          break;
+        }
+        case ShardRole::kExpertColumn:
+          box =
+              c.ep > 1 ? SplitBox(t.shape, 0, c.ep, ep_rank) : SplitBox(t.shape, 1, c.tp, tp_rank);
+          break;
+        case ShardRole::kExpertRow:
+          box =
+              c.ep > 1 ? SplitBox(t.shape, 0, c.ep, ep_rank) : SplitBox(t.shape, 2, c.tp, tp_rank);
+          break;
+      }
+      buffers.Place(i, t.dtype, box, reserved < 0 ? Volume(box) : reserved);
+    }
+  }
+  buffers.Finish();
+  return std::move(builder).Build();
+}
+
+// ---------------------------------------------------------------------------------------------
+// vllm(tp, ep, dp)
+
+struct VllmConfig {
+  int32_t tp = 1;
+  int32_t ep = 1;
+  int32_t dp = 1;
+};
+
+absl::Status CheckVllm(const ModelSpec& model, const VllmConfig& c) {
+  constexpr absl::string_view kName = "vllm";
+  if (c.ep != 1 && c.ep != c.tp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vllm: ep=", c.ep, " must be 1 or equal to tp=", c.tp));
+  }
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, kName));
+  for (const TensorSpec& t : model.tensors) {
+    const bool kv_part = t.fuse == FuseKind::kQkv && t.fuse_index > 0;
+    if (t.fuse == FuseKind::kQkv && (t.heads <= 0 || t.shape[0] % t.heads != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("vllm: ", t.name, " is a qkv part whose ",
+                                                     t.heads, " heads do not divide its ",
+                                                     t.shape[0], " rows"));
+    }
+    if (kv_part) {
+      // GQA: kv heads are split when there are at least tp of them, else each is replicated over
+      // tp / kv_heads ranks.
+      if (t.heads >= c.tp ? t.heads % c.tp != 0 : c.tp % t.heads != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("vllm: tp=", c.tp, " and the ", t.heads,
+                                                       " kv heads of ", t.name,
+                                                       " do not divide one another"));
+      }
+      continue;
+    }
+    if (t.heads > 0 && t.heads < c.tp) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vllm: tp=", c.tp, " exceeds the ", t.heads, " heads of ", t.name));
+    }
+    switch (t.role) {
+      case ShardRole::kColumn:
+        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 0, c.tp, "tp", kName));
+        break;
+      case ShardRole::kRow:
+        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
+        break;
+      case ShardRole::kVocab: {
+        const int64_t padded = RoundUp(t.shape[0], kVllmVocabPadding);
+        if (padded % c.tp != 0) {
+          return absl::InvalidArgumentError(absl::StrCat("vllm: tp=", c.tp,
+                                                         " does not divide the padded vocabulary (",
+                                                         padded, " rows) of ", t.name));
+        }
+        break;
+      }
+      case ShardRole::kExpertColumn:
+        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
+        break;
+      case ShardRole::kExpertRow:
+        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 2, c.tp, "tp", kName));
+        break;
+      case ShardRole::kReplicated:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A module tensor of the engine: one buffer holding one tensor or several fused parts.
+struct Module {
+  std::vector<int32_t> parts;  // Tensor indices in fuse_index order.
+  int axis = 0;                // Axis along which the parts are concatenated.
+};
+
+std::vector<Module> VllmModules(const ModelSpec& model) {
+  std::vector<Module> modules;
+  absl::flat_hash_map<absl::string_view, size_t> fused;  // fused_name -> index in modules.
+  for (int32_t i = 0; i < static_cast<int32_t>(model.tensors.size()); ++i) {
+    const TensorSpec& t = model.tensors[i];
+    if (t.fuse == FuseKind::kNone) {
+      modules.push_back(Module{{i}, 0});
+      continue;
+    }
+    const auto [it, inserted] = fused.try_emplace(t.fused_name, modules.size());
+    if (inserted) modules.push_back(Module{{}, t.fuse == FuseKind::kExpertW13 ? 1 : 0});
+    modules[it->second].parts.push_back(i);
+  }
+  for (Module& module : modules) {
+    std::sort(module.parts.begin(), module.parts.end(), [&](int32_t a, int32_t b) {
+      return model.tensors[a].fuse_index < model.tensors[b].fuse_index;
+    });
+  }
+  return modules;
+}
+
+// The box of `t` that TP rank `tp_rank` holds, except for the vocabulary.
+Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t tp_rank) {
+  switch (t.role) {
+    case ShardRole::kColumn:
+      if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
+        const int64_t head = int64_t{tp_rank} * t.heads / c.tp;
+        const int64_t head_dim = t.shape[0] / t.heads;
+        Box box = WholeBox(t.shape);
+        box.origin[0] = head * head_dim;
+        box.extent[0] = head_dim;
+        return box;
+      }
+      return SplitBox(t.shape, 0, c.tp, tp_rank);
+    case ShardRole::kRow:
+      return SplitBox(t.shape, 1, c.tp, tp_rank);
+    case ShardRole::kExpertColumn:
+      return c.ep > 1 ? SplitBox(t.shape, 0, c.tp, tp_rank) : SplitBox(t.shape, 1, c.tp, tp_rank);
+    case ShardRole::kExpertRow:
+      return c.ep > 1 ? SplitBox(t.shape, 0, c.tp, tp_rank) : SplitBox(t.shape, 2, c.tp, tp_rank);
+    case ShardRole::kReplicated:
+    case ShardRole::kVocab:
+      break;
+  }
+  return WholeBox(t.shape);
+}
+
+Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutOptions& options) {
+  LayoutBuilder builder(Role::kRollout);
+  const int64_t processes = int64_t{c.tp} * c.dp;
+  AddProcesses(builder, processes, options, "rollout-node");
+  AddParams(builder, model);
+  const std::vector<Module> modules = VllmModules(model);
+  builder.mutable_layout().buffers.reserve(processes * modules.size());
+  builder.mutable_layout().pieces.reserve(processes * model.tensors.size());
+
+  std::vector<std::pair<int32_t, Box>> parts;
+  for (int32_t p = 0; p < processes; ++p) {
+    const int32_t tp_rank = p % c.tp;
+    for (const Module& module : modules) {
+      const TensorSpec& first = model.tensors[module.parts.front()];
+      const uint64_t buffer = builder.AddBuffer(p, 0, options.memory);
+      int64_t elements = 0;
+      if (first.role == ShardRole::kVocab) {
+        const VocabShard shard = ShardVocab(first.shape[0], kVllmVocabPadding, c.tp, tp_rank);
+        const Box box = VocabBox(first, shard);
+        if (shard.size > 0) builder.AddPackedPiece(module.parts.front(), p, buffer, box, 0);
+        elements = shard.reserved_rows * first.shape[1];
+      } else if (module.parts.size() == 1) {
+        elements =
+            builder.AddPackedPiece(module.parts.front(), p, buffer, VllmBox(first, c, tp_rank), 0);
+      } else {
+        parts.clear();
+        for (int32_t i : module.parts) parts.emplace_back(i, VllmBox(model.tensors[i], c, tp_rank));
+        elements = builder.AddFusedPieces(parts, module.axis, p, buffer, 0);
+      }
+      builder.mutable_layout().buffers.back().bytes = elements * DTypeSize(first.dtype);
+    }
+  }
+  return std::move(builder).Build();
+}
+
+// ---------------------------------------------------------------------------------------------
+// fsdp(n)
+
+Layout BuildFsdp(const ModelSpec& model, int32_t n, const NamedLayoutOptions& options) {
+  LayoutBuilder builder(Role::kTrainer);
+  AddProcesses(builder, n, options, "trainer-node");
+  AddParams(builder, model);
+  PackedBuffers buffers(builder, options.memory);
+  for (int32_t r = 0; r < n; ++r) {
+    buffers.Begin(r);
+    for (int32_t i = 0; i < static_cast<int32_t>(model.tensors.size()); ++i) {
+      const TensorSpec& t = model.tensors[i];
+      const int64_t numel = Volume(t.shape);
+      const int64_t chunk = CeilDiv(numel, n);
+      const int64_t begin = std::min(r * chunk, numel);
+      const int64_t end = std::min(begin + chunk, numel);
+      buffers.PlaceFlat(i, t.dtype, begin, end, chunk);
+    }
+  }
+  buffers.Finish();
+  return std::move(builder).Build();
+}
+
+}  // namespace
+
+absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_view spec,
+                                        const NamedLayoutOptions& options) {
+  if (options.procs_per_node <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("procs_per_node must be positive, got ", options.procs_per_node));
+  }
+  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
+  auto get = [&](absl::string_view key, int64_t fallback) {
+    return static_cast<int32_t>(parsed.Get(key).value_or(fallback));
+  };
+  auto check_processes = [&](int64_t processes) -> absl::Status {
+    if (processes <= kMaxProcesses) return absl::OkStatus();
+    return SpecError(spec, absl::StrCat(processes, " processes exceed ", kMaxProcesses));
+  };
+  if (parsed.kind == "megatron") {
+    MegatronConfig c;
+    c.tp = get("tp", 1);
+    c.pp = get("pp", 1);
+    c.ep = get("ep", 1);
+    c.dp = get("dp", c.ep);
+    WSYNC_RETURN_IF_ERROR(check_processes(int64_t{c.tp} * c.pp * c.dp));
+    WSYNC_RETURN_IF_ERROR(CheckMegatron(model, c));
+    return BuildMegatron(model, c, options);
+  }
+  if (parsed.kind == "vllm") {
+    VllmConfig c;
+    c.tp = get("tp", 1);
+    c.ep = get("ep", 1);
+    c.dp = get("dp", 1);
+    WSYNC_RETURN_IF_ERROR(check_processes(int64_t{c.tp} * c.dp));
+    WSYNC_RETURN_IF_ERROR(CheckVllm(model, c));
+    return BuildVllm(model, c, options);
+  }
+  return BuildFsdp(model, get("n", 1), options);
+}
+
+}  // namespace wsync

@@ -1,0 +1,41 @@
+#ifndef WSYNC_PLANNER_NAMED_LAYOUTS_H_
+#define WSYNC_PLANNER_NAMED_LAYOUTS_H_
+
+// Named layouts of a ModelSpec per side:
+//   megatron(tp=1, pp=1, ep=1, dp=ep)  trainer; tp*pp*dp processes, rank = (pp_rank * dp + dp_rank)
+//                                      * tp + tp_rank; one contiguous parameter buffer per process
+//                                      (like Megatron DDP's param buffer), separate q/k/v and
+//                                      gate/up; layers split evenly over stages (embedding on the
+//                                      first, final norm and head on the last, tied embeddings on
+//                                      both); experts split over ep = dp_rank % ep ranks.
+//   fsdp(n)                            trainer; n processes, each parameter flattened, padded to a
+//                                      multiple of n and cut into n contiguous ranges; one flat
+//                                      buffer per process.
+//   vllm(tp=1, ep=1, dp=1)             rollout; tp*dp processes, one buffer per module tensor, fused
+//                                      qkv_proj / gate_up_proj / w13 / fused_qkv_a_proj; ep is 1 or
+//                                      tp.
+// Keys may be omitted; spaces are ignored. Processes are placed `procs_per_node` to a node with
+// node ids "<prefix><node>".
+
+#include <string>
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "planner/layout.h"
+#include "planner/models.h"
+
+namespace wsync {
+
+struct NamedLayoutOptions {
+  int32_t procs_per_node = 8;
+  std::string node_prefix;  // Default: "trainer-node" or "rollout-node" by role.
+  MemoryKind memory = MemoryKind::kHost;
+};
+
+absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_view spec,
+                                        const NamedLayoutOptions& options = {});
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLANNER_NAMED_LAYOUTS_H_

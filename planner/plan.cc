@@ -1,0 +1,244 @@
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "planner/policy.h"
+
+namespace wsync {
+namespace {
+
+// Source boxes of one parameter with their holders (source piece indices, ascending by process).
+struct HolderGroup {
+  Box box;
+  std::vector<int32_t> pieces;
+};
+
+// Finds the holder groups of one parameter that intersect a query box. Groups are disjoint or
+// equal (validated), sorted by origin on `axis`, the axis with the most distinct origins.
+class ParamIndex {
+ public:
+  void Build(const Layout& source, std::vector<int32_t> pieces) {
+    std::stable_sort(pieces.begin(), pieces.end(), [&](int32_t a, int32_t b) {
+      return source.pieces[a].box < source.pieces[b].box;
+    });
+    for (int32_t index : pieces) {
+      const Box& box = source.pieces[index].box;
+      if (groups_.empty() || !(groups_.back().box == box)) groups_.push_back(HolderGroup{box, {}});
+      groups_.back().pieces.push_back(index);
+    }
+    for (HolderGroup& group : groups_) {
+      std::stable_sort(group.pieces.begin(), group.pieces.end(), [&](int32_t a, int32_t b) {
+        return source.pieces[a].process < source.pieces[b].process;
+      });
+    }
+    if (groups_.empty() || groups_[0].box.rank() == 0) return;
+    size_t best_distinct = 0;
+    for (int axis = 0; axis < groups_[0].box.rank(); ++axis) {
+      std::vector<int64_t> origins;
+      origins.reserve(groups_.size());
+      for (const HolderGroup& group : groups_) origins.push_back(group.box.origin[axis]);
+      std::sort(origins.begin(), origins.end());
+      const size_t distinct = std::unique(origins.begin(), origins.end()) - origins.begin();
+      if (distinct > best_distinct) {
+        best_distinct = distinct;
+        axis_ = axis;
+      }
+    }
+    std::stable_sort(groups_.begin(), groups_.end(),
+                     [&](const HolderGroup& a, const HolderGroup& b) {
+                       return a.box.origin[axis_] < b.box.origin[axis_];
+                     });
+    prefix_max_end_.reserve(groups_.size());
+    int64_t max_end = 0;
+    for (const HolderGroup& group : groups_) {
+      max_end = std::max(max_end, group.box.origin[axis_] + group.box.extent[axis_]);
+      prefix_max_end_.push_back(max_end);
+    }
+  }
+
+  // Calls fn(group, region) for every group whose box meets `query`, region being the common box.
+  template <typename Fn>
+  void ForEachIntersecting(const Box& query, Fn&& fn) const {
+    if (groups_.empty()) return;
+    if (query.rank() == 0) {
+      for (const HolderGroup& group : groups_) fn(group, query);
+      return;
+    }
+    const int64_t begin = query.origin[axis_];
+    const int64_t end = begin + query.extent[axis_];
+    auto upper = std::lower_bound(
+        groups_.begin(), groups_.end(), end,
+        [&](const HolderGroup& group, int64_t value) { return group.box.origin[axis_] < value; });
+    for (int64_t i = (upper - groups_.begin()) - 1; i >= 0; --i) {
+      if (prefix_max_end_[i] <= begin) break;
+      if (std::optional<Box> region = Intersect(groups_[i].box, query)) fn(groups_[i], *region);
+    }
+  }
+
+ private:
+  int axis_ = 0;
+  std::vector<HolderGroup> groups_;
+  std::vector<int64_t> prefix_max_end_;
+};
+
+std::vector<ParamIndex> BuildIndex(const Layout& source) {
+  std::vector<std::vector<int32_t>> by_param(source.params.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(source.pieces.size()); ++i) {
+    if (Volume(source.pieces[i].box) > 0) by_param[source.pieces[i].param].push_back(i);
+  }
+  std::vector<ParamIndex> index(source.params.size());
+  for (size_t param = 0; param < by_param.size(); ++param) {
+    index[param].Build(source, std::move(by_param[param]));
+  }
+  return index;
+}
+
+Segment MakeSegment(const Job& job, int32_t source_piece, int32_t target_piece, const Box& box) {
+  const Piece& from = job.source().pieces[source_piece];
+  const Piece& to = job.target().pieces[target_piece];
+  Segment segment;
+  segment.param = to.param;
+  segment.box = box;
+  segment.from = Endpoint{job.SourceId(from.process), from.buffer,
+                          SubRegionOffset(from.box, from.offset, from.strides, box), from.strides};
+  segment.to = Endpoint{job.TargetId(to.process), to.buffer,
+                        SubRegionOffset(to.box, to.offset, to.strides, box), to.strides};
+  return segment;
+}
+
+// Everything of a segment but its box on `axis`, for grouping segments that may continue each
+// other along that axis.
+auto MergeKey(const Segment& s, int axis) {
+  Dims other_origin = s.box.origin;
+  Dims other_extent = s.box.extent;
+  other_origin[axis] = 0;
+  other_extent[axis] = 0;
+  return std::make_tuple(s.param, s.from.process, s.to.process, s.from.buffer, s.to.buffer,
+                         s.from.strides, s.to.strides, other_origin, other_extent);
+}
+
+// Merges segments that continue each other along an axis in the box and in both buffers.
+void Coalesce(std::vector<Segment>& segments) {
+  int max_rank = 0;
+  for (const Segment& s : segments) max_rank = std::max(max_rank, s.box.rank());
+  for (int axis = max_rank - 1; axis >= 0; --axis) {
+    auto has_axis = [axis](const Segment& s) { return s.box.rank() > axis; };
+    auto middle = std::stable_partition(segments.begin(), segments.end(), has_axis);
+    std::sort(segments.begin(), middle, [axis](const Segment& a, const Segment& b) {
+      auto ka = MergeKey(a, axis);
+      auto kb = MergeKey(b, axis);
+      if (ka != kb) return ka < kb;
+      return a.box.origin[axis] < b.box.origin[axis];
+    });
+    std::vector<Segment> merged;
+    merged.reserve(segments.size());
+    for (auto it = segments.begin(); it != middle; ++it) {
+      if (!merged.empty()) {
+        Segment& last = merged.back();
+        const int64_t step = last.box.extent[axis];
+        if (MergeKey(last, axis) == MergeKey(*it, axis) &&
+            it->box.origin[axis] == last.box.origin[axis] + step &&
+            it->from.offset == last.from.offset + step * last.from.strides[axis] &&
+            it->to.offset == last.to.offset + step * last.to.strides[axis]) {
+          last.box.extent[axis] += it->box.extent[axis];
+          continue;
+        }
+      }
+      merged.push_back(std::move(*it));
+    }
+    for (auto it = middle; it != segments.end(); ++it) merged.push_back(std::move(*it));
+    segments = std::move(merged);
+  }
+}
+
+std::string DescribeRequest(const Job& job, const ReplicaRequest& request) {
+  return absl::StrCat("replica request for parameter '", job.target().params[request.param].name,
+                      "' box ", BoxToString(request.region), " to process ",
+                      request.target_process);
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
+                              const PlanOptions& options) {
+  if (options.process && (*options.process < 0 || *options.process >= job.num_processes())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "process ", *options.process, " is not in the job (", job.num_processes(), " processes)"));
+  }
+  auto relevant = [&](int32_t from, int32_t to) {
+    return !options.process || *options.process == from || *options.process == to;
+  };
+  const Layout& source = job.source();
+  const Layout& target = job.target();
+  const std::vector<ParamIndex> index = BuildIndex(source);
+
+  Plan plan;
+  plan.policy = policy.name();
+  for (int32_t t = 0; t < static_cast<int32_t>(target.pieces.size()); ++t) {
+    const Piece& piece = target.pieces[t];
+    if (Volume(piece.box) == 0) continue;
+    const int32_t receiver = job.TargetId(piece.process);
+    const int64_t element_size = job.ElementSize(piece.param);
+    index[job.SourceParamOf(piece.param)].ForEachIntersecting(
+        piece.box, [&](const HolderGroup& group, const Box& region) {
+          if (group.pieces.size() == 1) {
+            const int32_t sender = job.SourceId(source.pieces[group.pieces[0]].process);
+            if (relevant(sender, receiver)) {
+              plan.segments.push_back(MakeSegment(job, group.pieces[0], t, region));
+            }
+            return;
+          }
+          plan.requests.push_back(ReplicaRequest{piece.param, region, receiver, t, group.pieces,
+                                                 Volume(region) * element_size});
+        });
+  }
+
+  WSYNC_ASSIGN_OR_RETURN(plan.answers, policy.Choose(job, plan.requests));
+  if (plan.answers.size() != plan.requests.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("replica policy '", plan.policy, "' answered ",
+                                                   plan.answers.size(), " of ",
+                                                   plan.requests.size(), " requests"));
+  }
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const ReplicaRequest& request = plan.requests[i];
+    absl::Status answer_ok = CheckAnswer(request, plan.answers[i]);
+    if (!answer_ok.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("replica policy '", plan.policy, "' answered the ",
+                       DescribeRequest(job, request), " wrongly: ", answer_ok.message()));
+    }
+  }
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const ReplicaRequest& request = plan.requests[i];
+    for (const ReplicaPart& part : plan.answers[i].parts) {
+      const int32_t holder = request.holder_pieces[part.holder];
+      if (!relevant(job.SourceId(source.pieces[holder].process), request.target_process)) continue;
+      Box box = request.region;
+      if (box.rank() > 0) {
+        box.origin[0] = part.begin;
+        box.extent[0] = part.end - part.begin;
+      }
+      plan.segments.push_back(MakeSegment(job, holder, request.target_piece, box));
+    }
+  }
+
+  if (options.coalesce) Coalesce(plan.segments);
+  std::sort(plan.segments.begin(), plan.segments.end(), [](const Segment& a, const Segment& b) {
+    return std::tie(a.from.process, a.to.process, a.param, a.box.origin, a.from.buffer,
+                    a.from.offset) < std::tie(b.from.process, b.to.process, b.param, b.box.origin,
+                                              b.from.buffer, b.from.offset);
+  });
+
+  absl::Status exact = ProveExact(job, plan.segments, options.process);
+  if (!exact.ok()) {
+    return absl::InternalError(absl::StrCat("plan failed its exactness proof: ", exact.message()));
+  }
+  plan.digest = PlanDigest(job, plan);
+  plan.segments_digest = SegmentsDigest(plan.segments);
+  return plan;
+}
+
+}  // namespace wsync

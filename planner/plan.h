@@ -1,0 +1,126 @@
+#ifndef WSYNC_PLANNER_PLAN_H_
+#define WSYNC_PLANNER_PLAN_H_
+
+// Planning: which region of which source buffer goes to which target buffer.
+//
+// MakePlan intersects every target piece with the source pieces through a per-parameter index,
+// turns regions with several holders into ReplicaRequests, asks the replica policy once for all of
+// them, checks every answer, emits segments, coalesces segments that continue each other and proves
+// that every target element (of the planned processes) is written exactly once. Deterministic: the
+// same job and policy give the same plan and digest on every process. Pure; thread-compatible.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "planner/geometry.h"
+#include "planner/job.h"
+
+namespace wsync {
+
+// One end of a segment: element `offset` of buffer `buffer` of global process `process`, with the
+// strides (elements) of that side's piece.
+struct Endpoint {
+  int32_t process = 0;
+  uint64_t buffer = 0;
+  int64_t offset = 0;
+  Dims strides;
+
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+// One planned move of `box` (logical coordinates of target parameter `param`).
+struct Segment {
+  int32_t param = 0;  // Index into the target layout's params.
+  Box box;
+  Endpoint from;
+  Endpoint to;
+
+  int64_t elements() const { return Volume(box); }
+  friend bool operator==(const Segment&, const Segment&) = default;
+};
+
+// A region of a target piece that several source processes hold (DP replicas).
+struct ReplicaRequest {
+  int32_t param = 0;                   // Target parameter index.
+  Box region;                          // Inside the target piece and inside every holder's box.
+  int32_t target_process = 0;          // Global id of the receiver.
+  int32_t target_piece = 0;            // Index into target().pieces.
+  std::vector<int32_t> holder_pieces;  // Indices into source().pieces, ascending by process.
+  int64_t bytes = 0;
+};
+
+// A policy's answer for one request: parts that cut the region along axis 0 into consecutive
+// ranges [begin, end) (absolute coordinates), tiling it exactly; each names a holder by its index
+// in the request's holder_pieces. A single-holder answer is one part covering the whole axis.
+struct ReplicaPart {
+  int32_t holder = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  friend bool operator==(const ReplicaPart&, const ReplicaPart&) = default;
+};
+struct ReplicaAnswer {
+  std::vector<ReplicaPart> parts;
+  friend bool operator==(const ReplicaAnswer&, const ReplicaAnswer&) = default;
+};
+
+// Chooses holders for all requests of a sync at once. Implementations must be deterministic and
+// use only their arguments (data every process shares). Thread-compatible.
+class ReplicaPolicy {
+ public:
+  virtual ~ReplicaPolicy() = default;
+  virtual std::string name() const = 0;
+  // Returns one answer per request, in request order.
+  virtual absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
+      const Job& job, absl::Span<const ReplicaRequest> requests) const = 0;
+};
+
+struct PlanOptions {
+  // When set, only segments whose sender or receiver is this global process are emitted and only
+  // its target pieces are proven (the replica policy still sees every request of the sync).
+  std::optional<int32_t> process;
+  bool coalesce = true;
+};
+
+struct Plan {
+  std::vector<Segment> segments;  // Canonical order: by (from.process, to.process, param, box).
+  std::vector<ReplicaRequest> requests;
+  std::vector<ReplicaAnswer> answers;
+  std::string policy;
+  // PlanDigest(job, *this): equal on every process whatever PlanOptions::process is.
+  uint64_t digest = 0;
+  // SegmentsDigest(segments): the segments this plan emitted (all of them, or one process's).
+  uint64_t segments_digest = 0;
+};
+
+// Fails with InvalidArgument when a policy answer is malformed (naming the request), or Internal
+// when the exactness proof fails (which would be a planner bug).
+absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
+                              const PlanOptions& options = {});
+
+// Checks that the segments writing into each target piece of `process` (all target processes when
+// nullopt) tile the piece's box exactly: inside it, pairwise disjoint, volumes summing to the
+// piece's volume, and that every endpoint address matches its piece's affine map. Together with
+// validation (pieces of one buffer are disjoint and injective) this proves every target element is
+// written exactly once.
+absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
+                        std::optional<int32_t> process = std::nullopt);
+
+// Version of the planning algorithm. Segments are a pure function of (layouts, policy answers,
+// this version), so a digest over those inputs covers the segments on every process, including
+// those that plan only their own segments. Bump it whenever the segments a plan emits change.
+inline constexpr int64_t kPlannerVersion = 1;
+
+// xxh3-64 over a canonical encoding of kPlannerVersion, both layouts (in the job's canonical
+// order), the policy's name, the replica requests and the policy answers.
+uint64_t PlanDigest(const Job& job, const Plan& plan);
+
+// xxh3-64 over a canonical encoding of the segments, in the given order.
+uint64_t SegmentsDigest(absl::Span<const Segment> segments);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLANNER_PLAN_H_

@@ -1,0 +1,344 @@
+#include "tests/testing/reference.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "common/hash.h"
+#include "common/status.h"
+
+namespace wsync::test {
+namespace {
+
+// Calls f(index) for every absolute index of `box` in row-major order (nothing for an empty box,
+// once for a rank-0 box).
+template <typename F>
+void ForEachIndex(const Box& box, F&& f) {
+  const int rank = box.rank();
+  for (int a = 0; a < rank; ++a) {
+    if (box.extent[a] <= 0) return;
+  }
+  Dims index = box.origin;
+  while (true) {
+    f(static_cast<const Dims&>(index));
+    int a = rank - 1;
+    for (; a >= 0; --a) {
+      if (++index[a] < box.origin[a] + box.extent[a]) break;
+      index[a] = box.origin[a];
+    }
+    if (a < 0) return;
+  }
+}
+
+// offset + sum_a (index[a] - origin[a]) * strides[a], in elements. Inputs are small in tests;
+// overflow is not a concern for the ranges the generators produce.
+int64_t ElementAddress(const Box& box, int64_t offset, const Dims& strides, const Dims& index) {
+  int64_t address = offset;
+  for (int a = 0; a < box.rank(); ++a) address += (index[a] - box.origin[a]) * strides[a];
+  return address;
+}
+
+std::string KeyString(absl::string_view role, BufferKey key) {
+  return absl::StrCat(role, " process ", key.process, " buffer ", key.buffer);
+}
+
+std::string HexBytes(const unsigned char* bytes, int64_t size) {
+  std::string text = "0x";
+  // Most significant byte first (values are stored little-endian).
+  for (int64_t b = size - 1; b >= 0; --b) absl::StrAppendFormat(&text, "%02x", bytes[b]);
+  return text;
+}
+
+// The byte offset of element `address` of size `element_size`, or nullopt when the element does
+// not lie entirely inside a buffer of `buffer_bytes` bytes.
+std::optional<int64_t> ByteOffset(int64_t address, int64_t element_size, int64_t buffer_bytes) {
+  if (address < 0 || element_size <= 0) return std::nullopt;
+  if (address > (buffer_bytes - element_size) / element_size) return std::nullopt;
+  const int64_t byte = address * element_size;
+  if (byte + element_size > buffer_bytes) return std::nullopt;
+  return byte;
+}
+
+}  // namespace
+
+uint64_t ParamKey(absl::string_view name) { return Xxh3(name.data(), name.size(), 0x9a7a); }
+
+uint64_t LogicalValue(uint64_t param_key, int64_t flat_index, uint64_t version) {
+  const uint64_t words[3] = {param_key, static_cast<uint64_t>(flat_index), version};
+  const uint64_t hash = Xxh3(words, sizeof(words), 0x5eed);
+  return (hash & ~uint64_t{1}) | (static_cast<uint64_t>(flat_index) & 1);
+}
+
+void StoreValue(uint64_t value, int64_t element_size, unsigned char* out) {
+  for (int64_t b = 0; b < element_size; ++b) out[b] = static_cast<unsigned char>(value >> (8 * b));
+}
+
+int64_t FlatIndex(const Dims& shape, const Dims& index) {
+  int64_t flat = 0;
+  for (size_t a = 0; a < shape.size(); ++a) flat = flat * shape[a] + index[a];
+  return flat;
+}
+
+unsigned char GuardByte(int64_t position) {
+  return static_cast<unsigned char>(0x3B + 17 * position);
+}
+
+HostBuffers::HostBuffers(const Layout& layout, unsigned char fill) {
+  for (const BufferInfo& info : layout.buffers) {
+    Storage storage;
+    storage.size = info.bytes < 0 ? 0 : info.bytes;
+    storage.bytes.assign(static_cast<size_t>(storage.size + 2 * kGuardBytes), fill);
+    for (int64_t g = 0; g < kGuardBytes; ++g) {
+      storage.bytes[g] = GuardByte(g);
+      storage.bytes[kGuardBytes + storage.size + g] = GuardByte(kGuardBytes + g);
+    }
+    buffers_[BufferKey{info.process, info.id}] = std::move(storage);
+  }
+}
+
+unsigned char* HostBuffers::data(BufferKey key) {
+  auto it = buffers_.find(key);
+  return it == buffers_.end() ? nullptr : it->second.bytes.data() + kGuardBytes;
+}
+
+const unsigned char* HostBuffers::data(BufferKey key) const {
+  auto it = buffers_.find(key);
+  return it == buffers_.end() ? nullptr : it->second.bytes.data() + kGuardBytes;
+}
+
+int64_t HostBuffers::bytes(BufferKey key) const {
+  auto it = buffers_.find(key);
+  return it == buffers_.end() ? -1 : it->second.size;
+}
+
+std::vector<BufferKey> HostBuffers::keys() const {
+  std::vector<BufferKey> keys;
+  for (const auto& [key, storage] : buffers_) keys.push_back(key);
+  return keys;
+}
+
+absl::Status HostBuffers::CheckGuards() const {
+  for (const auto& [key, storage] : buffers_) {
+    for (int64_t g = 0; g < kGuardBytes; ++g) {
+      if (storage.bytes[g] != GuardByte(g)) {
+        return absl::DataLossError(absl::StrCat("guard byte ", g - kGuardBytes, " before ",
+                                                KeyString("buffer of", key), " was overwritten"));
+      }
+      if (storage.bytes[kGuardBytes + storage.size + g] != GuardByte(kGuardBytes + g)) {
+        return absl::DataLossError(absl::StrCat("guard byte ", storage.size + g, " after ",
+                                                KeyString("buffer of", key), " (", storage.size,
+                                                " bytes) was overwritten"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers) {
+  for (const Piece& piece : layout.pieces) {
+    if (piece.param < 0 || piece.param >= static_cast<int32_t>(layout.params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece names unknown parameter ", piece.param));
+    }
+    const ParamInfo& param = layout.params[piece.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const BufferKey key{piece.process, piece.buffer};
+    unsigned char* data = buffers->data(key);
+    if (data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece of ", param.name, " names unknown ", KeyString("buffer of", key)));
+    }
+    const uint64_t param_key = ParamKey(param.name);
+    absl::Status status;
+    ForEachIndex(piece.box, [&](const Dims& index) {
+      if (!status.ok()) return;
+      const int64_t address = ElementAddress(piece.box, piece.offset, piece.strides, index);
+      const std::optional<int64_t> byte = ByteOffset(address, size, buffers->bytes(key));
+      if (!byte.has_value()) {
+        status = absl::OutOfRangeError(absl::StrCat("piece of ", param.name, " index ",
+                                                    DimsToString(index), " lies outside ",
+                                                    KeyString("buffer of", key)));
+        return;
+      }
+      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size,
+                 data + *byte);
+    });
+    WSYNC_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
+WriteCounts::WriteCounts(const Layout& layout) {
+  for (const BufferInfo& info : layout.buffers) {
+    counts_[BufferKey{info.process, info.id}].assign(info.bytes < 0 ? 0 : info.bytes, 0);
+  }
+}
+
+std::vector<uint32_t>* WriteCounts::counts(BufferKey key) {
+  auto it = counts_.find(key);
+  return it == counts_.end() ? nullptr : &it->second;
+}
+
+const std::vector<uint32_t>* WriteCounts::counts(BufferKey key) const {
+  auto it = counts_.find(key);
+  return it == counts_.end() ? nullptr : &it->second;
+}
+
+absl::Status ExecutePlanReference(const Job& job, absl::Span<const Segment> segments,
+                                  const HostBuffers& source, HostBuffers* target,
+                                  WriteCounts* write_counts) {
+  const int32_t num_source = static_cast<int32_t>(job.source().processes.size());
+  const int32_t num_target = static_cast<int32_t>(job.target().processes.size());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const Segment& segment = segments[s];
+    const std::string where = absl::StrCat("segment ", s, " (param ", segment.param, " box ",
+                                           BoxToString(segment.box), ")");
+    if (segment.param < 0 || segment.param >= static_cast<int32_t>(job.target().params.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown parameter"));
+    }
+    const ParamInfo& param = job.target().params[segment.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const int rank = segment.box.rank();
+    if (segment.box.origin.size() != segment.box.extent.size() ||
+        static_cast<int>(param.shape.size()) != rank ||
+        static_cast<int>(segment.from.strides.size()) != rank ||
+        static_cast<int>(segment.to.strides.size()) != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " of ", param.name, ": rank mismatch"));
+    }
+    if (segment.from.process < 0 || segment.from.process >= num_source) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": sender ", segment.from.process, " is not a source process"));
+    }
+    if (segment.to.process < num_source || segment.to.process >= num_source + num_target) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": receiver ", segment.to.process, " is not a target process"));
+    }
+    const BufferKey from_key{segment.from.process, segment.from.buffer};
+    const BufferKey to_key{segment.to.process - num_source, segment.to.buffer};
+    const unsigned char* from_data = source.data(from_key);
+    unsigned char* to_data = target->data(to_key);
+    std::vector<uint32_t>* counts = write_counts->counts(to_key);
+    if (from_data == nullptr || to_data == nullptr || counts == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": unknown ", KeyString("source", from_key), " or ", KeyString("target", to_key)));
+    }
+    // Check every address first so that a refused segment copies nothing.
+    std::vector<std::pair<int64_t, int64_t>> moves;  // (source byte, target byte)
+    absl::Status status;
+    ForEachIndex(segment.box, [&](const Dims& index) {
+      if (!status.ok()) return;
+      const int64_t from_address =
+          ElementAddress(segment.box, segment.from.offset, segment.from.strides, index);
+      const int64_t to_address =
+          ElementAddress(segment.box, segment.to.offset, segment.to.strides, index);
+      const std::optional<int64_t> from_byte =
+          ByteOffset(from_address, size, source.bytes(from_key));
+      const std::optional<int64_t> to_byte = ByteOffset(to_address, size, target->bytes(to_key));
+      if (!from_byte.has_value() || !to_byte.has_value()) {
+        status = absl::OutOfRangeError(absl::StrCat(
+            where, " of ", param.name, " index ", DimsToString(index), ": element ",
+            from_byte.has_value() ? to_address : from_address, " lies outside ",
+            from_byte.has_value() ? KeyString("target", to_key) : KeyString("source", from_key)));
+        return;
+      }
+      moves.emplace_back(*from_byte, *to_byte);
+    });
+    WSYNC_RETURN_IF_ERROR(status);
+    for (const auto& [from_byte, to_byte] : moves) {
+      std::memcpy(to_data + to_byte, from_data + from_byte, size);
+      for (int64_t b = 0; b < size; ++b) ++(*counts)[to_byte + b];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTargets(const Layout& target, const HostBuffers& target_buffers,
+                          const WriteCounts& write_counts, uint64_t version,
+                          std::optional<int32_t> only_process) {
+  WSYNC_RETURN_IF_ERROR(target_buffers.CheckGuards());
+  // Bytes that a checked piece covers, per buffer.
+  std::map<BufferKey, std::vector<bool>> covered;
+  for (const BufferKey& key : target_buffers.keys()) {
+    covered[key].assign(target_buffers.bytes(key), false);
+  }
+  for (const Piece& piece : target.pieces) {
+    if (only_process.has_value() && piece.process != *only_process) continue;
+    if (piece.param < 0 || piece.param >= static_cast<int32_t>(target.params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece names unknown parameter ", piece.param));
+    }
+    const ParamInfo& param = target.params[piece.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const BufferKey key{piece.process, piece.buffer};
+    const unsigned char* data = target_buffers.data(key);
+    const std::vector<uint32_t>* counts = write_counts.counts(key);
+    if (data == nullptr || counts == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece of ", param.name, " names unknown ", KeyString("target", key)));
+    }
+    std::vector<bool>& mask = covered[key];
+    const uint64_t param_key = ParamKey(param.name);
+    absl::Status status;
+    ForEachIndex(piece.box, [&](const Dims& index) {
+      if (!status.ok()) return;
+      const std::string where = absl::StrCat(param.name, " index ", DimsToString(index), " in ",
+                                             KeyString("target", key));
+      const int64_t address = ElementAddress(piece.box, piece.offset, piece.strides, index);
+      const std::optional<int64_t> byte = ByteOffset(address, size, target_buffers.bytes(key));
+      if (!byte.has_value()) {
+        status = absl::InvalidArgumentError(absl::StrCat(where, ": outside the buffer"));
+        return;
+      }
+      for (int64_t b = 0; b < size; ++b) {
+        const uint32_t count = (*counts)[*byte + b];
+        if (count != 1) {
+          status = absl::DataLossError(absl::StrCat(where, " (element ", address, ") byte ", b,
+                                                    " was written ", count, " times"));
+          return;
+        }
+        mask[*byte + b] = true;
+      }
+      unsigned char expected[8];
+      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size, expected);
+      if (std::memcmp(expected, data + *byte, size) != 0) {
+        status = absl::DataLossError(absl::StrCat(where, " (element ", address, ") holds ",
+                                                  HexBytes(data + *byte, size), ", expected ",
+                                                  HexBytes(expected, size)));
+      }
+    });
+    WSYNC_RETURN_IF_ERROR(status);
+  }
+  for (const auto& [key, mask] : covered) {
+    const unsigned char* data = target_buffers.data(key);
+    const std::vector<uint32_t>* counts = write_counts.counts(key);
+    for (size_t b = 0; b < mask.size(); ++b) {
+      if (mask[b]) continue;
+      const uint32_t count = counts == nullptr || b >= counts->size() ? 0 : (*counts)[b];
+      if (count != 0 || data[b] != kPoison) {
+        return absl::DataLossError(
+            absl::StrCat("byte ", b, " of ", KeyString("target", key),
+                         ", which no checked target piece covers, was written ", count,
+                         " times and holds ", HexBytes(data + b, 1)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunReference(const Job& job, absl::Span<const Segment> segments, const Layout& source,
+                          const Layout& target, uint64_t version,
+                          std::optional<int32_t> only_process) {
+  HostBuffers source_buffers(source, kSourceFill);
+  WSYNC_RETURN_IF_ERROR(FillLogical(source, version, &source_buffers));
+  HostBuffers target_buffers(target, kPoison);
+  WriteCounts counts(target);
+  WSYNC_RETURN_IF_ERROR(
+      ExecutePlanReference(job, segments, source_buffers, &target_buffers, &counts));
+  WSYNC_RETURN_IF_ERROR(source_buffers.CheckGuards());
+  return CheckTargets(target, target_buffers, counts, version, only_process);
+}
+
+}  // namespace wsync::test

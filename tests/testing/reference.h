@@ -1,0 +1,155 @@
+#ifndef WSYNC_TESTS_TESTING_REFERENCE_H_
+#define WSYNC_TESTS_TESTING_REFERENCE_H_
+
+// A test oracle for plans, independent of the planner's internals: logical element values,
+// host buffers with guard bytes, an element-by-element plan executor that counts every byte it
+// writes, and checks that the targets hold exactly the logical tensors.
+//
+// Typical use:
+//   HostBuffers source(pair.source, kSourceFill);
+//   FillLogical(pair.source, /*version=*/1, &source);
+//   HostBuffers target(pair.target, kPoison);
+//   WriteCounts counts(pair.target);
+//   WSYNC_RETURN_IF_ERROR(ExecutePlanReference(job, plan.segments, source, &target, &counts));
+//   WSYNC_RETURN_IF_ERROR(CheckTargets(pair.target, target, counts, /*version=*/1));
+//
+// Everything here is deliberately slow and simple (one element at a time, every address computed
+// from scratch) so that it can serve as the ground truth for the planner and executor.
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "planner/job.h"
+#include "planner/layout.h"
+#include "planner/plan.h"
+
+namespace wsync::test {
+
+// ---------------------------------------------------------------------------------------------
+// Logical values.
+
+// The key of a parameter for LogicalValue: a hash of its name, so that both sides (which may list
+// parameters in different orders) agree.
+uint64_t ParamKey(absl::string_view name);
+
+// The value of element `flat_index` (row-major index in the whole parameter) of the parameter with
+// key `param_key` at weight `version`. An element of dtype size n (1, 2, 4 or 8) is the low n
+// bytes of the result, stored little-endian (StoreValue). Contract: values of neighbouring flat
+// indices always differ, even in their lowest byte (bit 0 is the parity of flat_index); values of
+// different parameters, versions or distant indices differ in all other bits with the probability
+// of a 64-bit hash, so a stale, shifted or misplaced element is caught.
+uint64_t LogicalValue(uint64_t param_key, int64_t flat_index, uint64_t version);
+
+// Writes the low `element_size` bytes of `value` to `out`, little-endian.
+void StoreValue(uint64_t value, int64_t element_size, unsigned char* out);
+
+// Row-major flat index of the absolute logical index `index` in a parameter of shape `shape`.
+int64_t FlatIndex(const Dims& shape, const Dims& index);
+
+// ---------------------------------------------------------------------------------------------
+// Host buffers.
+
+// Fill bytes. kPoison marks target bytes nothing has written; kSourceFill marks source bytes that
+// no source piece covers (padding), so copying from them is caught by the value check.
+inline constexpr unsigned char kPoison = 0xCD;
+inline constexpr unsigned char kSourceFill = 0x5A;
+
+// Bytes of the known pattern (GuardByte) before and after every buffer.
+inline constexpr int64_t kGuardBytes = 64;
+unsigned char GuardByte(int64_t position);
+
+struct BufferKey {
+  int32_t process = 0;  // Rank within the buffer's layout.
+  uint64_t buffer = 0;  // BufferInfo::id.
+  friend auto operator<=>(const BufferKey&, const BufferKey&) = default;
+};
+
+// Every buffer of one layout in host memory, keyed by (process rank, buffer id), each framed by
+// kGuardBytes guard bytes on both sides. Copyable (a copy is a deep copy).
+class HostBuffers {
+ public:
+  // Allocates each buffer of `layout` with its declared byte size, every byte set to `fill`.
+  // Buffers with a negative size are allocated empty.
+  HostBuffers(const Layout& layout, unsigned char fill);
+
+  // The first byte of a buffer, or nullptr for an unknown key.
+  unsigned char* data(BufferKey key);
+  const unsigned char* data(BufferKey key) const;
+  // The byte size of a buffer, or -1 for an unknown key.
+  int64_t bytes(BufferKey key) const;
+  std::vector<BufferKey> keys() const;
+
+  // OK when every guard byte still holds its pattern; otherwise names the buffer and position.
+  absl::Status CheckGuards() const;
+
+ private:
+  struct Storage {
+    std::vector<unsigned char> bytes;  // kGuardBytes + size + kGuardBytes.
+    int64_t size = 0;
+  };
+  std::map<BufferKey, Storage> buffers_;
+};
+
+// Writes the logical values of `version` into every element of every piece of `layout` (through
+// the piece's affine map). Fails when a piece names an unknown buffer, an unknown parameter or an
+// address outside its buffer.
+absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers);
+
+// ---------------------------------------------------------------------------------------------
+// Reference execution and checks.
+
+// How many times each byte of each buffer of one layout was written.
+class WriteCounts {
+ public:
+  // All counters of every buffer of `layout` start at zero.
+  explicit WriteCounts(const Layout& layout);
+
+  // The counters of a buffer (one per byte), or nullptr for an unknown key.
+  std::vector<uint32_t>* counts(BufferKey key);
+  const std::vector<uint32_t>* counts(BufferKey key) const;
+
+ private:
+  std::map<BufferKey, std::vector<uint32_t>> counts_;
+};
+
+// Executes `segments` element by element: for each segment and each index i of its box, copies
+// the element at from.offset + sum_a (i[a] - box.origin[a]) * from.strides[a] (elements of the
+// dtype of job.target().params[param]) of source buffer (from.process, from.buffer) to the
+// analogous address of target buffer (to.process - S, to.buffer), S being the number of source
+// processes, and counts the bytes written in `write_counts`. Endpoint processes are global job ids
+// (see Job). Fails, naming the segment, on an unknown parameter, process or buffer, a rank
+// mismatch, or an address outside its buffer (nothing of that segment is copied then). Does not
+// look at the layouts' pieces: a wrong plan is executed as written and caught by CheckTargets.
+absl::Status ExecutePlanReference(const Job& job, absl::Span<const Segment> segments,
+                                  const HostBuffers& source, HostBuffers* target,
+                                  WriteCounts* write_counts);
+
+// Checks the target buffers after a run of version `version`, in this order, returning the first
+// failure with the parameter, process, buffer, logical index and bytes involved:
+//   1. every guard byte is intact;
+//   2. every byte of every element of every target piece (of rank `only_process` when set) was
+//      written exactly once and the element equals its logical value;
+//   3. every other byte (bytes no checked piece covers, and every byte of other processes when
+//      `only_process` is set) was never written and still holds kPoison.
+// `target_buffers` must have been created with kPoison.
+absl::Status CheckTargets(const Layout& target, const HostBuffers& target_buffers,
+                          const WriteCounts& write_counts, uint64_t version,
+                          std::optional<int32_t> only_process = std::nullopt);
+
+// Convenience: allocates and fills the source buffers, runs ExecutePlanReference into fresh
+// poisoned target buffers and runs CheckTargets. The layouts are the ones the job was created
+// from (in any listing order).
+absl::Status RunReference(const Job& job, absl::Span<const Segment> segments, const Layout& source,
+                          const Layout& target, uint64_t version,
+                          std::optional<int32_t> only_process = std::nullopt);
+
+}  // namespace wsync::test
+
+#endif  // WSYNC_TESTS_TESTING_REFERENCE_H_

@@ -1,0 +1,568 @@
+#include "planner/named_layouts.h"
+
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/geometry.h"
+#include "planner/layout.h"
+#include "planner/models.h"
+#include "planner/validate.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelSpec Model(const std::string& name) {
+  absl::StatusOr<ModelSpec> model = GetModel(name);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return *std::move(model);
+}
+
+Layout Build(const ModelSpec& model, const std::string& spec,
+             const NamedLayoutOptions& options = {}) {
+  absl::StatusOr<Layout> layout = BuildNamedLayout(model, spec, options);
+  EXPECT_TRUE(layout.ok()) << spec << ": " << layout.status();
+  return layout.ok() ? *std::move(layout) : Layout{};
+}
+
+int32_t ParamIndex(const Layout& layout, const std::string& name) {
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    if (layout.params[i].name == name) return static_cast<int32_t>(i);
+  }
+  ADD_FAILURE() << "no parameter " << name;
+  return -1;
+}
+
+std::vector<Piece> PiecesOf(const Layout& layout, const std::string& name, int32_t process) {
+  const int32_t param = ParamIndex(layout, name);
+  std::vector<Piece> pieces;
+  for (const Piece& piece : layout.pieces) {
+    if (piece.param == param && piece.process == process) pieces.push_back(piece);
+  }
+  return pieces;
+}
+
+const BufferInfo* BufferOf(const Layout& layout, int32_t process, uint64_t id) {
+  for (const BufferInfo& buffer : layout.buffers) {
+    if (buffer.process == process && buffer.id == id) return &buffer;
+  }
+  return nullptr;
+}
+
+int BuffersOf(const Layout& layout, int32_t process) {
+  int count = 0;
+  for (const BufferInfo& buffer : layout.buffers) count += buffer.process == process;
+  return count;
+}
+
+Box MakeBox(Dims origin, Dims extent) { return Box{std::move(origin), std::move(extent)}; }
+
+// The parallel sizes of a spec, written out by hand for the independent coverage check.
+struct Case {
+  std::string model;
+  std::string spec;
+  char kind;  // 'm'egatron, 'v'llm, 'f'sdp
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t ep = 1;
+  int64_t dp = 1;
+  int64_t n = 1;
+};
+
+// Elements of `t` summed over all pieces of a layout: the tensor's volume times its copies.
+int64_t ExpectedElements(const ModelSpec& model, const TensorSpec& t, const Case& c) {
+  const int64_t numel = Volume(t.shape);
+  const bool expert = t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow;
+  switch (c.kind) {
+    case 'f':
+      return numel;
+    case 'm': {
+      // DP replicas repeat the model; replicated tensors and (with EP) experts repeat over TP;
+      // EP ranks each hold 1/ep of the experts; a tied embedding has a second holder.
+      int64_t copies = c.dp;
+      if (t.role == ShardRole::kReplicated || (expert && c.ep > 1)) copies *= c.tp;
+      if (t.role == ShardRole::kVocab && model.tied_embeddings && c.pp > 1) copies *= 2;
+      return expert && c.ep > 1 ? numel * copies / c.ep : numel * copies;
+    }
+    default: {
+      int64_t copies = c.dp;
+      if (t.role == ShardRole::kReplicated) copies *= c.tp;
+      // GQA: each kv head is held by tp / kv_heads ranks.
+      if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
+        copies *= c.tp / t.heads;
+      }
+      return numel * copies;
+    }
+  }
+}
+
+std::vector<Case> Cases() {
+  return {
+      {"qwen2.5-0.5b", "megatron", 'm'},
+      {"qwen2.5-0.5b", "megatron(tp=2, pp=4, dp=2)", 'm', 2, 4, 1, 2},
+      {"qwen2.5-0.5b", "fsdp(4)", 'f', 1, 1, 1, 1, 4},
+      {"qwen2.5-0.5b", "fsdp(n=7)", 'f', 1, 1, 1, 1, 7},
+      {"qwen2.5-0.5b", "vllm(tp=2)", 'v', 2},
+      {"qwen2.5-0.5b", "vllm(tp=4)", 'v', 4},
+      {"qwen2.5-0.5b", "vllm(tp=2,dp=3)", 'v', 2, 1, 1, 3},
+      {"llama-3-8b", "megatron(tp=8,pp=4)", 'm', 8, 4},
+      {"llama-3-8b", "megatron(tp=4,pp=2,dp=2)", 'm', 4, 2, 1, 2},
+      {"llama-3-8b", "fsdp(8)", 'f', 1, 1, 1, 1, 8},
+      {"llama-3-8b", "vllm(tp=8,dp=2)", 'v', 8, 1, 1, 2},
+      {"llama-3-8b", "vllm(tp=16)", 'v', 16},
+      {"llama-3.2-1b", "megatron(tp=2,pp=4)", 'm', 2, 4},
+      {"llama-3.2-1b", "fsdp(3)", 'f', 1, 1, 1, 1, 3},
+      {"llama-3.2-1b", "vllm(tp=8)", 'v', 8},
+      {"qwen3-30b-a3b", "megatron(tp=2)", 'm', 2},
+      {"qwen3-30b-a3b", "megatron(tp=4,pp=4,ep=8)", 'm', 4, 4, 8, 8},
+      {"qwen3-30b-a3b", "megatron(tp=2,ep=4,dp=8)", 'm', 2, 1, 4, 8},
+      {"qwen3-30b-a3b", "fsdp(8)", 'f', 1, 1, 1, 1, 8},
+      {"qwen3-30b-a3b", "vllm(tp=4)", 'v', 4},
+      {"qwen3-30b-a3b", "vllm(tp=8,ep=8)", 'v', 8, 1, 8},
+      {"deepseek-v3", "megatron(tp=2,pp=16,ep=8)", 'm', 2, 16, 8, 8},
+      {"deepseek-v3", "fsdp(16)", 'f', 1, 1, 1, 1, 16},
+      {"deepseek-v3", "vllm(tp=8)", 'v', 8},
+      {"deepseek-v3", "vllm(tp=8,ep=8,dp=2)", 'v', 8, 1, 8, 2},
+      {"kimi-k2", "megatron(pp=16,ep=16)", 'm', 1, 16, 16, 16},
+      {"kimi-k2", "fsdp(64)", 'f', 1, 1, 1, 1, 64},
+      {"kimi-k2", "vllm(tp=8,ep=8,dp=16)", 'v', 8, 1, 8, 16},
+  };
+}
+
+TEST(NamedLayoutsTest, EveryCaseValidatesAndCoversEachParameterAsExpected) {
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.model + " " + c.spec);
+    const ModelSpec model = Model(c.model);
+    const Layout layout = Build(model, c.spec);
+    const int64_t processes = c.kind == 'f' ? c.n : c.tp * c.pp * c.dp;
+    ASSERT_EQ(static_cast<int64_t>(layout.processes.size()), processes);
+    EXPECT_EQ(layout.role, c.kind == 'v' ? Role::kRollout : Role::kTrainer);
+    const absl::Status valid = ValidateLayout(layout);
+    EXPECT_TRUE(valid.ok()) << valid;
+    ASSERT_EQ(layout.params.size(), model.tensors.size());
+    std::vector<int64_t> held(layout.params.size(), 0);
+    for (const Piece& piece : layout.pieces) held[piece.param] += Volume(piece.box);
+    for (size_t i = 0; i < model.tensors.size(); ++i) {
+      const TensorSpec& t = model.tensors[i];
+      ASSERT_EQ(layout.params[i].name, t.name);
+      EXPECT_EQ(layout.params[i].dtype, t.dtype);
+      EXPECT_EQ(held[i], ExpectedElements(model, t, c)) << t.name;
+    }
+  }
+}
+
+TEST(NamedLayoutsTest, VllmQkvWithReplicatedKvHeads) {
+  // qwen2.5-0.5b: 14 q heads, 2 kv heads of 64 rows; tp=4 gives 224 q rows per rank and kv head
+  // tp_rank * 2 / 4 to each rank.
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  const Layout layout = Build(model, "vllm(tp=4)");
+  const std::vector<Piece> q = PiecesOf(layout, "model.layers.0.self_attn.q_proj.weight", 3);
+  const std::vector<Piece> k = PiecesOf(layout, "model.layers.0.self_attn.k_proj.weight", 3);
+  const std::vector<Piece> v = PiecesOf(layout, "model.layers.0.self_attn.v_proj.weight", 3);
+  ASSERT_EQ(q.size(), 1u);
+  ASSERT_EQ(k.size(), 1u);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(q[0].box, MakeBox({672, 0}, {224, 896}));
+  EXPECT_EQ(k[0].box, MakeBox({64, 0}, {64, 896}));
+  EXPECT_EQ(v[0].box, MakeBox({64, 0}, {64, 896}));
+  EXPECT_EQ(q[0].offset, 0);
+  EXPECT_EQ(k[0].offset, 224 * 896);
+  EXPECT_EQ(v[0].offset, 288 * 896);
+  for (const Piece* piece : {&q[0], &k[0], &v[0]}) {
+    EXPECT_EQ(piece->strides, (Dims{896, 1}));
+    EXPECT_EQ(piece->buffer, q[0].buffer);
+  }
+  EXPECT_EQ(BufferOf(layout, 3, q[0].buffer)->bytes, 352 * 896 * 2);
+  // Ranks 0 and 1 share kv head 0.
+  EXPECT_EQ(PiecesOf(layout, "model.layers.0.self_attn.k_proj.weight", 1).at(0).box,
+            MakeBox({0, 0}, {64, 896}));
+  // The fused bias: [352] with the same row structure.
+  const std::vector<Piece> k_bias = PiecesOf(layout, "model.layers.0.self_attn.k_proj.bias", 3);
+  ASSERT_EQ(k_bias.size(), 1u);
+  EXPECT_EQ(k_bias[0].box, MakeBox({64}, {64}));
+  EXPECT_EQ(k_bias[0].offset, 224);
+  EXPECT_EQ(k_bias[0].strides, (Dims{1}));
+  EXPECT_EQ(BufferOf(layout, 3, k_bias[0].buffer)->bytes, 352 * 2);
+  // One buffer per module tensor: embedding, final norm, and per layer input norm, qkv weight,
+  // qkv bias, o_proj, post-attention norm, gate_up, down.
+  EXPECT_EQ(BuffersOf(layout, 3), 2 + 24 * 7);
+}
+
+TEST(NamedLayoutsTest, VllmExpertW13IsStridedGateThenUp) {
+  // kimi-k2 vllm(tp=8, ep=8): rank 5 holds experts [240, 288) whole; w13 [48, 2 * 2048, 7168].
+  const ModelSpec model = Model("kimi-k2");
+  const Layout layout = Build(model, "vllm(tp=8,ep=8)");
+  constexpr int64_t kI = 2048;
+  constexpr int64_t kH = 7168;
+  const std::vector<Piece> gate =
+      PiecesOf(layout, "model.layers.1.mlp.experts.gate_proj.weight", 5);
+  const std::vector<Piece> up = PiecesOf(layout, "model.layers.1.mlp.experts.up_proj.weight", 5);
+  ASSERT_EQ(gate.size(), 1u);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(gate[0].box, MakeBox({240, 0, 0}, {48, kI, kH}));
+  EXPECT_EQ(up[0].box, MakeBox({240, 0, 0}, {48, kI, kH}));
+  EXPECT_EQ(gate[0].strides, (Dims{2 * kI * kH, kH, 1}));
+  EXPECT_EQ(up[0].strides, (Dims{2 * kI * kH, kH, 1}));
+  EXPECT_EQ(gate[0].offset, 0);
+  EXPECT_EQ(up[0].offset, kI * kH);
+  EXPECT_EQ(up[0].buffer, gate[0].buffer);
+  EXPECT_EQ(BufferOf(layout, 5, gate[0].buffer)->bytes, 48 * 2 * kI * kH * 2);
+  const std::vector<Piece> down =
+      PiecesOf(layout, "model.layers.1.mlp.experts.down_proj.weight", 5);
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].box, MakeBox({240, 0, 0}, {48, kH, kI}));
+  EXPECT_EQ(down[0].strides, (Dims{kH * kI, kI, 1}));
+  EXPECT_NE(down[0].buffer, gate[0].buffer);
+  // MLA's fused_qkv_a_proj is whole on every rank: q_a [1536] rows then kv_a [576] rows.
+  const std::vector<Piece> kv_a =
+      PiecesOf(layout, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight", 5);
+  ASSERT_EQ(kv_a.size(), 1u);
+  EXPECT_EQ(kv_a[0].box, MakeBox({0, 0}, {576, kH}));
+  EXPECT_EQ(kv_a[0].offset, 1536 * kH);
+}
+
+TEST(NamedLayoutsTest, VllmExpertsWithoutEpSplitTheIntermediateAxis) {
+  const ModelSpec model = Model("qwen3-30b-a3b");
+  const Layout layout = Build(model, "vllm(tp=4)");
+  const std::vector<Piece> up = PiecesOf(layout, "model.layers.0.mlp.experts.up_proj.weight", 2);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_EQ(up[0].box, MakeBox({0, 384, 0}, {128, 192, 2048}));
+  EXPECT_EQ(up[0].strides, (Dims{384 * 2048, 2048, 1}));
+  EXPECT_EQ(up[0].offset, 192 * 2048);
+  const std::vector<Piece> down =
+      PiecesOf(layout, "model.layers.0.mlp.experts.down_proj.weight", 2);
+  EXPECT_EQ(down.at(0).box, MakeBox({0, 0, 384}, {128, 2048, 192}));
+}
+
+// A two-tensor model with a vocabulary that is not a multiple of the padding.
+ModelSpec TinyVocabModel(int64_t vocab) {
+  ModelSpec model;
+  model.name = "tiny";
+  model.num_layers = 1;
+  model.vocab = vocab;
+  model.tied_embeddings = true;
+  TensorSpec embed;
+  embed.name = "model.embed_tokens.weight";
+  embed.shape = {vocab, 8};
+  embed.role = ShardRole::kVocab;
+  embed.layer = -1;
+  TensorSpec norm;
+  norm.name = "model.layers.0.input_layernorm.weight";
+  norm.shape = {8};
+  norm.layer = 0;
+  model.tensors = {embed, norm};
+  return model;
+}
+
+// q [q_heads * 4, 8], k and v [kv_heads * 4, 8], as one fused qkv.
+ModelSpec TinyAttentionModel(int64_t q_heads, int64_t kv_heads) {
+  ModelSpec model;
+  model.name = "tiny-attention";
+  model.num_layers = 1;
+  for (const char* name : {"q", "k", "v"}) {
+    TensorSpec& t = model.tensors.emplace_back();
+    t.name = name;
+    t.fuse_index = static_cast<int32_t>(model.tensors.size()) - 1;
+    t.heads = t.fuse_index == 0 ? q_heads : kv_heads;
+    t.shape = {t.heads * 4, 8};
+    t.role = ShardRole::kColumn;
+    t.layer = 0;
+    t.fuse = FuseKind::kQkv;
+    t.fused_name = "qkv";
+  }
+  return model;
+}
+
+TEST(NamedLayoutsTest, VllmPadsTheVocabularyToSixtyFourRows) {
+  // 100 rows pad to 128; tp=8 gives 16 rows per rank: rank 6 holds [96, 100), rank 7 none.
+  const Layout layout = Build(TinyVocabModel(100), "vllm(tp=8)");
+  EXPECT_TRUE(ValidateLayout(layout).ok());
+  const std::vector<Piece> rank6 = PiecesOf(layout, "model.embed_tokens.weight", 6);
+  ASSERT_EQ(rank6.size(), 1u);
+  EXPECT_EQ(rank6[0].box, MakeBox({96, 0}, {4, 8}));
+  EXPECT_EQ(BufferOf(layout, 6, rank6[0].buffer)->bytes, 16 * 8 * 2);
+  EXPECT_TRUE(PiecesOf(layout, "model.embed_tokens.weight", 7).empty());
+  EXPECT_EQ(BuffersOf(layout, 7), 2);
+  EXPECT_EQ(BufferOf(layout, 7, 0)->bytes, 16 * 8 * 2);
+  EXPECT_EQ(PiecesOf(layout, "model.embed_tokens.weight", 2).at(0).box, MakeBox({32, 0}, {16, 8}));
+}
+
+TEST(NamedLayoutsTest, MegatronPadsTheVocabularyTo128TimesTp) {
+  // 1000 rows with tp=2 pad to 1024; rank 1 holds [512, 1000) and reserves 512 rows before the
+  // next tensor.
+  const Layout tiny = Build(TinyVocabModel(1000), "megatron(tp=2)");
+  const std::vector<Piece> embed = PiecesOf(tiny, "model.embed_tokens.weight", 1);
+  ASSERT_EQ(embed.size(), 1u);
+  EXPECT_EQ(embed[0].box, MakeBox({512, 0}, {488, 8}));
+  const std::vector<Piece> norm = PiecesOf(tiny, "model.layers.0.input_layernorm.weight", 1);
+  EXPECT_EQ(norm.at(0).offset, 512 * 8);
+  EXPECT_EQ(BufferOf(tiny, 1, 0)->bytes, (512 * 8 + 8) * 2);
+
+  // llama-3-8b, tp=8: 128256 rows pad to 129024 (a multiple of 1024), 16128 per rank.
+  const Layout llama = Build(Model("llama-3-8b"), "megatron(tp=8)");
+  const std::vector<Piece> last = PiecesOf(llama, "model.embed_tokens.weight", 7);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].box, MakeBox({112896, 0}, {15360, 4096}));
+  EXPECT_EQ(last[0].offset, 0);
+  EXPECT_EQ(PiecesOf(llama, "model.layers.0.input_layernorm.weight", 7).at(0).offset, 16128 * 4096);
+}
+
+TEST(NamedLayoutsTest, MegatronTiedEmbeddingIsOnFirstAndLastStage) {
+  const ModelSpec model = Model("llama-3.2-1b");
+  const Layout layout = Build(model, "megatron(tp=2,pp=4)");
+  // Ranks: stage * 2 + tp_rank. 128256 rows are a multiple of 256: 64128 per rank, no padding.
+  for (int32_t process : {0, 6}) {
+    EXPECT_EQ(PiecesOf(layout, "model.embed_tokens.weight", process).at(0).box,
+              MakeBox({0, 0}, {64128, 2048}));
+  }
+  for (int32_t process : {1, 7}) {
+    EXPECT_EQ(PiecesOf(layout, "model.embed_tokens.weight", process).at(0).box,
+              MakeBox({64128, 0}, {64128, 2048}));
+  }
+  for (int32_t process : {2, 3, 4, 5}) {
+    EXPECT_TRUE(PiecesOf(layout, "model.embed_tokens.weight", process).empty());
+  }
+  // 16 layers, 4 per stage; the final norm is on the last stage.
+  EXPECT_EQ(PiecesOf(layout, "model.layers.3.mlp.up_proj.weight", 1).size(), 1u);
+  EXPECT_EQ(PiecesOf(layout, "model.layers.4.mlp.up_proj.weight", 2).size(), 1u);
+  EXPECT_TRUE(PiecesOf(layout, "model.layers.4.mlp.up_proj.weight", 1).empty());
+  EXPECT_EQ(PiecesOf(layout, "model.norm.weight", 7).size(), 1u);
+
+  // Without pipeline stages the embedding has one holder per TP rank.
+  const Layout flat = Build(model, "megatron(tp=2)");
+  int64_t holders = 0;
+  const int32_t embed = ParamIndex(flat, "model.embed_tokens.weight");
+  for (const Piece& piece : flat.pieces) holders += piece.param == embed;
+  EXPECT_EQ(holders, 2);
+}
+
+TEST(NamedLayoutsTest, MegatronRanksAndOneBufferPerProcess) {
+  // rank = (pp_rank * dp + dp_rank) * tp + tp_rank: rank 5 of tp=2, pp=2, dp=2 is stage 1, tp 1.
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  const Layout layout = Build(model, "megatron(tp=2,pp=2,dp=2)");
+  const std::vector<Piece> q = PiecesOf(layout, "model.layers.12.self_attn.q_proj.weight", 5);
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0].box, MakeBox({448, 0}, {448, 896}));
+  EXPECT_EQ(q[0].strides, (Dims{896, 1}));
+  EXPECT_TRUE(PiecesOf(layout, "model.layers.11.self_attn.q_proj.weight", 5).empty());
+  EXPECT_EQ(PiecesOf(layout, "model.layers.0.self_attn.o_proj.weight", 1).at(0).box,
+            MakeBox({0, 448}, {896, 448}));
+  for (int32_t p = 0; p < 8; ++p) EXPECT_EQ(BuffersOf(layout, p), 1) << p;
+
+  // One process holds the whole model packed back to back (151936 is a multiple of 128).
+  const Layout single = Build(model, "megatron");
+  ASSERT_EQ(single.buffers.size(), 1u);
+  EXPECT_EQ(single.buffers[0].bytes, model.TotalBytes());
+  EXPECT_EQ(PiecesOf(single, "model.layers.0.input_layernorm.weight", 0).at(0).offset,
+            151936 * 896);
+}
+
+TEST(NamedLayoutsTest, MegatronFp32RouterBiasHasItsOwnBuffer) {
+  const ModelSpec model = Model("deepseek-v3");
+  const Layout layout = Build(model, "megatron(pp=61)");
+  // Stage 3 holds layer 3, the first MoE layer: a bf16 buffer and an fp32 buffer.
+  ASSERT_EQ(BuffersOf(layout, 3), 2);
+  const std::vector<Piece> bias =
+      PiecesOf(layout, "model.layers.3.mlp.gate.e_score_correction_bias", 3);
+  ASSERT_EQ(bias.size(), 1u);
+  EXPECT_EQ(bias[0].offset, 0);
+  EXPECT_EQ(BufferOf(layout, 3, bias[0].buffer)->bytes, 256 * 4);
+  const std::vector<Piece> router = PiecesOf(layout, "model.layers.3.mlp.gate.weight", 3);
+  EXPECT_NE(router.at(0).buffer, bias[0].buffer);
+  EXPECT_EQ(BuffersOf(layout, 2), 1);
+}
+
+TEST(NamedLayoutsTest, MegatronExpertsSplitOverEpOrTp) {
+  const ModelSpec model = Model("qwen3-30b-a3b");
+  // ep=4, dp=4, tp=2: rank 5 is dp 2, so ep rank 2: experts [64, 96) whole, as on its TP peer.
+  const Layout ep = Build(model, "megatron(tp=2,ep=4)");
+  ASSERT_EQ(ep.processes.size(), 8u);
+  for (int32_t process : {4, 5}) {
+    EXPECT_EQ(PiecesOf(ep, "model.layers.0.mlp.experts.gate_proj.weight", process).at(0).box,
+              MakeBox({64, 0, 0}, {32, 768, 2048}));
+  }
+  // ep=1: experts TP-split along the intermediate axis.
+  const Layout tp = Build(model, "megatron(tp=2)");
+  EXPECT_EQ(PiecesOf(tp, "model.layers.0.mlp.experts.up_proj.weight", 1).at(0).box,
+            MakeBox({0, 384, 0}, {128, 384, 2048}));
+  EXPECT_EQ(PiecesOf(tp, "model.layers.0.mlp.experts.down_proj.weight", 1).at(0).box,
+            MakeBox({0, 0, 384}, {128, 2048, 384}));
+}
+
+TEST(NamedLayoutsTest, MegatronSplitsUnevenLayersOverStages) {
+  // 61 layers over 16 stages: stages 0..12 get 4 layers, 13..15 get 3.
+  const Layout layout = Build(Model("kimi-k2"), "megatron(pp=16,ep=16)");
+  // Rank = stage * 16 + dp_rank.
+  EXPECT_EQ(PiecesOf(layout, "model.layers.3.input_layernorm.weight", 0).size(), 1u);
+  EXPECT_EQ(PiecesOf(layout, "model.layers.52.input_layernorm.weight", 13 * 16).size(), 1u);
+  EXPECT_EQ(PiecesOf(layout, "model.layers.51.input_layernorm.weight", 12 * 16).size(), 1u);
+  EXPECT_EQ(PiecesOf(layout, "model.layers.60.input_layernorm.weight", 15 * 16).size(), 1u);
+  EXPECT_EQ(PiecesOf(layout, "lm_head.weight", 15 * 16 + 3).size(), 1u);
+  EXPECT_TRUE(PiecesOf(layout, "lm_head.weight", 14 * 16).empty());
+  // dp rank 3 holds experts [72, 96) of 384.
+  EXPECT_EQ(PiecesOf(layout, "model.layers.60.mlp.experts.down_proj.weight", 15 * 16 + 3).at(0).box,
+            MakeBox({72, 0, 0}, {24, 7168, 2048}));
+}
+
+TEST(NamedLayoutsTest, FsdpFlatShardsPackedWithPadding) {
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  const Layout layout = Build(model, "fsdp(3)");
+  // The embedding (136134656 elements) pads to 136134657: 45378219 per rank.
+  constexpr int64_t kEmbedChunk = 45378219;
+  // input_layernorm [896]: chunk 299; rank 2 holds [598, 896) at the chunk's offset.
+  const std::vector<Piece> norm = PiecesOf(layout, "model.layers.0.input_layernorm.weight", 2);
+  ASSERT_EQ(norm.size(), 1u);
+  EXPECT_EQ(norm[0].box, MakeBox({598}, {298}));
+  EXPECT_EQ(norm[0].offset, kEmbedChunk);
+  // k_proj [128, 896] (114688 elements, chunk 38230); rank 1 holds [38230, 76460): row 42 from
+  // column 598, rows 43..84, row 85 up to column 300.
+  const std::vector<Piece> k = PiecesOf(layout, "model.layers.0.self_attn.k_proj.weight", 1);
+  ASSERT_EQ(k.size(), 3u);
+  // Before k_proj: embedding, input_layernorm (299) and q_proj [896, 896] (267606).
+  const int64_t base = kEmbedChunk + 299 + 267606;
+  EXPECT_EQ(k[0].box, MakeBox({42, 598}, {1, 298}));
+  EXPECT_EQ(k[0].offset, base);
+  EXPECT_EQ(k[1].box, MakeBox({43, 0}, {42, 896}));
+  EXPECT_EQ(k[1].offset, base + 298);
+  EXPECT_EQ(k[2].box, MakeBox({85, 0}, {1, 300}));
+  EXPECT_EQ(k[2].offset, base + 298 + 42 * 896);
+  for (const Piece& piece : k) EXPECT_EQ(piece.strides, (Dims{896, 1}));
+  // Each rank's buffer reserves ceil(numel / 3) per parameter.
+  int64_t reserved = 0;
+  for (const TensorSpec& t : model.tensors) reserved += (Volume(t.shape) + 2) / 3;
+  for (int32_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(BuffersOf(layout, r), 1);
+    EXPECT_EQ(BufferOf(layout, r, 0)->bytes, reserved * 2);
+  }
+}
+
+TEST(NamedLayoutsTest, NodesAndMemoryFollowOptions) {
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  const Layout defaults = Build(model, "vllm(tp=2,dp=5)");
+  EXPECT_EQ(defaults.processes[7].node_id, "rollout-node0");
+  EXPECT_EQ(defaults.processes[9].node_id, "rollout-node1");
+  EXPECT_EQ(defaults.buffers[0].kind, MemoryKind::kHost);
+  NamedLayoutOptions options;
+  options.procs_per_node = 4;
+  options.node_prefix = "gpu";
+  options.memory = MemoryKind::kCuda;
+  const Layout custom = Build(model, "fsdp(6)", options);
+  EXPECT_EQ(custom.processes[3].node_id, "gpu0");
+  EXPECT_EQ(custom.processes[4].node_id, "gpu1");
+  EXPECT_EQ(custom.buffers[0].kind, MemoryKind::kCuda);
+  EXPECT_EQ(Build(model, "megatron(dp=2)").processes[1].node_id, "trainer-node0");
+}
+
+TEST(NamedLayoutsTest, KimiLayoutsBuildQuickly) {
+  const ModelSpec model = Model("kimi-k2");
+  for (const std::string spec : {"megatron(pp=16,ep=16)", "vllm(tp=8,ep=8,dp=16)"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const absl::StatusOr<Layout> layout = BuildNamedLayout(model, spec);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    std::cout << spec << ": " << layout->processes.size() << " processes, " << layout->pieces.size()
+              << " pieces in " << seconds << " s\n";
+    // Generous against slow build types; a quadratic builder takes minutes here.
+    EXPECT_LT(seconds, 5.0) << spec;
+  }
+}
+
+void ExpectRefused(const ModelSpec& model, const std::string& spec, const std::string& message,
+                   const NamedLayoutOptions& options = {}) {
+  const absl::StatusOr<Layout> layout = BuildNamedLayout(model, spec, options);
+  ASSERT_FALSE(layout.ok()) << spec;
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument) << spec;
+  EXPECT_THAT(layout.status().message(), HasSubstr(message)) << spec;
+}
+
+TEST(NamedLayoutsTest, ParserRefusals) {
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  ExpectRefused(model, "", "unknown layout kind \"\"");
+  ExpectRefused(model, "deepspeed(tp=2)", "unknown layout kind \"deepspeed\"");
+  ExpectRefused(model, "megatron(tp=2", "expected ')' at the end");
+  ExpectRefused(model, "megatron(tp=2)x", "expected ')' at the end");
+  ExpectRefused(model, "megatron(tp=(2))", "unexpected parenthesis");
+  ExpectRefused(model, "megatron(tq=2)",
+                "unknown key \"tq\" for megatron; expected tp, pp, ep, dp");
+  ExpectRefused(model, "vllm(pp=2)", "unknown key \"pp\" for vllm; expected tp, ep, dp");
+  ExpectRefused(model, "fsdp(m=2)", "unknown key \"m\" for fsdp; expected n");
+  ExpectRefused(model, "megatron(tp=0)", "tp must be a positive integer, got \"0\"");
+  ExpectRefused(model, "megatron(pp=-2)", "pp must be a positive integer, got \"-2\"");
+  ExpectRefused(model, "vllm(tp=two)", "tp must be a positive integer, got \"two\"");
+  ExpectRefused(model, "vllm(tp=)", "tp must be a positive integer, got \"\"");
+  ExpectRefused(model, "fsdp(0)", "n must be a positive integer, got \"0\"");
+  ExpectRefused(model, "megatron(tp=2,tp=2)", "key \"tp\" given twice");
+  ExpectRefused(model, "fsdp(4,n=4)", "key \"n\" given twice");
+  ExpectRefused(model, "megatron(2)", "argument \"2\" needs the form key=value");
+  ExpectRefused(model, "fsdp(4,5)", "argument \"5\" needs the form key=value");
+  ExpectRefused(model, "megatron(tp=2,)", "empty argument");
+  ExpectRefused(model, "vllm(dp=2000000)", "dp=2000000 exceeds 1048576");
+  ExpectRefused(model, "vllm(tp=1024,dp=2048)", "2097152 processes exceed 1048576");
+  NamedLayoutOptions options;
+  options.procs_per_node = 0;
+  ExpectRefused(model, "fsdp(2)", "procs_per_node must be positive", options);
+}
+
+TEST(NamedLayoutsTest, SpacesAndOmittedKeysAreAccepted) {
+  const ModelSpec model = Model("qwen2.5-0.5b");
+  EXPECT_EQ(Build(model, " megatron ( tp = 2 , dp=3 ) ").processes.size(), 6u);
+  EXPECT_EQ(Build(model, "vllm()").processes.size(), 1u);
+  EXPECT_EQ(Build(model, "fsdp(n=5)").processes.size(), 5u);
+  // Megatron's dp defaults to ep.
+  EXPECT_EQ(Build(Model("qwen3-30b-a3b"), "megatron(ep=4)").processes.size(), 4u);
+}
+
+TEST(NamedLayoutsTest, UndividableConfigsAreRefused) {
+  const ModelSpec qwen = Model("qwen2.5-0.5b");
+  ExpectRefused(qwen, "megatron(tp=4)",
+                "megatron: tp=4 does not divide the 14 heads of "
+                "model.layers.0.self_attn.q_proj.weight");
+  ExpectRefused(qwen, "megatron(tp=7)",
+                "megatron: tp=7 does not divide the 2 heads of "
+                "model.layers.0.self_attn.k_proj.weight");
+  ExpectRefused(qwen, "megatron(pp=25)", "megatron: pp=25 exceeds the 24 layers of qwen2.5-0.5b");
+  ExpectRefused(qwen, "megatron(ep=2)",
+                "megatron: ep=2 needs routed experts; qwen2.5-0.5b has none");
+  ExpectRefused(qwen, "vllm(tp=2,ep=2)", "vllm: ep=2 needs routed experts");
+  ExpectRefused(qwen, "vllm(tp=7)",
+                "vllm: tp=7 does not divide the padded vocabulary (151936 rows) of "
+                "model.embed_tokens.weight");
+  ExpectRefused(qwen, "vllm(tp=16)",
+                "vllm: tp=16 exceeds the 14 heads of model.layers.0.self_attn.q_proj.weight");
+
+  const ModelSpec qwen3 = Model("qwen3-30b-a3b");
+  ExpectRefused(qwen3, "megatron(ep=4,dp=2)", "megatron: ep=4 does not divide dp=2");
+  ExpectRefused(qwen3, "megatron(ep=3)", "megatron: ep=3 does not divide the 128 experts");
+  ExpectRefused(qwen3, "megatron(tp=8)", "megatron: tp=8 does not divide the 4 heads");
+  ExpectRefused(qwen3, "vllm(tp=4,ep=2)", "vllm: ep=2 must be 1 or equal to tp=4");
+
+  // 12 q heads and 3 kv heads of 4 rows: tp=4 divides the q rows but not the kv heads.
+  const ModelSpec gqa = TinyAttentionModel(12, 3);
+  ExpectRefused(gqa, "vllm(tp=4)", "vllm: tp=4 and the 3 kv heads of k do not divide one another");
+  ExpectRefused(gqa, "vllm(tp=2)", "vllm: tp=2 and the 3 kv heads of k do not divide one another");
+  EXPECT_TRUE(BuildNamedLayout(gqa, "vllm(tp=3)").ok());
+  EXPECT_TRUE(BuildNamedLayout(gqa, "vllm(tp=6)").ok());
+  ExpectRefused(gqa, "megatron(tp=6)", "megatron: tp=6 does not divide the 3 heads of k");
+
+  ExpectRefused(TinyVocabModel(100), "vllm(tp=3)",
+                "vllm: tp=3 does not divide the padded vocabulary (128 rows) of "
+                "model.embed_tokens.weight");
+  ModelSpec column = TinyVocabModel(128);
+  column.tensors[1].role = ShardRole::kColumn;
+  ExpectRefused(column, "megatron(tp=16)",
+                "megatron: tp=16 does not divide axis 0 (8) of "
+                "model.layers.0.input_layernorm.weight");
+  ExpectRefused(column, "vllm(tp=16)", "vllm: tp=16 does not divide axis 0 (8)");
+}
+
+}  // namespace
+}  // namespace wsync
