@@ -26,10 +26,11 @@ Range SplitRange(int64_t extent, int32_t parts, int32_t index);
 // The box of `shape` that part `index` of a balanced split along `axis` covers.
 Box SplitBox(const Dims& shape, int axis, int32_t parts, int32_t index);
 
-// Cuts the row-major flat range [begin, end) of a tensor of `shape` into boxes (at most 2*rank-1:
-// a partial innermost row, ..., full blocks, ..., a partial last row), each with the flat offset of
-// its first element relative to `begin`. Every box is packed row-major within the flat range, so
-// its strides are RowMajorStrides(shape).
+// Cuts the row-major flat range [begin, end) of a tensor of `shape` into non-empty boxes (at most
+// 2*rank-1: a partial innermost row, ..., full blocks, ..., a partial last row; one for a scalar),
+// in flat order, each with the flat offset of its first element relative to `begin`. Every box is
+// packed row-major within the flat range, so its strides are RowMajorStrides(shape). Requires
+// 0 <= begin, end <= the element count; an empty range gives no boxes.
 struct FlatBox {
   Box box;
   int64_t flat_offset = 0;

@@ -14,16 +14,6 @@ absl::string_view RoleName(Role role) {
   return "invalid";
 }
 
-absl::string_view MemoryKindName(MemoryKind kind) {
-  switch (kind) {
-    case MemoryKind::kHost:
-      return "host";
-    case MemoryKind::kCuda:
-      return "cuda";
-  }
-  return "invalid";
-}
-
 int64_t Layout::PieceBytes() const {
   int64_t bytes = 0;
   for (const Piece& piece : pieces) {

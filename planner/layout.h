@@ -13,15 +13,14 @@
 
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "common/memory_kind.h"
 #include "planner/geometry.h"
 
 namespace wsync {
 
 enum class Role : uint8_t { kTrainer = 1, kRollout = 2 };
-enum class MemoryKind : uint8_t { kHost = 1, kCuda = 2 };
 
 absl::string_view RoleName(Role role);              // "trainer", "rollout"
-absl::string_view MemoryKindName(MemoryKind kind);  // "host", "cuda"
 
 struct ProcessInfo {
   int32_t rank = 0;     // Rank within the role; ranks are 0..n-1.

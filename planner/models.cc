@@ -69,30 +69,25 @@ class SpecWriter {
 };
 
 void AddAttention(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
-  const std::string qkv = absl::StrCat(p, "self_attn.qkv_proj.weight");
-  const int64_t q_rows = c.heads * c.head_dim;
-  const int64_t kv_rows = c.kv_heads * c.head_dim;
-  w.AddFused(absl::StrCat(p, "self_attn.q_proj.weight"), {q_rows, c.hidden}, ShardRole::kColumn,
-             layer, FuseKind::kQkv, qkv, 0)
-      .heads = c.heads;
-  w.AddFused(absl::StrCat(p, "self_attn.k_proj.weight"), {kv_rows, c.hidden}, ShardRole::kColumn,
-             layer, FuseKind::kQkv, qkv, 1)
-      .heads = c.kv_heads;
-  w.AddFused(absl::StrCat(p, "self_attn.v_proj.weight"), {kv_rows, c.hidden}, ShardRole::kColumn,
-             layer, FuseKind::kQkv, qkv, 2)
-      .heads = c.kv_heads;
-  if (c.qkv_bias) {
-    const std::string bias = absl::StrCat(p, "self_attn.qkv_proj.bias");
-    w.AddFused(absl::StrCat(p, "self_attn.q_proj.bias"), {q_rows}, ShardRole::kColumn, layer,
-               FuseKind::kQkv, bias, 0)
-        .heads = c.heads;
-    w.AddFused(absl::StrCat(p, "self_attn.k_proj.bias"), {kv_rows}, ShardRole::kColumn, layer,
-               FuseKind::kQkv, bias, 1)
-        .heads = c.kv_heads;
-    w.AddFused(absl::StrCat(p, "self_attn.v_proj.bias"), {kv_rows}, ShardRole::kColumn, layer,
-               FuseKind::kQkv, bias, 2)
-        .heads = c.kv_heads;
+  struct Part {
+    const char* name;
+    int64_t heads;
+  };
+  const Part parts[] = {{"q_proj", c.heads}, {"k_proj", c.kv_heads}, {"v_proj", c.kv_heads}};
+  // q | k | v fused along axis 0: the weights, then the biases where the model has them.
+  for (const bool bias : {false, true}) {
+    if (bias && !c.qkv_bias) continue;
+    const char* suffix = bias ? "bias" : "weight";
+    const std::string fused = absl::StrCat(p, "self_attn.qkv_proj.", suffix);
+    for (int32_t i = 0; i < 3; ++i) {
+      const int64_t rows = parts[i].heads * c.head_dim;
+      w.AddFused(absl::StrCat(p, "self_attn.", parts[i].name, ".", suffix),
+                 bias ? Dims{rows} : Dims{rows, c.hidden}, ShardRole::kColumn, layer,
+                 FuseKind::kQkv, fused, i)
+          .heads = parts[i].heads;
+    }
   }
+  const int64_t q_rows = c.heads * c.head_dim;
   w.Add(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, q_rows}, ShardRole::kRow, layer);
   if (c.qk_norm) {
     w.Add(absl::StrCat(p, "self_attn.q_norm.weight"), {c.head_dim}, ShardRole::kReplicated, layer);

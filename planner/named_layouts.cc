@@ -135,13 +135,97 @@ absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
 // ---------------------------------------------------------------------------------------------
 // Shared by the three layouts.
 
-// Checks that `parts` divides axis `axis` of `tensor`; `what` names the parallel dimension.
-absl::Status CheckDivides(const TensorSpec& tensor, int axis, int64_t parts, absl::string_view what,
+bool IsExpert(const TensorSpec& t) {
+  return t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow;
+}
+
+// The axis that tensor parallelism splits, or -1 when the tensor is whole on every TP rank:
+// replicated tensors, and expert tensors when expert parallelism splits the expert axis instead.
+int TpAxis(const TensorSpec& t, bool expert_parallel) {
+  switch (t.role) {
+    case ShardRole::kColumn:
+    case ShardRole::kVocab:
+      return 0;
+    case ShardRole::kRow:
+      return 1;
+    case ShardRole::kExpertColumn:
+      return expert_parallel ? -1 : 1;
+    case ShardRole::kExpertRow:
+      return expert_parallel ? -1 : 2;
+    case ShardRole::kReplicated:
+      break;
+  }
+  return -1;
+}
+
+// The box of a non-vocabulary tensor held by TP rank `tp_rank` of `tp` and EP rank `ep_rank` of
+// `ep`: ep > 1 splits the expert axis and keeps experts whole.
+Box ShardBox(const TensorSpec& t, int32_t tp, int32_t tp_rank, int32_t ep, int32_t ep_rank) {
+  if (IsExpert(t) && ep > 1) return SplitBox(t.shape, 0, ep, ep_rank);
+  const int axis = TpAxis(t, ep > 1);
+  return axis < 0 ? WholeBox(t.shape) : SplitBox(t.shape, axis, tp, tp_rank);
+}
+
+// Checks that tp divides the axis TP splits (the vocabulary is padded instead).
+absl::Status CheckTpSplit(const TensorSpec& t, int32_t tp, int32_t ep,
                           absl::string_view framework) {
-  if (tensor.shape[axis] % parts == 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(framework, ": ", what, "=", parts,
-                                                 " does not divide axis ", axis, " (",
-                                                 tensor.shape[axis], ") of ", tensor.name));
+  const int axis = TpAxis(t, ep > 1);
+  if (axis < 0 || t.role == ShardRole::kVocab || t.shape[axis] % tp == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(framework, ": tp=", tp, " does not divide axis ",
+                                                 axis, " (", t.shape[axis], ") of ", t.name));
+}
+
+// The facts the layouts index by: layers in [-2, num_layers), the axes a role cuts, a valid dtype,
+// head counts of fused qkv parts.
+absl::Status CheckModel(const ModelSpec& model) {
+  for (const TensorSpec& t : model.tensors) {
+    int min_rank = 0;
+    switch (t.role) {
+      case ShardRole::kReplicated:
+        break;
+      case ShardRole::kColumn:
+        min_rank = 1;
+        break;
+      case ShardRole::kRow:
+      case ShardRole::kVocab:
+        min_rank = 2;
+        break;
+      case ShardRole::kExpertColumn:
+      case ShardRole::kExpertRow:
+        min_rank = 3;
+        break;
+    }
+    const int rank = static_cast<int>(t.shape.size());
+    if (t.layer < -2 || t.layer >= model.num_layers || rank < min_rank || rank > kMaxAxes ||
+        !IsValidDType(static_cast<int>(t.dtype))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", model.name, ": tensor ", t.name, " of layer ", t.layer, " and shape ",
+          DimsToString(t.shape), " (", DTypeName(t.dtype), ") does not fit its role"));
+    }
+    if (t.fuse == FuseKind::kQkv && (t.heads <= 0 || t.shape[0] % t.heads != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", model.name, ": qkv part ", t.name,
+                                                     " has ", t.heads, " heads for ", t.shape[0],
+                                                     " rows"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks ep against the model: ep > 1 needs routed experts whose count it divides.
+absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view framework) {
+  if (ep == 1) return absl::OkStatus();
+  const auto expert = std::find_if(model.tensors.begin(), model.tensors.end(), IsExpert);
+  if (expert == model.tensors.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(framework, ": ep=", ep, " needs routed experts; ", model.name, " has none"));
+  }
+  if (expert->shape[0] % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(framework, ": ep=", ep, " does not divide the ",
+                                                   expert->shape[0], " experts of ", model.name));
+  }
+  return absl::OkStatus();
 }
 
 void AddProcesses(LayoutBuilder& builder, int64_t count, const NamedLayoutOptions& options,
@@ -192,7 +276,6 @@ class PackedBuffers {
   void Begin(int32_t process) {
     Finish();
     process_ = process;
-    slots_.fill(Slot{});
   }
 
   // Places `box` of `param` at the next free element of the process's `dtype` buffer, reserving
@@ -211,7 +294,7 @@ class PackedBuffers {
     slot.elements += reserved;
   }
 
-  // Sets the byte sizes of the current process's buffers.
+  // Sets the byte sizes of the current process's buffers and forgets them.
   void Finish() {
     for (size_t d = 0; d < slots_.size(); ++d) {
       if (slots_[d].buffer_index < 0) continue;
@@ -239,36 +322,8 @@ class PackedBuffers {
   LayoutBuilder& builder_;
   MemoryKind kind_;
   int32_t process_ = 0;
-  std::array<Slot, 9> slots_;  // Indexed by DType's value.
+  std::array<Slot, 9> slots_;  // Indexed by DType's value (1..8).
 };
-
-bool HasExperts(const ModelSpec& model) {
-  return std::any_of(model.tensors.begin(), model.tensors.end(), [](const TensorSpec& t) {
-    return t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow;
-  });
-}
-
-int64_t NumExperts(const ModelSpec& model) {
-  for (const TensorSpec& t : model.tensors) {
-    if (t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow) return t.shape[0];
-  }
-  return 0;
-}
-
-// Checks ep against the model: ep > 1 needs routed experts whose count it divides.
-absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view framework) {
-  if (ep == 1) return absl::OkStatus();
-  if (!HasExperts(model)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(framework, ": ep=", ep, " needs routed experts; ", model.name, " has none"));
-  }
-  const int64_t experts = NumExperts(model);
-  if (experts % ep != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(framework, ": ep=", ep, " does not divide the ",
-                                                   experts, " experts of ", model.name));
-  }
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------------------------
 // megatron(tp, pp, ep, dp)
@@ -281,7 +336,6 @@ struct MegatronConfig {
 };
 
 absl::Status CheckMegatron(const ModelSpec& model, const MegatronConfig& c) {
-  constexpr absl::string_view kName = "megatron";
   if (c.pp > model.num_layers) {
     return absl::InvalidArgumentError(absl::StrCat("megatron: pp=", c.pp, " exceeds the ",
                                                    model.num_layers, " layers of ", model.name));
@@ -290,29 +344,13 @@ absl::Status CheckMegatron(const ModelSpec& model, const MegatronConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("megatron: ep=", c.ep, " does not divide dp=", c.dp));
   }
-  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, kName));
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "megatron"));
   for (const TensorSpec& t : model.tensors) {
     if (t.heads > 0 && t.heads % c.tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("megatron: tp=", c.tp, " does not divide the ",
                                                      t.heads, " heads of ", t.name));
     }
-    switch (t.role) {
-      case ShardRole::kColumn:
-        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 0, c.tp, "tp", kName));
-        break;
-      case ShardRole::kRow:
-        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
-        break;
-      case ShardRole::kExpertColumn:
-        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
-        break;
-      case ShardRole::kExpertRow:
-        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 2, c.tp, "tp", kName));
-        break;
-      case ShardRole::kReplicated:
-      case ShardRole::kVocab:
-        break;
-    }
+    WSYNC_RETURN_IF_ERROR(CheckTpSplit(t, c.tp, c.ep, "megatron"));
   }
   return absl::OkStatus();
 }
@@ -352,35 +390,14 @@ Layout BuildMegatron(const ModelSpec& model, const MegatronConfig& c,
     buffers.Begin(p);
     for (int32_t i : stage_tensors[stage]) {
       const TensorSpec& t = model.tensors[i];
-      Box box;
-      int64_t reserved = -1;  // Elements the piece occupies; its volume unless padded.
-      switch (t.role) {
-        case ShardRole::kReplicated:
-          box = WholeBox(t.shape);
-          break;
-        case ShardRole::kColumn:
-          box = SplitBox(t.shape, 0, c.tp, tp_rank);
-          break;
-        case ShardRole::kRow:
-          box = SplitBox(t.shape, 1, c.tp, tp_rank);
-          break;
-        case ShardRole::kVocab: {
-          const VocabShard shard =
-              ShardVocab(t.shape[0], kMegatronVocabPadding * c.tp, c.tp, tp_rank);
-          box = VocabBox(t, shard);
-          reserved = shard.reserved_rows * t.shape[1];
-          break;
-        }
-        case ShardRole::kExpertColumn:
-          box =
-              c.ep > 1 ? SplitBox(t.shape, 0, c.ep, ep_rank) : SplitBox(t.shape, 1, c.tp, tp_rank);
-          break;
-        case ShardRole::kExpertRow:
-          box =
-              c.ep > 1 ? SplitBox(t.shape, 0, c.ep, ep_rank) : SplitBox(t.shape, 2, c.tp, tp_rank);
-          break;
+      if (t.role == ShardRole::kVocab) {
+        const VocabShard shard =
+            ShardVocab(t.shape[0], kMegatronVocabPadding * c.tp, c.tp, tp_rank);
+        buffers.Place(i, t.dtype, VocabBox(t, shard), shard.reserved_rows * t.shape[1]);
+        continue;
       }
-      buffers.Place(i, t.dtype, box, reserved < 0 ? Volume(box) : reserved);
+      const Box box = ShardBox(t, c.tp, tp_rank, c.ep, ep_rank);
+      buffers.Place(i, t.dtype, box, Volume(box));
     }
   }
   buffers.Finish();
@@ -397,20 +414,13 @@ struct VllmConfig {
 };
 
 absl::Status CheckVllm(const ModelSpec& model, const VllmConfig& c) {
-  constexpr absl::string_view kName = "vllm";
   if (c.ep != 1 && c.ep != c.tp) {
     return absl::InvalidArgumentError(
         absl::StrCat("vllm: ep=", c.ep, " must be 1 or equal to tp=", c.tp));
   }
-  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, kName));
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "vllm"));
   for (const TensorSpec& t : model.tensors) {
-    const bool kv_part = t.fuse == FuseKind::kQkv && t.fuse_index > 0;
-    if (t.fuse == FuseKind::kQkv && (t.heads <= 0 || t.shape[0] % t.heads != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("vllm: ", t.name, " is a qkv part whose ",
-                                                     t.heads, " heads do not divide its ",
-                                                     t.shape[0], " rows"));
-    }
-    if (kv_part) {
+    if (t.fuse == FuseKind::kQkv && t.fuse_index > 0) {
       // GQA: kv heads are split when there are at least tp of them, else each is replicated over
       // tp / kv_heads ranks.
       if (t.heads >= c.tp ? t.heads % c.tp != 0 : c.tp % t.heads != 0) {
@@ -424,31 +434,12 @@ absl::Status CheckVllm(const ModelSpec& model, const VllmConfig& c) {
       return absl::InvalidArgumentError(
           absl::StrCat("vllm: tp=", c.tp, " exceeds the ", t.heads, " heads of ", t.name));
     }
-    switch (t.role) {
-      case ShardRole::kColumn:
-        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 0, c.tp, "tp", kName));
-        break;
-      case ShardRole::kRow:
-        WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
-        break;
-      case ShardRole::kVocab: {
-        const int64_t padded = RoundUp(t.shape[0], kVllmVocabPadding);
-        if (padded % c.tp != 0) {
-          return absl::InvalidArgumentError(absl::StrCat("vllm: tp=", c.tp,
-                                                         " does not divide the padded vocabulary (",
-                                                         padded, " rows) of ", t.name));
-        }
-        break;
-      }
-      case ShardRole::kExpertColumn:
-        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 1, c.tp, "tp", kName));
-        break;
-      case ShardRole::kExpertRow:
-        if (c.ep == 1) WSYNC_RETURN_IF_ERROR(CheckDivides(t, 2, c.tp, "tp", kName));
-        break;
-      case ShardRole::kReplicated:
-        break;
+    if (t.role == ShardRole::kVocab && RoundUp(t.shape[0], kVllmVocabPadding) % c.tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vllm: tp=", c.tp, " does not divide the padded vocabulary (",
+                       RoundUp(t.shape[0], kVllmVocabPadding), " rows) of ", t.name));
     }
+    WSYNC_RETURN_IF_ERROR(CheckTpSplit(t, c.tp, c.ep, "vllm"));
   }
   return absl::OkStatus();
 }
@@ -480,30 +471,18 @@ std::vector<Module> VllmModules(const ModelSpec& model) {
   return modules;
 }
 
-// The box of `t` that TP rank `tp_rank` holds, except for the vocabulary.
+// The box of non-vocabulary tensor `t` that TP rank `tp_rank` holds; with ep == tp, the TP rank
+// is also the EP rank. A kv head is replicated over tp / kv_heads ranks when kv_heads < tp.
 Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t tp_rank) {
-  switch (t.role) {
-    case ShardRole::kColumn:
-      if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
-        const int64_t head = int64_t{tp_rank} * t.heads / c.tp;
-        const int64_t head_dim = t.shape[0] / t.heads;
-        Box box = WholeBox(t.shape);
-        box.origin[0] = head * head_dim;
-        box.extent[0] = head_dim;
-        return box;
-      }
-      return SplitBox(t.shape, 0, c.tp, tp_rank);
-    case ShardRole::kRow:
-      return SplitBox(t.shape, 1, c.tp, tp_rank);
-    case ShardRole::kExpertColumn:
-      return c.ep > 1 ? SplitBox(t.shape, 0, c.tp, tp_rank) : SplitBox(t.shape, 1, c.tp, tp_rank);
-    case ShardRole::kExpertRow:
-      return c.ep > 1 ? SplitBox(t.shape, 0, c.tp, tp_rank) : SplitBox(t.shape, 2, c.tp, tp_rank);
-    case ShardRole::kReplicated:
-    case ShardRole::kVocab:
-      break;
+  if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
+    const int64_t head = int64_t{tp_rank} * t.heads / c.tp;
+    const int64_t head_dim = t.shape[0] / t.heads;
+    Box box = WholeBox(t.shape);
+    box.origin[0] = head * head_dim;
+    box.extent[0] = head_dim;
+    return box;
   }
-  return WholeBox(t.shape);
+  return ShardBox(t, c.tp, tp_rank, c.ep, tp_rank);
 }
 
 Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutOptions& options) {
@@ -573,6 +552,7 @@ absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_vie
         absl::StrCat("procs_per_node must be positive, got ", options.procs_per_node));
   }
   WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckModel(model));
   auto get = [&](absl::string_view key, int64_t fallback) {
     return static_cast<int32_t>(parsed.Get(key).value_or(fallback));
   };

@@ -4,24 +4,30 @@
 // Named layouts of a ModelSpec per side:
 //   megatron(tp=1, pp=1, ep=1, dp=ep)  trainer; tp*pp*dp processes, rank = (pp_rank * dp + dp_rank)
 //                                      * tp + tp_rank; one contiguous parameter buffer per process
-//                                      (like Megatron DDP's param buffer), separate q/k/v and
-//                                      gate/up; layers split evenly over stages (embedding on the
-//                                      first, final norm and head on the last, tied embeddings on
-//                                      both); experts split over ep = dp_rank % ep ranks.
+//                                      and dtype (like Megatron DDP's param buffer), separate q/k/v
+//                                      and gate/up; layers split evenly over stages (embedding on
+//                                      the first, final norm and head on the last, tied embeddings
+//                                      on both); vocabulary padded to a multiple of 128 * tp;
+//                                      experts split over ep = dp_rank % ep ranks (whole on each TP
+//                                      rank), or TP-split when ep is 1.
 //   fsdp(n)                            trainer; n processes, each parameter flattened, padded to a
 //                                      multiple of n and cut into n contiguous ranges; one flat
-//                                      buffer per process.
-//   vllm(tp=1, ep=1, dp=1)             rollout; tp*dp processes, one buffer per module tensor, fused
-//                                      qkv_proj / gate_up_proj / w13 / fused_qkv_a_proj; ep is 1 or
-//                                      tp.
-// Keys may be omitted; spaces are ignored. Processes are placed `procs_per_node` to a node with
-// node ids "<prefix><node>".
+//                                      buffer per process and dtype.
+//   vllm(tp=1, ep=1, dp=1)             rollout; tp*dp processes, one buffer per module tensor,
+//   fused
+//                                      qkv_proj / gate_up_proj / w13 / fused_qkv_a_proj; kv heads
+//                                      replicated when fewer than tp; vocabulary padded to a
+//                                      multiple of 64; ep is 1 or tp.
+// Keys may be omitted (megatron's dp defaults to ep, every other key to 1); "fsdp(4)" is
+// "fsdp(n=4)"; spaces are ignored. Padded vocabulary rows belong to no parameter but occupy
+// buffer space. Processes are placed `procs_per_node` to a node with node ids "<prefix><node>".
+// Refusals are InvalidArgument: a malformed spec, an unknown kind or key, a non-positive size, or
+// sizes the model's shapes do not divide.
 
 #include <string>
-#include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "planner/layout.h"
 #include "planner/models.h"
 

@@ -226,10 +226,12 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
   }
 
   if (options.coalesce) Coalesce(plan.segments);
+  // A total order, so that a one-process plan lists its segments as the full plan does.
   std::sort(plan.segments.begin(), plan.segments.end(), [](const Segment& a, const Segment& b) {
-    return std::tie(a.from.process, a.to.process, a.param, a.box.origin, a.from.buffer,
-                    a.from.offset) < std::tie(b.from.process, b.to.process, b.param, b.box.origin,
-                                              b.from.buffer, b.from.offset);
+    return std::tie(a.from.process, a.to.process, a.param, a.box.origin, a.box.extent,
+                    a.from.buffer, a.from.offset, a.to.buffer, a.to.offset) <
+           std::tie(b.from.process, b.to.process, b.param, b.box.origin, b.box.extent,
+                    b.from.buffer, b.from.offset, b.to.buffer, b.to.offset);
   });
 
   absl::Status exact = ProveExact(job, plan.segments, options.process);

@@ -86,7 +86,9 @@ struct PlanOptions {
 };
 
 struct Plan {
-  std::vector<Segment> segments;  // Canonical order: by (from.process, to.process, param, box).
+  // Canonical total order: by (from.process, to.process, param, box origin, box extent,
+  // from.buffer, from.offset, to.buffer, to.offset).
+  std::vector<Segment> segments;
   std::vector<ReplicaRequest> requests;
   std::vector<ReplicaAnswer> answers;
   std::string policy;

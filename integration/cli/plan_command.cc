@@ -1,4 +1,3 @@
-#include "absl/strings/string_view.h"
 #include "integration/cli/plan_command.h"
 
 #include <sys/resource.h>
@@ -26,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/hash.h"
 #include "common/status.h"
 #include "planner/geometry.h"
@@ -237,7 +237,7 @@ int64_t CountNodes(const Layout& layout) {
 
 void PrintLayout(std::FILE* out, absl::string_view label, absl::string_view spec,
                  const Layout& layout) {
-  absl::FPrintF(out, "%-12s %s: %s, %d processes on %d nodes, %d buffers, %d pieces, %s held\n",
+  absl::FPrintF(out, "%-16s %s: %s, %d processes on %d nodes, %d buffers, %d pieces, %s held\n",
                 label, spec, RoleName(layout.role), layout.processes.size(), CountNodes(layout),
                 layout.buffers.size(), layout.pieces.size(), HumanBytes(layout.PieceBytes()));
 }
@@ -246,21 +246,24 @@ void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run
                   const Traffic& traffic) {
   const Job& job = *run.job;
   const ModelSpec& model = run.model;
-  absl::FPrintF(out, "%-12s %s: %d parameters, %d elements, %s (%d B)\n", "model", model.name,
+  absl::FPrintF(out, "%-16s %s: %d parameters, %d elements, %s (%d B)\n", "model", model.name,
                 model.tensors.size(), model.TotalElements(), HumanBytes(model.TotalBytes()),
                 model.TotalBytes());
   PrintLayout(out, "from", request.from, job.source());
   PrintLayout(out, "to", request.to, job.target());
-  absl::FPrintF(out, "%-12s %d: trainer p0..p%d, rollout p%d..p%d\n", "processes",
+  absl::FPrintF(out, "%-16s %d: trainer p0..p%d, rollout p%d..p%d\n", "processes",
                 job.num_processes(), job.TargetId(0) - 1, job.TargetId(0), job.num_processes() - 1);
-  absl::FPrintF(out, "%-12s %s\n", "policy", run.plan.policy);
-  absl::FPrintF(out, "%-12s %s\n", "planned for",
+  absl::FPrintF(out, "%-16s %s\n", "policy", run.plan.policy);
+  absl::FPrintF(out, "%-16s %s\n", "planned for",
                 request.process.has_value() ? ProcessName(job, *request.process)
                                             : std::string("all processes"));
-  absl::FPrintF(out, "%-12s %s\n", "digest", DigestHex(run.plan.digest));
-  absl::FPrintF(out, "%-12s %d moving %s (%d B)\n", "segments", run.plan.segments.size(),
+  absl::FPrintF(out, "%-16s %s (layouts, policy and its answers; equal for any --process)\n",
+                "digest", DigestHex(run.plan.digest));
+  absl::FPrintF(out, "%-16s %s (the segments of this plan)\n", "segments digest",
+                DigestHex(run.plan.segments_digest));
+  absl::FPrintF(out, "%-16s %d moving %s (%d B)\n", "segments", run.plan.segments.size(),
                 HumanBytes(traffic.all.bytes), traffic.all.bytes);
-  absl::FPrintF(out, "%-12s %d replica requests\n", "requests", run.plan.requests.size());
+  absl::FPrintF(out, "%-16s %d replica requests\n", "requests", run.plan.requests.size());
 }
 
 void PrintSegments(std::FILE* out, const Job& job, const Plan& plan, int64_t count) {

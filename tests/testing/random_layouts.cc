@@ -142,6 +142,7 @@ class SideGenerator {
   void EmitFused(const Family& family);
   void EmitFlat(std::vector<int32_t> params);
   Layout ReplicateGroup(Layout group, int32_t replicas);
+  void AddSameProcessCopy(Layout& layout);
 
   const Model& model_;
   const int32_t num_nodes_;
@@ -380,6 +381,21 @@ void SideGenerator::EmitFlat(std::vector<int32_t> params) {
   }
 }
 
+// Another copy of a random piece's box, packed in a new buffer of the same process (a process
+// holding one region twice, e.g. a tied weight).
+void SideGenerator::AddSameProcessCopy(Layout& layout) {
+  const Piece original = layout.pieces[UniformInt(rng_, 0, layout.pieces.size() - 1)];
+  uint64_t id = 0;
+  for (const BufferInfo& buffer : layout.buffers) {
+    if (buffer.process == original.process) id = std::max(id, buffer.id + 1);
+  }
+  const int64_t element_size = DTypeSize(layout.params[original.param].dtype);
+  layout.buffers.push_back(
+      BufferInfo{original.process, id, Volume(original.box) * element_size, MemoryKind::kHost});
+  layout.pieces.push_back(Piece{original.param, original.process, id, original.box, 0,
+                                RowMajorStrides(original.box.extent)});
+}
+
 // The group's processes, buffers and pieces repeated `replicas` times (DP): copy g holds ranks
 // g*n..g*n+n-1 with fresh random node ids.
 Layout SideGenerator::ReplicateGroup(Layout group, int32_t replicas) {
@@ -468,6 +484,9 @@ Layout SideGenerator::Generate() {
   for (BufferInfo& buffer : layout.buffers) {
     buffer.bytes =
         used_bytes_[{buffer.process, buffer.id}] + (Chance(rng_, 0.3) ? UniformInt(rng_, 1, 9) : 0);
+  }
+  if (!layout.pieces.empty() && Chance(rng_, options_.same_process_copy)) {
+    AddSameProcessCopy(layout);
   }
   layout = ReplicateGroup(std::move(layout), replicas);
   if (layout.role == Role::kRollout && layout.pieces.size() > 1 &&

@@ -32,6 +32,8 @@ struct RandomLayoutOptions {
   bool allow_flat = true;          // FSDP flat shards packing several parameters per buffer.
   bool allow_strided = true;       // Pieces with permuted axis order and padded rows.
   double drop_target_piece = 0.1;  // Chance that the target leaves one random piece out.
+  double same_process_copy = 0.1;  // Chance that a side holds one piece's box twice on one
+                                   // process (in a new buffer).
 };
 
 struct LayoutPair {
@@ -45,7 +47,8 @@ struct LayoutPair {
 // replicated on all or some processes; split along an axis (balanced or random cuts), possibly
 // with parts replicated; a 2-D grid split; an FSDP flat range (several parameters of one element
 // size packed into one flat shard per process); or a fused tensor (a group of 2-3 parameters with
-// equal extents except on the fused axis, split along any axis). Piece order is shuffled.
+// equal extents except on the fused axis, split along any axis). Occasionally the target leaves a
+// piece out, or a side holds one box twice on one process. Piece order is shuffled.
 LayoutPair RandomLayoutPair(std::mt19937_64& rng, const RandomLayoutOptions& options = {});
 
 // A copy of `layout` with the same meaning listed in a different order: pieces, buffers, processes

@@ -100,7 +100,10 @@ void CheckAgainstEnumeration(const Dims& shape, int64_t begin, int64_t end) {
   const std::vector<FlatBox> boxes = FlatRangeBoxes(shape, begin, end);
   EXPECT_LE(static_cast<int>(boxes.size()), std::max(2 * rank - 1, 1));
   std::vector<int> hits(end - begin, 0);
+  int64_t next = 0;  // Boxes come in flat order, each starting where the previous one ended.
   for (const FlatBox& flat : boxes) {
+    EXPECT_EQ(flat.flat_offset, next);
+    next += Volume(flat.box);
     ASSERT_EQ(flat.box.rank(), rank);
     ASSERT_GT(Volume(flat.box), 0);
     for (int a = 0; a < rank; ++a) {

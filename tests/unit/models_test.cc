@@ -49,8 +49,8 @@ TEST(ModelsTest, UnknownNameIsNotFound) {
   const absl::StatusOr<ModelSpec> model = GetModel("gpt-2");
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(model.status().message(), HasSubstr("gpt-2"));
-  EXPECT_THAT(model.status().message(), HasSubstr("kimi-k2"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("gpt-2"));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("kimi-k2"));
 }
 
 // Published totals (model cards); the counts leave out DeepSeek-V3's multi-token-prediction layer

@@ -481,7 +481,7 @@ void ExpectRefused(const ModelSpec& model, const std::string& spec, const std::s
   const absl::StatusOr<Layout> layout = BuildNamedLayout(model, spec, options);
   ASSERT_FALSE(layout.ok()) << spec;
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument) << spec;
-  EXPECT_THAT(layout.status().message(), HasSubstr(message)) << spec;
+  EXPECT_THAT(std::string(layout.status().message()), HasSubstr(message)) << spec;
 }
 
 TEST(NamedLayoutsTest, ParserRefusals) {
@@ -556,6 +556,18 @@ TEST(NamedLayoutsTest, UndividableConfigsAreRefused) {
   ExpectRefused(TinyVocabModel(100), "vllm(tp=3)",
                 "vllm: tp=3 does not divide the padded vocabulary (128 rows) of "
                 "model.embed_tokens.weight");
+  ModelSpec bad_layer = TinyVocabModel(128);
+  bad_layer.tensors[1].layer = 1;
+  ExpectRefused(bad_layer, "megatron",
+                "model tiny: tensor model.layers.0.input_layernorm.weight of layer 1 and shape "
+                "(8) (bf16) does not fit its role");
+  ModelSpec bad_rank = TinyVocabModel(128);
+  bad_rank.tensors[1].role = ShardRole::kRow;
+  ExpectRefused(bad_rank, "vllm", "does not fit its role");
+  ModelSpec headless = TinyAttentionModel(4, 2);
+  headless.tensors[1].heads = 3;
+  ExpectRefused(headless, "fsdp(2)", "model tiny-attention: qkv part k has 3 heads for 8 rows");
+
   ModelSpec column = TinyVocabModel(128);
   column.tensors[1].role = ShardRole::kColumn;
   ExpectRefused(column, "megatron(tp=16)",

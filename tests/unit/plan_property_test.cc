@@ -38,7 +38,7 @@ namespace {
 using test::LayoutPair;
 
 constexpr uint64_t kDefaultFirstSeed = 1000;
-constexpr int64_t kDefaultPairs = 500;
+constexpr int64_t kDefaultPairs = 1000;
 constexpr uint64_t kVersion = 7;
 constexpr int kMaxReportedFailures = 5;
 
@@ -393,9 +393,10 @@ absl::Status CheckDigestChanges(uint64_t seed) {
 
 TEST(PlanPropertyTest, DigestChangesWhenALayoutChanges) { ForEachSeed(100, CheckDigestChanges); }
 
-// Applies each corruption to a valid plan and expects both ProveExact and the reference to refuse
-// it. Shifts move a segment's box and both endpoint offsets by one step of an axis whose target
-// stride is non-zero, so it writes a different set of target elements.
+// Applies each corruption (drop, duplicate, shift, changed stride) to one segment of a valid plan
+// and expects ProveExact to refuse it, and the reference too where the set of target elements
+// written changes. Shifts move a segment's box and both endpoint offsets by one step of an axis
+// whose target stride is non-zero, so it writes a different set of target elements.
 absl::Status CheckCorruptionsAreCaught(uint64_t seed) {
   const LayoutPair pair = PairForSeed(seed);
   WSYNC_ASSIGN_OR_RETURN(const Job job, Job::Create(pair.source, pair.target));
@@ -435,6 +436,20 @@ absl::Status CheckCorruptionsAreCaught(uint64_t seed) {
     shifted[victim] = segment;
     shifted[victim].box.origin[a] += 1;
     corruptions.push_back({absl::StrCat("box alone shifted along axis ", a), shifted, false});
+    break;
+  }
+  for (int a = 0; a < segment.box.rank(); ++a) {
+    if (segment.box.extent[a] < 2) continue;
+    // A wrong stride on an axis of extent > 1 moves the segment's last element: the receiving
+    // side writes a different set of elements; the sending side reads other elements, which the
+    // value check catches only with high probability (1-byte values repeat), so only the proof
+    // must refuse it.
+    std::vector<Segment> wrong_to = plan.segments;
+    wrong_to[victim].to.strides[a] += 1;
+    corruptions.push_back({absl::StrCat("target stride changed on axis ", a), wrong_to, true});
+    std::vector<Segment> wrong_from = plan.segments;
+    wrong_from[victim].from.strides[a] += 1;
+    corruptions.push_back({absl::StrCat("source stride changed on axis ", a), wrong_from, false});
     break;
   }
   for (const Corruption& corruption : corruptions) {

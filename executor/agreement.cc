@@ -1,0 +1,53 @@
+#include "executor/agreement.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/hash.h"
+#include "common/status.h"
+#include "executor/agreement.pb.h"
+
+namespace wsync {
+
+absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan_digest,
+                          double budget_bytes, absl::Time deadline) {
+  proto::Agreement mine;
+  mine.set_ok(local.ok());
+  mine.set_error(std::string(local.message()));
+  mine.set_plan_digest(plan_digest);
+  mine.set_budget_bytes(budget_bytes);
+  WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
+                         group.AllGather(mine.SerializeAsString(), deadline));
+  std::vector<proto::Agreement> all(payloads.size());
+  for (size_t p = 0; p < payloads.size(); ++p) {
+    if (!all[p].ParseFromString(payloads[p])) {
+      return absl::DataLossError(absl::StrCat("process ", p, " sent an unreadable agreement"));
+    }
+  }
+  if (!local.ok()) return local;
+  std::vector<std::string> rejections;
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (!all[p].ok()) rejections.push_back(absl::StrCat("process ", p, ": ", all[p].error()));
+  }
+  if (!rejections.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the batch was rejected before any byte moved by ", absl::StrJoin(rejections, "; ")));
+  }
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (all[p].plan_digest() != plan_digest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "plan digests differ: process ", group.process(), " has ", DigestHex(plan_digest),
+          ", process ", p, " has ", DigestHex(all[p].plan_digest())));
+    }
+    if (all[p].budget_bytes() != budget_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("staging budgets differ: process ", group.process(), " has ", budget_bytes,
+                       " bytes, process ", p, " has ", all[p].budget_bytes(), " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync

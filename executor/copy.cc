@@ -1,0 +1,185 @@
+#include "executor/copy.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include "absl/container/inlined_vector.h"
+
+namespace wsync {
+namespace {
+
+// One axis of a normalised copy. Strides are in bytes, so the bytes of an element form an axis of
+// their own: {element_size, 1, 1}.
+struct Axis {
+  int64_t extent;
+  int64_t dst_stride;
+  int64_t src_stride;
+};
+
+// Outermost first, in the caller's axis order. Room for every axis a parameter may have plus the
+// element's byte axis; a larger rank still works, from the heap.
+using Axes = absl::InlinedVector<Axis, kMaxAxes + 1>;
+
+// Builds the normalised axes of a copy: axes of extent 1 dropped, the element's bytes appended as
+// the innermost axis, and each axis merged into the one inside it when it steps exactly over it on
+// both sides. The innermost axis is then always contiguous on both sides (byte stride 1). Returns
+// false when the region is empty (a zero extent, or element_size <= 0).
+bool Normalize(const Dims& dst_strides, const Dims& src_strides, const Dims& shape,
+               int64_t element_size, Axes* axes) {
+  if (element_size <= 0) return false;
+  for (int64_t extent : shape) {
+    if (extent <= 0) return false;
+  }
+  axes->clear();
+  for (size_t a = 0; a < shape.size(); ++a) {
+    if (shape[a] == 1) continue;
+    axes->push_back({shape[a], dst_strides[a] * element_size, src_strides[a] * element_size});
+  }
+  axes->push_back({element_size, 1, 1});
+  // Merge from the inside out: an axis folds into merged.back(), the axis just inside it, when its
+  // strides step exactly over all of that axis on both sides.
+  Axes merged;
+  for (int a = static_cast<int>(axes->size()) - 1; a >= 0; --a) {
+    const Axis& axis = (*axes)[a];
+    if (!merged.empty()) {
+      Axis& inner = merged.back();
+      if (axis.dst_stride == inner.extent * inner.dst_stride &&
+          axis.src_stride == inner.extent * inner.src_stride) {
+        inner.extent *= axis.extent;
+        continue;
+      }
+    }
+    merged.push_back(axis);
+  }
+  // `merged` is innermost first; restore outermost-first order.
+  axes->assign(merged.rbegin(), merged.rend());
+  return true;
+}
+
+// Calls row(dst + d, src + s) for every combination of indices of `outer[0, count)`, where d and s
+// are the byte offsets of that combination. The innermost of these axes is a plain loop; the rest
+// advance as an odometer (no recursion, no division).
+template <typename Row>
+void ForEachRow(const Axis* outer, int count, std::byte* dst, const std::byte* src, Row row) {
+  if (count == 0) {
+    row(dst, src);
+    return;
+  }
+  const Axis inner = outer[count - 1];
+  const int odometer_axes = count - 1;
+  absl::InlinedVector<int64_t, kMaxAxes> index(odometer_axes, 0);
+  int64_t dst_offset = 0;
+  int64_t src_offset = 0;
+  for (;;) {
+    int64_t d = dst_offset;
+    int64_t s = src_offset;
+    for (int64_t i = 0; i < inner.extent; ++i) {
+      row(dst + d, src + s);
+      d += inner.dst_stride;
+      s += inner.src_stride;
+    }
+    int a = odometer_axes - 1;
+    for (; a >= 0; --a) {
+      dst_offset += outer[a].dst_stride;
+      src_offset += outer[a].src_stride;
+      if (++index[a] < outer[a].extent) break;
+      index[a] = 0;
+      dst_offset -= outer[a].extent * outer[a].dst_stride;
+      src_offset -= outer[a].extent * outer[a].src_stride;
+    }
+    if (a < 0) return;
+  }
+}
+
+// Copies `count` elements of type T (a 1, 2, 4 or 8 byte unsigned integer standing for any element
+// of that size) with byte strides; loads and stores go through memcpy, so any alignment and any
+// element type is fine.
+template <typename T>
+void CopyElements(std::byte* dst, int64_t dst_stride, const std::byte* src, int64_t src_stride,
+                  int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    T value;
+    std::memcpy(&value, src, sizeof(T));
+    std::memcpy(dst, &value, sizeof(T));
+    dst += dst_stride;
+    src += src_stride;
+  }
+}
+
+// Copies the rows of `axes[0, count - 1)` where each row is the strided element axis
+// axes[count - 1], with elements of type T.
+template <typename T>
+void CopyElementRows(const Axes& axes, std::byte* dst, const std::byte* src) {
+  const int count = static_cast<int>(axes.size());
+  const Axis row_axis = axes[count - 1];
+  ForEachRow(axes.data(), count - 1, dst, src, [&](std::byte* d, const std::byte* s) {
+    CopyElements<T>(d, row_axis.dst_stride, s, row_axis.src_stride, row_axis.extent);
+  });
+}
+
+}  // namespace
+
+void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides,
+                 const Dims& shape, int64_t element_size) {
+  Axes axes;
+  if (!Normalize(dst_strides, src_strides, shape, element_size, &axes)) return;
+  auto* dst_bytes = static_cast<std::byte*>(dst);
+  const auto* src_bytes = static_cast<const std::byte*>(src);
+  const int count = static_cast<int>(axes.size());
+  const int64_t run = axes[count - 1].extent;  // Bytes contiguous on both sides.
+
+  if (count == 1) {
+    // Fully contiguous on both sides (including rank 0): one memcpy.
+    std::memcpy(dst_bytes, src_bytes, static_cast<size_t>(run));
+    return;
+  }
+  if (run > element_size) {
+    // The innermost axis of the region is contiguous on both sides: runs of whole rows.
+    ForEachRow(
+        axes.data(), count - 1, dst_bytes, src_bytes,
+        [run](std::byte* d, const std::byte* s) { std::memcpy(d, s, static_cast<size_t>(run)); });
+    return;
+  }
+  // The innermost axis is strided on at least one side: drop the element's byte axis and copy
+  // element by element along the (new) innermost axis.
+  axes.pop_back();
+  switch (element_size) {
+    case 1:
+      CopyElementRows<uint8_t>(axes, dst_bytes, src_bytes);
+      return;
+    case 2:
+      CopyElementRows<uint16_t>(axes, dst_bytes, src_bytes);
+      return;
+    case 4:
+      CopyElementRows<uint32_t>(axes, dst_bytes, src_bytes);
+      return;
+    case 8:
+      CopyElementRows<uint64_t>(axes, dst_bytes, src_bytes);
+      return;
+    default: {
+      const Axis row_axis = axes.back();
+      const size_t size = static_cast<size_t>(element_size);
+      ForEachRow(axes.data(), static_cast<int>(axes.size()) - 1, dst_bytes, src_bytes,
+                 [&](std::byte* d, const std::byte* s) {
+                   for (int64_t i = 0; i < row_axis.extent; ++i) {
+                     std::memcpy(d, s, size);
+                     d += row_axis.dst_stride;
+                     s += row_axis.src_stride;
+                   }
+                 });
+      return;
+    }
+  }
+}
+
+void PackRegion(void* packed, const void* src, const Dims& src_strides, const Dims& shape,
+                int64_t element_size) {
+  CopyStrided(packed, RowMajorStrides(shape), src, src_strides, shape, element_size);
+}
+
+void UnpackRegion(void* dst, const Dims& dst_strides, const void* packed, const Dims& shape,
+                  int64_t element_size) {
+  CopyStrided(dst, dst_strides, packed, RowMajorStrides(shape), shape, element_size);
+}
+
+}  // namespace wsync

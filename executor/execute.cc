@@ -1,0 +1,235 @@
+#include "executor/execute.h"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "executor/agreement.h"
+#include "executor/copy.h"
+#include "executor/work.h"
+
+namespace wsync {
+namespace {
+
+using executor_internal::Chunk;
+using executor_internal::Lane;
+using executor_internal::Message;
+using executor_internal::Work;
+
+// Checks that every buffer the work touches on this process was handed over, in host memory.
+absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Segment> segments,
+                          const LocalBuffers& buffers) {
+  auto check = [&](const Endpoint& end) -> absl::Status {
+    if (end.process != work.process) return absl::OkStatus();
+    if (!buffers.contains(end.buffer)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process ", work.process, " was given no address for its buffer ", end.buffer));
+    }
+    const JobProcess& owner = job.processes()[end.process];
+    const Layout& layout = job.IsSource(end.process) ? job.source() : job.target();
+    for (const BufferInfo& info : layout.buffers) {
+      if (info.process == owner.rank && info.id == end.buffer && info.kind != MemoryKind::kHost) {
+        return absl::UnimplementedError(absl::StrCat("buffer ", end.buffer, " of process ",
+                                                     work.process,
+                                                     " is CUDA memory; the host executor "
+                                                     "moves host memory only"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  for (const Segment& s : segments) {
+    if (s.from.process != work.process && s.to.process != work.process) continue;
+    WSYNC_RETURN_IF_ERROR(check(s.from));
+    WSYNC_RETURN_IF_ERROR(check(s.to));
+  }
+  return absl::OkStatus();
+}
+
+class Run {
+ public:
+  Run(const Job& job, absl::Span<const Segment> segments, Work& work, const LocalBuffers& buffers,
+      Transport& transport, const ExecuteOptions& options)
+      : job_(job),
+        segments_(segments),
+        work_(work),
+        buffers_(buffers),
+        transport_(transport),
+        options_(options) {}
+
+  absl::StatusOr<TransferStats> Go() {
+    const absl::Time start = absl::Now();
+    AllocateArenas();
+    for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
+
+    int32_t rounds = 0;
+    for (const Lane& lane : work_.lanes) {
+      rounds = std::max(rounds, static_cast<int32_t>(lane.messages.size()));
+    }
+    stats_.rounds = rounds;
+    pending_.assign(rounds, {});
+    slot_last_round_.assign(work_.lanes.size(), {-1, -1});
+    absl::Status status = RunRounds(rounds);
+    if (!status.ok()) {
+      // Cancel and release whatever is still posted; the deadline has effectively passed.
+      for (std::vector<RequestId>& requests : pending_) {
+        if (!requests.empty()) transport_.WaitAll(requests, absl::InfinitePast()).IgnoreError();
+      }
+      return status;
+    }
+    stats_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    return stats_;
+  }
+
+ private:
+  absl::Status RunRounds(int32_t rounds) {
+    for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
+      if (!work_.lanes[lane].messages.empty()) WSYNC_RETURN_IF_ERROR(Prepare(lane, 0));
+    }
+    for (int32_t r = 0; r < rounds; ++r) {
+      // Round r+1 goes out now wherever its memory is free, overlapping round r.
+      std::vector<int32_t> deferred;
+      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
+        const Lane& l = work_.lanes[lane];
+        if (r + 1 >= static_cast<int32_t>(l.messages.size())) continue;
+        const Message& next = l.messages[r + 1];
+        if (next.direct || slot_last_round_[lane][next.slot] < r) {
+          WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
+        } else {
+          deferred.push_back(lane);
+        }
+      }
+      WSYNC_RETURN_IF_ERROR(transport_.WaitAll(pending_[r], options_.deadline));
+      pending_[r].clear();
+      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
+        const Lane& l = work_.lanes[lane];
+        if (l.direction != Direction::kReceive || r >= static_cast<int32_t>(l.messages.size())) {
+          continue;
+        }
+        const Message& message = l.messages[r];
+        stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
+        if (!message.direct) Unpack(lane, message);
+      }
+      for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
+    }
+    return absl::OkStatus();
+  }
+
+  void AllocateArenas() {
+    arenas_.resize(work_.lanes.size());
+    for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
+      const int64_t bytes = work_.lanes[lane].slots * work_.lanes[lane].slot_bytes;
+      if (bytes == 0) continue;
+      arenas_[lane] = std::make_unique<char[]>(bytes);
+      arena_bytes_ += bytes;
+      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+    }
+  }
+
+  char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
+    return static_cast<char*>(buffers_.at(end.buffer)) + offset * element_size;
+  }
+
+  void CopyLocal(const Segment& s) {
+    const int64_t element_size = job_.ElementSize(s.param);
+    CopyStrided(BufferAddress(s.to, s.to.offset, element_size), s.to.strides,
+                BufferAddress(s.from, s.from.offset, element_size), s.from.strides, s.box.extent,
+                element_size);
+    stats_.local_copy_bytes += Volume(s.box) * element_size;
+    ++stats_.chunks;
+  }
+
+  char* SlotAddress(int32_t lane, const Message& message) const {
+    return arenas_[lane].get() + message.slot * work_.lanes[lane].slot_bytes;
+  }
+
+  // Packs (when staged) and posts message r of `lane`.
+  absl::Status Prepare(int32_t lane_index, int32_t r) {
+    const Lane& lane = work_.lanes[lane_index];
+    const Message& message = lane.messages[r];
+    const bool sending = lane.direction == Direction::kSend;
+    const MessageTag tag = MakeTag(options_.sync_id, r, sending ? work_.process : lane.peer);
+    void* data;
+    if (message.direct) {
+      const Chunk& chunk = work_.chunks[message.chunks[0]];
+      const Segment& s = segments_[chunk.segment];
+      data = sending ? BufferAddress(s.from, chunk.from_offset, chunk.element_size)
+                     : BufferAddress(s.to, chunk.to_offset, chunk.element_size);
+      stats_.direct_bytes += message.bytes;
+    } else {
+      data = SlotAddress(lane_index, message);
+      slot_last_round_[lane_index][message.slot] = r;
+      stats_.staged_bytes += message.bytes;
+      if (sending) {
+        const absl::Time pack_start = absl::Now();
+        char* cursor = static_cast<char*>(data);
+        for (int32_t index : message.chunks) {
+          const Chunk& chunk = work_.chunks[index];
+          const Segment& s = segments_[chunk.segment];
+          PackRegion(cursor, BufferAddress(s.from, chunk.from_offset, chunk.element_size),
+                     s.from.strides, chunk.shape, chunk.element_size);
+          cursor += chunk.bytes;
+        }
+        stats_.pack_seconds += absl::ToDoubleSeconds(absl::Now() - pack_start);
+      }
+    }
+    stats_.chunks += static_cast<int64_t>(message.chunks.size());
+    RequestId request;
+    if (sending) {
+      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, message.bytes));
+      stats_.sent_bytes += message.bytes;
+    } else {
+      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
+    }
+    pending_[r].push_back(request);
+    return absl::OkStatus();
+  }
+
+  void Unpack(int32_t lane_index, const Message& message) {
+    const absl::Time start = absl::Now();
+    const char* cursor = SlotAddress(lane_index, message);
+    for (int32_t index : message.chunks) {
+      const Chunk& chunk = work_.chunks[index];
+      const Segment& s = segments_[chunk.segment];
+      UnpackRegion(BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides, cursor,
+                   chunk.shape, chunk.element_size);
+      cursor += chunk.bytes;
+    }
+    stats_.unpack_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  }
+
+  const Job& job_;
+  absl::Span<const Segment> segments_;
+  Work& work_;
+  const LocalBuffers& buffers_;
+  Transport& transport_;
+  const ExecuteOptions& options_;
+  TransferStats stats_;
+  std::vector<std::unique_ptr<char[]>> arenas_;
+  int64_t arena_bytes_ = 0;
+  std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
+  std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
+};
+
+}  // namespace
+
+absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const Segment> segments,
+                                               const Endpoints& endpoints,
+                                               const StagingBudget& budget, int32_t process,
+                                               const LocalBuffers& buffers, Transport& transport,
+                                               Group& group, const ExecuteOptions& options) {
+  absl::StatusOr<Work> work =
+      executor_internal::BuildWork(job, segments, endpoints, budget, process);
+  absl::Status local = work.status();
+  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers);
+  WSYNC_RETURN_IF_ERROR(
+      AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
+  Run run(job, segments, *work, buffers, transport, options);
+  WSYNC_ASSIGN_OR_RETURN(TransferStats stats, run.Go());
+  stats.segments = work->segments;
+  return stats;
+}
+
+}  // namespace wsync

@@ -1,0 +1,108 @@
+#ifndef WSYNC_EXECUTOR_SCHEDULE_H_
+#define WSYNC_EXECUTOR_SCHEDULE_H_
+
+// What one process runs for a batch of segments: rounds per peer and direction, the staging arena
+// of each peer direction, and local copies. ScheduleTransfers reports it without buffers or
+// communication; ExecuteTransfers (execute.h) runs exactly this, built by the same private
+// computation (work.h), so a report cannot disagree with a run.
+//
+// Rules (decided from geometry alone, identically on both ends of every message):
+// - Chunking: a segment of more than budget/2 bytes is cut along its outermost axis of extent > 1
+//   into runs of whole rows of at most budget/2 bytes (one row per chunk when a row is larger).
+//   A row larger than the whole budget that is not contiguous on a side that must stage it is
+//   refused up front, with the sizes in the message.
+// - Direct or staged, per side: a message of one chunk whose (shape, strides) on that side is
+//   row-major packed (IsPacked: extent-1 axes ignored, zero extents packed) is sent from / received
+//   into the weight buffer in place; any other message is packed into / unpacked from the arena.
+// - Messages: per (sender, receiver) pair, chunks in canonical order; a chunk of more than 64 KiB
+//   that is direct on either side travels alone; smaller chunks are packed together up to
+//   budget/2 bytes. Message i of a pair is round i; round r of every pair is in flight at once.
+// - Arenas: a peer direction stages at most its largest staged message; it gets two slots (so the
+//   pack of round r+1 and the unpack of round r-1 overlap round r) when two fit in the budget,
+//   else one. Arena bytes never exceed the budget per peer direction.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "planner/plan.h"
+
+namespace wsync {
+
+inline constexpr int64_t kDefaultStagingBudgetBytes = int64_t{64} << 20;
+// Chunks at or below this size are packed together with their neighbours even when direct.
+inline constexpr int64_t kSmallChunkBytes = int64_t{64} << 10;
+
+// Bytes a process may stage per peer and direction at one time. Held as configured (a double, as
+// it may come from a config file or Python) and validated identically by ScheduleTransfers and
+// ExecuteTransfers: an integer, at least one element of the job's largest dtype, and enough for the
+// largest row that must be staged.
+struct StagingBudget {
+  double bytes = static_cast<double>(kDefaultStagingBudgetBytes);
+};
+
+// The processes taking part in a batch (global process ids). A process they do not name cannot be
+// scheduled.
+struct Endpoints {
+  std::vector<int32_t> processes;
+};
+
+enum class Direction : uint8_t { kSend, kReceive };
+
+struct ScheduledRound {
+  int32_t round = 0;
+  int64_t bytes = 0;
+  int64_t elements = 0;
+  int32_t chunks = 0;
+  bool direct = false;  // This side uses the weight buffer in place.
+};
+
+// One peer and direction: the rounds this process exchanges with `peer`, in order.
+struct PeerSchedule {
+  int32_t peer = 0;
+  Direction direction = Direction::kSend;
+  std::vector<ScheduledRound> rounds;
+  int32_t arena_slots = 0;
+  int64_t arena_slot_bytes = 0;
+  int64_t arena_bytes() const { return arena_slots * arena_slot_bytes; }
+};
+
+struct LocalCopy {
+  int32_t segment = 0;  // Index into the batch's segments.
+  int64_t bytes = 0;
+  int64_t elements = 0;
+};
+
+struct ProcessSchedule {
+  int32_t process = 0;
+  std::vector<PeerSchedule> peers;  // Sends by peer, then receives by peer.
+  std::vector<LocalCopy> local_copies;
+  int32_t rounds = 0;    // The most rounds of any peer direction.
+  int64_t segments = 0;  // Segments this process sends, receives or copies.
+  int64_t chunks = 0;    // Chunks over all peer directions, plus one per local copy.
+  int64_t sent_bytes = 0;
+  int64_t received_bytes = 0;
+  int64_t local_copy_bytes = 0;
+  int64_t direct_bytes = 0;  // Sent or received in place.
+  int64_t staged_bytes = 0;  // Sent or received through an arena.
+  int64_t arena_bytes = 0;   // All arenas of this process at once: its peak staging memory.
+};
+
+// The schedule of `process` for `segments` (a plan's segments, all of them or those touching the
+// process). Fails with InvalidArgument for a process the endpoints do not name, an invalid budget,
+// or a segment that cannot be staged.
+absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
+                                                  absl::Span<const Segment> segments,
+                                                  const Endpoints& endpoints,
+                                                  const StagingBudget& budget, int32_t process);
+
+// The schedule of every process the endpoints name, in endpoint order.
+absl::StatusOr<std::vector<ProcessSchedule>> ScheduleTransfers(const Job& job,
+                                                               absl::Span<const Segment> segments,
+                                                               const Endpoints& endpoints,
+                                                               const StagingBudget& budget);
+
+}  // namespace wsync
+
+#endif  // WSYNC_EXECUTOR_SCHEDULE_H_

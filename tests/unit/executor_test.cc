@@ -1,0 +1,376 @@
+// The executor: the schedule is what runs, runs are exact, both the direct and the staged path are
+// used, the budget is enforced, and processes agree before any byte moves.
+
+#include <map>
+#include <random>
+#include <thread>
+
+#include "executor/execute.h"
+#include "executor/schedule.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/builders.h"
+#include "planner/policy.h"
+#include "tests/testing/random_layouts.h"
+#include "tests/testing/reference.h"
+#include "transport/loopback/loopback.h"
+
+namespace wsync {
+namespace {
+
+using test::BufferKey;
+using test::HostBuffers;
+using ::testing::HasSubstr;
+
+Endpoints AllProcesses(const Job& job) {
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  return endpoints;
+}
+
+struct BatchRun {
+  std::vector<absl::StatusOr<TransferStats>> results;
+  LoopbackCounters counters;
+};
+
+// Runs every process of the job as a thread over one loopback fabric. `digest_of(p)` is the plan
+// digest process p claims; `drop_buffer_of` makes that process lose one buffer address.
+BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingBudget budget,
+                  HostBuffers& source, HostBuffers& target,
+                  const std::function<uint64_t(int32_t)>& digest_of = {},
+                  int32_t drop_buffer_of = -1) {
+  LoopbackFabric fabric(job.num_processes());
+  BatchRun run;
+  run.results.resize(job.num_processes(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  const Endpoints endpoints = AllProcesses(job);
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    threads.emplace_back([&, p] {
+      auto transport = fabric.Connect(p);
+      auto group = fabric.MakeGroup(p);
+      if (!transport.ok() || !group.ok()) {
+        run.results[p] = transport.ok() ? group.status() : transport.status();
+        return;
+      }
+      const bool is_source = job.IsSource(p);
+      const Layout& layout = is_source ? job.source() : job.target();
+      HostBuffers& memory = is_source ? source : target;
+      const int32_t rank = job.processes()[p].rank;
+      LocalBuffers buffers;
+      for (const BufferInfo& info : layout.buffers) {
+        if (info.process == rank) buffers[info.id] = memory.data(BufferKey{rank, info.id});
+      }
+      if (p == drop_buffer_of && !buffers.empty()) buffers.erase(buffers.begin());
+      ExecuteOptions options;
+      options.sync_id = 7;
+      options.plan_digest = digest_of ? digest_of(p) : 42;
+      options.deadline = absl::Now() + absl::Seconds(60);
+      run.results[p] = ExecuteTransfers(job, segments, endpoints, budget, p, buffers, **transport,
+                                        **group, options);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  run.counters = fabric.counters();
+  return run;
+}
+
+void ExpectStatsMatchSchedule(const ProcessSchedule& schedule, const TransferStats& stats) {
+  EXPECT_EQ(stats.segments, schedule.segments);
+  EXPECT_EQ(stats.chunks, schedule.chunks);
+  EXPECT_EQ(stats.rounds, schedule.rounds);
+  EXPECT_EQ(stats.sent_bytes, schedule.sent_bytes);
+  EXPECT_EQ(stats.received_bytes, schedule.received_bytes);
+  EXPECT_EQ(stats.local_copy_bytes, schedule.local_copy_bytes);
+  EXPECT_EQ(stats.direct_bytes, schedule.direct_bytes);
+  EXPECT_EQ(stats.staged_bytes, schedule.staged_bytes);
+  EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
+}
+
+// The lane of `schedule` with `peer` in `direction`, or nullptr.
+const PeerSchedule* FindLane(const ProcessSchedule& schedule, int32_t peer, Direction direction) {
+  for (const PeerSchedule& lane : schedule.peers) {
+    if (lane.peer == peer && lane.direction == direction) return &lane;
+  }
+  return nullptr;
+}
+
+TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
+  const int64_t kBudgets[] = {64, 256, 1024, 4096, int64_t{1} << 20};
+  int64_t direct = 0, staged = 0, refused = 0, runs = 0;
+  for (uint64_t seed = 0; seed < 160; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    test::LayoutPair pair = test::RandomLayoutPair(rng);
+    absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
+    ASSERT_TRUE(job.ok()) << job.status();
+    test::RandomAnswersPolicy policy(seed);
+    absl::StatusOr<Plan> plan = MakePlan(*job, policy);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const StagingBudget budget{static_cast<double>(kBudgets[seed % 5])};
+
+    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+        ScheduleTransfers(*job, plan->segments, AllProcesses(*job), budget);
+    HostBuffers source(job->source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
+    HostBuffers target(job->target(), test::kPoison);
+    BatchRun run = RunBatch(*job, plan->segments, budget, source, target);
+    if (!schedules.ok()) {
+      // A budget too small for some staged row: execution refuses it the same way, everywhere.
+      ++refused;
+      EXPECT_THAT(std::string(schedules.status().message()), HasSubstr("cannot be staged"));
+      for (const auto& result : run.results) EXPECT_FALSE(result.ok());
+      EXPECT_EQ(run.counters.TotalBytes(), 0);
+      continue;
+    }
+    ++runs;
+    for (int32_t p = 0; p < job->num_processes(); ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+      const ProcessSchedule& schedule = (*schedules)[p];
+      ExpectStatsMatchSchedule(schedule, *run.results[p]);
+      direct += schedule.direct_bytes;
+      staged += schedule.staged_bytes;
+      for (const PeerSchedule& lane : schedule.peers) {
+        EXPECT_LE(lane.arena_bytes(), kBudgets[seed % 5]);
+        if (lane.direction != Direction::kSend) continue;
+        // Both sides of every message agree on its size, and the fabric delivered exactly that.
+        const PeerSchedule* other = FindLane((*schedules)[lane.peer], p, Direction::kReceive);
+        ASSERT_NE(other, nullptr);
+        ASSERT_EQ(other->rounds.size(), lane.rounds.size());
+        int64_t bytes = 0;
+        for (size_t r = 0; r < lane.rounds.size(); ++r) {
+          EXPECT_EQ(other->rounds[r].bytes, lane.rounds[r].bytes);
+          EXPECT_EQ(other->rounds[r].chunks, lane.rounds[r].chunks);
+          bytes += lane.rounds[r].bytes;
+        }
+        EXPECT_EQ(run.counters.BytesDelivered(p, lane.peer), bytes);
+      }
+    }
+    // The run wrote exactly what the reference copier writes for the same plan.
+    HostBuffers expected(job->target(), test::kPoison);
+    test::WriteCounts counts(job->target());
+    ASSERT_TRUE(test::ExecutePlanReference(*job, plan->segments, source, &expected, &counts).ok());
+    ASSERT_TRUE(test::CheckTargets(job->target(), expected, counts, 3).ok());
+    ASSERT_TRUE(target.CheckGuards().ok());
+    for (const BufferKey& key : expected.keys()) {
+      ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
+          << "rollout process " << key.process << " buffer " << key.buffer;
+    }
+  }
+  EXPECT_GT(runs, 100);
+  EXPECT_GT(direct, 0);  // Both paths were exercised.
+  EXPECT_GT(staged, 0);
+  RecordProperty("refused", static_cast<int>(refused));
+}
+
+// "w" [8, 8] fp32 split by rows over 2 trainer processes, by columns over 4 rollout processes.
+Job RowsToColumns() {
+  LayoutBuilder source(Role::kTrainer);
+  LayoutBuilder target(Role::kRollout);
+  for (LayoutBuilder* b : {&source, &target}) {
+    const int32_t w = b->AddParam("w", DType::kFloat32, {8, 8});
+    const bool rows = b == &source;
+    for (int p = 0; p < (rows ? 2 : 4); ++p) {
+      b->AddProcess("n");
+      const Box box = SplitBox({8, 8}, rows ? 0 : 1, rows ? 2 : 4, p);
+      b->AddPackedPiece(w, p, b->AddBuffer(p, Volume(box) * 4), box, 0);
+    }
+  }
+  return *Job::Create(std::move(source).Build(), std::move(target).Build());
+}
+
+TEST(ExecutorTest, SendersStageColumnBlocksAndReceiversLandInPlace) {
+  // A column block of a row shard is strided: the sender packs it. The receiver's block of rows is
+  // contiguous in its column shard: it lands in place. Forcing every chunk to staged makes the
+  // receiver's direct_bytes 0 and its arena non-zero, failing this test.
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const StagingBudget budget{1 << 20};
+  const ProcessSchedule sender =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), budget, 0);
+  EXPECT_EQ(sender.peers.size(), 4u);
+  EXPECT_EQ(sender.sent_bytes, 128);
+  EXPECT_EQ(sender.staged_bytes, 128);
+  EXPECT_EQ(sender.direct_bytes, 0);
+  EXPECT_EQ(sender.arena_bytes, 4 * 32);  // One 32-byte slot per peer.
+  EXPECT_EQ(sender.rounds, 1);
+  const ProcessSchedule receiver =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), budget, 2);
+  EXPECT_EQ(receiver.received_bytes, 64);
+  EXPECT_EQ(receiver.direct_bytes, 64);
+  EXPECT_EQ(receiver.staged_bytes, 0);
+  EXPECT_EQ(receiver.arena_bytes, 0);
+  for (const PeerSchedule& lane : receiver.peers) {
+    ASSERT_EQ(lane.rounds.size(), 1u);
+    EXPECT_TRUE(lane.rounds[0].direct);
+  }
+}
+
+TEST(ExecutorTest, ExtentOneAxesDoNotMakeARowStrided) {
+  // The trainer keeps "w" [8, 8] in a buffer with padded rows (row stride 16). Each rollout rank
+  // takes one row: a [1, 8] chunk with strides (16, 1), contiguous because its extent-1 axis does
+  // not count. Dropping the extent-1 rule makes these chunks staged and fails this test.
+  LayoutBuilder source(Role::kTrainer);
+  const int32_t w = source.AddParam("w", DType::kFloat32, {8, 8});
+  source.AddProcess("n");
+  source.AddPiece(w, 0, source.AddBuffer(0, 8 * 16 * 4), WholeBox({8, 8}), 0, {16, 1});
+  LayoutBuilder target(Role::kRollout);
+  target.AddParam("w", DType::kFloat32, {8, 8});
+  for (int p = 0; p < 8; ++p) {
+    target.AddProcess("n");
+    target.AddPackedPiece(0, p, target.AddBuffer(p, 32), SplitBox({8, 8}, 0, 8, p), 0);
+  }
+  const Job job = *Job::Create(std::move(source).Build(), std::move(target).Build());
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const ProcessSchedule sender =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20}, 0);
+  EXPECT_EQ(sender.sent_bytes, 256);
+  EXPECT_EQ(sender.direct_bytes, 256);
+  EXPECT_EQ(sender.staged_bytes, 0);
+  EXPECT_EQ(sender.arena_bytes, 0);
+}
+
+TEST(ExecutorTest, LargeSegmentsAreChunkedAndSmallOnesPackedTogether) {
+  // 2 rollout ranks take column halves of a [64, 64] fp32 row shard: 64 rows of 128 bytes each.
+  // A 1 KiB budget cuts each 8 KiB segment into 16 chunks of 4 rows (512 bytes = budget / 2),
+  // staged by the sender and direct at the receiver.
+  LayoutBuilder source(Role::kTrainer);
+  const int32_t w = source.AddParam("w", DType::kFloat32, {64, 64});
+  source.AddProcess("n");
+  source.AddPackedPiece(w, 0, source.AddBuffer(0, 64 * 64 * 4), WholeBox({64, 64}), 0);
+  LayoutBuilder target(Role::kRollout);
+  target.AddParam("w", DType::kFloat32, {64, 64});
+  for (int p = 0; p < 2; ++p) {
+    target.AddProcess("n");
+    target.AddPackedPiece(0, p, target.AddBuffer(p, 64 * 32 * 4), SplitBox({64, 64}, 1, 2, p), 0);
+  }
+  const Job job = *Job::Create(std::move(source).Build(), std::move(target).Build());
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const ProcessSchedule sender =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1024}, 0);
+  EXPECT_EQ(sender.chunks, 2 * 16);
+  EXPECT_EQ(sender.rounds, 16);
+  EXPECT_EQ(sender.staged_bytes, 2 * 64 * 32 * 4);
+  for (const PeerSchedule& lane : sender.peers) {
+    EXPECT_EQ(lane.arena_slots, 2);  // Two 512-byte slots fit the 1 KiB budget.
+    EXPECT_EQ(lane.arena_slot_bytes, 512);
+  }
+  const ProcessSchedule receiver =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1024}, 1);
+  EXPECT_EQ(receiver.direct_bytes, 64 * 32 * 4);
+  EXPECT_EQ(receiver.rounds, 16);
+
+  // Many small parameters between the same pair travel in few messages.
+  LayoutBuilder small_source(Role::kTrainer);
+  LayoutBuilder small_target(Role::kRollout);
+  small_source.AddProcess("n");
+  small_target.AddProcess("n");
+  const uint64_t from = small_source.AddBuffer(0, 1000 * 16 * 2);
+  const uint64_t to = small_target.AddBuffer(0, 1000 * 16 * 2);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string name = "norm" + std::to_string(i);
+    small_source.AddPackedPiece(small_source.AddParam(name, DType::kBFloat16, {16}), 0, from,
+                                WholeBox({16}), 16 * i);
+    small_target.AddPackedPiece(small_target.AddParam(name, DType::kBFloat16, {16}), 0, to,
+                                WholeBox({16}), 16 * ((i * 7) % 1000));
+  }
+  const Job many = *Job::Create(std::move(small_source).Build(), std::move(small_target).Build());
+  const Plan many_plan = *MakePlan(many, *MakeFirstHolderPolicy(), PlanOptions{{}, false});
+  const ProcessSchedule packed =
+      *ScheduleTransfers(many, many_plan.segments, AllProcesses(many), StagingBudget{4096}, 0);
+  EXPECT_EQ(packed.chunks, 1000);
+  EXPECT_EQ(packed.rounds, 16);  // 32 KB in 2 KB messages.
+}
+
+TEST(ExecutorTest, BudgetIsValidatedTheSameWayBySchedulingAndExecution) {
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const std::vector<Segment> none;
+  for (double bytes : {0.0, -1.0, 8.5, 3.0, std::nan("")}) {
+    SCOPED_TRACE(bytes);
+    for (const std::vector<Segment>* segments : {&plan.segments, &none}) {
+      absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+          ScheduleTransfers(job, *segments, AllProcesses(job), StagingBudget{bytes});
+      EXPECT_EQ(schedules.status().code(), absl::StatusCode::kInvalidArgument);
+      HostBuffers source(job.source(), 0), target(job.target(), 0);
+      BatchRun run = RunBatch(job, *segments, StagingBudget{bytes}, source, target);
+      for (const auto& result : run.results) {
+        ASSERT_FALSE(result.ok());
+        EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_EQ(result.status().message(), schedules.status().message());
+      }
+    }
+  }
+  EXPECT_TRUE(
+      ScheduleTransfers(job, none, AllProcesses(job), StagingBudget{4}).ok());  // One element.
+}
+
+TEST(ExecutorTest, RefusesARowTooLargeToStageUpFront) {
+  // The rollout keeps "w" [8, 8] fp32 column-major: one row of the segment is 32 bytes with
+  // stride 8, so it must be staged; a 16-byte budget can never hold it.
+  LayoutBuilder source(Role::kTrainer);
+  const int32_t w = source.AddParam("w", DType::kFloat32, {8, 8});
+  source.AddProcess("n");
+  source.AddPackedPiece(w, 0, source.AddBuffer(0, 256), WholeBox({8, 8}), 0);
+  LayoutBuilder target(Role::kRollout);
+  target.AddParam("w", DType::kFloat32, {8, 8});
+  target.AddProcess("n");
+  target.AddPiece(0, 0, target.AddBuffer(0, 256), WholeBox({8, 8}), 0, {1, 8});
+  const Job job = *Job::Create(std::move(source).Build(), std::move(target).Build());
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  absl::StatusOr<ProcessSchedule> schedule =
+      ScheduleTransfers(job, plan.segments, AllProcesses(job), StagingBudget{16}, 1);
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_THAT(std::string(schedule.status().message()),
+              HasSubstr("one row along axis 0 is 32 bytes, more than the staging budget of 16 "
+                        "bytes, and it is not contiguous on the receiving side"));
+  EXPECT_TRUE(ScheduleTransfers(job, plan.segments, AllProcesses(job), StagingBudget{32}, 1).ok());
+}
+
+TEST(ExecutorTest, RefusesAProcessTheEndpointsDoNotName) {
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  Endpoints some{{0, 1, 2}};
+  EXPECT_THAT(
+      std::string(
+          ScheduleTransfers(job, plan.segments, some, StagingBudget{}, 5).status().message()),
+      HasSubstr("process 5 is not one of the batch's endpoints"));
+  EXPECT_THAT(
+      std::string(
+          ScheduleTransfers(job, plan.segments, some, StagingBudget{}, 0).status().message()),
+      HasSubstr("names process 3, which is not one of the endpoints"));
+}
+
+TEST(ExecutorTest, DigestDisagreementFailsEveryProcessBeforeAnyByteMoves) {
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  HostBuffers source(job.source(), 1), target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, StagingBudget{}, source, target,
+                          [](int32_t p) -> uint64_t { return p == 3 ? 0xbad : 0x600d; });
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    ASSERT_FALSE(run.results[p].ok());
+    EXPECT_THAT(std::string(run.results[p].status().message()), HasSubstr("plan digests differ"));
+    EXPECT_THAT(std::string(run.results[p].status().message()),
+                HasSubstr(p == 3 ? "0000000000000bad" : "000000000000600d"));
+  }
+  EXPECT_EQ(run.counters.TotalBytes(), 0);
+}
+
+TEST(ExecutorTest, LocalRejectionFailsEveryProcessWithTheReason) {
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  HostBuffers source(job.source(), 1), target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, StagingBudget{}, source, target, {},
+                          /*drop_buffer_of=*/4);
+  EXPECT_THAT(std::string(run.results[4].status().message()),
+              HasSubstr("process 4 was given no address for its buffer 0"));
+  for (int32_t p : {0, 1, 2, 3, 5}) {
+    EXPECT_EQ(run.results[p].status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(run.results[p].status().message()),
+                HasSubstr("rejected before any byte moved by process 4: process 4 was given no "
+                          "address"));
+  }
+  EXPECT_EQ(run.counters.TotalBytes(), 0);
+}
+
+}  // namespace
+}  // namespace wsync

@@ -1,0 +1,102 @@
+#ifndef WSYNC_TRANSPORT_TRANSPORT_H_
+#define WSYNC_TRANSPORT_TRANSPORT_H_
+
+// The byte-moving interface the executor drives. A Transport belongs to one process of a job and
+// talks to its peers by their global process id. Receivers choose where bytes land: a process only
+// posts sends from its own memory and receives into its own memory; no peer ever writes into
+// memory it was not handed by a posted receive.
+//
+// Thread safety: Abort may be called from any thread at any time. All other calls are made by one
+// thread at a time (the executor's), but implementations must tolerate Abort racing with them.
+//
+// Memory: a request's memory is never read or written once the request is released, cancelled or
+// aborted (a backend that cannot cancel one request, such as NCCL, aborts its communicator
+// instead). Registration before posting is a backend's choice: loopback needs none, UCX registers
+// on first use when the caller did not. Messages may be empty and a process may send to itself.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/memory_kind.h"
+
+namespace wsync {
+
+using RequestId = uint64_t;
+using RegistrationId = uint64_t;
+
+// A 64-bit message tag: which sync, which round, which sender. Both sides compute the same tag for
+// one message; a receive matches only a send from its peer with an equal tag.
+struct MessageTag {
+  uint64_t value = 0;
+  friend bool operator==(MessageTag a, MessageTag b) { return a.value == b.value; }
+};
+
+// sync_id keeps its low 24 bits, round its low 24 bits (kMaxRounds), sender its low 16 bits; the
+// sender is redundant with the peer that matching already uses and only aids debugging.
+inline constexpr int64_t kMaxRounds = int64_t{1} << 24;
+MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender);
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Global process id of this endpoint.
+  virtual int32_t process() const = 0;
+  // Short name for stats and metrics ("loopback", "ucx", "nccl").
+  virtual std::string name() const = 0;
+
+  // Registers [address, address + bytes) for use in sends and receives; registration is reused
+  // every sync. Memory of another kind than the transport supports is refused (Unimplemented).
+  virtual absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
+                                                        MemoryKind kind) = 0;
+  virtual absl::Status DeregisterMemory(RegistrationId id) = 0;
+
+  // Posts a send of `bytes` bytes at `data` to `peer`. `data` must stay valid and unchanged until
+  // the request completes. Fails at once on a bad peer or after Abort.
+  virtual absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                             int64_t bytes) = 0;
+  // Posts a receive of exactly `bytes` bytes from `peer` into `data`. A matching message of another
+  // size fails the request (and the sender's) with both sizes in the message.
+  virtual absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                                int64_t bytes) = 0;
+
+  // True once the request completed successfully (it is then released and its id is invalid);
+  // false while it is in flight; the request's error once it failed (also releasing it).
+  virtual absl::StatusOr<bool> Test(RequestId request) = 0;
+
+  // Waits until every request completed (releasing them) or `deadline` passes. On a deadline the
+  // outstanding requests are cancelled and DeadlineExceeded names their peers; on a failed request
+  // its error is returned after the others are cancelled. Either way every id is released.
+  virtual absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) = 0;
+
+  // Fails every outstanding and future request of this endpoint with `reason` (Aborted), and the
+  // collectives of this process's Group. Peers learn of it either at once (their requests with
+  // this process fail) or at their deadline; both are allowed. Idempotent, callable from any
+  // thread.
+  virtual void Abort(const absl::Status& reason) = 0;
+};
+
+// Small collectives over the processes of a job, used by the executor before any byte moves.
+// Thread-compatible: one collective at a time per process.
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual int32_t process() const = 0;
+  virtual int32_t size() const = 0;
+  // Every process contributes `payload`; every process returns all payloads indexed by process.
+  // DeadlineExceeded names the processes that did not contribute in time. Collectives are numbered
+  // per process: the k-th call of every process forms one round, and a failed call still uses its
+  // number, so a process that retries pairs with its peers' next call.
+  virtual absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view payload,
+                                                             absl::Time deadline) = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_TRANSPORT_H_
