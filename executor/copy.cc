@@ -1,5 +1,9 @@
 #include "executor/copy.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <cstddef>
 #include <cstring>
 
@@ -117,6 +121,43 @@ void CopyElementRows(const Axes& axes, std::byte* dst, const std::byte* src) {
   });
 }
 
+// Regions at least this large are copied with streaming (non-temporal) stores where rows are long
+// enough: the destination will not be read from cache before it is evicted anyway, and streaming
+// stores skip the read-for-ownership of every destination line, which is a third of the memory
+// traffic of a cached copy. glibc's memcpy does the same for large single copies.
+constexpr int64_t kStreamingRegionBytes = int64_t{4} << 20;
+constexpr int64_t kStreamingRunBytes = 256;
+
+#if defined(__SSE2__)
+// Copies n bytes with 16-byte streaming stores (unaligned head and tail through memcpy). The caller
+// issues _mm_sfence() before the destination is handed to another thread.
+void StreamRun(std::byte* d, const std::byte* s, int64_t n) {
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) & 15);
+  if (misaligned != 0) {
+    const int64_t head = std::min<int64_t>(n, 16 - misaligned);
+    std::memcpy(d, s, static_cast<size_t>(head));
+    d += head;
+    s += head;
+    n -= head;
+  }
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  for (; n >= 16; n -= 16, d += 16, s += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+  if (n > 0) std::memcpy(d, s, static_cast<size_t>(n));
+}
+#endif
+
 }  // namespace
 
 void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides,
@@ -135,6 +176,14 @@ void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims
   }
   if (run > element_size) {
     // The innermost axis of the region is contiguous on both sides: runs of whole rows.
+#if defined(__SSE2__)
+    if (run >= kStreamingRunBytes && Volume(shape) * element_size >= kStreamingRegionBytes) {
+      ForEachRow(axes.data(), count - 1, dst_bytes, src_bytes,
+                 [run](std::byte* d, const std::byte* s) { StreamRun(d, s, run); });
+      _mm_sfence();
+      return;
+    }
+#endif
     ForEachRow(
         axes.data(), count - 1, dst_bytes, src_bytes,
         [run](std::byte* d, const std::byte* s) { std::memcpy(d, s, static_cast<size_t>(run)); });

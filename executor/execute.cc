@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
@@ -118,11 +119,12 @@ class Run {
   }
 
   void AllocateArenas() {
-    arenas_.resize(work_.lanes.size());
+    ArenaCache* cache = options_.arenas != nullptr ? options_.arenas : &fresh_arenas_;
+    arenas_.assign(work_.lanes.size(), nullptr);
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const int64_t bytes = work_.lanes[lane].slots * work_.lanes[lane].slot_bytes;
       if (bytes == 0) continue;
-      arenas_[lane] = std::make_unique<char[]>(bytes);
+      arenas_[lane] = cache->Get(lane, bytes);
       arena_bytes_ += bytes;
       stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
     }
@@ -142,7 +144,7 @@ class Run {
   }
 
   char* SlotAddress(int32_t lane, const Message& message) const {
-    return arenas_[lane].get() + message.slot * work_.lanes[lane].slot_bytes;
+    return arenas_[lane] + message.slot * work_.lanes[lane].slot_bytes;
   }
 
   // Packs (when staged) and posts message r of `lane`.
@@ -163,7 +165,7 @@ class Run {
       slot_last_round_[lane_index][message.slot] = r;
       stats_.staged_bytes += message.bytes;
       if (sending) {
-        const absl::Time pack_start = absl::Now();
+        const double pack_start = ThreadCpuSeconds();
         char* cursor = static_cast<char*>(data);
         for (int32_t index : message.chunks) {
           const Chunk& chunk = work_.chunks[index];
@@ -172,7 +174,7 @@ class Run {
                      s.from.strides, chunk.shape, chunk.element_size);
           cursor += chunk.bytes;
         }
-        stats_.pack_seconds += absl::ToDoubleSeconds(absl::Now() - pack_start);
+        stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
       }
     }
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
@@ -188,7 +190,7 @@ class Run {
   }
 
   void Unpack(int32_t lane_index, const Message& message) {
-    const absl::Time start = absl::Now();
+    const double start = ThreadCpuSeconds();
     const char* cursor = SlotAddress(lane_index, message);
     for (int32_t index : message.chunks) {
       const Chunk& chunk = work_.chunks[index];
@@ -197,7 +199,7 @@ class Run {
                    chunk.shape, chunk.element_size);
       cursor += chunk.bytes;
     }
-    stats_.unpack_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    stats_.unpack_cpu_seconds += ThreadCpuSeconds() - start;
   }
 
   const Job& job_;
@@ -207,13 +209,32 @@ class Run {
   Transport& transport_;
   const ExecuteOptions& options_;
   TransferStats stats_;
-  std::vector<std::unique_ptr<char[]>> arenas_;
+  ArenaCache fresh_arenas_;    // Used when the caller keeps no cache.
+  std::vector<char*> arenas_;  // Per lane; memory owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
 };
 
 }  // namespace
+
+char* ArenaCache::Get(size_t lane, int64_t bytes) {
+  if (lane >= arenas_.size()) {
+    arenas_.resize(lane + 1);
+    sizes_.resize(lane + 1, 0);
+  }
+  if (sizes_[lane] < bytes) {
+    arenas_[lane] = std::make_unique_for_overwrite<char[]>(bytes);
+    sizes_[lane] = bytes;
+  }
+  return arenas_[lane].get();
+}
+
+int64_t ArenaCache::held_bytes() const {
+  int64_t total = 0;
+  for (int64_t size : sizes_) total += size;
+  return total;
+}
 
 absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const Segment> segments,
                                                const Endpoints& endpoints,

@@ -6,6 +6,8 @@
 // double-buffered arenas, and the local copies.
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -19,10 +21,25 @@ namespace wsync {
 // Base addresses of this process's buffers by buffer id (sizes come from the layout). Host memory.
 using LocalBuffers = absl::flat_hash_map<uint64_t, void*>;
 
+// Staging memory kept across runs of one process, so that a sync pays neither allocation nor
+// first-touch page faults for its arenas. Holds at most what the last run's schedule needed; not
+// thread-safe (one per process).
+class ArenaCache {
+ public:
+  // Memory for arena `lane` of at least `bytes` bytes, reused when the lane had as much before.
+  char* Get(size_t lane, int64_t bytes);
+  int64_t held_bytes() const;
+
+ private:
+  std::vector<std::unique_ptr<char[]>> arenas_;
+  std::vector<int64_t> sizes_;
+};
+
 struct ExecuteOptions {
   uint64_t sync_id = 0;      // Goes into every message tag.
   uint64_t plan_digest = 0;  // Plan::digest; compared across processes before any byte moves.
   absl::Time deadline = absl::InfiniteFuture();
+  ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
@@ -38,9 +55,11 @@ struct TransferStats {
   int64_t direct_bytes = 0;
   int64_t staged_bytes = 0;
   int64_t peak_arena_bytes = 0;
-  double seconds = 0;         // Wall time of the run, agreement excluded.
-  double pack_seconds = 0;    // Spent packing staged sends into arenas.
-  double unpack_seconds = 0;  // Spent unpacking staged receives from arenas.
+  double seconds = 0;  // Wall time of the run, agreement excluded.
+  // CPU time of the executing thread spent packing staged sends into arenas and unpacking staged
+  // receives from them (thread CPU time, so that other threads sharing the cores do not count).
+  double pack_cpu_seconds = 0;
+  double unpack_cpu_seconds = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

@@ -254,4 +254,16 @@ absl::StatusOr<ModelSpec> GetModel(absl::string_view name) {
                                           "\"; known models: ", absl::StrJoin(ModelNames(), ", ")));
 }
 
+absl::StatusOr<ModelSpec> TruncateLayers(const ModelSpec& model, int32_t layers) {
+  if (layers < 1 || layers > model.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot keep ", layers, " layers of ",
+                                                   model.name, ", which has ", model.num_layers));
+  }
+  ModelSpec out = model;
+  out.name = absl::StrCat(model.name, "[", layers, " layers]");
+  out.num_layers = layers;
+  std::erase_if(out.tensors, [&](const TensorSpec& t) { return t.layer >= layers; });
+  return out;
+}
+
 }  // namespace wsync

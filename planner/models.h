@@ -67,6 +67,11 @@ std::vector<std::string> ModelNames();
 // The embedded model of that name; NotFound otherwise.
 absl::StatusOr<ModelSpec> GetModel(absl::string_view name);
 
+// The model cut to its first `layers` transformer layers (embedding, final norm and head kept), for
+// benchmarks that need a real model's tensor shapes in less memory. InvalidArgument unless
+// 1 <= layers <= model.num_layers.
+absl::StatusOr<ModelSpec> TruncateLayers(const ModelSpec& model, int32_t layers);
+
 }  // namespace wsync
 
 #endif  // WSYNC_PLANNER_MODELS_H_

@@ -37,8 +37,9 @@ struct MessageTag {
   friend bool operator==(MessageTag a, MessageTag b) { return a.value == b.value; }
 };
 
-// sync_id keeps its low 24 bits, round its low 24 bits (kMaxRounds), sender its low 16 bits; the
-// sender is redundant with the peer that matching already uses and only aids debugging.
+// sync_id keeps its low 24 bits, round its low 24 bits (kMaxRounds), sender its low 16 bits. The
+// sender matters to backends whose tag receives do not filter by endpoint (UCX); it limits a job
+// to 65536 processes.
 inline constexpr int64_t kMaxRounds = int64_t{1} << 24;
 MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender);
 

@@ -5,9 +5,10 @@
 #include <string>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "integration/cli/bench_command.h"
 #include "integration/cli/plan_command.h"
 
 namespace wsync::cli {
@@ -19,9 +20,10 @@ std::string Usage() {
       "\n"
       "commands:\n"
       "  plan   plan the resharding between two named layouts of a model and print it\n"
+      "  bench  run a benchmark (executor)\n"
       "  help   print this message\n"
       "\n",
-      PlanUsage());
+      PlanUsage(), "\n", BenchUsage());
 }
 
 bool IsHelp(absl::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
@@ -37,6 +39,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (command == "plan") return PlanMain(argc - 1, argv + 1);
+  if (command == "bench") return BenchMain(argc - 1, argv + 1);
   absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", command, Usage());
   return 2;
 }

@@ -112,10 +112,7 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
   run.rss_start = ResidentBytes();
   Stopwatch watch;
 
-  WSYNC_ASSIGN_OR_RETURN(
-      run.model,
-      WithContext(GetModel(request.model),
-                  absl::StrCat("--model (one of ", absl::StrJoin(ModelNames(), ", "), ")")));
+  WSYNC_ASSIGN_OR_RETURN(run.model, WithContext(GetModel(request.model), "--model"));
   WSYNC_ASSIGN_OR_RETURN(Layout source,
                          WithContext(BuildNamedLayout(run.model, request.from), "--from"));
   WSYNC_ASSIGN_OR_RETURN(Layout target,
@@ -128,11 +125,12 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
 
   const int32_t num_processes = run.job->num_processes();
   if (request.process.has_value() && (*request.process < 0 || *request.process >= num_processes)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--process %d is out of range: the job has processes 0..%d (trainer ranks 0..%d, rollout "
-        "ranks from %d)",
-        *request.process, num_processes - 1, run.job->source().processes.size() - 1,
-        run.job->TargetId(0)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--process %d is out of range: the job has processes 0..%d (source ranks "
+                        "0..%d, then target "
+                        "ranks from %d)",
+                        *request.process, num_processes - 1, run.job->source().processes.size() - 1,
+                        run.job->TargetId(0)));
   }
   watch.Lap();  // The range check is not part of planning.
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaPolicy> policy,
@@ -237,9 +235,11 @@ int64_t CountNodes(const Layout& layout) {
 
 void PrintLayout(std::FILE* out, absl::string_view label, absl::string_view spec,
                  const Layout& layout) {
-  absl::FPrintF(out, "%-16s %s: %s, %d processes on %d nodes, %d buffers, %d pieces, %s held\n",
-                label, spec, RoleName(layout.role), layout.processes.size(), CountNodes(layout),
-                layout.buffers.size(), layout.pieces.size(), HumanBytes(layout.PieceBytes()));
+  const int64_t nodes = CountNodes(layout);
+  absl::FPrintF(out, "%-16s %s: %s, %d processes on %d node%s, %d buffers, %d pieces, %s held\n",
+                label, spec, RoleName(layout.role), layout.processes.size(), nodes,
+                nodes == 1 ? "" : "s", layout.buffers.size(), layout.pieces.size(),
+                HumanBytes(layout.PieceBytes()));
 }
 
 void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run,
@@ -251,8 +251,9 @@ void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run
                 model.TotalBytes());
   PrintLayout(out, "from", request.from, job.source());
   PrintLayout(out, "to", request.to, job.target());
-  absl::FPrintF(out, "%-16s %d: trainer p0..p%d, rollout p%d..p%d\n", "processes",
-                job.num_processes(), job.TargetId(0) - 1, job.TargetId(0), job.num_processes() - 1);
+  absl::FPrintF(out, "%-16s %d: source (%s) p0..p%d, target (%s) p%d..p%d\n", "processes",
+                job.num_processes(), RoleName(job.source().role), job.TargetId(0) - 1,
+                RoleName(job.target().role), job.TargetId(0), job.num_processes() - 1);
   absl::FPrintF(out, "%-16s %s\n", "policy", run.plan.policy);
   absl::FPrintF(out, "%-16s %s\n", "planned for",
                 request.process.has_value() ? ProcessName(job, *request.process)

@@ -33,7 +33,9 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out);
 std::string PlanUsage();
 
 // Entry point of the subcommand: argv[0] is "plan", the rest are its flags. Returns the exit
-// status: 0 on success, 1 when planning fails, 2 for a usage error.
+// status: 0 on success, 1 when building, validating or planning fails, 2 for a usage error that
+// wsync detects (missing flag, stray argument, negative --segments). Abseil's flag parser itself
+// exits the process with status 1 on an unknown or malformed flag.
 int PlanMain(int argc, char** argv);
 
 }  // namespace wsync::cli

@@ -233,3 +233,28 @@ TEST(ModelsTest, KimiK2DiffersFromDeepSeekV3InExpertsHeadsAndVocab) {
 
 }  // namespace
 }  // namespace wsync
+
+namespace wsync {
+namespace {
+
+TEST(ModelsTest, TruncateLayersKeepsEmbeddingHeadAndTheFirstLayers) {
+  const ModelSpec full = *GetModel("llama-3-8b");
+  const ModelSpec two = *TruncateLayers(full, 2);
+  EXPECT_EQ(two.num_layers, 2);
+  int64_t layer_tensors = 0;
+  for (const TensorSpec& t : two.tensors) {
+    EXPECT_LT(t.layer, 2) << t.name;
+    layer_tensors += t.layer >= 0;
+  }
+  int64_t full_first_two = 0;
+  for (const TensorSpec& t : full.tensors) full_first_two += t.layer == 0 || t.layer == 1;
+  EXPECT_EQ(layer_tensors, full_first_two);
+  // Embedding, final norm and lm_head stay: 128256 * 4096 * 2 + 4096 elements outside the layers.
+  const int64_t per_layer = (full.TotalElements() - two.TotalElements()) / 30;
+  EXPECT_EQ(two.TotalElements(), 2 * 128256 * 4096 + 4096 + 2 * per_layer);
+  EXPECT_FALSE(TruncateLayers(full, 0).ok());
+  EXPECT_FALSE(TruncateLayers(full, 33).ok());
+}
+
+}  // namespace
+}  // namespace wsync

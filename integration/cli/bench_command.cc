@@ -1,0 +1,284 @@
+#include "integration/cli/bench_command.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/cpu_time.h"
+#include "common/status.h"
+#include "executor/execute.h"
+#include "executor/schedule.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+#include "transport/loopback/loopback.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, from);
+ABSL_DECLARE_FLAG(std::string, to);
+ABSL_DECLARE_FLAG(std::string, policy);
+ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
+ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
+          "Staging budget in bytes per peer and direction.");
+ABSL_FLAG(int32_t, repeats, 5, "Syncs to run; the median is reported.");
+ABSL_FLAG(bool, one_core, true,
+          "Pin every thread to one core, so that pack, unpack and memcpy are each measured "
+          "without other threads competing for memory bandwidth.");
+
+namespace wsync::cli {
+namespace {
+
+// Page-aligned host memory, touched once so that page faults stay out of the timed runs.
+class HostMemory {
+ public:
+  explicit HostMemory(int64_t bytes) : bytes_(bytes) {
+    void* data = nullptr;
+    if (posix_memalign(&data, 4096, std::max<int64_t>(bytes, 1)) != 0) data = nullptr;
+    data_.reset(static_cast<char*>(data));
+    if (data_ != nullptr) std::memset(data_.get(), 0, bytes);
+  }
+  char* data() const { return data_.get(); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { free(p); }
+  };
+  int64_t bytes_;
+  std::unique_ptr<char, Free> data_;
+};
+
+struct ProcessMemory {
+  LocalBuffers buffers;
+  ArenaCache arenas;
+  std::vector<std::unique_ptr<HostMemory>> owned;
+};
+
+absl::StatusOr<std::vector<ProcessMemory>> Allocate(const Job& job) {
+  std::vector<ProcessMemory> memory(job.num_processes());
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    const Layout& layout = job.IsSource(p) ? job.source() : job.target();
+    const int32_t rank = job.processes()[p].rank;
+    for (const BufferInfo& info : layout.buffers) {
+      if (info.process != rank) continue;
+      auto host = std::make_unique<HostMemory>(info.bytes);
+      if (host->data() == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", info.bytes, " bytes"));
+      }
+      if (job.IsSource(p)) {
+        for (int64_t i = 0; i < info.bytes; ++i) host->data()[i] = static_cast<char>(i * 131 + p);
+      }
+      memory[p].buffers[info.id] = host->data();
+      memory[p].owned.push_back(std::move(host));
+    }
+  }
+  return memory;
+}
+
+struct SyncResult {
+  double seconds = 0;          // Slowest process.
+  TransferStats total;         // Summed over processes.
+  int64_t packed_bytes = 0;    // Staged by trainers (they only send): packed into arenas.
+  int64_t unpacked_bytes = 0;  // Staged by rollouts (they only receive): unpacked from arenas.
+};
+
+absl::StatusOr<SyncResult> RunSync(const Job& job, const Plan& plan, const StagingBudget& budget,
+                                   std::vector<ProcessMemory>& memory, uint64_t sync_id) {
+  LoopbackFabric fabric(job.num_processes());
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
+                                                     absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    threads.emplace_back([&, p] {
+      auto transport = fabric.Connect(p);
+      auto group = fabric.MakeGroup(p);
+      if (!transport.ok() || !group.ok()) {
+        results[p] = transport.ok() ? group.status() : transport.status();
+        return;
+      }
+      ExecuteOptions options;
+      options.sync_id = sync_id;
+      options.plan_digest = plan.digest;
+      options.deadline = absl::Now() + absl::Minutes(5);
+      options.arenas = &memory[p].arenas;
+      results[p] = ExecuteTransfers(job, plan.segments, endpoints, budget, p, memory[p].buffers,
+                                    **transport, **group, options);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  SyncResult result;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    WSYNC_RETURN_IF_ERROR(results[p].status());
+    const TransferStats& s = *results[p];
+    result.seconds = std::max(result.seconds, s.seconds);
+    result.total.sent_bytes += s.sent_bytes;
+    result.total.received_bytes += s.received_bytes;
+    result.total.direct_bytes += s.direct_bytes;
+    result.total.staged_bytes += s.staged_bytes;
+    result.total.peak_arena_bytes += s.peak_arena_bytes;
+    result.total.rounds = std::max(result.total.rounds, s.rounds);
+    result.total.chunks += s.chunks;
+    result.total.pack_cpu_seconds += s.pack_cpu_seconds;
+    result.total.unpack_cpu_seconds += s.unpack_cpu_seconds;
+    (job.IsSource(p) ? result.packed_bytes : result.unpacked_bytes) += s.staged_bytes;
+  }
+  return result;
+}
+
+// Thread CPU seconds to memcpy `bytes` once between two touched buffers of that size (so that no
+// byte is served from a cache warmed by an earlier pass).
+double TimeMemcpy(int64_t bytes) {
+  HostMemory from(bytes), to(bytes);
+  std::memset(from.data(), 7, bytes);
+  const double start = ThreadCpuSeconds();
+  std::memcpy(to.data(), from.data(), bytes);
+  const double seconds = ThreadCpuSeconds() - start;
+  if (to.data()[bytes - 1] != 7) std::abort();  // Keeps the copy observable.
+  return seconds;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string GiB(double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1 << 30)); }
+std::string Rate(double bytes, double seconds) {
+  return seconds > 0 ? absl::StrFormat("%.2f GB/s", bytes / seconds / 1e9) : "n/a";
+}
+
+// One scenario: the model from `from` to `to`, `repeats` syncs, pack/unpack against memcpy.
+absl::Status RunScenario(const ModelSpec& model, const std::string& from, const std::string& to,
+                         int32_t repeats, std::FILE* out) {
+  WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
+  WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
+  const StagingBudget budget{absl::GetFlag(FLAGS_budget)};
+  absl::FPrintF(out,
+                "\n%s -> %s: %d processes, %d segments, budget %.0f bytes per peer "
+                "direction\n",
+                from, to, job.num_processes(), plan.segments.size(), budget.bytes);
+  WSYNC_ASSIGN_OR_RETURN(std::vector<ProcessMemory> memory, Allocate(job));
+
+  std::vector<double> sync_seconds, pack_rates, unpack_rates, memcpy_rates, staged_rates;
+  SyncResult last;
+  // One untimed warm-up sync fills the arena caches.
+  WSYNC_RETURN_IF_ERROR(RunSync(job, plan, budget, memory, 0).status());
+  for (int32_t r = 0; r < repeats; ++r) {
+    WSYNC_ASSIGN_OR_RETURN(last, RunSync(job, plan, budget, memory, r + 1));
+    const double packed = last.total.pack_cpu_seconds;
+    const double unpacked = last.total.unpack_cpu_seconds;
+    sync_seconds.push_back(last.seconds);
+    pack_rates.push_back(packed > 0 ? last.packed_bytes / packed : 0);
+    unpack_rates.push_back(unpacked > 0 ? last.unpacked_bytes / unpacked : 0);
+    staged_rates.push_back(packed + unpacked > 0 ? last.total.staged_bytes / (packed + unpacked)
+                                                 : 0);
+    if (last.total.staged_bytes > 0) {
+      memcpy_rates.push_back(last.total.staged_bytes / TimeMemcpy(last.total.staged_bytes));
+    }
+  }
+  absl::FPrintF(out,
+                "  per sync: sent %s; direct %s, staged %s (both sides summed); %d rounds, "
+                "%d chunks; arenas %s (all processes)\n",
+                GiB(last.total.sent_bytes), GiB(last.total.direct_bytes),
+                GiB(last.total.staged_bytes), last.total.rounds, last.total.chunks,
+                GiB(last.total.peak_arena_bytes));
+  absl::FPrintF(out, "  sync (median of %d): %.3f s, %s\n", repeats, Median(sync_seconds),
+                Rate(last.total.sent_bytes, Median(sync_seconds)));
+  absl::FPrintF(out, "  direct: %s sent from and received into the weights, no pack or unpack\n",
+                GiB(last.total.direct_bytes));
+  if (memcpy_rates.empty()) {
+    absl::FPrintF(out, "  staged: none in this scenario\n");
+    return absl::OkStatus();
+  }
+  const double staged = Median(staged_rates);
+  const double memcpy_rate = Median(memcpy_rates);
+  absl::FPrintF(
+      out,
+      "  staged, per CPU second: pack %.2f GB/s, unpack %.2f GB/s, pack+unpack %.2f GB/s; "
+      "memcpy of the same bytes %.2f GB/s\n",
+      Median(pack_rates) / 1e9, Median(unpack_rates) / 1e9, staged / 1e9, memcpy_rate / 1e9);
+  absl::FPrintF(out, "  ratio pack+unpack / memcpy: %.2f (goal >= 0.70)\n", staged / memcpy_rate);
+  return absl::OkStatus();
+}
+
+absl::Status RunExecutorBench(std::FILE* out) {
+  const std::string model_name =
+      absl::GetFlag(FLAGS_model).empty() ? "llama-3-8b" : absl::GetFlag(FLAGS_model);
+  const int32_t layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers) : 2;
+  const int32_t repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
+  if (layers < model.num_layers) {
+    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, layers));
+  }
+  absl::FPrintF(out, "wsync bench executor: %s, loopback transport (threads), host memory\n",
+                model.name);
+  if (absl::GetFlag(FLAGS_one_core)) {
+    // Threads started from here on inherit the mask.
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) {
+      absl::FPrintF(out, "all threads pinned to one core (--one_core=false to lift)\n");
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> scenarios;
+  if (!absl::GetFlag(FLAGS_from).empty() || !absl::GetFlag(FLAGS_to).empty()) {
+    scenarios.emplace_back(
+        absl::GetFlag(FLAGS_from).empty() ? "megatron(tp=2)" : absl::GetFlag(FLAGS_from),
+        absl::GetFlag(FLAGS_to).empty() ? "vllm(tp=2)" : absl::GetFlag(FLAGS_to));
+  } else {
+    // The same TP degree lands every chunk in place; a change of degree stages the row-parallel
+    // (column-block) chunks on the side that holds them strided.
+    scenarios = {{"megatron(tp=2)", "vllm(tp=2)"},
+                 {"megatron(tp=4)", "vllm(tp=2)"},
+                 {"megatron(tp=2)", "vllm(tp=4)"}};
+  }
+  for (const auto& [from, to] : scenarios) {
+    WSYNC_RETURN_IF_ERROR(RunScenario(model, from, to, repeats, out));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string BenchUsage() {
+  return "wsync bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
+         "                     [--repeats K] [--policy P]\n"
+         "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
+         "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
+         "  staged bytes and pack+unpack throughput against memcpy of the same bytes.\n";
+}
+
+int BenchMain(int argc, char** argv) {
+  if (argc < 2 || absl::string_view(argv[1]) != "executor") {
+    absl::FPrintF(stderr, "%s", BenchUsage());
+    return 2;
+  }
+  absl::ParseCommandLine(argc - 1, argv + 1);
+  absl::Status status = RunExecutorBench(stdout);
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "wsync bench executor: %s\n", status.ToString());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace wsync::cli
