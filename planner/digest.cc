@@ -54,12 +54,19 @@ void AddEndpoint(CanonicalHasher& h, const Endpoint& endpoint) {
 
 }  // namespace
 
+uint64_t LayoutsDigest(const Layout& source, const Layout& target) {
+  CanonicalHasher h;
+  h.AddString("wsync.layouts");
+  AddLayout(h, source);
+  AddLayout(h, target);
+  return h.Digest();
+}
+
 uint64_t PlanDigest(const Job& job, const Plan& plan) {
   CanonicalHasher h;
   h.AddString("wsync.plan");
   h.AddInt(kPlannerVersion);
-  AddLayout(h, job.source());
-  AddLayout(h, job.target());
+  h.AddInt(static_cast<int64_t>(job.layouts_digest()));
   h.AddString(plan.policy);
   h.AddInt(static_cast<int64_t>(plan.requests.size()));
   for (size_t i = 0; i < plan.requests.size(); ++i) {

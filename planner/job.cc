@@ -4,6 +4,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status.h"
 #include "planner/validate.h"
@@ -43,6 +44,11 @@ void Canonicalize(Layout& layout) {
 }  // namespace
 
 absl::StatusOr<Job> Job::Create(Layout source, Layout target) {
+  if (source.role != Role::kTrainer || target.role != Role::kRollout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights move from a trainer layout to a rollout layout, not from ",
+                     RoleName(source.role), " to ", RoleName(target.role)));
+  }
   WSYNC_RETURN_IF_ERROR(ValidateLayout(source));
   WSYNC_RETURN_IF_ERROR(ValidateLayout(target));
   WSYNC_RETURN_IF_ERROR(ValidatePair(source, target));
@@ -63,6 +69,7 @@ absl::StatusOr<Job> Job::Create(Layout source, Layout target) {
   job.source_to_target_param_.resize(source.params.size());
   std::iota(job.source_to_target_param_.begin(), job.source_to_target_param_.end(), 0);
   job.target_to_source_param_ = job.source_to_target_param_;
+  job.layouts_digest_ = LayoutsDigest(source, target);
   job.source_ = std::move(source);
   job.target_ = std::move(target);
   return job;

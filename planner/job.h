@@ -29,8 +29,9 @@ struct JobProcess {
 
 class Job {
  public:
-  // Validates both layouts (ValidateLayout) and their compatibility (ValidatePair): same parameter
-  // names, dtypes and shapes; the source covers every parameter. Errors name the parameter,
+  // Validates both layouts (ValidateLayout) and their compatibility (ValidatePair): the source is a
+  // trainer layout and the target a rollout layout; same parameter names, dtypes and shapes; the
+  // source covers every parameter. Errors name the parameter,
   // process, box and reason. Pieces are put in canonical order so that the order in which a caller
   // listed them does not change anything downstream.
   static absl::StatusOr<Job> Create(Layout source, Layout target);
@@ -57,6 +58,9 @@ class Job {
   // Dense index of the process's node (equal node ids, equal index), in order of first appearance.
   int32_t NodeIndex(int32_t id) const { return node_index_[id]; }
 
+  // xxh3-64 of a canonical encoding of both (canonicalised) layouts, computed once by Create.
+  uint64_t layouts_digest() const { return layouts_digest_; }
+
   // Byte size of one element of target parameter `param`.
   int64_t ElementSize(int32_t target_param) const;
 
@@ -69,7 +73,11 @@ class Job {
   std::vector<int32_t> source_to_target_param_;
   std::vector<int32_t> target_to_source_param_;
   std::vector<int32_t> node_index_;
+  uint64_t layouts_digest_ = 0;
 };
+
+// The digest Job::layouts_digest holds (planner/digest.cc).
+uint64_t LayoutsDigest(const Layout& source, const Layout& target);
 
 }  // namespace wsync
 

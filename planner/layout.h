@@ -20,7 +20,7 @@ namespace wsync {
 
 enum class Role : uint8_t { kTrainer = 1, kRollout = 2 };
 
-absl::string_view RoleName(Role role);              // "trainer", "rollout"
+absl::string_view RoleName(Role role);  // "trainer", "rollout"
 
 struct ProcessInfo {
   int32_t rank = 0;     // Rank within the role; ranks are 0..n-1.

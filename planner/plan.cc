@@ -109,15 +109,33 @@ Segment MakeSegment(const Job& job, int32_t source_piece, int32_t target_piece, 
   return segment;
 }
 
-// Everything of a segment but its box on `axis`, for grouping segments that may continue each
-// other along that axis.
-auto MergeKey(const Segment& s, int axis) {
-  Dims other_origin = s.box.origin;
-  Dims other_extent = s.box.extent;
-  other_origin[axis] = 0;
-  other_extent[axis] = 0;
-  return std::make_tuple(s.param, s.from.process, s.to.process, s.from.buffer, s.to.buffer,
-                         s.from.strides, s.to.strides, other_origin, other_extent);
+// Orders segments so that those that may continue each other along `axis` are adjacent: equal in
+// everything but their box on `axis`, then by origin on `axis`. Compares in place.
+int CompareForMerge(const Segment& a, const Segment& b, int axis) {
+  auto cmp = [](const auto& x, const auto& y) { return x < y ? -1 : (y < x ? 1 : 0); };
+  if (int c = cmp(std::tie(a.param, a.from.process, a.to.process, a.from.buffer, a.to.buffer),
+                  std::tie(b.param, b.from.process, b.to.process, b.from.buffer, b.to.buffer))) {
+    return c;
+  }
+  if (int c = cmp(a.from.strides, b.from.strides)) return c;
+  if (int c = cmp(a.to.strides, b.to.strides)) return c;
+  for (int d = 0; d < a.box.rank(); ++d) {
+    if (d == axis) continue;
+    if (int c = cmp(a.box.origin[d], b.box.origin[d])) return c;
+    if (int c = cmp(a.box.extent[d], b.box.extent[d])) return c;
+  }
+  return cmp(a.box.origin[axis], b.box.origin[axis]);
+}
+
+// True when `next` continues `last` along `axis` in the box and in both buffers.
+bool Continues(const Segment& last, const Segment& next, int axis) {
+  const int64_t step = last.box.extent[axis];
+  Segment moved = last;
+  moved.box.origin[axis] += step;
+  moved.box.extent[axis] = next.box.extent[axis];
+  moved.from.offset += step * last.from.strides[axis];
+  moved.to.offset += step * last.to.strides[axis];
+  return moved == next;
 }
 
 // Merges segments that continue each other along an axis in the box and in both buffers.
@@ -128,24 +146,14 @@ void Coalesce(std::vector<Segment>& segments) {
     auto has_axis = [axis](const Segment& s) { return s.box.rank() > axis; };
     auto middle = std::stable_partition(segments.begin(), segments.end(), has_axis);
     std::sort(segments.begin(), middle, [axis](const Segment& a, const Segment& b) {
-      auto ka = MergeKey(a, axis);
-      auto kb = MergeKey(b, axis);
-      if (ka != kb) return ka < kb;
-      return a.box.origin[axis] < b.box.origin[axis];
+      return CompareForMerge(a, b, axis) < 0;
     });
     std::vector<Segment> merged;
     merged.reserve(segments.size());
     for (auto it = segments.begin(); it != middle; ++it) {
-      if (!merged.empty()) {
-        Segment& last = merged.back();
-        const int64_t step = last.box.extent[axis];
-        if (MergeKey(last, axis) == MergeKey(*it, axis) &&
-            it->box.origin[axis] == last.box.origin[axis] + step &&
-            it->from.offset == last.from.offset + step * last.from.strides[axis] &&
-            it->to.offset == last.to.offset + step * last.to.strides[axis]) {
-          last.box.extent[axis] += it->box.extent[axis];
-          continue;
-        }
+      if (!merged.empty() && Continues(merged.back(), *it, axis)) {
+        merged.back().box.extent[axis] += it->box.extent[axis];
+        continue;
       }
       merged.push_back(std::move(*it));
     }

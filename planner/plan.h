@@ -116,8 +116,8 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
 // those that plan only their own segments. Bump it whenever the segments a plan emits change.
 inline constexpr int64_t kPlannerVersion = 1;
 
-// xxh3-64 over a canonical encoding of kPlannerVersion, both layouts (in the job's canonical
-// order), the policy's name, the replica requests and the policy answers.
+// xxh3-64 over a canonical encoding of kPlannerVersion, both layouts (Job::layouts_digest, of the
+// job's canonical order), the policy's name, the replica requests and the policy answers.
 uint64_t PlanDigest(const Job& job, const Plan& plan);
 
 // xxh3-64 over a canonical encoding of the segments, in the given order.

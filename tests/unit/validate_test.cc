@@ -199,6 +199,14 @@ TEST(ValidateTest, RefusesRankMismatchAndBadParameters) {
   EXPECT_THAT(ValidateLayout(layout), RefusedWith("empty name"));
 }
 
+TEST(ValidateTest, JobCreateRefusesSidesInTheWrongRoles) {
+  EXPECT_THAT(
+      Job::Create(RowSplit(Role::kRollout, 2), RowSplit(Role::kTrainer, 2)).status(),
+      RefusedWith("from a trainer layout to a rollout layout, not from rollout to trainer"));
+  EXPECT_THAT(Job::Create(RowSplit(Role::kTrainer, 2), RowSplit(Role::kTrainer, 2)).status(),
+              RefusedWith("not from trainer to trainer"));
+}
+
 TEST(ValidateTest, JobCreateRefusesWhatValidationRefuses) {
   Layout source = RowSplit(Role::kTrainer, 2);
   source.pieces.pop_back();
