@@ -12,7 +12,8 @@ JOBS ?= $(shell nproc)
 # Exactly the Debian 12 packages the build and the tests need. Later components append theirs
 # (UCX, prometheus-cpp) here.
 DEB_PACKAGES := cmake make g++ pkg-config libabsl-dev libprotobuf-dev protobuf-compiler \
-	libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+	libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libucx-dev ucx-utils \
+	iproute2
 
 # Empty when running as root; "sudo" when not root and sudo exists (apt-get then fails with its own
 # message when neither holds).

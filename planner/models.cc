@@ -223,6 +223,14 @@ std::vector<Config> Configs() {
     c.heads = 64, c.vocab = 163840, c.experts = 384, c.first_dense = 1;
     configs.push_back(std::move(c));
   }
+  {
+    // Not a published model: the qwen2.5 structure (GQA with qkv biases, tied embeddings) at a size
+    // that tests and demos can fill and verify element by element in well under a second.
+    Config& c = configs.emplace_back();
+    c.name = "qwen2.5-tiny";
+    c.hidden = 128, c.intermediate = 320, c.layers = 2, c.heads = 4, c.kv_heads = 2;
+    c.head_dim = 32, c.vocab = 1000, c.tied = true, c.qkv_bias = true;
+  }
   return configs;
 }
 

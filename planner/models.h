@@ -61,7 +61,8 @@ struct ModelSpec {
 };
 
 // Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",
-// "deepseek-v3", "kimi-k2".
+// "deepseek-v3", "kimi-k2", and "qwen2.5-tiny" (the qwen2.5 structure at a test size: hidden 128,
+// 2 layers, 4 heads, 2 kv heads, vocab 1000).
 std::vector<std::string> ModelNames();
 
 // The embedded model of that name; NotFound otherwise.

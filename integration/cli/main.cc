@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "integration/cli/bench_command.h"
+#include "integration/cli/coordinator_command.h"
 #include "integration/cli/plan_command.h"
 
 namespace wsync::cli {
@@ -21,9 +22,10 @@ std::string Usage() {
       "commands:\n"
       "  plan   plan the resharding between two named layouts of a model and print it\n"
       "  bench  run a benchmark (executor)\n"
+      "  coordinator  run a job's coordinator\n"
       "  help   print this message\n"
       "\n",
-      PlanUsage(), "\n", BenchUsage());
+      PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage());
 }
 
 bool IsHelp(absl::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
@@ -40,6 +42,7 @@ int Main(int argc, char** argv) {
   }
   if (command == "plan") return PlanMain(argc - 1, argv + 1);
   if (command == "bench") return BenchMain(argc - 1, argv + 1);
+  if (command == "coordinator") return CoordinatorMain(argc - 1, argv + 1);
   absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", command, Usage());
   return 2;
 }

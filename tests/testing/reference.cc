@@ -171,6 +171,45 @@ absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* bu
   return absl::OkStatus();
 }
 
+absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version) {
+  for (const Piece& piece : layout.pieces) {
+    if (piece.param < 0 || piece.param >= static_cast<int32_t>(layout.params.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece names unknown parameter ", piece.param));
+    }
+    const ParamInfo& param = layout.params[piece.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const BufferKey key{piece.process, piece.buffer};
+    const unsigned char* data = buffers.data(key);
+    if (data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece of ", param.name, " names unknown ", KeyString("buffer of", key)));
+    }
+    const uint64_t param_key = ParamKey(param.name);
+    absl::Status status;
+    ForEachIndex(piece.box, [&](const Dims& index) {
+      if (!status.ok()) return;
+      const int64_t address = ElementAddress(piece.box, piece.offset, piece.strides, index);
+      const std::optional<int64_t> byte = ByteOffset(address, size, buffers.bytes(key));
+      if (!byte.has_value()) {
+        status = absl::OutOfRangeError(absl::StrCat("piece of ", param.name, " index ",
+                                                    DimsToString(index), " lies outside ",
+                                                    KeyString("buffer of", key)));
+        return;
+      }
+      unsigned char expected[8];
+      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size, expected);
+      if (std::memcmp(expected, data + *byte, size) != 0) {
+        status = absl::DataLossError(absl::StrCat(
+            "parameter ", param.name, " index ", DimsToString(index), " in ",
+            KeyString("buffer of", key), " does not hold its value of version ", version));
+      }
+    });
+    WSYNC_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
 WriteCounts::WriteCounts(const Layout& layout) {
   for (const BufferInfo& info : layout.buffers) {
     counts_[BufferKey{info.process, info.id}].assign(info.bytes < 0 ? 0 : info.bytes, 0);

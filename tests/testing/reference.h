@@ -102,6 +102,11 @@ class HostBuffers {
 // address outside its buffer.
 absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers);
 
+// OK when every element of every piece of `layout` holds its logical value of `version`; otherwise
+// the first mismatch with the parameter, process, buffer, logical index and both values. Used by
+// processes that see only their own buffers (multi-process tests, the demo).
+absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version);
+
 // ---------------------------------------------------------------------------------------------
 // Reference execution and checks.
 

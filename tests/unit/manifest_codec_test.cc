@@ -3,6 +3,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/builders.h"
+#include "planner/job.h"
+#include "planner/layout_parts.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
 #include "planner/validate.h"
 
 namespace wsync {
@@ -104,6 +108,40 @@ TEST(ManifestCodecTest, RefusesBadEnums) {
   manifest = ToManifest(Sample());
   manifest.mutable_parameters(0)->set_dtype(99);
   EXPECT_THAT(std::string(FromManifest(manifest).status().message()), HasSubstr("invalid dtype"));
+}
+
+TEST(LayoutPartsTest, PartsSentOverTheWireMergeBackIntoTheSameJob) {
+  const ModelSpec model = *GetModel("qwen2.5-0.5b");
+  const Layout trainer = *BuildNamedLayout(model, "megatron(tp=2,dp=2)");
+  const Layout rollout = *BuildNamedLayout(model, "vllm(tp=2)");
+  auto reassemble = [](const Layout& layout) {
+    std::vector<Layout> parts;
+    // Arrival order differs from rank order.
+    for (int32_t rank = static_cast<int32_t>(layout.processes.size()) - 1; rank >= 0; --rank) {
+      parts.push_back(*ParseLayout(SerializeLayout(LayoutPart(layout, rank))));
+    }
+    return *MergeLayoutParts(parts);
+  };
+  const Job original = *Job::Create(trainer, rollout);
+  absl::StatusOr<Job> merged = Job::Create(reassemble(trainer), reassemble(rollout));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->layouts_digest(), original.layouts_digest());
+}
+
+TEST(LayoutPartsTest, RefusesConflictingParts) {
+  Layout a = Sample();
+  Layout b = LayoutPart(a, 1);
+  a = LayoutPart(a, 0);
+  b.params[0].shape = {4, 7};
+  EXPECT_THAT(std::string(MergeLayoutParts({a, b}).status().message()),
+              HasSubstr("parameter 'q' is bf16(4, 6) in the part of rollout rank 0 but "
+                        "bf16(4, 7) in the part of rank 1"));
+  b = LayoutPart(Sample(), 1);
+  b.role = Role::kTrainer;
+  EXPECT_THAT(std::string(MergeLayoutParts({a, b}).status().message()),
+              HasSubstr("part 1 is a trainer layout"));
+  EXPECT_THAT(std::string(MergeLayoutParts({Sample()}).status().message()),
+              HasSubstr("lists 2 processes"));
 }
 
 }  // namespace

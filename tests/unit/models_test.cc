@@ -40,9 +40,9 @@ int CountWithSuffix(const ModelSpec& model, const std::string& suffix) {
   return count;
 }
 
-TEST(ModelsTest, NamesAreTheSixEmbeddedModels) {
+TEST(ModelsTest, NamesAreTheSixEmbeddedModelsAndATestModel) {
   EXPECT_THAT(ModelNames(), ElementsAre("qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b",
-                                        "qwen3-30b-a3b", "deepseek-v3", "kimi-k2"));
+                                        "qwen3-30b-a3b", "deepseek-v3", "kimi-k2", "qwen2.5-tiny"));
 }
 
 TEST(ModelsTest, UnknownNameIsNotFound) {

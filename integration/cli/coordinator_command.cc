@@ -1,0 +1,99 @@
+#include "integration/cli/coordinator_command.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "transport/control/auth.h"
+#include "transport/control/coordinator.h"
+
+ABSL_FLAG(std::string, job, "wsync", "Job id every process must present.");
+ABSL_FLAG(std::string, address, "127.0.0.1",
+          "Address to listen on; the wildcard only with --allow_any_address.");
+ABSL_FLAG(int32_t, port, 0, "Port to listen on; 0 picks one (see --port_file).");
+ABSL_FLAG(bool, allow_any_address, false, "Allow listening on 0.0.0.0 or ::.");
+ABSL_FLAG(int32_t, trainers, 0, "Trainer processes of the job.");
+ABSL_FLAG(int32_t, rollouts, 0, "Rollout processes of the job.");
+ABSL_FLAG(std::string, secret_file, "", "File holding the job secret (mode 0600).");
+ABSL_FLAG(std::string, secret_env, "", "Environment variable holding the job secret.");
+ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once listening.");
+ABSL_FLAG(double, rendezvous_timeout_s, 600, "Seconds every process has to join.");
+
+namespace wsync::cli {
+namespace {
+
+absl::Status Serve() {
+  const std::string file = absl::GetFlag(FLAGS_secret_file);
+  const std::string env = absl::GetFlag(FLAGS_secret_env);
+  if (file.empty() == env.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --secret_file and --secret_env");
+  }
+  CoordinatorOptions options;
+  WSYNC_ASSIGN_OR_RETURN(options.secret, LoadSecret(file.empty() ? SecretSource::Environment(env)
+                                                                 : SecretSource::File(file)));
+  options.job_id = absl::GetFlag(FLAGS_job);
+  options.address = absl::GetFlag(FLAGS_address);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.allow_any_address = absl::GetFlag(FLAGS_allow_any_address);
+  options.num_trainers = absl::GetFlag(FLAGS_trainers);
+  options.num_rollouts = absl::GetFlag(FLAGS_rollouts);
+  options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+
+  // Block the stop signals before any thread starts, so that only sigwait below receives them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
+                         Coordinator::Start(std::move(options)));
+  absl::PrintF(
+      "wsync coordinator: job %s listening on %s port %d for %d trainers and %d "
+      "rollouts\n",
+      absl::GetFlag(FLAGS_job), coordinator->address(), coordinator->port(),
+      absl::GetFlag(FLAGS_trainers), absl::GetFlag(FLAGS_rollouts));
+  std::fflush(stdout);
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    // Written to a temporary name and renamed, so that a reader never sees a partial port.
+    const std::string path = absl::GetFlag(FLAGS_port_file);
+    const std::string temporary = path + ".tmp";
+    std::ofstream(temporary) << coordinator->port() << "\n";
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrFormat("cannot write %s", path));
+    }
+  }
+  int signal_number = 0;
+  sigwait(&stop, &signal_number);
+  coordinator->Stop();
+  const CoordinatorCounters counters = coordinator->counters();
+  absl::PrintF("wsync coordinator: stopped by signal %d; %d joined, %d connections refused\n",
+               signal_number, counters.joined, counters.TotalRefused());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CoordinatorUsage() {
+  return "wsync coordinator --job J --trainers T --rollouts R (--secret_file F | --secret_env V)\n"
+         "                  [--address A] [--port P] [--port_file F] [--rendezvous_timeout_s S]\n"
+         "  Runs the job's coordinator until SIGINT or SIGTERM.\n";
+}
+
+int CoordinatorMain(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = Serve();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "wsync coordinator: %s\n", status.ToString());
+    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace wsync::cli

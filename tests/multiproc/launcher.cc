@@ -1,0 +1,257 @@
+#include "tests/multiproc/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace wsync::test {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Starts argv with stdout and stderr redirected to files and `extra_env` added to the environment.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& out_path,
+                            const std::string& err_path,
+                            const std::vector<std::string>& extra_env) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_storage(extra_env);
+  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  std::vector<char*> env;
+  for (std::string& e : env_storage) env.push_back(e.data());
+  env.push_back(nullptr);
+  pid_t pid = 0;
+  const int error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": errno ", error));
+  }
+  return pid;
+}
+
+// Waits for `pid` until `deadline`; kills it then. Returns the exit code, or -1 when killed or
+// signalled.
+int WaitFor(pid_t pid, absl::Time deadline) {
+  int status = 0;
+  while (true) {
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> InNamespace(const std::string& netns, std::vector<std::string> argv) {
+  if (netns.empty()) return argv;
+  std::vector<std::string> wrapped = {"ip", "netns", "exec", netns};
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return wrapped;
+}
+
+std::vector<std::map<std::string, std::string>> ParseStats(const std::string& text) {
+  std::vector<std::map<std::string, std::string>> stats;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "STATS ")) continue;
+    std::map<std::string, std::string>& fields = stats.emplace_back();
+    for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+      fields[kv.first] = kv.second;
+    }
+  }
+  return stats;
+}
+
+int Run(const std::string& command) { return std::system(command.c_str()); }
+
+}  // namespace
+
+absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_binary,
+                                 const std::string& cli_binary) {
+  char dir_template[] = "/tmp/wsync-job-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  const std::string secret_env =
+      absl::StrCat("WSYNC_SECRET=test-secret-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
+  const std::vector<std::string> env = {secret_env};
+  const std::string port_file = dir + "/port";
+  const std::string job_id = absl::StrCat("job-", getpid());
+
+  absl::StatusOr<pid_t> coordinator =
+      Spawn(InNamespace(spec.coordinator_netns,
+                        {cli_binary, "coordinator", "--job", job_id, "--trainers",
+                         absl::StrCat(spec.trainers), "--rollouts", absl::StrCat(spec.rollouts),
+                         "--secret_env", "WSYNC_SECRET", "--address", spec.coordinator_address,
+                         "--port_file", port_file, "--rendezvous_timeout_s",
+                         absl::StrCat(absl::ToDoubleSeconds(spec.rendezvous_timeout))}),
+            dir + "/coordinator.out", dir + "/coordinator.err", env);
+  if (!coordinator.ok()) return coordinator.status();
+  int port = 0;
+  const absl::Time port_deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < port_deadline) {
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(port_file)), &port) && port > 0) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (port <= 0) {
+    kill(*coordinator, SIGKILL);
+    waitpid(*coordinator, nullptr, 0);
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator did not start: ", ReadFile(dir + "/coordinator.err")));
+  }
+
+  const int total = spec.trainers + spec.rollouts;
+  std::vector<pid_t> pids(total, -1);
+  for (int p = 0; p < total; ++p) {
+    const bool trainer = p < spec.trainers;
+    const ProcessPlacement placement =
+        p < static_cast<int>(spec.placement.size()) ? spec.placement[p] : ProcessPlacement{};
+    std::vector<std::string> argv = {worker_binary,
+                                     "--coordinator_host",
+                                     spec.coordinator_address,
+                                     "--coordinator_port",
+                                     absl::StrCat(port),
+                                     "--job",
+                                     job_id,
+                                     "--role",
+                                     trainer ? "trainer" : "rollout",
+                                     "--rank",
+                                     absl::StrCat(trainer ? p : p - spec.trainers),
+                                     "--node_id",
+                                     placement.node_id.empty() ? "local" : placement.node_id,
+                                     "--model",
+                                     spec.model,
+                                     "--from",
+                                     spec.from,
+                                     "--to",
+                                     spec.to,
+                                     "--tls",
+                                     spec.tls,
+                                     "--net_devices",
+                                     placement.net_devices,
+                                     "--versions",
+                                     absl::StrCat(spec.versions),
+                                     "--budget",
+                                     absl::StrCat(spec.budget)};
+    argv.insert(argv.end(), spec.extra_worker_flags.begin(), spec.extra_worker_flags.end());
+    argv.insert(argv.end(), placement.extra_flags.begin(), placement.extra_flags.end());
+    absl::StatusOr<pid_t> pid =
+        Spawn(InNamespace(placement.netns, argv), absl::StrCat(dir, "/worker", p, ".out"),
+              absl::StrCat(dir, "/worker", p, ".err"), env);
+    if (!pid.ok()) {
+      for (pid_t started : pids) {
+        if (started > 0) kill(started, SIGKILL);
+      }
+      kill(*coordinator, SIGKILL);
+      return pid.status();
+    }
+    pids[p] = *pid;
+  }
+
+  JobResult result;
+  result.secret = secret_env.substr(secret_env.find('=') + 1);
+  result.workers.resize(total);
+  const absl::Time deadline = absl::Now() + spec.timeout;
+  for (int p = 0; p < total; ++p) {
+    WorkerResult& worker = result.workers[p];
+    worker.exit_code = WaitFor(pids[p], deadline);
+    worker.stats = ParseStats(ReadFile(absl::StrCat(dir, "/worker", p, ".out")));
+    worker.stderr_text = ReadFile(absl::StrCat(dir, "/worker", p, ".err"));
+  }
+  kill(*coordinator, SIGTERM);
+  WaitFor(*coordinator, absl::Now() + absl::Seconds(10));
+  result.coordinator_output =
+      ReadFile(dir + "/coordinator.out") + ReadFile(dir + "/coordinator.err");
+  Run(absl::StrCat("rm -rf '", dir, "'"));
+  return result;
+}
+
+std::optional<NetnsPair> NetnsPair::Create(std::string* reason) {
+  if (geteuid() != 0) {
+    *reason = "network namespaces need root";
+    return std::nullopt;
+  }
+  static int counter = 0;
+  const int n = (getpid() + counter++) % 200 + 20;
+  NetnsPair pair;
+  for (int side = 0; side < 2; ++side) {
+    pair.ns_[side] = absl::StrCat("wsync", getpid(), side == 0 ? "a" : "b");
+    pair.device_[side] = absl::StrCat("wsv", n, side == 0 ? "a" : "b");
+    pair.address_[side] = absl::StrCat("10.231.", n, ".", side + 1);
+  }
+  const std::vector<std::string> commands = {
+      absl::StrCat("ip netns add ", pair.ns_[0]),
+      absl::StrCat("ip netns add ", pair.ns_[1]),
+      absl::StrCat("ip link add ", pair.device_[0], " type veth peer name ", pair.device_[1]),
+      absl::StrCat("ip link set ", pair.device_[0], " netns ", pair.ns_[0]),
+      absl::StrCat("ip link set ", pair.device_[1], " netns ", pair.ns_[1]),
+      absl::StrCat("ip -n ", pair.ns_[0], " addr add ", pair.address_[0], "/24 dev ",
+                   pair.device_[0]),
+      absl::StrCat("ip -n ", pair.ns_[1], " addr add ", pair.address_[1], "/24 dev ",
+                   pair.device_[1]),
+      absl::StrCat("ip -n ", pair.ns_[0], " link set ", pair.device_[0], " up"),
+      absl::StrCat("ip -n ", pair.ns_[1], " link set ", pair.device_[1], " up"),
+      absl::StrCat("ip -n ", pair.ns_[0], " link set lo up"),
+      absl::StrCat("ip -n ", pair.ns_[1], " link set lo up"),
+  };
+  pair.owned_ = true;  // Cleans up whatever the commands below created.
+  for (const std::string& command : commands) {
+    if (Run(command + " 2>/dev/null") != 0) {
+      *reason = absl::StrCat("'", command, "' failed");
+      return std::nullopt;
+    }
+  }
+  return pair;
+}
+
+NetnsPair::NetnsPair(NetnsPair&& other) noexcept {
+  for (int side = 0; side < 2; ++side) {
+    ns_[side] = std::move(other.ns_[side]);
+    device_[side] = std::move(other.device_[side]);
+    address_[side] = std::move(other.address_[side]);
+  }
+  owned_ = other.owned_;
+  other.owned_ = false;
+}
+
+NetnsPair::~NetnsPair() {
+  if (!owned_) return;
+  for (int side = 0; side < 2; ++side) {
+    Run(absl::StrCat("ip netns del ", ns_[side], " 2>/dev/null"));
+  }
+}
+
+}  // namespace wsync::test

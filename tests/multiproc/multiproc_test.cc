@@ -1,0 +1,129 @@
+// Real processes: a coordinator and trainer and rollout workers moving a model's weights over UCX,
+// three versions in a row, every rollout element checked against the logical weights of each
+// version by the rollout itself.
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "gtest/gtest.h"
+#include "tests/multiproc/launcher.h"
+
+namespace wsync::test {
+namespace {
+
+int64_t Field(const std::map<std::string, std::string>& stats, const std::string& key) {
+  auto it = stats.find(key);
+  int64_t value = 0;
+  if (it == stats.end() || !absl::SimpleAtoi(it->second, &value)) return -1;
+  return value;
+}
+
+// Every worker exits 0 after `spec.versions` committed syncs; the bytes trainers sent equal the
+// bytes rollouts received in every version. Returns the result for further checks.
+JobResult ExpectJobSucceeds(const JobSpec& spec) {
+  absl::StatusOr<JobResult> result = RunJob(spec, WSYNC_TEST_WORKER, WSYNC_CLI);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  for (size_t p = 0; p < result->workers.size(); ++p) {
+    const WorkerResult& worker = result->workers[p];
+    EXPECT_EQ(worker.exit_code, 0) << "process " << p << ": " << worker.stderr_text
+                                   << "\ncoordinator: " << result->coordinator_output;
+    EXPECT_EQ(worker.stats.size(), static_cast<size_t>(spec.versions)) << "process " << p;
+  }
+  for (int v = 0; v < spec.versions; ++v) {
+    int64_t sent = 0, received = 0;
+    for (const WorkerResult& worker : result->workers) {
+      if (v >= static_cast<int>(worker.stats.size())) continue;
+      sent += Field(worker.stats[v], "sent");
+      received += Field(worker.stats[v], "received");
+    }
+    EXPECT_GT(sent, 0) << "version " << v + 1;
+    EXPECT_EQ(sent, received) << "version " << v + 1;
+  }
+  return *std::move(result);
+}
+
+TEST(MultiprocTest, TwoTrainersToTwoRolloutsOverSharedMemory) {
+  JobSpec spec;
+  spec.tls = "sm,cma,self";
+  ExpectJobSucceeds(spec);
+}
+
+TEST(MultiprocTest, TwoTrainersToTwoRolloutsOverTcp) {
+  JobSpec spec;
+  spec.tls = "tcp";
+  spec.placement.assign(4, ProcessPlacement{"", "local", "lo"});
+  ExpectJobSucceeds(spec);
+}
+
+TEST(MultiprocTest, DpTwoTpTwoTrainersToFusedRolloutsOverSharedMemoryAndTcp) {
+  for (const char* tls : {"sm,cma,self", "tcp"}) {
+    SCOPED_TRACE(tls);
+    JobSpec spec;
+    spec.from = "megatron(tp=2,dp=2)";
+    spec.to = "vllm(tp=2)";
+    spec.trainers = 4;
+    spec.tls = tls;
+    if (std::string(tls) == "tcp") spec.placement.assign(6, ProcessPlacement{"", "local", "lo"});
+    JobResult result = ExpectJobSucceeds(spec);
+    // Both replicas serve: the replica policy spreads the sends over all four trainers.
+    for (int p = 0; p < 4 && p < static_cast<int>(result.workers.size()); ++p) {
+      ASSERT_FALSE(result.workers[p].stats.empty());
+      EXPECT_GT(Field(result.workers[p].stats[0], "sent"), 0) << "trainer " << p;
+    }
+  }
+}
+
+TEST(MultiprocTest, AcrossTwoNetworkNamespaces) {
+  std::string reason;
+  std::optional<NetnsPair> net = NetnsPair::Create(&reason);
+  if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
+  JobSpec spec;
+  spec.tls = "tcp";
+  spec.coordinator_netns = net->ns(0);
+  spec.coordinator_address = net->address(0);
+  for (int p = 0; p < 4; ++p) {
+    const int side = p < 2 ? 0 : 1;  // Trainers in one namespace, rollouts in the other.
+    spec.placement.push_back(
+        ProcessPlacement{net->ns(side), side == 0 ? "node-a" : "node-b", net->device(side)});
+  }
+  JobResult result = ExpectJobSucceeds(spec);
+  for (size_t p = 0; p < result.workers.size(); ++p) {
+    for (const auto& stats : result.workers[p].stats) {
+      // Every byte crosses between the "nodes"; nothing is intra-node.
+      EXPECT_GT(Field(stats, "path_inter_node"), 0) << "process " << p;
+      EXPECT_EQ(Field(stats, "path_intra_node"), -1) << "process " << p;
+    }
+  }
+}
+
+TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {
+  setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret", 1);
+  JobSpec spec;
+  spec.tls = "sm,cma,self";
+  spec.versions = 1;
+  spec.rendezvous_timeout = absl::Seconds(4);
+  spec.timeout = absl::Seconds(60);
+  spec.placement.assign(4, ProcessPlacement{});
+  spec.placement[3].extra_flags = {"--secret_env", "WSYNC_WRONG_SECRET"};
+  absl::StatusOr<JobResult> result = RunJob(spec, WSYNC_TEST_WORKER, WSYNC_CLI);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->workers.size(), 4u);
+  EXPECT_EQ(result->workers[3].exit_code, 1);
+  EXPECT_NE(result->workers[3].stderr_text.find("UNAUTHENTICATED"), std::string::npos)
+      << result->workers[3].stderr_text;
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(result->workers[p].exit_code, 1) << result->workers[p].stderr_text;
+    EXPECT_NE(result->workers[p].stderr_text.find("rollout rank 1"), std::string::npos)
+        << result->workers[p].stderr_text;
+  }
+  for (const WorkerResult& worker : result->workers) {
+    EXPECT_EQ(worker.stderr_text.find(result->secret), std::string::npos);
+    EXPECT_EQ(worker.stderr_text.find("not-the-secret"), std::string::npos);
+  }
+  EXPECT_EQ(result->coordinator_output.find(result->secret), std::string::npos);
+}
+
+}  // namespace
+}  // namespace wsync::test

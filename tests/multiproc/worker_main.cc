@@ -1,0 +1,182 @@
+// wsync_test_worker: one trainer or rollout process of a multi-process test or benchmark. It
+// connects to the coordinator, joins with its part of a named layout and its UCX worker address,
+// merges everyone's parts into the job, plans its own segments, and runs `--versions` syncs over
+// UCX. A trainer writes each version's logical values (a function of parameter, index and version)
+// before the sync; a rollout checks every element of its pieces after it, so a stale or misplaced
+// byte fails the run. Every process then votes in the commit decision.
+//
+// Prints one line per sync: "STATS key=value ..." (see PrintStats). Exit status: 0 when every
+// version committed, 1 otherwise (the error on stderr), 2 for bad flags.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "executor/execute.h"
+#include "planner/job.h"
+#include "planner/layout_parts.h"
+#include "planner/manifest_codec.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+#include "tests/testing/reference.h"
+#include "transport/control/auth.h"
+#include "transport/control/client.h"
+#include "transport/ucx/ucx_transport.h"
+
+ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
+ABSL_FLAG(int32_t, coordinator_port, 0, "Coordinator port.");
+ABSL_FLAG(std::string, job, "wsync-test", "Job id.");
+ABSL_FLAG(std::string, secret_env, "WSYNC_SECRET", "Environment variable holding the secret.");
+ABSL_FLAG(std::string, role, "trainer", "trainer or rollout.");
+ABSL_FLAG(int32_t, rank, 0, "Rank within the role.");
+ABSL_FLAG(std::string, node_id, "", "Node id (default: the host name).");
+ABSL_FLAG(std::string, model, "qwen2.5-tiny", "Model name.");
+ABSL_FLAG(std::string, from, "megatron(tp=2)", "Trainer layout.");
+ABSL_FLAG(std::string, to, "vllm(tp=2)", "Rollout layout.");
+ABSL_FLAG(std::string, policy, "local_first_least_loaded", "Replica policy.");
+ABSL_FLAG(std::string, tls, "", "UCX transports (UCX_TLS); empty: UCX's default.");
+ABSL_FLAG(std::string, net_devices, "", "UCX network devices (UCX_NET_DEVICES).");
+ABSL_FLAG(int32_t, versions, 3, "Syncs to run.");
+ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (rollout).");
+ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
+          "Staging budget in bytes per peer and direction.");
+ABSL_FLAG(double, deadline_s, 60, "Deadline of each step in seconds.");
+
+namespace wsync {
+namespace {
+
+void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats& stats,
+                const std::map<std::string, int64_t>& bytes_by_path) {
+  std::string line = absl::StrFormat(
+      "STATS version=%d process=%d role=%s rank=%d seconds=%.6f sent=%d received=%d direct=%d "
+      "staged=%d rounds=%d chunks=%d arena=%d",
+      version, me, RoleName(job.processes()[me].role), job.processes()[me].rank, stats.seconds,
+      stats.sent_bytes, stats.received_bytes, stats.direct_bytes, stats.staged_bytes, stats.rounds,
+      stats.chunks, stats.peak_arena_bytes);
+  for (const auto& [path, bytes] : bytes_by_path)
+    absl::StrAppend(&line, " path_", path, "=", bytes);
+  absl::PrintF("%s\n", line);
+  std::fflush(stdout);
+}
+
+absl::Status Run() {
+  const bool trainer = absl::GetFlag(FLAGS_role) == "trainer";
+  if (!trainer && absl::GetFlag(FLAGS_role) != "rollout") {
+    return absl::InvalidArgumentError("--role must be trainer or rollout");
+  }
+  const int32_t rank = absl::GetFlag(FLAGS_rank);
+  const absl::Duration step = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  WSYNC_ASSIGN_OR_RETURN(std::string secret,
+                         LoadSecret(SecretSource::Environment(absl::GetFlag(FLAGS_secret_env))));
+
+  // This process's part of its side's layout.
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(absl::GetFlag(FLAGS_model)));
+  WSYNC_ASSIGN_OR_RETURN(Layout side, BuildNamedLayout(model, trainer ? absl::GetFlag(FLAGS_from)
+                                                                      : absl::GetFlag(FLAGS_to)));
+  Layout part = LayoutPart(side, rank);
+  if (part.processes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the layout has no rank ", rank));
+  }
+
+  ControlClientOptions control;
+  control.coordinator_host = absl::GetFlag(FLAGS_coordinator_host);
+  control.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
+  control.job_id = absl::GetFlag(FLAGS_job);
+  control.role = trainer ? ControlRole::kTrainer : ControlRole::kRollout;
+  control.rank = rank;
+  control.node_id = absl::GetFlag(FLAGS_node_id);
+  control.secret = std::move(secret);
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
+                         ControlClient::Connect(std::move(control)));
+  const int32_t me = client->process();
+
+  UcxOptions ucx_options;
+  ucx_options.process = me;
+  ucx_options.transports = absl::GetFlag(FLAGS_tls);
+  ucx_options.net_devices = absl::GetFlag(FLAGS_net_devices);
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(ucx_options));
+
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  part.processes[0].node_id =
+      absl::GetFlag(FLAGS_node_id).empty() ? std::string(host) : absl::GetFlag(FLAGS_node_id);
+  JoinRequest join;
+  join.manifest = SerializeLayout(part);
+  join.address = ucx->WorkerAddress();
+  WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
+
+  std::vector<Layout> trainer_parts, rollout_parts;
+  std::vector<std::string> addresses(roster.size());
+  for (int32_t p = 0; p < roster.size(); ++p) {
+    WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
+    (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
+    addresses[p] = roster.processes[p].address;
+  }
+  WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
+  WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(trainers), std::move(rollouts)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  PlanOptions plan_options;
+  plan_options.process = me;
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
+  WSYNC_RETURN_IF_ERROR(ucx->ConnectPeers(addresses));
+
+  std::map<std::string, int64_t> bytes_by_path;
+  for (const Segment& s : plan.segments) {
+    const int32_t peer = s.from.process == me ? s.to.process : s.from.process;
+    bytes_by_path[std::string(job.PathClass(me, peer))] += Volume(s.box) * job.ElementSize(s.param);
+  }
+
+  test::HostBuffers memory(part, test::kPoison);
+  LocalBuffers buffers;
+  for (const BufferInfo& info : part.buffers) {
+    unsigned char* data = memory.data(test::BufferKey{rank, info.id});
+    buffers[info.id] = data;
+    WSYNC_RETURN_IF_ERROR(ucx->RegisterMemory(data, info.bytes, MemoryKind::kHost).status());
+  }
+  Endpoints endpoints;
+  for (int32_t p = 0; p < roster.size(); ++p) endpoints.processes.push_back(p);
+  ArenaCache arenas;
+  const bool verify = absl::GetFlag(FLAGS_verify);
+  for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
+    if (trainer && verify) WSYNC_RETURN_IF_ERROR(test::FillLogical(part, version, &memory));
+    ExecuteOptions options;
+    options.sync_id = static_cast<uint64_t>(version);
+    options.plan_digest = plan.digest;
+    options.deadline = absl::Now() + step;
+    options.arenas = &arenas;
+    absl::StatusOr<TransferStats> stats =
+        ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
+                         me, buffers, *ucx, *client, options);
+    absl::Status outcome = stats.status();
+    if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
+    if (outcome.ok()) outcome = memory.CheckGuards();
+    WSYNC_RETURN_IF_ERROR(client->Decide(outcome.ok(), outcome.message(), absl::Now() + step));
+    PrintStats(version, job, me, *stats, bytes_by_path);
+  }
+  return client->Barrier(absl::Now() + step);
+}
+
+}  // namespace
+}  // namespace wsync
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = wsync::Run();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "wsync_test_worker: %s\n", status.ToString());
+    return 1;
+  }
+  return 0;
+}

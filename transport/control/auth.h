@@ -1,0 +1,75 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_AUTH_H_
+#define WSYNC_TRANSPORT_CONTROL_AUTH_H_
+
+// Secrets and the HMAC-SHA256 proofs of the control-plane handshake.
+//
+// The job secret comes from a file or an environment variable (LoadSecret); it is never logged,
+// never put in an error message and never passed on a command line. Errors here name the file or
+// the variable, never its contents. Functions are thread-safe.
+//
+// Handshake proofs (each input field is length-prefixed, so no two field lists encode alike):
+//   Hello:   HMAC(secret, "wsync-control-hello-v1" | nonce | client_nonce | job_id | role | rank |
+//            node_id), proving the client holds the secret; the coordinator's fresh nonce makes a
+//            Hello captured on one connection useless on another.
+//   Welcome: HMAC(secret, "wsync-control-welcome-v1" | client_nonce | nonce | job_id | process),
+//            proving to the client that the coordinator holds it too.
+// The connection is authenticated once, at the handshake; later frames are not signed or
+// encrypted (the control plane expects a trusted network between the job's nodes).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "transport/control/protocol.h"
+
+namespace wsync {
+
+// Secrets shorter than this are refused: an HMAC over a captured nonce would be open to guessing.
+inline constexpr int64_t kMinSecretBytes = 16;
+inline constexpr int64_t kMaxSecretBytes = 4096;
+
+struct SecretSource {
+  enum class Kind { kFile, kEnvironment };
+  Kind kind = Kind::kFile;
+  std::string name;  // A file path or an environment variable name.
+
+  static SecretSource File(std::string path) { return {Kind::kFile, std::move(path)}; }
+  static SecretSource Environment(std::string variable) {
+    return {Kind::kEnvironment, std::move(variable)};
+  }
+};
+
+// Reads the secret. A file must be a regular file (symlinks are followed, as in mounted secrets),
+// owned by the effective user, without any group or other permission bits (mode 0600, 0400 or
+// stricter): otherwise PermissionDenied naming the path and its mode. Trailing "\n" or "\r\n" is
+// removed. NotFound for a missing file or unset variable; InvalidArgument for a secret shorter
+// than kMinSecretBytes or longer than kMaxSecretBytes.
+absl::StatusOr<std::string> LoadSecret(const SecretSource& source);
+
+// OK when the length of `secret` is within [kMinSecretBytes, kMaxSecretBytes].
+absl::Status CheckSecret(absl::string_view secret);
+
+// HMAC-SHA256 of `message` under `key`: kMacBytes raw bytes.
+std::string HmacSha256(absl::string_view key, absl::string_view message);
+
+// Cryptographically random bytes (RAND_bytes). Internal on failure of the generator.
+absl::StatusOr<std::string> RandomBytes(int64_t count);
+
+// Equality of two byte strings in time independent of their contents (CRYPTO_memcmp); strings of
+// different lengths are unequal.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+std::string HelloMac(absl::string_view secret, absl::string_view nonce,
+                     absl::string_view client_nonce, absl::string_view job_id, ControlRole role,
+                     int32_t rank, absl::string_view node_id);
+
+std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
+                       absl::string_view nonce, absl::string_view job_id, int32_t process);
+
+// Overwrites `text` with zeros (OPENSSL_cleanse) and clears it. For copies of the secret.
+void WipeSecret(std::string& text);
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_AUTH_H_

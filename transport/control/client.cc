@@ -1,0 +1,365 @@
+#include "transport/control/client.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+#include "transport/control/auth.h"
+
+namespace wsync {
+namespace {
+
+// Frames before the Welcome are small; a coordinator may not make a client hold more.
+constexpr int64_t kHandshakeFrameBytes = int64_t{64} << 10;
+// The coordinator gives up on a round this much before the caller's deadline (at most), so that
+// its answer, which names the missing processes, arrives before the caller stops waiting.
+constexpr absl::Duration kMaxMargin = absl::Milliseconds(250);
+
+absl::string_view Strip(absl::string_view message) {
+  absl::ConsumePrefix(&message, "control: ");
+  return message;
+}
+
+// `status` with `context` put before its message (minus a leading "control: ").
+absl::Status Wrap(const absl::Status& status, absl::string_view context) {
+  return absl::Status(status.code(), absl::StrCat(context, Strip(status.message())));
+}
+
+}  // namespace
+
+ControlClient::~ControlClient() { WipeSecret(options_.secret); }
+
+std::string ControlClient::Prefix() const {
+  if (process_ >= 0) {
+    return absl::StrCat(
+        "control: ", DescribeProcess(process_, options_.role, options_.rank, options_.node_id),
+        ": ");
+  }
+  return absl::StrCat("control: ", ControlRoleName(options_.role), " rank ", options_.rank,
+                      " of job ", options_.job_id, " (coordinator ", options_.coordinator_host, ":",
+                      options_.coordinator_port, "): ");
+}
+
+absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
+    ControlClientOptions options) {
+  auto invalid = [](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("control: client options: ", what));
+  };
+  if (options.node_id.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) return invalid("no node id and no host name");
+    options.node_id = host;
+  }
+  if (absl::Status ok = CheckIdentifier("job id", options.job_id); !ok.ok()) {
+    return invalid(ok.message());
+  }
+  if (absl::Status ok = CheckIdentifier("node id", options.node_id); !ok.ok()) {
+    return invalid(ok.message());
+  }
+  if (absl::Status ok = CheckSecret(options.secret); !ok.ok()) return invalid(ok.message());
+  if (options.role != ControlRole::kTrainer && options.role != ControlRole::kRollout) {
+    return invalid("bad role");
+  }
+  if (options.rank < 0) return invalid(absl::StrCat("negative rank ", options.rank));
+  if (options.connect_timeout <= absl::ZeroDuration()) return invalid("connect_timeout <= 0");
+  WSYNC_RETURN_IF_ERROR(CheckFrameCap(options.max_frame_bytes));
+
+  std::unique_ptr<ControlClient> client(new ControlClient());
+  client->options_ = std::move(options);
+  const ControlClientOptions& o = client->options_;
+  const absl::Time deadline = absl::Now() + o.connect_timeout;
+  absl::Duration backoff = absl::Milliseconds(20);
+  for (;;) {
+    absl::StatusOr<UniqueFd> fd = ConnectTcp(o.coordinator_host, o.coordinator_port, deadline);
+    if (!fd.ok()) return Wrap(fd.status(), client->Prefix());
+    client->fd_ = *std::move(fd);
+    client->reader_ = FrameReader(kHandshakeFrameBytes);
+    client->writer_ = FrameWriter();
+    bool retry = false;
+    absl::Status handshake = client->Handshake(deadline, &retry);
+    if (handshake.ok()) return client;
+    client->fd_.Reset();
+    const absl::Time now = absl::Now();
+    if (!retry || now >= deadline) return handshake;
+    absl::SleepFor(std::min(backoff, deadline - now));
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
+absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
+  const int fd = fd_.get();
+  absl::StatusOr<control::Frame> frame = ReadFrame(fd, reader_, deadline);
+  if (!frame.ok()) {
+    // A coordinator that closes before its challenge is busy or restarting: worth another try.
+    *retry = absl::IsUnavailable(frame.status());
+    return Wrap(frame.status(), absl::StrCat(Prefix(), "no challenge from the coordinator: "));
+  }
+  if (frame->has_reject()) {
+    const absl::Status refused = StatusFromWire(frame->reject().code(), frame->reject().reason());
+    *retry = absl::IsResourceExhausted(refused);
+    return Wrap(refused, absl::StrCat(Prefix(), "refused by the coordinator: "));
+  }
+  if (!frame->has_challenge() || frame->challenge().protocol_version() != kControlProtocolVersion ||
+      frame->challenge().nonce().size() != kNonceBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Prefix(), "the coordinator did not send a challenge of protocol version ",
+                     kControlProtocolVersion));
+  }
+  const std::string nonce = frame->challenge().nonce();
+  WSYNC_ASSIGN_OR_RETURN(const std::string client_nonce, RandomBytes(kNonceBytes));
+
+  control::Frame hello_frame;
+  control::Hello* hello = hello_frame.mutable_hello();
+  hello->set_protocol_version(kControlProtocolVersion);
+  hello->set_job_id(options_.job_id);
+  hello->set_role(RoleToProto(options_.role));
+  hello->set_rank(options_.rank);
+  hello->set_node_id(options_.node_id);
+  hello->set_client_nonce(client_nonce);
+  hello->set_mac(HelloMac(options_.secret, nonce, client_nonce, options_.job_id, options_.role,
+                          options_.rank, options_.node_id));
+  if (absl::Status sent = WriteFrame(fd, writer_, hello_frame, kHandshakeFrameBytes, deadline);
+      !sent.ok()) {
+    *retry = absl::IsUnavailable(sent);
+    return Wrap(sent, absl::StrCat(Prefix(), "sending the hello: "));
+  }
+
+  frame = ReadFrame(fd, reader_, deadline);
+  if (!frame.ok()) return Wrap(frame.status(), absl::StrCat(Prefix(), "no welcome: "));
+  if (frame->has_reject()) {
+    const absl::Status refused = StatusFromWire(frame->reject().code(), frame->reject().reason());
+    *retry = absl::IsResourceExhausted(refused);
+    return Wrap(refused, absl::StrCat(Prefix(), "refused by the coordinator: "));
+  }
+  if (!frame->has_welcome()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Prefix(), "the coordinator answered the hello with an unexpected frame"));
+  }
+  const control::Welcome& welcome = frame->welcome();
+  const std::string expected =
+      WelcomeMac(options_.secret, client_nonce, nonce, options_.job_id, welcome.process());
+  if (!ConstantTimeEquals(expected, welcome.mac())) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(Prefix(), "the coordinator could not prove that it holds the job's secret"));
+  }
+  const int64_t trainers = welcome.num_trainers();
+  const int64_t rollouts = welcome.num_rollouts();
+  const int64_t count = options_.role == ControlRole::kTrainer ? trainers : rollouts;
+  if (trainers < 0 || rollouts < 0 || trainers + rollouts > kMaxControlProcesses ||
+      options_.rank >= count ||
+      welcome.process() != GlobalProcessId(options_.role, options_.rank, trainers) ||
+      !CheckFrameCap(welcome.max_frame_bytes()).ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Prefix(), "the coordinator sent an inconsistent welcome"));
+  }
+  num_trainers_ = static_cast<int32_t>(trainers);
+  num_rollouts_ = static_cast<int32_t>(rollouts);
+  coordinator_max_frame_bytes_ = welcome.max_frame_bytes();
+  process_ = welcome.process();
+  reader_.set_max_frame_bytes(options_.max_frame_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ControlClient::Broken(const absl::Status& cause) {
+  if (aborted_.load()) {
+    absl::MutexLock lock(&abort_mu_);
+    return absl::AbortedError(absl::StrCat(Prefix(), "aborted: ", abort_reason_.message()));
+  }
+  if (broken_.ok()) broken_ = cause;
+  return broken_;
+}
+
+absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Time deadline) {
+  if (aborted_.load() || !broken_.ok()) return Broken(broken_);
+  if (join_attempted_) {
+    return absl::FailedPreconditionError(absl::StrCat(Prefix(), "Join may be called only once"));
+  }
+  join_attempted_ = true;
+  control::Frame frame;
+  control::Join* join = frame.mutable_join();
+  join->set_manifest(request.manifest);
+  join->set_address(request.address);
+  join->set_metadata(request.metadata);
+  const int fd = fd_.get();
+  if (absl::Status sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
+      !sent.ok()) {
+    return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join: ")));
+  }
+  frame.Clear();
+  for (;;) {
+    absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
+    if (!got.ok()) {
+      return Broken(Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster: ")));
+    }
+    if (got->has_reject()) {
+      return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
+    }
+    if (!got->has_roster()) {
+      return Broken(absl::InternalError(
+          absl::StrCat(Prefix(), "protocol error: expected the roster, got another frame")));
+    }
+    control::Roster& wire = *got->mutable_roster();
+    const int32_t world = size();
+    bool consistent = wire.num_trainers() == num_trainers_ &&
+                      wire.num_rollouts() == num_rollouts_ && wire.processes_size() == world;
+    for (int32_t id = 0; consistent && id < world; ++id) {
+      const control::RosterEntry& e = wire.processes(id);
+      const std::optional<ControlRole> role = RoleFromProto(e.role());
+      consistent = e.process() == id && role.has_value() && e.rank() >= 0 &&
+                   GlobalProcessId(*role, e.rank(), num_trainers_) == id &&
+                   CheckIdentifier("node id", e.node_id()).ok() && e.manifest() >= 0 &&
+                   e.manifest() < wire.blobs_size() && e.metadata() >= 0 &&
+                   e.metadata() < wire.blobs_size() &&
+                   (id != process_ || e.node_id() == options_.node_id);
+    }
+    if (!consistent) {
+      return Broken(absl::InternalError(
+          absl::StrCat(Prefix(), "protocol error: the coordinator sent an inconsistent roster")));
+    }
+    Roster roster;
+    roster.num_trainers = num_trainers_;
+    roster.num_rollouts = num_rollouts_;
+    roster.processes.reserve(world);
+    for (control::RosterEntry& e : *wire.mutable_processes()) {
+      roster.processes.push_back(RosterEntry{e.process(), *RoleFromProto(e.role()), e.rank(),
+                                             std::move(*e.mutable_node_id()), e.manifest(),
+                                             e.metadata(), std::move(*e.mutable_address())});
+    }
+    roster.blobs.reserve(wire.blobs_size());
+    for (std::string& blob : *wire.mutable_blobs()) roster.blobs.push_back(std::move(blob));
+    joined_ = true;
+    return roster;
+  }
+}
+
+absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute contribute,
+                                                          absl::Time deadline) {
+  const absl::string_view kind = CollectiveName(contribute.kind());
+  if (aborted_.load()) return Broken(broken_);
+  if (!joined_) {
+    return absl::FailedPreconditionError(absl::StrCat(Prefix(), kind, " before a successful Join"));
+  }
+  const uint64_t number = next_number_++;
+  if (!broken_.ok()) return broken_;
+  const std::string name = absl::StrCat(Prefix(), kind, " #", number, ": ");
+  contribute.set_number(number);
+  const absl::Duration remaining = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  const absl::Duration margin = std::min(remaining / 10, kMaxMargin);
+  contribute.set_timeout_ms(absl::ToInt64Milliseconds(remaining - margin));
+  control::Frame frame;
+  *frame.mutable_contribute() = std::move(contribute);
+  absl::Status local;  // Set when this process fails its own contribution.
+  if (static_cast<int64_t>(frame.ByteSizeLong()) > coordinator_max_frame_bytes_) {
+    local = absl::ResourceExhaustedError(absl::StrCat(
+        name, "the contribution (", frame.ByteSizeLong(),
+        " bytes) exceeds the coordinator's frame cap of ", coordinator_max_frame_bytes_, " bytes"));
+    // Tell the others, so that their round fails at once instead of at their deadline.
+    control::Contribute* failed = frame.mutable_contribute();
+    failed->clear_payload();
+    failed->set_failed(true);
+    failed->set_reason(TruncateText(Strip(local.message()), kMaxReasonBytes));
+  }
+  const int fd = fd_.get();
+  if (absl::Status sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
+      !sent.ok()) {
+    // On a deadline the unsent rest stays queued and goes out first on the next call.
+    if (absl::IsDeadlineExceeded(sent) && !aborted_.load()) return Wrap(sent, name);
+    return Broken(Wrap(sent, name));
+  }
+  if (!local.ok()) return local;
+  for (;;) {
+    absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
+    if (!got.ok()) {
+      if (absl::IsDeadlineExceeded(got.status()) && !aborted_.load()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(name, "no answer from the coordinator before the deadline"));
+      }
+      return Broken(Wrap(got.status(), absl::StrCat(name, "lost the coordinator: ")));
+    }
+    if (got->has_reject()) {
+      return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
+                         absl::StrCat(name, "the coordinator closed the connection: ")));
+    }
+    if (!got->has_result() || got->result().number() > number) {
+      return Broken(absl::InternalError(
+          absl::StrCat(name, "protocol error: unexpected frame from the coordinator")));
+    }
+    if (got->result().number() < number) continue;  // The late answer of an earlier call.
+    control::Result& result = *got->mutable_result();
+    if (result.code() != 0) {
+      return StatusFromWire(result.code(), absl::StrCat(Prefix(), result.message()));
+    }
+    return std::move(result);
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> ControlClient::AllGather(absl::string_view payload,
+                                                                  absl::Time deadline) {
+  control::Contribute c;
+  c.set_kind(control::COLLECTIVE_ALL_GATHER);
+  c.set_payload(std::string(payload));
+  WSYNC_ASSIGN_OR_RETURN(control::Result result, Collective(std::move(c), deadline));
+  if (result.payloads_size() != size()) {
+    return Broken(absl::InternalError(absl::StrCat(Prefix(), "protocol error: AllGather returned ",
+                                                   result.payloads_size(), " payloads")));
+  }
+  std::vector<std::string> all;
+  all.reserve(size());
+  for (std::string& p : *result.mutable_payloads()) all.push_back(std::move(p));
+  return all;
+}
+
+absl::StatusOr<std::string> ControlClient::Broadcast(int32_t root, absl::string_view payload,
+                                                     absl::Time deadline) {
+  control::Contribute c;
+  c.set_kind(control::COLLECTIVE_BROADCAST);
+  if (root < 0 || root >= size()) {
+    // Still uses its number, and fails the round for the others with the reason.
+    c.set_root(0);
+    c.set_failed(true);
+    c.set_reason(absl::StrCat("Broadcast root ", root, " out of range [0, ", size(), ")"));
+    (void)Collective(std::move(c), deadline);
+    return absl::InvalidArgumentError(
+        absl::StrCat(Prefix(), "Broadcast root ", root, " out of range [0, ", size(), ")"));
+  }
+  c.set_root(root);
+  if (root == process_) c.set_payload(std::string(payload));
+  WSYNC_ASSIGN_OR_RETURN(control::Result result, Collective(std::move(c), deadline));
+  if (result.payloads_size() != 1) {
+    return Broken(absl::InternalError(absl::StrCat(Prefix(), "protocol error: Broadcast returned ",
+                                                   result.payloads_size(), " payloads")));
+  }
+  return std::move(*result.mutable_payloads(0));
+}
+
+absl::Status ControlClient::Barrier(absl::Time deadline) {
+  control::Contribute c;
+  c.set_kind(control::COLLECTIVE_BARRIER);
+  return Collective(std::move(c), deadline).status();
+}
+
+absl::Status ControlClient::Decide(bool ok, absl::string_view reason, absl::Time deadline) {
+  control::Contribute c;
+  c.set_kind(control::COLLECTIVE_DECIDE);
+  c.set_ok(ok);
+  if (!ok) c.set_reason(TruncateText(reason, kMaxReasonBytes));
+  return Collective(std::move(c), deadline).status();
+}
+
+void ControlClient::Abort(const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&abort_mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason.ok() ? absl::AbortedError("aborted") : reason;
+    aborted_.store(true);
+  }
+  // Wakes a call blocked in poll; the descriptor itself is closed only by the destructor.
+  if (fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
+}
+
+}  // namespace wsync

@@ -1,0 +1,160 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_CLIENT_H_
+#define WSYNC_TRANSPORT_CONTROL_CLIENT_H_
+
+// One process's connection to the job's coordinator (coordinator.h): the authenticated handshake,
+// the rendezvous (Join -> Roster), and small collectives relayed by the coordinator. Implements
+// wsync::Group.
+//
+// Collectives (AllGather, Broadcast, Barrier, Decide) share one numbering: the k-th call of every
+// process forms round k, and a call that fails still uses its number. Every call waits at most
+// until its deadline. Errors:
+//   DeadlineExceeded  the round did not complete in time; names the processes that had not
+//                     contributed (or says that the coordinator did not answer at all)
+//   Unavailable       a process left the job (named), or the coordinator connection ended
+//   InvalidArgument   processes called different collectives (or roots) in the same round
+//   Aborted           Decide: some process said not ok (each named with its reason); or Abort
+//   ResourceExhausted a payload or a gathered result above the frame cap
+// A call that finds the connection broken (closed, refused, protocol error) fails at once with
+// that error; the client is then finished. Error messages never contain the secret.
+//
+// Thread safety: one call at a time (thread-compatible), except Abort, which any thread may call
+// at any time. The client owns its socket and runs no threads.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/control/framing.h"
+#include "transport/control/protocol.h"
+#include "transport/control/socket.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+struct ControlClientOptions {
+  std::string coordinator_host = "127.0.0.1";  // A literal address or a host name.
+  int coordinator_port = 0;
+  std::string job_id;
+  ControlRole role = ControlRole::kTrainer;
+  int32_t rank = 0;
+  std::string node_id;  // Empty: this machine's host name.
+  std::string secret;   // See LoadSecret. The client keeps a copy, wiped on destruction.
+  // Connecting (refused connections are retried: the coordinator may start later) plus the
+  // handshake.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  int64_t max_frame_bytes = kDefaultMaxFrameBytes;  // Cap on frames this client reads.
+};
+
+struct JoinRequest {
+  std::string manifest;  // Serialized wsync.proto.Manifest of this process (opaque here).
+  std::string address;   // Transport address of this process (opaque here).
+  std::string metadata;  // Plan or layout metadata (opaque here).
+};
+
+struct RosterEntry {
+  int32_t process = 0;
+  ControlRole role = ControlRole::kTrainer;
+  int32_t rank = 0;
+  std::string node_id;
+  int32_t manifest_blob = 0;  // Index into Roster::blobs.
+  int32_t metadata_blob = 0;  // Index into Roster::blobs.
+  std::string address;
+};
+
+// Every process's join data, indexed by global process id. Equal manifests (and metadata) of
+// several processes are stored once in `blobs`.
+struct Roster {
+  int32_t num_trainers = 0;
+  int32_t num_rollouts = 0;
+  std::vector<RosterEntry> processes;
+  std::vector<std::string> blobs;
+
+  int32_t size() const { return static_cast<int32_t>(processes.size()); }
+  const std::string& manifest(int32_t process) const {
+    return blobs[processes[process].manifest_blob];
+  }
+  const std::string& metadata(int32_t process) const {
+    return blobs[processes[process].metadata_blob];
+  }
+};
+
+class ControlClient : public Group {
+ public:
+  // Connects and authenticates. InvalidArgument for bad options; Unauthenticated when the
+  // coordinator refuses the secret or cannot prove it holds it; the coordinator's reason for any
+  // other refusal (unknown job, rank out of range, duplicate rank...); DeadlineExceeded when no
+  // handshake completed within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(ControlClientOptions options);
+
+  ~ControlClient() override;
+  ControlClient(const ControlClient&) = delete;
+  ControlClient& operator=(const ControlClient&) = delete;
+
+  // Valid from Connect on.
+  int32_t process() const override { return process_; }
+  int32_t size() const override { return num_trainers_ + num_rollouts_; }
+  int32_t num_trainers() const { return num_trainers_; }
+  int32_t num_rollouts() const { return num_rollouts_; }
+
+  // Sends this process's join data and waits for everyone's. Once per client (FailedPrecondition
+  // otherwise). DeadlineExceeded listing the missing (role, rank)s when the coordinator's
+  // rendezvous deadline passed first; DeadlineExceeded without names when `deadline` did.
+  absl::StatusOr<Roster> Join(const JoinRequest& request, absl::Time deadline);
+
+  // Group: all payloads indexed by process.
+  absl::StatusOr<std::vector<std::string>> AllGather(absl::string_view payload,
+                                                     absl::Time deadline) override;
+  // The root's payload on every process; `payload` is ignored on the others.
+  absl::StatusOr<std::string> Broadcast(int32_t root, absl::string_view payload,
+                                        absl::Time deadline);
+  absl::Status Barrier(absl::Time deadline);
+  // The per-step commit decision: OK only when every process said ok; otherwise Aborted naming the
+  // processes that did not, with their reasons. `reason` (used when !ok) is cut to
+  // kMaxReasonBytes.
+  absl::Status Decide(bool ok, absl::string_view reason, absl::Time deadline);
+
+  // Fails the current and every later call with Aborted(reason) and closes the connection, so the
+  // other processes' collectives fail at once naming this process. Idempotent; any thread.
+  void Abort(const absl::Status& reason);
+
+ private:
+  ControlClient() = default;
+
+  // Reads the challenge, sends the hello, checks the welcome. `*retry` says whether a new
+  // connection may succeed (the coordinator was busy).
+  absl::Status Handshake(absl::Time deadline, bool* retry);
+  // Runs one numbered collective and returns its Result (OK code) or its error.
+  absl::StatusOr<control::Result> Collective(control::Contribute contribute, absl::Time deadline);
+  // The error to return once the connection is unusable: Abort's reason if aborted, else `cause`
+  // (remembered for later calls).
+  absl::Status Broken(const absl::Status& cause);
+  std::string Prefix() const;
+
+  ControlClientOptions options_;
+  UniqueFd fd_;
+  FrameReader reader_{kDefaultMaxFrameBytes};
+  FrameWriter writer_;
+  int32_t process_ = -1;
+  int32_t num_trainers_ = 0;
+  int32_t num_rollouts_ = 0;
+  int64_t coordinator_max_frame_bytes_ = kDefaultMaxFrameBytes;
+  bool joined_ = false;
+  bool join_attempted_ = false;
+  uint64_t next_number_ = 0;
+  absl::Status broken_;
+
+  std::atomic<bool> aborted_{false};
+  mutable absl::Mutex abort_mu_;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(abort_mu_);
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_CLIENT_H_

@@ -1,0 +1,151 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_COORDINATOR_H_
+#define WSYNC_TRANSPORT_CONTROL_COORDINATOR_H_
+
+// The control-plane coordinator of one job: authenticates each process, gathers the processes'
+// manifests and transport addresses into a roster, and relays small collectives (star topology).
+//
+// Protocol per connection (frames of control.proto, see framing.h):
+//   coordinator: Challenge{fresh nonce}      client: Hello{job, role, rank, node, HelloMac}
+//   coordinator: Welcome{process, WelcomeMac} or Reject{reason} and close
+//   client: Join{manifest, address, metadata}
+//   coordinator, once all num_trainers + num_rollouts processes joined: Roster to every process
+//   then any number of: client Contribute{number k} -> coordinator Result{number k}
+//
+// Refusals (the connection gets Reject{reason} and is closed; the coordinator keeps serving the
+// others, and counts each by RefusalReason): wrong HMAC ("authentication failed", nothing more),
+// unknown job id, rank out of range, duplicate rank, bad enum or field, protocol version, oversized
+// / truncated / malformed / unexpected frame, a handshake not done within handshake_timeout,
+// too many connections still in their handshake, and any Hello once the rendezvous is over or has
+// failed. Frames before the Welcome are capped at max_handshake_frame_bytes, so an
+// unauthenticated peer never makes the coordinator hold more than that.
+//
+// Rendezvous: if not every process joined within rendezvous_timeout of Start, every connected
+// process gets Reject(DeadlineExceeded) listing the missing (role, rank)s, and the job is over. A
+// process that leaves before the roster frees its rank for a new connection.
+//
+// Collectives: the k-th Contribute of every process forms round k. The round completes when all
+// processes contributed; then each gets the Result. A process whose timeout_ms passes first gets
+// DeadlineExceeded naming the processes still missing (its contribution stays in the round). A
+// process whose connection ends after the roster is lost for good (the job cannot complete another
+// round with it): every open round, and every later one, fails at once (Unavailable) naming it.
+// Calls of different kinds (or Broadcast roots) in one round fail the round for all. At most
+// max_open_rounds rounds are kept; the oldest is then failed and forgotten.
+//
+// Thread safety: Start, Stop and the accessors may be called from any thread. The coordinator
+// serves every connection from one thread with poll, so no connection can block another.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/control/framing.h"
+
+namespace wsync {
+
+enum class RefusalReason : int {
+  kAuthenticationFailed = 0,
+  kUnknownJob,
+  kRankOutOfRange,
+  kDuplicateRank,
+  kBadField,         // Bad enum value, id, nonce or MAC length.
+  kProtocolVersion,  // The client speaks another protocol version.
+  kOversizedFrame,
+  kTruncatedFrame,
+  kMalformedFrame,
+  kUnexpectedFrame,  // A frame the protocol does not allow at that point.
+  kHandshakeTimeout,
+  kFrameTimeout,  // A welcomed process started a frame and did not finish it in time.
+  kTooManyConnections,
+  kRendezvousClosed,  // A Hello after the rendezvous completed (for a lost rank) or failed.
+};
+inline constexpr int kNumRefusalReasons = static_cast<int>(RefusalReason::kRendezvousClosed) + 1;
+
+// "authentication_failed", "unknown_job", ... (metric label values).
+absl::string_view RefusalReasonName(RefusalReason reason);
+
+struct CoordinatorCounters {
+  int64_t accepted = 0;  // TCP connections accepted.
+  int64_t welcomed = 0;  // Hellos accepted.
+  int64_t joined = 0;    // Joins accepted.
+  int64_t lost = 0;      // Processes whose connection ended after the roster was sent.
+  int64_t rounds_completed = 0;
+  int64_t rounds_failed = 0;  // Counted once per round, whatever the number of processes told.
+  std::array<int64_t, kNumRefusalReasons> refused = {};
+
+  int64_t Refused(RefusalReason reason) const { return refused[static_cast<int>(reason)]; }
+  int64_t TotalRefused() const;
+};
+
+struct CoordinatorOptions {
+  std::string job_id;  // CheckIdentifier rules.
+  std::string secret;  // At least kMinSecretBytes; see LoadSecret. Wiped when the coordinator ends.
+  int32_t num_trainers = 0;
+  int32_t num_rollouts = 0;
+
+  // A literal IPv4 or IPv6 address. The wildcard ("0.0.0.0", "::") is refused unless
+  // allow_any_address is set.
+  std::string address = "127.0.0.1";
+  int port = 0;  // 0 picks a free port; see Coordinator::port().
+  bool allow_any_address = false;
+  std::string coordinator_id = "wsync-coordinator";
+
+  absl::Duration handshake_timeout = absl::Seconds(10);   // From accept to Welcome.
+  absl::Duration rendezvous_timeout = absl::Minutes(10);  // From Start to the roster.
+  // A welcomed process that started a frame must finish it within this.
+  absl::Duration frame_timeout = absl::Seconds(60);
+  // A connection being refused or closed gets this long to take its Reject frame.
+  absl::Duration close_timeout = absl::Seconds(1);
+
+  int64_t max_frame_bytes = kDefaultMaxFrameBytes;
+  int64_t max_handshake_frame_bytes = int64_t{64} << 10;
+  int32_t max_pending_connections = 256;  // Connections accepted and not yet welcomed.
+  int32_t max_open_rounds = 256;
+};
+
+class Coordinator {
+ public:
+  // Validates `options`, binds the listening socket and starts the serving thread. Errors:
+  // InvalidArgument for bad options, PermissionDenied for a wildcard address without
+  // allow_any_address, Unavailable when the address cannot be bound. Error messages never contain
+  // the secret.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
+
+  // Stop()s.
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // The bound port and address, for clients to connect to.
+  int port() const { return port_; }
+  const std::string& address() const { return address_; }
+
+  // Closes every connection (each gets a best-effort Reject(Unavailable)) and the listening socket,
+  // and joins the serving thread. Idempotent; returns once nothing of the coordinator runs.
+  void Stop();
+
+  CoordinatorCounters counters() const;
+  // Unavailable while the rendezvous is pending, OK once the roster was sent, the error every
+  // process got when it failed.
+  absl::Status rendezvous_status() const;
+
+ private:
+  class Impl;
+  Coordinator() = default;
+
+  std::unique_ptr<Impl> impl_;
+  absl::Mutex stop_mu_;  // Serializes Stop calls.
+  std::thread thread_ ABSL_GUARDED_BY(stop_mu_);
+  int port_ = 0;
+  std::string address_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_COORDINATOR_H_

@@ -1,0 +1,186 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_COORDINATOR_IMPL_H_
+#define WSYNC_TRANSPORT_CONTROL_COORDINATOR_IMPL_H_
+
+// Private to coordinator.cc (connections, handshake, rendezvous, the serving loop) and
+// coordinator_rounds.cc (collective rounds). Not part of the control library's interface.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/control/auth.h"
+#include "transport/control/control.pb.h"
+#include "transport/control/coordinator.h"
+#include "transport/control/framing.h"
+#include "transport/control/protocol.h"
+#include "transport/control/socket.h"
+
+namespace wsync {
+namespace coordinator_internal {
+
+inline constexpr size_t kMaxListed = 32;  // Processes named in one error message.
+
+// "a, b and 3 more" (at most kMaxListed items named).
+inline std::string ListOf(const std::vector<std::string>& items) {
+  if (items.size() <= kMaxListed) return absl::StrJoin(items, ", ");
+  std::vector<std::string> head(items.begin(), items.begin() + kMaxListed);
+  return absl::StrCat(absl::StrJoin(head, ", "), " and ", items.size() - kMaxListed, " more");
+}
+
+}  // namespace coordinator_internal
+
+// Everything below runs on the serving thread, except RequestStop, counters and
+// rendezvous_status (any thread, under mu_).
+class Coordinator::Impl {
+ public:
+  Impl(CoordinatorOptions options, UniqueFd listen_fd, UniqueFd wake_fd)
+      : options_(std::move(options)),
+        listen_fd_(std::move(listen_fd)),
+        wake_fd_(std::move(wake_fd)),
+        world_(options_.num_trainers + options_.num_rollouts),
+        rendezvous_deadline_(absl::Now() + options_.rendezvous_timeout) {
+    processes_.resize(world_);
+    for (int32_t id = 0; id < world_; ++id) {
+      const bool trainer = id < options_.num_trainers;
+      processes_[id].role = trainer ? ControlRole::kTrainer : ControlRole::kRollout;
+      processes_[id].rank = trainer ? id : id - options_.num_trainers;
+    }
+  }
+  ~Impl() { WipeSecret(options_.secret); }
+
+  void Run();
+  void RequestStop() {
+    stop_.store(true);
+    const uint64_t one = 1;
+    (void)!write(wake_fd_.get(), &one, sizeof(one));
+  }
+  CoordinatorCounters counters() const {
+    absl::MutexLock lock(&mu_);
+    return counters_;
+  }
+  absl::Status rendezvous_status() const {
+    absl::MutexLock lock(&mu_);
+    return rendezvous_status_;
+  }
+
+ private:
+  enum class Phase { kHandshake, kWelcomed, kJoined };
+
+  struct Connection {
+    explicit Connection(UniqueFd socket, int64_t cap) : fd(std::move(socket)), reader(cap) {}
+    UniqueFd fd;
+    std::string peer;
+    Phase phase = Phase::kHandshake;
+    std::string nonce;
+    absl::Time handshake_deadline = absl::InfiniteFuture();
+    absl::Time frame_deadline = absl::InfiniteFuture();  // Set while a frame is incomplete.
+    FrameReader reader;
+    FrameWriter writer;
+    int32_t process = -1;  // Bound once welcomed, until detached.
+    bool closing = false;  // Reads stop; closed once the writer drains or at close_deadline.
+    absl::Time close_deadline = absl::InfiniteFuture();
+    bool gone = false;  // Closed at the end of this turn.
+  };
+
+  struct Process {
+    ControlRole role = ControlRole::kTrainer;
+    int32_t rank = 0;
+    std::string node_id;
+    Connection* connection = nullptr;
+    bool joined = false;
+    std::string manifest, address, metadata;
+    bool lost = false;  // Its connection ended after the roster: it never contributes again.
+    std::string lost_reason;
+    uint64_t next_number = 0;
+  };
+
+  struct Round {
+    int kind = control::COLLECTIVE_UNSPECIFIED;
+    int32_t root = -1;
+    int32_t first = -1;  // The first contributor, named when kinds disagree.
+    int32_t count = 0;
+    std::vector<uint8_t> contributed, answered;
+    std::vector<absl::Time> expiry;
+    std::vector<std::string> payloads;
+    std::vector<std::string> refusals;  // Decide: "process ...: reason" of each process not ok.
+    absl::Status failure;               // Not OK once the round failed for good.
+  };
+
+  std::string Describe(int32_t id) const {
+    const Process& p = processes_[id];
+    return DescribeProcess(id, p.role, p.rank, p.node_id);
+  }
+  void Count(RefusalReason reason) {
+    absl::MutexLock lock(&mu_);
+    ++counters_.refused[static_cast<int>(reason)];
+  }
+
+  // Connections.
+  void AcceptAll(absl::Time now);
+  void ReadFrom(Connection& c, absl::Time now);
+  void OnFrame(Connection& c, control::Frame& frame, absl::Time now);
+  void Send(Connection& c, const control::Frame& frame);
+  void SendReject(Connection& c, const absl::Status& status);
+  void Refuse(Connection& c, RefusalReason reason, const absl::Status& status, absl::Time now);
+  void Drop(Connection& c, absl::string_view why);
+  void Detach(Connection& c, absl::string_view why);
+  void FlushAll();
+  void Sweep(absl::Time now);
+  void Shutdown();
+  absl::Time NextDeadline() const;
+  void HandleTimers(absl::Time now);
+
+  // Handshake and rendezvous.
+  void HandleHello(Connection& c, const control::Hello& hello, absl::Time now);
+  void HandleJoin(Connection& c, control::Join& join);
+  void CompleteRendezvous();
+  void FailRendezvous(const absl::Status& status, absl::Time now);
+
+  // Collectives.
+  void HandleContribute(Connection& c, control::Contribute& contribute, absl::Time now);
+  void Answer(int32_t id, uint64_t number, std::shared_ptr<const std::string> encoded);
+  void AnswerStatus(int32_t id, uint64_t number, const absl::Status& status);
+  void CompleteRound(uint64_t number);
+  void FailRound(uint64_t number, const absl::Status& status);
+  void ExpireContributor(uint64_t number, int32_t id);
+  void OnProcessLost(int32_t id);
+  void EnforceRoundLimit();
+
+  CoordinatorOptions options_;
+  const UniqueFd listen_fd_;
+  const UniqueFd wake_fd_;
+  const int32_t world_;
+  const absl::Time rendezvous_deadline_;
+  std::atomic<bool> stop_{false};
+
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<Process> processes_;
+  int32_t joined_count_ = 0;
+  bool rendezvous_done_ = false;
+  bool rendezvous_failed_ = false;
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+
+  std::map<uint64_t, Round> rounds_;
+  std::set<std::tuple<absl::Time, uint64_t, int32_t>> expiries_;  // (when, round, process).
+  uint64_t forgotten_below_ = 0;  // Rounds below this number were failed and dropped.
+
+  mutable absl::Mutex mu_;
+  CoordinatorCounters counters_ ABSL_GUARDED_BY(mu_);
+  absl::Status rendezvous_status_ ABSL_GUARDED_BY(mu_) =
+      absl::UnavailableError("control: the rendezvous is pending");
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_COORDINATOR_IMPL_H_

@@ -1,0 +1,222 @@
+// Collective rounds of the coordinator: numbering, completion, per-contributor deadlines,
+// failures and the bound on open rounds. Runs on the serving thread only (see coordinator_impl.h).
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "transport/control/coordinator_impl.h"
+
+namespace wsync {
+namespace {
+
+using coordinator_internal::ListOf;
+
+absl::string_view KindName(int kind) { return CollectiveName(kind); }
+
+std::string CallName(int kind, int32_t root) {
+  if (kind == control::COLLECTIVE_BROADCAST) return absl::StrCat("Broadcast(root ", root, ")");
+  return std::string(KindName(kind));
+}
+
+}  // namespace
+
+void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& contribute,
+                                         absl::Time now) {
+  const int32_t id = c.process;
+  Process& p = processes_[id];
+  const uint64_t number = contribute.number();
+  const int kind = contribute.kind();
+  if (number != p.next_number) {
+    return Refuse(c, RefusalReason::kUnexpectedFrame,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "control: collective #", number, " where #", p.next_number, " was expected")),
+                  now);
+  }
+  if (kind < control::COLLECTIVE_ALL_GATHER || kind > control::COLLECTIVE_DECIDE ||
+      static_cast<int64_t>(contribute.reason().size()) > kMaxReasonBytes ||
+      contribute.timeout_ms() < 0 ||
+      (kind == control::COLLECTIVE_BROADCAST &&
+       (contribute.root() < 0 || contribute.root() >= world_))) {
+    return Refuse(c, RefusalReason::kBadField,
+                  absl::InvalidArgumentError(
+                      absl::StrCat("control: bad contribution to collective #", number,
+                                   " (kind, root, reason length or timeout out of range)")),
+                  now);
+  }
+  ++p.next_number;
+  const std::string name = absl::StrCat(KindName(kind), " #", number);
+  if (number < forgotten_below_) {
+    return AnswerStatus(id, number,
+                        absl::AbortedError(absl::StrCat(name, " was forgotten: more than ",
+                                                        options_.max_open_rounds,
+                                                        " collectives were open at once")));
+  }
+  auto [it, created] = rounds_.try_emplace(number);
+  Round& r = it->second;
+  if (created) {
+    r.contributed.assign(world_, 0);
+    r.answered.assign(world_, 0);
+    r.expiry.assign(world_, absl::InfiniteFuture());
+    r.payloads.resize(world_);
+  }
+  r.contributed[id] = 1;
+  ++r.count;
+  if (!r.failure.ok()) {
+    AnswerStatus(id, number, r.failure);
+    if (r.count == world_) rounds_.erase(number);
+    return;
+  }
+  if (r.first < 0) {
+    r.kind = kind;
+    r.root = contribute.root();
+    r.first = id;
+  } else if (r.kind != kind ||
+             (kind == control::COLLECTIVE_BROADCAST && r.root != contribute.root())) {
+    return FailRound(number, absl::InvalidArgumentError(absl::StrCat(
+                                 "collective #", number, ": ", Describe(id), " called ",
+                                 CallName(kind, contribute.root()), " but ", Describe(r.first),
+                                 " called ", CallName(r.kind, r.root))));
+  }
+  const std::string reason = contribute.reason().empty() ? "no reason given" : contribute.reason();
+  if (contribute.failed() && kind != control::COLLECTIVE_DECIDE) {
+    return FailRound(
+        number, absl::AbortedError(absl::StrCat(name, ": ", Describe(id), " failed: ", reason)));
+  }
+  if (kind == control::COLLECTIVE_ALL_GATHER ||
+      (kind == control::COLLECTIVE_BROADCAST && id == r.root)) {
+    r.payloads[id] = std::move(*contribute.mutable_payload());
+  } else if (kind == control::COLLECTIVE_DECIDE && (!contribute.ok() || contribute.failed())) {
+    r.refusals.push_back(absl::StrCat(Describe(id), ": ", reason));
+  }
+  if (r.count == world_) return CompleteRound(number);
+  std::vector<std::string> lost;
+  for (int32_t q = 0; q < world_; ++q) {
+    if (processes_[q].lost) {
+      lost.push_back(absl::StrCat(Describe(q), " left the job (", processes_[q].lost_reason, ")"));
+    }
+  }
+  if (!lost.empty()) {
+    return FailRound(number, absl::UnavailableError(absl::StrCat(name, ": ", ListOf(lost))));
+  }
+  r.expiry[id] = now + absl::Milliseconds(contribute.timeout_ms());
+  expiries_.emplace(r.expiry[id], number, id);
+  EnforceRoundLimit();
+}
+
+void Coordinator::Impl::Answer(int32_t id, uint64_t number,
+                               std::shared_ptr<const std::string> encoded) {
+  auto it = rounds_.find(number);
+  if (it != rounds_.end()) {
+    Round& r = it->second;
+    r.answered[id] = 1;
+    expiries_.erase({r.expiry[id], number, id});
+    r.expiry[id] = absl::InfiniteFuture();
+  }
+  Connection* c = processes_[id].connection;
+  if (c != nullptr && !c->closing && !c->gone) c->writer.Enqueue(std::move(encoded));
+}
+
+void Coordinator::Impl::AnswerStatus(int32_t id, uint64_t number, const absl::Status& status) {
+  control::Frame frame;
+  control::Result* result = frame.mutable_result();
+  result->set_number(number);
+  result->set_code(static_cast<int32_t>(status.code()));
+  result->set_message(TruncateText(status.message(), kMaxReasonBytes * 4));
+  // A status-only result is small; the cap cannot refuse it.
+  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  if (encoded.ok()) Answer(id, number, std::make_shared<const std::string>(*std::move(encoded)));
+}
+
+void Coordinator::Impl::CompleteRound(uint64_t number) {
+  Round& r = rounds_.at(number);
+  const std::string name = absl::StrCat(KindName(r.kind), " #", number);
+  control::Frame frame;
+  control::Result* result = frame.mutable_result();
+  result->set_number(number);
+  if (r.kind == control::COLLECTIVE_ALL_GATHER) {
+    for (std::string& payload : r.payloads) result->add_payloads(std::move(payload));
+  } else if (r.kind == control::COLLECTIVE_BROADCAST) {
+    result->add_payloads(std::move(r.payloads[r.root]));
+  } else if (r.kind == control::COLLECTIVE_DECIDE && !r.refusals.empty()) {
+    result->set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
+    result->set_message(TruncateText(absl::StrCat(name, ": aborted by ", r.refusals.size(), " of ",
+                                                  world_, " processes: ", ListOf(r.refusals)),
+                                     kMaxReasonBytes * 4));
+  }
+  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  if (!encoded.ok()) {
+    return FailRound(number,
+                     absl::ResourceExhaustedError(absl::StrCat(
+                         name, ": the result (", frame.ByteSizeLong(),
+                         " bytes) exceeds the frame cap of ", options_.max_frame_bytes, " bytes")));
+  }
+  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  for (int32_t id = 0; id < world_; ++id) {
+    if (!r.answered[id]) Answer(id, number, shared);
+  }
+  rounds_.erase(number);
+  absl::MutexLock lock(&mu_);
+  ++counters_.rounds_completed;
+}
+
+void Coordinator::Impl::FailRound(uint64_t number, const absl::Status& status) {
+  Round& r = rounds_.at(number);
+  r.failure = status;
+  r.payloads.assign(world_, std::string());
+  r.refusals.clear();
+  for (int32_t id = 0; id < world_; ++id) {
+    if (r.contributed[id] && !r.answered[id]) AnswerStatus(id, number, status);
+  }
+  if (r.count == world_) rounds_.erase(number);
+  absl::MutexLock lock(&mu_);
+  ++counters_.rounds_failed;
+}
+
+void Coordinator::Impl::ExpireContributor(uint64_t number, int32_t id) {
+  auto it = rounds_.find(number);
+  if (it == rounds_.end()) {  // Not expected: entries leave with their round. Stay live anyway.
+    for (auto e = expiries_.begin(); e != expiries_.end();) {
+      e = std::get<1>(*e) == number ? expiries_.erase(e) : std::next(e);
+    }
+    return;
+  }
+  const Round& r = it->second;
+  std::vector<std::string> missing;
+  for (int32_t q = 0; q < world_; ++q) {
+    if (!r.contributed[q]) missing.push_back(Describe(q));
+  }
+  AnswerStatus(id, number,
+               absl::DeadlineExceededError(absl::StrCat(
+                   KindName(r.kind), " #", number, ": ", missing.size(), " of ", world_,
+                   " processes did not contribute before the deadline: ", ListOf(missing))));
+}
+
+void Coordinator::Impl::OnProcessLost(int32_t id) {
+  std::vector<uint64_t> waiting;
+  for (const auto& [number, r] : rounds_) {
+    if (r.failure.ok()) waiting.push_back(number);
+  }
+  const Process& p = processes_[id];
+  for (uint64_t number : waiting) {
+    FailRound(number, absl::UnavailableError(absl::StrCat(KindName(rounds_.at(number).kind), " #",
+                                                          number, ": ", Describe(id),
+                                                          " left the job (", p.lost_reason, ")")));
+  }
+}
+
+void Coordinator::Impl::EnforceRoundLimit() {
+  while (static_cast<int64_t>(rounds_.size()) > options_.max_open_rounds) {
+    const uint64_t oldest = rounds_.begin()->first;
+    if (rounds_.begin()->second.failure.ok()) {
+      FailRound(oldest, absl::AbortedError(absl::StrCat(
+                            "collective #", oldest, " was forgotten: more than ",
+                            options_.max_open_rounds, " collectives were open at once")));
+    }
+    rounds_.erase(oldest);  // Every contributor was answered.
+    forgotten_below_ = std::max(forgotten_below_, oldest + 1);
+  }
+}
+
+}  // namespace wsync

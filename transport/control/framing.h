@@ -1,0 +1,109 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_FRAMING_H_
+#define WSYNC_TRANSPORT_CONTROL_FRAMING_H_
+
+// Length-prefixed frames over a non-blocking stream socket: a 4-byte big-endian body length, then
+// the body, a serialized control::Frame. Lengths above the reader's cap are refused before any
+// memory is allocated for the body.
+//
+// FrameReader and FrameWriter keep partial progress between calls, so a deadline that passes in
+// the middle of a frame leaves the stream aligned: the next call continues where the last stopped.
+// The event-driven coordinator calls ReadSome / Flush when poll reports readiness; clients use the
+// blocking helpers ReadFrame / WriteFrame, which wait with a deadline.
+//
+// Errors (absl codes, also relied on by callers and tests):
+//   ResourceExhausted  a length above the cap (reading) or a frame above the cap (writing)
+//   DataLoss           the peer closed in the middle of a frame (truncated), or a body that does
+//                      not parse as a Frame or sets none of its kinds
+//   Unavailable        the peer closed at a frame boundary, or the connection failed (reset)
+//   DeadlineExceeded   the deadline of a blocking helper passed
+//
+// Thread safety: a reader or writer is used by one thread at a time.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "transport/control/control.pb.h"
+
+namespace wsync {
+
+inline constexpr int64_t kFrameHeaderBytes = 4;
+// Default cap on a frame body: manifests of the largest models' layouts are around 10 MB.
+inline constexpr int64_t kDefaultMaxFrameBytes = int64_t{64} << 20;
+// No cap may exceed this (protobuf refuses messages of 2 GiB and more).
+inline constexpr int64_t kMaxFrameBytesLimit = int64_t{1} << 30;
+
+// OK when 0 < max_frame_bytes <= kMaxFrameBytesLimit.
+absl::Status CheckFrameCap(int64_t max_frame_bytes);
+
+// Header and body of `frame`; ResourceExhausted when the body exceeds `max_frame_bytes`.
+absl::StatusOr<std::string> EncodeFrame(const control::Frame& frame, int64_t max_frame_bytes);
+
+// Parses a frame body. DataLoss when it does not parse or sets no kind.
+absl::StatusOr<control::Frame> DecodeFrameBody(absl::string_view body);
+
+class FrameReader {
+ public:
+  explicit FrameReader(int64_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {}
+
+  // Applies to frames whose header has not been read yet.
+  void set_max_frame_bytes(int64_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
+  int64_t max_frame_bytes() const { return max_frame_bytes_; }
+
+  // Reads what the non-blocking `fd` has, never past the end of the current frame. True once a
+  // whole frame is buffered (take it with TakeFrame before reading on); false when the socket has
+  // no more bytes for now. Errors as listed above; after an error the reader is unusable.
+  absl::StatusOr<bool> ReadSome(int fd);
+
+  // Decodes the buffered frame and resets for the next one. Call only after ReadSome returned
+  // true.
+  absl::StatusOr<control::Frame> TakeFrame();
+
+  // True when part of a frame (some header or body bytes) has arrived.
+  bool mid_frame() const { return header_read_ > 0; }
+  // Bytes reserved for the current body: 0 until a header within the cap arrived.
+  int64_t allocated_bytes() const { return static_cast<int64_t>(body_.size()); }
+
+ private:
+  int64_t max_frame_bytes_;
+  unsigned char header_[kFrameHeaderBytes] = {};
+  int64_t header_read_ = 0;
+  int64_t body_bytes_ = -1;  // -1 until the header is complete.
+  int64_t body_read_ = 0;
+  std::string body_;
+};
+
+class FrameWriter {
+ public:
+  // Queues an encoded frame (EncodeFrame's output); shared so that one roster or result can be
+  // queued to many connections without copies.
+  void Enqueue(std::shared_ptr<const std::string> encoded);
+
+  // Writes as much as the non-blocking `fd` takes. True once the queue is empty. Unavailable when
+  // the connection failed (never raises SIGPIPE).
+  absl::StatusOr<bool> Flush(int fd);
+
+  bool empty() const { return queue_.empty(); }
+  int64_t pending_bytes() const { return pending_bytes_; }
+
+ private:
+  std::deque<std::shared_ptr<const std::string>> queue_;
+  int64_t offset_ = 0;  // Bytes of queue_.front() already written.
+  int64_t pending_bytes_ = 0;
+};
+
+// Blocking helpers: wait with poll until the frame is read, or written, or `deadline` passes.
+absl::StatusOr<control::Frame> ReadFrame(int fd, FrameReader& reader, absl::Time deadline);
+absl::Status WriteFrame(int fd, FrameWriter& writer, const control::Frame& frame,
+                        int64_t max_frame_bytes, absl::Time deadline);
+// Writes what is queued.
+absl::Status FlushFrames(int fd, FrameWriter& writer, absl::Time deadline);
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_FRAMING_H_

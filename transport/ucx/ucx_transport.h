@@ -1,0 +1,115 @@
+#ifndef WSYNC_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define WSYNC_TRANSPORT_UCX_UCX_TRANSPORT_H_
+
+// A Transport over UCX's UCP tag API for host memory: one UCP context and one worker per process,
+// one endpoint per peer created from the peer's worker address (exchanged by the control plane),
+// ucp_tag_send_nbx / ucp_tag_recv_nbx with the caller's MessageTag under a full tag mask.
+//
+// Tags: UCP tag receives match any endpoint of the worker, so the sender's id travels in the
+// low 16 bits of the tag (MakeTag in transport.h puts it there). The wire tag is the caller's tag
+// with those bits set to the sender's id; a tag whose low 16 bits are neither zero nor the
+// sender's id is refused (InvalidArgument), since it would silently match another sender. A job
+// therefore has at most 65536 processes.
+//
+// Threads: every call except Abort is made by one thread at a time (the driving thread), which
+// also drives UCX progress inside Test and WaitAll. The worker runs in UCS_THREAD_MODE_SERIALIZED
+// and every use of it holds one internal mutex. Abort may come from any thread: it records the
+// reason, wakes a WaitAll blocked on the worker's event fd with ucp_worker_signal (documented as
+// safe from any thread), then takes the mutex and performs the abort itself unless the driving
+// thread already did. So Abort returns once outstanding requests are finished; it blocks for at
+// most the rest of one WaitAll iteration plus `drain_timeout`. Abort must not race with the
+// destructor.
+//
+// Failures: endpoints use UCP_ERR_HANDLING_MODE_PEER where the selected transports support it
+// (tcp, verbs); a peer failure then completes this process's requests with that peer with
+// Unavailable naming it. UCX 1.13's shared-memory transports (posix, sysv, cma, self) have no
+// peer failure handler, so with ErrorHandling::kAuto endpoints over them use
+// UCP_ERR_HANDLING_MODE_NONE and a dead peer there shows only as a deadline. After a failure, or
+// after an endpoint was closed to cancel a send, the next send to that peer creates a new
+// endpoint from the stored address.
+//
+// Memory: a cancelled or aborted request's memory is not touched once WaitAll, Test or Abort
+// returned, with two UCX limits: (1) a send can only be cancelled by closing its endpoint, so a
+// send that misses its deadline closes the endpoint to that peer (other sends on it fail with
+// Cancelled); (2) a rendezvous send whose request-to-send already reached the peer may still be
+// read by the peer (CMA or RDMA get) if the peer posts a matching receive later. Receive memory
+// is never written after its request was released. A request UCX does not finish within
+// `drain_timeout` after a cancel is released to UCX with an error saying so; its registration
+// then stays pinned (DeregisterMemory refuses it) until destruction.
+//
+// Sizes: a receive matched by a longer message fails with UCS_ERR_MESSAGE_TRUNCATED, a shorter
+// one with the received length; both are InvalidArgument naming both sizes when UCX reports the
+// length (an immediately truncated receive knows only that the message is longer). UCX does not
+// tell the sender, whose request succeeds: only the receiver reports the mismatch.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+struct UcxOptions {
+  // How endpoints learn of peer failures.
+  enum class ErrorHandling : uint8_t {
+    // UCP_ERR_HANDLING_MODE_PEER, or MODE_NONE when the transport list names only shared-memory
+    // and self transports or when UCX finds no transport with a peer failure handler.
+    kAuto,
+    kPeer,  // Always MODE_PEER: a peer reachable only over shared memory is unreachable.
+    kNone,  // Always MODE_NONE. Unsafe with Abort over network transports (forced closes).
+  };
+
+  // Global id of this process, in [0, 65536).
+  int32_t process = 0;
+  // UCX_TLS, e.g. "sm,cma,self" within a node or "tcp" between nodes; empty: UCX's default (the
+  // UCX_TLS environment variable, or all). Applied with ucp_config_modify, never via setenv.
+  std::string transports;
+  // UCX_NET_DEVICES, e.g. "lo" or "eth0,mlx5_0:1"; empty: UCX's default.
+  std::string net_devices;
+  // Further UCP settings by name without the "UCX_" prefix, e.g. {"RNDV_THRESH", "64k"}.
+  std::vector<std::pair<std::string, std::string>> config;
+  ErrorHandling error_handling = ErrorHandling::kAuto;
+  // How long a cancel, abort, endpoint close or the destructor waits for UCX to finish requests
+  // before releasing them to UCX unfinished. Bounds every internal wait.
+  absl::Duration drain_timeout = absl::Seconds(2);
+  // WaitAll busy-polls this long after the last event before sleeping on the worker's event fd.
+  absl::Duration idle_spin = absl::Microseconds(50);
+  // Longest single sleep of WaitAll; bounds the reaction to events UCX does not signal.
+  absl::Duration max_sleep = absl::Milliseconds(1);
+};
+
+class UcxTransport : public Transport {
+ public:
+  // Creates the UCP context (tag and wakeup features) and worker. Errors: InvalidArgument for a
+  // bad option, Unavailable when UCX cannot start with the requested transports.
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Create(const UcxOptions& options);
+
+  // Cancels outstanding requests, closes endpoints, unmaps registered memory and destroys the
+  // worker and context. Every wait is bounded by drain_timeout.
+  ~UcxTransport() override = default;
+
+  // The bytes of this worker's UCP address, to be exchanged with every peer.
+  virtual std::string WorkerAddress() const = 0;
+
+  // Creates an endpoint to every process with a non-empty address in `addresses_by_process`
+  // (indexed by process id; this process's own entry, if empty, is replaced by its own address so
+  // self-sends work). Addresses must come from WorkerAddress() of authenticated peers: UCX parses
+  // them without bounds checks. May be called again: a changed address closes the old endpoint
+  // (its requests fail) and connects the new one. Errors: InvalidArgument for a bad table,
+  // Unavailable when UCX cannot reach a peer (naming it), Aborted after Abort.
+  virtual absl::Status ConnectPeers(const std::vector<std::string>& addresses_by_process) = 0;
+
+  // Human-readable description of the endpoint to `peer` (error handling mode and UCX's lanes,
+  // i.e. the transports it selected), or an empty string without an endpoint.
+  virtual std::string EndpointInfo(int32_t peer) = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_UCX_UCX_TRANSPORT_H_
