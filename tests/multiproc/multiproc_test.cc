@@ -6,10 +6,11 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/multiproc/launcher.h"
+#include "integration/harness/launcher.h"
 
-namespace wsync::test {
+namespace wsync::harness {
 namespace {
 
 int64_t Field(const std::map<std::string, std::string>& stats, const std::string& key) {
@@ -98,6 +99,35 @@ TEST(MultiprocTest, AcrossTwoNetworkNamespaces) {
   }
 }
 
+TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
+  std::string reason;
+  std::optional<NetnsPair> net = NetnsPair::Create(&reason);
+  if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
+  JobSpec spec;
+  spec.to = "vllm(tp=1,dp=2)";  // Each rollout needs both trainers' halves.
+  spec.coordinator_netns = net->ns(0);
+  spec.coordinator_address = net->address(0);
+  // Trainer r and rollout r share a "node" (namespace); the other pair is on the other node.
+  for (int p = 0; p < 4; ++p) {
+    const int side = p % 2;
+    ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", ""};
+    placement.extra_flags = {
+        "--path_transports",
+        absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net->device(side))};
+    spec.placement.push_back(std::move(placement));
+  }
+  JobResult result = ExpectJobSucceeds(spec);
+  int64_t intra = 0, inter = 0;
+  for (const WorkerResult& worker : result.workers) {
+    for (const auto& stats : worker.stats) {
+      intra += std::max<int64_t>(0, Field(stats, "path_intra_node"));
+      inter += std::max<int64_t>(0, Field(stats, "path_inter_node"));
+    }
+  }
+  EXPECT_GT(intra, 0);  // Trainer r to rollout r, within the node.
+  EXPECT_GT(inter, 0);  // The other trainer's half crosses between the nodes.
+}
+
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {
   setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret", 1);
   JobSpec spec;
@@ -126,4 +156,4 @@ TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess
 }
 
 }  // namespace
-}  // namespace wsync::test
+}  // namespace wsync::harness

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -32,6 +33,8 @@
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
+#include "transport/selector/addresses.pb.h"
+#include "transport/selector/selector.h"
 #include "transport/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
@@ -47,6 +50,9 @@ ABSL_FLAG(std::string, to, "vllm(tp=2)", "Rollout layout.");
 ABSL_FLAG(std::string, policy, "local_first_least_loaded", "Replica policy.");
 ABSL_FLAG(std::string, tls, "", "UCX transports (UCX_TLS); empty: UCX's default.");
 ABSL_FLAG(std::string, net_devices, "", "UCX network devices (UCX_NET_DEVICES).");
+ABSL_FLAG(std::string, path_transports, "",
+          "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0'; "
+          "empty: one UCX transport with --tls and --net_devices for every peer.");
 ABSL_FLAG(int32_t, versions, 3, "Syncs to run.");
 ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (rollout).");
 ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
@@ -101,11 +107,31 @@ absl::Status Run() {
                          ControlClient::Connect(std::move(control)));
   const int32_t me = client->process();
 
-  UcxOptions ucx_options;
-  ucx_options.process = me;
-  ucx_options.transports = absl::GetFlag(FLAGS_tls);
-  ucx_options.net_devices = absl::GetFlag(FLAGS_net_devices);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(ucx_options));
+  // One UCX worker per distinct transport choice; peers are routed to them by path class once the
+  // job is known.
+  PathTransports path_transports;
+  if (absl::GetFlag(FLAGS_path_transports).empty()) {
+    path_transports.fallback =
+        TransportChoice{"ucx", absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_net_devices)};
+  } else {
+    WSYNC_ASSIGN_OR_RETURN(path_transports,
+                           ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
+  }
+  const std::vector<TransportChoice> choices = path_transports.Distinct();
+  std::vector<std::unique_ptr<UcxTransport>> backends;
+  proto::AddressBundle bundle;
+  for (const TransportChoice& choice : choices) {
+    if (choice.backend != "ucx") {
+      return absl::InvalidArgumentError("the worker runs only the ucx backend");
+    }
+    UcxOptions ucx_options;
+    ucx_options.process = me;
+    ucx_options.transports = choice.transports;
+    ucx_options.net_devices = choice.net_devices;
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(ucx_options));
+    bundle.add_addresses(ucx->WorkerAddress());
+    backends.push_back(std::move(ucx));
+  }
 
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -113,15 +139,19 @@ absl::Status Run() {
       absl::GetFlag(FLAGS_node_id).empty() ? std::string(host) : absl::GetFlag(FLAGS_node_id);
   JoinRequest join;
   join.manifest = SerializeLayout(part);
-  join.address = ucx->WorkerAddress();
+  join.address = bundle.SerializeAsString();
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
 
   std::vector<Layout> trainer_parts, rollout_parts;
-  std::vector<std::string> addresses(roster.size());
+  std::vector<proto::AddressBundle> addresses(roster.size());
   for (int32_t p = 0; p < roster.size(); ++p) {
     WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
     (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
-    addresses[p] = roster.processes[p].address;
+    if (!addresses[p].ParseFromString(roster.processes[p].address) ||
+        addresses[p].addresses_size() != static_cast<int>(choices.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process ", p, " published addresses for another path transport configuration"));
+    }
   }
   WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
   WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
@@ -130,7 +160,23 @@ absl::Status Run() {
   PlanOptions plan_options;
   plan_options.process = me;
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
-  WSYNC_RETURN_IF_ERROR(ucx->ConnectPeers(addresses));
+  // Route every peer to the backend of its path class and connect each backend to its peers.
+  std::vector<int32_t> route(roster.size());
+  std::vector<std::vector<std::string>> peers_of(choices.size(),
+                                                 std::vector<std::string>(roster.size()));
+  for (int32_t p = 0; p < roster.size(); ++p) {
+    const TransportChoice& choice = path_transports.For(job.PathClass(me, p));
+    route[p] =
+        static_cast<int32_t>(std::find(choices.begin(), choices.end(), choice) - choices.begin());
+    peers_of[route[p]][p] = addresses[p].addresses(route[p]);
+  }
+  std::vector<std::unique_ptr<Transport>> routed_backends;
+  for (size_t b = 0; b < backends.size(); ++b) {
+    WSYNC_RETURN_IF_ERROR(backends[b]->ConnectPeers(peers_of[b]));
+    routed_backends.push_back(std::move(backends[b]));
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
+                         RoutedTransport::Create(me, std::move(routed_backends), route));
 
   std::map<std::string, int64_t> bytes_by_path;
   for (const Segment& s : plan.segments) {
@@ -143,7 +189,7 @@ absl::Status Run() {
   for (const BufferInfo& info : part.buffers) {
     unsigned char* data = memory.data(test::BufferKey{rank, info.id});
     buffers[info.id] = data;
-    WSYNC_RETURN_IF_ERROR(ucx->RegisterMemory(data, info.bytes, MemoryKind::kHost).status());
+    WSYNC_RETURN_IF_ERROR(transport->RegisterMemory(data, info.bytes, MemoryKind::kHost).status());
   }
   Endpoints endpoints;
   for (int32_t p = 0; p < roster.size(); ++p) endpoints.processes.push_back(p);
@@ -158,7 +204,7 @@ absl::Status Run() {
     options.arenas = &arenas;
     absl::StatusOr<TransferStats> stats =
         ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
-                         me, buffers, *ucx, *client, options);
+                         me, buffers, *transport, *client, options);
     absl::Status outcome = stats.status();
     if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
     if (outcome.ok()) outcome = memory.CheckGuards();

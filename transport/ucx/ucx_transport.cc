@@ -62,11 +62,9 @@ struct Peer {
   std::string address;  // Empty: unknown.
   ucp_ep_h ep = nullptr;
   bool peer_mode = false;  // `ep` uses UCP_ERR_HANDLING_MODE_PEER.
-  bool failed = false;     // The error callback fired for `ep` and was not handled yet.
-  // `ep` was created to probe the peer after a failure and nothing has completed with the peer
-  // since: its failure means the peer is gone.
-  bool probing = false;
+  // Not OK once UCX reported the peer failed; sticky until ConnectPeers connects it again.
   absl::Status failure;
+  bool failure_pending = false;  // `failure` was set by the error callback and not handled yet.
 };
 
 struct Registration {
@@ -229,10 +227,12 @@ class UcxTransportImpl final : public UcxTransport {
       Peer& peer = *peers_[p];
       std::string address = p < addresses.size() ? addresses[p] : std::string();
       if (p == static_cast<size_t>(options_.process) && address.empty()) address = address_;
-      if (address == peer.address) continue;
-      CloseEndpoint(peer, absl::UnavailableError(absl::StrCat("ucx: the address of process ", p,
-                                                              " changed; endpoint closed")));
+      if (address == peer.address && peer.failure.ok()) continue;
+      CloseEndpoint(peer, absl::UnavailableError(absl::StrCat(
+                              "ucx: ConnectPeers replaced the endpoint to process ", p)));
       peer.address = std::move(address);
+      peer.failure = absl::OkStatus();
+      peer.failure_pending = false;
       if (!peer.address.empty()) WSYNC_RETURN_IF_ERROR(Endpoint(peer).status());
     }
     return absl::OkStatus();
@@ -453,10 +453,11 @@ class UcxTransportImpl final : public UcxTransport {
   // Runs inside ucp_worker_progress: only records the failure; HandleFailures acts on it.
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
     Peer* peer = static_cast<Peer*>(arg);
-    if (peer->ep != ep || peer->failed) return;
-    peer->failed = true;
-    peer->failure = absl::UnavailableError(
-        absl::StrCat("ucx: peer process ", peer->process, " failed: ", ucs_status_string(status)));
+    if (peer->ep != ep || !peer->failure.ok()) return;
+    peer->failure = absl::UnavailableError(absl::StrCat("ucx: peer process ", peer->process,
+                                                        " failed (", ucs_status_string(status),
+                                                        "); ConnectPeers connects it again"));
+    peer->failure_pending = true;
     peer->owner->failures_pending_ = true;
   }
 
@@ -509,7 +510,6 @@ class UcxTransportImpl final : public UcxTransport {
     }
     const std::string head = absl::StrCat("ucx: process ", options_.process, ": ", Describe(s));
     if (status == UCS_OK) {
-      peers_[s.peer]->probing = false;  // The peer is alive.
       if (s.kind == Kind::kReceive && info != nullptr &&
           static_cast<int64_t>(info->length) != s.bytes) {
         s.status = absl::InvalidArgumentError(
@@ -617,6 +617,7 @@ class UcxTransportImpl final : public UcxTransport {
   // The endpoint to `peer`, created on demand.
   absl::StatusOr<ucp_ep_h> Endpoint(Peer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_) {
     if (peer.ep != nullptr) return peer.ep;
+    if (!peer.failure.ok()) return peer.failure;
     if (peer.address.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ucx: process ", options_.process, " has no address for process ", peer.process));
@@ -640,8 +641,6 @@ class UcxTransportImpl final : public UcxTransport {
       if (st == UCS_OK) {
         peer.ep = ep;
         peer.peer_mode = try_peer;
-        peer.failed = false;
-        peer.failure = absl::OkStatus();
         return ep;
       }
       if (st == UCS_ERR_UNREACHABLE && try_peer && options_.error_handling == EH::kAuto) {
@@ -701,6 +700,8 @@ class UcxTransportImpl final : public UcxTransport {
     ucp_ep_h ep = nullptr;
     if (kind == Kind::kSend) {
       WSYNC_ASSIGN_OR_RETURN(ep, Endpoint(p));
+    } else if (!p.failure.ok()) {
+      return p.failure;
     } else if (p.address.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("ucx: process ", options_.process, " has no address for process ", peer));
@@ -757,30 +758,21 @@ class UcxTransportImpl final : public UcxTransport {
     return s->id;
   }
 
-  // Acts on failures the error callback recorded, outside UCX callbacks. The endpoint is closed,
-  // which fails its sends. Receives are not tied to an endpoint, and a closed connection may only
-  // mean that the peer closed its endpoint to cancel a send while staying alive, so a first
-  // failure creates a new endpoint as a probe; receives from the peer fail only when the probe
-  // fails too (a dead peer refuses it at once over TCP) or cannot be created.
+  // Acts on failures the error callback recorded, outside UCX callbacks: closes the endpoint
+  // (failing its sends) and cancels the receives from the peer. No new endpoint is created until
+  // ConnectPeers: UCX 1.13's tcp transport can hit an internal assertion when a new endpoint
+  // connects to a peer whose old connection is still failing.
   void HandleFailures() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_) {
     if (!failures_pending_) return;
     failures_pending_ = false;
     for (auto& peer : peers_) {
-      if (!peer->failed) continue;
-      peer->failed = false;
-      const absl::Status failure = peer->failure;
-      bool gone = peer->probing;
-      peer->probing = false;
-      CloseEndpoint(*peer, failure);
-      if (!gone) {
-        gone = !Endpoint(*peer).ok();
-        peer->probing = !gone;
-      }
-      if (!gone) continue;
+      if (!peer->failure_pending) continue;
+      peer->failure_pending = false;
+      CloseEndpoint(*peer, peer->failure);
       std::vector<Slot*> receives;
       for (auto& [id, slot] : slots_) {
         if (!slot->done && slot->kind == Kind::kReceive && slot->peer == peer->process) {
-          if (slot->cancel_reason.ok()) slot->cancel_reason = failure;
+          if (slot->cancel_reason.ok()) slot->cancel_reason = peer->failure;
           receives.push_back(slot.get());
         }
       }

@@ -1,4 +1,4 @@
-#include "tests/multiproc/launcher.h"
+#include "integration/harness/launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace wsync::test {
+namespace wsync::harness {
 namespace {
 
 std::string ReadFile(const std::string& path) {
@@ -254,4 +254,4 @@ NetnsPair::~NetnsPair() {
   }
 }
 
-}  // namespace wsync::test
+}  // namespace wsync::harness

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TESTS_MULTIPROC_LAUNCHER_H_
-#define WSYNC_TESTS_MULTIPROC_LAUNCHER_H_
+#ifndef WSYNC_INTEGRATION_HARNESS_LAUNCHER_H_
+#define WSYNC_INTEGRATION_HARNESS_LAUNCHER_H_
 
 // Runs a whole wsync job on this machine for tests and benchmarks: a coordinator (`wsync
 // coordinator`) and one wsync_test_worker per trainer and rollout process, each optionally inside
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace wsync::test {
+namespace wsync::harness {
 
 struct ProcessPlacement {
   std::string netns;                     // Run inside this network namespace; empty: this one.
@@ -82,6 +82,6 @@ class NetnsPair {
   bool owned_ = false;
 };
 
-}  // namespace wsync::test
+}  // namespace wsync::harness
 
-#endif  // WSYNC_TESTS_MULTIPROC_LAUNCHER_H_
+#endif  // WSYNC_INTEGRATION_HARNESS_LAUNCHER_H_

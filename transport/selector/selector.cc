@@ -1,0 +1,220 @@
+#include "transport/selector/selector.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+
+namespace wsync {
+
+const TransportChoice& PathTransports::For(absl::string_view path_class) const {
+  auto it = by_path.find(std::string(path_class));
+  return it == by_path.end() ? fallback : it->second;
+}
+
+std::vector<TransportChoice> PathTransports::Distinct() const {
+  std::set<TransportChoice> distinct = {fallback};
+  for (const auto& [path, choice] : by_path) distinct.insert(choice);
+  return std::vector<TransportChoice>(distinct.begin(), distinct.end());
+}
+
+absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
+  PathTransports result;
+  for (absl::string_view entry : absl::StrSplit(spec, ';', absl::SkipWhitespace())) {
+    entry = absl::StripAsciiWhitespace(entry);
+    const size_t equals = entry.find('=');
+    if (equals == absl::string_view::npos || equals == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path transport entry '", entry, "' is not <path class>=<backend>[:<transports>]"));
+    }
+    const absl::string_view path = entry.substr(0, equals);
+    absl::string_view value = entry.substr(equals + 1);
+    TransportChoice choice;
+    if (const size_t at = value.find('@'); at != absl::string_view::npos) {
+      choice.net_devices = std::string(value.substr(at + 1));
+      value = value.substr(0, at);
+    }
+    if (const size_t colon = value.find(':'); colon != absl::string_view::npos) {
+      choice.transports = std::string(value.substr(colon + 1));
+      value = value.substr(0, colon);
+    }
+    choice.backend = std::string(value);
+    if (choice.backend != "ucx" && choice.backend != "loopback") {
+      return absl::InvalidArgumentError(absl::StrCat("path transport entry '", entry,
+                                                     "' names unknown backend '", choice.backend,
+                                                     "' (known: ucx, loopback)"));
+    }
+    if (path == "*") {
+      result.fallback = std::move(choice);
+    } else if (!result.by_path.emplace(std::string(path), std::move(choice)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path class '", path, "' is given twice in '", spec, "'"));
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<std::unique_ptr<RoutedTransport>> RoutedTransport::Create(
+    int32_t process, std::vector<std::unique_ptr<Transport>> backends, std::vector<int32_t> route) {
+  if (backends.empty()) return absl::InvalidArgumentError("a routed transport needs a backend");
+  for (size_t peer = 0; peer < route.size(); ++peer) {
+    if (route[peer] < 0 || route[peer] >= static_cast<int32_t>(backends.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("route of peer ", peer, " names backend ",
+                                                     route[peer], " of ", backends.size()));
+    }
+  }
+  auto routed = std::unique_ptr<RoutedTransport>(new RoutedTransport());
+  routed->process_ = process;
+  routed->backends_ = std::move(backends);
+  routed->route_ = std::move(route);
+  return routed;
+}
+
+std::string RoutedTransport::name() const {
+  std::vector<std::string> names;
+  for (const auto& backend : backends_) names.push_back(backend->name());
+  return absl::StrCat("routed(", absl::StrJoin(names, ","), ")");
+}
+
+Transport* RoutedTransport::BackendFor(int32_t peer) const {
+  if (peer < 0 || peer >= static_cast<int32_t>(route_.size())) return nullptr;
+  return backends_[route_[peer]].get();
+}
+
+absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,
+                                                               MemoryKind kind) {
+  std::vector<RegistrationId> ids;
+  for (auto& backend : backends_) {
+    absl::StatusOr<RegistrationId> id = backend->RegisterMemory(address, bytes, kind);
+    if (!id.ok()) {
+      for (size_t b = 0; b < ids.size(); ++b) backends_[b]->DeregisterMemory(ids[b]).IgnoreError();
+      return id.status();
+    }
+    ids.push_back(*id);
+  }
+  const RegistrationId id = next_registration_++;
+  registrations_[id] = std::move(ids);
+  return id;
+}
+
+absl::Status RoutedTransport::DeregisterMemory(RegistrationId id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) {
+    return absl::NotFoundError(absl::StrCat("no registration ", id));
+  }
+  absl::Status status;
+  for (size_t b = 0; b < it->second.size(); ++b) {
+    status.Update(backends_[b]->DeregisterMemory(it->second[b]));
+  }
+  registrations_.erase(it);
+  return status;
+}
+
+absl::StatusOr<RequestId> RoutedTransport::Remember(int32_t backend,
+                                                    absl::StatusOr<RequestId> request) {
+  WSYNC_RETURN_IF_ERROR(request.status());
+  const RequestId id = next_request_++;
+  requests_[id] = Routed{backend, *request};
+  return id;
+}
+
+absl::StatusOr<RequestId> RoutedTransport::PostSend(int32_t peer, MessageTag tag, const void* data,
+                                                    int64_t bytes) {
+  if (BackendFor(peer) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("no route to process ", peer));
+  }
+  const int32_t backend = route_[peer];
+  return Remember(backend, backends_[backend]->PostSend(peer, tag, data, bytes));
+}
+
+absl::StatusOr<RequestId> RoutedTransport::PostReceive(int32_t peer, MessageTag tag, void* data,
+                                                       int64_t bytes) {
+  if (BackendFor(peer) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("no route to process ", peer));
+  }
+  const int32_t backend = route_[peer];
+  return Remember(backend, backends_[backend]->PostReceive(peer, tag, data, bytes));
+}
+
+absl::StatusOr<bool> RoutedTransport::Test(RequestId request) {
+  auto it = requests_.find(request);
+  if (it == requests_.end()) return absl::NotFoundError(absl::StrCat("no request ", request));
+  absl::StatusOr<bool> done = backends_[it->second.backend]->Test(it->second.request);
+  if (!done.ok() || *done) requests_.erase(it);
+  return done;
+}
+
+absl::Status RoutedTransport::WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) {
+  // Per backend, the backend's ids of the requests still in flight.
+  std::vector<std::vector<RequestId>> pending(backends_.size());
+  absl::Status status;
+  for (RequestId request : requests) {
+    auto it = requests_.find(request);
+    if (it == requests_.end()) {
+      status.Update(absl::NotFoundError(absl::StrCat("no request ", request)));
+      continue;
+    }
+    pending[it->second.backend].push_back(it->second.request);
+    requests_.erase(it);
+  }
+  const int busy = static_cast<int>(std::count_if(pending.begin(), pending.end(),
+                                                  [](const auto& list) { return !list.empty(); }));
+  if (busy == 1) {
+    for (size_t b = 0; b < pending.size(); ++b) {
+      if (!pending[b].empty()) status.Update(backends_[b]->WaitAll(pending[b], deadline));
+    }
+    return status;
+  }
+  // Several backends: poll them in turn so that none waits on another.
+  absl::Duration pause = absl::ZeroDuration();
+  while (status.ok()) {
+    bool any_pending = false;
+    bool progressed = false;
+    for (size_t b = 0; b < pending.size() && status.ok(); ++b) {
+      std::vector<RequestId>& list = pending[b];
+      for (size_t i = 0; i < list.size();) {
+        absl::StatusOr<bool> done = backends_[b]->Test(list[i]);
+        if (!done.ok()) {
+          status = done.status();
+          list.erase(list.begin() + i);
+          break;
+        }
+        if (*done) {
+          list.erase(list.begin() + i);
+          progressed = true;
+        } else {
+          ++i;
+        }
+      }
+      any_pending |= !list.empty();
+    }
+    if (!status.ok() || !any_pending) break;
+    if (absl::Now() >= deadline) {
+      status = absl::DeadlineExceededError("requests on several transports missed the deadline");
+      break;
+    }
+    pause = progressed ? absl::ZeroDuration()
+                       : std::min(pause + absl::Microseconds(10), absl::Microseconds(200));
+    if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
+  }
+  // Cancel and release whatever is left; the backends name the peers of what they cancel.
+  for (size_t b = 0; b < pending.size(); ++b) {
+    if (pending[b].empty()) continue;
+    absl::Status cancelled = backends_[b]->WaitAll(pending[b], absl::InfinitePast());
+    if (status.code() == absl::StatusCode::kDeadlineExceeded && !cancelled.ok()) {
+      status = absl::DeadlineExceededError(
+          absl::StrCat(status.message(), "; ", backends_[b]->name(), ": ", cancelled.message()));
+    }
+  }
+  return status;
+}
+
+void RoutedTransport::Abort(const absl::Status& reason) {
+  for (auto& backend : backends_) backend->Abort(reason);
+}
+
+}  // namespace wsync

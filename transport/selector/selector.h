@@ -1,0 +1,94 @@
+#ifndef WSYNC_TRANSPORT_SELECTOR_SELECTOR_H_
+#define WSYNC_TRANSPORT_SELECTOR_SELECTOR_H_
+
+// Transport choice per path class. A job's peers differ in how they are reached: the same process,
+// the same node (shared memory, CMA) or another node (TCP, RDMA). A PathTransports configuration
+// names, per path class, the backend and its settings; a RoutedTransport then carries every
+// message to a peer on the transport chosen for the path class of that peer.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+// One backend with its settings, e.g. backend "ucx" with transports "sm,cma,self".
+struct TransportChoice {
+  std::string backend = "ucx";
+  std::string transports;   // The backend's transport list (UCX_TLS for UCX); empty: default.
+  std::string net_devices;  // UCX_NET_DEVICES; empty: default.
+
+  friend bool operator==(const TransportChoice&, const TransportChoice&) = default;
+  friend auto operator<=>(const TransportChoice&, const TransportChoice&) = default;
+};
+
+// Path class ("local", "intra_node", "inter_node", or any label a path function returns) to the
+// transport that carries it. A class not listed uses `fallback`.
+struct PathTransports {
+  std::map<std::string, TransportChoice> by_path;
+  TransportChoice fallback;
+
+  const TransportChoice& For(absl::string_view path_class) const;
+  // The distinct choices, in a deterministic order; RoutedTransport builds one backend per entry.
+  std::vector<TransportChoice> Distinct() const;
+};
+
+// Parses "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0;*=ucx:tcp": entries separated by ';',
+// each "<path class or *>=<backend>[:<transports>][@<net devices>]". '*' sets the fallback. An
+// empty spec is UCX with its defaults for every class. InvalidArgument names the bad entry.
+absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec);
+
+// A Transport over several backends: a message to `peer` goes over backends[route[peer]]. Request
+// ids are its own. Test and WaitAll drive every backend that has requests in flight, so progress
+// on one never waits on another (a rendezvous on one backend may need this process's progress
+// while it waits for a message on another). Abort aborts every backend. Registration registers the
+// memory with every backend. Thread safety as Transport.
+class RoutedTransport final : public Transport {
+ public:
+  // `route` is indexed by peer process id; every entry must index `backends`.
+  static absl::StatusOr<std::unique_ptr<RoutedTransport>> Create(
+      int32_t process, std::vector<std::unique_ptr<Transport>> backends,
+      std::vector<int32_t> route);
+
+  int32_t process() const override { return process_; }
+  std::string name() const override;
+  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
+                                                MemoryKind kind) override;
+  absl::Status DeregisterMemory(RegistrationId id) override;
+  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                     int64_t bytes) override;
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override;
+  absl::StatusOr<bool> Test(RequestId request) override;
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
+  void Abort(const absl::Status& reason) override;
+
+  // The backend carrying messages to `peer`, for reports; nullptr out of range.
+  Transport* BackendFor(int32_t peer) const;
+
+ private:
+  RoutedTransport() = default;
+  struct Routed {
+    int32_t backend;
+    RequestId request;
+  };
+  absl::StatusOr<RequestId> Remember(int32_t backend, absl::StatusOr<RequestId> request);
+
+  int32_t process_ = 0;
+  std::vector<std::unique_ptr<Transport>> backends_;
+  std::vector<int32_t> route_;
+  std::map<RequestId, Routed> requests_;
+  RequestId next_request_ = 1;
+  std::map<RegistrationId, std::vector<RegistrationId>> registrations_;
+  RegistrationId next_registration_ = 1;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_SELECTOR_SELECTOR_H_
