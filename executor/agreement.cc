@@ -32,19 +32,25 @@ absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan
     if (!all[p].ok()) rejections.push_back(absl::StrCat("process ", p, ": ", all[p].error()));
   }
   if (!rejections.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the batch was rejected before any byte moved by ", absl::StrJoin(rejections, "; ")));
+    return WithErrorKind(
+        absl::FailedPreconditionError(absl::StrCat(
+            "the batch was rejected before any byte moved by ", absl::StrJoin(rejections, "; "))),
+        kErrorRanksDisagree);
   }
   for (size_t p = 0; p < all.size(); ++p) {
     if (all[p].plan_digest() != plan_digest) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "plan digests differ: process ", group.process(), " has ", DigestHex(plan_digest),
-          ", process ", p, " has ", DigestHex(all[p].plan_digest())));
+      return WithErrorKind(
+          absl::FailedPreconditionError(absl::StrCat(
+              "plan digests differ: process ", group.process(), " has ", DigestHex(plan_digest),
+              ", process ", p, " has ", DigestHex(all[p].plan_digest()))),
+          kErrorRanksDisagree);
     }
     if (all[p].budget_bytes() != budget_bytes) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("staging budgets differ: process ", group.process(), " has ", budget_bytes,
-                       " bytes, process ", p, " has ", all[p].budget_bytes(), " bytes"));
+      return WithErrorKind(
+          absl::FailedPreconditionError(absl::StrCat(
+              "staging budgets differ: process ", group.process(), " has ", budget_bytes,
+              " bytes, process ", p, " has ", all[p].budget_bytes(), " bytes")),
+          kErrorRanksDisagree);
     }
   }
   return absl::OkStatus();

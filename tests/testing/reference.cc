@@ -137,41 +137,15 @@ absl::Status HostBuffers::CheckGuards() const {
   return absl::OkStatus();
 }
 
-absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers) {
-  for (const Piece& piece : layout.pieces) {
-    if (piece.param < 0 || piece.param >= static_cast<int32_t>(layout.params.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("piece names unknown parameter ", piece.param));
-    }
-    const ParamInfo& param = layout.params[piece.param];
-    const int64_t size = DTypeSize(param.dtype);
-    const BufferKey key{piece.process, piece.buffer};
-    unsigned char* data = buffers->data(key);
-    if (data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("piece of ", param.name, " names unknown ", KeyString("buffer of", key)));
-    }
-    const uint64_t param_key = ParamKey(param.name);
-    absl::Status status;
-    ForEachIndex(piece.box, [&](const Dims& index) {
-      if (!status.ok()) return;
-      const int64_t address = ElementAddress(piece.box, piece.offset, piece.strides, index);
-      const std::optional<int64_t> byte = ByteOffset(address, size, buffers->bytes(key));
-      if (!byte.has_value()) {
-        status = absl::OutOfRangeError(absl::StrCat("piece of ", param.name, " index ",
-                                                    DimsToString(index), " lies outside ",
-                                                    KeyString("buffer of", key)));
-        return;
-      }
-      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size,
-                 data + *byte);
-    });
-    WSYNC_RETURN_IF_ERROR(status);
-  }
-  return absl::OkStatus();
-}
+namespace {
 
-absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version) {
+// Calls fn(element bytes, logical value bytes, size, parameter, buffer, index) for every element
+// of every piece
+// of `layout`, with the element's bytes in `buffers` and its logical value of `version`; fn returns
+// a non-OK status to stop. Fails on an unknown parameter or buffer, or an address outside it.
+template <typename Buffers, typename Fn>
+absl::Status ForEachLogicalElement(const Layout& layout, Buffers& buffers, uint64_t version,
+                                   Fn&& fn) {
   for (const Piece& piece : layout.pieces) {
     if (piece.param < 0 || piece.param >= static_cast<int32_t>(layout.params.size())) {
       return absl::InvalidArgumentError(
@@ -180,7 +154,7 @@ absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint
     const ParamInfo& param = layout.params[piece.param];
     const int64_t size = DTypeSize(param.dtype);
     const BufferKey key{piece.process, piece.buffer};
-    const unsigned char* data = buffers.data(key);
+    auto* data = buffers.data(key);  // Mutable or const, as `buffers` is.
     if (data == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("piece of ", param.name, " names unknown ", KeyString("buffer of", key)));
@@ -197,17 +171,36 @@ absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint
                                                     KeyString("buffer of", key)));
         return;
       }
-      unsigned char expected[8];
-      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size, expected);
-      if (std::memcmp(expected, data + *byte, size) != 0) {
-        status = absl::DataLossError(absl::StrCat(
-            "parameter ", param.name, " index ", DimsToString(index), " in ",
-            KeyString("buffer of", key), " does not hold its value of version ", version));
-      }
+      unsigned char value[8];
+      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size, value);
+      status = fn(data + *byte, value, size, param, key, index);
     });
     WSYNC_RETURN_IF_ERROR(status);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers) {
+  return ForEachLogicalElement(layout, *buffers, version,
+                               [](unsigned char* element, const unsigned char* value, int64_t size,
+                                  const ParamInfo&, const BufferKey&, const Dims&) {
+                                 std::memcpy(element, value, size);
+                                 return absl::OkStatus();
+                               });
+}
+
+absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version) {
+  return ForEachLogicalElement(
+      layout, buffers, version,
+      [version](const unsigned char* element, const unsigned char* value, int64_t size,
+                const ParamInfo& param, const BufferKey& key, const Dims& index) {
+        if (std::memcmp(element, value, size) == 0) return absl::OkStatus();
+        return absl::DataLossError(absl::StrCat(
+            "parameter ", param.name, " index ", DimsToString(index), " in ",
+            KeyString("buffer of", key), " does not hold its value of version ", version));
+      });
 }
 
 WriteCounts::WriteCounts(const Layout& layout) {
