@@ -9,10 +9,12 @@
 // Thread safety: Abort may be called from any thread at any time. All other calls are made by one
 // thread at a time (the executor's), but implementations must tolerate Abort racing with them.
 //
-// Memory: a request's memory is never read or written once the request is released, cancelled or
-// aborted (a backend that cannot cancel one request, such as NCCL, aborts its communicator
-// instead). Registration before posting is a backend's choice: loopback needs none, UCX registers
-// on first use when the caller did not. Messages may be empty and a process may send to itself.
+// Memory: a receive's memory is never written once the request is released, cancelled or aborted.
+// A send's memory may still be read by the peer after a cancel (UCX cancels a send only by closing
+// its endpoint, and a rendezvous the peer already started may complete its read), so callers keep
+// send memory unchanged until the sync ends. Registration before posting is a backend's choice:
+// loopback needs none, UCX registers on first use when the caller did not. Messages may be empty
+// and a process may send to itself. Messages with equal tags between one pair arrive in order.
 
 #include <cstdint>
 #include <string>
@@ -63,7 +65,8 @@ class Transport {
   virtual absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
                                              int64_t bytes) = 0;
   // Posts a receive of exactly `bytes` bytes from `peer` into `data`. A matching message of another
-  // size fails the request (and the sender's) with both sizes in the message.
+  // size fails the receive with both sizes in the message (the send may succeed: UCX and NCCL do
+  // not tell the sender). Tags come from MakeTag.
   virtual absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
                                                 int64_t bytes) = 0;
 

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -357,9 +356,10 @@ TEST_P(UcxTest, DeadlineOnAnUnmatchedSendReconnectsForTheNextOne) {
 TEST_P(UcxTest, AbortFromAnotherThreadWakesWaitAll) {
   auto job = MakeJob(2);
   ASSERT_EQ(job.size(), 2);
-  std::vector<uint8_t> buf(64, 0);
+  std::vector<uint8_t> buf(64, 0), other(64, 0);
   auto r = job[0]->PostReceive(1, MakeTag(13, 1, 1), buf.data(), 64);
-  ASSERT_TRUE(r.ok()) << r.status();
+  auto idle = job[0]->PostReceive(1, MakeTag(13, 9, 1), other.data(), 64);  // Not waited on.
+  ASSERT_TRUE(r.ok() && idle.ok()) << r.status() << idle.status();
   absl::Status waited;
   absl::Duration took;
   RunConcurrently({
@@ -376,7 +376,9 @@ TEST_P(UcxTest, AbortFromAnotherThreadWakesWaitAll) {
   EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
   EXPECT_THAT(waited.message(), HasSubstr("trainer lost"));
   EXPECT_LT(took, absl::Seconds(3));
-  // Future requests fail at once; Abort is idempotent and keeps the first reason.
+  // Outstanding requests failed too; future ones fail at once; Abort is idempotent and keeps the
+  // first reason.
+  EXPECT_EQ(job[0]->Test(*idle).status().code(), absl::StatusCode::kAborted);
   job[0]->Abort(absl::InternalError("second"));
   auto s = job[0]->PostSend(1, MakeTag(13, 2, 0), buf.data(), 64);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
@@ -429,6 +431,23 @@ TEST_P(UcxTest, PeerFailureEndsTheWaitWithAnErrorOrTheDeadline) {
       EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
     }
   }
+}
+
+TEST_P(UcxTest, DestructionWithOutstandingRequestsIsBounded) {
+  auto job = MakeJob(2);
+  ASSERT_EQ(job.size(), 2);
+  constexpr int64_t kBytes = 4 << 20;
+  std::vector<uint8_t> out = Pattern(kBytes, 3), in(kBytes, 0);
+  auto reg = job[0]->RegisterMemory(out.data(), kBytes, MemoryKind::kHost);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  // Never matched: a rendezvous send and a receive, each left outstanding.
+  ASSERT_TRUE(job[0]->PostSend(1, MakeTag(15, 1, 0), out.data(), kBytes).ok());
+  ASSERT_TRUE(job[0]->PostReceive(1, MakeTag(15, 2, 1), in.data(), kBytes).ok());
+  ASSERT_TRUE(job[0]->PostSend(0, MakeTag(15, 3, 0), out.data(), 100).ok());
+  const absl::Time start = absl::Now();
+  job[0].reset();
+  job[1].reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
 TEST_P(UcxTest, RegistrationAndArgumentChecks) {

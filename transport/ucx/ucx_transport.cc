@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,8 +30,7 @@ namespace {
 constexpr int32_t kMaxProcesses = 1 << 16;
 constexpr uint64_t kSenderMask = 0xffff;
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
-constexpr int kProgressBurst = 64;        // ucp_worker_progress calls per Progress() at most.
-constexpr int kRegistrationLookback = 8;  // Registrations examined per memory-handle lookup.
+constexpr int kProgressBurst = 64;  // ucp_worker_progress calls per Progress() at most.
 
 enum class Kind : uint8_t { kSend, kReceive };
 
@@ -112,13 +110,13 @@ absl::Status FromUcs(ucs_status_t status, absl::string_view what) {
 // True when every entry of a UCX_TLS list is a shared-memory or self transport, none of which
 // has a peer failure handler in UCX 1.13.
 bool OnlySharedMemory(absl::string_view transports) {
-  static const absl::flat_hash_set<std::string> kShared = {"sm",    "shm",  "mm",  "posix", "sysv",
-                                                           "xpmem", "knem", "cma", "self"};
+  constexpr absl::string_view kShared[] = {"sm",    "shm",  "mm",  "posix", "sysv",
+                                           "xpmem", "knem", "cma", "self"};
   if (transports.empty()) return false;
   for (absl::string_view tl : absl::StrSplit(transports, ',', absl::SkipWhitespace())) {
-    std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(tl));
-    if (!name.empty() && name[0] == '^') return false;  // An exclusion list keeps the rest.
-    if (!kShared.contains(name)) return false;
+    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(tl));
+    // An exclusion list ("^tcp") keeps the rest, which may have failure handlers.
+    if (std::find(std::begin(kShared), std::end(kShared), name) == std::end(kShared)) return false;
   }
   return true;
 }
@@ -287,7 +285,6 @@ class UcxTransportImpl final : public UcxTransport {
     }
     const RegistrationId id = next_registration_++;
     registrations_[id] = reg;
-    by_address_.emplace(reg.begin, id);
     return id;
   }
 
@@ -306,13 +303,6 @@ class UcxTransportImpl final : public UcxTransport {
     if (it->second.memh != nullptr) {
       const ucs_status_t st = ucp_mem_unmap(context_, it->second.memh);
       if (st != UCS_OK) return FromUcs(st, absl::StrCat("ucx: ucp_mem_unmap of registration ", id));
-    }
-    for (auto a = by_address_.lower_bound(it->second.begin);
-         a != by_address_.end() && a->first == it->second.begin; ++a) {
-      if (a->second == id) {
-        by_address_.erase(a);
-        break;
-      }
     }
     registrations_.erase(it);
     return absl::OkStatus();
@@ -358,7 +348,7 @@ class UcxTransportImpl final : public UcxTransport {
     if (!unknown.ok()) {
       CancelAndDrain(waited, absl::CancelledError("ucx: cancelled by a WaitAll with an unknown id"),
                      /*close_all=*/false);
-      Release(waited);
+      for (Slot* s : waited) slots_.erase(s->id);
       return unknown;
     }
 
@@ -387,11 +377,9 @@ class UcxTransportImpl final : public UcxTransport {
 
     std::vector<std::string> missed;
     if (!failure.ok()) {
-      CancelAndDrain(waited,
-                     absl::CancelledError(absl::StrCat("ucx: cancelled after another request "
-                                                       "failed: ",
-                                                       failure.message())),
-                     /*close_all=*/false);
+      const absl::Status collateral = absl::CancelledError(
+          absl::StrCat("ucx: cancelled after another request failed: ", failure.message()));
+      CancelAndDrain(waited, collateral, /*close_all=*/false);
     } else if (timed_out) {
       std::vector<Slot*> pending;
       for (Slot* s : waited) {
@@ -409,14 +397,12 @@ class UcxTransportImpl final : public UcxTransport {
         }
       }
     }
-    Release(waited);
+    for (Slot* s : waited) slots_.erase(s->id);
     if (!failure.ok()) return failure;
     if (!missed.empty()) {
-      return absl::DeadlineExceededError(absl::StrCat("ucx: process ", options_.process, ": ",
-                                                      missed.size(),
-                                                      " requests missed the "
-                                                      "deadline: ",
-                                                      absl::StrJoin(missed, "; ")));
+      return absl::DeadlineExceededError(
+          absl::StrCat("ucx: process ", options_.process, ": ", missed.size(),
+                       " requests missed the deadline: ", absl::StrJoin(missed, "; ")));
     }
     return absl::OkStatus();
   }
@@ -544,10 +530,6 @@ class UcxTransportImpl final : public UcxTransport {
                                                         why, "; its memory may still be read]"));
   }
 
-  void Release(const std::vector<Slot*>& slots) ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_) {
-    for (Slot* s : slots) slots_.erase(s->id);
-  }
-
   // Cancels `slots` with `reason`: receives with ucp_request_cancel, sends by closing their
   // endpoints (all endpoints if `close_all`). Waits up to drain_timeout for UCX to finish them,
   // then abandons the rest. Every slot is done afterwards.
@@ -652,18 +634,17 @@ class UcxTransportImpl final : public UcxTransport {
     }
   }
 
-  // Finds a registration covering [data, data + bytes), or 0.
+  // A registration covering [data, data + bytes), or 0. Linear: a process registers a few
+  // hundred buffers at most, and a lookup costs far less than the message it serves.
   RegistrationId Covering(const void* data, int64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_) {
-    if (bytes <= 0 || by_address_.empty()) return 0;
+    if (bytes <= 0) return 0;
     const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
-    auto it = by_address_.upper_bound(begin);
-    for (int i = 0; i < kRegistrationLookback && it != by_address_.begin(); ++i) {
-      --it;
-      const Registration& reg = registrations_.at(it->second);
-      if (reg.memh != nullptr && begin - reg.begin <= static_cast<uint64_t>(reg.bytes) &&
-          static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(reg.bytes) - (begin - reg.begin)) {
-        return it->second;
+    for (const auto& [id, reg] : registrations_) {
+      if (reg.memh != nullptr && begin >= reg.begin &&
+          static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(reg.bytes) &&
+          begin - reg.begin <= static_cast<uint64_t>(reg.bytes - bytes)) {
+        return id;
       }
     }
     return 0;
@@ -692,7 +673,7 @@ class UcxTransportImpl final : public UcxTransport {
     const uint64_t low = tag.value & kSenderMask;
     if (low != 0 && low != sender_bits) {
       return absl::InvalidArgumentError(absl::StrCat("ucx: tag ", Hex(tag.value), " names sender ",
-                                                     low, " but the sender is ", "process ", sender,
+                                                     low, " but the sender is process ", sender,
                                                      " (see MakeTag)"));
     }
     const ucp_tag_t wire = (tag.value & ~kSenderMask) | sender_bits;
@@ -838,7 +819,6 @@ class UcxTransportImpl final : public UcxTransport {
   std::vector<void*> closing_ ABSL_GUARDED_BY(drive_mu_);  // Unfinished ucp_ep_close_nbx.
   bool failures_pending_ = false;  // Set by OnPeerError during progress (under drive_mu_).
   absl::flat_hash_map<RegistrationId, Registration> registrations_ ABSL_GUARDED_BY(drive_mu_);
-  std::multimap<uintptr_t, RegistrationId> by_address_ ABSL_GUARDED_BY(drive_mu_);
   RegistrationId next_registration_ ABSL_GUARDED_BY(drive_mu_) = 1;
   bool abort_done_ ABSL_GUARDED_BY(drive_mu_) = false;
 

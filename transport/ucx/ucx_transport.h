@@ -17,30 +17,42 @@
 // reason, wakes a WaitAll blocked on the worker's event fd with ucp_worker_signal (documented as
 // safe from any thread), then takes the mutex and performs the abort itself unless the driving
 // thread already did. So Abort returns once outstanding requests are finished; it blocks for at
-// most the rest of one WaitAll iteration plus `drain_timeout`. Abort must not race with the
-// destructor.
+// most about twice `drain_timeout` (a WaitAll already cancelling, then the abort's own drain).
+// Abort must not race with the destructor.
 //
 // Failures: endpoints use UCP_ERR_HANDLING_MODE_PEER where the selected transports support it
-// (tcp, verbs); a peer failure then completes this process's requests with that peer with
-// Unavailable naming it. UCX 1.13's shared-memory transports (posix, sysv, cma, self) have no
-// peer failure handler, so with ErrorHandling::kAuto endpoints over them use
-// UCP_ERR_HANDLING_MODE_NONE and a dead peer there shows only as a deadline. After a failure, or
-// after an endpoint was closed to cancel a send, the next send to that peer creates a new
-// endpoint from the stored address.
+// (tcp, verbs). When UCX reports a peer failed, its endpoint is closed, this process's
+// outstanding requests with the peer fail with Unavailable naming it, and so does every later
+// post with it until ConnectPeers connects it again (no automatic reconnect: in UCX 1.13 a new tcp
+// endpoint to a peer whose old connection is still failing can hit an internal assertion). UCX
+// 1.13's shared-memory transports (posix, sysv, cma, self) have no peer failure handler, so with
+// ErrorHandling::kAuto endpoints over them use UCP_ERR_HANDLING_MODE_NONE and a dead peer there
+// shows only as a deadline. A peer whose worker is destroyed is detected over tcp at once; one that
+// only aborted (its worker still alive) shows as a deadline.
 //
-// Memory: a cancelled or aborted request's memory is not touched once WaitAll, Test or Abort
-// returned, with two UCX limits: (1) a send can only be cancelled by closing its endpoint, so a
-// send that misses its deadline closes the endpoint to that peer (other sends on it fail with
-// Cancelled); (2) a rendezvous send whose request-to-send already reached the peer may still be
-// read by the peer (CMA or RDMA get) if the peer posts a matching receive later. Receive memory
-// is never written after its request was released. A request UCX does not finish within
-// `drain_timeout` after a cancel is released to UCX with an error saying so; its registration
-// then stays pinned (DeregisterMemory refuses it) until destruction.
+// Cancelling: a receive that misses its deadline is cancelled with ucp_request_cancel (a receive
+// already matched is waited for, up to drain_timeout). UCX cannot cancel a single send: a send that
+// misses its deadline force-closes the endpoint to its peer (other sends on it fail with
+// Cancelled) and the next send creates a new endpoint. Over tcp the peer sees that close as a
+// failure of this process and needs ConnectPeers to talk to it again; deadlines are expected to
+// end a sync, after which the control plane reconnects.
+//
+// Memory: a request's memory is not touched once WaitAll, Test or Abort returned it, with two UCX
+// limits, both about reads of send memory: (1) a rendezvous send whose request-to-send already
+// reached the peer may still be read by the peer (CMA get) if the peer posts a matching receive
+// later; (2) a send on an endpoint without error handling (shared memory) cannot be cancelled at
+// all: it is released to UCX with an error saying so. Receive memory is never written after its
+// request was released, unless UCX does not finish a matched receive within drain_timeout (then
+// the error says so). A request released unfinished keeps its registration pinned
+// (DeregisterMemory refuses it) until destruction.
 //
 // Sizes: a receive matched by a longer message fails with UCS_ERR_MESSAGE_TRUNCATED, a shorter
-// one with the received length; both are InvalidArgument naming both sizes when UCX reports the
-// length (an immediately truncated receive knows only that the message is longer). UCX does not
-// tell the sender, whose request succeeds: only the receiver reports the mismatch.
+// one with the received length; both are InvalidArgument naming both sizes. UCX does not tell the
+// sender, whose request succeeds: only the receiver reports the mismatch.
+//
+// UCX 1.13 quirks handled here: recv_info is not filled on immediate completion (openucx/ucx#9425),
+// so receives use UCP_OP_ATTR_FLAG_NO_IMM_CMPL and get their length in the callback; a callback
+// may run inside the post itself.
 
 #include <cstdint>
 #include <memory>
