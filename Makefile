@@ -64,12 +64,11 @@ test: build
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -L gpu -LE slow; \
 	fi
 
-# Until the plugin delivers `wsync demo`: plan the embedded default, then the issue's large case
-# for one process.
+# The main job on the embedded default: 2 trainers (megatron tp=2) and 2 rollouts (vllm tp=2) of
+# qwen2.5-0.5b load libwsync.so with dlopen and run 5 RL steps over UCX shared memory; every rollout
+# verifies every byte of every version. `wsync demo --help` lists the options.
 demo: build
-	$(WSYNC) plan --model qwen2.5-0.5b --from 'megatron(tp=2)' --to 'vllm(tp=2)'
-	$(WSYNC) plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' \
-	  --to 'vllm(tp=8,ep=8,dp=16)' --process 0
+	$(WSYNC) demo
 
 bench: build
 	$(PLANNER_BENCH)

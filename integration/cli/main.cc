@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "integration/cli/bench_command.h"
 #include "integration/cli/coordinator_command.h"
+#include "integration/cli/demo_command.h"
 #include "integration/cli/plan_command.h"
 
 namespace wsync::cli {
@@ -23,9 +24,10 @@ std::string Usage() {
       "  plan   plan the resharding between two named layouts of a model and print it\n"
       "  bench  run a benchmark (executor)\n"
       "  coordinator  run a job's coordinator\n"
+      "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"
       "  help   print this message\n"
       "\n",
-      PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage());
+      PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage());
 }
 
 bool IsHelp(absl::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
@@ -43,6 +45,7 @@ int Main(int argc, char** argv) {
   if (command == "plan") return PlanMain(argc - 1, argv + 1);
   if (command == "bench") return BenchMain(argc - 1, argv + 1);
   if (command == "coordinator") return CoordinatorMain(argc - 1, argv + 1);
+  if (command == "demo") return DemoMain(argc - 1, argv + 1);
   absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", command, Usage());
   return 2;
 }

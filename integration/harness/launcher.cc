@@ -1,12 +1,16 @@
 #include "integration/harness/launcher.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -197,6 +201,103 @@ absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_
       ReadFile(dir + "/coordinator.out") + ReadFile(dir + "/coordinator.err");
   Run(absl::StrCat("rm -rf '", dir, "'"));
   return result;
+}
+
+absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spec) {
+  if (spec.processes < 0 || !spec.command) {
+    return absl::InvalidArgumentError("RunProcesses needs a process count and a command");
+  }
+  char dir_template[] = "/tmp/wsync-processes-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  auto out_path = [&](int p) { return absl::StrCat(dir, "/process", p, ".out"); };
+  auto err_path = [&](int p) { return absl::StrCat(dir, "/process", p, ".err"); };
+
+  std::vector<pid_t> pids(spec.processes, -1);
+  for (int p = 0; p < spec.processes; ++p) {
+    absl::StatusOr<pid_t> pid = Spawn(spec.command(p), out_path(p), err_path(p), spec.env);
+    if (!pid.ok()) {
+      for (pid_t started : pids) {
+        if (started > 0) {
+          kill(started, SIGKILL);
+          waitpid(started, nullptr, 0);
+        }
+      }
+      Run(absl::StrCat("rm -rf '", dir, "'"));
+      return pid.status();
+    }
+    pids[p] = *pid;
+  }
+
+  std::vector<ProcessResult> results(spec.processes);
+  std::vector<bool> running(spec.processes, true);
+  int remaining = spec.processes;
+  const absl::Time deadline = absl::Now() + spec.timeout;
+  std::optional<absl::Time> kill_at;  // Set by the first failure.
+  auto outputs = [&] {
+    std::vector<std::string> texts;
+    for (int p = 0; p < spec.processes; ++p) texts.push_back(ReadFile(out_path(p)));
+    return texts;
+  };
+  while (remaining > 0) {
+    for (int p = 0; p < spec.processes; ++p) {
+      if (!running[p]) continue;
+      int status = 0;
+      if (waitpid(pids[p], &status, WNOHANG) != pids[p]) continue;
+      running[p] = false;
+      --remaining;
+      results[p].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      results[p].term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      if (results[p].exit_code != 0 && !kill_at.has_value()) {
+        kill_at = absl::Now() + spec.failure_grace;
+      }
+    }
+    if (remaining == 0) break;
+    const absl::Time now = absl::Now();
+    if (now > deadline || (kill_at.has_value() && now > *kill_at)) {
+      for (int p = 0; p < spec.processes; ++p) {
+        if (!running[p]) continue;
+        kill(pids[p], SIGKILL);
+        waitpid(pids[p], nullptr, 0);
+        running[p] = false;
+        results[p].killed = true;
+        results[p].exit_code = -1;
+        results[p].term_signal = SIGKILL;
+      }
+      break;
+    }
+    if (spec.on_poll) spec.on_poll(outputs());
+    absl::SleepFor(spec.poll_interval);
+  }
+  if (spec.on_poll) spec.on_poll(outputs());
+  for (int p = 0; p < spec.processes; ++p) {
+    results[p].stdout_text = ReadFile(out_path(p));
+    results[p].stderr_text = ReadFile(err_path(p));
+  }
+  Run(absl::StrCat("rm -rf '", dir, "'"));
+  return results;
+}
+
+absl::StatusOr<int> PickFreePort(const std::string& address) {
+  sockaddr_in socket_address = {};
+  socket_address.sin_family = AF_INET;
+  socket_address.sin_port = 0;
+  if (inet_pton(AF_INET, address.c_str(), &socket_address.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not an IPv4 address"));
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: errno ", errno));
+  socklen_t length = sizeof(socket_address);
+  const bool bound =
+      bind(fd, reinterpret_cast<sockaddr*>(&socket_address), sizeof(socket_address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&socket_address), &length) == 0;
+  const int error = errno;
+  close(fd);
+  if (!bound) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind a port on ", address, ": errno ", error));
+  }
+  return static_cast<int>(ntohs(socket_address.sin_port));
 }
 
 std::optional<NetnsPair> NetnsPair::Create(std::string* reason) {

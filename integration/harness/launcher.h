@@ -3,10 +3,13 @@
 
 // Runs a whole wsync job on this machine for tests and benchmarks: a coordinator (`wsync
 // coordinator`) and one wsync_test_worker per trainer and rollout process, each optionally inside
-// a network namespace, then collects exit codes and the workers' STATS lines.
+// a network namespace, then collects exit codes and the workers' STATS lines. RunProcesses is the
+// generic form: the caller builds every process's command line (`wsync demo` launches plugin hosts
+// whose trainer rank 0 runs the coordinator itself).
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -58,6 +61,44 @@ struct JobResult {
 // coordinator's port). Worker failures are reported in the result.
 absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_binary,
                                  const std::string& cli_binary);
+
+// A set of processes whose command lines the caller builds, started together and watched until
+// all have exited.
+struct ProcessesSpec {
+  int processes = 0;
+  // The argv of process p, 0 <= p < processes (argv[0] is looked up in PATH when it has no '/').
+  std::function<std::vector<std::string>(int process)> command;
+  // "NAME=value" entries added to every process's environment (e.g. the job secret, which thus
+  // never appears on a command line).
+  std::vector<std::string> env;
+  // Every process still running then is killed (SIGKILL).
+  absl::Duration timeout = absl::Seconds(120);
+  // Once a process exits with a non-zero status or a signal, the others get this long to end
+  // (they usually fail on their own once a peer is gone) before they are killed.
+  absl::Duration failure_grace = absl::Seconds(15);
+  absl::Duration poll_interval = absl::Milliseconds(100);
+  // Called every poll_interval while processes run, and once after all ended, with every
+  // process's standard output so far (by process); for progress displays.
+  std::function<void(const std::vector<std::string>& outputs)> on_poll;
+};
+
+struct ProcessResult {
+  int exit_code = -1;   // -1 when killed or ended by a signal.
+  int term_signal = 0;  // The signal that ended it, if one did.
+  bool killed = false;  // Killed at the timeout or after failure_grace.
+  std::string stdout_text;
+  std::string stderr_text;
+};
+
+// Runs the processes; fails only when they could not be started (temp files, a binary that
+// cannot be spawned: the ones already started are killed). Process failures are in the result,
+// by process.
+absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spec);
+
+// A TCP port on `address` (a literal IPv4 address) that was free a moment ago: bound to port 0,
+// read back and released. For a process that must listen on a port chosen before it starts;
+// another process may take the port meanwhile, which that process's start then reports.
+absl::StatusOr<int> PickFreePort(const std::string& address = "127.0.0.1");
 
 // Two network namespaces joined by a veth pair, with addresses 10.231.<n>.1 and .2; removed on
 // destruction. Create returns nullopt with `reason` set where namespaces cannot be made (not root,

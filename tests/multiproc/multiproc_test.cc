@@ -54,7 +54,7 @@ TEST(MultiprocTest, TwoTrainersToTwoRolloutsOverSharedMemory) {
 TEST(MultiprocTest, TwoTrainersToTwoRolloutsOverTcp) {
   JobSpec spec;
   spec.tls = "tcp";
-  spec.placement.assign(4, ProcessPlacement{"", "local", "lo"});
+  spec.placement.assign(4, ProcessPlacement{"", "local", "lo", {}});
   ExpectJobSucceeds(spec);
 }
 
@@ -66,7 +66,8 @@ TEST(MultiprocTest, DpTwoTpTwoTrainersToFusedRolloutsOverSharedMemoryAndTcp) {
     spec.to = "vllm(tp=2)";
     spec.trainers = 4;
     spec.tls = tls;
-    if (std::string(tls) == "tcp") spec.placement.assign(6, ProcessPlacement{"", "local", "lo"});
+    if (std::string(tls) == "tcp")
+      spec.placement.assign(6, ProcessPlacement{"", "local", "lo", {}});
     JobResult result = ExpectJobSucceeds(spec);
     // Both replicas serve: the replica policy spreads the sends over all four trainers.
     for (int p = 0; p < 4 && p < static_cast<int>(result.workers.size()); ++p) {
@@ -87,7 +88,7 @@ TEST(MultiprocTest, AcrossTwoNetworkNamespaces) {
   for (int p = 0; p < 4; ++p) {
     const int side = p < 2 ? 0 : 1;  // Trainers in one namespace, rollouts in the other.
     spec.placement.push_back(
-        ProcessPlacement{net->ns(side), side == 0 ? "node-a" : "node-b", net->device(side)});
+        ProcessPlacement{net->ns(side), side == 0 ? "node-a" : "node-b", net->device(side), {}});
   }
   JobResult result = ExpectJobSucceeds(spec);
   for (size_t p = 0; p < result.workers.size(); ++p) {
@@ -110,7 +111,7 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   // Trainer r and rollout r share a "node" (namespace); the other pair is on the other node.
   for (int p = 0; p < 4; ++p) {
     const int side = p % 2;
-    ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", ""};
+    ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", "", {}};
     placement.extra_flags = {
         "--path_transports",
         absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net->device(side))};

@@ -1,0 +1,821 @@
+#include "integration/cli/bench_sync.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "executor/schedule.h"
+#include "integration/harness/launcher.h"
+#include "planner/job.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+
+extern char** environ;
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, from);
+ABSL_DECLARE_FLAG(std::string, to);
+ABSL_DECLARE_FLAG(std::string, policy);
+ABSL_DECLARE_FLAG(double, budget);
+
+ABSL_FLAG(int32_t, sync_syncs, 5, "Timed syncs per wsync job (after the warm-up syncs).");
+ABSL_FLAG(int32_t, sync_warmup, 1, "Untimed syncs at the start of every wsync job.");
+ABSL_FLAG(int32_t, sync_rounds, 4,
+          "Times the contestants (wsync shm, perftest shm, wsync tcp, perftest tcp) run, in turn.");
+ABSL_FLAG(bool, sync_verify, true,
+          "First run one job per transport that checks every received byte (2 versions).");
+ABSL_FLAG(std::string, sync_shm_tls, "sm,cma,self", "UCX_TLS of the shared-memory contestants.");
+ABSL_FLAG(std::string, sync_tcp_tls, "tcp", "UCX_TLS of the TCP contestants.");
+ABSL_FLAG(std::string, sync_tcp_devices, "lo", "UCX_NET_DEVICES of the TCP contestants.");
+ABSL_FLAG(std::string, sync_worker, "",
+          "wsync_test_worker binary; default: found next to this binary or in its build tree.");
+ABSL_FLAG(std::string, sync_perftest, "ucx_perftest", "ucx_perftest binary (searched in PATH).");
+ABSL_FLAG(int32_t, sync_perftest_iters, 0,
+          "Messages per ucx_perftest run; 0: as many as carry two syncs' bytes to one rollout "
+          "process.");
+ABSL_FLAG(int64_t, sync_perftest_size, 0,
+          "ucx_perftest message bytes; 0: the largest message the schedule sends.");
+ABSL_FLAG(bool, sync_perftest_concurrent, true,
+          "Also run as many concurrent ucx_perftest pairs as the job has rollout processes.");
+ABSL_FLAG(double, sync_timeout_s, 90, "Limit of each child job or ucx_perftest run, seconds.");
+ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
+
+namespace wsync::cli {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+double Min(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
+double Max(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+std::string MiB(double bytes) { return absl::StrFormat("%.2f MiB", bytes / (1 << 20)); }
+
+std::string Tail(const std::string& text, size_t chars = 600) {
+  return text.size() <= chars ? text : "..." + text.substr(text.size() - chars);
+}
+
+bool Executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+absl::StatusOr<std::string> SelfPath() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
+  return std::string(buffer, n);
+}
+
+absl::StatusOr<std::string> FindWorker(const std::string& self) {
+  const std::string flag = absl::GetFlag(FLAGS_sync_worker);
+  if (!flag.empty()) {
+    if (Executable(flag)) return flag;
+    return absl::NotFoundError(absl::StrCat("--sync_worker ", flag, " is not an executable file"));
+  }
+  const std::string dir = Dirname(self);
+  const std::vector<std::string> candidates = {dir + "/wsync_test_worker",
+                                               dir + "/../../tests/multiproc/wsync_test_worker"};
+  for (const std::string& candidate : candidates) {
+    if (Executable(candidate)) return candidate;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("wsync_test_worker not found (looked for ", absl::StrJoin(candidates, " and "),
+                   "); build the target wsync_test_worker or pass --sync_worker"));
+}
+
+absl::StatusOr<std::string> FindInPath(const std::string& name) {
+  if (absl::StrContains(name, "/")) {
+    if (Executable(name)) return name;
+    return absl::NotFoundError(absl::StrCat(name, " is not an executable file"));
+  }
+  const char* path = getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (Executable(candidate)) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      name, " not found in PATH (Debian: apt-get install ucx-utils); or pass --sync_perftest"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes for ucx_perftest: started with extra environment, bounded by a deadline.
+
+class Child {
+ public:
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() { Kill(); }
+
+  // Starts argv with stdout and stderr into `log`; `env` entries (NAME=VALUE) replace the
+  // variables of the same name, and `unset` names are removed.
+  absl::Status Start(const std::vector<std::string>& argv, const std::string& log,
+                     const std::vector<std::string>& env, const std::vector<std::string>& unset) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<std::string> storage(env);
+    for (char** e = environ; *e != nullptr; ++e) {
+      const absl::string_view entry = *e;
+      const absl::string_view name = entry.substr(0, entry.find('='));
+      bool drop = std::find(unset.begin(), unset.end(), name) != unset.end();
+      for (const std::string& mine : env) drop |= absl::StartsWith(mine, absl::StrCat(name, "="));
+      if (!drop) storage.emplace_back(entry);
+    }
+    std::vector<char*> envp;
+    for (std::string& e : storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    const int error = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (error != 0) {
+      pid_ = -1;
+      return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": errno ", error));
+    }
+    return absl::OkStatus();
+  }
+
+  bool Exited() {
+    if (pid_ <= 0) return true;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return true;
+  }
+
+  // The exit code, or -1 when it was killed at `deadline` or by a signal.
+  int Wait(absl::Time deadline) {
+    while (!Exited()) {
+      if (absl::Now() > deadline) {
+        Kill();
+        return -1;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return code_;
+  }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    code_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int code_ = -1;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+absl::StatusOr<int> FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  if (port <= 0) return absl::InternalError("cannot find a free TCP port");
+  return port;
+}
+
+// Whether some socket listens on `port` (from /proc/net/tcp and tcp6; state 0A is LISTEN).
+// Probing by connecting would be taken by ucx_perftest's server as its client.
+bool Listening(int port) {
+  const std::string needle = absl::StrFormat(":%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    for (absl::string_view line : absl::StrSplit(ReadFile(table), '\n')) {
+      std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() > 3 && absl::EndsWith(fields[1], needle) && fields[3] == "0A") return true;
+    }
+  }
+  return false;
+}
+
+struct PerftestResult {
+  std::vector<double> bytes_per_second;  // One per pair (concurrent pairs: each one's share).
+  double seconds = 0;                    // Wall time of the slowest client.
+};
+
+// The bandwidth of one ucx_perftest -f output: its final line holds iterations, overhead
+// p50/average/overall (usec), bandwidth average/overall (MB/s, MB = 2^20 bytes) and message rate
+// average/overall.
+std::optional<double> PerftestBandwidth(const std::string& output, int32_t iters) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t n = 0;
+    double mb_per_second = 0;
+    if (fields.size() >= 8 && absl::SimpleAtoi(fields[0], &n) && n == iters &&
+        absl::SimpleAtod(fields[5], &mb_per_second) && mb_per_second > 0) {
+      return mb_per_second * (1 << 20);
+    }
+  }
+  return std::nullopt;
+}
+
+// One ucx_perftest tag_bw run: `pairs` server and client processes on this machine, the clients
+// started together.
+absl::StatusOr<PerftestResult> RunPerftest(const std::string& binary, const std::string& dir,
+                                           const std::string& tls, const std::string& devices,
+                                           int64_t size, int32_t iters, int32_t pairs) {
+  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  std::vector<std::string> env = {absl::StrCat("UCX_TLS=", tls)};
+  std::vector<std::string> unset;
+  if (devices.empty()) {
+    unset.push_back("UCX_NET_DEVICES");
+  } else {
+    env.push_back(absl::StrCat("UCX_NET_DEVICES=", devices));
+  }
+  const std::vector<std::string> common = {"-t", "tag_bw",
+                                           "-s", absl::StrCat(size),
+                                           "-n", absl::StrCat(iters),
+                                           "-w", absl::StrCat(std::max(2, iters / 10)),
+                                           "-f"};
+  std::vector<Child> servers(pairs), clients(pairs);
+  std::vector<int> ports(pairs);
+  for (int32_t i = 0; i < pairs; ++i) {
+    const std::string log = absl::StrCat(dir, "/perftest-server", i, ".log");
+    std::string failure;
+    for (int attempt = 0; attempt < 3 && (attempt == 0 || !failure.empty()); ++attempt) {
+      failure.clear();
+      WSYNC_ASSIGN_OR_RETURN(ports[i], FreePort());
+      std::vector<std::string> argv = {binary, "-p", absl::StrCat(ports[i])};
+      argv.insert(argv.end(), common.begin(), common.end());
+      WSYNC_RETURN_IF_ERROR(servers[i].Start(argv, log, env, unset));
+      const absl::Time listen_deadline = absl::Now() + absl::Seconds(10);
+      while (!Listening(ports[i]) && !servers[i].Exited() && absl::Now() < listen_deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      if (!Listening(ports[i])) {  // Most likely the port was taken in between; try another.
+        servers[i].Kill();
+        failure = absl::StrCat("the ucx_perftest server did not listen on port ", ports[i], ": ",
+                               Tail(ReadFile(log)));
+      }
+    }
+    if (!failure.empty()) return absl::UnavailableError(failure);
+  }
+  const absl::Time start = absl::Now();
+  for (int32_t i = 0; i < pairs; ++i) {
+    std::vector<std::string> argv = {binary, "127.0.0.1", "-p", absl::StrCat(ports[i])};
+    argv.insert(argv.end(), common.begin(), common.end());
+    WSYNC_RETURN_IF_ERROR(
+        clients[i].Start(argv, absl::StrCat(dir, "/perftest-client", i, ".log"), env, unset));
+  }
+  const absl::Time deadline = start + limit;
+  PerftestResult result;
+  for (int32_t i = 0; i < pairs; ++i) {
+    const int client_code = clients[i].Wait(deadline);
+    result.seconds = std::max(result.seconds, absl::ToDoubleSeconds(absl::Now() - start));
+    const int server_code = servers[i].Wait(std::max(deadline, absl::Now() + absl::Seconds(5)));
+    const std::string output = ReadFile(absl::StrCat(dir, "/perftest-client", i, ".log")) + "\n" +
+                               ReadFile(absl::StrCat(dir, "/perftest-server", i, ".log"));
+    if (client_code != 0 || server_code != 0) {
+      return absl::InternalError(
+          absl::StrFormat("ucx_perftest (UCX_TLS=%s) failed: client exit %d, server exit %d%s: %s",
+                          tls, client_code, server_code,
+                          client_code == -1 ? " (killed at the limit)" : "", Tail(output)));
+    }
+    const std::optional<double> rate = PerftestBandwidth(output, iters);
+    if (!rate.has_value()) {
+      return absl::InternalError(absl::StrCat("cannot read ucx_perftest's result: ", Tail(output)));
+    }
+    result.bytes_per_second.push_back(*rate);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the schedule sends to a rollout process.
+
+struct ScheduleFacts {
+  int32_t trainers = 0;
+  int32_t rollouts = 0;
+  int64_t bytes_per_rollout = 0;  // The busiest rollout process's received bytes.
+  int64_t bytes_total = 0;        // All rollout processes.
+  int64_t largest_message = 0;
+  bool largest_direct = false;
+  int64_t messages = 0;  // Received by the busiest rollout process.
+  int64_t direct_messages = 0;
+  int32_t rounds = 0;          // The most rounds of any rollout process.
+  int64_t median_message = 0;  // Bytes-weighted median message size of that process.
+};
+
+absl::StatusOr<ScheduleFacts> Schedule(const ModelSpec& model, const std::string& from,
+                                       const std::string& to, double budget) {
+  WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
+  WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
+  ScheduleFacts facts;
+  facts.trainers = static_cast<int32_t>(source.processes.size());
+  facts.rollouts = static_cast<int32_t>(target.processes.size());
+  // As the jobs run them: every process on node "local" (the replica policy looks at nodes).
+  for (ProcessInfo& p : source.processes) p.node_id = "local";
+  for (ProcessInfo& p : target.processes) p.node_id = "local";
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  WSYNC_ASSIGN_OR_RETURN(std::vector<ProcessSchedule> schedules,
+                         ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{budget}));
+  for (const ProcessSchedule& s : schedules) {
+    if (job.IsSource(s.process)) continue;
+    facts.bytes_total += s.received_bytes;
+    facts.rounds = std::max(facts.rounds, s.rounds);
+    std::vector<int64_t> sizes;
+    int64_t direct = 0;
+    for (const PeerSchedule& peer : s.peers) {
+      if (peer.direction != Direction::kReceive) continue;
+      for (const ScheduledRound& round : peer.rounds) {
+        sizes.push_back(round.bytes);
+        direct += round.direct ? 1 : 0;
+        if (round.bytes > facts.largest_message) {
+          facts.largest_message = round.bytes;
+          facts.largest_direct = round.direct;
+        }
+      }
+    }
+    if (s.received_bytes < facts.bytes_per_rollout) continue;
+    facts.bytes_per_rollout = s.received_bytes;
+    facts.messages = static_cast<int64_t>(sizes.size());
+    facts.direct_messages = direct;
+    std::sort(sizes.begin(), sizes.end());
+    int64_t running = 0;
+    for (int64_t size : sizes) {
+      running += size;
+      if (2 * running >= s.received_bytes) {
+        facts.median_message = size;
+        break;
+      }
+    }
+  }
+  if (facts.largest_message <= 0) {
+    return absl::FailedPreconditionError("the plan sends nothing to the rollout processes");
+  }
+  return facts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// wsync jobs.
+
+struct Transports {
+  std::string name;  // "shm" or "tcp".
+  std::string tls;
+  std::string devices;
+};
+
+// One timed sync: the slowest process's figures.
+struct SyncSample {
+  double seconds = 0;  // Transfer (agreement excluded), slowest process.
+  // Outside the transfer, per process (the largest of any process): building the work and the
+  // agreement inside ExecuteTransfers, which includes waiting for the last process to arrive.
+  double agree_seconds = 0;
+  // The commit decision of the process that finished the transfer last: the collective's round
+  // trip through the coordinator (the others also wait there for it).
+  double decide_seconds = 0;
+  double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
+  int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
+  int64_t total_bytes = 0;    // Received by all rollout processes.
+};
+
+double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
+  double value = 0;
+  auto it = stats.find(key);
+  if (it != stats.end()) absl::SimpleAtod(it->second, &value);
+  return value;
+}
+
+absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
+                                                 const std::string& model, const std::string& from,
+                                                 const std::string& to, const Transports& t,
+                                                 int32_t warmup, int32_t syncs, bool verify,
+                                                 const std::string& worker,
+                                                 const std::string& cli) {
+  harness::JobSpec spec;
+  spec.model = model;
+  spec.from = from;
+  spec.to = to;
+  spec.trainers = facts.trainers;
+  spec.rollouts = facts.rollouts;
+  spec.tls = t.tls;
+  spec.versions = warmup + syncs;
+  spec.budget = absl::GetFlag(FLAGS_budget);
+  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  spec.rendezvous_timeout = absl::Seconds(30);
+  if (!t.devices.empty()) {
+    spec.placement.assign(facts.trainers + facts.rollouts,
+                          harness::ProcessPlacement{"", "local", t.devices, {}});
+  }
+  spec.extra_worker_flags = {"--policy", absl::GetFlag(FLAGS_policy),
+                             absl::StrCat("--verify=", verify ? "true" : "false")};
+  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
+  const int total = facts.trainers + facts.rollouts;
+  for (int p = 0; p < total; ++p) {
+    const harness::WorkerResult& w = result.workers[p];
+    if (w.exit_code != 0 || static_cast<int>(w.stats.size()) != spec.versions) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job over UCX_TLS=%s: process %d exited %d%s with %d of %d STATS lines: %s", t.tls,
+          p, w.exit_code, w.exit_code == -1 ? " (killed at the limit)" : "", w.stats.size(),
+          spec.versions, Tail(w.stderr_text)));
+    }
+  }
+  std::vector<SyncSample> samples;
+  for (int v = warmup; v < spec.versions; ++v) {
+    SyncSample s;
+    int32_t rounds = 0;
+    for (int p = 0; p < total; ++p) {
+      const auto& stats = result.workers[p].stats[v];
+      const double seconds = Field(stats, "seconds");
+      const double call = Field(stats, "call_seconds");
+      const double decide = Field(stats, "decide_seconds");
+      if (p == 0 || seconds > s.seconds) s.decide_seconds = decide;
+      s.seconds = std::max(s.seconds, seconds);
+      s.agree_seconds = std::max(s.agree_seconds, call - seconds);
+      s.step_seconds = std::max(s.step_seconds, call + decide);
+      if (p >= facts.trainers) {
+        const auto received = static_cast<int64_t>(Field(stats, "received"));
+        s.rollout_bytes = std::max(s.rollout_bytes, received);
+        rounds = std::max(rounds, static_cast<int32_t>(Field(stats, "rounds")));
+        s.total_bytes += received;
+      }
+    }
+    if (s.total_bytes != facts.bytes_total || rounds != facts.rounds) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job over UCX_TLS=%s: the rollouts received %d bytes in %d rounds in sync %d; "
+          "the schedule computed here says %d bytes in %d rounds",
+          t.tls, s.total_bytes, rounds, v + 1, facts.bytes_total, facts.rounds));
+    }
+    samples.push_back(s);
+  }
+  return samples;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table.
+
+struct Row {
+  std::string contestant;  // "wsync", "ucx_perftest" or "ucx_perftest xN".
+  Transports transports;
+  int32_t pairs = 1;                   // ucx_perftest: concurrent sender/receiver pairs.
+  std::vector<SyncSample> syncs;       // wsync.
+  std::vector<double> per_pair_rates;  // ucx_perftest: mean bytes/s of a pair, one per run.
+  std::vector<double> total_rates;     // ucx_perftest: summed over the pairs, one per run.
+  int64_t message_bytes = 0;           // ucx_perftest.
+  int32_t iters = 0;                   // ucx_perftest.
+
+  bool wsync() const { return contestant == "wsync"; }
+  int runs() const { return wsync() ? syncs.size() : per_pair_rates.size(); }
+  std::vector<double> Seconds() const {
+    std::vector<double> v;
+    for (const SyncSample& s : syncs) v.push_back(s.seconds);
+    return v;
+  }
+  // Per-receiver bytes per second: wsync's busiest rollout at the median sync; ucx_perftest's
+  // median run.
+  double Rate() const {
+    if (!wsync()) return Median(per_pair_rates);
+    const double seconds = Median(Seconds());
+    return seconds > 0 ? syncs[0].rollout_bytes / seconds : 0;
+  }
+  double TotalRate() const {
+    if (!wsync()) return Median(total_rates);
+    const double seconds = Median(Seconds());
+    return seconds > 0 ? syncs[0].total_bytes / seconds : 0;
+  }
+};
+
+std::string Json(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string Join(const std::vector<double>& values, int digits) {
+  return absl::StrJoin(values, " ", [digits](std::string* out, double v) {
+    absl::StrAppendFormat(out, "%.*f", digits, v);
+  });
+}
+
+}  // namespace
+
+std::string SyncBenchUsage() {
+  return "wsync bench sync [--model M] [--from L] [--to L] [--budget B] [--policy P]\n"
+         "                 [--sync_syncs K] [--sync_warmup W] [--sync_rounds R]\n"
+         "                 [--sync_verify] [--sync_shm_tls T] [--sync_tcp_tls T]\n"
+         "                 [--sync_tcp_devices D] [--sync_worker PATH] [--sync_perftest PATH]\n"
+         "                 [--sync_perftest_iters N] [--sync_perftest_size B]\n"
+         "                 [--sync_perftest_concurrent] [--sync_timeout_s S] [--sync_json PATH]\n"
+         "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
+         "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
+         "  memory and over UCX TCP: one verified job per transport, then R rounds of K timed\n"
+         "  syncs each, alternating with ucx_perftest tag_bw between two processes (and as many\n"
+         "  concurrent pairs as there are rollouts) at the largest message the schedule sends.\n"
+         "  Prints seconds per sync, GB/s per rollout and in total, and the ratio of wsync's\n"
+         "  per-rollout throughput to ucx_perftest's.\n";
+}
+
+absl::Status RunSyncBench(std::FILE* out) {
+  const absl::Time bench_start = absl::Now();
+  const std::string model_name =
+      absl::GetFlag(FLAGS_model).empty() ? "qwen2.5-0.5b" : absl::GetFlag(FLAGS_model);
+  const std::string from =
+      absl::GetFlag(FLAGS_from).empty() ? "megatron(tp=2)" : absl::GetFlag(FLAGS_from);
+  const std::string to = absl::GetFlag(FLAGS_to).empty() ? "vllm(tp=2)" : absl::GetFlag(FLAGS_to);
+  const int32_t syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
+  const int32_t warmup = std::max(0, absl::GetFlag(FLAGS_sync_warmup));
+  const int32_t rounds = std::max(1, absl::GetFlag(FLAGS_sync_rounds));
+  const double budget = absl::GetFlag(FLAGS_budget);
+
+  WSYNC_ASSIGN_OR_RETURN(const std::string cli, SelfPath());
+  WSYNC_ASSIGN_OR_RETURN(const std::string worker, FindWorker(cli));
+  WSYNC_ASSIGN_OR_RETURN(const std::string perftest,
+                         FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
+  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, Schedule(model, from, to, budget));
+  const int64_t message_bytes = absl::GetFlag(FLAGS_sync_perftest_size) > 0
+                                    ? absl::GetFlag(FLAGS_sync_perftest_size)
+                                    : facts.largest_message;
+  const int32_t iters =
+      absl::GetFlag(FLAGS_sync_perftest_iters) > 0
+          ? absl::GetFlag(FLAGS_sync_perftest_iters)
+          : static_cast<int32_t>(std::max<int64_t>(
+                10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+
+  absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
+                model.name, from, to, facts.trainers, facts.rollouts);
+  absl::FPrintF(out, "  worker %s\n  ucx_perftest %s\n", worker, perftest);
+  absl::FPrintF(out,
+                "schedule (budget %.0f B per peer direction): the busiest rollout receives %s\n"
+                "  in %d messages (%d direct) over %d rounds; largest message %d B (%s, %s);\n"
+                "  bytes-weighted median message %s; all rollouts %s per sync\n",
+                budget, MiB(facts.bytes_per_rollout), facts.messages, facts.direct_messages,
+                facts.rounds, facts.largest_message, MiB(facts.largest_message),
+                facts.largest_direct ? "direct" : "staged", MiB(facts.median_message),
+                MiB(facts.bytes_total));
+  std::fflush(out);
+
+  const std::vector<Transports> transports = {
+      {"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""},
+      {"tcp", absl::GetFlag(FLAGS_sync_tcp_tls), absl::GetFlag(FLAGS_sync_tcp_devices)}};
+
+  if (absl::GetFlag(FLAGS_sync_verify)) {
+    for (const Transports& t : transports) {
+      const absl::Time start = absl::Now();
+      WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, t, /*warmup=*/0, /*syncs=*/2,
+                                     /*verify=*/true, worker, cli)
+                                .status());
+      absl::FPrintF(out,
+                    "verified %s (UCX_TLS=%s): 2 versions, every rollout byte equal to the "
+                    "trainers' logical values (%.1f s with fill and check)\n",
+                    t.name, t.tls, absl::ToDoubleSeconds(absl::Now() - start));
+      std::fflush(out);
+    }
+  }
+
+  // Per transport: wsync, one ucx_perftest pair, and as many concurrent pairs as wsync has
+  // receivers (the same number of busy processes on the same cores).
+  std::vector<Row> rows;
+  const bool concurrent = absl::GetFlag(FLAGS_sync_perftest_concurrent) && facts.rollouts > 1;
+  for (const Transports& t : transports) {
+    Row row;
+    row.contestant = "wsync";
+    row.transports = t;
+    rows.push_back(row);
+    row.contestant = "ucx_perftest";
+    row.message_bytes = message_bytes;
+    row.iters = iters;
+    rows.push_back(row);
+    if (concurrent) {
+      row.contestant = absl::StrCat("ucx_perftest x", facts.rollouts);
+      row.pairs = facts.rollouts;
+      rows.push_back(row);
+    }
+  }
+  char dir_template[] = "/tmp/wsync-bench-sync-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  absl::Status status;
+  for (int32_t round = 1; round <= rounds && status.ok(); ++round) {
+    for (size_t i = 0; i < rows.size() && status.ok(); ++i) {
+      Row& row = rows[i];
+      const std::string label = absl::StrFormat("round %d/%d  %-15s %-3s", round, rounds,
+                                                row.contestant, row.transports.name);
+      if (row.wsync()) {
+        absl::StatusOr<std::vector<SyncSample>> samples =
+            RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
+                     /*verify=*/false, worker, cli);
+        if (!samples.ok()) {
+          status = samples.status();
+          break;
+        }
+        std::vector<double> seconds;
+        for (const SyncSample& s : *samples) seconds.push_back(s.seconds);
+        absl::FPrintF(out, "%s  %d syncs: %s s; %.2f GB/s per rollout at the median\n", label,
+                      syncs, Join(seconds, 4),
+                      samples->front().rollout_bytes / Median(seconds) / 1e9);
+        row.syncs.insert(row.syncs.end(), samples->begin(), samples->end());
+      } else {
+        absl::StatusOr<PerftestResult> result =
+            RunPerftest(perftest, dir, row.transports.tls, row.transports.devices,
+                        row.message_bytes, row.iters, row.pairs);
+        if (!result.ok()) {
+          status = result.status();
+          break;
+        }
+        double sum = 0;
+        for (double rate : result->bytes_per_second) sum += rate;
+        std::vector<double> gb;
+        for (double rate : result->bytes_per_second) gb.push_back(rate / 1e9);
+        absl::FPrintF(out, "%s  %d x %d B: %s GB/s (%.2f s)\n", label, row.iters, row.message_bytes,
+                      Join(gb, 2), result->seconds);
+        row.per_pair_rates.push_back(sum / row.pairs);
+        row.total_rates.push_back(sum);
+      }
+      std::fflush(out);
+    }
+  }
+  for (const char* kind : {"server", "client"}) {
+    for (int32_t i = 0; i < std::max(1, facts.rollouts); ++i) {
+      unlink(absl::StrCat(dir, "/perftest-", kind, i, ".log").c_str());
+    }
+  }
+  rmdir(dir.c_str());
+  WSYNC_RETURN_IF_ERROR(status);
+
+  // The table. Ratios: per-receiver throughput against one ucx_perftest pair (the goal) and
+  // against concurrent pairs.
+  std::map<std::string, double> single, multi;
+  for (const Row& row : rows) {
+    if (row.contestant == "ucx_perftest") single[row.transports.name] = row.Rate();
+    if (!row.wsync() && row.pairs > 1) multi[row.transports.name] = row.Rate();
+  }
+  const std::string multi_header = absl::StrCat("vs x", facts.rollouts);
+  absl::FPrintF(out, "\n%-15s %-3s %-12s %4s %8s %8s %8s %9s %8s %7s %7s\n", "contestant", "",
+                "UCX_TLS", "runs", "s/sync", "min", "max", "GB/s/recv", "GB/s all", "vs perf",
+                concurrent ? multi_header : "");
+  std::string json = absl::StrFormat(
+      "{\n  \"model\": %s, \"from\": %s, \"to\": %s, \"trainers\": %d, \"rollouts\": %d,\n"
+      "  \"budget_bytes\": %.0f, \"largest_message_bytes\": %d, \"perftest_message_bytes\": "
+      "%d, \"rollout_bytes\": %d, "
+      "\"total_bytes\": %d,\n  \"messages_per_rollout\": %d, \"rounds\": %d, \"syncs_per_job\": "
+      "%d, \"warmup_syncs\": %d, \"alternations\": %d,\n  \"rows\": [",
+      Json(model.name), Json(from), Json(to), facts.trainers, facts.rollouts, budget,
+      facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
+      facts.messages, facts.rounds, syncs, warmup, rounds);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    const double ratio =
+        single[row.transports.name] > 0 ? row.Rate() / single[row.transports.name] : 0;
+    const double ratio_multi =
+        multi[row.transports.name] > 0 ? row.Rate() / multi[row.transports.name] : 0;
+    const std::string multi_cell = concurrent ? absl::StrFormat("%.2f", ratio_multi) : "";
+    std::string seconds_cells = absl::StrFormat("%8s %8s %8s", "-", "-", "-");
+    std::string json_extra;
+    if (row.wsync()) {
+      const std::vector<double> seconds = row.Seconds();
+      seconds_cells =
+          absl::StrFormat("%8.4f %8.4f %8.4f", Median(seconds), Min(seconds), Max(seconds));
+      std::vector<double> agree, decide;
+      for (const SyncSample& s : row.syncs) {
+        agree.push_back(s.agree_seconds);
+        decide.push_back(s.decide_seconds);
+      }
+      json_extra = absl::StrFormat(
+          ", \"seconds_median\": %.6f, \"seconds_min\": %.6f, \"seconds_max\": %.6f, "
+          "\"agreement_seconds_median\": %.6f, \"decide_seconds_median\": %.6f, \"seconds\": "
+          "[%s]",
+          Median(seconds), Min(seconds), Max(seconds), Median(agree), Median(decide),
+          absl::StrJoin(seconds, ", ",
+                        [](std::string* o, double v) { absl::StrAppendFormat(o, "%.6f", v); }));
+    } else {
+      json_extra = absl::StrFormat(
+          ", \"pairs\": %d, \"message_bytes\": %d, \"iterations\": %d, \"gbps_per_pair_runs\": "
+          "[%s]",
+          row.pairs, row.message_bytes, row.iters,
+          absl::StrJoin(row.per_pair_rates, ", ", [](std::string* o, double r) {
+            absl::StrAppendFormat(o, "%.4f", r / 1e9);
+          }));
+    }
+    absl::FPrintF(out, "%-15s %-3s %-12s %4d %s %9.2f %8.2f %7.2f %7s\n", row.contestant,
+                  row.transports.name, row.transports.tls, row.runs(), seconds_cells,
+                  row.Rate() / 1e9, row.TotalRate() / 1e9, ratio, multi_cell);
+    absl::StrAppendFormat(&json,
+                          "%s\n    {\"contestant\": %s, \"transport\": %s, \"tls\": %s, "
+                          "\"runs\": %d, \"gbps_per_receiver\": %.4f, \"gbps_total\": %.4f, "
+                          "\"ratio_to_perftest\": %.4f, \"ratio_to_concurrent_perftest\": %.4f%s}",
+                          i == 0 ? "" : ",", Json(row.contestant), Json(row.transports.name),
+                          Json(row.transports.tls), row.runs(), row.Rate() / 1e9,
+                          row.TotalRate() / 1e9, ratio, ratio_multi, json_extra);
+  }
+  json += "\n  ]\n}\n";
+  absl::FPrintF(out,
+                "GB/s = 1e9 B/s. s/sync: transfer time of the slowest process (agreement, commit\n"
+                "  decision and verification excluded), median/min/max over %d rounds x %d syncs.\n"
+                "  GB/s/recv: the busiest rollout's %d B / median s/sync; ucx_perftest: tag_bw,\n"
+                "  %d x %d B per run, median run, mean of its pairs. vs perf: GB/s/recv / one\n"
+                "  ucx_perftest pair's (goal >= 0.85).\n",
+                rounds, syncs, facts.bytes_per_rollout, iters, message_bytes);
+  if (concurrent) {
+    absl::FPrintF(out,
+                  "  %s: GB/s/recv / that of %d concurrent ucx_perftest pairs (as many processes\n"
+                  "  as wsync's job on the same cores; ucx_perftest's processes busy-poll).\n",
+                  multi_header, facts.rollouts);
+  }
+  for (const Row& row : rows) {
+    if (!row.wsync()) continue;
+    std::vector<double> agree, decide, step;
+    for (const SyncSample& s : row.syncs) {
+      agree.push_back(s.agree_seconds);
+      decide.push_back(s.decide_seconds);
+      step.push_back(s.step_seconds);
+    }
+    absl::FPrintF(out,
+                  "wsync %s outside the transfer (medians): agreement %.4f s, commit decision\n"
+                  "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
+                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout\n",
+                  row.transports.name, Median(agree), Median(decide), Median(step),
+                  row.syncs[0].rollout_bytes / Median(step) / 1e9);
+  }
+  absl::FPrintF(out, "total %.1f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
+
+  const std::string json_path = absl::GetFlag(FLAGS_sync_json);
+  if (!json_path.empty()) {
+    std::ofstream file(json_path);
+    file << json;
+    if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", json_path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::cli

@@ -1,0 +1,499 @@
+#include "integration/cli/demo_command.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "integration/harness/launcher.h"
+#include "planner/layout.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+
+// Shared with `wsync plan`, `wsync bench` and `wsync coordinator` (one flag registry per binary).
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, from);
+ABSL_DECLARE_FLAG(std::string, to);
+ABSL_DECLARE_FLAG(int32_t, trainers);
+ABSL_DECLARE_FLAG(int32_t, rollouts);
+ABSL_DECLARE_FLAG(int32_t, layers);
+ABSL_FLAG(int32_t, steps, 5, "`wsync demo`: RL steps to run.");
+ABSL_FLAG(std::string, tls, "",
+          "`wsync demo`: UCX transports of every path (default sm,cma,self).");
+ABSL_FLAG(std::string, path_transports, "",
+          "`wsync demo`: transport per path class, e.g. 'intra_node=ucx:sm,cma,self'.");
+ABSL_FLAG(std::string, demo_process, "",
+          "`wsync demo`: the wsync_demo_process binary (default: next to this build's wsync).");
+ABSL_FLAG(std::string, library, "",
+          "`wsync demo`: libwsync.so (default: $WSYNC_LIBRARY, else this build's plugin/).");
+ABSL_FLAG(int32_t, demo_corrupt_step, 0,
+          "`wsync demo`, testing only: trainer rank 0 corrupts the version of this step after "
+          "writing it; the demo must then report that step FAILED and exit 1.");
+ABSL_FLAG(double, demo_timeout_s, 300, "`wsync demo`: limit of the whole job, seconds.");
+
+namespace wsync::cli {
+namespace {
+
+constexpr absl::string_view kDefaultModel = "qwen2.5-0.5b";
+constexpr absl::string_view kDefaultFrom = "megatron(tp=2)";
+constexpr absl::string_view kDefaultTo = "vllm(tp=2)";
+constexpr absl::string_view kDefaultTls = "sm,cma,self";
+constexpr absl::string_view kSecretEnv = "WSYNC_SECRET";
+
+struct DemoRequest {
+  std::string model;
+  int32_t layers = 0;
+  std::string from;
+  std::string to;
+  int32_t trainers = 0;
+  int32_t rollouts = 0;
+  int32_t steps = 0;
+  std::string path_transports;
+  std::string process_binary;
+  std::string library;
+  int32_t corrupt_step = 0;
+  absl::Duration timeout;
+};
+
+// One STEP line of a process (see integration/demo/demo_process.cc).
+struct StepReport {
+  double seconds = 0;
+  int64_t sent = 0;
+  int64_t received = 0;
+  int64_t direct = 0;
+  int64_t staged = 0;
+  int64_t rounds = 0;
+  int64_t arena = 0;
+  double sync_seconds = 0;
+  double work_seconds = 0;
+  std::string verified;  // "ok" or the error.
+};
+
+struct ProcessReport {
+  std::optional<double> connect_seconds;
+  std::map<int64_t, StepReport> steps;  // By version.
+  std::vector<std::string> schedule;
+};
+
+ProcessReport ParseOutput(absl::string_view text) {
+  ProcessReport report;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, "CONNECTED seconds=")) {
+      double seconds = 0;
+      if (absl::SimpleAtod(line, &seconds)) report.connect_seconds = seconds;
+      continue;
+    }
+    if (absl::ConsumePrefix(&line, "SCHEDULE ")) {
+      report.schedule.emplace_back(line);
+      continue;
+    }
+    if (!absl::ConsumePrefix(&line, "STEP ")) continue;
+    // `verified` is last and may contain spaces; a line still being written has none yet.
+    const size_t verified_at = line.find(" verified=");
+    if (verified_at == absl::string_view::npos) continue;
+    StepReport step;
+    step.verified = std::string(line.substr(verified_at + 10));
+    int64_t version = -1;
+    for (absl::string_view field : absl::StrSplit(line.substr(0, verified_at), ' ')) {
+      const std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(field, absl::MaxSplits('=', 1));
+      const auto integer = [&](int64_t* out) { absl::SimpleAtoi(kv.second, out); };
+      const auto real = [&](double* out) { absl::SimpleAtod(kv.second, out); };
+      if (kv.first == "v") integer(&version);
+      if (kv.first == "seconds") real(&step.seconds);
+      if (kv.first == "sent") integer(&step.sent);
+      if (kv.first == "received") integer(&step.received);
+      if (kv.first == "direct") integer(&step.direct);
+      if (kv.first == "staged") integer(&step.staged);
+      if (kv.first == "rounds") integer(&step.rounds);
+      if (kv.first == "arena") integer(&step.arena);
+      if (kv.first == "sync_seconds") real(&step.sync_seconds);
+      if (kv.first == "work_seconds") real(&step.work_seconds);
+    }
+    if (version >= 0) report.steps[version] = std::move(step);
+  }
+  return report;
+}
+
+// One step over every process.
+struct StepSummary {
+  int reported = 0;    // Processes with a STEP line for it.
+  int verified = 0;    // Rollouts that verified it.
+  double seconds = 0;  // Slowest process's transfer.
+  double sync_seconds = 0;
+  double fill_seconds = 0;   // Slowest trainer.
+  double check_seconds = 0;  // Slowest rollout.
+  int64_t rounds = 0;
+  int64_t sent = 0;
+  int64_t received = 0;  // By all rollouts.
+  int64_t direct = 0;    // As the rollouts received them.
+  int64_t staged = 0;
+  int64_t arena = 0;  // Largest process.
+  std::string first_error;
+
+  double GigabytesPerSecond() const { return seconds > 0 ? received / seconds / 1e9 : 0; }
+};
+
+StepSummary Summarize(const std::vector<ProcessReport>& reports, int32_t trainers,
+                      int64_t version) {
+  StepSummary s;
+  std::string missing;  // A process that did not report a step others reported.
+  for (int p = 0; p < static_cast<int>(reports.size()); ++p) {
+    auto it = reports[p].steps.find(version);
+    if (it == reports[p].steps.end()) {
+      if (missing.empty()) {
+        missing = absl::StrCat(p < trainers ? "trainer " : "rollout ",
+                               p < trainers ? p : p - trainers, " did not report it");
+      }
+      continue;
+    }
+    const StepReport& r = it->second;
+    const bool rollout = p >= trainers;
+    ++s.reported;
+    s.seconds = std::max(s.seconds, r.seconds);
+    s.sync_seconds = std::max(s.sync_seconds, r.sync_seconds);
+    s.rounds = std::max(s.rounds, r.rounds);
+    s.arena = std::max(s.arena, r.arena);
+    s.sent += r.sent;
+    if (rollout) {
+      s.check_seconds = std::max(s.check_seconds, r.work_seconds);
+      s.received += r.received;
+      s.direct += r.direct;
+      s.staged += r.staged;
+      if (r.verified == "ok") ++s.verified;
+    } else {
+      s.fill_seconds = std::max(s.fill_seconds, r.work_seconds);
+    }
+    if (r.verified != "ok" && s.first_error.empty()) {
+      s.first_error = absl::StrCat(rollout ? "rollout " : "trainer ", rollout ? p - trainers : p,
+                                   ": ", r.verified);
+    }
+  }
+  if (s.first_error.empty() && s.reported > 0) s.first_error = missing;
+  return s;
+}
+
+std::string Bytes(double bytes) {
+  if (bytes >= 1e9) return absl::StrFormat("%.2f GB", bytes / 1e9);
+  if (bytes >= 1e6) return absl::StrFormat("%.1f MB", bytes / 1e6);
+  if (bytes >= 1e3) return absl::StrFormat("%.1f kB", bytes / 1e3);
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+std::string SelfDirectory() {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::string path = n > 0 ? std::string(self, n) : std::string("./wsync");
+  return path.substr(0, path.rfind('/'));
+}
+
+bool IsFile(const std::string& path) { return std::ifstream(path).good(); }
+
+// `path` without "..", symbolic links and the like, when it exists; else as given.
+std::string Canonical(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+}
+
+// 32 random bytes from the kernel, in hex: the job secret. Never printed.
+absl::StatusOr<std::string> NewSecret() {
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32];
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
+    return absl::InternalError("cannot read /dev/urandom for the job secret");
+  }
+  std::string secret;
+  for (unsigned char b : bytes) absl::StrAppendFormat(&secret, "%02x", b);
+  return secret;
+}
+
+std::string Tail(const std::string& text, size_t lines = 8) {
+  std::vector<absl::string_view> all = absl::StrSplit(text, '\n', absl::SkipWhitespace());
+  if (all.size() > lines) all.erase(all.begin(), all.end() - lines);
+  return absl::StrJoin(all, "\n    ");
+}
+
+absl::StatusOr<int> RunDemo(const DemoRequest& request) {
+  // Both layouts, here too: bad options fail before any process starts, and the header can say
+  // what moves.
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(request.model));
+  if (request.layers > 0) {
+    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, request.layers));
+  }
+  WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, request.from));
+  WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, request.to));
+  if (from.role != Role::kTrainer || to.role != Role::kRollout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--from must be a trainer layout and --to a rollout layout; got a ",
+                     RoleName(from.role), " and a ", RoleName(to.role), " layout"));
+  }
+  const int32_t trainers = static_cast<int32_t>(from.processes.size());
+  const int32_t rollouts = static_cast<int32_t>(to.processes.size());
+  if ((request.trainers != 0 && request.trainers != trainers) ||
+      (request.rollouts != 0 && request.rollouts != rollouts)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s has %d processes and %s has %d; --trainers and --rollouts must match them",
+        request.from, trainers, request.to, rollouts));
+  }
+  if (!IsFile(request.process_binary)) {
+    return absl::NotFoundError(absl::StrCat(request.process_binary,
+                                            " does not exist: build target wsync_demo_process "
+                                            "(or give --demo_process)"));
+  }
+  if (!IsFile(request.library)) {
+    return absl::NotFoundError(absl::StrCat(request.library,
+                                            " does not exist: build target wsync_plugin (or give "
+                                            "--library or $WSYNC_LIBRARY)"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::string secret, NewSecret());
+  WSYNC_ASSIGN_OR_RETURN(int port, harness::PickFreePort("127.0.0.1"));
+  const std::string job = absl::StrCat("demo-", getpid());
+
+  absl::PrintF(
+      "wsync demo: %s (%.1fM parameters, %s), %d trainers %s -> %d rollouts %s, %d steps\n",
+      model.name, model.TotalElements() / 1e6, Bytes(model.TotalBytes()), trainers, request.from,
+      rollouts, request.to, request.steps);
+  absl::PrintF("  transports: %s; every process loads %s with dlopen\n", request.path_transports,
+               request.library);
+  absl::PrintF("  coordinator: in trainer rank 0, 127.0.0.1:%d (job %s, secret in $%s)\n", port,
+               job, kSecretEnv);
+  absl::PrintF("  each step: trainers write version v, sync it; rollouts verify all %s they hold\n",
+               Bytes(to.PieceBytes()));
+  absl::PrintF("  metrics: not exported yet (metrics issue)\n");
+  std::fflush(stdout);
+
+  const int total = trainers + rollouts;
+  harness::ProcessesSpec spec;
+  spec.processes = total;
+  spec.env = {absl::StrCat(kSecretEnv, "=", secret)};
+  spec.timeout = request.timeout;
+  spec.command = [&](int p) {
+    const bool trainer = p < trainers;
+    std::vector<std::string> argv = {
+        request.process_binary,
+        absl::StrCat("--role=", trainer ? "trainer" : "rollout"),
+        absl::StrCat("--rank=", trainer ? p : p - trainers),
+        absl::StrCat("--trainers=", trainers),
+        absl::StrCat("--rollouts=", rollouts),
+        absl::StrCat("--job=", job),
+        "--coordinator_host=127.0.0.1",
+        absl::StrCat("--coordinator_port=", port),
+        absl::StrCat("--secret_env=", kSecretEnv),
+        absl::StrCat("--model=", request.model),
+        absl::StrCat("--layers=", request.layers),
+        absl::StrCat("--layout=", trainer ? request.from : request.to),
+        absl::StrCat("--path_transports=", request.path_transports),
+        absl::StrCat("--steps=", request.steps),
+        absl::StrCat("--library=", request.library),
+    };
+    if (p == 0) argv.push_back("--host_coordinator");
+    if (request.corrupt_step > 0) {
+      argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));
+    }
+    return argv;
+  };
+  // Progress: a line once every process has connected, then one per step every process finished.
+  bool connected_shown = false;
+  int64_t steps_shown = 0;
+  const absl::Time start = absl::Now();
+  spec.on_poll = [&](const std::vector<std::string>& outputs) {
+    std::vector<ProcessReport> reports;
+    for (const std::string& text : outputs) reports.push_back(ParseOutput(text));
+    if (!connected_shown && std::all_of(reports.begin(), reports.end(), [](const ProcessReport& r) {
+          return r.connect_seconds.has_value();
+        })) {
+      connected_shown = true;
+      double slowest = 0;
+      for (const ProcessReport& r : reports) slowest = std::max(slowest, *r.connect_seconds);
+      absl::PrintF("connected: %d processes (rendezvous, plan, schedule, agreement: %.2f s)\n",
+                   total, slowest);
+      for (const std::string& line : reports[0].schedule) absl::PrintF("  %s\n", line);
+      if (rollouts > 0 && !reports[trainers].schedule.empty()) {
+        absl::PrintF("  %s\n", reports[trainers].schedule[0]);
+      }
+    }
+    while (steps_shown < request.steps) {
+      const StepSummary s = Summarize(reports, trainers, steps_shown + 1);
+      if (s.reported < total) break;
+      ++steps_shown;
+      absl::PrintF(
+          "step %d/%d: transfer %.3f s, %.2f GB/s, %d rounds; sync call %.3f s; trainers wrote "
+          "in %.2f s, %d/%d rollouts verified every byte in %.2f s%s  [%.1f s]\n",
+          steps_shown, request.steps, s.seconds, s.GigabytesPerSecond(), s.rounds, s.sync_seconds,
+          s.fill_seconds, s.verified, rollouts, s.check_seconds,
+          s.first_error.empty() ? "" : absl::StrCat(" -- ", s.first_error),
+          absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    std::fflush(stdout);
+  };
+  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, harness::RunProcesses(spec));
+
+  std::vector<ProcessReport> reports;
+  bool all_exited_ok = true;
+  for (int p = 0; p < total; ++p) {
+    const harness::ProcessResult& r = results[p];
+    reports.push_back(ParseOutput(r.stdout_text));
+    if (r.exit_code != 0) {
+      all_exited_ok = false;
+      std::string how = absl::StrCat("exited with status ", r.exit_code);
+      if (r.killed) {
+        how = "was killed (the job's time limit, or a peer had failed)";
+      } else if (r.term_signal != 0) {
+        how = absl::StrCat("was ended by signal ", r.term_signal);
+      }
+      const std::string tail = Tail(r.stderr_text);
+      absl::PrintF("%s %d %s%s%s\n", p < trainers ? "trainer" : "rollout",
+                   p < trainers ? p : p - trainers, how, tail.empty() ? "" : ":\n    ", tail);
+    }
+  }
+  // The secret must not leak into anything the demo shows.
+  for (const harness::ProcessResult& r : results) {
+    if (r.stdout_text.find(secret) != std::string::npos ||
+        r.stderr_text.find(secret) != std::string::npos) {
+      return absl::InternalError("a process printed the job secret");
+    }
+  }
+
+  absl::PrintF("\n%4s %9s %7s %6s %10s %10s %10s %10s %10s %20s  %s\n", "step", "seconds", "GB/s",
+               "rounds", "sent", "received", "direct", "staged", "arena peak", "predicted",
+               "verified");
+  bool all_verified = all_exited_ok;
+  for (int64_t v = 1; v <= request.steps; ++v) {
+    const StepSummary s = Summarize(reports, trainers, v);
+    std::string verified;
+    if (s.reported == 0) {
+      all_verified = false;
+      absl::PrintF("%4s  not run\n",
+                   v == request.steps ? absl::StrCat(v) : absl::StrCat(v, "-", request.steps));
+      break;
+    }
+    if (s.verified == rollouts && s.first_error.empty() && s.reported == total) {
+      verified = absl::StrFormat("ok (%d/%d rollouts)", s.verified, rollouts);
+    } else {
+      verified = absl::StrFormat("FAILED (%d/%d rollouts ok%s%s)", s.verified, rollouts,
+                                 s.first_error.empty() ? "" : "; ", s.first_error);
+    }
+    if (verified.rfind("ok", 0) != 0) all_verified = false;
+    absl::PrintF("%4d %9.3f %7.2f %6d %10s %10s %10s %10s %10s %20s  %s\n", v, s.seconds,
+                 s.GigabytesPerSecond(), s.rounds, Bytes(s.sent), Bytes(s.received),
+                 Bytes(s.direct), Bytes(s.staged), Bytes(s.arena), "n/a: no calibration", verified);
+  }
+  absl::PrintF(
+      "seconds: the slowest process's transfer (agreement and commit excluded); GB/s: bytes "
+      "received\nby all rollouts per second; direct and staged: bytes as the rollouts received "
+      "them; arena peak:\nthe largest process's staging arenas.\n");
+  absl::PrintF("metrics: not exported yet (metrics issue)\n");
+  absl::PrintF("%s in %.1f s\n",
+               all_verified ? absl::StrFormat("every byte of all %d steps verified on all %d "
+                                              "rollouts",
+                                              request.steps, rollouts)
+                            : std::string("FAILED: not every step verified"),
+               absl::ToDoubleSeconds(absl::Now() - start));
+  return all_verified ? 0 : 1;
+}
+
+bool IsHelpArg(absl::string_view arg) {
+  return arg == "--help" || arg == "-h" || arg == "help" || arg == "--helpfull";
+}
+
+}  // namespace
+
+std::string DemoUsage() {
+  return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
+         "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
+         "                  [--layers N] [--demo_process BIN] [--library SO]\n"
+         "\n"
+         "  Runs the main job on this machine: trainer and rollout processes that load\n"
+         "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
+         "  K RL steps in which the trainers write version v and sync it and every rollout\n"
+         "  verifies every byte; then a table per step.\n"
+         "  --model     default qwen2.5-0.5b (`wsync plan --help` lists the models)\n"
+         "  --from      trainer layout, default megatron(tp=2) (separate q/k/v, gate/up)\n"
+         "  --to        rollout layout, default vllm(tp=2) (fused qkv_proj, gate_up_proj)\n"
+         "  --trainers, --rollouts  process counts; default (and they must equal) the layouts'\n"
+         "  --steps     default 5\n"
+         "  --tls       UCX transports of every path, default sm,cma,self (shared memory)\n"
+         "  --path_transports  per path class, e.g. 'intra_node=ucx:sm,cma,self;*=ucx:tcp'\n"
+         "  --layers    keep only the first N transformer layers (default: all)\n";
+}
+
+int DemoMain(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (IsHelpArg(argv[i])) {
+      absl::PrintF("%s", DemoUsage());
+      return 0;
+    }
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    absl::FPrintF(stderr, "wsync demo: unexpected argument '%s'\n\n%s", positional[1], DemoUsage());
+    return 2;
+  }
+  DemoRequest request;
+  request.model =
+      absl::GetFlag(FLAGS_model).empty() ? std::string(kDefaultModel) : absl::GetFlag(FLAGS_model);
+  request.layers = absl::GetFlag(FLAGS_layers);
+  request.from =
+      absl::GetFlag(FLAGS_from).empty() ? std::string(kDefaultFrom) : absl::GetFlag(FLAGS_from);
+  request.to = absl::GetFlag(FLAGS_to).empty() ? std::string(kDefaultTo) : absl::GetFlag(FLAGS_to);
+  request.trainers = absl::GetFlag(FLAGS_trainers);
+  request.rollouts = absl::GetFlag(FLAGS_rollouts);
+  request.steps = absl::GetFlag(FLAGS_steps);
+  if (!absl::GetFlag(FLAGS_tls).empty() && !absl::GetFlag(FLAGS_path_transports).empty()) {
+    absl::FPrintF(stderr, "wsync demo: give --tls or --path_transports, not both\n");
+    return 2;
+  }
+  request.path_transports = absl::GetFlag(FLAGS_path_transports);
+  if (request.path_transports.empty()) {
+    request.path_transports = absl::StrCat(
+        "*=ucx:", absl::GetFlag(FLAGS_tls).empty() ? kDefaultTls : absl::GetFlag(FLAGS_tls));
+  }
+  if (request.steps < 1 || request.trainers < 0 || request.rollouts < 0 || request.layers < 0) {
+    absl::FPrintF(stderr, "wsync demo: --steps must be >= 1; counts and --layers >= 0\n");
+    return 2;
+  }
+  const std::string self = SelfDirectory();
+  request.process_binary = absl::GetFlag(FLAGS_demo_process).empty()
+                               ? self + "/../demo/wsync_demo_process"
+                               : absl::GetFlag(FLAGS_demo_process);
+  request.library = absl::GetFlag(FLAGS_library);
+  if (request.library.empty()) {
+    const char* env = std::getenv("WSYNC_LIBRARY");
+    request.library =
+        env != nullptr && env[0] != '\0' ? std::string(env) : self + "/../../plugin/libwsync.so";
+  }
+  request.process_binary = Canonical(request.process_binary);
+  request.library = Canonical(request.library);
+  request.corrupt_step = absl::GetFlag(FLAGS_demo_corrupt_step);
+  request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
+  const absl::StatusOr<int> result = RunDemo(request);
+  if (!result.ok()) {
+    absl::FPrintF(stderr, "wsync demo: %s\n", result.status().ToString());
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return *result;
+}
+
+}  // namespace wsync::cli

@@ -1,0 +1,495 @@
+// wsync_demo_process: one trainer or rollout process of `wsync demo`, a host as an RL engine would
+// be. It builds its part of a named layout of an embedded model, allocates its buffers in host
+// memory, loads libwsync.so with dlopen, and drives the plugin only through the C ABI
+// (plugin/include/wsync/wsync.h): init, register_buffer, declare_parameter and declare_piece for
+// its part, connect, then one sync per step, finalize.
+//
+// Step v: a trainer writes the logical values of version v into every element it holds (the
+// values of tests/testing/reference.h: LogicalValue) and syncs v; a rollout syncs v and then checks
+// every element of its pieces against version v (and the guard bytes around its buffers), so a
+// stale, shifted or missing byte fails the step.
+//
+// Output (standard output), for `wsync demo` to parse:
+//   CONNECTED seconds=<connect time>
+//   SCHEDULE <a line of the plugin's schedule report>
+//   STEP v=<v> seconds=<transfer> sent=<B> received=<B> direct=<B> staged=<B> rounds=<n>
+//        arena=<B> sync_seconds=<whole sync call> work_seconds=<fill or check> verified=ok|<error>
+// (one line each; `verified` is last and its error text may contain spaces).
+// Exit status: 0 when every step committed and, on a rollout, verified; 1 otherwise (the error on
+// standard error); 2 for bad flags.
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "planner/geometry.h"
+#include "planner/layout.h"
+#include "planner/layout_parts.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "plugin/include/wsync/wsync.h"
+#include "tests/testing/reference.h"
+
+ABSL_FLAG(std::string, role, "", "trainer or rollout.");
+ABSL_FLAG(int32_t, rank, 0, "Rank within the role.");
+ABSL_FLAG(int32_t, trainers, 2, "Trainer processes in the job.");
+ABSL_FLAG(int32_t, rollouts, 2, "Rollout processes in the job.");
+ABSL_FLAG(std::string, job, "wsync-demo", "Job id.");
+ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
+ABSL_FLAG(int32_t, coordinator_port, 0,
+          "Coordinator port (with --host_coordinator: to listen on).");
+ABSL_FLAG(bool, host_coordinator, false, "Trainer rank 0 only: run the coordinator in-process.");
+ABSL_FLAG(std::string, secret_env, "WSYNC_SECRET", "Environment variable holding the job secret.");
+ABSL_FLAG(std::string, model, "qwen2.5-0.5b", "Embedded model (`wsync help` lists them).");
+ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
+ABSL_FLAG(std::string, layout, "",
+          "Named layout of this process's side; default megatron(tp=2) for trainers, vllm(tp=2) "
+          "for rollouts.");
+ABSL_FLAG(std::string, path_transports, "",
+          "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp'.");
+ABSL_FLAG(std::string, tls, "",
+          "UCX transports for every peer (shorthand for --path_transports='*=ucx:<tls>').");
+ABSL_FLAG(int32_t, steps, 5, "RL steps (syncs of versions 1..steps).");
+ABSL_FLAG(double, deadline_s, 60, "Deadline of every blocking step of the plugin, seconds.");
+ABSL_FLAG(double, budget, 0, "Staging budget per peer and direction in bytes (0: the default).");
+ABSL_FLAG(int32_t, corrupt_step, 0,
+          "Testing only: at this step trainer rank 0 flips a bit of the first element of each of "
+          "its pieces after writing them, so that the rollouts must refuse that version.");
+ABSL_FLAG(std::string, library, "",
+          "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
+          "this binary's directory (its place in the build tree).");
+
+namespace wsync::demo {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Logical values, fast. The same values as test::LogicalValue (checked at start-up by
+// CheckFastValues), but the hash is inlined and pieces are walked row by row along their last
+// axis instead of one index vector per element: the default model has 494M elements per side and
+// every process fills or checks its part every step.
+
+inline uint64_t FastLogicalValue(uint64_t param_key, int64_t flat_index, uint64_t version) {
+  const uint64_t words[3] = {param_key, static_cast<uint64_t>(flat_index), version};
+  const uint64_t hash = XXH3_64bits_withSeed(words, sizeof(words), 0x5eed);
+  return (hash & ~uint64_t{1}) | (static_cast<uint64_t>(flat_index) & 1);
+}
+
+absl::Status CheckFastValues() {
+  for (const int64_t index : {int64_t{0}, int64_t{1}, int64_t{12345}, int64_t{1} << 40}) {
+    for (const uint64_t version : {uint64_t{1}, uint64_t{7}}) {
+      const uint64_t key = test::ParamKey("model.layers.0.mlp.up_proj.weight");
+      if (FastLogicalValue(key, index, version) != test::LogicalValue(key, index, version)) {
+        return absl::InternalError("the demo's fast logical values differ from LogicalValue");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Walks every element of every piece of `part`: fn(element bytes, logical value, size,
+// param, index of the element's row start, position along the last axis) returns false to stop
+// (a mismatch); ForEachElement then returns the DataLoss error that `describe` builds.
+template <typename Memory, typename Fn>
+absl::Status ForEachElement(const Layout& part, Memory& memory, uint64_t version, Fn&& fn) {
+  for (const Piece& piece : part.pieces) {
+    const ParamInfo& param = part.params[piece.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const test::BufferKey key{piece.process, piece.buffer};
+    auto* data = memory.data(key);
+    const int64_t buffer_bytes = memory.bytes(key);
+    if (data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("piece of ", param.name, " names unknown buffer ", piece.buffer));
+    }
+    const Box& box = piece.box;
+    const int rank = box.rank();
+    bool empty = false;
+    int64_t lowest = piece.offset, highest = piece.offset;
+    for (int a = 0; a < rank; ++a) {
+      if (box.extent[a] <= 0) empty = true;
+      const int64_t span = (box.extent[a] - 1) * piece.strides[a];
+      (span < 0 ? lowest : highest) += span;
+    }
+    if (empty) continue;
+    if (lowest < 0 || (highest + 1) * size > buffer_bytes) {
+      return absl::OutOfRangeError(absl::StrCat("piece of ", param.name, " at ",
+                                                DimsToString(box.origin), " lies outside buffer ",
+                                                piece.buffer));
+    }
+    const uint64_t param_key = test::ParamKey(param.name);
+    // Rows along the last axis (a rank-0 parameter is one row of one element).
+    const int64_t row_length = rank == 0 ? 1 : box.extent[rank - 1];
+    const int64_t row_stride = rank == 0 ? 0 : piece.strides[rank - 1];
+    Dims index = box.origin;
+    while (true) {
+      int64_t address = piece.offset;
+      for (int a = 0; a < rank; ++a) address += (index[a] - box.origin[a]) * piece.strides[a];
+      const int64_t flat = test::FlatIndex(param.shape, index);
+      auto* element = data + address * size;
+      for (int64_t j = 0; j < row_length; ++j, element += row_stride * size) {
+        if (!fn(element, FastLogicalValue(param_key, flat + j, version), size)) {
+          Dims at = index;
+          if (rank > 0) at[rank - 1] += j;
+          return absl::DataLossError(absl::StrCat("parameter ", param.name, " index ",
+                                                  DimsToString(at), " in buffer ", piece.buffer,
+                                                  " does not hold its value of version ", version));
+        }
+      }
+      int a = rank - 2;  // Next row: the odometer over every axis but the last.
+      for (; a >= 0; --a) {
+        if (++index[a] < box.origin[a] + box.extent[a]) break;
+        index[a] = box.origin[a];
+      }
+      if (a < 0) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Fill(const Layout& part, uint64_t version, test::HostBuffers& memory) {
+  return ForEachElement(part, memory, version,
+                        [](unsigned char* element, uint64_t value, int64_t size) {
+                          if (size == 2) {
+                            element[0] = static_cast<unsigned char>(value);
+                            element[1] = static_cast<unsigned char>(value >> 8);
+                          } else {
+                            test::StoreValue(value, size, element);
+                          }
+                          return true;
+                        });
+}
+
+absl::Status Check(const Layout& part, uint64_t version, const test::HostBuffers& memory) {
+  WSYNC_RETURN_IF_ERROR(ForEachElement(
+      part, memory, version, [](const unsigned char* element, uint64_t value, int64_t size) {
+        if (size == 2) {
+          return element[0] == static_cast<unsigned char>(value) &&
+                 element[1] == static_cast<unsigned char>(value >> 8);
+        }
+        unsigned char expected[8];
+        test::StoreValue(value, size, expected);
+        return std::memcmp(element, expected, size) == 0;
+      }));
+  return memory.CheckGuards();
+}
+
+// Flips the lowest bit of the first element of every piece (--corrupt_step).
+void Corrupt(const Layout& part, test::HostBuffers& memory) {
+  for (const Piece& piece : part.pieces) {
+    if (Volume(piece.box) == 0) continue;
+    unsigned char* data = memory.data({piece.process, piece.buffer});
+    data[piece.offset * DTypeSize(part.params[piece.param].dtype)] ^= 1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plugin, through its C ABI.
+
+std::string DefaultLibrary() {
+  if (const char* env = std::getenv("WSYNC_LIBRARY"); env != nullptr && env[0] != '\0') {
+    return env;
+  }
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, n) : std::string(".");
+  dir = dir.substr(0, dir.rfind('/'));
+  return dir + "/../../plugin/libwsync.so";
+}
+
+const char* StatusName(wsync_status_t code) {
+  switch (code) {
+    case WSYNC_OK:
+      return "WSYNC_OK";
+    case WSYNC_IN_PROGRESS:
+      return "WSYNC_IN_PROGRESS";
+    case WSYNC_INVALID_ARGUMENT:
+      return "WSYNC_INVALID_ARGUMENT";
+    case WSYNC_LAYOUT_REFUSED:
+      return "WSYNC_LAYOUT_REFUSED";
+    case WSYNC_RANKS_DISAGREE:
+      return "WSYNC_RANKS_DISAGREE";
+    case WSYNC_TIMED_OUT:
+      return "WSYNC_TIMED_OUT";
+    case WSYNC_PEER_LOST:
+      return "WSYNC_PEER_LOST";
+    case WSYNC_ABORTED:
+      return "WSYNC_ABORTED";
+    case WSYNC_NO_MEMORY:
+      return "WSYNC_NO_MEMORY";
+    case WSYNC_AUTHENTICATION:
+      return "WSYNC_AUTHENTICATION";
+    case WSYNC_UNSUPPORTED:
+      return "WSYNC_UNSUPPORTED";
+    case WSYNC_INTERNAL:
+      return "WSYNC_INTERNAL";
+  }
+  return "an unknown status";
+}
+
+// The plugin's outcome as a Status: the code's name and last_error.
+absl::Status PluginStatus(const wsync_plugin_v1_t& plugin, wsync_session_t* session,
+                          wsync_status_t code, absl::string_view call) {
+  if (code == WSYNC_OK) return absl::OkStatus();
+  const char* detail = session != nullptr ? plugin.last_error(session) : "";
+  return absl::UnknownError(absl::StrFormat("%s returned %s: %s", call, StatusName(code),
+                                            detail != nullptr ? detail : ""));
+}
+
+class Plugin {
+ public:
+  static absl::StatusOr<std::unique_ptr<Plugin>> Load(const std::string& path) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* error = dlerror();
+      return absl::NotFoundError(absl::StrCat("cannot load the plugin: ", error ? error : path,
+                                              " (build target wsync_plugin, or give --library "
+                                              "or $WSYNC_LIBRARY)"));
+    }
+    const auto* table = static_cast<const wsync_plugin_v1_t*>(dlsym(handle, "wsyncPlugin_v1"));
+    if (table == nullptr) {
+      dlclose(handle);
+      return absl::NotFoundError(absl::StrCat(path, " exports no wsyncPlugin_v1"));
+    }
+    if (table->abi_version != WSYNC_ABI_VERSION) {
+      dlclose(handle);
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " has ABI version ", table->abi_version, ", not ", WSYNC_ABI_VERSION));
+    }
+    return std::unique_ptr<Plugin>(new Plugin(handle, table));
+  }
+  ~Plugin() {
+    if (session_ != nullptr) api_->finalize(session_);
+    // The library stays loaded: as in an engine, it lives until the process ends.
+  }
+
+  const wsync_plugin_v1_t& api() const { return *api_; }
+  wsync_session_t* session() const { return session_; }
+  absl::Status Call(wsync_status_t code, absl::string_view call) const {
+    return PluginStatus(*api_, session_, code, call);
+  }
+  absl::Status Init(const wsync_config_t& config) {
+    return Call(api_->init(&config, &session_), "init");
+  }
+  absl::Status Finalize() {
+    wsync_session_t* session = std::exchange(session_, nullptr);
+    return PluginStatus(*api_, nullptr, api_->finalize(session), "finalize");
+  }
+
+ private:
+  Plugin(void* handle, const wsync_plugin_v1_t* api) : handle_(handle), api_(api) {}
+  void* handle_;
+  const wsync_plugin_v1_t* api_;
+  wsync_session_t* session_ = nullptr;
+};
+
+// Registers the part through the ABI: its buffers (at their addresses in `memory`), every
+// parameter of the model, and its pieces.
+absl::Status Declare(const Plugin& plugin, const Layout& part, test::HostBuffers& memory) {
+  const wsync_plugin_v1_t& api = plugin.api();
+  wsync_session_t* session = plugin.session();
+  for (const BufferInfo& buffer : part.buffers) {
+    WSYNC_RETURN_IF_ERROR(plugin.Call(
+        api.register_buffer(session, buffer.id, memory.data({buffer.process, buffer.id}),
+                            static_cast<uint64_t>(buffer.bytes), WSYNC_MEMORY_HOST, 0),
+        "register_buffer"));
+  }
+  for (const ParamInfo& param : part.params) {
+    const std::string dtype(DTypeName(param.dtype));
+    std::vector<int64_t> shape(param.shape.begin(), param.shape.end());
+    WSYNC_RETURN_IF_ERROR(
+        plugin.Call(api.declare_parameter(session, param.name.c_str(), dtype.c_str(),
+                                          static_cast<int32_t>(shape.size()), shape.data()),
+                    "declare_parameter"));
+  }
+  for (const Piece& piece : part.pieces) {
+    std::vector<int64_t> origin(piece.box.origin.begin(), piece.box.origin.end());
+    std::vector<int64_t> extent(piece.box.extent.begin(), piece.box.extent.end());
+    std::vector<int64_t> strides(piece.strides.begin(), piece.strides.end());
+    WSYNC_RETURN_IF_ERROR(
+        plugin.Call(api.declare_piece(session, part.params[piece.param].name.c_str(), piece.buffer,
+                                      piece.box.rank(), origin.data(), extent.data(), piece.offset,
+                                      strides.data()),
+                    "declare_piece"));
+  }
+  return absl::OkStatus();
+}
+
+void Print(const std::string& line) {
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+absl::Status Run() {
+  WSYNC_RETURN_IF_ERROR(CheckFastValues());
+  const std::string role = absl::GetFlag(FLAGS_role);
+  const bool trainer = role == "trainer";
+  const int32_t rank = absl::GetFlag(FLAGS_rank);
+  std::string layout = absl::GetFlag(FLAGS_layout);
+  if (layout.empty()) layout = trainer ? "megatron(tp=2)" : "vllm(tp=2)";
+  std::string path_transports = absl::GetFlag(FLAGS_path_transports);
+  if (path_transports.empty() && !absl::GetFlag(FLAGS_tls).empty()) {
+    path_transports = absl::StrCat("*=ucx:", absl::GetFlag(FLAGS_tls));
+  }
+
+  // This process's part of its side's layout, in its own memory.
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(absl::GetFlag(FLAGS_model)));
+  if (absl::GetFlag(FLAGS_layers) > 0) {
+    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, absl::GetFlag(FLAGS_layers)));
+  }
+  WSYNC_ASSIGN_OR_RETURN(Layout side, BuildNamedLayout(model, layout));
+  if (side.role != (trainer ? Role::kTrainer : Role::kRollout)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", layout, "' is a ", RoleName(side.role), " layout; this is a ", role));
+  }
+  if (static_cast<int32_t>(side.processes.size()) !=
+      (trainer ? absl::GetFlag(FLAGS_trainers) : absl::GetFlag(FLAGS_rollouts))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", layout, "' has ", side.processes.size(), " processes; the job has ",
+        trainer ? absl::GetFlag(FLAGS_trainers) : absl::GetFlag(FLAGS_rollouts), " ", role, "s"));
+  }
+  const Layout part = LayoutPart(side, rank);
+  if (part.processes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", layout, "' has no rank ", rank));
+  }
+  test::HostBuffers memory(part, trainer ? test::kSourceFill : test::kPoison);
+
+  const std::string library =
+      absl::GetFlag(FLAGS_library).empty() ? DefaultLibrary() : absl::GetFlag(FLAGS_library);
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
+  const wsync_plugin_v1_t& api = plugin->api();
+
+  const std::string job = absl::GetFlag(FLAGS_job);
+  const std::string host = absl::GetFlag(FLAGS_coordinator_host);
+  const std::string secret_env = absl::GetFlag(FLAGS_secret_env);
+  wsync_config_t config;
+  std::memset(&config, 0, sizeof(config));
+  config.struct_size = sizeof(config);
+  config.role = trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
+  config.rank = rank;
+  config.num_trainers = absl::GetFlag(FLAGS_trainers);
+  config.num_rollouts = absl::GetFlag(FLAGS_rollouts);
+  config.job_id = job.c_str();
+  config.coordinator_host = host.c_str();
+  config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
+  config.host_coordinator = absl::GetFlag(FLAGS_host_coordinator) ? 1 : 0;
+  config.secret_env = secret_env.c_str();
+  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
+  config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
+  config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
+  WSYNC_RETURN_IF_ERROR(plugin->Init(config));
+  WSYNC_RETURN_IF_ERROR(Declare(*plugin, part, memory));
+
+  const absl::Time connect_start = absl::Now();
+  WSYNC_RETURN_IF_ERROR(plugin->Call(api.connect(plugin->session()), "connect"));
+  Print(absl::StrFormat("CONNECTED seconds=%.3f", SecondsSince(connect_start)));
+  size_t report_size = 0;
+  api.schedule_report(plugin->session(), nullptr, &report_size);
+  std::string report(report_size, '\0');
+  if (report_size > 0 &&
+      api.schedule_report(plugin->session(), report.data(), &report_size) == WSYNC_OK) {
+    report.resize(std::strlen(report.c_str()));
+    for (absl::string_view line : absl::StrSplit(report, '\n', absl::SkipEmpty())) {
+      Print(absl::StrCat("SCHEDULE ", line));
+    }
+  }
+
+  bool all_ok = true;
+  absl::Status failure;
+  for (int64_t version = 1; version <= absl::GetFlag(FLAGS_steps); ++version) {
+    double work_seconds = 0;
+    absl::Status verified;
+    if (trainer) {  // The RL step changes the weights, then they are published.
+      const absl::Time fill_start = absl::Now();
+      verified = Fill(part, static_cast<uint64_t>(version), memory);
+      if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) Corrupt(part, memory);
+      work_seconds = SecondsSince(fill_start);
+    }
+    const absl::Time sync_start = absl::Now();
+    const absl::Status synced = verified.ok() ? plugin->Call(api.sync(plugin->session(), version),
+                                                             absl::StrCat("sync(", version, ")"))
+                                              : verified;
+    const double sync_seconds = SecondsSince(sync_start);
+    if (!synced.ok()) {
+      verified = synced;
+    } else if (!trainer) {  // The engine would now serve version v: every byte must be right.
+      const absl::Time check_start = absl::Now();
+      verified = Check(part, static_cast<uint64_t>(version), memory);
+      work_seconds = SecondsSince(check_start);
+    }
+    wsync_stats_t stats;
+    std::memset(&stats, 0, sizeof(stats));
+    stats.struct_size = sizeof(stats);
+    if (synced.ok()) {
+      WSYNC_RETURN_IF_ERROR(plugin->Call(api.stats(plugin->session(), &stats), "stats"));
+      if (stats.version != version) {
+        verified = absl::InternalError(
+            absl::StrCat("stats describe version ", stats.version, ", not ", version));
+      }
+    }
+    Print(absl::StrFormat(
+        "STEP v=%d seconds=%.6f sent=%d received=%d direct=%d staged=%d rounds=%d arena=%d "
+        "sync_seconds=%.6f work_seconds=%.6f verified=%s",
+        version, stats.seconds, stats.sent_bytes, stats.received_bytes, stats.direct_bytes,
+        stats.staged_bytes, stats.rounds, stats.peak_arena_bytes, sync_seconds, work_seconds,
+        verified.ok() ? std::string("ok") : OneLine(std::string(verified.message()))));
+    if (!verified.ok()) {
+      all_ok = false;
+      if (failure.ok()) failure = verified;
+    }
+    // A failed sync (a peer lost, a deadline) ends the run; a rollout's failed check does not:
+    // the next version may still be right, and the demo reports every step.
+    if (!synced.ok()) break;
+  }
+  WSYNC_RETURN_IF_ERROR(plugin->Finalize());
+  if (!all_ok) return failure;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace wsync::demo
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role != "trainer" && role != "rollout") {
+    absl::FPrintF(stderr, "wsync_demo_process: --role must be trainer or rollout\n");
+    return 2;
+  }
+  const absl::Status status = wsync::demo::Run();
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "wsync_demo_process: %s %d: %s\n", role, absl::GetFlag(FLAGS_rank),
+                  status.message());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,601 @@
+// The C ABI of include/wsync/wsync.h over wsync::Session (session.h).
+//
+// Contracts kept here, for every entry point of the exported table:
+//   - No C++ exception leaves: each call runs inside Guarded, which turns std::bad_alloc into
+//     WSYNC_NO_MEMORY and anything else into WSYNC_INTERNAL, with a message.
+//   - Arguments the ABI can check by itself (NULL handles and pointers, enum values, axis counts,
+//     dtype names, struct sizes) are checked before the Session sees them: WSYNC_INVALID_ARGUMENT
+//     with a message naming the call and the argument.
+//   - Every failure leaves its message where last_error finds it: in the session (Remember) when
+//     the call had one, else in this thread's detached buffer, which last_error(NULL) returns.
+//   - Session errors map to wsync_status_t by ToWsyncStatus (the rule is in plugin/README.md).
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "plugin/session.h"
+#include "wsync/wsync.h"
+
+// The opaque handle of the C ABI: owns the session; freed by finalize.
+struct wsync_session {
+  std::unique_ptr<wsync::Session> impl;
+};
+
+namespace wsync {
+namespace {
+
+// Which call an error came from: init has no session yet, and a missing secret surfaces there.
+enum class Call { kInit, kSession };
+
+// The detail of this thread's most recent failure that had no session to go to (init, finalize,
+// or a call given a NULL handle). last_error(NULL) returns it; it lives until this thread's next
+// such failure.
+thread_local std::string detached_error;
+// The copy of a session's last error that last_error(session) handed out on this thread; it lives
+// until this thread's next last_error call.
+thread_local std::string error_copy;
+
+// The smallest config the ABI accepts: every field up to job_id, the last one without a default
+// (role, rank, the world sizes and the job id must be given).
+constexpr size_t kMinConfigSize = offsetof(wsync_config_t, job_id) + sizeof(const char*);
+// The smallest stats struct: struct_size and version.
+constexpr size_t kMinStatsSize = offsetof(wsync_stats_t, version) + sizeof(int64_t);
+
+// The ABI status of a failed Session call (OK for OK). The rule, in order:
+//   1. The error kind (WithErrorKind, common/status.h) decides: kErrorWrongState ->
+//      INVALID_ARGUMENT, kErrorLayoutRefused -> LAYOUT_REFUSED, kErrorRanksDisagree ->
+//      RANKS_DISAGREE.
+//   2. During init, NotFound or InvalidArgument naming the secret -> AUTHENTICATION (loading the
+//      secret is the only lookup init makes: a missing variable or file, or an unusable secret).
+//   3. By code: InvalidArgument, OutOfRange, AlreadyExists, FailedPrecondition, NotFound ->
+//      INVALID_ARGUMENT; DeadlineExceeded -> TIMED_OUT; Unavailable -> PEER_LOST; Aborted,
+//      Cancelled -> ABORTED; Unauthenticated, PermissionDenied -> AUTHENTICATION; Unimplemented
+//      -> UNSUPPORTED; ResourceExhausted -> NO_MEMORY; Internal, DataLoss, Unknown -> INTERNAL.
+wsync_status_t ToWsyncStatus(const absl::Status& status, Call call) {
+  if (status.ok()) return WSYNC_OK;
+  if (const std::optional<std::string> kind = ErrorKind(status)) {
+    if (*kind == kErrorWrongState) return WSYNC_INVALID_ARGUMENT;
+    if (*kind == kErrorLayoutRefused) return WSYNC_LAYOUT_REFUSED;
+    if (*kind == kErrorRanksDisagree) return WSYNC_RANKS_DISAGREE;
+    // An unknown kind falls through to the code.
+  }
+  if (call == Call::kInit && (absl::IsNotFound(status) || absl::IsInvalidArgument(status)) &&
+      absl::StrContains(status.message(), "secret")) {
+    return WSYNC_AUTHENTICATION;
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+      return WSYNC_INVALID_ARGUMENT;
+    case absl::StatusCode::kDeadlineExceeded:
+      return WSYNC_TIMED_OUT;
+    case absl::StatusCode::kUnavailable:
+      return WSYNC_PEER_LOST;
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return WSYNC_ABORTED;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return WSYNC_AUTHENTICATION;
+    case absl::StatusCode::kUnimplemented:
+      return WSYNC_UNSUPPORTED;
+    case absl::StatusCode::kResourceExhausted:
+      return WSYNC_NO_MEMORY;
+    default:
+      return WSYNC_INTERNAL;
+  }
+}
+
+bool HasSession(const wsync_session_t* session) {
+  return session != nullptr && session->impl != nullptr;
+}
+
+// Stores `status` (not OK) where last_error finds it. Never throws: a failure to store (out of
+// memory) keeps the previous message.
+void Record(wsync_session_t* session, const absl::Status& status) noexcept {
+  try {
+    if (HasSession(session)) {
+      static_cast<void>(session->impl->Remember(status));
+    } else {
+      detached_error.assign(status.message().data(), status.message().size());
+    }
+  } catch (...) {
+  }
+}
+
+// Records `status` (if not OK) and returns its ABI status.
+wsync_status_t Report(wsync_session_t* session, const absl::Status& status,
+                      Call call = Call::kSession) {
+  if (status.ok()) return WSYNC_OK;
+  Record(session, status);
+  return ToWsyncStatus(status, call);
+}
+
+// Records "wsync <call>: <what>" and returns `code`.
+wsync_status_t Refuse(wsync_session_t* session, wsync_status_t code, absl::string_view call,
+                      absl::string_view what) {
+  Record(session, absl::Status(code == WSYNC_UNSUPPORTED ? absl::StatusCode::kUnimplemented
+                                                         : absl::StatusCode::kInvalidArgument,
+                               absl::StrCat("wsync ", call, ": ", what)));
+  return code;
+}
+
+wsync_status_t Invalid(wsync_session_t* session, absl::string_view call, absl::string_view what) {
+  return Refuse(session, WSYNC_INVALID_ARGUMENT, call, what);
+}
+
+// Runs `body` with the exception firewall: nothing thrown inside leaves; it is recorded on
+// `session` (or the detached buffer when null) and mapped to NO_MEMORY or INTERNAL.
+template <typename Body>
+wsync_status_t Guarded(wsync_session_t* session, absl::string_view call, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    Record(session, absl::ResourceExhaustedError("wsync: out of memory"));
+    return WSYNC_NO_MEMORY;
+  } catch (const std::exception& e) {
+    Record(session, absl::InternalError(
+                        absl::StrCat("wsync ", call, ": internal error: exception: ", e.what())));
+    return WSYNC_INTERNAL;
+  } catch (...) {
+    Record(session, absl::InternalError(
+                        absl::StrCat("wsync ", call, ": internal error: unknown exception")));
+    return WSYNC_INTERNAL;
+  }
+}
+
+// Checks `num_axes` and that each array it names is non-null (NULL is fine for 0 axes).
+absl::Status CheckAxes(int32_t num_axes,
+                       std::initializer_list<std::pair<const char*, const void*>> arrays) {
+  if (num_axes < 0 || num_axes > kMaxAxes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_axes must be in 0..", kMaxAxes, ", got ", num_axes));
+  }
+  for (const auto& [name, array] : arrays) {
+    if (num_axes > 0 && array == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is NULL with ", num_axes, " axes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Dims ToDims(const int64_t* values, int32_t num_axes) {
+  return num_axes == 0 ? Dims() : Dims(values, values + num_axes);
+}
+
+// Copies `text` and its NUL into buffer[0, *size) with snprintf semantics: a smaller buffer gets
+// a NUL-terminated prefix (nothing when *size is 0); *size becomes the bytes needed.
+void CopyOut(const std::string& text, char* buffer, size_t* size) {
+  if (buffer != nullptr && *size > 0) {
+    const size_t count = std::min(text.size(), *size - 1);
+    std::memcpy(buffer, text.data(), count);
+    buffer[count] = '\0';
+  }
+  *size = text.size() + 1;
+}
+
+// The size-protocol arguments of schedule_report and metrics_text.
+absl::Status CheckOutBuffer(const char* buffer, const size_t* size) {
+  if (size == nullptr) return absl::InvalidArgumentError("size is NULL");
+  if (buffer == nullptr && *size != 0) {
+    return absl::InvalidArgumentError("buffer is NULL but *size is not 0");
+  }
+  return absl::OkStatus();
+}
+
+// The SessionConfig of a config already copied into a zeroed full-size struct: defaults for zero
+// and NULL fields, and the checks that the conversion itself needs (enums, NULL strings, port
+// range, NaN or negative numbers, reserved fields). Session::Create checks the rest (ranks, world
+// sizes, who may host the coordinator, whether a port is needed) and loads the secret.
+absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
+  SessionConfig config;
+  if (c.role != WSYNC_ROLE_TRAINER && c.role != WSYNC_ROLE_ROLLOUT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("role must be WSYNC_ROLE_TRAINER (1) or WSYNC_ROLE_ROLLOUT (2), got ",
+                     static_cast<int>(c.role)));
+  }
+  config.role = c.role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
+  config.rank = c.rank;
+  config.num_trainers = c.num_trainers;
+  config.num_rollouts = c.num_rollouts;
+  if (c.job_id == nullptr) return absl::InvalidArgumentError("job_id is required");
+  config.job_id = c.job_id;
+  if (c.coordinator_host != nullptr) {
+    if (c.coordinator_host[0] == '\0') {
+      return absl::InvalidArgumentError("coordinator_host is empty (NULL means 127.0.0.1)");
+    }
+    config.coordinator_host = c.coordinator_host;
+  }
+  config.host_coordinator = c.host_coordinator != 0;
+  if (c.coordinator_port < 0 || c.coordinator_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator_port must be in 0..65535, got ", c.coordinator_port));
+  }
+  config.coordinator_port = c.coordinator_port;
+  if (c.secret_file != nullptr && c.secret_env != nullptr) {
+    return absl::InvalidArgumentError("give secret_file or secret_env, not both");
+  }
+  if (c.secret_file != nullptr) {
+    config.secret = SecretSource::File(c.secret_file);
+  } else if (c.secret_env != nullptr) {
+    config.secret = SecretSource::Environment(c.secret_env);
+  }
+  if (c.node_id != nullptr) config.node_id = c.node_id;
+  if (std::isnan(c.staging_budget_bytes) || c.staging_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_budget_bytes must be positive, got ", c.staging_budget_bytes));
+  }
+  if (c.staging_budget_bytes != 0) config.staging_budget_bytes = c.staging_budget_bytes;
+  if (std::isnan(c.deadline_seconds) || c.deadline_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deadline_seconds must be positive, got ", c.deadline_seconds));
+  }
+  if (c.deadline_seconds != 0) config.deadline = absl::Seconds(c.deadline_seconds);
+  if (c.replica_policy != nullptr) config.replica_policy = c.replica_policy;
+  if (c.path_transports != nullptr) config.path_transports = c.path_transports;
+  if (c.metrics_address != nullptr) {
+    return absl::UnimplementedError("metrics_address is not supported yet; leave it NULL");
+  }
+  if (c.calibration_file != nullptr) {
+    return absl::UnimplementedError("calibration_file is not supported yet; leave it NULL");
+  }
+  return config;
+}
+
+// ---- The entry points, in the order of wsync_plugin_v1_t. ----
+
+wsync_status_t Init(const wsync_config_t* config, wsync_session_t** session) {
+  return Guarded(nullptr, "init", [&]() -> wsync_status_t {
+    if (session == nullptr) return Invalid(nullptr, "init", "session (the out pointer) is NULL");
+    *session = nullptr;
+    if (config == nullptr) return Invalid(nullptr, "init", "config is NULL");
+    if (config->struct_size < kMinConfigSize) {
+      return Invalid(
+          nullptr, "init",
+          absl::StrCat("config->struct_size is ", config->struct_size,
+                       "; set it to sizeof(wsync_config_t) (at least ", kMinConfigSize, ")"));
+    }
+    // Fields past the caller's struct_size keep the zero that means "default"; fields of a newer
+    // header past this library's sizeof are not read.
+    wsync_config_t copy;
+    std::memset(&copy, 0, sizeof(copy));
+    std::memcpy(&copy, config, std::min(config->struct_size, sizeof(copy)));
+    absl::StatusOr<SessionConfig> converted = ToSessionConfig(copy);
+    if (!converted.ok()) {
+      const wsync_status_t code =
+          absl::IsUnimplemented(converted.status()) ? WSYNC_UNSUPPORTED : WSYNC_INVALID_ARGUMENT;
+      return Refuse(nullptr, code, "init", converted.status().message());
+    }
+    absl::StatusOr<std::unique_ptr<Session>> created = Session::Create(*std::move(converted));
+    if (!created.ok()) return Report(nullptr, created.status(), Call::kInit);
+    auto handle = std::make_unique<wsync_session>();
+    handle->impl = *std::move(created);
+    *session = handle.release();
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t RegisterBuffer(wsync_session_t* session, uint64_t buffer_id, void* address,
+                              uint64_t bytes, wsync_memory_kind_t kind, int32_t device) {
+  constexpr absl::string_view kCall = "register_buffer";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (kind != WSYNC_MEMORY_HOST && kind != WSYNC_MEMORY_CUDA) {
+      return Invalid(
+          session, kCall,
+          absl::StrCat("kind must be WSYNC_MEMORY_HOST (1) or WSYNC_MEMORY_CUDA (2), got ",
+                       static_cast<int>(kind)));
+    }
+    if (bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Invalid(session, kCall, absl::StrCat("bytes ", bytes, " exceeds INT64_MAX"));
+    }
+    if (address == nullptr && bytes > 0) {
+      return Invalid(session, kCall, absl::StrCat("buffer ", buffer_id, ": address is NULL"));
+    }
+    const MemoryKind memory = kind == WSYNC_MEMORY_HOST ? MemoryKind::kHost : MemoryKind::kCuda;
+    return Report(session, session->impl->RegisterBuffer(
+                               buffer_id, address, static_cast<int64_t>(bytes), memory, device));
+  });
+}
+
+wsync_status_t DeclareParameter(wsync_session_t* session, const char* name, const char* dtype,
+                                int32_t num_axes, const int64_t* shape) {
+  constexpr absl::string_view kCall = "declare_parameter";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (name == nullptr) return Invalid(session, kCall, "name is NULL");
+    if (dtype == nullptr) return Invalid(session, kCall, absl::StrCat(name, ": dtype is NULL"));
+    absl::StatusOr<DType> parsed = ParseDType(dtype);
+    if (!parsed.ok()) {
+      return Invalid(session, kCall, absl::StrCat(name, ": ", parsed.status().message()));
+    }
+    if (absl::Status axes = CheckAxes(num_axes, {{"shape", shape}}); !axes.ok()) {
+      return Invalid(session, kCall, absl::StrCat(name, ": ", axes.message()));
+    }
+    return Report(session, session->impl->DeclareParameter(name, *parsed, ToDims(shape, num_axes)));
+  });
+}
+
+wsync_status_t DeclarePiece(wsync_session_t* session, const char* parameter, uint64_t buffer_id,
+                            int32_t num_axes, const int64_t* origin, const int64_t* extent,
+                            int64_t offset, const int64_t* strides) {
+  constexpr absl::string_view kCall = "declare_piece";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (parameter == nullptr) return Invalid(session, kCall, "parameter is NULL");
+    if (absl::Status axes =
+            CheckAxes(num_axes, {{"origin", origin}, {"extent", extent}, {"strides", strides}});
+        !axes.ok()) {
+      return Invalid(session, kCall, absl::StrCat(parameter, ": ", axes.message()));
+    }
+    const Box box{ToDims(origin, num_axes), ToDims(extent, num_axes)};
+    return Report(session, session->impl->DeclarePiece(parameter, buffer_id, box, offset,
+                                                       ToDims(strides, num_axes)));
+  });
+}
+
+wsync_status_t SetManifest(wsync_session_t* session, const void* bytes, size_t size) {
+  constexpr absl::string_view kCall = "set_manifest";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (bytes == nullptr && size > 0) return Invalid(session, kCall, "bytes is NULL");
+    const absl::string_view text =
+        size == 0 ? absl::string_view() : absl::string_view(static_cast<const char*>(bytes), size);
+    return Report(session, session->impl->SetManifest(text));
+  });
+}
+
+wsync_status_t SetNamedLayout(wsync_session_t* session, const char* model, const char* layout) {
+  constexpr absl::string_view kCall = "set_named_layout";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (model == nullptr) return Invalid(session, kCall, "model is NULL");
+    if (layout == nullptr) return Invalid(session, kCall, "layout is NULL");
+    return Report(session, session->impl->SetNamedLayout(model, layout));
+  });
+}
+
+wsync_status_t Connect(wsync_session_t* session) {
+  constexpr absl::string_view kCall = "connect";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    return Report(session, session->impl->Connect());
+  });
+}
+
+wsync_status_t ScheduleReport(wsync_session_t* session, char* buffer, size_t* size) {
+  constexpr absl::string_view kCall = "schedule_report";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (absl::Status out = CheckOutBuffer(buffer, size); !out.ok()) {
+      return Invalid(session, kCall, out.message());
+    }
+    absl::StatusOr<std::string> report = session->impl->ScheduleReport();
+    if (!report.ok()) return Report(session, report.status());
+    CopyOut(*report, buffer, size);
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t Sync(wsync_session_t* session, int64_t version) {
+  constexpr absl::string_view kCall = "sync";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (version < 0) {
+      return Invalid(session, kCall, absl::StrCat("version must not be negative, got ", version));
+    }
+    return Report(session, session->impl->Sync(version));
+  });
+}
+
+wsync_status_t SyncBegin(wsync_session_t* session, int64_t version) {
+  constexpr absl::string_view kCall = "sync_begin";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (version < 0) {
+      return Invalid(session, kCall, absl::StrCat("version must not be negative, got ", version));
+    }
+    return Report(session, session->impl->SyncBegin(version));
+  });
+}
+
+wsync_status_t SyncTest(wsync_session_t* session) {
+  constexpr absl::string_view kCall = "sync_test";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    std::optional<absl::Status> outcome = session->impl->SyncTest();
+    if (!outcome.has_value()) return WSYNC_IN_PROGRESS;
+    return Report(session, *outcome);
+  });
+}
+
+// The status an after_update callback gets; never throws (it runs on the session's thread).
+wsync_status_t CallbackStatus(const absl::Status& status) noexcept {
+  try {
+    return ToWsyncStatus(status, Call::kSession);
+  } catch (...) {
+    return WSYNC_INTERNAL;
+  }
+}
+
+wsync_status_t SetUpdateCallbacks(wsync_session_t* session, wsync_before_update_fn before,
+                                  wsync_after_update_fn after, void* user) {
+  constexpr absl::string_view kCall = "set_update_callbacks";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    // A NULL function becomes an empty std::function: the Session skips it.
+    Session::BeforeUpdate before_update;
+    if (before != nullptr) {
+      before_update = [before, user](int64_t version) { before(user, version); };
+    }
+    Session::AfterUpdate after_update;
+    if (after != nullptr) {
+      after_update = [after, user](int64_t version, const absl::Status& status) {
+        after(user, version, CallbackStatus(status));
+      };
+    }
+    return Report(session, session->impl->SetUpdateCallbacks(std::move(before_update),
+                                                             std::move(after_update)));
+  });
+}
+
+wsync_status_t Abort(wsync_session_t* session, const char* reason) {
+  constexpr absl::string_view kCall = "abort";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    session->impl->Abort(absl::AbortedError(reason != nullptr ? absl::StrCat("aborted: ", reason)
+                                                              : "aborted by the host"));
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t State(wsync_session_t* session, int64_t* version, wsync_state_t* state) {
+  constexpr absl::string_view kCall = "state";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (version == nullptr || state == nullptr) {
+      return Invalid(session, kCall, "version and state must not be NULL");
+    }
+    const auto [current_version, current_state] = session->impl->State();
+    switch (current_state) {
+      case SessionState::kRegistered:
+        *state = WSYNC_STATE_REGISTERED;
+        break;
+      case SessionState::kConnected:
+        *state = WSYNC_STATE_CONNECTED;
+        break;
+      case SessionState::kIdle:
+        *state = WSYNC_STATE_IDLE;
+        break;
+      case SessionState::kSyncing:
+        *state = WSYNC_STATE_SYNCING;
+        break;
+      case SessionState::kDirty:
+        *state = WSYNC_STATE_DIRTY;
+        break;
+      default:
+        return Report(session,
+                      absl::InternalError(absl::StrCat("wsync state: the session is in state ",
+                                                       SessionStateName(current_state),
+                                                       ", which the ABI has no value for")));
+    }
+    *version = current_version;
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
+  constexpr absl::string_view kCall = "stats";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (stats == nullptr) return Invalid(session, kCall, "stats is NULL");
+    if (stats->struct_size < kMinStatsSize) {
+      return Invalid(
+          session, kCall,
+          absl::StrCat("stats->struct_size is ", stats->struct_size,
+                       "; set it to sizeof(wsync_stats_t) (at least ", kMinStatsSize, ")"));
+    }
+    const wsync::Session::SyncStats stats_and_version = session->impl->LastStats();
+    const TransferStats& last = stats_and_version.stats;
+    wsync_stats_t full;
+    std::memset(&full, 0, sizeof(full));
+    full.version = stats_and_version.version;
+    full.segments = last.segments;
+    full.chunks = last.chunks;
+    full.rounds = last.rounds;
+    full.sent_bytes = last.sent_bytes;
+    full.received_bytes = last.received_bytes;
+    full.local_copy_bytes = last.local_copy_bytes;
+    full.direct_bytes = last.direct_bytes;
+    full.staged_bytes = last.staged_bytes;
+    full.peak_arena_bytes = last.peak_arena_bytes;
+    full.seconds = last.seconds;
+    // Everything after struct_size, up to the smaller of the two struct sizes.
+    const size_t end = std::min(stats->struct_size, sizeof(full));
+    std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t),
+                reinterpret_cast<const char*>(&full) + sizeof(size_t), end - sizeof(size_t));
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t MetricsText(wsync_session_t* session, char* buffer, size_t* size) {
+  constexpr absl::string_view kCall = "metrics_text";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (absl::Status out = CheckOutBuffer(buffer, size); !out.ok()) {
+      return Invalid(session, kCall, out.message());
+    }
+    return Refuse(session, WSYNC_UNSUPPORTED, kCall, "metrics are not implemented yet");
+  });
+}
+
+const char* LastError(wsync_session_t* session) {
+  try {
+    if (session == nullptr) return detached_error.c_str();
+    if (session->impl == nullptr) return "";
+    error_copy = session->impl->LastError();
+    return error_copy.c_str();
+  } catch (...) {
+    return "wsync last_error: out of memory while copying the message";
+  }
+}
+
+wsync_status_t Finalize(wsync_session_t* session) {
+  constexpr absl::string_view kCall = "finalize";
+  // Failures go to the detached buffer: the handle is gone when finalize returns.
+  return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    std::unique_ptr<wsync_session> owned(session);
+    owned->impl->Finalize();
+    owned.reset();
+    return WSYNC_OK;
+  });
+}
+
+}  // namespace
+}  // namespace wsync
+
+// The only symbol the library exports (see wsync.map).
+extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncPlugin_v1 = {
+    .name = "wsync",
+    .abi_version = WSYNC_ABI_VERSION,
+    .init = wsync::Init,
+    .register_buffer = wsync::RegisterBuffer,
+    .declare_parameter = wsync::DeclareParameter,
+    .declare_piece = wsync::DeclarePiece,
+    .set_manifest = wsync::SetManifest,
+    .set_named_layout = wsync::SetNamedLayout,
+    .connect = wsync::Connect,
+    .schedule_report = wsync::ScheduleReport,
+    .sync = wsync::Sync,
+    .sync_begin = wsync::SyncBegin,
+    .sync_test = wsync::SyncTest,
+    .set_update_callbacks = wsync::SetUpdateCallbacks,
+    .abort = wsync::Abort,
+    .state = wsync::State,
+    .stats = wsync::Stats,
+    .metrics_text = wsync::MetricsText,
+    .last_error = wsync::LastError,
+    .finalize = wsync::Finalize,
+};

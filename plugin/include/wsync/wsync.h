@@ -1,0 +1,195 @@
+/* wsync: weight sync from RL trainers to rollout engines. The plugin's C ABI.
+ *
+ * Loading: dlopen("libwsync.so") and dlsym("wsyncPlugin_v1"), which is a `const wsync_plugin_v1_t`.
+ * A later ABI adds wsyncPlugin_v2 and keeps wsyncPlugin_v1. The library exports no other symbol
+ * and never lets a C++ exception out: every call returns a wsync_status_t, and
+ * last_error(session) describes the most recent failure of that session.
+ *
+ * One session per process and job. Its states (wsync_state_t):
+ *   REGISTERED  after init: register buffers, declare parameters and pieces (or give a manifest or
+ *               a named layout), set callbacks;
+ *   CONNECTED   after connect: rendezvous with every process, both layouts validated, the plan and
+ *               schedule built and agreed; nothing moved yet;
+ *   IDLE        between syncs; `version` is the last committed one (-1 before the first);
+ *   SYNCING     while a sync runs (sync_begin .. sync_test returning WSYNC_OK or an error);
+ *   DIRTY       a rollout process whose last sync failed: its weights must not be served until a
+ *               later sync commits (trainers return to IDLE after a failure);
+ *   FINALIZED   after finalize; the handle is freed and must not be used again.
+ * A call made in a state that does not allow it returns WSYNC_INVALID_ARGUMENT with a message
+ * naming the state.
+ *
+ * Threads: calls on one session are serialized by the caller, except abort() and last_error(),
+ * which any thread may call at any time, and state() and stats(), which are always safe.
+ *
+ * A failed init or finalize, and any call given a NULL session, record their detail for this
+ * thread; last_error(NULL) returns it.
+ */
+#ifndef WSYNC_WSYNC_H_
+#define WSYNC_WSYNC_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WSYNC_ABI_VERSION 1
+
+/* Grouped by blast radius: argument errors touch nothing; layout and agreement errors fail
+ * connect on every process; timeouts, lost peers and aborts fail one sync (rollouts turn DIRTY);
+ * the rest are local. */
+typedef enum wsync_status {
+  WSYNC_OK = 0,
+  WSYNC_IN_PROGRESS = 1,      /* sync_test: the sync is still running. */
+  WSYNC_INVALID_ARGUMENT = 2, /* A bad argument, or a call in the wrong state. */
+  WSYNC_LAYOUT_REFUSED = 3,   /* A layout cannot be planned; the message names parameter/box. */
+  WSYNC_RANKS_DISAGREE = 4,   /* Processes disagree on the plan digest, budget or a verdict. */
+  WSYNC_TIMED_OUT = 5,        /* A deadline passed; the message names who was missing. */
+  WSYNC_PEER_LOST = 6,        /* A peer or the coordinator went away. */
+  WSYNC_ABORTED = 7,          /* abort() was called here or on another process. */
+  WSYNC_NO_MEMORY = 8,
+  WSYNC_AUTHENTICATION = 9,   /* The job secret was refused (or missing). */
+  WSYNC_UNSUPPORTED = 10,     /* E.g. CUDA memory without a CUDA-capable transport. */
+  WSYNC_INTERNAL = 11
+} wsync_status_t;
+
+typedef enum wsync_role { WSYNC_ROLE_TRAINER = 1, WSYNC_ROLE_ROLLOUT = 2 } wsync_role_t;
+
+typedef enum wsync_memory_kind {
+  WSYNC_MEMORY_HOST = 1,
+  WSYNC_MEMORY_CUDA = 2
+} wsync_memory_kind_t;
+
+typedef enum wsync_state {
+  WSYNC_STATE_REGISTERED = 1,
+  WSYNC_STATE_CONNECTED = 2,
+  WSYNC_STATE_IDLE = 3,
+  WSYNC_STATE_SYNCING = 4,
+  WSYNC_STATE_DIRTY = 5
+} wsync_state_t;
+
+/* Configuration. `struct_size` must be sizeof(wsync_config_t) as the caller compiled it: fields
+ * past it take their defaults, so a caller built against an older header keeps working (it must
+ * reach at least through job_id); fields of a newer header that this library does not know are
+ * not read. Zero or NULL fields take the defaults given here. Strings are copied by init. */
+typedef struct wsync_config {
+  size_t struct_size;
+  wsync_role_t role;
+  int32_t rank;         /* Within the role. */
+  int32_t num_trainers; /* Processes of each role in the job. */
+  int32_t num_rollouts;
+  const char* job_id;              /* Required. */
+  const char* coordinator_host;    /* Default "127.0.0.1". */
+  int32_t coordinator_port;        /* Required; host_coordinator listens on it (0 there picks a
+                                      free port, which the ABI does not report to anyone). */
+  int32_t host_coordinator;        /* Nonzero on trainer rank 0: run the coordinator in-process. */
+  const char* secret_file;         /* The job secret: a file of mode 0600 ... */
+  const char* secret_env;          /* ... or an environment variable (default "WSYNC_SECRET");
+                                      not both. */
+  const char* node_id;             /* Default: the host name. */
+  double staging_budget_bytes;     /* Per peer and direction; default 64 MiB. */
+  double deadline_seconds;         /* Of every blocking step; default 60. */
+  const char* replica_policy;      /* Default "local_first_least_loaded". */
+  const char* path_transports;     /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
+  const char* metrics_address;     /* Reserved for the metrics exporter: NULL for now. */
+  const char* calibration_file;    /* Reserved for calibration: NULL for now. Either one set
+                                      makes init return WSYNC_UNSUPPORTED. */
+} wsync_config_t;
+
+/* What the last sync of this process did. */
+typedef struct wsync_stats {
+  size_t struct_size; /* Set by the caller to sizeof(wsync_stats_t) (at least through version);
+                         fields past it are left. */
+  int64_t version;
+  int64_t segments;
+  int64_t chunks;
+  int64_t rounds;
+  int64_t sent_bytes;
+  int64_t received_bytes;
+  int64_t local_copy_bytes;
+  int64_t direct_bytes;
+  int64_t staged_bytes;
+  int64_t peak_arena_bytes;
+  double seconds;
+} wsync_stats_t;
+
+typedef struct wsync_session wsync_session_t;
+
+/* Rollout hosts in the trainer-triggered mode: called on the background thread around each sync
+ * the trainer starts. before_update may pause serving; after_update gets the outcome (WSYNC_OK
+ * or the error) and must not resume serving on an error. */
+typedef void (*wsync_before_update_fn)(void* user, int64_t version);
+typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_t status);
+
+typedef struct wsync_plugin_v1 {
+  const char* name; /* "wsync" */
+  int32_t abi_version; /* WSYNC_ABI_VERSION */
+
+  wsync_status_t (*init)(const wsync_config_t* config, wsync_session_t** session);
+
+  /* Layout of this process (REGISTERED only). Buffer ids are the caller's, unique per process. */
+  wsync_status_t (*register_buffer)(wsync_session_t* session, uint64_t buffer_id, void* address,
+                                    uint64_t bytes, wsync_memory_kind_t kind, int32_t device);
+  /* dtype: "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64" (or torch's
+   * spellings). */
+  wsync_status_t (*declare_parameter)(wsync_session_t* session, const char* name,
+                                      const char* dtype, int32_t num_axes, const int64_t* shape);
+  /* This buffer holds box [origin, origin + extent) of the parameter: element i at
+   * offset + sum (i[a] - origin[a]) * strides[a] (elements). */
+  wsync_status_t (*declare_piece)(wsync_session_t* session, const char* parameter,
+                                  uint64_t buffer_id, int32_t num_axes, const int64_t* origin,
+                                  const int64_t* extent, int64_t offset, const int64_t* strides);
+  /* The whole layout part at once: a serialized wsync.proto.Manifest of this process only. */
+  wsync_status_t (*set_manifest)(wsync_session_t* session, const void* bytes, size_t size);
+  /* Or a named layout of an embedded model (e.g. "qwen2.5-0.5b", "vllm(tp=2)"); the process then
+   * registers the buffers the layout names (ids 0, 1, ... in the layout's order). */
+  wsync_status_t (*set_named_layout)(wsync_session_t* session, const char* model,
+                                     const char* layout);
+
+  /* REGISTERED -> CONNECTED (then IDLE): rendezvous, validate, plan, schedule, agree. */
+  wsync_status_t (*connect)(wsync_session_t* session);
+
+  /* A text report of what this process will send, receive, stage and copy. Writes at most *size
+   * bytes including the terminating NUL; *size is set to the bytes needed. Like snprintf, a
+   * smaller buffer gets a NUL-terminated prefix (nothing when *size is 0; buffer may then be
+   * NULL) and the call still returns WSYNC_OK: compare *size with what you passed. */
+  wsync_status_t (*schedule_report)(wsync_session_t* session, char* buffer, size_t* size);
+
+  /* One sync of `version` (>= 0), blocking until committed or failed (at most the deadline per
+   * step). */
+  wsync_status_t (*sync)(wsync_session_t* session, int64_t version);
+  /* The same, for hosts that poll: begin returns at once; test returns WSYNC_IN_PROGRESS until the
+   * sync ends, then its outcome. */
+  wsync_status_t (*sync_begin)(wsync_session_t* session, int64_t version);
+  wsync_status_t (*sync_test)(wsync_session_t* session);
+
+  /* Rollout, trainer-triggered mode: a background thread joins every sync the trainer starts and
+   * calls the callbacks around it. Set before connect; started by connect. Either function may
+   * be NULL. */
+  wsync_status_t (*set_update_callbacks)(wsync_session_t* session, wsync_before_update_fn before,
+                                         wsync_after_update_fn after, void* user);
+
+  /* Fails the running sync (if any) on every process; callable from any thread; idempotent. */
+  wsync_status_t (*abort)(wsync_session_t* session, const char* reason);
+
+  wsync_status_t (*state)(wsync_session_t* session, int64_t* version, wsync_state_t* state);
+  wsync_status_t (*stats)(wsync_session_t* session, wsync_stats_t* stats);
+  /* Prometheus text exposition of this session's metrics (same size protocol as
+   * schedule_report). Returns WSYNC_UNSUPPORTED until the metrics exporter exists. */
+  wsync_status_t (*metrics_text)(wsync_session_t* session, char* buffer, size_t* size);
+  /* The detail of the most recent failure of this session ("" if none); with NULL, of this
+   * thread's most recent failure that had no session (see above). Valid until this thread's next
+   * call into the library. */
+  const char* (*last_error)(wsync_session_t* session);
+
+  /* Releases everything (threads, sockets, transport, registrations, arenas) and frees the
+   * session. */
+  wsync_status_t (*finalize)(wsync_session_t* session);
+} wsync_plugin_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WSYNC_WSYNC_H_ */

@@ -1,0 +1,541 @@
+#include "plugin/session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
+#include "common/status.h"
+#include "executor/schedule.h"
+#include "planner/layout_parts.h"
+#include "planner/manifest_codec.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/policy.h"
+#include "transport/control/client.h"
+#include "transport/control/coordinator.h"
+#include "transport/selector/addresses.pb.h"
+#include "transport/selector/selector.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace wsync {
+namespace {
+
+// Trainer-triggered mode waits this long for the next trigger; every other wait uses the
+// configured deadline.
+constexpr absl::Duration kIdleTriggerWait = absl::Hours(24);
+
+std::string HostName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
+absl::string_view SessionStateName(SessionState state) {
+  switch (state) {
+    case SessionState::kRegistered:
+      return "registered";
+    case SessionState::kConnected:
+      return "connected";
+    case SessionState::kIdle:
+      return "idle";
+    case SessionState::kSyncing:
+      return "syncing";
+    case SessionState::kDirty:
+      return "dirty";
+    case SessionState::kFinalized:
+      return "finalized";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
+  if (config.role != Role::kTrainer && config.role != Role::kRollout) {
+    return absl::InvalidArgumentError("role must be trainer or rollout");
+  }
+  if (config.num_trainers < 1 || config.num_rollouts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a job needs at least one trainer, got ",
+                                                   config.num_trainers, " trainers and ",
+                                                   config.num_rollouts, " rollouts"));
+  }
+  const int32_t of_role = config.role == Role::kTrainer ? config.num_trainers : config.num_rollouts;
+  if (config.rank < 0 || config.rank >= of_role) {
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(config.role), " rank ", config.rank,
+                                                   " is outside [0, ", of_role, ")"));
+  }
+  if (config.job_id.empty()) return absl::InvalidArgumentError("job id is required");
+  if (config.host_coordinator && !(config.role == Role::kTrainer && config.rank == 0)) {
+    return absl::InvalidArgumentError("only trainer rank 0 may host the coordinator");
+  }
+  if (config.coordinator_port <= 0 && !config.host_coordinator) {
+    return absl::InvalidArgumentError("coordinator port is required");
+  }
+  if (config.deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the deadline must be positive");
+  }
+  WSYNC_RETURN_IF_ERROR(MakeReplicaPolicy(config.replica_policy).status());
+  WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
+  if (config.node_id.empty()) config.node_id = HostName();
+  WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(config.secret));
+  auto session = std::unique_ptr<Session>(new Session(std::move(config), std::move(secret)));
+  return session;
+}
+
+Session::Session(SessionConfig config, std::string secret)
+    : config_(std::move(config)), secret_(std::move(secret)) {
+  part_.role = config_.role;
+  part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id});
+}
+
+Session::~Session() { Finalize(); }
+
+absl::Status Session::RequireState(SessionState wanted, absl::string_view call) const {
+  absl::MutexLock lock(&mu_);
+  if (state_ == wanted) return absl::OkStatus();
+  return WithErrorKind(absl::FailedPreconditionError(
+                           absl::StrCat(call, " is not allowed in state ", SessionStateName(state_),
+                                        " (needs ", SessionStateName(wanted), ")")),
+                       kErrorWrongState);
+}
+
+void Session::SetState(SessionState state, std::optional<int64_t> version) {
+  absl::MutexLock lock(&mu_);
+  state_ = state;
+  if (version) version_ = *version;
+}
+
+absl::Status Session::Remember(absl::Status status) const {
+  if (!status.ok()) {
+    absl::MutexLock lock(&mu_);
+    last_error_ = std::string(status.message());
+  }
+  return status;
+}
+
+std::string Session::LastError() const {
+  absl::MutexLock lock(&mu_);
+  return last_error_;
+}
+
+absl::Status Session::RegisterBuffer(uint64_t id, void* address, int64_t bytes, MemoryKind kind,
+                                     int32_t device) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "register_buffer"));
+  if (address == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer ", id, " has no address"));
+  }
+  if (kind != MemoryKind::kHost) {
+    return absl::UnimplementedError(
+        "CUDA buffers need the NCCL transport, which this build does not run yet");
+  }
+  for (const BufferInfo& buffer : part_.buffers) {
+    if (buffer.id == id) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer ", id, " is registered twice"));
+    }
+  }
+  part_.buffers.push_back(BufferInfo{config_.rank, id, bytes, kind});
+  buffer_addresses_.push_back(address);
+  return absl::OkStatus();
+}
+
+absl::Status Session::DeclareParameter(const std::string& name, DType dtype, const Dims& shape) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "declare_parameter"));
+  for (const ParamInfo& param : part_.params) {
+    if (param.name == name) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is declared twice"));
+    }
+  }
+  part_.params.push_back(ParamInfo{name, dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Session::DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
+                                   int64_t offset, const Dims& strides) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "declare_piece"));
+  for (int32_t p = 0; p < static_cast<int32_t>(part_.params.size()); ++p) {
+    if (part_.params[p].name == parameter) {
+      part_.pieces.push_back(Piece{p, config_.rank, buffer, box, offset, strides});
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("piece of undeclared parameter '", parameter, "'"));
+}
+
+absl::Status Session::SetManifest(absl::string_view bytes) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_manifest"));
+  WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(bytes));
+  if (layout.role != config_.role) {
+    return absl::InvalidArgumentError(absl::StrCat("the manifest is a ", RoleName(layout.role),
+                                                   " layout; this process is a ",
+                                                   RoleName(config_.role)));
+  }
+  Layout part = LayoutPart(layout, config_.rank);
+  part.processes = {ProcessInfo{config_.rank, config_.node_id}};
+  part.buffers = part_.buffers;  // Addresses were (or will be) registered separately.
+  part_ = std::move(part);
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetNamedLayout(const std::string& model, const std::string& layout) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_named_layout"));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec spec, GetModel(model));
+  WSYNC_ASSIGN_OR_RETURN(Layout whole, BuildNamedLayout(spec, layout));
+  if (whole.role != config_.role) {
+    return absl::InvalidArgumentError(absl::StrCat("'", layout, "' is a ", RoleName(whole.role),
+                                                   " layout; this process is a ",
+                                                   RoleName(config_.role)));
+  }
+  Layout part = LayoutPart(whole, config_.rank);
+  if (part.processes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", layout, "' has no ", RoleName(config_.role), " rank ", config_.rank));
+  }
+  part.processes = {ProcessInfo{config_.rank, config_.node_id}};
+  part.buffers = part_.buffers;
+  part_ = std::move(part);
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_update_callbacks"));
+  if (config_.role != Role::kRollout) {
+    return absl::InvalidArgumentError("update callbacks are for rollout processes");
+  }
+  before_update_ = std::move(before);
+  after_update_ = std::move(after);
+  trainer_triggered_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Session::PlanJob(const std::vector<Layout>& trainer_parts,
+                              const std::vector<Layout>& rollout_parts) {
+  WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
+  WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(trainers), std::move(rollouts)));
+  job_ = std::make_unique<Job>(std::move(job));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(config_.replica_policy));
+  PlanOptions plan_options;
+  plan_options.process = process_;
+  WSYNC_ASSIGN_OR_RETURN(plan_, MakePlan(*job_, *policy, plan_options));
+  return absl::OkStatus();
+}
+
+absl::Status Session::Connect() {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "connect"));
+  absl::Status status = ConnectOnce();
+  if (!status.ok()) {
+    // Back to a clean REGISTERED session, so that a retry starts from scratch.
+    DropConnection();
+    job_.reset();
+    plan_ = Plan{};
+    endpoints_ = Endpoints{};
+    buffers_.clear();
+  }
+  return status;
+}
+
+void Session::DropConnection() {
+  std::unique_ptr<RoutedTransport> transport;
+  std::unique_ptr<ControlClient> client;
+  std::unique_ptr<Coordinator> coordinator;
+  {
+    absl::MutexLock lock(&handles_mu_);
+    transport = std::move(transport_);
+    client = std::move(client_);
+    coordinator = std::move(coordinator_);
+  }
+  transport.reset();
+  client.reset();
+  if (coordinator != nullptr) coordinator->Stop();
+}
+
+absl::Status Session::ConnectOnce() {
+  const absl::Time deadline = absl::Now() + config_.deadline;
+  for (const BufferInfo& buffer : part_.buffers) {
+    if (buffer.kind != MemoryKind::kHost) return absl::UnimplementedError("CUDA buffers");
+  }
+  if (config_.host_coordinator) {
+    CoordinatorOptions options;
+    options.job_id = config_.job_id;
+    options.secret = secret_;
+    options.num_trainers = config_.num_trainers;
+    options.num_rollouts = config_.num_rollouts;
+    options.address = config_.coordinator_host;
+    options.port = config_.coordinator_port;
+    options.rendezvous_timeout = config_.deadline;
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
+                           Coordinator::Start(std::move(options)));
+    coordinator_port_ = coordinator->port();
+    absl::MutexLock lock(&handles_mu_);
+    coordinator_ = std::move(coordinator);
+  }
+
+  ControlClientOptions control;
+  control.coordinator_host = config_.coordinator_host;
+  control.coordinator_port =
+      config_.host_coordinator ? coordinator_port_ : config_.coordinator_port;
+  control.job_id = config_.job_id;
+  control.role = config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout;
+  control.rank = config_.rank;
+  control.node_id = config_.node_id;
+  control.secret = secret_;
+  control.connect_timeout = config_.deadline;
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
+                         ControlClient::Connect(std::move(control)));
+  process_ = client->process();
+  {
+    absl::MutexLock lock(&handles_mu_);
+    client_ = std::move(client);
+  }
+
+  // One UCX worker per distinct transport choice; peers are routed by path class below.
+  WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(config_.path_transports));
+  const std::vector<TransportChoice> choices = paths.Distinct();
+  std::vector<std::unique_ptr<UcxTransport>> backends;
+  proto::AddressBundle bundle;
+  for (const TransportChoice& choice : choices) {
+    if (choice.backend != "ucx") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("backend '", choice.backend, "' cannot carry a process's weights"));
+    }
+    UcxOptions options;
+    options.process = process_;
+    options.transports = choice.transports;
+    options.net_devices = choice.net_devices;
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(options));
+    bundle.add_addresses(ucx->WorkerAddress());
+    backends.push_back(std::move(ucx));
+  }
+
+  JoinRequest join;
+  join.manifest = SerializeLayout(part_);
+  join.address = bundle.SerializeAsString();
+  WSYNC_ASSIGN_OR_RETURN(Roster roster, client_->Join(join, deadline));
+
+  std::vector<Layout> trainer_parts, rollout_parts;
+  std::vector<proto::AddressBundle> addresses(roster.size());
+  for (int32_t p = 0; p < roster.size(); ++p) {
+    WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
+    (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
+    if (!addresses[p].ParseFromString(roster.processes[p].address) ||
+        addresses[p].addresses_size() != static_cast<int>(choices.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process ", p, " uses another path transport configuration than process ", process_));
+    }
+  }
+  // A layout that cannot be planned fails every process the same way: all see the same parts.
+  WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
+
+  std::vector<int32_t> route(roster.size());
+  std::vector<std::vector<std::string>> peers_of(choices.size(),
+                                                 std::vector<std::string>(roster.size()));
+  for (int32_t p = 0; p < roster.size(); ++p) {
+    const TransportChoice& choice = paths.For(job_->PathClass(process_, p));
+    route[p] =
+        static_cast<int32_t>(std::find(choices.begin(), choices.end(), choice) - choices.begin());
+    peers_of[route[p]][p] = addresses[p].addresses(route[p]);
+  }
+  std::vector<std::unique_ptr<Transport>> routed;
+  for (size_t b = 0; b < backends.size(); ++b) {
+    WSYNC_RETURN_IF_ERROR(backends[b]->ConnectPeers(peers_of[b]));
+    routed.push_back(std::move(backends[b]));
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
+                         RoutedTransport::Create(process_, std::move(routed), route));
+  {
+    absl::MutexLock lock(&handles_mu_);
+    transport_ = std::move(transport);
+  }
+  for (size_t b = 0; b < part_.buffers.size(); ++b) {
+    buffers_[part_.buffers[b].id] = buffer_addresses_[b];
+    WSYNC_RETURN_IF_ERROR(
+        transport_
+            ->RegisterMemory(buffer_addresses_[b], part_.buffers[b].bytes, part_.buffers[b].kind)
+            .status());
+  }
+  for (int32_t p = 0; p < roster.size(); ++p) endpoints_.processes.push_back(p);
+  // The schedule is built now so that a budget or geometry problem shows at connect, not at the
+  // first sync; every process agrees on it before the first byte moves.
+  WSYNC_RETURN_IF_ERROR(
+      WithErrorKind(ScheduleTransfers(*job_, plan_.segments, endpoints_,
+                                      StagingBudget{config_.staging_budget_bytes}, process_)
+                        .status(),
+                    kErrorLayoutRefused));
+  SetState(SessionState::kIdle);
+  if (trainer_triggered_) background_ = std::thread([this] { BackgroundLoop(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Session::ScheduleReport() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == SessionState::kRegistered || state_ == SessionState::kFinalized) {
+      return WithErrorKind(
+          absl::FailedPreconditionError(
+              absl::StrCat("schedule_report is not allowed in state ", SessionStateName(state_))),
+          kErrorWrongState);
+    }
+  }
+  WSYNC_ASSIGN_OR_RETURN(ProcessSchedule s,
+                         ScheduleTransfers(*job_, plan_.segments, endpoints_,
+                                           StagingBudget{config_.staging_budget_bytes}, process_));
+  std::string report = absl::StrFormat(
+      "process %d (%s rank %d): %d segments, %d chunks, %d rounds; sends %d B, receives %d B, "
+      "copies %d B locally; direct %d B, staged %d B; arenas %d B\n",
+      process_, RoleName(config_.role), config_.rank, s.segments, s.chunks, s.rounds, s.sent_bytes,
+      s.received_bytes, s.local_copy_bytes, s.direct_bytes, s.staged_bytes, s.arena_bytes);
+  for (const PeerSchedule& peer : s.peers) {
+    int64_t bytes = 0;
+    for (const ScheduledRound& round : peer.rounds) bytes += round.bytes;
+    absl::StrAppendFormat(&report, "  %s process %d (%s): %d rounds, %d B, arena %d B\n",
+                          peer.direction == Direction::kSend ? "to" : "from", peer.peer,
+                          job_->PathClass(process_, peer.peer), peer.rounds.size(), bytes,
+                          peer.arena_bytes());
+  }
+  absl::StrAppend(&report, "plan digest ", DigestHex(plan_.digest),
+                  "; predicted time: needs calibration\n");
+  return report;
+}
+
+absl::Status Session::RunStep(std::optional<int64_t> own_version) {
+  const absl::Duration wait = own_version ? config_.deadline : kIdleTriggerWait;
+  // (1) The trigger: trainer rank 0's version.
+  const std::string mine = own_version ? absl::StrCat(*own_version) : "";
+  WSYNC_ASSIGN_OR_RETURN(std::string trigger, client_->Broadcast(0, mine, absl::Now() + wait));
+  int64_t version = 0;
+  if (!absl::SimpleAtoi(trigger, &version)) {
+    return absl::DataLossError("trainer rank 0 sent an unreadable version");
+  }
+  absl::Status outcome;
+  if (own_version && *own_version != version) {
+    outcome = WithErrorKind(absl::FailedPreconditionError(
+                                absl::StrCat("ranks disagree on the version: this process syncs ",
+                                             *own_version, ", trainer rank 0 syncs ", version)),
+                            kErrorRanksDisagree);
+  }
+  if (!own_version && before_update_) before_update_(version);
+  SetState(SessionState::kSyncing);
+  // (2) The transfer, after agreeing on digest and budget.
+  ExecuteOptions options;
+  options.sync_id = static_cast<uint64_t>(version);
+  options.plan_digest = plan_.digest;
+  options.deadline = absl::Now() + config_.deadline;
+  options.arenas = &arenas_;
+  absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
+  if (outcome.ok()) {
+    stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
+                             StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
+                             *transport_, *client_, options);
+    outcome = stats.status();
+  }
+  // (3) The commit decision: every process votes; a failure anywhere fails everyone.
+  absl::Status decision =
+      client_->Decide(outcome.ok(), outcome.message(), absl::Now() + config_.deadline);
+  if (outcome.ok()) outcome = decision;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stats.ok()) {
+      last_stats_ = *stats;
+      last_stats_version_ = version;
+    }
+    if (outcome.ok()) {
+      state_ = SessionState::kIdle;
+      version_ = version;
+    } else {
+      state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
+    }
+  }
+  if (!own_version && after_update_) after_update_(version, outcome);
+  return outcome;
+}
+
+absl::Status Session::Sync(int64_t version) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != SessionState::kIdle && state_ != SessionState::kDirty) {
+      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                               "sync is not allowed in state ", SessionStateName(state_))),
+                           kErrorWrongState);
+    }
+    if (trainer_triggered_) {
+      return WithErrorKind(absl::FailedPreconditionError("sync is not allowed in the "
+                                                         "trainer-triggered mode: the background "
+                                                         "thread joins syncs"),
+                           kErrorWrongState);
+    }
+  }
+  return RunStep(version);
+}
+
+absl::Status Session::SyncBegin(int64_t version) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != SessionState::kIdle && state_ != SessionState::kDirty) {
+      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                               "sync_begin is not allowed in state ", SessionStateName(state_))),
+                           kErrorWrongState);
+    }
+  }
+  if (sync_thread_.joinable()) sync_thread_.join();
+  sync_done_ = false;
+  sync_outcome_.reset();
+  SetState(SessionState::kSyncing);
+  sync_thread_ = std::thread([this, version] {
+    absl::Status status = RunStep(version);
+    sync_outcome_ = std::move(status);
+    sync_done_ = true;
+  });
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> Session::SyncTest() {
+  if (!sync_thread_.joinable()) {
+    return WithErrorKind(absl::FailedPreconditionError("sync_test without a sync_begin"),
+                         kErrorWrongState);
+  }
+  if (!sync_done_) return std::nullopt;
+  sync_thread_.join();
+  return *sync_outcome_;
+}
+
+void Session::BackgroundLoop() {
+  // A failed sync leaves this rollout dirty and the loop waits for the next trigger; it ends when
+  // the session is finalized or the job's control connection is gone.
+  while (!finalizing_) {
+    absl::Status status = Remember(RunStep(std::nullopt));
+    if (finalizing_ || absl::IsUnavailable(status)) return;
+  }
+}
+
+void Session::Abort(const absl::Status& reason) {
+  absl::MutexLock lock(&handles_mu_);
+  if (client_ != nullptr) client_->Abort(reason);
+  if (transport_ != nullptr) transport_->Abort(reason);
+}
+
+std::pair<int64_t, SessionState> Session::State() const {
+  absl::MutexLock lock(&mu_);
+  return {version_, state_};
+}
+
+Session::SyncStats Session::LastStats() const {
+  absl::MutexLock lock(&mu_);
+  return SyncStats{last_stats_version_, last_stats_};
+}
+
+void Session::Finalize() {
+  if (finalizing_.exchange(true)) return;
+  const absl::Status reason = absl::AbortedError("the session was finalized");
+  if (background_.joinable() || sync_thread_.joinable()) Abort(reason);
+  if (background_.joinable()) background_.join();
+  if (sync_thread_.joinable()) sync_thread_.join();
+  DropConnection();
+  SetState(SessionState::kFinalized);
+}
+
+}  // namespace wsync

@@ -1,0 +1,166 @@
+#ifndef WSYNC_PLUGIN_SESSION_H_
+#define WSYNC_PLUGIN_SESSION_H_
+
+// The session of one process of a job: the state machine behind the C ABI (include/wsync/wsync.h
+// states the states and what each call may do). It owns the control-plane client, the transport,
+// the job, the plan, the staging arenas and, in the trainer-triggered mode, the background thread.
+//
+// One sync, on every process: (1) trainer rank 0 broadcasts the version (the trigger), every
+// process checks it against its own when it called Sync itself; (2) ExecuteTransfers, which first
+// agrees on the plan digest and budget; (3) every process votes in the commit decision. A rollout
+// becomes consistent at the version only when every process voted ok; otherwise it is dirty.
+//
+// Errors: wrong-state calls are FailedPrecondition with the error kind kErrorWrongState; layouts
+// that cannot be merged, validated, planned or scheduled at Connect carry kErrorLayoutRefused;
+// processes that disagree (plan digest, budget, version, a rejection) carry kErrorRanksDisagree
+// (see WithErrorKind in common/status.h). Other errors keep their codes: DeadlineExceeded,
+// Unavailable (a peer or the coordinator lost), Aborted, Unauthenticated, Unimplemented.
+//
+// Thread safety: calls are serialized by the caller, except Abort, LastError, State and Stats,
+// which any thread may call.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "executor/execute.h"
+#include "planner/layout.h"
+#include "planner/plan.h"
+#include "transport/control/auth.h"
+
+namespace wsync {
+
+class ControlClient;
+class Coordinator;
+class RoutedTransport;
+
+struct SessionConfig {
+  Role role = Role::kTrainer;
+  int32_t rank = 0;
+  int32_t num_trainers = 0;
+  int32_t num_rollouts = 0;
+  std::string job_id;
+  std::string coordinator_host = "127.0.0.1";
+  int32_t coordinator_port = 0;
+  bool host_coordinator = false;  // Trainer rank 0 runs the coordinator in-process.
+  SecretSource secret = SecretSource::Environment("WSYNC_SECRET");
+  std::string node_id;  // Empty: the host name.
+  double staging_budget_bytes = static_cast<double>(kDefaultStagingBudgetBytes);
+  absl::Duration deadline = absl::Seconds(60);
+  std::string replica_policy = "local_first_least_loaded";
+  std::string path_transports;  // ParsePathTransports syntax; empty: UCX defaults.
+};
+
+enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };
+absl::string_view SessionStateName(SessionState state);
+
+class Session {
+ public:
+  // Validates the configuration and loads the secret. Starts nothing.
+  static absl::StatusOr<std::unique_ptr<Session>> Create(SessionConfig config);
+  // Finalize()s.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Layout of this process; REGISTERED only.
+  absl::Status RegisterBuffer(uint64_t id, void* address, int64_t bytes, MemoryKind kind,
+                              int32_t device);
+  absl::Status DeclareParameter(const std::string& name, DType dtype, const Dims& shape);
+  absl::Status DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
+                            int64_t offset, const Dims& strides);
+  absl::Status SetManifest(absl::string_view bytes);
+  absl::Status SetNamedLayout(const std::string& model, const std::string& layout);
+  using BeforeUpdate = std::function<void(int64_t version)>;
+  using AfterUpdate = std::function<void(int64_t version, const absl::Status& status)>;
+  absl::Status SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after);
+
+  // The layout part declared so far (after SetNamedLayout: that layout's part of this rank).
+  const Layout& part() const { return part_; }
+  // Host coordinator only: the port it listens on (after Connect started it).
+  int32_t coordinator_port() const { return coordinator_port_; }
+
+  absl::Status Connect();
+  absl::StatusOr<std::string> ScheduleReport() const;
+
+  absl::Status Sync(int64_t version);
+  absl::Status SyncBegin(int64_t version);
+  // nullopt while the sync started by SyncBegin runs; then its outcome (once).
+  std::optional<absl::Status> SyncTest();
+
+  void Abort(const absl::Status& reason);
+  std::pair<int64_t, SessionState> State() const;
+  // What the last successful transfer of this process did, and its version (-1 before any).
+  struct SyncStats {
+    int64_t version = -1;
+    TransferStats stats;
+  };
+  SyncStats LastStats() const;
+  std::string LastError() const;
+  // Records the message of `status` as the session's last error when it is not OK; returns it.
+  absl::Status Remember(absl::Status status) const;
+
+  // Ends the session: stops the background thread, closes the control client and the transport,
+  // releases registrations and arenas. Idempotent.
+  void Finalize();
+
+ private:
+  explicit Session(SessionConfig config, std::string secret);
+  absl::Status RequireState(SessionState wanted, absl::string_view call) const;
+  absl::Status ConnectOnce();
+  // Stops and releases the coordinator, the control client and the transport.
+  void DropConnection();
+  absl::Status RunStep(std::optional<int64_t> own_version);  // One sync; see the class comment.
+  // Merges the parts into the job and plans this process's segments.
+  absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
+                       const std::vector<Layout>& rollout_parts);
+  void BackgroundLoop();
+  void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
+
+  SessionConfig config_;
+  std::string secret_;
+  Layout part_;
+  std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.
+
+  // Set by Connect and released by DropConnection, both under handles_mu_ on the caller's thread
+  // (or in Finalize once the sync threads ended); Abort reads them under handles_mu_ from any
+  // thread. The sync path uses them without the lock: only those two functions change them.
+  absl::Mutex handles_mu_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<RoutedTransport> transport_;
+  int32_t coordinator_port_ = 0;
+  std::unique_ptr<Job> job_;
+  Plan plan_;
+  int32_t process_ = -1;
+  Endpoints endpoints_;
+  LocalBuffers buffers_;
+  ArenaCache arenas_;
+  BeforeUpdate before_update_;
+  AfterUpdate after_update_;
+  bool trainer_triggered_ = false;  // set_update_callbacks was called: the background thread runs.
+  std::thread background_;
+  std::thread sync_thread_;
+  std::optional<absl::Status> sync_outcome_;  // Set by the SyncBegin thread when it ends.
+  std::atomic<bool> sync_done_{false};
+  std::atomic<bool> finalizing_{false};
+
+  mutable absl::Mutex mu_;
+  SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kRegistered;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
+  TransferStats last_stats_ ABSL_GUARDED_BY(mu_);
+  int64_t last_stats_version_ ABSL_GUARDED_BY(mu_) = -1;
+  mutable std::string last_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLUGIN_SESSION_H_

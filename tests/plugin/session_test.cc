@@ -1,0 +1,224 @@
+// The session behind the C ABI, driven from C++ with every process as a thread: both sync modes
+// (engine RPC and trainer-triggered), wrong-state calls and error kinds.
+
+#include "plugin/session.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/layout_parts.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "tests/testing/reference.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A port nothing listens on right now (bound and released; fine for a test on loopback).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// One process of a qwen2.5-tiny megatron(tp=2) -> vllm(tp=2) job: its session and its memory.
+struct Process {
+  std::unique_ptr<Session> session;
+  Layout part;
+  std::unique_ptr<test::HostBuffers> memory;
+};
+
+Process MakeProcess(Role role, int32_t rank, int port, const std::string& job) {
+  SessionConfig config;
+  config.role = role;
+  config.rank = rank;
+  config.num_trainers = 2;
+  config.num_rollouts = 2;
+  config.job_id = job;
+  config.coordinator_port = port;
+  config.host_coordinator = role == Role::kTrainer && rank == 0;
+  config.secret = SecretSource::Environment("WSYNC_SESSION_TEST_SECRET");
+  config.node_id = "local";
+  config.deadline = absl::Seconds(20);
+  config.path_transports = "*=ucx:sm,cma,self";
+  Process process;
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(config);
+  EXPECT_TRUE(session.ok()) << session.status();
+  process.session = *std::move(session);
+  const ModelSpec model = *GetModel("qwen2.5-tiny");
+  const Layout whole =
+      *BuildNamedLayout(model, role == Role::kTrainer ? "megatron(tp=2)" : "vllm(tp=2)");
+  process.part = LayoutPart(whole, rank);
+  process.memory = std::make_unique<test::HostBuffers>(process.part, test::kPoison);
+  for (const BufferInfo& buffer : process.part.buffers) {
+    EXPECT_TRUE(process.session
+                    ->RegisterBuffer(buffer.id, process.memory->data({rank, buffer.id}),
+                                     buffer.bytes, MemoryKind::kHost, 0)
+                    .ok());
+  }
+  for (const ParamInfo& param : process.part.params) {
+    EXPECT_TRUE(process.session->DeclareParameter(param.name, param.dtype, param.shape).ok());
+  }
+  for (const Piece& piece : process.part.pieces) {
+    EXPECT_TRUE(process.session
+                    ->DeclarePiece(process.part.params[piece.param].name, piece.buffer, piece.box,
+                                   piece.offset, piece.strides)
+                    .ok());
+  }
+  return process;
+}
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("WSYNC_SESSION_TEST_SECRET", "session-test-secret-0123", 1); }
+};
+
+TEST_F(SessionTest, EngineRpcModeSyncsThreeVersionsExactly) {
+  const int port = FreePort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "rpc"));
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "rpc"));
+  std::vector<absl::Status> results(4);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 4; ++p) {
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      results[p] = me.session->Connect();
+      for (int64_t v = 1; v <= 3 && results[p].ok(); ++v) {
+        if (p < 2) results[p] = test::FillLogical(me.part, v, me.memory.get());
+        if (results[p].ok()) results[p] = me.session->Sync(v);
+        if (results[p].ok() && p >= 2) results[p] = test::CheckLogical(me.part, *me.memory, v);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+    const auto [version, state] = processes[p].session->State();
+    EXPECT_EQ(version, 3);
+    EXPECT_EQ(state, SessionState::kIdle);
+  }
+  EXPECT_GT(processes[2].session->LastStats().stats.received_bytes, 0);
+  absl::StatusOr<std::string> report = processes[2].session->ScheduleReport();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(*report, HasSubstr("process 2 (rollout rank 0)"));
+}
+
+TEST_F(SessionTest, TrainerTriggeredModeCallsTheCallbacksAroundEverySync) {
+  const int port = FreePort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "bg"));
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "bg"));
+  absl::Mutex mu;
+  std::vector<std::string> events;
+  for (int p = 2; p < 4; ++p) {
+    Process* me = &processes[p];
+    ASSERT_TRUE(me->session
+                    ->SetUpdateCallbacks(
+                        [&, p](int64_t v) {
+                          absl::MutexLock lock(&mu);
+                          events.push_back(absl::StrCat(p, " before ", v));
+                        },
+                        [&, p, me](int64_t v, const absl::Status& status) {
+                          absl::Status checked =
+                              status.ok() ? test::CheckLogical(me->part, *me->memory, v) : status;
+                          absl::MutexLock lock(&mu);
+                          events.push_back(absl::StrCat(p, " after ", v, " ", checked.ToString()));
+                        })
+                    .ok());
+  }
+  std::vector<absl::Status> results(4);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 4; ++p) {
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      results[p] = me.session->Connect();
+      if (p >= 2) return;  // Rollouts: the background thread joins every sync.
+      for (int64_t v = 1; v <= 3 && results[p].ok(); ++v) {
+        results[p] = test::FillLogical(me.part, v, me.memory.get());
+        if (results[p].ok()) results[p] = me.session->Sync(v);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < 4; ++p) EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+  // Every sync committed on the trainers; wait (bounded) for the rollouts' after_update calls.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    {
+      absl::MutexLock lock(&mu);
+      if (events.size() >= 12) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::MutexLock lock(&mu);
+  for (int p = 2; p < 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      EXPECT_THAT(events, ::testing::Contains(absl::StrCat(p, " before ", v)));
+      EXPECT_THAT(events, ::testing::Contains(absl::StrCat(p, " after ", v, " OK")));
+    }
+  }
+  EXPECT_EQ(processes[2].session->State().first, 3);
+  EXPECT_EQ(processes[2].session->Sync(4).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SessionTest, WrongStateCallsAreRefusedWithTheirKind) {
+  Process trainer = MakeProcess(Role::kTrainer, 1, 1, "state");
+  absl::Status status = trainer.session->Sync(1);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not allowed in state registered"));
+  EXPECT_EQ(ErrorKind(status), std::string(kErrorWrongState));
+  EXPECT_FALSE(trainer.session->ScheduleReport().ok());
+  EXPECT_THAT(std::string(trainer.session->DeclareParameter("x", DType::kFloat32, {2}).message()),
+              ::testing::IsEmpty());
+  EXPECT_THAT(std::string(trainer.session->DeclareParameter("x", DType::kFloat32, {2}).message()),
+              HasSubstr("declared twice"));
+  trainer.session->Finalize();
+  EXPECT_EQ(trainer.session->State().second, SessionState::kFinalized);
+  EXPECT_EQ(ErrorKind(trainer.session->Connect()), std::string(kErrorWrongState));
+}
+
+TEST_F(SessionTest, CreateRefusesBadConfigurations) {
+  SessionConfig config;
+  config.num_trainers = 1;
+  config.job_id = "j";
+  config.coordinator_port = 1;
+  config.secret = SecretSource::Environment("WSYNC_SESSION_TEST_SECRET");
+  SessionConfig bad = config;
+  bad.rank = 1;
+  EXPECT_THAT(std::string(Session::Create(bad).status().message()),
+              HasSubstr("trainer rank 1 is outside [0, 1)"));
+  bad = config;
+  bad.job_id = "";
+  EXPECT_THAT(std::string(Session::Create(bad).status().message()), HasSubstr("job id"));
+  bad = config;
+  bad.role = Role::kRollout;
+  bad.host_coordinator = true;
+  bad.num_rollouts = 1;
+  EXPECT_THAT(std::string(Session::Create(bad).status().message()),
+              HasSubstr("only trainer rank 0 may host"));
+  bad = config;
+  bad.secret = SecretSource::Environment("WSYNC_SESSION_TEST_NO_SUCH_VARIABLE");
+  EXPECT_EQ(Session::Create(bad).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Session::Create(config).ok());
+}
+
+}  // namespace
+}  // namespace wsync
