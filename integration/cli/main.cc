@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "integration/cli/bench_command.h"
+#include "integration/cli/calibrate_command.h"
 #include "integration/cli/coordinator_command.h"
 #include "integration/cli/demo_command.h"
 #include "integration/cli/plan_command.h"
@@ -22,12 +23,14 @@ std::string Usage() {
       "\n"
       "commands:\n"
       "  plan   plan the resharding between two named layouts of a model and print it\n"
-      "  bench  run a benchmark (executor)\n"
+      "  bench  run a benchmark (executor, sync)\n"
+      "  calibrate  write or show a calibration file\n"
       "  coordinator  run a job's coordinator\n"
       "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"
       "  help   print this message\n"
       "\n",
-      PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage());
+      PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage(), "\n",
+      CalibrateUsage());
 }
 
 bool IsHelp(absl::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
@@ -46,6 +49,7 @@ int Main(int argc, char** argv) {
   if (command == "bench") return BenchMain(argc - 1, argv + 1);
   if (command == "coordinator") return CoordinatorMain(argc - 1, argv + 1);
   if (command == "demo") return DemoMain(argc - 1, argv + 1);
+  if (command == "calibrate") return CalibrateMain(argc - 1, argv + 1);
   absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", command, Usage());
   return 2;
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -26,8 +27,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "calibration/link_model/link_model.h"
 #include "common/hash.h"
 #include "common/status.h"
+#include "executor/schedule.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
 #include "planner/layout.h"
@@ -44,6 +47,8 @@ ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
 ABSL_FLAG(std::string, policy, "local_first_least_loaded",
           "Replica policy: first_holder or local_first_least_loaded.");
 ABSL_FLAG(int64_t, segments, 10, "Number of segments to list.");
+ABSL_FLAG(std::string, calibration, "",
+          "A calibration file (wsync calibrate --out); prices the plan's traffic with it.");
 
 namespace wsync::cli {
 namespace {
@@ -351,6 +356,43 @@ bool IsHelpArg(absl::string_view arg) { return arg == "--help" || arg == "-h" ||
 
 }  // namespace
 
+// Prices the planned traffic with a calibration: the busiest resource over its capacity plus the
+// per-round latency. With --process P the traffic is P's pairs and the rounds P's schedule;
+// otherwise every pair, with each pair's segment count standing in for its messages.
+absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,
+                             const Plan& plan, const Traffic& traffic) {
+  std::ifstream file(request.calibration, std::ios::binary);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("cannot read calibration ", request.calibration));
+  }
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(calibration));
+  wsync::Traffic priced;
+  for (const auto& [key, totals] : traffic.pairs) {
+    priced.pairs.push_back(wsync::PairTraffic{key.first, key.second,
+                                              std::string(job.PathClass(key.first, key.second)),
+                                              totals.bytes, totals.segments});
+    priced.rounds = std::max(priced.rounds, totals.segments);
+  }
+  if (request.process.has_value()) {
+    Endpoints endpoints;
+    for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+    WSYNC_ASSIGN_OR_RETURN(
+        const ProcessSchedule schedule,
+        ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{}, *request.process));
+    priced.rounds = schedule.rounds;
+  }
+  WSYNC_ASSIGN_OR_RETURN(const Prediction prediction, Predict(fits, priced));
+  absl::FPrintF(out,
+                "\npredicted (calibration %s, %s): %.4f s = transfer %.4f s + latency %.6f s "
+                "(%d rounds)\n  binding resource: %s\n",
+                request.calibration, calibration.transport(), prediction.seconds,
+                prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
+                prediction.binding);
+  return absl::OkStatus();
+}
+
 absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(request));
   const Job& job = *run.job;
@@ -363,6 +405,9 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
     PrintPairSummary(out, job, traffic);
   }
   PrintPaths(out, traffic);
+  if (!request.calibration.empty()) {
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic));
+  }
   PrintCost(out, run);
   return absl::OkStatus();
 }
@@ -371,6 +416,7 @@ std::string PlanUsage() {
   return absl::StrCat(
       "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P]\n"
       "                  [--policy first_holder|local_first_least_loaded] [--segments N]\n"
+      "                  [--calibration FILE]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -382,6 +428,8 @@ std::string PlanUsage() {
       "              0..S-1, rollout ranks S..S+T-1 (default: all processes)\n"
       "  --policy    replica policy (default: local_first_least_loaded)\n"
       "  --segments  how many segments to list (default: 10)\n"
+      "  --calibration  price the traffic with a calibration file (wsync calibrate) and name\n"
+      "              the binding resource\n"
       "\n"
       "example:\n"
       "  wsync plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' "
@@ -407,6 +455,7 @@ int PlanMain(int argc, char** argv) {
   request.process = absl::GetFlag(FLAGS_process);
   request.policy = absl::GetFlag(FLAGS_policy);
   request.segments_to_show = absl::GetFlag(FLAGS_segments);
+  request.calibration = absl::GetFlag(FLAGS_calibration);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;

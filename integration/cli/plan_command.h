@@ -23,6 +23,8 @@ struct PlanRequest {
   std::optional<int32_t> process;
   std::string policy = "local_first_least_loaded";  // A name MakeReplicaPolicy accepts.
   int64_t segments_to_show = 10;                    // How many segments to list (>= 0).
+  // A saved calibration (wsync calibrate --out); when set, the plan's traffic is priced with it.
+  std::string calibration;
 };
 
 // Runs the request and writes the report to `out`. Returns the first error of building, validating

@@ -1,0 +1,246 @@
+#include "calibration/link_model/link_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+
+namespace wsync {
+namespace {
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Points of one key, collected while reading samples.
+using Points = std::vector<std::pair<int64_t, double>>;
+
+template <typename Key>
+absl::Status FitAll(const std::map<Key, Points>& points, std::map<Key, LinkFit>* out,
+                    absl::string_view what) {
+  for (const auto& [key, list] : points) {
+    absl::StatusOr<LinkFit> fit = FitLine(list);
+    if (!fit.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", fit.status().message()));
+    }
+    (*out)[key] = *fit;
+  }
+  return absl::OkStatus();
+}
+
+// "20us" -> 2e-5 seconds; "25GB/s" -> 2.5e10 bytes per second.
+absl::StatusOr<double> ParseQuantity(
+    absl::string_view text, const std::vector<std::pair<absl::string_view, double>>& units) {
+  text = absl::StripAsciiWhitespace(text);
+  for (const auto& [suffix, scale] : units) {
+    absl::string_view number = text;
+    if (!absl::ConsumeSuffix(&number, suffix)) continue;
+    double value = 0;
+    if (absl::SimpleAtod(number, &value) && value >= 0 && std::isfinite(value)) {
+      return value * scale;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("cannot read '", text, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& points) {
+  std::map<int64_t, std::vector<double>> by_size;
+  for (const auto& [bytes, seconds] : points) by_size[bytes].push_back(seconds);
+  if (by_size.empty()) return absl::InvalidArgumentError("no samples");
+  std::vector<double> x, y;
+  for (const auto& [bytes, seconds] : by_size) {
+    x.push_back(static_cast<double>(bytes));
+    y.push_back(Median(seconds));
+  }
+  LinkFit fit;
+  fit.sizes = static_cast<int32_t>(x.size());
+  double slope = 0;
+  if (x.size() == 1) {
+    slope = y[0] / x[0];  // Through the origin: no latency can be told apart.
+  } else {
+    // Weighted least squares with weights 1 / y^2: minimises relative error, so that the small
+    // sizes fix the latency and the large ones the bandwidth, instead of the largest sizes
+    // drowning the latency in their noise.
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double w = 1.0 / std::max(y[i] * y[i], 1e-30);
+      sw += w;
+      sx += w * x[i];
+      sy += w * y[i];
+      sxx += w * x[i] * x[i];
+      sxy += w * x[i] * y[i];
+    }
+    slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+    fit.alpha_seconds = std::max(0.0, (sy - slope * sx) / sw);
+  }
+  if (!(slope > 0) || !std::isfinite(slope)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("time does not grow with size (slope ", slope, " s/B)"));
+  }
+  fit.bytes_per_second = 1.0 / slope;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double predicted = fit.Seconds(x[i]);
+    fit.max_relative_error =
+        std::max(fit.max_relative_error, std::abs(predicted - y[i]) / std::max(y[i], 1e-12));
+  }
+  return fit;
+}
+
+absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
+  if (calibration.schema_version() != kCalibrationSchemaVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration schema version ", calibration.schema_version(),
+        " is not supported (this build reads ", kCalibrationSchemaVersion, "); calibrate again"));
+  }
+  std::map<std::string, Points> by_path;
+  std::map<std::pair<int32_t, int32_t>, Points> by_pair, both_ways;
+  std::map<FanKey, Points> fans, aggregate;
+  std::map<std::pair<std::string, std::string>, Points> relay;
+  for (int i = 0; i < calibration.samples_size(); ++i) {
+    const proto::CalibrationSample& s = calibration.samples(i);
+    if (s.seconds_size() == 0 || s.bytes() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration sample ", i, " (", s.pattern(), ") has no timing or size"));
+    }
+    for (double seconds : s.seconds()) {
+      const std::pair<int64_t, double> point{s.bytes(), seconds};
+      if (s.pattern() == "peer" || s.pattern() == "local") {
+        by_path[s.path()].push_back(point);
+        if (s.pattern() == "peer" && s.from() >= 0 && s.to() >= 0) {
+          by_pair[{s.from(), s.to()}].push_back(point);
+        }
+      } else if (s.pattern() == "both_ways") {
+        both_ways[{std::min(s.from(), s.to()), std::max(s.from(), s.to())}].push_back(point);
+      } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
+        std::vector<int32_t> peers(s.peers().begin(), s.peers().end());
+        std::sort(peers.begin(), peers.end());
+        const FanKey key{s.pattern(), s.from(), peers};
+        fans[key].push_back(point);
+        aggregate[key].push_back({s.bytes() * std::max<int64_t>(1, s.peers_size()), seconds});
+      } else if (s.pattern() == "relay") {
+        relay[{s.path(), s.send_path()}].push_back(point);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(), "'"));
+      }
+    }
+  }
+  LinkFits fits;
+  WSYNC_RETURN_IF_ERROR(FitAll(by_path, &fits.by_path, "path fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(by_pair, &fits.by_pair, "pair fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(both_ways, &fits.both_ways, "both-ways fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(fans, &fits.fans, "fan fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(aggregate, &fits.fan_aggregate, "fan aggregate fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(relay, &fits.relay, "relay fit"));
+  return fits;
+}
+
+std::string SerializeCalibration(const proto::Calibration& calibration) {
+  return calibration.SerializeAsString();
+}
+
+absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes) {
+  proto::Calibration calibration;
+  if (!calibration.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError("the bytes are not a wsync calibration");
+  }
+  if (calibration.schema_version() != kCalibrationSchemaVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration schema version ", calibration.schema_version(),
+        " is not supported (this build reads ", kCalibrationSchemaVersion, "); calibrate again"));
+  }
+  return calibration;
+}
+
+absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) {
+  proto::Calibration calibration;
+  calibration.set_schema_version(kCalibrationSchemaVersion);
+  calibration.set_transport("synthetic");
+  calibration.set_processes(2);
+  for (absl::string_view entry : absl::StrSplit(spec, ';', absl::SkipWhitespace())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(entry, absl::ByAnyChar("=,"));
+    if (parts.size() != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("link entry '", entry, "' is not <path>=<alpha>,<bandwidth>"));
+    }
+    WSYNC_ASSIGN_OR_RETURN(const double alpha,
+                           ParseQuantity(parts[1], {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}}));
+    WSYNC_ASSIGN_OR_RETURN(const double bandwidth,
+                           ParseQuantity(parts[2], {{"GB/s", 1e9}, {"MB/s", 1e6}}));
+    if (bandwidth <= 0) return absl::InvalidArgumentError("bandwidth must be positive");
+    const std::string path(absl::StripAsciiWhitespace(parts[0]));
+    for (int64_t bytes : {int64_t{1} << 20, int64_t{1} << 28}) {
+      proto::CalibrationSample* sample = calibration.add_samples();
+      sample->set_pattern(path == "local" ? "local" : "peer");
+      sample->set_from(-1);  // Stated for the path class, not measured on a pair.
+      sample->set_to(-1);
+      sample->set_path(path);
+      sample->set_bytes(bytes);
+      sample->add_seconds(alpha + static_cast<double>(bytes) / bandwidth);
+    }
+  }
+  if (calibration.samples_size() == 0) return absl::InvalidArgumentError("no links given");
+  return calibration;
+}
+
+absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic) {
+  std::map<int32_t, int64_t> egress_bytes, ingress_bytes;
+  std::map<int32_t, double> egress_capacity, ingress_capacity;
+  Prediction prediction;
+  double max_alpha = 0;
+  auto consider = [&](double seconds, std::string resource) {
+    if (seconds > prediction.transfer_seconds) {
+      prediction.transfer_seconds = seconds;
+      prediction.binding = std::move(resource);
+    }
+  };
+  for (const PairTraffic& pair : traffic.pairs) {
+    if (pair.bytes == 0) continue;
+    const LinkFit* fit = nullptr;
+    if (auto it = fits.by_pair.find({pair.from, pair.to}); it != fits.by_pair.end()) {
+      fit = &it->second;
+    } else if (auto path = fits.by_path.find(pair.path); path != fits.by_path.end()) {
+      fit = &path->second;
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat("the calibration has no fit for path '",
+                                                        pair.path, "' (process ", pair.from, " to ",
+                                                        pair.to, ")"));
+    }
+    max_alpha = std::max(max_alpha, fit->alpha_seconds);
+    consider(pair.bytes / fit->bytes_per_second,
+             absl::StrCat("link ", pair.from, "->", pair.to, " (", pair.path, ")"));
+    egress_bytes[pair.from] += pair.bytes;
+    ingress_bytes[pair.to] += pair.bytes;
+    egress_capacity[pair.from] = std::max(egress_capacity[pair.from], fit->bytes_per_second);
+    ingress_capacity[pair.to] = std::max(ingress_capacity[pair.to], fit->bytes_per_second);
+  }
+  // Measured fans replace the best-link guess of a root's aggregate rate.
+  std::map<std::pair<std::string, int32_t>, double> fan_rates;
+  for (const auto& [key, fit] : fits.fan_aggregate) {
+    const auto rate_key = std::make_pair(std::get<0>(key), std::get<1>(key));
+    fan_rates[rate_key] = std::max(fan_rates[rate_key], fit.bytes_per_second);
+  }
+  for (const auto& [process, bytes] : egress_bytes) {
+    auto it = fan_rates.find({"fan_out", process});
+    const double capacity = it != fan_rates.end() ? it->second : egress_capacity[process];
+    consider(bytes / capacity, absl::StrCat("egress of process ", process));
+  }
+  for (const auto& [process, bytes] : ingress_bytes) {
+    auto it = fan_rates.find({"fan_in", process});
+    const double capacity = it != fan_rates.end() ? it->second : ingress_capacity[process];
+    consider(bytes / capacity, absl::StrCat("ingress of process ", process));
+  }
+  prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
+  prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
+  return prediction;
+}
+
+}  // namespace wsync

@@ -1,0 +1,93 @@
+#ifndef WSYNC_CALIBRATION_LINK_MODEL_LINK_MODEL_H_
+#define WSYNC_CALIBRATION_LINK_MODEL_LINK_MODEL_H_
+
+// Link fits and the cost model. Pure: no I/O, threads or transport; deterministic.
+//
+// A fit is `seconds = alpha + bytes / bandwidth`, least squares over the per-size medians of the
+// raw samples weighted to minimise relative error, with the largest relative error of the fit at
+// those sizes. The cost model prices a
+// traffic matrix as its busiest resource (a sender's egress, a receiver's ingress, a pair's link)
+// over that resource's calibrated capacity, plus the per-round latency of the slowest path used.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "calibration/link_model/calibration.pb.h"
+
+namespace wsync {
+
+inline constexpr uint32_t kCalibrationSchemaVersion = 1;
+
+struct LinkFit {
+  double alpha_seconds = 0;
+  double bytes_per_second = 0;
+  double max_relative_error = 0;  // Over the sizes fitted.
+  int32_t sizes = 0;              // Distinct sizes fitted.
+
+  double Seconds(double bytes) const { return alpha_seconds + bytes / bytes_per_second; }
+};
+
+// A fan: pattern ("fan_out" or "fan_in"), root, and its peers in ascending order.
+using FanKey = std::tuple<std::string, int32_t, std::vector<int32_t>>;
+
+struct LinkFits {
+  std::map<std::string, LinkFit> by_path;  // "peer" and "local" samples by path class.
+  std::map<std::pair<int32_t, int32_t>, LinkFit> by_pair;    // "peer", per ordered pair.
+  std::map<std::pair<int32_t, int32_t>, LinkFit> both_ways;  // Per pair, from < to.
+  std::map<FanKey, LinkFit> fans;           // Per message: the fan's time against message bytes.
+  std::map<FanKey, LinkFit> fan_aggregate;  // The root's rate: time against all the fan's bytes.
+  std::map<std::pair<std::string, std::string>, LinkFit> relay;  // (receive path, send path).
+};
+
+// Fits everything the calibration has samples for. InvalidArgument for a calibration of another
+// schema, a sample without timings, or a line that does not fit (bandwidth <= 0, fewer than two
+// sizes: a single size gives bandwidth from the origin and alpha 0).
+absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
+
+// Least squares of seconds against bytes over the medians per size of (bytes, seconds) points.
+absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& points);
+
+std::string SerializeCalibration(const proto::Calibration& calibration);
+// Refuses bytes that do not parse and calibrations of another schema version, naming both.
+absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes);
+
+// A calibration made from stated link constants rather than measurement, for projections and
+// tests: "intra_node=5us,200GB/s;inter_node=20us,25GB/s" (alpha in s, ms or us; bandwidth in
+// GB/s or MB/s, 1e9 and 1e6 bytes). Each class gets peer samples at two sizes between a
+// representative pair of processes ("local" between a process and itself).
+absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec);
+
+// The bytes and messages one ordered pair moves in a sync.
+struct PairTraffic {
+  int32_t from = 0;
+  int32_t to = 0;
+  std::string path;
+  int64_t bytes = 0;
+  int64_t messages = 0;
+};
+
+struct Traffic {
+  std::vector<PairTraffic> pairs;
+  int64_t rounds = 0;  // Rounds of the busiest process.
+};
+
+struct Prediction {
+  double seconds = 0;
+  double transfer_seconds = 0;  // The busiest resource's bytes over its capacity.
+  double latency_seconds = 0;   // rounds x the largest alpha of the paths used.
+  std::string binding;          // The busiest resource, e.g. "ingress of process 3".
+};
+
+// Capacities: a pair's link from its pair fit, else its path's; a process's egress (ingress) from
+// its fan_out (fan_in) aggregate fits when it has any (the best measured), else the best link it
+// uses. FailedPrecondition naming the path when a pair's path has no fit.
+absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
+
+}  // namespace wsync
+
+#endif  // WSYNC_CALIBRATION_LINK_MODEL_LINK_MODEL_H_

@@ -1,0 +1,132 @@
+#include "calibration/link_model/link_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Adds samples of `pattern` whose seconds follow alpha + bytes / bandwidth with +-2% noise,
+// 3 repeats at 6 sizes from 64 KiB to 256 MiB.
+void AddSamples(proto::Calibration& c, std::mt19937_64& rng, const std::string& pattern,
+                int32_t from, int32_t to, const std::string& path, double alpha, double bandwidth,
+                std::vector<int32_t> peers = {}) {
+  std::uniform_real_distribution<double> noise(0.98, 1.02);
+  for (int64_t bytes = int64_t{1} << 16; bytes <= int64_t{1} << 28; bytes <<= 2) {
+    proto::CalibrationSample* s = c.add_samples();
+    s->set_pattern(pattern);
+    s->set_from(from);
+    s->set_to(to);
+    s->set_path(path);
+    s->set_bytes(bytes);
+    for (int32_t p : peers) s->add_peers(p);
+    const double width = peers.empty() ? 1.0 : static_cast<double>(peers.size());
+    for (int r = 0; r < 3; ++r) {
+      s->add_seconds((alpha + width * static_cast<double>(bytes) / bandwidth) * noise(rng));
+    }
+  }
+}
+
+proto::Calibration Known() {
+  std::mt19937_64 rng(7);
+  proto::Calibration c;
+  c.set_schema_version(kCalibrationSchemaVersion);
+  c.set_processes(4);
+  AddSamples(c, rng, "local", 0, 0, "local", 2e-6, 50e9);
+  AddSamples(c, rng, "peer", 0, 1, "intra_node", 10e-6, 20e9);
+  AddSamples(c, rng, "peer", 1, 0, "intra_node", 10e-6, 18e9);
+  AddSamples(c, rng, "peer", 0, 2, "inter_node", 30e-6, 5e9);
+  // Three senders into process 3 deliver 9 GB/s in all (3 GB/s each), not 3 x 5 GB/s.
+  AddSamples(c, rng, "fan_in", 3, 3, "inter_node", 40e-6, 9e9, {0, 1, 2});
+  AddSamples(c, rng, "both_ways", 0, 1, "intra_node", 12e-6, 15e9);
+  return c;
+}
+
+void ExpectNear(const LinkFit& fit, double alpha, double bandwidth) {
+  EXPECT_NEAR(fit.bytes_per_second / bandwidth, 1.0, 0.03);
+  EXPECT_NEAR(fit.alpha_seconds, alpha, alpha * 0.5 + 2e-6);
+  EXPECT_LT(fit.max_relative_error, 0.1);
+  EXPECT_EQ(fit.sizes, 7);
+}
+
+TEST(LinkModelTest, FitsRecoverKnownLinkCosts) {
+  absl::StatusOr<LinkFits> fits = FitLinks(Known());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->by_path.at("local"), 2e-6, 50e9);
+  ExpectNear(fits->by_path.at("inter_node"), 30e-6, 5e9);
+  ExpectNear(fits->by_pair.at({0, 1}), 10e-6, 20e9);
+  ExpectNear(fits->by_pair.at({1, 0}), 10e-6, 18e9);  // Direction matters.
+  ExpectNear(fits->both_ways.at({0, 1}), 12e-6, 15e9);
+  const FanKey fan{"fan_in", 3, {0, 1, 2}};
+  ExpectNear(fits->fan_aggregate.at(fan), 40e-6, 9e9);
+  ExpectNear(fits->fans.at(fan), 40e-6, 3e9);  // Per message: a third of the aggregate.
+}
+
+TEST(LinkModelTest, RefusesOtherSchemasAndBadSamples) {
+  proto::Calibration old = Known();
+  old.set_schema_version(0);
+  EXPECT_THAT(std::string(FitLinks(old).status().message()),
+              HasSubstr("schema version 0 is not supported"));
+  EXPECT_THAT(std::string(ParseCalibration(SerializeCalibration(old)).status().message()),
+              HasSubstr("schema version 0"));
+  EXPECT_TRUE(ParseCalibration(SerializeCalibration(Known())).ok());
+  proto::Calibration empty_timing = Known();
+  empty_timing.mutable_samples(0)->clear_seconds();
+  EXPECT_THAT(std::string(FitLinks(empty_timing).status().message()), HasSubstr("no timing"));
+  proto::Calibration flat = Known();
+  for (auto& s : *flat.mutable_samples()) {
+    for (double& t : *s.mutable_seconds()) t = 1.0;  // Time does not grow with size.
+  }
+  EXPECT_THAT(std::string(FitLinks(flat).status().message()), HasSubstr("does not grow"));
+}
+
+TEST(LinkModelTest, PredictionNamesTheBindingResource) {
+  const LinkFits fits = *FitLinks(Known());
+  // Processes 0, 1, 2 each send 1 GB to process 3 over inter-node links of 5 GB/s each; process
+  // 3's measured fan-in takes 9 GB/s in all: its ingress binds at 3 GB / 9 GB/s.
+  Traffic traffic;
+  for (int32_t p = 0; p < 3; ++p) traffic.pairs.push_back({p, 3, "inter_node", 1000000000, 10});
+  traffic.rounds = 10;
+  absl::StatusOr<Prediction> prediction = Predict(fits, traffic);
+  ASSERT_TRUE(prediction.ok()) << prediction.status();
+  EXPECT_EQ(prediction->binding, "ingress of process 3");
+  EXPECT_NEAR(prediction->transfer_seconds,
+              3e9 / fits.fan_aggregate.begin()->second.bytes_per_second, 1e-9);
+  EXPECT_NEAR(prediction->latency_seconds, 10 * fits.by_path.at("inter_node").alpha_seconds, 1e-12);
+
+  // One pair alone: its own measured link (0 -> 1 at ~20 GB/s) binds.
+  Traffic one;
+  one.pairs.push_back({0, 1, "intra_node", 4000000000, 1});
+  prediction = Predict(fits, one);
+  ASSERT_TRUE(prediction.ok());
+  EXPECT_EQ(prediction->binding, "link 0->1 (intra_node)");
+  EXPECT_NEAR(prediction->transfer_seconds, 0.2, 0.01);
+
+  Traffic unknown;
+  unknown.pairs.push_back({5, 6, "rdma", 1, 1});
+  EXPECT_THAT(std::string(Predict(fits, unknown).status().message()),
+              HasSubstr("no fit for path 'rdma'"));
+}
+
+TEST(LinkModelTest, SyntheticCalibrationStatesLinkConstants) {
+  absl::StatusOr<proto::Calibration> c =
+      SyntheticCalibration("intra_node=5us,200GB/s; inter_node=20us,25GB/s; local=1us,400GB/s");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const LinkFits fits = *FitLinks(*c);
+  EXPECT_NEAR(fits.by_path.at("intra_node").bytes_per_second, 200e9, 1e3);
+  EXPECT_NEAR(fits.by_path.at("inter_node").alpha_seconds, 20e-6, 1e-9);
+  EXPECT_NEAR(fits.by_path.at("local").bytes_per_second, 400e9, 1e3);
+  EXPECT_TRUE(fits.by_pair.empty());  // Stated per path class, not per pair.
+  EXPECT_THAT(std::string(SyntheticCalibration("inter_node=20us").status().message()),
+              HasSubstr("is not <path>=<alpha>,<bandwidth>"));
+  EXPECT_THAT(std::string(SyntheticCalibration("x=1parsec,1GB/s").status().message()),
+              HasSubstr("cannot read '1parsec'"));
+}
+
+}  // namespace
+}  // namespace wsync
