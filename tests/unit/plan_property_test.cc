@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
+#include "planner/cost_aware_policy.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
 #include "planner/plan.h"
@@ -65,6 +66,13 @@ std::vector<std::unique_ptr<ReplicaPolicy>> Policies(uint64_t seed) {
     if (policy.ok()) policies.push_back(*std::move(policy));
   }
   policies.push_back(std::make_unique<test::RandomAnswersPolicy>(seed));
+  // Cost-aware with links that differ by path class and a small split size, so that its splits
+  // along axis 0 are exercised too.
+  CostAwareOptions cost_options;
+  cost_options.min_split_bytes = 8;
+  policies.push_back(MakeCostAwarePolicy(
+      *FitLinks(*SyntheticCalibration("intra_node=5us,20GB/s;inter_node=20us,5GB/s")),
+      cost_options));
   return policies;
 }
 
