@@ -4,6 +4,9 @@ find_package(Protobuf REQUIRED)
 find_package(GTest REQUIRED CONFIG)
 find_package(benchmark REQUIRED CONFIG)
 find_package(Threads REQUIRED)
+# prometheus-cpp (Debian's prometheus-cpp-dev 1.0.1): core for the registry and the text
+# exposition, pull for the HTTP exporter. Only metrics/ links it.
+find_package(prometheus-cpp REQUIRED CONFIG)
 
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(XXHASH_LIBRARY NAMES xxhash REQUIRED)

@@ -255,7 +255,10 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   if (c.replica_policy != nullptr) config.replica_policy = c.replica_policy;
   if (c.path_transports != nullptr) config.path_transports = c.path_transports;
   if (c.metrics_address != nullptr) {
-    return absl::UnimplementedError("metrics_address is not supported yet; leave it NULL");
+    if (c.metrics_address[0] == '\0') {
+      return absl::InvalidArgumentError("metrics_address is empty (NULL means no exporter)");
+    }
+    config.metrics_address = c.metrics_address;
   }
   if (c.calibration_file != nullptr) {
     return absl::UnimplementedError("calibration_file is not supported yet; leave it NULL");
@@ -546,7 +549,8 @@ wsync_status_t MetricsText(wsync_session_t* session, char* buffer, size_t* size)
     if (absl::Status out = CheckOutBuffer(buffer, size); !out.ok()) {
       return Invalid(session, kCall, out.message());
     }
-    return Refuse(session, WSYNC_UNSUPPORTED, kCall, "metrics are not implemented yet");
+    CopyOut(session->impl->MetricsText(), buffer, size);
+    return WSYNC_OK;
   });
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
 #include "common/status.h"
+#include "executor/agreement.h"
 #include "executor/schedule.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
@@ -81,13 +82,22 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   WSYNC_RETURN_IF_ERROR(MakeReplicaPolicy(config.replica_policy).status());
   WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
   if (config.node_id.empty()) config.node_id = HostName();
+  std::optional<MetricsAddress> metrics_address;
+  if (!config.metrics_address.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(metrics_address, ParseMetricsAddress(config.metrics_address));
+  }
   WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(config.secret));
   auto session = std::unique_ptr<Session>(new Session(std::move(config), std::move(secret)));
+  if (metrics_address) {
+    WSYNC_RETURN_IF_ERROR(session->metrics_->StartExporter(*metrics_address));
+  }
   return session;
 }
 
 Session::Session(SessionConfig config, std::string secret)
-    : config_(std::move(config)), secret_(std::move(secret)) {
+    : config_(std::move(config)),
+      secret_(std::move(secret)),
+      metrics_(std::make_unique<SessionMetrics>(RoleName(config_.role))) {
   part_.role = config_.role;
   part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id});
 }
@@ -104,9 +114,76 @@ absl::Status Session::RequireState(SessionState wanted, absl::string_view call) 
 }
 
 void Session::SetState(SessionState state, std::optional<int64_t> version) {
-  absl::MutexLock lock(&mu_);
-  state_ = state;
-  if (version) version_ = *version;
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = state;
+    if (version) version_ = *version;
+  }
+  PublishState();
+}
+
+void Session::PublishState() {
+  int64_t version;
+  SessionState state;
+  {
+    absl::MutexLock lock(&mu_);
+    version = version_;
+    state = state_;
+  }
+  VersionState shown = VersionState::kNone;
+  if (state == SessionState::kSyncing) {
+    shown = VersionState::kUpdating;
+  } else if (state == SessionState::kDirty) {
+    shown = VersionState::kDirty;
+  } else if (state == SessionState::kIdle && version >= 0) {
+    shown = VersionState::kConsistent;
+  }
+  metrics_->SetVersion(version, shown);
+}
+
+void Session::BindMetrics(const ProcessSchedule& schedule) {
+  absl::StatusOr<PathTransports> paths = ParsePathTransports(config_.path_transports);
+  std::vector<SessionMetrics::PathBytes> bytes;
+  for (int d = 0; d < 2; ++d) direct_bytes_[d] = staged_bytes_[d] = 0;
+  for (const PeerSchedule& peer : schedule.peers) {
+    SessionMetrics::PathBytes path;
+    path.path_class = std::string(job_->PathClass(process_, peer.peer));
+    path.transport = "default";
+    if (paths.ok()) {
+      const TransportChoice& choice = paths->For(path.path_class);
+      path.transport = choice.transports.empty()
+                           ? choice.backend
+                           : absl::StrCat(choice.backend, ":", choice.transports);
+    }
+    path.direction =
+        peer.direction == Direction::kSend ? MetricDirection::kSend : MetricDirection::kReceive;
+    const int d = peer.direction == Direction::kSend ? 0 : 1;
+    for (const ScheduledRound& round : peer.rounds) {
+      path.bytes += round.bytes;
+      (round.direct ? direct_bytes_ : staged_bytes_)[d] += round.bytes;
+    }
+    bytes.push_back(std::move(path));
+  }
+  metrics_->BindPaths(bytes);
+  metrics_->SetPlanDigest(DigestHex(plan_.digest));
+}
+
+void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
+                                const absl::Status& outcome, double seconds) {
+  // No prediction yet: it needs a calibration.
+  metrics_->RecordSync(outcome.ok() ? SyncResult::kOk : SyncResult::kFailed, seconds, std::nullopt);
+  // Bytes count once this process's transfer ran to the end, whatever the decision.
+  if (stats.ok()) {
+    metrics_->RecordRounds(stats->rounds);
+    metrics_->RecordPathBytes();
+    metrics_->RecordDirectStaged(MetricDirection::kSend, direct_bytes_[0], staged_bytes_[0]);
+    metrics_->RecordDirectStaged(MetricDirection::kReceive, direct_bytes_[1], staged_bytes_[1]);
+    metrics_->RecordLocalCopy(stats->local_copy_bytes);
+    arena_peak_bytes_ = std::max(arena_peak_bytes_, stats->peak_arena_bytes);
+  }
+  metrics_->SetArenaBytes(arenas_.held_bytes(), arena_peak_bytes_);
+  metrics_->RecordError(outcome);
+  PublishState();
 }
 
 absl::Status Session::Remember(absl::Status status) const {
@@ -228,6 +305,7 @@ absl::Status Session::PlanJob(const std::vector<Layout>& trainer_parts,
 absl::Status Session::Connect() {
   WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "connect"));
   absl::Status status = ConnectOnce();
+  metrics_->RecordError(status);
   if (!status.ok()) {
     // Back to a clean REGISTERED session, so that a retry starts from scratch.
     DropConnection();
@@ -361,11 +439,10 @@ absl::Status Session::ConnectOnce() {
   for (int32_t p = 0; p < roster.size(); ++p) endpoints_.processes.push_back(p);
   // The schedule is built now so that a budget or geometry problem shows at connect, not at the
   // first sync; every process agrees on it before the first byte moves.
-  WSYNC_RETURN_IF_ERROR(
-      WithErrorKind(ScheduleTransfers(*job_, plan_.segments, endpoints_,
-                                      StagingBudget{config_.staging_budget_bytes}, process_)
-                        .status(),
-                    kErrorLayoutRefused));
+  absl::StatusOr<ProcessSchedule> schedule = ScheduleTransfers(
+      *job_, plan_.segments, endpoints_, StagingBudget{config_.staging_budget_bytes}, process_);
+  WSYNC_RETURN_IF_ERROR(WithErrorKind(schedule.status(), kErrorLayoutRefused));
+  BindMetrics(*schedule);
   SetState(SessionState::kIdle);
   if (trainer_triggered_) background_ = std::thread([this] { BackgroundLoop(); });
   return absl::OkStatus();
@@ -418,6 +495,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
                                              *own_version, ", trainer rank 0 syncs ", version)),
                             kErrorRanksDisagree);
   }
+  const absl::Time started = absl::Now();
   if (!own_version && before_update_) before_update_(version);
   SetState(SessionState::kSyncing);
   // (2) The transfer, after agreeing on digest and budget.
@@ -432,6 +510,11 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
                              StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
                              *transport_, *client_, options);
     outcome = stats.status();
+  } else {
+    // Take part in the agreement with the rejection, so that the other processes fail at once
+    // naming it instead of waiting for this one's transfers until their deadline.
+    AgreeOnBatch(*client_, outcome, plan_.digest, config_.staging_budget_bytes, options.deadline)
+        .IgnoreError();
   }
   // (3) The commit decision: every process votes; a failure anywhere fails everyone.
   absl::Status decision =
@@ -450,6 +533,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
     }
   }
+  RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) after_update_(version, outcome);
   return outcome;
 }
@@ -535,6 +619,7 @@ void Session::Finalize() {
   if (background_.joinable()) background_.join();
   if (sync_thread_.joinable()) sync_thread_.join();
   DropConnection();
+  metrics_->StopExporter();
   SetState(SessionState::kFinalized);
 }
 

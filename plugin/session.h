@@ -16,8 +16,14 @@
 // (see WithErrorKind in common/status.h). Other errors keep their codes: DeadlineExceeded,
 // Unavailable (a peer or the coordinator lost), Aborted, Unauthenticated, Unimplemented.
 //
-// Thread safety: calls are serialized by the caller, except Abort, LastError, State and Stats,
-// which any thread may call.
+// Thread safety: calls are serialized by the caller, except Abort, LastError, State, Stats and
+// the metrics (MetricsText, metrics_port, metrics_url), which any thread may call.
+//
+// Metrics (metrics/metrics.h): every sync records its result, duration, rounds, bytes by path
+// class and transport (bound once at connect from this process's schedule), direct, staged and
+// local-copy bytes and arena bytes; every state change publishes the version and state; failed
+// connects and syncs count by error kind. With metrics_address set, Create starts the exporter and
+// Finalize stops it.
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "executor/execute.h"
+#include "metrics/metrics.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
 #include "transport/control/auth.h"
@@ -57,6 +64,9 @@ struct SessionConfig {
   absl::Duration deadline = absl::Seconds(60);
   std::string replica_policy = "local_first_least_loaded";
   std::string path_transports;  // ParsePathTransports syntax; empty: UCX defaults.
+  // Where the Prometheus exporter listens (ParseMetricsAddress: "HOST:PORT", port 0 picks one);
+  // empty: no exporter (the metrics text is still kept).
+  std::string metrics_address;
 };
 
 enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };
@@ -87,6 +97,11 @@ class Session {
   const Layout& part() const { return part_; }
   // Host coordinator only: the port it listens on (after Connect started it).
   int32_t coordinator_port() const { return coordinator_port_; }
+  // The metrics exporter's port (Create starts it when metrics_address is set; 0: none) and URL.
+  int32_t metrics_port() const { return metrics_->exporter_port(); }
+  std::string metrics_url() const { return metrics_->exporter_url(); }
+  // The Prometheus text exposition of this session's metrics (metrics/metrics.h lists them).
+  std::string MetricsText() const { return metrics_->Text(); }
 
   absl::Status Connect();
   absl::StatusOr<std::string> ScheduleReport() const;
@@ -124,6 +139,12 @@ class Session {
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
+  // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
+  // (after its decision); publishes the version and state.
+  void BindMetrics(const ProcessSchedule& schedule);
+  void RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats, const absl::Status& outcome,
+                         double seconds);
+  void PublishState();
 
   SessionConfig config_;
   std::string secret_;
@@ -152,6 +173,12 @@ class Session {
   std::optional<absl::Status> sync_outcome_;  // Set by the SyncBegin thread when it ends.
   std::atomic<bool> sync_done_{false};
   std::atomic<bool> finalizing_{false};
+  std::unique_ptr<SessionMetrics> metrics_;  // Set by the constructor; never null.
+  // What one sync sends and receives in place and through arenas, by direction (send, receive):
+  // from the schedule at connect. Written by Connect, read by the sync path.
+  int64_t direct_bytes_[2] = {0, 0};
+  int64_t staged_bytes_[2] = {0, 0};
+  int64_t arena_peak_bytes_ = 0;  // The largest peak_arena_bytes of any sync; sync path only.
 
   mutable absl::Mutex mu_;
   SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kRegistered;

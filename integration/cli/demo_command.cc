@@ -52,6 +52,12 @@ ABSL_FLAG(int32_t, demo_corrupt_step, 0,
           "`wsync demo`, testing only: trainer rank 0 corrupts the version of this step after "
           "writing it; the demo must then report that step FAILED and exit 1.");
 ABSL_FLAG(double, demo_timeout_s, 300, "`wsync demo`: limit of the whole job, seconds.");
+ABSL_FLAG(bool, metrics, false,
+          "`wsync demo`: every process serves its Prometheus metrics on 127.0.0.1 (the URLs are "
+          "printed) while it runs.");
+ABSL_FLAG(double, linger_s, 0,
+          "`wsync demo`: seconds every process stays alive after the last step (with --metrics: "
+          "for a last scrape).");
 
 namespace wsync::cli {
 namespace {
@@ -75,6 +81,8 @@ struct DemoRequest {
   std::string library;
   int32_t corrupt_step = 0;
   absl::Duration timeout;
+  bool metrics = false;
+  double linger_s = 0;
 };
 
 // One STEP line of a process (see integration/demo/demo_process.cc).
@@ -281,7 +289,17 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
                job, kSecretEnv);
   absl::PrintF("  each step: trainers write version v, sync it; rollouts verify all %s they hold\n",
                Bytes(to.PieceBytes()));
-  absl::PrintF("  metrics: not exported yet (metrics issue)\n");
+  std::vector<int> metrics_ports;  // By process, with --metrics.
+  if (request.metrics) {
+    for (int p = 0; p < trainers + rollouts; ++p) {
+      WSYNC_ASSIGN_OR_RETURN(int metrics_port, harness::PickFreePort("127.0.0.1"));
+      metrics_ports.push_back(metrics_port);
+      absl::PrintF("  metrics: http://127.0.0.1:%d/metrics (%s %d)\n", metrics_port,
+                   p < trainers ? "trainer" : "rollout", p < trainers ? p : p - trainers);
+    }
+  } else {
+    absl::PrintF("  metrics: off (--metrics serves each process's metrics while it runs)\n");
+  }
   std::fflush(stdout);
 
   const int total = trainers + rollouts;
@@ -312,6 +330,10 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
     if (request.corrupt_step > 0) {
       argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));
     }
+    if (request.metrics) {
+      argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", metrics_ports[p]));
+    }
+    if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
     return argv;
   };
   // Progress: a line once every process has connected, then one per step every process finished.
@@ -345,6 +367,16 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
           s.fill_seconds, s.verified, rollouts, s.check_seconds,
           s.first_error.empty() ? "" : absl::StrCat(" -- ", s.first_error),
           absl::ToDoubleSeconds(absl::Now() - start));
+      if (steps_shown == request.steps && request.metrics) {
+        int64_t received = 0;  // What the rollouts' wsync_bytes_received_total must add up to.
+        for (int64_t v = 1; v <= request.steps; ++v) {
+          received += Summarize(reports, trainers, v).received;
+        }
+        absl::PrintF(
+            "metrics: after %d steps the rollouts received %d bytes in total "
+            "(sum of wsync_bytes_received_total); version %d; serving for %.1f s more\n",
+            request.steps, received, request.steps, request.linger_s);
+      }
     }
     std::fflush(stdout);
   };
@@ -404,7 +436,8 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
       "seconds: the slowest process's transfer (agreement and commit excluded); GB/s: bytes "
       "received\nby all rollouts per second; direct and staged: bytes as the rollouts received "
       "them; arena peak:\nthe largest process's staging arenas.\n");
-  absl::PrintF("metrics: not exported yet (metrics issue)\n");
+  absl::PrintF("%s\n", request.metrics ? "metrics: served at the URLs above while the processes ran"
+                                       : "metrics: off (--metrics to export them)");
   absl::PrintF("%s in %.1f s\n",
                all_verified ? absl::StrFormat("every byte of all %d steps verified on all %d "
                                               "rollouts",
@@ -424,6 +457,7 @@ std::string DemoUsage() {
   return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
          "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
+         "                  [--metrics] [--linger_s S]\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -436,7 +470,9 @@ std::string DemoUsage() {
          "  --steps     default 5\n"
          "  --tls       UCX transports of every path, default sm,cma,self (shared memory)\n"
          "  --path_transports  per path class, e.g. 'intra_node=ucx:sm,cma,self;*=ucx:tcp'\n"
-         "  --layers    keep only the first N transformer layers (default: all)\n";
+         "  --layers    keep only the first N transformer layers (default: all)\n"
+         "  --metrics   each process serves Prometheus metrics on 127.0.0.1 (URLs printed)\n"
+         "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n";
 }
 
 int DemoMain(int argc, char** argv) {
@@ -488,6 +524,12 @@ int DemoMain(int argc, char** argv) {
   request.library = Canonical(request.library);
   request.corrupt_step = absl::GetFlag(FLAGS_demo_corrupt_step);
   request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
+  request.metrics = absl::GetFlag(FLAGS_metrics);
+  request.linger_s = absl::GetFlag(FLAGS_linger_s);
+  if (request.linger_s < 0) {
+    absl::FPrintF(stderr, "wsync demo: --linger_s must be >= 0\n");
+    return 2;
+  }
   const absl::StatusOr<int> result = RunDemo(request);
   if (!result.ok()) {
     absl::FPrintF(stderr, "wsync demo: %s\n", result.status().ToString());

@@ -15,6 +15,8 @@
 //   STEP v=<v> seconds=<transfer> sent=<B> received=<B> direct=<B> staged=<B> rounds=<n>
 //        arena=<B> sync_seconds=<whole sync call> work_seconds=<fill or check> verified=ok|<error>
 // (one line each; `verified` is last and its error text may contain spaces).
+//   METRICS url=<the exporter's URL>                  (with --metrics_address, after init)
+//   LINGER seconds=<s>                                (with --linger_s, after the last step)
 // Exit status: 0 when every step committed and, on a rollout, verified; 1 otherwise (the error on
 // standard error); 2 for bad flags.
 
@@ -75,6 +77,11 @@ ABSL_FLAG(double, budget, 0, "Staging budget per peer and direction in bytes (0:
 ABSL_FLAG(int32_t, corrupt_step, 0,
           "Testing only: at this step trainer rank 0 flips a bit of the first element of each of "
           "its pieces after writing them, so that the rollouts must refuse that version.");
+ABSL_FLAG(std::string, metrics_address, "",
+          "Where the plugin's Prometheus exporter listens, HOST:PORT (empty: no exporter).");
+ABSL_FLAG(double, linger_s, 0,
+          "Seconds to keep the session (and its metrics exporter) alive after the last step, so "
+          "that Prometheus can scrape the final figures.");
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory (its place in the build tree).");
@@ -106,9 +113,9 @@ absl::Status CheckFastValues() {
   return absl::OkStatus();
 }
 
-// Walks every element of every piece of `part`: fn(element bytes, logical value, size,
-// param, index of the element's row start, position along the last axis) returns false to stop
-// (a mismatch); ForEachElement then returns the DataLoss error that `describe` builds.
+// Walks every element of every piece of `part`: fn(element bytes in `memory`, its logical value of
+// `version`, element size) returns false on a mismatch, which ends the walk with a DataLoss error
+// naming the parameter, index and buffer. Fails first when a piece lies outside its buffer.
 template <typename Memory, typename Fn>
 absl::Status ForEachElement(const Layout& part, Memory& memory, uint64_t version, Fn&& fn) {
   for (const Piece& piece : part.pieces) {
@@ -406,7 +413,12 @@ absl::Status Run() {
   config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
   config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
   config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
   WSYNC_RETURN_IF_ERROR(plugin->Init(config));
+  if (!metrics_address.empty()) {
+    Print(absl::StrCat("METRICS url=http://", metrics_address, "/metrics"));
+  }
   WSYNC_RETURN_IF_ERROR(Declare(*plugin, part, memory));
 
   const absl::Time connect_start = absl::Now();
@@ -469,6 +481,10 @@ absl::Status Run() {
     // A failed sync (a peer lost, a deadline) ends the run; a rollout's failed check does not:
     // the next version may still be right, and the demo reports every step.
     if (!synced.ok()) break;
+  }
+  if (const double linger = absl::GetFlag(FLAGS_linger_s); linger > 0) {
+    Print(absl::StrFormat("LINGER seconds=%.3f", linger));
+    absl::SleepFor(absl::Seconds(linger));
   }
   WSYNC_RETURN_IF_ERROR(plugin->Finalize());
   if (!all_ok) return failure;

@@ -92,7 +92,8 @@ typedef struct wsync_config {
   double deadline_seconds;         /* Of every blocking step; default 60. */
   const char* replica_policy;      /* Default "local_first_least_loaded". */
   const char* path_transports;     /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
-  const char* metrics_address;     /* Reserved for the metrics exporter: NULL for now. */
+  const char* metrics_address;     /* "HOST:PORT" to serve /metrics (port 0 picks one); NULL: no
+                                      exporter (metrics_text still works). */
   const char* calibration_file;    /* Reserved for calibration: NULL for now. Either one set
                                       makes init return WSYNC_UNSUPPORTED. */
 } wsync_config_t;
@@ -176,7 +177,7 @@ typedef struct wsync_plugin_v1 {
   wsync_status_t (*state)(wsync_session_t* session, int64_t* version, wsync_state_t* state);
   wsync_status_t (*stats)(wsync_session_t* session, wsync_stats_t* stats);
   /* Prometheus text exposition of this session's metrics (same size protocol as
-   * schedule_report). Returns WSYNC_UNSUPPORTED until the metrics exporter exists. */
+   * schedule_report), for engines that serve their own /metrics. */
   wsync_status_t (*metrics_text)(wsync_session_t* session, char* buffer, size_t* size);
   /* The detail of the most recent failure of this session ("" if none); with NULL, of this
    * thread's most recent failure that had no session (see above). Valid until this thread's next

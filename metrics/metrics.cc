@@ -1,0 +1,443 @@
+#include "metrics/metrics.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace wsync {
+namespace {
+
+constexpr absl::string_view kStates[] = {"consistent", "updating", "dirty"};
+
+absl::string_view DirectionName(MetricDirection direction) {
+  return direction == MetricDirection::kSend ? "send" : "receive";
+}
+
+int DirectionIndex(MetricDirection direction) {
+  return direction == MetricDirection::kSend ? 0 : 1;
+}
+
+// Opens and closes a TCP connection to host:port (IPv4 literal or name; a wildcard address is
+// reached on loopback). Best effort: errors are ignored.
+void Knock(const std::string& host, int32_t port) {
+  const std::string target = host == "0.0.0.0" || host.empty() ? "127.0.0.1" : host;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd >= 0) {
+    connect(fd, found->ai_addr, found->ai_addrlen);
+    close(fd);
+  }
+  freeaddrinfo(found);
+}
+
+}  // namespace
+
+absl::string_view MetricErrorKind(const absl::Status& status) {
+  if (const std::optional<std::string> kind = ErrorKind(status)) {
+    for (absl::string_view known : kMetricErrorKinds) {
+      if (*kind == known) return known;
+    }
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+      return "invalid_argument";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "timed_out";
+    case absl::StatusCode::kUnavailable:
+      return "peer_lost";
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return "aborted";
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return "authentication";
+    case absl::StatusCode::kUnimplemented:
+      return "unsupported";
+    case absl::StatusCode::kResourceExhausted:
+      return "no_memory";
+    case absl::StatusCode::kDataLoss:
+      return "data_loss";
+    default:
+      return "internal";
+  }
+}
+
+std::vector<double> SyncDurationBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+          1,     2.5,    5,     10,   30,    60,   120, 300,  600};
+}
+
+absl::StatusOr<MetricsAddress> ParseMetricsAddress(absl::string_view text) {
+  MetricsAddress address;
+  absl::string_view host = text;
+  absl::string_view port;
+  if (const size_t colon = text.rfind(':'); colon != absl::string_view::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  } else if (!text.empty() && text.find_first_not_of("0123456789") == absl::string_view::npos) {
+    host = "";
+    port = text;
+  }
+  if (!host.empty()) address.host = std::string(host);
+  if (!port.empty()) {
+    if (!absl::SimpleAtoi(port, &address.port) || address.port < 0 || address.port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics address '", text, "': the port must be in 0..65535"));
+    }
+  }
+  if (address.host.find_first_of(" /[]") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", text, "': expected HOST:PORT (IPv4 or a name)"));
+  }
+  return address;
+}
+
+// What the exporter collects: the registry, after refreshing the gauges computed at exposition.
+class SessionMetrics::Exposition : public prometheus::Collectable {
+ public:
+  explicit Exposition(const SessionMetrics* owner) : owner_(owner) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    owner_->Refresh();
+    return owner_->registry_->Collect();
+  }
+
+ private:
+  const SessionMetrics* owner_;
+};
+
+SessionMetrics::SessionMetrics(absl::string_view role)
+    : role_(role), registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  prometheus::Registry& r = *registry_;
+  const prometheus::Labels base = {{"role", role_}};
+
+  auto& syncs = BuildCounter()
+                    .Name("wsync_syncs_total")
+                    .Help("Syncs by result (ok: committed on every process; failed)")
+                    .Labels(base)
+                    .Register(r);
+  syncs_ok_ = &syncs.Add({{"result", "ok"}});
+  syncs_failed_ = &syncs.Add({{"result", "failed"}});
+  duration_ = &BuildHistogram()
+                   .Name("wsync_sync_duration_seconds")
+                   .Help("Duration of each sync: transfer, agreement and commit decision")
+                   .Labels(base)
+                   .Register(r)
+                   .Add({}, SyncDurationBuckets());
+  last_duration_ = &BuildGauge()
+                        .Name("wsync_last_sync_duration_seconds")
+                        .Help("Duration of the last sync")
+                        .Labels(base)
+                        .Register(r)
+                        .Add({});
+  predicted_ = &BuildGauge()
+                    .Name("wsync_sync_predicted_seconds")
+                    .Help("The cost model's prediction for the last sync (NaN: no calibration)")
+                    .Labels(base)
+                    .Register(r)
+                    .Add({});
+  predicted_->Set(std::numeric_limits<double>::quiet_NaN());
+  rounds_ = &BuildGauge()
+                 .Name("wsync_rounds")
+                 .Help("Rounds of the last sync")
+                 .Labels(base)
+                 .Register(r)
+                 .Add({});
+  rounds_total_ = &BuildCounter()
+                       .Name("wsync_rounds_total")
+                       .Help("Rounds over all syncs")
+                       .Labels(base)
+                       .Register(r)
+                       .Add({});
+  bytes_sent_ = &BuildCounter()
+                     .Name("wsync_bytes_sent_total")
+                     .Help("Bytes sent to peers, by path class and transport")
+                     .Labels(base)
+                     .Register(r);
+  bytes_received_ = &BuildCounter()
+                         .Name("wsync_bytes_received_total")
+                         .Help("Bytes received from peers, by path class and transport")
+                         .Labels(base)
+                         .Register(r);
+  auto& direct = BuildCounter()
+                     .Name("wsync_direct_bytes_total")
+                     .Help("Bytes sent from or received into the weights in place")
+                     .Labels(base)
+                     .Register(r);
+  auto& staged = BuildCounter()
+                     .Name("wsync_staged_bytes_total")
+                     .Help("Bytes packed into or unpacked from a staging arena")
+                     .Labels(base)
+                     .Register(r);
+  for (MetricDirection d : {MetricDirection::kSend, MetricDirection::kReceive}) {
+    const std::string name(DirectionName(d));
+    direct_[DirectionIndex(d)] = &direct.Add({{"direction", name}});
+    staged_[DirectionIndex(d)] = &staged.Add({{"direction", name}});
+  }
+  local_copy_ = &BuildCounter()
+                     .Name("wsync_local_copy_bytes_total")
+                     .Help("Bytes copied within this process (source and target both local)")
+                     .Labels(base)
+                     .Register(r)
+                     .Add({});
+  arena_ = &BuildGauge()
+                .Name("wsync_arena_bytes")
+                .Help("Staging arena memory held now")
+                .Labels(base)
+                .Register(r)
+                .Add({});
+  arena_peak_ = &BuildGauge()
+                     .Name("wsync_arena_peak_bytes")
+                     .Help("The most staging arena memory one sync used")
+                     .Labels(base)
+                     .Register(r)
+                     .Add({});
+  version_ = &BuildGauge()
+                  .Name("wsync_version")
+                  .Help("The weight version this process holds (-1: none yet)")
+                  .Labels(base)
+                  .Register(r)
+                  .Add({});
+  version_->Set(-1);
+  auto& state = BuildGauge()
+                    .Name("wsync_state")
+                    .Help("1 for the state of this process's weights: consistent, updating, dirty")
+                    .Labels(base)
+                    .Register(r);
+  for (int s = 0; s < 3; ++s) state_[s] = &state.Add({{"state", std::string(kStates[s])}});
+  auto& errors = BuildCounter()
+                     .Name("wsync_errors_total")
+                     .Help("Failed calls (connect, sync) by error kind")
+                     .Labels(base)
+                     .Register(r);
+  for (absl::string_view kind : kMetricErrorKinds) {
+    errors_.push_back(&errors.Add({{"kind", std::string(kind)}}));
+  }
+  plan_info_ = &BuildGauge()
+                    .Name("wsync_plan_info")
+                    .Help("1, labelled with the digest of the plan every process agreed on")
+                    .Labels(base)
+                    .Register(r);
+  calibration_age_family_ = &BuildGauge()
+                                 .Name("wsync_calibration_age_seconds")
+                                 .Help("Age of the link calibration the predictions use")
+                                 .Labels(base)
+                                 .Register(r);
+  exposition_ = std::make_shared<Exposition>(this);
+}
+
+SessionMetrics::~SessionMetrics() { StopExporter(); }
+
+absl::Status SessionMetrics::StartExporter(const MetricsAddress& address) {
+  absl::MutexLock lock(&mu_);
+  if (exposer_ != nullptr) {
+    return absl::FailedPreconditionError("the metrics exporter is already running");
+  }
+  const std::string bind = absl::StrCat(address.host, ":", address.port);
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the metrics exporter cannot listen on ", bind));
+    }
+    exposer->RegisterCollectable(exposition_);
+    exporter_port_ = ports.front();
+    exporter_host_ = address.host;
+    exposer_ = std::move(exposer);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the metrics exporter cannot listen on ", bind, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+void SessionMetrics::StopExporter() {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::string exporter_host;
+  int32_t port = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    exposer = std::move(exposer_);
+    exporter_host = exporter_host_;
+    port = exporter_port_;
+    exporter_port_ = 0;
+  }
+  if (exposer == nullptr) return;
+  // The server's listening thread looks at its stop flag only between polls of its socket, which
+  // wait up to 2 s (civetweb's SOCKET_TIMEOUT_QUANTUM): knock until it has seen the flag, so that
+  // finalize takes milliseconds. Outside mu_: a scrape in flight takes it in Refresh.
+  const std::string host = exporter_host;
+  std::atomic<bool> stopped{false};
+  std::thread knocker([&] {
+    while (!stopped) {
+      Knock(host, port);
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  exposer.reset();
+  stopped = true;
+  knocker.join();
+}
+
+int32_t SessionMetrics::exporter_port() const {
+  absl::MutexLock lock(&mu_);
+  return exporter_port_;
+}
+
+std::string SessionMetrics::exporter_url() const {
+  absl::MutexLock lock(&mu_);
+  if (exposer_ == nullptr) return "";
+  return absl::StrCat("http://", exporter_host_, ":", exporter_port_, "/metrics");
+}
+
+void SessionMetrics::Refresh() const {
+  absl::MutexLock lock(&mu_);
+  if (calibration_age_ != nullptr) {
+    calibration_age_->Set(absl::ToDoubleSeconds(absl::Now() - calibration_time_));
+  }
+}
+
+std::string SessionMetrics::Text() const {
+  prometheus::TextSerializer serializer;
+  return serializer.Serialize(exposition_->Collect());
+}
+
+void SessionMetrics::BindPaths(const std::vector<PathBytes>& paths) {
+  std::vector<std::pair<prometheus::Counter*, double>> bound;
+  const auto bind = [&](prometheus::Family<prometheus::Counter>& family, const PathBytes& path,
+                        double bytes) {
+    prometheus::Counter* counter =
+        &family.Add({{"path_class", path.path_class}, {"transport", path.transport}});
+    auto same = std::find_if(bound.begin(), bound.end(),
+                             [&](const auto& entry) { return entry.first == counter; });
+    if (same != bound.end()) {
+      same->second += bytes;
+    } else {
+      bound.emplace_back(counter, bytes);
+    }
+  };
+  for (const PathBytes& path : paths) {
+    // Both directions of every path get a series (a rollout shows 0 bytes sent on its paths).
+    const bool send = path.direction == MetricDirection::kSend;
+    bind(send ? *bytes_sent_ : *bytes_received_, path, static_cast<double>(path.bytes));
+    bind(send ? *bytes_received_ : *bytes_sent_, path, 0);
+  }
+  absl::MutexLock lock(&mu_);
+  path_bytes_ = std::move(bound);
+}
+
+void SessionMetrics::RecordPathBytes() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [counter, bytes] : path_bytes_) counter->Increment(bytes);
+}
+
+void SessionMetrics::RecordSync(SyncResult result, double seconds,
+                                std::optional<double> predicted_seconds) {
+  (result == SyncResult::kOk ? syncs_ok_ : syncs_failed_)->Increment();
+  duration_->Observe(seconds);
+  last_duration_->Set(seconds);
+  predicted_->Set(predicted_seconds.value_or(std::numeric_limits<double>::quiet_NaN()));
+}
+
+void SessionMetrics::RecordRounds(int64_t rounds) {
+  rounds_->Set(static_cast<double>(rounds));
+  rounds_total_->Increment(static_cast<double>(rounds));
+}
+
+void SessionMetrics::RecordBytes(const std::string& path_class, const std::string& transport,
+                                 MetricDirection direction, int64_t bytes) {
+  auto& family = direction == MetricDirection::kSend ? *bytes_sent_ : *bytes_received_;
+  family.Add({{"path_class", path_class}, {"transport", transport}})
+      .Increment(static_cast<double>(bytes));
+}
+
+void SessionMetrics::RecordDirectStaged(MetricDirection direction, int64_t direct_bytes,
+                                        int64_t staged_bytes) {
+  direct_[DirectionIndex(direction)]->Increment(static_cast<double>(direct_bytes));
+  staged_[DirectionIndex(direction)]->Increment(static_cast<double>(staged_bytes));
+}
+
+void SessionMetrics::RecordLocalCopy(int64_t bytes) {
+  local_copy_->Increment(static_cast<double>(bytes));
+}
+
+void SessionMetrics::SetArenaBytes(int64_t in_use, int64_t peak) {
+  arena_->Set(static_cast<double>(in_use));
+  arena_peak_->Set(static_cast<double>(peak));
+}
+
+void SessionMetrics::SetVersion(int64_t version, VersionState state) {
+  version_->Set(static_cast<double>(version));
+  const int current = state == VersionState::kConsistent ? 0
+                      : state == VersionState::kUpdating ? 1
+                      : state == VersionState::kDirty    ? 2
+                                                         : -1;
+  for (int s = 0; s < 3; ++s) state_[s]->Set(s == current ? 1 : 0);
+}
+
+void SessionMetrics::RecordError(const absl::Status& status) {
+  if (status.ok()) return;
+  RecordError(MetricErrorKind(status));
+}
+
+void SessionMetrics::RecordError(absl::string_view kind) {
+  size_t index = 0;
+  for (; index < errors_.size(); ++index) {
+    if (kMetricErrorKinds[index] == kind) break;
+  }
+  if (index == errors_.size()) index = errors_.size() - 1;  // "internal".
+  errors_[index]->Increment();
+}
+
+void SessionMetrics::SetPlanDigest(const std::string& hex) {
+  absl::MutexLock lock(&mu_);
+  if (plan_info_child_ != nullptr) plan_info_->Remove(plan_info_child_);
+  plan_info_child_ = &plan_info_->Add({{"digest", hex}});
+  plan_info_child_->Set(1);
+}
+
+void SessionMetrics::SetCalibrationTime(absl::Time time) {
+  absl::MutexLock lock(&mu_);
+  calibration_time_ = time;
+  if (time == absl::InfinitePast()) {
+    if (calibration_age_ != nullptr) calibration_age_family_->Remove(calibration_age_);
+    calibration_age_ = nullptr;
+    return;
+  }
+  if (calibration_age_ == nullptr) calibration_age_ = &calibration_age_family_->Add({});
+}
+
+}  // namespace wsync

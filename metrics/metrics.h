@@ -1,0 +1,178 @@
+#ifndef WSYNC_METRICS_METRICS_H_
+#define WSYNC_METRICS_METRICS_H_
+
+// The metrics of one session (one process of a job), as semantic calls over one
+// prometheus::Registry. This folder is the only one that includes prometheus-cpp.
+//
+// Every family is registered once, in the constructor; every time series the hot path touches is
+// bound once (the constructor for fixed label sets, BindPaths at connect for path classes and
+// transports), so a sync only increments pointers it already holds: no Family::Add, no label
+// lookup, no allocation. Labels come from bounded sets: role, path class and transport (from the
+// job's configuration), direction, result, error kind, state. No per-parameter or per-peer labels.
+//
+// Families (prefix wsync_, base units, _total for counters), each with the label `role`:
+//   wsync_syncs_total{result}                     syncs by result: ok, failed
+//   wsync_sync_duration_seconds                   histogram of sync durations, 1 ms .. 10 min
+//   wsync_last_sync_duration_seconds              the last sync's duration
+//   wsync_sync_predicted_seconds                  the cost model's prediction for the last sync
+//                                                 (NaN while there is none: no calibration)
+//   wsync_rounds                                  rounds of the last sync
+//   wsync_rounds_total                            rounds over all syncs
+//   wsync_bytes_sent_total{path_class,transport}  bytes sent to peers
+//   wsync_bytes_received_total{path_class,transport}
+//   wsync_direct_bytes_total{direction}           sent from / received into weights in place
+//   wsync_staged_bytes_total{direction}           through a staging arena
+//   wsync_local_copy_bytes_total                  copied within the process
+//   wsync_arena_bytes                             staging memory held now
+//   wsync_arena_peak_bytes                        the most staging memory one sync needed
+//   wsync_version                                 the weight version this process holds (-1: none)
+//   wsync_state{state}                            1 for the current state: consistent, updating,
+//                                                 dirty (all 0 before the first sync)
+//   wsync_errors_total{kind}                      failed calls by error kind
+//   wsync_plan_info{digest}                       1, with the plan digest as a label
+//   wsync_calibration_age_seconds                 age of the calibration the prediction uses
+//                                                 (absent without one)
+//
+// Thread safety: every call may come from any thread; the exposition may run concurrently with
+// the recording calls (prometheus-cpp's metrics are atomic).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace wsync {
+
+enum class SyncResult { kOk, kFailed };
+enum class MetricDirection { kSend, kReceive };
+enum class VersionState { kNone, kConsistent, kUpdating, kDirty };
+
+// The bounded error kinds of wsync_errors_total, in the order of MetricErrorKind.
+inline constexpr absl::string_view kMetricErrorKinds[] = {
+    "wrong_state", "layout_refused", "ranks_disagree", "invalid_argument", "timed_out", "peer_lost",
+    "aborted",     "authentication", "unsupported",    "no_memory",        "data_loss", "internal"};
+// The error kind label of a failed status: its wsync error kind (common/status.h) when it has a
+// known one, else one derived from its code. Always one of kMetricErrorKinds.
+absl::string_view MetricErrorKind(const absl::Status& status);
+
+// The bucket bounds of wsync_sync_duration_seconds: 1 ms to 10 min.
+std::vector<double> SyncDurationBuckets();
+
+// Where the exporter listens: "HOST:PORT", ":PORT" or "PORT" (host 127.0.0.1), or "HOST" (port 0:
+// the kernel picks one). Port 0 always picks one.
+struct MetricsAddress {
+  std::string host = "127.0.0.1";
+  int32_t port = 0;
+};
+absl::StatusOr<MetricsAddress> ParseMetricsAddress(absl::string_view text);
+
+class SessionMetrics {
+ public:
+  // `role`: "trainer" or "rollout"; a label of every series.
+  explicit SessionMetrics(absl::string_view role);
+  ~SessionMetrics();
+  SessionMetrics(const SessionMetrics&) = delete;
+  SessionMetrics& operator=(const SessionMetrics&) = delete;
+
+  // Starts the HTTP exporter (GET /metrics) on `address`. At most once; fails with
+  // InvalidArgument when it cannot listen there (a port in use, an address not of this host).
+  // The exporter stops with this object or StopExporter.
+  absl::Status StartExporter(const MetricsAddress& address);
+  void StopExporter();
+  // The port the exporter listens on; 0 when it does not run.
+  int32_t exporter_port() const;
+  // "http://HOST:PORT/metrics" of the running exporter; empty when it does not run.
+  std::string exporter_url() const;
+
+  // The Prometheus text exposition (format 0.0.4) of every family.
+  std::string Text() const;
+
+  // Binds the byte counters of the job's paths: one entry per (path class, transport,
+  // direction) with the bytes every sync moves on it. Replaces an earlier binding (the series
+  // already exported keep their totals). Called at connect, not on the hot path.
+  struct PathBytes {
+    std::string path_class;
+    std::string transport;
+    MetricDirection direction = MetricDirection::kSend;
+    int64_t bytes = 0;
+  };
+  void BindPaths(const std::vector<PathBytes>& paths);
+  // Adds the bytes BindPaths bound, once: what one successful sync moved on every path.
+  void RecordPathBytes();
+
+  // Semantic calls of a sync.
+  // `predicted_seconds`: nullopt when there is no prediction (the gauge becomes NaN).
+  void RecordSync(SyncResult result, double seconds, std::optional<double> predicted_seconds);
+  void RecordRounds(int64_t rounds);
+  void RecordBytes(const std::string& path_class, const std::string& transport,
+                   MetricDirection direction, int64_t bytes);  // Not for the hot path: looks up.
+  void RecordDirectStaged(MetricDirection direction, int64_t direct_bytes, int64_t staged_bytes);
+  void RecordLocalCopy(int64_t bytes);
+  void SetArenaBytes(int64_t in_use, int64_t peak);
+  void SetVersion(int64_t version, VersionState state);
+  void RecordError(const absl::Status& status);  // No-op for OK.
+  void RecordError(absl::string_view kind);      // One of kMetricErrorKinds, else "internal".
+  void SetPlanDigest(const std::string& hex);
+  // The calibration's time; the age is computed at each exposition. InfinitePast clears it.
+  void SetCalibrationTime(absl::Time time);
+
+ private:
+  class Exposition;
+  // Updates the gauges computed at exposition time (the calibration age).
+  void Refresh() const;
+
+  const std::string role_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<Exposition> exposition_;  // What the exporter collects: Refresh + registry.
+
+  prometheus::Counter* syncs_ok_;
+  prometheus::Counter* syncs_failed_;
+  prometheus::Histogram* duration_;
+  prometheus::Gauge* last_duration_;
+  prometheus::Gauge* predicted_;
+  prometheus::Gauge* rounds_;
+  prometheus::Counter* rounds_total_;
+  prometheus::Family<prometheus::Counter>* bytes_sent_;
+  prometheus::Family<prometheus::Counter>* bytes_received_;
+  prometheus::Counter* direct_[2];  // By MetricDirection.
+  prometheus::Counter* staged_[2];
+  prometheus::Counter* local_copy_;
+  prometheus::Gauge* arena_;
+  prometheus::Gauge* arena_peak_;
+  prometheus::Gauge* version_;
+  prometheus::Gauge* state_[3];               // consistent, updating, dirty.
+  std::vector<prometheus::Counter*> errors_;  // Parallel to kMetricErrorKinds.
+  prometheus::Family<prometheus::Gauge>* plan_info_;
+  prometheus::Family<prometheus::Gauge>* calibration_age_family_;
+
+  mutable absl::Mutex mu_;
+  // The bound path counters and what one sync adds to each.
+  std::vector<std::pair<prometheus::Counter*, double>> path_bytes_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge* plan_info_child_ ABSL_GUARDED_BY(mu_) = nullptr;
+  prometheus::Gauge* calibration_age_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time calibration_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
+  std::string exporter_host_ ABSL_GUARDED_BY(mu_);
+  int32_t exporter_port_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_METRICS_METRICS_H_

@@ -1,0 +1,360 @@
+// The metrics of a session: the text exposition after known syncs (a qwen2.5-tiny
+// megatron(tp=2) -> vllm(tp=2) job with every process as a thread, as in
+// tests/plugin/session_test.cc) has the expected families, labels and values; the HTTP exporter
+// serves the same text; the facade's helpers.
+
+#include "metrics/metrics.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/layout_parts.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "plugin/session.h"
+#include "tests/testing/reference.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// GET http://127.0.0.1:<port><path>; the whole response (headers and body), or "" on failure.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return "";
+  }
+  std::string response;
+  char chunk[4096];
+  ssize_t n;
+  while ((n = read(fd, chunk, sizeof(chunk))) > 0) response.append(chunk, n);
+  close(fd);
+  return response;
+}
+
+// The sum of the samples of `name` whose labels contain every one of `labels` (each `key="v"`);
+// NaN when none matches.
+double Sum(const std::string& text, const std::string& name,
+           const std::vector<std::string>& labels = {}) {
+  double sum = 0;
+  bool found = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == absl::string_view::npos) continue;
+    absl::string_view series = line.substr(0, space);
+    const size_t brace = series.find('{');
+    const absl::string_view metric = series.substr(0, brace);
+    if (metric != name) continue;
+    const absl::string_view label_text =
+        brace == absl::string_view::npos ? absl::string_view() : series.substr(brace);
+    bool match = true;
+    for (const std::string& label : labels) match = match && absl::StrContains(label_text, label);
+    if (!match) continue;
+    double value = 0;
+    if (!absl::SimpleAtod(line.substr(space + 1), &value)) continue;
+    sum += value;
+    found = true;
+  }
+  return found ? sum : std::nan("");
+}
+
+struct Process {
+  std::unique_ptr<Session> session;
+  Layout part;
+  std::unique_ptr<test::HostBuffers> memory;
+};
+
+Process MakeProcess(Role role, int32_t rank, int port, const std::string& job,
+                    const std::string& metrics_address = "") {
+  SessionConfig config;
+  config.role = role;
+  config.rank = rank;
+  config.num_trainers = 2;
+  config.num_rollouts = 2;
+  config.job_id = job;
+  config.coordinator_port = port;
+  config.host_coordinator = role == Role::kTrainer && rank == 0;
+  config.secret = SecretSource::Environment("WSYNC_METRICS_TEST_SECRET");
+  config.node_id = "local";
+  // Short: the disagreeing sync below ends at the deadline on the processes that wait for the
+  // one that refused.
+  config.deadline = absl::Seconds(8);
+  config.path_transports = "*=ucx:sm,cma,self";
+  config.metrics_address = metrics_address;
+  Process process;
+  absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(config);
+  EXPECT_TRUE(session.ok()) << session.status();
+  process.session = *std::move(session);
+  const ModelSpec model = *GetModel("qwen2.5-tiny");
+  const Layout whole =
+      *BuildNamedLayout(model, role == Role::kTrainer ? "megatron(tp=2)" : "vllm(tp=2)");
+  process.part = LayoutPart(whole, rank);
+  process.memory = std::make_unique<test::HostBuffers>(process.part, test::kPoison);
+  for (const BufferInfo& buffer : process.part.buffers) {
+    EXPECT_TRUE(process.session
+                    ->RegisterBuffer(buffer.id, process.memory->data({rank, buffer.id}),
+                                     buffer.bytes, MemoryKind::kHost, 0)
+                    .ok());
+  }
+  for (const ParamInfo& param : process.part.params) {
+    EXPECT_TRUE(process.session->DeclareParameter(param.name, param.dtype, param.shape).ok());
+  }
+  for (const Piece& piece : process.part.pieces) {
+    EXPECT_TRUE(process.session
+                    ->DeclarePiece(process.part.params[piece.param].name, piece.buffer, piece.box,
+                                   piece.offset, piece.strides)
+                    .ok());
+  }
+  return process;
+}
+
+// Every process connects and syncs `versions` in order (trainers fill them first); returns each
+// process's first failure.
+std::vector<absl::Status> RunJob(std::vector<Process>& processes,
+                                 const std::vector<std::vector<int64_t>>& versions, bool connect) {
+  std::vector<absl::Status> results(processes.size());
+  std::vector<std::thread> threads;
+  for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      if (connect) results[p] = me.session->Connect();
+      for (int64_t v : versions[p]) {
+        if (!results[p].ok()) break;
+        if (p < 2) results[p] = test::FillLogical(me.part, v, me.memory.get());
+        if (results[p].ok()) results[p] = me.session->Sync(v);
+        if (results[p].ok() && p >= 2) results[p] = test::CheckLogical(me.part, *me.memory, v);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("WSYNC_METRICS_TEST_SECRET", "metrics-test-secret-0123", 1); }
+};
+
+TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
+  const int port = FreePort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "m"));
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "m"));
+  const std::vector<int64_t> three = {1, 2, 3};
+  std::vector<absl::Status> results = RunJob(processes, {three, three, three, three}, true);
+  for (int p = 0; p < 4; ++p) ASSERT_TRUE(results[p].ok()) << p << ": " << results[p];
+
+  for (int p = 0; p < 4; ++p) {
+    SCOPED_TRACE(absl::StrCat("process ", p));
+    const bool rollout = p >= 2;
+    const std::string role = rollout ? "role=\"rollout\"" : "role=\"trainer\"";
+    const std::string text = processes[p].session->MetricsText();
+    const TransferStats stats = processes[p].session->LastStats().stats;
+    for (const char* family :
+         {"wsync_syncs_total", "wsync_sync_duration_seconds", "wsync_last_sync_duration_seconds",
+          "wsync_sync_predicted_seconds", "wsync_rounds", "wsync_rounds_total",
+          "wsync_bytes_sent_total", "wsync_bytes_received_total", "wsync_direct_bytes_total",
+          "wsync_staged_bytes_total", "wsync_local_copy_bytes_total", "wsync_arena_bytes",
+          "wsync_arena_peak_bytes", "wsync_version", "wsync_state", "wsync_errors_total",
+          "wsync_plan_info"}) {
+      EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " "))) << family;
+    }
+    EXPECT_EQ(Sum(text, "wsync_version", {role}), 3);
+    EXPECT_EQ(Sum(text, "wsync_state", {role, "state=\"consistent\""}), 1);
+    EXPECT_EQ(Sum(text, "wsync_state", {"state=\"dirty\""}), 0);
+    EXPECT_EQ(Sum(text, "wsync_syncs_total", {role, "result=\"ok\""}), 3);
+    EXPECT_EQ(Sum(text, "wsync_syncs_total", {"result=\"failed\""}), 0);
+    EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_count", {role}), 3);
+    EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_bucket", {"le=\"0.001\""}) >= 0, true);
+    EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_bucket", {"le=\"600\""}), 3);
+    EXPECT_TRUE(std::isnan(Sum(text, "wsync_sync_predicted_seconds")));
+    EXPECT_EQ(Sum(text, "wsync_rounds", {role}), stats.rounds);
+    EXPECT_EQ(Sum(text, "wsync_rounds_total", {role}), 3 * stats.rounds);
+    // Bytes by path class and transport: every peer of this job is intra_node over UCX shared
+    // memory; the sums are the stats' figures, three times.
+    EXPECT_EQ(Sum(text, "wsync_bytes_received_total"), 3 * stats.received_bytes);
+    EXPECT_EQ(Sum(text, "wsync_bytes_sent_total"), 3 * stats.sent_bytes);
+    EXPECT_EQ(Sum(text, rollout ? "wsync_bytes_received_total" : "wsync_bytes_sent_total",
+                  {role, "path_class=\"intra_node\"", "transport=\"ucx:sm,cma,self\""}),
+              3 * (rollout ? stats.received_bytes : stats.sent_bytes));
+    EXPECT_EQ(Sum(text, "wsync_direct_bytes_total") + Sum(text, "wsync_staged_bytes_total"),
+              3 * (stats.direct_bytes + stats.staged_bytes));
+    EXPECT_EQ(Sum(text, "wsync_direct_bytes_total",
+                  {rollout ? "direction=\"send\"" : "direction=\"receive\""}),
+              0);
+    EXPECT_EQ(Sum(text, "wsync_local_copy_bytes_total"), 3 * stats.local_copy_bytes);
+    EXPECT_EQ(Sum(text, "wsync_arena_peak_bytes"), stats.peak_arena_bytes);
+    EXPECT_GE(Sum(text, "wsync_arena_bytes"), 0);
+    EXPECT_EQ(Sum(text, "wsync_errors_total"), 0);
+    EXPECT_EQ(Sum(text, "wsync_errors_total", {role, "kind=\"ranks_disagree\""}), 0);
+    EXPECT_EQ(Sum(text, "wsync_plan_info", {"digest=\""}), 1);
+    // No calibration: the age family has no series, so the exposition leaves it out.
+    EXPECT_TRUE(std::isnan(Sum(text, "wsync_calibration_age_seconds")));
+    EXPECT_THAT(text, Not(HasSubstr("wsync_calibration_age_seconds")));
+    if (rollout) {
+      EXPECT_GT(stats.received_bytes, 0);
+      EXPECT_EQ(Sum(text, "wsync_bytes_sent_total"), 0);
+    }
+  }
+  // Every process agreed on one plan: one digest label everywhere.
+  const std::string first = processes[0].session->MetricsText();
+  const size_t at = first.find("digest=\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string digest = first.substr(at, first.find('"', at + 8) - at + 1);
+  EXPECT_EQ(digest.size(), 8 + 16 + 1) << digest;
+  for (int p = 1; p < 4; ++p) {
+    EXPECT_THAT(processes[p].session->MetricsText(), HasSubstr(digest));
+  }
+
+  // A version the ranks disagree on fails everywhere: rollouts become dirty, errors count.
+  results = RunJob(processes, {{4}, {5}, {4}, {4}}, false);
+  for (int p = 0; p < 4; ++p) EXPECT_FALSE(results[p].ok()) << p;
+  for (int p = 0; p < 4; ++p) {
+    SCOPED_TRACE(absl::StrCat("process ", p));
+    const std::string text = processes[p].session->MetricsText();
+    EXPECT_EQ(Sum(text, "wsync_syncs_total", {"result=\"failed\""}), 1);
+    EXPECT_EQ(Sum(text, "wsync_syncs_total", {"result=\"ok\""}), 3);
+    EXPECT_GE(Sum(text, "wsync_errors_total"), 1);
+    EXPECT_EQ(Sum(text, "wsync_version"), 3);
+    if (p >= 2) {
+      EXPECT_EQ(Sum(text, "wsync_state", {"state=\"dirty\""}), 1);
+    }
+  }
+  EXPECT_EQ(
+      Sum(processes[1].session->MetricsText(), "wsync_errors_total", {"kind=\"ranks_disagree\""}),
+      1);
+}
+
+TEST_F(MetricsTest, ExporterServesTheExpositionOverHttp) {
+  const int port = FreePort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) {
+    processes.push_back(MakeProcess(Role::kTrainer, r, port, "http", "127.0.0.1:0"));
+  }
+  for (int r = 0; r < 2; ++r) {
+    processes.push_back(MakeProcess(Role::kRollout, r, port, "http", "127.0.0.1:0"));
+  }
+  for (const Process& process : processes) {
+    EXPECT_GT(process.session->metrics_port(), 0);
+    EXPECT_EQ(process.session->metrics_url(),
+              absl::StrCat("http://127.0.0.1:", process.session->metrics_port(), "/metrics"));
+  }
+  const std::vector<int64_t> one = {1};
+  std::vector<absl::Status> results = RunJob(processes, {one, one, one, one}, true);
+  for (int p = 0; p < 4; ++p) ASSERT_TRUE(results[p].ok()) << p << ": " << results[p];
+  const std::string response = HttpGet(processes[3].session->metrics_port(), "/metrics");
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, HasSubstr("wsync_version{role=\"rollout\"} 1"));
+  EXPECT_EQ(Sum(response, "wsync_bytes_received_total"),
+            processes[3].session->LastStats().stats.received_bytes);
+  // A second exporter on a port in use is refused at Create.
+  SessionConfig config;
+  config.role = Role::kRollout;
+  config.num_trainers = 1;
+  config.num_rollouts = 1;
+  config.job_id = "busy";
+  config.coordinator_port = port;
+  config.secret = SecretSource::Environment("WSYNC_METRICS_TEST_SECRET");
+  config.metrics_address = absl::StrCat("127.0.0.1:", processes[0].session->metrics_port());
+  absl::StatusOr<std::unique_ptr<Session>> busy = Session::Create(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(busy.status())) << busy.status();
+  // Finalize stops the exporter.
+  const int exporter = processes[3].session->metrics_port();
+  processes[3].session->Finalize();
+  EXPECT_EQ(processes[3].session->metrics_port(), 0);
+  EXPECT_EQ(HttpGet(exporter, "/metrics"), "");
+}
+
+TEST(MetricsFacadeTest, AddressesErrorKindsAndBuckets) {
+  absl::StatusOr<MetricsAddress> address = ParseMetricsAddress("0.0.0.0:9400");
+  ASSERT_TRUE(address.ok());
+  EXPECT_EQ(address->host, "0.0.0.0");
+  EXPECT_EQ(address->port, 9400);
+  address = ParseMetricsAddress("9401");
+  ASSERT_TRUE(address.ok());
+  EXPECT_EQ(address->host, "127.0.0.1");
+  EXPECT_EQ(address->port, 9401);
+  address = ParseMetricsAddress(":0");
+  ASSERT_TRUE(address.ok());
+  EXPECT_EQ(address->host, "127.0.0.1");
+  EXPECT_EQ(address->port, 0);
+  address = ParseMetricsAddress("localhost");
+  ASSERT_TRUE(address.ok());
+  EXPECT_EQ(address->host, "localhost");
+  EXPECT_EQ(address->port, 0);
+  EXPECT_FALSE(ParseMetricsAddress("127.0.0.1:70000").ok());
+  EXPECT_FALSE(ParseMetricsAddress("127.0.0.1:x").ok());
+
+  EXPECT_EQ(MetricErrorKind(WithErrorKind(absl::InternalError("x"), kErrorLayoutRefused)),
+            "layout_refused");
+  EXPECT_EQ(MetricErrorKind(absl::DeadlineExceededError("x")), "timed_out");
+  EXPECT_EQ(MetricErrorKind(absl::UnavailableError("x")), "peer_lost");
+  EXPECT_EQ(MetricErrorKind(WithErrorKind(absl::UnknownError("x"), "no_such_kind")), "internal");
+
+  const std::vector<double> buckets = SyncDurationBuckets();
+  EXPECT_EQ(buckets.front(), 0.001);
+  EXPECT_EQ(buckets.back(), 600);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LT(buckets[i - 1], buckets[i]);
+
+  SessionMetrics metrics("trainer");
+  metrics.RecordError(absl::DataLossError("x"));
+  metrics.RecordError("not a kind");
+  metrics.SetCalibrationTime(absl::Now() - absl::Seconds(100));
+  metrics.RecordSync(SyncResult::kOk, 0.5, 0.25);
+  const std::string text = metrics.Text();
+  EXPECT_EQ(Sum(text, "wsync_errors_total", {"kind=\"data_loss\""}), 1);
+  EXPECT_EQ(Sum(text, "wsync_errors_total", {"kind=\"internal\""}), 1);
+  EXPECT_GE(Sum(text, "wsync_calibration_age_seconds"), 100);
+  EXPECT_EQ(Sum(text, "wsync_sync_predicted_seconds"), 0.25);
+  EXPECT_EQ(Sum(text, "wsync_last_sync_duration_seconds"), 0.5);
+  EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_bucket", {"le=\"0.25\""}), 0);
+  EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_bucket", {"le=\"0.5\""}), 1);
+  EXPECT_EQ(Sum(text, "wsync_version"), -1);
+  EXPECT_EQ(Sum(text, "wsync_state"), 0);
+}
+
+}  // namespace
+}  // namespace wsync
