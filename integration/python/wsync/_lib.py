@@ -1,0 +1,224 @@
+"""ctypes binding over libwsync.so's C ABI (plugin/include/wsync/wsync.h, ABI version 1).
+
+The library is found, in this order, at ``$WSYNC_LIBRARY``, next to this package
+(``wsync/libwsync.so``), or by the dynamic loader's search path (``libwsync.so``). It is loaded
+once per process with ``RTLD_LOCAL``; the exported table ``wsyncPlugin_v1`` is the only symbol
+used. ctypes releases the GIL around every call, so a blocking ``sync`` does not stall other
+Python threads.
+
+Every status other than ``WSYNC_OK`` becomes :class:`WsyncError`, carrying the status ``code``
+(an :class:`Status`), the C call that failed and the session's ``last_error`` text.
+"""
+
+import ctypes
+import enum
+import os
+import threading
+
+ABI_VERSION = 1
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    IN_PROGRESS = 1
+    INVALID_ARGUMENT = 2
+    LAYOUT_REFUSED = 3
+    RANKS_DISAGREE = 4
+    TIMED_OUT = 5
+    PEER_LOST = 6
+    ABORTED = 7
+    NO_MEMORY = 8
+    AUTHENTICATION = 9
+    UNSUPPORTED = 10
+    INTERNAL = 11
+
+
+class Role(enum.IntEnum):
+    TRAINER = 1
+    ROLLOUT = 2
+
+
+class MemoryKind(enum.IntEnum):
+    HOST = 1
+    CUDA = 2
+
+
+class State(enum.IntEnum):
+    REGISTERED = 1
+    CONNECTED = 2
+    IDLE = 3
+    SYNCING = 4
+    DIRTY = 5
+
+
+class WsyncError(RuntimeError):
+    """A wsync call failed. ``code`` is a :class:`Status`, ``message`` the session's last_error,
+    ``call`` the C function that returned it."""
+
+    def __init__(self, code, message, call=""):
+        try:
+            code = Status(code)
+        except ValueError:
+            pass
+        self.code = code
+        self.message = message
+        self.call = call
+        name = code.name if isinstance(code, Status) else str(code)
+        super().__init__(f"{call + ': ' if call else ''}WSYNC_{name}: {message}")
+
+
+class Config(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("role", ctypes.c_int),
+        ("rank", ctypes.c_int32),
+        ("num_trainers", ctypes.c_int32),
+        ("num_rollouts", ctypes.c_int32),
+        ("job_id", ctypes.c_char_p),
+        ("coordinator_host", ctypes.c_char_p),
+        ("coordinator_port", ctypes.c_int32),
+        ("host_coordinator", ctypes.c_int32),
+        ("secret_file", ctypes.c_char_p),
+        ("secret_env", ctypes.c_char_p),
+        ("node_id", ctypes.c_char_p),
+        ("staging_budget_bytes", ctypes.c_double),
+        ("deadline_seconds", ctypes.c_double),
+        ("replica_policy", ctypes.c_char_p),
+        ("path_transports", ctypes.c_char_p),
+        ("metrics_address", ctypes.c_char_p),
+        ("calibration_file", ctypes.c_char_p),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("version", ctypes.c_int64),
+        ("segments", ctypes.c_int64),
+        ("chunks", ctypes.c_int64),
+        ("rounds", ctypes.c_int64),
+        ("sent_bytes", ctypes.c_int64),
+        ("received_bytes", ctypes.c_int64),
+        ("local_copy_bytes", ctypes.c_int64),
+        ("direct_bytes", ctypes.c_int64),
+        ("staged_bytes", ctypes.c_int64),
+        ("peak_arena_bytes", ctypes.c_int64),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+_status = ctypes.c_int
+_session = ctypes.c_void_p
+_i64p = ctypes.POINTER(ctypes.c_int64)
+
+BeforeUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+AfterUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
+
+
+class PluginV1(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("abi_version", ctypes.c_int32),
+        ("init", ctypes.CFUNCTYPE(_status, ctypes.POINTER(Config), ctypes.POINTER(_session))),
+        ("register_buffer", ctypes.CFUNCTYPE(_status, _session, ctypes.c_uint64, ctypes.c_void_p,
+                                             ctypes.c_uint64, ctypes.c_int, ctypes.c_int32)),
+        ("declare_parameter", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.c_int32, _i64p)),
+        ("declare_piece", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p, ctypes.c_uint64,
+                                           ctypes.c_int32, _i64p, _i64p, ctypes.c_int64, _i64p)),
+        ("set_manifest", ctypes.CFUNCTYPE(_status, _session, ctypes.c_void_p, ctypes.c_size_t)),
+        ("set_named_layout", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p, ctypes.c_char_p)),
+        ("connect", ctypes.CFUNCTYPE(_status, _session)),
+        ("schedule_report", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p,
+                                             ctypes.POINTER(ctypes.c_size_t))),
+        ("sync", ctypes.CFUNCTYPE(_status, _session, ctypes.c_int64)),
+        ("sync_begin", ctypes.CFUNCTYPE(_status, _session, ctypes.c_int64)),
+        ("sync_test", ctypes.CFUNCTYPE(_status, _session)),
+        ("set_update_callbacks", ctypes.CFUNCTYPE(_status, _session, BeforeUpdateFn, AfterUpdateFn,
+                                                  ctypes.c_void_p)),
+        ("abort", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p)),
+        ("state", ctypes.CFUNCTYPE(_status, _session, _i64p, ctypes.POINTER(ctypes.c_int))),
+        ("stats", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(Stats))),
+        ("metrics_text", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p,
+                                          ctypes.POINTER(ctypes.c_size_t))),
+        ("last_error", ctypes.CFUNCTYPE(ctypes.c_char_p, _session)),
+        ("finalize", ctypes.CFUNCTYPE(_status, _session)),
+    ]
+
+
+_lock = threading.Lock()
+_api = None
+_path = None
+
+
+def candidate_paths():
+    """Where load() looks, in order."""
+    paths = []
+    env = os.environ.get("WSYNC_LIBRARY")
+    if env:
+        paths.append(env)
+    paths.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libwsync.so"))
+    paths.append("libwsync.so")
+    return paths
+
+
+def load():
+    """The plugin's v1 table (loaded on first use); raises WsyncError(UNSUPPORTED) when no
+    library is found or its ABI version differs."""
+    global _api, _path
+    with _lock:
+        if _api is not None:
+            return _api
+        errors = []
+        env = os.environ.get("WSYNC_LIBRARY")
+        for path in candidate_paths():
+            if path != "libwsync.so" and not os.path.exists(path):
+                if path == env:  # An explicit path that does not exist is an error.
+                    raise WsyncError(Status.UNSUPPORTED,
+                                     f"WSYNC_LIBRARY={env} does not exist", "load")
+                errors.append(f"{path}: no such file")
+                continue
+            try:
+                library = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            except OSError as error:
+                errors.append(f"{path}: {error}")
+                if path == env:
+                    break
+                continue
+            try:
+                table = PluginV1.in_dll(library, "wsyncPlugin_v1")
+            except ValueError:
+                raise WsyncError(Status.UNSUPPORTED, f"{path} exports no wsyncPlugin_v1", "load")
+            if table.abi_version != ABI_VERSION:
+                raise WsyncError(Status.UNSUPPORTED,
+                                 f"{path} has ABI version {table.abi_version}, not {ABI_VERSION}",
+                                 "load")
+            table._library = library  # Keeps the library loaded for the table's lifetime.
+            _api, _path = table, path
+            return _api
+        raise WsyncError(Status.UNSUPPORTED,
+                         "cannot load libwsync.so (set WSYNC_LIBRARY, place it next to the wsync "
+                         "package, or on the loader path): " + "; ".join(errors), "load")
+
+
+def library_path():
+    """The path the library was loaded from (after load())."""
+    load()
+    return _path
+
+
+def last_error(session=None):
+    data = load().last_error(session)
+    return data.decode("utf-8", "replace") if data else ""
+
+
+def check(code, session, call):
+    """Raises WsyncError for any status but OK (and IN_PROGRESS, returned as is)."""
+    if code == Status.OK or code == Status.IN_PROGRESS:
+        return Status(code)
+    raise WsyncError(code, last_error(session), call)
+
+
+def int64_array(values):
+    values = [int(v) for v in values]
+    return (ctypes.c_int64 * max(1, len(values)))(*values)

@@ -1,0 +1,268 @@
+"""Session: one wsync session of this process, mirroring the C ABI call for call."""
+
+import ctypes
+import os
+import tempfile
+
+from . import _lib
+from ._lib import MemoryKind, Role, State, Status, WsyncError
+
+_TORCH_DTYPES = {
+    "torch.float32": "fp32", "torch.float": "fp32",
+    "torch.bfloat16": "bf16",
+    "torch.float16": "fp16", "torch.half": "fp16",
+    "torch.int8": "int8", "torch.int32": "int32", "torch.int64": "int64",
+    "torch.float8_e4m3fn": "fp8_e4m3", "torch.float8_e5m2": "fp8_e5m2",
+}
+
+
+def dtype_name(dtype):
+    """wsync's spelling of a dtype: a torch.dtype or a string the ABI accepts."""
+    if isinstance(dtype, str):
+        return dtype
+    name = _TORCH_DTYPES.get(str(dtype))
+    if name is None:
+        raise WsyncError(Status.INVALID_ARGUMENT, f"dtype {dtype} has no wsync equivalent",
+                         "dtype_name")
+    return name
+
+
+def _role(role):
+    if isinstance(role, str):
+        try:
+            return Role[role.upper()]
+        except KeyError:
+            raise WsyncError(Status.INVALID_ARGUMENT,
+                             f"role must be 'trainer' or 'rollout', not {role!r}", "init")
+    return Role(role)
+
+
+def _bytes(text):
+    return None if text is None else str(text).encode("utf-8")
+
+
+def parse_coordinator(coordinator):
+    """'host:port' (or ':port', or an int port) -> (host, port)."""
+    if isinstance(coordinator, int):
+        return "127.0.0.1", coordinator
+    host, _, port = str(coordinator).rpartition(":")
+    try:
+        return (host or "127.0.0.1"), int(port)
+    except ValueError:
+        raise WsyncError(Status.INVALID_ARGUMENT,
+                         f"coordinator must be 'host:port', not {coordinator!r}", "init")
+
+
+class Session:
+    """One process's session. Keyword arguments are the fields of wsync_config_t:
+
+    role ('trainer' | 'rollout'), rank, num_trainers, num_rollouts, job_id, coordinator
+    ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
+    secret (the job secret itself: written to a private 0600 file for init, then removed) or
+    secret_file or secret_env, node_id, staging_budget_bytes, deadline_seconds, replica_policy,
+    path_transports.
+
+    Buffers registered here must stay allocated, at the same address, until finalize().
+    """
+
+    def __init__(self, role, rank=0, num_trainers=1, num_rollouts=1, job_id="wsync",
+                 coordinator=None, coordinator_host=None, coordinator_port=0,
+                 host_coordinator=False, secret=None, secret_file=None, secret_env=None,
+                 node_id=None, staging_budget_bytes=0.0, deadline_seconds=0.0,
+                 replica_policy=None, path_transports=None):
+        self._api = _lib.load()
+        self._handle = None
+        self._callbacks = None
+        self._keep = []  # Objects whose memory the session was given.
+        if coordinator is not None:
+            coordinator_host, coordinator_port = parse_coordinator(coordinator)
+        config = _lib.Config()
+        config.struct_size = ctypes.sizeof(_lib.Config)
+        config.role = int(_role(role))
+        config.rank = int(rank)
+        config.num_trainers = int(num_trainers)
+        config.num_rollouts = int(num_rollouts)
+        config.job_id = _bytes(job_id)
+        config.coordinator_host = _bytes(coordinator_host)
+        config.coordinator_port = int(coordinator_port or 0)
+        config.host_coordinator = 1 if host_coordinator else 0
+        config.secret_env = _bytes(secret_env)
+        config.node_id = _bytes(node_id)
+        config.staging_budget_bytes = float(staging_budget_bytes or 0.0)
+        config.deadline_seconds = float(deadline_seconds or 0.0)
+        config.replica_policy = _bytes(replica_policy)
+        config.path_transports = _bytes(path_transports)
+        secret_dir = None
+        try:
+            if secret is not None:
+                if secret_file is not None or secret_env is not None:
+                    raise WsyncError(Status.INVALID_ARGUMENT,
+                                     "give one of secret, secret_file, secret_env", "init")
+                secret_dir = tempfile.mkdtemp(prefix="wsync-secret-")  # Mode 0700.
+                secret_file = os.path.join(secret_dir, "secret")
+                fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secret)
+            config.secret_file = _bytes(secret_file)
+            handle = ctypes.c_void_p()
+            code = self._api.init(ctypes.byref(config), ctypes.byref(handle))
+            _lib.check(code, None, "init")
+            self._handle = handle.value
+        finally:
+            if secret_dir is not None:
+                try:
+                    os.unlink(secret_file)
+                except OSError:
+                    pass
+                os.rmdir(secret_dir)
+        self.role = _role(role)
+        self.rank = int(rank)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _check(self, code, call):
+        return _lib.check(code, self._handle, call)
+
+    def _live(self, call):
+        if self._handle is None:
+            raise WsyncError(Status.INVALID_ARGUMENT, "the session is finalized", call)
+        return self._handle
+
+    def _text(self, fn, call):
+        handle = self._live(call)
+        size = ctypes.c_size_t(0)
+        self._check(fn(handle, None, ctypes.byref(size)), call)
+        while True:
+            buffer = ctypes.create_string_buffer(size.value)
+            fetched = ctypes.c_size_t(size.value)
+            self._check(fn(handle, buffer, ctypes.byref(fetched)), call)
+            if fetched.value <= size.value:
+                return buffer.value.decode("utf-8", "replace")
+            size = fetched  # It grew in between.
+
+    # -- layout (REGISTERED) --------------------------------------------------------------------
+    def register_buffer(self, buffer_id, address, nbytes, kind=MemoryKind.HOST, device=0,
+                        keep=None):
+        """Registers [address, address + nbytes). `keep` (e.g. the tensor or storage) is held
+        until finalize so the memory stays alive."""
+        self._check(self._api.register_buffer(self._live("register_buffer"), int(buffer_id),
+                                              ctypes.c_void_p(int(address)), int(nbytes),
+                                              int(kind), int(device)), "register_buffer")
+        if keep is not None:
+            self._keep.append(keep)
+
+    def declare_parameter(self, name, dtype, shape):
+        shape = list(shape)
+        self._check(self._api.declare_parameter(self._live("declare_parameter"), _bytes(name),
+                                                _bytes(dtype_name(dtype)), len(shape),
+                                                _lib.int64_array(shape)), "declare_parameter")
+
+    def declare_piece(self, parameter, buffer_id, origin, extent, offset, strides):
+        origin, extent, strides = list(origin), list(extent), list(strides)
+        if not len(origin) == len(extent) == len(strides):
+            raise WsyncError(Status.INVALID_ARGUMENT,
+                             f"piece of {parameter}: origin, extent and strides differ in length",
+                             "declare_piece")
+        self._check(self._api.declare_piece(self._live("declare_piece"), _bytes(parameter),
+                                            int(buffer_id), len(origin),
+                                            _lib.int64_array(origin), _lib.int64_array(extent),
+                                            int(offset), _lib.int64_array(strides)),
+                    "declare_piece")
+
+    def set_manifest(self, data):
+        data = bytes(data)
+        self._check(self._api.set_manifest(self._live("set_manifest"), data, len(data)),
+                    "set_manifest")
+
+    def set_named_layout(self, model, layout):
+        self._check(self._api.set_named_layout(self._live("set_named_layout"), _bytes(model),
+                                               _bytes(layout)), "set_named_layout")
+
+    def set_update_callbacks(self, before=None, after=None):
+        """Rollout, trainer-triggered mode: before(version) and after(version, status) run on the
+        session's background thread around every sync the trainer starts. Exceptions raised by
+        them are printed and swallowed (they cannot cross into C)."""
+
+        def guard(fn, *args):
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - nothing may propagate into C.
+                import traceback
+                traceback.print_exc()
+
+        before_c = _lib.BeforeUpdateFn(lambda user, v: guard(before, v)) if before else \
+            _lib.BeforeUpdateFn()
+        after_c = _lib.AfterUpdateFn(lambda user, v, s: guard(after, v, Status(s))) if after else \
+            _lib.AfterUpdateFn()
+        self._check(self._api.set_update_callbacks(self._live("set_update_callbacks"), before_c,
+                                                   after_c, None), "set_update_callbacks")
+        self._callbacks = (before_c, after_c)  # Alive while the thread may call them.
+
+    # -- job -------------------------------------------------------------------------------------
+    def connect(self):
+        self._check(self._api.connect(self._live("connect")), "connect")
+
+    def schedule_report(self):
+        return self._text(self._api.schedule_report, "schedule_report")
+
+    def metrics_text(self):
+        return self._text(self._api.metrics_text, "metrics_text")
+
+    def sync(self, version):
+        self._check(self._api.sync(self._live("sync"), int(version)), "sync")
+
+    def sync_begin(self, version):
+        self._check(self._api.sync_begin(self._live("sync_begin"), int(version)), "sync_begin")
+
+    def sync_test(self):
+        """True when the sync started by sync_begin committed, False while it runs; raises its
+        error."""
+        return self._check(self._api.sync_test(self._live("sync_test")), "sync_test") == Status.OK
+
+    def abort(self, reason="aborted by the host"):
+        if self._handle is not None:
+            self._check(self._api.abort(self._handle, _bytes(reason)), "abort")
+
+    def state(self):
+        """(State, version)."""
+        version = ctypes.c_int64(-1)
+        state = ctypes.c_int(0)
+        self._check(self._api.state(self._live("state"), ctypes.byref(version),
+                                    ctypes.byref(state)), "state")
+        return State(state.value), version.value
+
+    def stats(self):
+        """What the last sync of this process did, as a dict."""
+        stats = _lib.Stats()
+        stats.struct_size = ctypes.sizeof(_lib.Stats)
+        self._check(self._api.stats(self._live("stats"), ctypes.byref(stats)), "stats")
+        return {name: getattr(stats, name) for name, _ in _lib.Stats._fields_[1:]}
+
+    def last_error(self):
+        return _lib.last_error(self._handle) if self._handle is not None else ""
+
+    def finalize(self):
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        try:
+            _lib.check(self._api.finalize(handle), None, "finalize")
+        finally:
+            self._keep = []
+            self._callbacks = None
+
+    @property
+    def finalized(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.finalize()
+        return False
+
+    def __del__(self):
+        try:
+            self.finalize()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,76 @@
+"""wsync.sglang's adapter through the calls SGLang's ModelRunner gets (SGLang cannot be installed
+here): init_weights_update_group, update_weights_from_distributed with a version, and
+destroy_weights_update_group, each returning (success, message); against a torch module with
+SGLang's (vLLM's) parameter names, TP2, fed by one Megatron TP1 trainer."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import free_ports, run_processes  # noqa: E402
+
+SECRET = "python-sglang-secret-0123456789abcdef"
+TP = 2
+
+
+def _process(index, port):
+    import torch
+
+    import tiny_qwen as tq
+    from wsync import layouts
+    from wsync.sglang import WsyncSGLangAdapter
+    from wsync.trainer import TrainerSync
+
+    c = tq.CONFIG
+    config = layouts.ModelConfig(c["heads"], c["kv_heads"], c["head_dim"], c["vocab"])
+    os.environ["WSYNC_SECRET"] = SECRET
+    if index == 0:
+        model = tq.MegatronTiny(0, 1, None)
+        with TrainerSync(model, lambda m: layouts.megatron_layout(m, 0, 1, config), 0, 1,
+                         f"127.0.0.1:{port}", SECRET, num_rollouts=TP, job_id="wsync",
+                         deadline_seconds=30, path_transports="*=ucx:sm,cma,self") as sync:
+            for version in (1, 2):
+                tq.load_local(model, tq.megatron_shard(tq.random_logical(20 + version), 0, 1))
+                sync.push(version)
+        return None
+    rank = index - 1
+    model = tq.VllmTiny(rank, TP, None)
+    adapter = WsyncSGLangAdapter(model, rank, TP, config)
+    out = {"unknown": adapter.update_weights_from_distributed(version=1)}
+    out["init"] = adapter.init_weights_update_group(
+        "127.0.0.1", port, rank_offset=0, world_size=TP, group_name="wsync", backend="wsync",
+        num_trainers=1, deadline_seconds=30, path_transports="*=ucx:sm,cma,self")
+    out["updates"] = []
+    for version in (1, 2):
+        ok = adapter.update_weights_from_distributed(
+            names=["ignored"], dtypes=["bfloat16"], shapes=[[1]], group_name="wsync",
+            version=version)
+        want = tq.vllm_shard(tq.random_logical(20 + version), rank, TP)
+        params = dict(model.named_parameters())
+        emb = "model.embed_tokens.weight"
+        real = c["vocab"] - rank * params[emb].shape[0]
+        wrong = [n for n, t in want.items() if not torch.equal(
+            params[n][:real] if n == emb else params[n], t[:real] if n == emb else t)]
+        out["updates"].append((ok, wrong))
+    out["destroy"] = adapter.destroy_weights_update_group("wsync")
+    return out
+
+
+class SGLangAdapterTest(unittest.TestCase):
+    def test_adapter_calls(self):
+        port, = free_ports(1)
+        results = run_processes(_process, 1 + TP, (port,), timeout=120)
+        for index, (status, value) in enumerate(results):
+            self.assertEqual(status, "ok", f"process {index}: {value}")
+        for _, out in results[1:]:
+            self.assertFalse(out["unknown"][0])
+            self.assertTrue(out["init"][0], out["init"])
+            for (ok, wrong) in out["updates"]:
+                self.assertTrue(ok[0], ok)
+                self.assertEqual(wrong, [])
+            self.assertTrue(out["destroy"][0])
+
+
+if __name__ == "__main__":
+    unittest.main()
