@@ -1,13 +1,6 @@
 #include "integration/cli/bench_sync.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,14 +30,13 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/cli/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
-
-extern char** environ;
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, from);
@@ -80,13 +72,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -101,10 +86,6 @@ double Max(const std::vector<double>& v) {
 }
 
 std::string MiB(double bytes) { return absl::StrFormat("%.2f MiB", bytes / (1 << 20)); }
-
-std::string Tail(const std::string& text, size_t chars = 600) {
-  return text.size() <= chars ? text : "..." + text.substr(text.size() - chars);
-}
 
 bool Executable(const std::string& path) {
   return !path.empty() && access(path.c_str(), X_OK) == 0;
@@ -152,205 +133,6 @@ absl::StatusOr<std::string> FindInPath(const std::string& name) {
   }
   return absl::NotFoundError(absl::StrCat(
       name, " not found in PATH (Debian: apt-get install ucx-utils); or pass --sync_perftest"));
-}
-
-// ---------------------------------------------------------------------------------------------
-// Child processes for ucx_perftest: started with extra environment, bounded by a deadline.
-
-class Child {
- public:
-  Child() = default;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() { Kill(); }
-
-  // Starts argv with stdout and stderr into `log`; `env` entries (NAME=VALUE) replace the
-  // variables of the same name, and `unset` names are removed.
-  absl::Status Start(const std::vector<std::string>& argv, const std::string& log,
-                     const std::vector<std::string>& env, const std::vector<std::string>& unset) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<std::string> storage(env);
-    for (char** e = environ; *e != nullptr; ++e) {
-      const absl::string_view entry = *e;
-      const absl::string_view name = entry.substr(0, entry.find('='));
-      bool drop = std::find(unset.begin(), unset.end(), name) != unset.end();
-      for (const std::string& mine : env) drop |= absl::StartsWith(mine, absl::StrCat(name, "="));
-      if (!drop) storage.emplace_back(entry);
-    }
-    std::vector<char*> envp;
-    for (std::string& e : storage) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    const int error = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (error != 0) {
-      pid_ = -1;
-      return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": errno ", error));
-    }
-    return absl::OkStatus();
-  }
-
-  bool Exited() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    pid_ = -1;
-    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return true;
-  }
-
-  // The exit code, or -1 when it was killed at `deadline` or by a signal.
-  int Wait(absl::Time deadline) {
-    while (!Exited()) {
-      if (absl::Now() > deadline) {
-        Kill();
-        return -1;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return code_;
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-    code_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int code_ = -1;
-};
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  if (port <= 0) return absl::InternalError("cannot find a free TCP port");
-  return port;
-}
-
-// Whether some socket listens on `port` (from /proc/net/tcp and tcp6; state 0A is LISTEN).
-// Probing by connecting would be taken by ucx_perftest's server as its client.
-bool Listening(int port) {
-  const std::string needle = absl::StrFormat(":%04X", port);
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    for (absl::string_view line : absl::StrSplit(ReadFile(table), '\n')) {
-      std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (fields.size() > 3 && absl::EndsWith(fields[1], needle) && fields[3] == "0A") return true;
-    }
-  }
-  return false;
-}
-
-struct PerftestResult {
-  std::vector<double> bytes_per_second;  // One per pair (concurrent pairs: each one's share).
-  double seconds = 0;                    // Wall time of the slowest client.
-};
-
-// The bandwidth of one ucx_perftest -f output: its final line holds iterations, overhead
-// p50/average/overall (usec), bandwidth average/overall (MB/s, MB = 2^20 bytes) and message rate
-// average/overall.
-std::optional<double> PerftestBandwidth(const std::string& output, int32_t iters) {
-  for (absl::string_view line : absl::StrSplit(output, '\n')) {
-    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    int64_t n = 0;
-    double mb_per_second = 0;
-    if (fields.size() >= 8 && absl::SimpleAtoi(fields[0], &n) && n == iters &&
-        absl::SimpleAtod(fields[5], &mb_per_second) && mb_per_second > 0) {
-      return mb_per_second * (1 << 20);
-    }
-  }
-  return std::nullopt;
-}
-
-// One ucx_perftest tag_bw run: `pairs` server and client processes on this machine, the clients
-// started together.
-absl::StatusOr<PerftestResult> RunPerftest(const std::string& binary, const std::string& dir,
-                                           const std::string& tls, const std::string& devices,
-                                           int64_t size, int32_t iters, int32_t pairs) {
-  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
-  std::vector<std::string> env = {absl::StrCat("UCX_TLS=", tls)};
-  std::vector<std::string> unset;
-  if (devices.empty()) {
-    unset.push_back("UCX_NET_DEVICES");
-  } else {
-    env.push_back(absl::StrCat("UCX_NET_DEVICES=", devices));
-  }
-  const std::vector<std::string> common = {"-t", "tag_bw",
-                                           "-s", absl::StrCat(size),
-                                           "-n", absl::StrCat(iters),
-                                           "-w", absl::StrCat(std::max(2, iters / 10)),
-                                           "-f"};
-  std::vector<Child> servers(pairs), clients(pairs);
-  std::vector<int> ports(pairs);
-  for (int32_t i = 0; i < pairs; ++i) {
-    const std::string log = absl::StrCat(dir, "/perftest-server", i, ".log");
-    std::string failure;
-    for (int attempt = 0; attempt < 3 && (attempt == 0 || !failure.empty()); ++attempt) {
-      failure.clear();
-      WSYNC_ASSIGN_OR_RETURN(ports[i], FreePort());
-      std::vector<std::string> argv = {binary, "-p", absl::StrCat(ports[i])};
-      argv.insert(argv.end(), common.begin(), common.end());
-      WSYNC_RETURN_IF_ERROR(servers[i].Start(argv, log, env, unset));
-      const absl::Time listen_deadline = absl::Now() + absl::Seconds(10);
-      while (!Listening(ports[i]) && !servers[i].Exited() && absl::Now() < listen_deadline) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
-      if (!Listening(ports[i])) {  // Most likely the port was taken in between; try another.
-        servers[i].Kill();
-        failure = absl::StrCat("the ucx_perftest server did not listen on port ", ports[i], ": ",
-                               Tail(ReadFile(log)));
-      }
-    }
-    if (!failure.empty()) return absl::UnavailableError(failure);
-  }
-  const absl::Time start = absl::Now();
-  for (int32_t i = 0; i < pairs; ++i) {
-    std::vector<std::string> argv = {binary, "127.0.0.1", "-p", absl::StrCat(ports[i])};
-    argv.insert(argv.end(), common.begin(), common.end());
-    WSYNC_RETURN_IF_ERROR(
-        clients[i].Start(argv, absl::StrCat(dir, "/perftest-client", i, ".log"), env, unset));
-  }
-  const absl::Time deadline = start + limit;
-  PerftestResult result;
-  for (int32_t i = 0; i < pairs; ++i) {
-    const int client_code = clients[i].Wait(deadline);
-    result.seconds = std::max(result.seconds, absl::ToDoubleSeconds(absl::Now() - start));
-    const int server_code = servers[i].Wait(std::max(deadline, absl::Now() + absl::Seconds(5)));
-    const std::string output = ReadFile(absl::StrCat(dir, "/perftest-client", i, ".log")) + "\n" +
-                               ReadFile(absl::StrCat(dir, "/perftest-server", i, ".log"));
-    if (client_code != 0 || server_code != 0) {
-      return absl::InternalError(
-          absl::StrFormat("ucx_perftest (UCX_TLS=%s) failed: client exit %d, server exit %d%s: %s",
-                          tls, client_code, server_code,
-                          client_code == -1 ? " (killed at the limit)" : "", Tail(output)));
-    }
-    const std::optional<double> rate = PerftestBandwidth(output, iters);
-    if (!rate.has_value()) {
-      return absl::InternalError(absl::StrCat("cannot read ucx_perftest's result: ", Tail(output)));
-    }
-    result.bytes_per_second.push_back(*rate);
-  }
-  return result;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,7 +266,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       return absl::InternalError(absl::StrFormat(
           "wsync job over UCX_TLS=%s: process %d exited %d%s with %d of %d STATS lines: %s", t.tls,
           p, w.exit_code, w.exit_code == -1 ? " (killed at the limit)" : "", w.stats.size(),
-          spec.versions, Tail(w.stderr_text)));
+          spec.versions, TailOf(w.stderr_text)));
     }
   }
   std::vector<SyncSample> samples;
@@ -686,9 +468,9 @@ absl::Status RunSyncBench(std::FILE* out) {
                       samples->front().rollout_bytes / Median(seconds) / 1e9);
         row.syncs.insert(row.syncs.end(), samples->begin(), samples->end());
       } else {
-        absl::StatusOr<PerftestResult> result =
-            RunPerftest(perftest, dir, row.transports.tls, row.transports.devices,
-                        row.message_bytes, row.iters, row.pairs);
+        absl::StatusOr<PerftestResult> result = RunPerftest(
+            perftest, dir, row.transports.tls, row.transports.devices, row.message_bytes, row.iters,
+            row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
         if (!result.ok()) {
           status = result.status();
           break;
