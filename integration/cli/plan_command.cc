@@ -26,7 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "calibration/link_model/link_model.h"
 #include "common/hash.h"
 #include "common/status.h"
@@ -47,6 +49,8 @@ ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
 ABSL_FLAG(std::string, policy, "local_first_least_loaded",
           "Replica policy: first_holder or local_first_least_loaded.");
 ABSL_FLAG(int64_t, segments, 10, "Number of segments to list.");
+ABSL_FLAG(std::string, simulate, "",
+          "A cluster file (integration/clusters/*.cluster): prices the plan on that cluster.");
 ABSL_FLAG(std::string, calibration, "",
           "A calibration file (wsync calibrate --out); prices the plan's traffic with it.");
 
@@ -356,18 +360,62 @@ bool IsHelpArg(absl::string_view arg) { return arg == "--help" || arg == "-h" ||
 
 }  // namespace
 
-// Prices the planned traffic with a calibration: the busiest resource over its capacity plus the
-// per-round latency. With --process P the traffic is P's pairs and the rounds P's schedule;
-// otherwise every pair, with each pair's segment count standing in for its messages.
-absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,
-                             const Plan& plan, const Traffic& traffic) {
-  std::ifstream file(request.calibration, std::ios::binary);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat("cannot read calibration ", request.calibration));
+// A calibration and a name for it in the report: a saved file (--calibration) or the stated link
+// constants of a cluster file (--simulate).
+struct PricingSource {
+  std::string label;
+  proto::Calibration calibration;
+};
+
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+// A cluster file: "#" comments, "name: N", "processes_per_node: K", "links: SPEC" (the syntax of
+// SyntheticCalibration).
+absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
+  WSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileBytes(path));
+  std::string name = path, links;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (absl::ConsumePrefix(&line, "name:")) name = std::string(absl::StripAsciiWhitespace(line));
+    if (absl::ConsumePrefix(&line, "links:")) links = std::string(absl::StripAsciiWhitespace(line));
   }
-  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
-  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(calibration));
+  if (links.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no links: line"));
+  WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, SyntheticCalibration(links));
+  return PricingSource{absl::StrCat("cluster ", name, ", stated links"), std::move(calibration)};
+}
+
+absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {
+  WSYNC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
+  WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, ParseCalibration(bytes));
+  return PricingSource{absl::StrCat("calibration ", path, ", ", calibration.transport()),
+                       std::move(calibration)};
+}
+
+// Published sync times of other systems, for the projection (figures as cited in the benchmark
+// issue, with their sources).
+void PrintPublished(std::FILE* out, const std::string& model) {
+  if (model == "kimi-k2") {
+    absl::FPrintF(out,
+                  "  published: Perplexity 1.3 s for Kimi-K2 on 256 -> 128 GPUs (Perplexity "
+                  "engineering blog);\n             checkpoint-engine 16 s for Kimi-K2 on 256 "
+                  "H20 (MoonshotAI checkpoint-engine README)\n");
+  } else if (model == "deepseek-v3") {
+    absl::FPrintF(out, "  published: NeMo-RL 2.4-2.8 s for DeepSeek-V3 (NVIDIA NeMo-RL docs)\n");
+  }
+}
+
+// Prices the planned traffic: the busiest resource over its capacity plus the per-round latency.
+// With --process P the traffic is P's pairs and the rounds P's schedule; otherwise every pair,
+// with each pair's segment count standing in for its messages.
+absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,
+                             const Plan& plan, const Traffic& traffic,
+                             const PricingSource& source) {
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(source.calibration));
   wsync::Traffic priced;
   for (const auto& [key, totals] : traffic.pairs) {
     priced.pairs.push_back(wsync::PairTraffic{key.first, key.second,
@@ -385,11 +433,11 @@ absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const J
   }
   WSYNC_ASSIGN_OR_RETURN(const Prediction prediction, Predict(fits, priced));
   absl::FPrintF(out,
-                "\npredicted (calibration %s, %s): %.4f s = transfer %.4f s + latency %.6f s "
-                "(%d rounds)\n  binding resource: %s\n",
-                request.calibration, calibration.transport(), prediction.seconds,
-                prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
-                prediction.binding);
+                "\npredicted (%s): %.4f s = transfer %.4f s + latency %.6f s (%d rounds)\n"
+                "  binding resource: %s\n",
+                source.label, prediction.seconds, prediction.transfer_seconds,
+                prediction.latency_seconds, priced.rounds, prediction.binding);
+  if (!request.simulate.empty() && !request.process.has_value()) PrintPublished(out, request.model);
   return absl::OkStatus();
 }
 
@@ -406,7 +454,12 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   }
   PrintPaths(out, traffic);
   if (!request.calibration.empty()) {
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic));
+    WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCalibrationFile(request.calibration));
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic, source));
+  }
+  if (!request.simulate.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCluster(request.simulate));
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic, source));
   }
   PrintCost(out, run);
   return absl::OkStatus();
@@ -416,7 +469,7 @@ std::string PlanUsage() {
   return absl::StrCat(
       "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P]\n"
       "                  [--policy first_holder|local_first_least_loaded] [--segments N]\n"
-      "                  [--calibration FILE]\n"
+      "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -430,6 +483,8 @@ std::string PlanUsage() {
       "  --segments  how many segments to list (default: 10)\n"
       "  --calibration  price the traffic with a calibration file (wsync calibrate) and name\n"
       "              the binding resource\n"
+      "  --simulate  price the whole plan on a cluster file's stated links\n"
+      "              (integration/clusters/), next to published figures of other systems\n"
       "\n"
       "example:\n"
       "  wsync plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' "
@@ -456,6 +511,7 @@ int PlanMain(int argc, char** argv) {
   request.policy = absl::GetFlag(FLAGS_policy);
   request.segments_to_show = absl::GetFlag(FLAGS_segments);
   request.calibration = absl::GetFlag(FLAGS_calibration);
+  request.simulate = absl::GetFlag(FLAGS_simulate);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;

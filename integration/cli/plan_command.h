@@ -25,6 +25,8 @@ struct PlanRequest {
   int64_t segments_to_show = 10;                    // How many segments to list (>= 0).
   // A saved calibration (wsync calibrate --out); when set, the plan's traffic is priced with it.
   std::string calibration;
+  // A cluster file (integration/clusters/); when set, the plan is priced on its stated links.
+  std::string simulate;
 };
 
 // Runs the request and writes the report to `out`. Returns the first error of building, validating
