@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_time.h"
+#include "common/failpoint.h"
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
@@ -62,6 +63,7 @@ class Run {
 
   absl::StatusOr<TransferStats> Go() {
     const absl::Time start = absl::Now();
+    WSYNC_RETURN_IF_ERROR(failpoint::Check("alloc"));  // WSYNC_FAILPOINTS (common/failpoint.h)
     AllocateArenas();
     for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
 
@@ -175,10 +177,12 @@ class Run {
           cursor += chunk.bytes;
         }
         stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
+        failpoint::Flip("pack", data, message.bytes);
       }
     }
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
     RequestId request;
+    WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
     if (sending) {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, message.bytes));
       stats_.sent_bytes += message.bytes;

@@ -58,12 +58,27 @@ ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (ro
 ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
           "Staging budget in bytes per peer and direction.");
 ABSL_FLAG(double, deadline_s, 60, "Deadline of each step in seconds.");
+// Fault tests (tests/fault): failpoints come from WSYNC_FAILPOINTS (common/failpoint.h).
+ABSL_FLAG(bool, keep_going, false,
+          "After a failed sync, go on with the next version instead of exiting (exit status 1 "
+          "when any version failed).");
+ABSL_FLAG(bool, markers, false,
+          "Print 'PID <pid>', 'PHASE <join|transfer|decide> version=<v>' and one 'RESULT "
+          "version=<v> ok=<0|1> transfer_s=<s> total_s=<s> error=<text>' line per sync.");
+ABSL_FLAG(double, pause_before_decide_s, 0, "Sleep this long before each commit decision.");
 
 namespace wsync {
 namespace {
 
 // `call_seconds`: the whole ExecuteTransfers call (work building and agreement included);
 // `decide_seconds`: the commit decision after it. For benchmarks; verification is in neither.
+// One line on standard output, flushed at once (fault tests read it while the process runs).
+void Marker(const std::string& line) {
+  if (!absl::GetFlag(FLAGS_markers)) return;
+  absl::PrintF("%s\n", line);
+  std::fflush(stdout);
+}
+
 void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats& stats,
                 double call_seconds, double decide_seconds,
                 const std::map<std::string, int64_t>& bytes_by_path) {
@@ -106,6 +121,7 @@ absl::Status Run() {
   control.rank = rank;
   control.node_id = absl::GetFlag(FLAGS_node_id);
   control.secret = std::move(secret);
+  Marker(absl::StrCat("PID ", getpid()));
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
                          ControlClient::Connect(std::move(control)));
   const int32_t me = client->process();
@@ -143,6 +159,7 @@ absl::Status Run() {
   JoinRequest join;
   join.manifest = SerializeLayout(part);
   join.address = bundle.SerializeAsString();
+  Marker("PHASE join version=0");
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
 
   std::vector<Layout> trainer_parts, rollout_parts;
@@ -198,6 +215,9 @@ absl::Status Run() {
   for (int32_t p = 0; p < roster.size(); ++p) endpoints.processes.push_back(p);
   ArenaCache arenas;
   const bool verify = absl::GetFlag(FLAGS_verify);
+  const bool keep_going = absl::GetFlag(FLAGS_keep_going);
+  const absl::Duration pause = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));
+  int64_t failed_versions = 0;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
     if (trainer && verify) WSYNC_RETURN_IF_ERROR(test::FillLogical(part, version, &memory));
     ExecuteOptions options;
@@ -206,6 +226,7 @@ absl::Status Run() {
     options.deadline = absl::Now() + step;
     options.arenas = &arenas;
     const absl::Time call_start = absl::Now();
+    Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats =
         ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
                          me, buffers, *transport, *client, options);
@@ -213,10 +234,29 @@ absl::Status Run() {
     absl::Status outcome = stats.status();
     if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
     if (outcome.ok()) outcome = memory.CheckGuards();
+    const double transfer_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
+    if (pause > absl::ZeroDuration()) {
+      Marker(absl::StrCat("PHASE decide version=", version));
+      absl::SleepFor(pause);
+    }
     const absl::Time decide_start = absl::Now();
-    WSYNC_RETURN_IF_ERROR(client->Decide(outcome.ok(), outcome.message(), absl::Now() + step));
+    absl::Status decision = client->Decide(outcome.ok(), outcome.message(), absl::Now() + step);
+    Marker(absl::StrFormat(
+        "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
+        outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,
+        absl::ToDoubleSeconds(absl::Now() - call_start), outcome.ToString(),
+        decision.ok() ? "" : " | decide: ", decision.ok() ? "" : decision.ToString()));
+    if (!decision.ok() || !outcome.ok()) {
+      if (!keep_going) return decision.ok() ? outcome : decision;
+      ++failed_versions;
+      continue;
+    }
     PrintStats(version, job, me, *stats, call_seconds,
                absl::ToDoubleSeconds(absl::Now() - decide_start), bytes_by_path);
+  }
+  if (failed_versions > 0) {
+    return absl::AbortedError(
+        absl::StrCat(failed_versions, " of ", absl::GetFlag(FLAGS_versions), " versions failed"));
   }
   return client->Barrier(absl::Now() + step);
 }

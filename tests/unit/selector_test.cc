@@ -111,5 +111,125 @@ TEST(RoutedTransportTest, RefusesBadRoutes) {
       HasSubstr("route of peer 1 names backend 3 of 1"));
 }
 
+// A backend that carries CUDA memory only (like NCCL), forwarding messages to a loopback.
+class CudaOnlyBackend final : public Transport {
+ public:
+  explicit CudaOnlyBackend(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int32_t process() const override { return inner_->process(); }
+  std::string name() const override { return "cuda-only"; }
+  absl::StatusOr<RegistrationId> RegisterMemory(void*, int64_t, MemoryKind kind) override {
+    if (kind != MemoryKind::kCuda) return absl::UnimplementedError("cuda-only: host refused");
+    ++registered;
+    return 7;
+  }
+  absl::Status DeregisterMemory(RegistrationId id) override {
+    --registered;
+    return id == 7 ? absl::OkStatus() : absl::NotFoundError("no such registration");
+  }
+  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                     int64_t bytes) override {
+    return inner_->PostSend(peer, tag, data, bytes);
+  }
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    return inner_->PostReceive(peer, tag, data, bytes);
+  }
+  absl::StatusOr<bool> Test(RequestId request) override { return inner_->Test(request); }
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
+    return inner_->WaitAll(requests, deadline);
+  }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+  int registered = 0;
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+// NCCL for CUDA memory next to UCX (here loopback) for host memory: each kind registers with the
+// backends that carry it; a kind no backend carries is refused.
+TEST(RoutedTransportTest, RegistersEachMemoryKindWithTheBackendsThatCarryIt) {
+  LoopbackFabric a(2), b(2);
+  std::vector<std::unique_ptr<Transport>> backends;
+  backends.push_back(*a.Connect(0));
+  auto cuda_only = std::make_unique<CudaOnlyBackend>(*b.Connect(0));
+  CudaOnlyBackend* cuda = cuda_only.get();
+  backends.push_back(std::move(cuda_only));
+  auto routed = *RoutedTransport::Create(0, std::move(backends), {0, 1});
+  char memory[64];
+  absl::StatusOr<RegistrationId> host = routed->RegisterMemory(memory, 64, MemoryKind::kHost);
+  ASSERT_TRUE(host.ok()) << host.status();
+  absl::StatusOr<RegistrationId> device = routed->RegisterMemory(memory, 64, MemoryKind::kCuda);
+  ASSERT_TRUE(device.ok()) << device.status();
+  EXPECT_EQ(cuda->registered, 1);
+  EXPECT_TRUE(routed->DeregisterMemory(*device).ok());
+  EXPECT_TRUE(routed->DeregisterMemory(*host).ok());
+  EXPECT_EQ(cuda->registered, 0);
+
+  LoopbackFabric c(1);
+  std::vector<std::unique_ptr<Transport>> host_only;
+  host_only.push_back(*c.Connect(0));
+  auto plain = *RoutedTransport::Create(0, std::move(host_only), {0});
+  EXPECT_EQ(plain->RegisterMemory(memory, 64, MemoryKind::kCuda).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+// Transport choice per (path class, memory kind), with capability checks (issue 8).
+TEST(ChooseTransportTest, DefaultsByMemoryKind) {
+  const PathTransports paths = *ParsePathTransports("");
+  const auto with_nccl = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true);
+  EXPECT_EQ(ChooseTransport(paths, "intra_node", MemoryKind::kCuda, with_nccl)->backend, "nccl");
+  EXPECT_EQ(ChooseTransport(paths, "intra_node", MemoryKind::kHost, with_nccl)->backend, "ucx");
+  // Without NCCL, a UCX that reports CUDA support carries CUDA memory.
+  const auto cuda_ucx = BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/false);
+  EXPECT_EQ(ChooseTransport(paths, "inter_node", MemoryKind::kCuda, cuda_ucx)->backend, "ucx");
+}
+
+TEST(ChooseTransportTest, RefusesCudaWithoutABackendThatReachesIt) {
+  const auto plain = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/false);
+  absl::StatusOr<TransportChoice> none =
+      ChooseTransport(*ParsePathTransports(""), "intra_node", MemoryKind::kCuda, plain);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("this UCX build reports no CUDA memory support"));
+  // An explicit UCX choice for CUDA memory on a UCX without CUDA support is refused with why.
+  const auto with_nccl = BuildCapabilities(false, true);
+  absl::StatusOr<TransportChoice> ucx = ChooseTransport(*ParsePathTransports("intra_node=ucx:sm"),
+                                                        "intra_node", MemoryKind::kCuda, with_nccl);
+  EXPECT_EQ(ucx.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ucx.status().message()),
+              HasSubstr("path class 'intra_node' carries cuda memory but its configured backend "
+                        "'ucx' cannot reach it"));
+  EXPECT_THAT(std::string(ucx.status().message()), HasSubstr("here: nccl"));
+  // NCCL for host memory, and NCCL in a build without it.
+  EXPECT_EQ(ChooseTransport(*ParsePathTransports("*=nccl"), "local", MemoryKind::kHost, with_nccl)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<TransportChoice> missing = ChooseTransport(*ParsePathTransports("intra_node=nccl"),
+                                                            "intra_node", MemoryKind::kCuda, plain);
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("backend 'nccl', which this build does not have"));
+}
+
+TEST(ChooseTransportTest, ExplicitMixedMappingPerPathClass) {
+  const PathTransports paths = *ParsePathTransports("intra_node=nccl;inter_node=ucx:tcp");
+  EXPECT_FALSE(paths.fallback_given);
+  const auto cuda_ucx = BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/true);
+  absl::StatusOr<std::vector<TransportChoice>> choices = ChooseTransports(
+      paths,
+      {PathUse{"intra_node", MemoryKind::kCuda}, PathUse{"inter_node", MemoryKind::kCuda},
+       PathUse{"local", MemoryKind::kCuda}, PathUse{"local", MemoryKind::kHost}},
+      cuda_ucx);
+  ASSERT_TRUE(choices.ok()) << choices.status();
+  EXPECT_EQ((*choices)[0].backend, "nccl");
+  EXPECT_EQ((*choices)[1], (TransportChoice{"ucx", "tcp", ""}));
+  EXPECT_EQ((*choices)[2].backend, "nccl");  // Unlisted class, CUDA memory: the default.
+  EXPECT_EQ((*choices)[3].backend, "ucx");
+  // The same mapping with a UCX that has no CUDA support fails at the inter_node use.
+  absl::StatusOr<std::vector<TransportChoice>> refused = ChooseTransports(
+      paths, {PathUse{"inter_node", MemoryKind::kCuda}}, BuildCapabilities(false, true));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'inter_node' carries cuda"));
+}
+
 }  // namespace
 }  // namespace wsync

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
 
@@ -265,6 +266,7 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
     failed->set_reason(TruncateText(Strip(local.message()), kMaxReasonBytes));
   }
   const int fd = fd_.get();
+  if (absl::Status fp = failpoint::Check("control"); !fp.ok()) return Broken(Wrap(fp, name));
   if (absl::Status sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
       !sent.ok()) {
     // On a deadline the unsent rest stays queued and goes out first on the next call.

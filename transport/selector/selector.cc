@@ -43,17 +43,111 @@ absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
       value = value.substr(0, colon);
     }
     choice.backend = std::string(value);
-    if (choice.backend != "ucx" && choice.backend != "loopback") {
+    if (choice.backend != "ucx" && choice.backend != "nccl" && choice.backend != "loopback") {
       return absl::InvalidArgumentError(absl::StrCat("path transport entry '", entry,
                                                      "' names unknown backend '", choice.backend,
-                                                     "' (known: ucx, loopback)"));
+                                                     "' (known: ucx, nccl, loopback)"));
     }
     if (path == "*") {
       result.fallback = std::move(choice);
+      result.fallback_given = true;
     } else if (!result.by_path.emplace(std::string(path), std::move(choice)).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("path class '", path, "' is given twice in '", spec, "'"));
     }
+  }
+  return result;
+}
+
+std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built) {
+  std::vector<BackendCapabilities> result;
+  if (nccl_built) {
+    result.push_back(BackendCapabilities{"nccl", false, true, "NCCL carries CUDA memory only"});
+  }
+  result.push_back(
+      BackendCapabilities{"ucx", true, ucx_reports_cuda,
+                          ucx_reports_cuda ? "" : "this UCX build reports no CUDA memory support"});
+  result.push_back(
+      BackendCapabilities{"loopback", true, false, "loopback is in-process, host memory only"});
+  return result;
+}
+
+namespace {
+
+const BackendCapabilities* FindBackend(absl::Span<const BackendCapabilities> available,
+                                       absl::string_view backend) {
+  for (const BackendCapabilities& caps : available) {
+    if (caps.backend == backend) return &caps;
+  }
+  return nullptr;
+}
+
+bool Carries(const BackendCapabilities& caps, MemoryKind kind) {
+  return kind == MemoryKind::kCuda ? caps.cuda_memory : caps.host_memory;
+}
+
+std::string AvailableNames(absl::Span<const BackendCapabilities> available, MemoryKind kind) {
+  std::vector<std::string> names;
+  for (const BackendCapabilities& caps : available) {
+    if (Carries(caps, kind)) names.push_back(caps.backend);
+  }
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
+                                                absl::string_view path_class, MemoryKind kind,
+                                                absl::Span<const BackendCapabilities> available) {
+  const auto entry = paths.by_path.find(std::string(path_class));
+  const bool explicit_choice = entry != paths.by_path.end() || paths.fallback_given;
+  if (!explicit_choice && kind == MemoryKind::kCuda) {
+    // Default for CUDA memory: NCCL, else a UCX that reports CUDA support.
+    for (absl::string_view backend : {"nccl", "ucx"}) {
+      const BackendCapabilities* caps = FindBackend(available, backend);
+      if (caps != nullptr && caps->cuda_memory) {
+        TransportChoice choice;
+        choice.backend = std::string(backend);
+        return choice;
+      }
+    }
+    std::vector<std::string> notes;
+    for (const BackendCapabilities& caps : available) {
+      if (!caps.note.empty()) notes.push_back(absl::StrCat(caps.backend, ": ", caps.note));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("path class '", path_class,
+                     "' carries cuda memory but no backend of this build can "
+                     "reach it (",
+                     notes.empty() ? "no backend" : absl::StrJoin(notes, "; "),
+                     "); build with NCCL (WSYNC_WITH_NCCL) or use a UCX with CUDA support"));
+  }
+  const TransportChoice& choice = entry != paths.by_path.end() ? entry->second : paths.fallback;
+  const BackendCapabilities* caps = FindBackend(available, choice.backend);
+  if (caps == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("path class '", path_class, "' is configured for backend '", choice.backend,
+                     "', which this build does not have (backends for ", MemoryKindName(kind),
+                     " memory: ", AvailableNames(available, kind), ")"));
+  }
+  if (!Carries(*caps, kind)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "path class '", path_class, "' carries ", MemoryKindName(kind),
+        " memory but its configured backend '", choice.backend, "' cannot reach it",
+        caps->note.empty() ? "" : absl::StrCat(" (", caps->note, ")"), "; backends for ",
+        MemoryKindName(kind), " memory here: ", AvailableNames(available, kind)));
+  }
+  return choice;
+}
+
+absl::StatusOr<std::vector<TransportChoice>> ChooseTransports(
+    const PathTransports& paths, absl::Span<const PathUse> uses,
+    absl::Span<const BackendCapabilities> available) {
+  std::vector<TransportChoice> result;
+  for (const PathUse& use : uses) {
+    WSYNC_ASSIGN_OR_RETURN(TransportChoice choice,
+                           ChooseTransport(paths, use.path_class, use.kind, available));
+    result.push_back(std::move(choice));
   }
   return result;
 }
@@ -87,15 +181,29 @@ Transport* RoutedTransport::BackendFor(int32_t peer) const {
 
 absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,
                                                                MemoryKind kind) {
-  std::vector<RegistrationId> ids;
+  std::vector<std::optional<RegistrationId>> ids;
+  absl::Status refused;  // The backends that do not carry this kind, for when none does.
+  bool any = false;
   for (auto& backend : backends_) {
     absl::StatusOr<RegistrationId> id = backend->RegisterMemory(address, bytes, kind);
-    if (!id.ok()) {
-      for (size_t b = 0; b < ids.size(); ++b) backends_[b]->DeregisterMemory(ids[b]).IgnoreError();
-      return id.status();
+    if (id.ok()) {
+      ids.push_back(*id);
+      any = true;
+      continue;
     }
-    ids.push_back(*id);
+    if (id.status().code() == absl::StatusCode::kUnimplemented) {
+      ids.push_back(std::nullopt);
+      refused = refused.ok() ? id.status()
+                             : absl::UnimplementedError(
+                                   absl::StrCat(refused.message(), "; ", id.status().message()));
+      continue;
+    }
+    for (size_t b = 0; b < ids.size(); ++b) {
+      if (ids[b].has_value()) backends_[b]->DeregisterMemory(*ids[b]).IgnoreError();
+    }
+    return id.status();
   }
+  if (!any) return refused;
   const RegistrationId id = next_registration_++;
   registrations_[id] = std::move(ids);
   return id;
@@ -108,7 +216,7 @@ absl::Status RoutedTransport::DeregisterMemory(RegistrationId id) {
   }
   absl::Status status;
   for (size_t b = 0; b < it->second.size(); ++b) {
-    status.Update(backends_[b]->DeregisterMemory(it->second[b]));
+    if (it->second[b].has_value()) status.Update(backends_[b]->DeregisterMemory(*it->second[b]));
   }
   registrations_.erase(it);
   return status;

@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/memory_kind.h"
 #include "transport/transport.h"
 
 namespace wsync {
@@ -33,6 +36,9 @@ struct TransportChoice {
 struct PathTransports {
   std::map<std::string, TransportChoice> by_path;
   TransportChoice fallback;
+  // True when the spec set the fallback ('*'); otherwise the memory kind picks the default backend
+  // (ChooseTransport).
+  bool fallback_given = false;
 
   const TransportChoice& For(absl::string_view path_class) const;
   // The distinct choices, in a deterministic order; RoutedTransport builds one backend per entry.
@@ -44,11 +50,48 @@ struct PathTransports {
 // empty spec is UCX with its defaults for every class. InvalidArgument names the bad entry.
 absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec);
 
+// What a backend of this build, on this machine, can carry. Filled at connect time from runtime
+// checks (UCX: whether the context reports CUDA memory support; NCCL: whether it was built).
+struct BackendCapabilities {
+  std::string backend;  // "ucx", "nccl", "loopback".
+  bool host_memory = false;
+  bool cuda_memory = false;
+  // Why a memory kind is missing, for refusals, e.g. "this UCX build has no CUDA support".
+  std::string note;
+};
+
+// The backends of a build: UCX (host memory; CUDA memory when `ucx_reports_cuda`), NCCL (CUDA
+// memory) when `nccl_built`, loopback (host memory, in-process tests).
+std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built);
+
+// The transport for messages of `kind` memory over `path_class`. An entry for the class, or a
+// given fallback ('*'), is the user's explicit choice and is used as is; otherwise host memory
+// goes over the fallback (UCX) and CUDA memory over the first available backend that carries it,
+// NCCL before UCX. A choice whose backend is not in `available` or cannot carry `kind` is refused
+// with FailedPrecondition naming the path class, the memory kind, the backend and the reason, so
+// that connect fails before any byte moves.
+absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
+                                                absl::string_view path_class, MemoryKind kind,
+                                                absl::Span<const BackendCapabilities> available);
+
+// One (path class, memory kind) a process will send or receive over.
+struct PathUse {
+  std::string path_class;
+  MemoryKind kind = MemoryKind::kHost;
+};
+
+// ChooseTransport for every use; the first refusal, or the choice per use in order.
+absl::StatusOr<std::vector<TransportChoice>> ChooseTransports(
+    const PathTransports& paths, absl::Span<const PathUse> uses,
+    absl::Span<const BackendCapabilities> available);
+
 // A Transport over several backends: a message to `peer` goes over backends[route[peer]]. Request
 // ids are its own. Test and WaitAll drive every backend that has requests in flight, so progress
 // on one never waits on another (a rendezvous on one backend may need this process's progress
 // while it waits for a message on another). Abort aborts every backend. Registration registers the
-// memory with every backend. Thread safety as Transport.
+// memory with every backend that carries its kind (a backend answering Unimplemented, e.g. NCCL for
+// host memory or UCX without CUDA support for CUDA memory, is skipped); it fails when none does,
+// or with the first other error. Thread safety as Transport.
 class RoutedTransport final : public Transport {
  public:
   // `route` is indexed by peer process id; every entry must index `backends`.
@@ -85,7 +128,9 @@ class RoutedTransport final : public Transport {
   std::vector<int32_t> route_;
   std::map<RequestId, Routed> requests_;
   RequestId next_request_ = 1;
-  std::map<RegistrationId, std::vector<RegistrationId>> registrations_;
+  // Per routed registration, each backend's id; nullopt where the backend does not carry that
+  // memory kind (Unimplemented).
+  std::map<RegistrationId, std::vector<std::optional<RegistrationId>>> registrations_;
   RegistrationId next_registration_ = 1;
 };
 

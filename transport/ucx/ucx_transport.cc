@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/failpoint.h"
 #include "common/status.h"
 
 namespace wsync {
@@ -266,6 +267,7 @@ class UcxTransportImpl final : public UcxTransport {
       return absl::InvalidArgumentError(absl::StrCat("ucx: cannot register ", bytes, " bytes at ",
                                                      Hex(reinterpret_cast<uintptr_t>(address))));
     }
+    WSYNC_RETURN_IF_ERROR(failpoint::Check("register"));
     absl::MutexLock lock(&drive_mu_);
     Registration reg;
     reg.begin = reinterpret_cast<uintptr_t>(address);

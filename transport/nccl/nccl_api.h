@@ -1,0 +1,89 @@
+#ifndef WSYNC_TRANSPORT_NCCL_NCCL_API_H_
+#define WSYNC_TRANSPORT_NCCL_NCCL_API_H_
+
+// The few NCCL and CUDA runtime calls the NCCL backend makes, behind a small interface so that the
+// backend's bookkeeping (round grouping, tag order, deadlines, abort) is tested against a fake on
+// machines without a GPU. This header does not include <nccl.h> or the CUDA headers: handles are
+// opaque pointers and results are absl::Status. RealNcclApi (nccl_api_real.cc, the only file that
+// includes <nccl.h> and <cuda_runtime_api.h>) calls the libraries directly.
+//
+// Non-blocking NCCL: communicators are created with config.blocking = 0, so NCCL calls return at
+// once; a call whose work continues in the background returns "in progress" (false below), and
+// CommAsyncError reports when it finished or failed. Every wait in the backend polls, so every
+// wait honours a deadline.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/memory_kind.h"
+
+namespace wsync {
+
+using NcclComm = void*;    // ncclComm_t
+using CudaStream = void*;  // cudaStream_t
+using CudaEvent = void*;   // cudaEvent_t
+
+// ncclUniqueId: 128 opaque bytes made by one process and carried to the others by the control
+// plane (Broadcast). Serialized as exactly these bytes.
+struct NcclUniqueId {
+  std::array<char, 128> bytes{};
+  std::string ToBytes() const { return std::string(bytes.data(), bytes.size()); }
+  // InvalidArgument unless `serialized` is exactly 128 bytes.
+  static absl::StatusOr<NcclUniqueId> FromBytes(const std::string& serialized);
+};
+
+class NcclApi {
+ public:
+  virtual ~NcclApi() = default;
+
+  // --- CUDA runtime ---
+  virtual absl::Status SetDevice(int device) = 0;
+  // A non-blocking stream (cudaStreamNonBlocking) dedicated to the backend.
+  virtual absl::StatusOr<CudaStream> StreamCreate() = 0;
+  virtual absl::Status StreamDestroy(CudaStream stream) = 0;
+  // An event without timing (cudaEventDisableTiming).
+  virtual absl::StatusOr<CudaEvent> EventCreate() = 0;
+  virtual absl::Status EventDestroy(CudaEvent event) = 0;
+  virtual absl::Status EventRecord(CudaEvent event, CudaStream stream) = 0;
+  // True once the work recorded before the event finished; false while it runs (cudaErrorNotReady).
+  virtual absl::StatusOr<bool> EventQuery(CudaEvent event) = 0;
+  // kCuda for device or managed memory, kHost otherwise (cudaPointerGetAttributes).
+  virtual absl::StatusOr<MemoryKind> PointerKind(const void* pointer) = 0;
+  // cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream).
+  virtual absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                                     size_t width, size_t height, CudaStream stream) = 0;
+
+  // --- NCCL ---
+  virtual absl::StatusOr<NcclUniqueId> GetUniqueId() = 0;
+  // ncclCommInitRankConfig with config.blocking = 0. Returns the communicator at once; it is ready
+  // once CommAsyncError returns true.
+  virtual absl::StatusOr<NcclComm> CommInitRank(int nranks, const NcclUniqueId& id, int rank) = 0;
+  // ncclCommGetAsyncError: true when the communicator is idle and healthy (ncclSuccess), false
+  // while an operation is in progress (ncclInProgress), the error otherwise.
+  virtual absl::StatusOr<bool> CommAsyncError(NcclComm comm) = 0;
+  virtual absl::Status CommAbort(NcclComm comm) = 0;
+  virtual absl::Status CommDestroy(NcclComm comm) = 0;
+  virtual absl::StatusOr<void*> CommRegister(NcclComm comm, void* buffer, size_t bytes) = 0;
+  virtual absl::Status CommDeregister(NcclComm comm, void* handle) = 0;
+  virtual absl::Status GroupStart() = 0;
+  // ncclGroupEnd: true when the group's operations are enqueued on their streams, false while a
+  // non-blocking communicator is still enqueuing them (poll CommAsyncError until true).
+  virtual absl::StatusOr<bool> GroupEnd() = 0;
+  // ncclSend / ncclRecv of `bytes` bytes (ncclUint8) with the communicator rank `peer`.
+  virtual absl::Status Send(const void* data, size_t bytes, int peer, NcclComm comm,
+                            CudaStream stream) = 0;
+  virtual absl::Status Recv(void* data, size_t bytes, int peer, NcclComm comm,
+                            CudaStream stream) = 0;
+};
+
+// The NCCL and CUDA libraries themselves (libnccl, libcudart), linked directly.
+std::unique_ptr<NcclApi> MakeRealNcclApi();
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_NCCL_NCCL_API_H_

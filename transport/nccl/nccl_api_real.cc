@@ -1,0 +1,213 @@
+// The only file of wsync that includes <nccl.h> and the CUDA runtime header.
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "transport/nccl/nccl_api.h"
+
+namespace wsync {
+namespace {
+
+absl::Status CudaError(cudaError_t error, const char* call) {
+  return absl::InternalError(absl::StrCat(call, " failed: ", cudaGetErrorName(error), " (",
+                                          cudaGetErrorString(error), ")"));
+}
+
+#define WSYNC_CUDA_CALL(call)                    \
+  do {                                           \
+    const cudaError_t wsync_cuda_error = (call); \
+    if (wsync_cuda_error != cudaSuccess) {       \
+      return CudaError(wsync_cuda_error, #call); \
+    }                                            \
+  } while (false)
+
+absl::Status NcclError(ncclResult_t result, const char* call, ncclComm_t comm = nullptr) {
+  std::string detail = ncclGetErrorString(result);
+  if (const char* last = ncclGetLastError(comm); last != nullptr && last[0] != '\0') {
+    absl::StrAppend(&detail, ": ", last);
+  }
+  // Remote and system errors are how a lost peer shows; the caller names the peers involved.
+  const absl::StatusCode code = result == ncclRemoteError || result == ncclSystemError
+                                    ? absl::StatusCode::kUnavailable
+                                    : absl::StatusCode::kInternal;
+  return absl::Status(code, absl::StrCat(call, " failed: ", detail));
+}
+
+// ncclSuccess → true, ncclInProgress → false, anything else → error.
+absl::StatusOr<bool> NcclProgress(ncclResult_t result, const char* call, ncclComm_t comm) {
+  if (result == ncclSuccess) return true;
+  if (result == ncclInProgress) return false;
+  return NcclError(result, call, comm);
+}
+
+class RealNcclApi final : public NcclApi {
+ public:
+  absl::Status SetDevice(int device) override {
+    WSYNC_CUDA_CALL(cudaSetDevice(device));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CudaStream> StreamCreate() override {
+    cudaStream_t stream = nullptr;
+    WSYNC_CUDA_CALL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return static_cast<CudaStream>(stream);
+  }
+  absl::Status StreamDestroy(CudaStream stream) override {
+    WSYNC_CUDA_CALL(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CudaEvent> EventCreate() override {
+    cudaEvent_t event = nullptr;
+    WSYNC_CUDA_CALL(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return static_cast<CudaEvent>(event);
+  }
+  absl::Status EventDestroy(CudaEvent event) override {
+    WSYNC_CUDA_CALL(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+    return absl::OkStatus();
+  }
+  absl::Status EventRecord(CudaEvent event, CudaStream stream) override {
+    WSYNC_CUDA_CALL(
+        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> EventQuery(CudaEvent event) override {
+    const cudaError_t error = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (error == cudaSuccess) return true;
+    if (error == cudaErrorNotReady) return false;
+    return CudaError(error, "cudaEventQuery");
+  }
+  absl::StatusOr<MemoryKind> PointerKind(const void* pointer) override {
+    cudaPointerAttributes attributes;
+    std::memset(&attributes, 0, sizeof(attributes));
+    WSYNC_CUDA_CALL(cudaPointerGetAttributes(&attributes, pointer));
+    return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged
+               ? MemoryKind::kCuda
+               : MemoryKind::kHost;
+  }
+  absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                             size_t width, size_t height, CudaStream stream) override {
+    WSYNC_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                                      cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<NcclUniqueId> GetUniqueId() override {
+    ncclUniqueId raw;
+    if (ncclResult_t r = ncclGetUniqueId(&raw); r != ncclSuccess) {
+      return NcclError(r, "ncclGetUniqueId");
+    }
+    static_assert(sizeof(raw.internal) == sizeof(NcclUniqueId::bytes));
+    NcclUniqueId id;
+    std::memcpy(id.bytes.data(), raw.internal, id.bytes.size());
+    return id;
+  }
+  absl::StatusOr<NcclComm> CommInitRank(int nranks, const NcclUniqueId& id, int rank) override {
+    ncclUniqueId raw;
+    std::memcpy(raw.internal, id.bytes.data(), id.bytes.size());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, nranks, raw, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (comm != nullptr) ncclCommAbort(comm);
+      return NcclError(r, "ncclCommInitRankConfig");
+    }
+    return static_cast<NcclComm>(comm);
+  }
+  absl::StatusOr<bool> CommAsyncError(NcclComm comm) override {
+    ncclResult_t async = ncclSuccess;
+    auto c = static_cast<ncclComm_t>(comm);
+    if (ncclResult_t r = ncclCommGetAsyncError(c, &async); r != ncclSuccess) {
+      return NcclError(r, "ncclCommGetAsyncError", c);
+    }
+    return NcclProgress(async, "NCCL communicator", c);
+  }
+  absl::Status CommAbort(NcclComm comm) override {
+    if (ncclResult_t r = ncclCommAbort(static_cast<ncclComm_t>(comm)); r != ncclSuccess) {
+      return NcclError(r, "ncclCommAbort");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CommDestroy(NcclComm comm) override {
+    auto c = static_cast<ncclComm_t>(comm);
+    if (ncclResult_t r = ncclCommDestroy(c); r != ncclSuccess && r != ncclInProgress) {
+      return NcclError(r, "ncclCommDestroy", c);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<void*> CommRegister(NcclComm comm, void* buffer, size_t bytes) override {
+    void* handle = nullptr;
+    auto c = static_cast<ncclComm_t>(comm);
+    const ncclResult_t r = ncclCommRegister(c, buffer, bytes, &handle);
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError(r, "ncclCommRegister", c);
+    WSYNC_RETURN_IF_ERROR(AwaitIdle(c, "ncclCommRegister"));
+    return handle;
+  }
+  absl::Status CommDeregister(NcclComm comm, void* handle) override {
+    auto c = static_cast<ncclComm_t>(comm);
+    const ncclResult_t r = ncclCommDeregister(c, handle);
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError(r, "ncclCommDeregister", c);
+    return AwaitIdle(c, "ncclCommDeregister");
+  }
+
+ private:
+  // Registration on a non-blocking communicator may return ncclInProgress; it is local and short,
+  // so wait for it here (bounded) rather than through the transport's deadlines.
+  static absl::Status AwaitIdle(ncclComm_t comm, const char* call) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (true) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclResult_t r = ncclCommGetAsyncError(comm, &async); r != ncclSuccess) {
+        return NcclError(r, call, comm);
+      }
+      if (async == ncclSuccess) return absl::OkStatus();
+      if (async != ncclInProgress) return NcclError(async, call, comm);
+      if (absl::Now() > give_up) return absl::DeadlineExceededError(absl::StrCat(call, " hung"));
+      absl::SleepFor(absl::Microseconds(50));
+    }
+  }
+
+ public:
+  absl::Status GroupStart() override {
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return NcclError(r, "ncclGroupStart");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> GroupEnd() override {
+    return NcclProgress(ncclGroupEnd(), "ncclGroupEnd", nullptr);
+  }
+  absl::Status Send(const void* data, size_t bytes, int peer, NcclComm comm,
+                    CudaStream stream) override {
+    auto c = static_cast<ncclComm_t>(comm);
+    const ncclResult_t r =
+        ncclSend(data, bytes, ncclUint8, peer, c, static_cast<cudaStream_t>(stream));
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError(r, "ncclSend", c);
+    return absl::OkStatus();
+  }
+  absl::Status Recv(void* data, size_t bytes, int peer, NcclComm comm, CudaStream stream) override {
+    auto c = static_cast<ncclComm_t>(comm);
+    const ncclResult_t r =
+        ncclRecv(data, bytes, ncclUint8, peer, c, static_cast<cudaStream_t>(stream));
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError(r, "ncclRecv", c);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<NcclUniqueId> NcclUniqueId::FromBytes(const std::string& serialized) {
+  NcclUniqueId id;
+  if (serialized.size() != id.bytes.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an NCCL unique id is ", id.bytes.size(), " bytes, not ", serialized.size()));
+  }
+  std::memcpy(id.bytes.data(), serialized.data(), id.bytes.size());
+  return id;
+}
+
+std::unique_ptr<NcclApi> MakeRealNcclApi() { return std::make_unique<RealNcclApi>(); }
+
+}  // namespace wsync
