@@ -306,11 +306,10 @@ TEST(FaultTest, KillCoordinatorDuringRendezvous) {
     SCOPED_TRACE(Describe(run, p));
     EXPECT_FALSE(run.workers[p].killed) << "hung in the rendezvous";
     EXPECT_EQ(run.workers[p].exit_code, 1);
-    // The client reports the lost coordinator as "waiting for the roster: connection closed by
-    // peer" (it does not say "coordinator"; see the README's Failure semantics, known gaps).
     EXPECT_TRUE(absl::StrContains(run.workers[p].stderr_text, "UNAVAILABLE: control:"))
         << run.workers[p].stderr_text;
-    EXPECT_TRUE(absl::StrContains(run.workers[p].stderr_text, "roster"))
+    EXPECT_TRUE(absl::StrContains(run.workers[p].stderr_text,
+                                  "waiting for the roster, lost the coordinator"))
         << run.workers[p].stderr_text;
     EXPECT_TRUE(run.results[p].empty());
   }

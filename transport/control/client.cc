@@ -195,7 +195,10 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
   for (;;) {
     absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
     if (!got.ok()) {
-      return Broken(Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster: ")));
+      // A closed or broken connection means the coordinator is gone; a timeout does not.
+      const bool lost = !absl::IsDeadlineExceeded(got.status());
+      return Broken(Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster",
+                                                    lost ? ", lost the coordinator: " : ": ")));
     }
     if (got->has_reject()) {
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
