@@ -16,11 +16,10 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/policy.h"
+#include "plugin/transport_setup.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
-#include "transport/selector/addresses.pb.h"
 #include "transport/selector/selector.h"
-#include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
 namespace {
@@ -373,58 +372,26 @@ absl::Status Session::ConnectOnce() {
 
   // One UCX worker per distinct transport choice; peers are routed by path class below.
   WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(config_.path_transports));
-  const std::vector<TransportChoice> choices = paths.Distinct();
-  std::vector<std::unique_ptr<UcxTransport>> backends;
-  proto::AddressBundle bundle;
-  for (const TransportChoice& choice : choices) {
-    if (choice.backend != "ucx") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("backend '", choice.backend, "' cannot carry a process's weights"));
-    }
-    UcxOptions options;
-    options.process = process_;
-    options.transports = choice.transports;
-    options.net_devices = choice.net_devices;
-    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(options));
-    bundle.add_addresses(ucx->WorkerAddress());
-    backends.push_back(std::move(ucx));
-  }
+  WSYNC_ASSIGN_OR_RETURN(PathTransportSetup setup,
+                         PathTransportSetup::Create(process_, std::move(paths)));
 
   JoinRequest join;
   join.manifest = SerializeLayout(part_);
-  join.address = bundle.SerializeAsString();
+  join.address = setup.address_bundle();
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client_->Join(join, deadline));
 
   std::vector<Layout> trainer_parts, rollout_parts;
-  std::vector<proto::AddressBundle> addresses(roster.size());
+  std::vector<std::string> bundles(roster.size());
   for (int32_t p = 0; p < roster.size(); ++p) {
     WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
     (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
-    if (!addresses[p].ParseFromString(roster.processes[p].address) ||
-        addresses[p].addresses_size() != static_cast<int>(choices.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "process ", p, " uses another path transport configuration than process ", process_));
-    }
+    bundles[p] = roster.processes[p].address;
   }
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
 
-  std::vector<int32_t> route(roster.size());
-  std::vector<std::vector<std::string>> peers_of(choices.size(),
-                                                 std::vector<std::string>(roster.size()));
-  for (int32_t p = 0; p < roster.size(); ++p) {
-    const TransportChoice& choice = paths.For(job_->PathClass(process_, p));
-    route[p] =
-        static_cast<int32_t>(std::find(choices.begin(), choices.end(), choice) - choices.begin());
-    peers_of[route[p]][p] = addresses[p].addresses(route[p]);
-  }
-  std::vector<std::unique_ptr<Transport>> routed;
-  for (size_t b = 0; b < backends.size(); ++b) {
-    WSYNC_RETURN_IF_ERROR(backends[b]->ConnectPeers(peers_of[b]));
-    routed.push_back(std::move(backends[b]));
-  }
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         RoutedTransport::Create(process_, std::move(routed), route));
+                         std::move(setup).Connect(*job_, bundles));
   {
     absl::MutexLock lock(&handles_mu_);
     transport_ = std::move(transport);

@@ -30,12 +30,11 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "plugin/transport_setup.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
-#include "transport/selector/addresses.pb.h"
 #include "transport/selector/selector.h"
-#include "transport/ucx/ucx_transport.h"
 
 ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
 ABSL_FLAG(int32_t, coordinator_port, 0, "Coordinator port.");
@@ -136,21 +135,8 @@ absl::Status Run() {
     WSYNC_ASSIGN_OR_RETURN(path_transports,
                            ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
   }
-  const std::vector<TransportChoice> choices = path_transports.Distinct();
-  std::vector<std::unique_ptr<UcxTransport>> backends;
-  proto::AddressBundle bundle;
-  for (const TransportChoice& choice : choices) {
-    if (choice.backend != "ucx") {
-      return absl::InvalidArgumentError("the worker runs only the ucx backend");
-    }
-    UcxOptions ucx_options;
-    ucx_options.process = me;
-    ucx_options.transports = choice.transports;
-    ucx_options.net_devices = choice.net_devices;
-    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(ucx_options));
-    bundle.add_addresses(ucx->WorkerAddress());
-    backends.push_back(std::move(ucx));
-  }
+  WSYNC_ASSIGN_OR_RETURN(PathTransportSetup setup,
+                         PathTransportSetup::Create(me, std::move(path_transports)));
 
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -158,20 +144,16 @@ absl::Status Run() {
       absl::GetFlag(FLAGS_node_id).empty() ? std::string(host) : absl::GetFlag(FLAGS_node_id);
   JoinRequest join;
   join.manifest = SerializeLayout(part);
-  join.address = bundle.SerializeAsString();
+  join.address = setup.address_bundle();
   Marker("PHASE join version=0");
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
 
   std::vector<Layout> trainer_parts, rollout_parts;
-  std::vector<proto::AddressBundle> addresses(roster.size());
+  std::vector<std::string> bundles(roster.size());
   for (int32_t p = 0; p < roster.size(); ++p) {
     WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
     (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
-    if (!addresses[p].ParseFromString(roster.processes[p].address) ||
-        addresses[p].addresses_size() != static_cast<int>(choices.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "process ", p, " published addresses for another path transport configuration"));
-    }
+    bundles[p] = roster.processes[p].address;
   }
   WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
   WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
@@ -181,22 +163,8 @@ absl::Status Run() {
   plan_options.process = me;
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
   // Route every peer to the backend of its path class and connect each backend to its peers.
-  std::vector<int32_t> route(roster.size());
-  std::vector<std::vector<std::string>> peers_of(choices.size(),
-                                                 std::vector<std::string>(roster.size()));
-  for (int32_t p = 0; p < roster.size(); ++p) {
-    const TransportChoice& choice = path_transports.For(job.PathClass(me, p));
-    route[p] =
-        static_cast<int32_t>(std::find(choices.begin(), choices.end(), choice) - choices.begin());
-    peers_of[route[p]][p] = addresses[p].addresses(route[p]);
-  }
-  std::vector<std::unique_ptr<Transport>> routed_backends;
-  for (size_t b = 0; b < backends.size(); ++b) {
-    WSYNC_RETURN_IF_ERROR(backends[b]->ConnectPeers(peers_of[b]));
-    routed_backends.push_back(std::move(backends[b]));
-  }
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         RoutedTransport::Create(me, std::move(routed_backends), route));
+                         std::move(setup).Connect(job, bundles));
 
   std::map<std::string, int64_t> bytes_by_path;
   for (const Segment& s : plan.segments) {
