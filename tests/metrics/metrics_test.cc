@@ -26,6 +26,7 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "plugin/session.h"
+#include "tests/plugin/tiny_session.h"
 #include "tests/testing/reference.h"
 
 namespace wsync {
@@ -33,18 +34,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 // GET http://127.0.0.1:<port><path>; the whole response (headers and body), or "" on failure.
 std::string HttpGet(int port, const std::string& path) {
@@ -101,54 +90,16 @@ double Sum(const std::string& text, const std::string& name,
   return found ? sum : std::nan("");
 }
 
-struct Process {
-  std::unique_ptr<Session> session;
-  Layout part;
-  std::unique_ptr<test::HostBuffers> memory;
-};
+using Process = test::TinySessionProcess;
 
 Process MakeProcess(Role role, int32_t rank, int port, const std::string& job,
                     const std::string& metrics_address = "") {
-  SessionConfig config;
-  config.role = role;
-  config.rank = rank;
-  config.num_trainers = 2;
-  config.num_rollouts = 2;
-  config.job_id = job;
-  config.coordinator_port = port;
-  config.host_coordinator = role == Role::kTrainer && rank == 0;
-  config.secret = SecretSource::Environment("WSYNC_METRICS_TEST_SECRET");
-  config.node_id = "local";
+  SessionConfig config = test::TinyJobConfig(role, rank, port, job, "WSYNC_METRICS_TEST_SECRET");
   // Short: the disagreeing sync below ends at the deadline on the processes that wait for the
   // one that refused.
   config.deadline = absl::Seconds(8);
-  config.path_transports = "*=ucx:sm,cma,self";
   config.metrics_address = metrics_address;
-  Process process;
-  absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(config);
-  EXPECT_TRUE(session.ok()) << session.status();
-  process.session = *std::move(session);
-  const ModelSpec model = *GetModel("qwen2.5-tiny");
-  const Layout whole =
-      *BuildNamedLayout(model, role == Role::kTrainer ? "megatron(tp=2)" : "vllm(tp=2)");
-  process.part = LayoutPart(whole, rank);
-  process.memory = std::make_unique<test::HostBuffers>(process.part, test::kPoison);
-  for (const BufferInfo& buffer : process.part.buffers) {
-    EXPECT_TRUE(process.session
-                    ->RegisterBuffer(buffer.id, process.memory->data({rank, buffer.id}),
-                                     buffer.bytes, MemoryKind::kHost, 0)
-                    .ok());
-  }
-  for (const ParamInfo& param : process.part.params) {
-    EXPECT_TRUE(process.session->DeclareParameter(param.name, param.dtype, param.shape).ok());
-  }
-  for (const Piece& piece : process.part.pieces) {
-    EXPECT_TRUE(process.session
-                    ->DeclarePiece(process.part.params[piece.param].name, piece.buffer, piece.box,
-                                   piece.offset, piece.strides)
-                    .ok());
-  }
-  return process;
+  return test::MakeTinySessionProcess(config);
 }
 
 // Every process connects and syncs `versions` in order (trainers fill them first); returns each
@@ -179,7 +130,7 @@ class MetricsTest : public ::testing::Test {
 };
 
 TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
-  const int port = FreePort();
+  const int port = test::FreeLoopbackPort();
   std::vector<Process> processes;
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "m"));
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "m"));
@@ -269,7 +220,7 @@ TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
 }
 
 TEST_F(MetricsTest, ExporterServesTheExpositionOverHttp) {
-  const int port = FreePort();
+  const int port = test::FreeLoopbackPort();
   std::vector<Process> processes;
   for (int r = 0; r < 2; ++r) {
     processes.push_back(MakeProcess(Role::kTrainer, r, port, "http", "127.0.0.1:0"));

@@ -3,8 +3,6 @@
 
 #include "plugin/session.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +16,7 @@
 #include "planner/layout_parts.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
+#include "tests/plugin/tiny_session.h"
 #include "tests/testing/reference.h"
 
 namespace wsync {
@@ -25,64 +24,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A port nothing listens on right now (bound and released; fine for a test on loopback).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// One process of a qwen2.5-tiny megatron(tp=2) -> vllm(tp=2) job: its session and its memory.
-struct Process {
-  std::unique_ptr<Session> session;
-  Layout part;
-  std::unique_ptr<test::HostBuffers> memory;
-};
+using Process = test::TinySessionProcess;
 
 Process MakeProcess(Role role, int32_t rank, int port, const std::string& job) {
-  SessionConfig config;
-  config.role = role;
-  config.rank = rank;
-  config.num_trainers = 2;
-  config.num_rollouts = 2;
-  config.job_id = job;
-  config.coordinator_port = port;
-  config.host_coordinator = role == Role::kTrainer && rank == 0;
-  config.secret = SecretSource::Environment("WSYNC_SESSION_TEST_SECRET");
-  config.node_id = "local";
+  SessionConfig config = test::TinyJobConfig(role, rank, port, job, "WSYNC_SESSION_TEST_SECRET");
   config.deadline = absl::Seconds(20);
-  config.path_transports = "*=ucx:sm,cma,self";
-  Process process;
-  absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(config);
-  EXPECT_TRUE(session.ok()) << session.status();
-  process.session = *std::move(session);
-  const ModelSpec model = *GetModel("qwen2.5-tiny");
-  const Layout whole =
-      *BuildNamedLayout(model, role == Role::kTrainer ? "megatron(tp=2)" : "vllm(tp=2)");
-  process.part = LayoutPart(whole, rank);
-  process.memory = std::make_unique<test::HostBuffers>(process.part, test::kPoison);
-  for (const BufferInfo& buffer : process.part.buffers) {
-    EXPECT_TRUE(process.session
-                    ->RegisterBuffer(buffer.id, process.memory->data({rank, buffer.id}),
-                                     buffer.bytes, MemoryKind::kHost, 0)
-                    .ok());
-  }
-  for (const ParamInfo& param : process.part.params) {
-    EXPECT_TRUE(process.session->DeclareParameter(param.name, param.dtype, param.shape).ok());
-  }
-  for (const Piece& piece : process.part.pieces) {
-    EXPECT_TRUE(process.session
-                    ->DeclarePiece(process.part.params[piece.param].name, piece.buffer, piece.box,
-                                   piece.offset, piece.strides)
-                    .ok());
-  }
-  return process;
+  return test::MakeTinySessionProcess(config);
 }
 
 class SessionTest : public ::testing::Test {
@@ -91,7 +38,7 @@ class SessionTest : public ::testing::Test {
 };
 
 TEST_F(SessionTest, EngineRpcModeSyncsThreeVersionsExactly) {
-  const int port = FreePort();
+  const int port = test::FreeLoopbackPort();
   std::vector<Process> processes;
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "rpc"));
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "rpc"));
@@ -122,7 +69,7 @@ TEST_F(SessionTest, EngineRpcModeSyncsThreeVersionsExactly) {
 }
 
 TEST_F(SessionTest, TrainerTriggeredModeCallsTheCallbacksAroundEverySync) {
-  const int port = FreePort();
+  const int port = test::FreeLoopbackPort();
   std::vector<Process> processes;
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "bg"));
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "bg"));
