@@ -13,6 +13,7 @@
 #include "planner/builders.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "transport/loopback/loopback.h"
 
@@ -22,22 +23,7 @@ namespace {
 using test::BufferKey;
 using test::HostBuffers;
 
-// Two row shards of an 8x8 float32 matrix to four column shards: every sender sends one 32-byte
-// message (staged) to every receiver.
-Job RowsToColumns() {
-  LayoutBuilder source(Role::kTrainer);
-  LayoutBuilder target(Role::kRollout);
-  for (LayoutBuilder* b : {&source, &target}) {
-    const int32_t w = b->AddParam("w", DType::kFloat32, {8, 8});
-    const bool rows = b == &source;
-    for (int p = 0; p < (rows ? 2 : 4); ++p) {
-      b->AddProcess("n");
-      const Box box = SplitBox({8, 8}, rows ? 0 : 1, rows ? 2 : 4, p);
-      b->AddPackedPiece(w, p, b->AddBuffer(p, Volume(box) * 4), box, 0);
-    }
-  }
-  return *Job::Create(std::move(source).Build(), std::move(target).Build());
-}
+Job RowsToColumns() { return test::RowsToColumnsJob(); }
 
 // Forwards to a Transport and records the (peer, tag, bytes) of every send posted through it, so
 // that a test can replay a past sync's messages exactly as the executor tagged them.

@@ -591,4 +591,19 @@ absl::StatusOr<std::vector<ReplicaAnswer>> RandomAnswersPolicy::Choose(
   return answers;
 }
 
+Job RowsToColumnsJob() {
+  LayoutBuilder source(Role::kTrainer);
+  LayoutBuilder target(Role::kRollout);
+  for (LayoutBuilder* b : {&source, &target}) {
+    const int32_t w = b->AddParam("w", DType::kFloat32, {8, 8});
+    const bool rows = b == &source;
+    for (int p = 0; p < (rows ? 2 : 4); ++p) {
+      b->AddProcess("n");
+      const Box box = SplitBox({8, 8}, rows ? 0 : 1, rows ? 2 : 4, p);
+      b->AddPackedPiece(w, p, b->AddBuffer(p, Volume(box) * 4), box, 0);
+    }
+  }
+  return *Job::Create(std::move(source).Build(), std::move(target).Build());
+}
+
 }  // namespace wsync::test

@@ -81,6 +81,11 @@ int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi);
 // True with probability `p` (in [0, 1]).
 bool Chance(std::mt19937_64& rng, double p);
 
+// A fixed small job: "w" [8, 8] fp32 split by rows over 2 trainer processes (global ids 0, 1) and
+// by columns over 4 rollout processes (ids 2..5), one packed buffer each. Every trainer sends each
+// rollout one 4x2 block: staged at the sender (strided), direct at the receiver.
+Job RowsToColumnsJob();
+
 }  // namespace wsync::test
 
 #endif  // WSYNC_TESTS_TESTING_RANDOM_LAYOUTS_H_

@@ -162,21 +162,7 @@ TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
   RecordProperty("refused", static_cast<int>(refused));
 }
 
-// "w" [8, 8] fp32 split by rows over 2 trainer processes, by columns over 4 rollout processes.
-Job RowsToColumns() {
-  LayoutBuilder source(Role::kTrainer);
-  LayoutBuilder target(Role::kRollout);
-  for (LayoutBuilder* b : {&source, &target}) {
-    const int32_t w = b->AddParam("w", DType::kFloat32, {8, 8});
-    const bool rows = b == &source;
-    for (int p = 0; p < (rows ? 2 : 4); ++p) {
-      b->AddProcess("n");
-      const Box box = SplitBox({8, 8}, rows ? 0 : 1, rows ? 2 : 4, p);
-      b->AddPackedPiece(w, p, b->AddBuffer(p, Volume(box) * 4), box, 0);
-    }
-  }
-  return *Job::Create(std::move(source).Build(), std::move(target).Build());
-}
+Job RowsToColumns() { return test::RowsToColumnsJob(); }
 
 TEST(ExecutorTest, SendersStageColumnBlocksAndReceiversLandInPlace) {
   // A column block of a row shard is strided: the sender packs it. The receiver's block of rows is
