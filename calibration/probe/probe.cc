@@ -1,0 +1,337 @@
+#include "calibration/probe/probe.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "calibration/link_model/link_model.h"
+#include "common/status.h"
+
+namespace wsync {
+namespace {
+
+// Tags of probe messages: their own sync id, so that they never match a sync's messages.
+constexpr uint64_t kProbeSyncId = 0xCA11B;
+
+// One pattern instance: who sends to whom, and how its samples are labelled.
+struct Step {
+  std::string pattern;
+  int32_t from = 0;
+  int32_t to = 0;
+  std::vector<int32_t> peers;  // Fans, ascending.
+  std::string path;
+  std::string send_path;
+  std::vector<std::pair<int32_t, int32_t>> messages;  // (sender, receiver); empty for local.
+};
+
+// The distinct paths in alphabetical order, joined by '+'.
+std::string JoinedPaths(const std::vector<std::string>& paths) {
+  return absl::StrJoin(std::set<std::string>(paths.begin(), paths.end()), "+");
+}
+
+absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options, int32_t n,
+                                             const std::vector<int32_t>& widths,
+                                             const FanPeers& fan_peers) {
+  std::vector<Step> steps;
+  for (int32_t p = 0; p < n; ++p) {
+    steps.push_back(Step{"local", p, p, {}, options.path_of(p, p), "", {}});
+  }
+  for (int32_t a = 0; a < n; ++a) {
+    for (int32_t b = 0; b < n; ++b) {
+      if (a != b) steps.push_back(Step{"peer", a, b, {}, options.path_of(a, b), "", {{a, b}}});
+    }
+  }
+  for (int32_t a = 0; a < n; ++a) {
+    for (int32_t b = a + 1; b < n; ++b) {
+      steps.push_back(Step{"both_ways", a, b, {}, options.path_of(a, b), "", {{a, b}, {b, a}}});
+    }
+  }
+  for (const bool out : {true, false}) {
+    for (int32_t root = 0; root < n; ++root) {
+      for (const int32_t width : widths) {
+        std::vector<int32_t> peers = fan_peers(root, width);
+        std::sort(peers.begin(), peers.end());
+        const bool distinct = std::adjacent_find(peers.begin(), peers.end()) == peers.end();
+        if (static_cast<int32_t>(peers.size()) != width || !distinct || peers.front() < 0 ||
+            peers.back() >= n || std::binary_search(peers.begin(), peers.end(), root)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "fan_peers(", root, ", ", width, ") returned [", absl::StrJoin(peers, ","),
+              "]: want ", width, " distinct processes other than the root"));
+        }
+        Step step{out ? "fan_out" : "fan_in", root, -1, peers, "", "", {}};
+        std::vector<std::string> paths;
+        for (const int32_t peer : peers) {
+          paths.push_back(out ? options.path_of(root, peer) : options.path_of(peer, root));
+          step.messages.push_back(out ? std::pair{root, peer} : std::pair{peer, root});
+        }
+        step.path = JoinedPaths(paths);
+        steps.push_back(std::move(step));
+      }
+    }
+  }
+  if (n >= 2 && options.relay_shift % n != 0) {
+    Step relay{"relay", -1, -1, {}, "", "", {}};
+    const int32_t shift = ((options.relay_shift % n) + n) % n;
+    for (int32_t p = 0; p < n; ++p) relay.messages.push_back({p, (p + shift) % n});
+    steps.push_back(std::move(relay));
+  }
+  return steps;
+}
+
+absl::Status CheckOptions(const ProbeOptions& options, int32_t n,
+                          const std::vector<int32_t>& widths) {
+  if (!options.path_of) return absl::InvalidArgumentError("ProbeOptions.path_of is required");
+  if (options.repeats < 1 || options.warmup < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("repeats must be >= 1 and warmup >= 0, not ",
+                                                   options.repeats, " and ", options.warmup));
+  }
+  for (const int32_t width : widths) {
+    if (width < 1 || width > n - 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fan width ", width, " is outside [1, ", n - 1, "] for ", n, " processes"));
+    }
+  }
+  if (!options.nodes.empty() && static_cast<int32_t>(options.nodes.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.nodes.size(), " node ids for ", n, " processes"));
+  }
+  return absl::OkStatus();
+}
+
+// Per-process probe state: the buffers and the numbered repeats.
+class Prober {
+ public:
+  Prober(const ProbeOptions& options, Transport& transport, Group& group, int64_t largest,
+         int32_t receive_buffers)
+      : options_(options), transport_(transport), group_(group), me_(group.process()) {
+    send_.assign(largest, 0x5a);
+    receive_.resize(receive_buffers);
+    for (std::vector<unsigned char>& buffer : receive_) buffer.assign(largest, 0);
+  }
+
+  absl::Status Register() {
+    WSYNC_ASSIGN_OR_RETURN(RegistrationId id, transport_.RegisterMemory(send_.data(), send_.size(),
+                                                                        MemoryKind::kHost));
+    registrations_.push_back(id);
+    for (std::vector<unsigned char>& buffer : receive_) {
+      WSYNC_ASSIGN_OR_RETURN(
+          id, transport_.RegisterMemory(buffer.data(), buffer.size(), MemoryKind::kHost));
+      registrations_.push_back(id);
+    }
+    return absl::OkStatus();
+  }
+
+  ~Prober() {
+    for (const RegistrationId id : registrations_) transport_.DeregisterMemory(id).IgnoreError();
+  }
+
+  // Runs warmup + repeats of `step` at `bytes` and returns every process's timed spans, indexed
+  // [process][repeat]; negative for processes that took no part.
+  absl::StatusOr<std::vector<std::vector<double>>> Run(const Step& step, int64_t bytes) {
+    std::vector<double> spans;
+    for (int32_t r = 0; r < options_.warmup + options_.repeats; ++r) {
+      WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
+      const int64_t round = next_round_++ % kMaxRounds;
+      WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(step, bytes, round));
+      if (r >= options_.warmup) spans.push_back(span);
+    }
+    const std::string mine(reinterpret_cast<const char*>(spans.data()),
+                           spans.size() * sizeof(double));
+    WSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> all,
+                           group_.AllGather(mine, absl::Now() + options_.step_timeout));
+    std::vector<std::vector<double>> result(all.size());
+    for (size_t p = 0; p < all.size(); ++p) {
+      if (all[p].size() != spans.size() * sizeof(double)) {
+        return absl::InternalError(absl::StrCat("process ", p, " sent ", all[p].size(),
+                                                " bytes of timings; probe options differ?"));
+      }
+      result[p].resize(spans.size());
+      std::memcpy(result[p].data(), all[p].data(), all[p].size());
+    }
+    return result;
+  }
+
+ private:
+  // The span of this process's part in one repeat: -1 when it takes no part.
+  absl::StatusOr<double> RunOnce(const Step& step, int64_t bytes, int64_t round) {
+    if (step.pattern == "local") {
+      if (step.from != me_) return -1.0;
+      const absl::Time start = absl::Now();
+      std::memcpy(receive_[0].data(), send_.data(), bytes);
+      return absl::ToDoubleSeconds(absl::Now() - start);
+    }
+    bool takes_part = false;
+    for (const auto& [sender, receiver] : step.messages) {
+      takes_part = takes_part || sender == me_ || receiver == me_;
+    }
+    if (!takes_part) return -1.0;
+    const absl::Time deadline = absl::Now() + options_.step_timeout;
+    const absl::Time start = absl::Now();
+    std::vector<RequestId> requests;
+    size_t next_receive = 0;
+    for (const auto& [sender, receiver] : step.messages) {
+      if (receiver != me_) continue;
+      WSYNC_ASSIGN_OR_RETURN(RequestId id,
+                             transport_.PostReceive(sender, MakeTag(kProbeSyncId, round, sender),
+                                                    receive_[next_receive++].data(), bytes));
+      requests.push_back(id);
+    }
+    for (const auto& [sender, receiver] : step.messages) {
+      if (sender != me_) continue;
+      WSYNC_ASSIGN_OR_RETURN(
+          RequestId id,
+          transport_.PostSend(receiver, MakeTag(kProbeSyncId, round, me_), send_.data(), bytes));
+      requests.push_back(id);
+    }
+    WSYNC_RETURN_IF_ERROR(transport_.WaitAll(requests, deadline));
+    return absl::ToDoubleSeconds(absl::Now() - start);
+  }
+
+  const ProbeOptions& options_;
+  Transport& transport_;
+  Group& group_;
+  const int32_t me_;
+  std::vector<unsigned char> send_;
+  std::vector<std::vector<unsigned char>> receive_;
+  std::vector<RegistrationId> registrations_;
+  int64_t next_round_ = 0;
+};
+
+proto::CalibrationSample* NewSample(proto::Calibration* calibration, const Step& step,
+                                    int64_t bytes) {
+  proto::CalibrationSample* sample = calibration->add_samples();
+  sample->set_pattern(step.pattern);
+  sample->set_from(step.from);
+  sample->set_to(step.to);
+  for (const int32_t peer : step.peers) sample->add_peers(peer);
+  sample->set_path(step.path);
+  sample->set_send_path(step.send_path);
+  sample->set_bytes(bytes);
+  return sample;
+}
+
+}  // namespace
+
+int64_t ProbeMemoryNeed(const std::vector<int64_t>& sizes, int32_t widest_fan) {
+  const int64_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+  return largest * (1 + std::max(1, widest_fan));
+}
+
+std::vector<int64_t> DefaultProbeSizes(int32_t widest_fan, int64_t memory_budget_bytes) {
+  std::vector<int64_t> sizes;
+  for (int64_t size = int64_t{4} << 10; size <= int64_t{256} << 20; size *= 4) {
+    if (ProbeMemoryNeed({size}, widest_fan) <= memory_budget_bytes) sizes.push_back(size);
+  }
+  return sizes;
+}
+
+FanPeers DefaultFanPeers(std::vector<std::string> nodes) {
+  return [nodes = std::move(nodes)](int32_t root, int32_t width) {
+    const int32_t n = static_cast<int32_t>(nodes.size());
+    std::vector<std::pair<std::pair<bool, int32_t>, int32_t>> order;  // ((other node, distance), q)
+    for (int32_t q = 0; q < n; ++q) {
+      if (q != root) order.push_back({{nodes[q] != nodes[root], (q - root + n) % n}, q});
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<int32_t> peers;
+    for (int32_t i = 0; i < width && i < static_cast<int32_t>(order.size()); ++i) {
+      peers.push_back(order[i].second);
+    }
+    return peers;
+  };
+}
+
+std::vector<int32_t> DefaultFanWidths(const std::vector<std::string>& nodes) {
+  const int32_t n = static_cast<int32_t>(nodes.size());
+  if (n < 2) return {};
+  std::map<std::string, int32_t> per_node;
+  for (const std::string& node : nodes) ++per_node[node];
+  int32_t fullest = 0;
+  for (const auto& [node, count] : per_node) fullest = std::max(fullest, count);
+  const int32_t cap = std::clamp(fullest - 1, 1, n - 1);
+  std::vector<int32_t> widths;
+  for (int32_t width = 1; width < cap; width *= 2) widths.push_back(width);
+  widths.push_back(cap);
+  return widths;
+}
+
+PathOf PathOfNodes(std::vector<std::string> nodes) {
+  return [nodes = std::move(nodes)](int32_t from, int32_t to) -> std::string {
+    if (from == to) return "local";
+    return nodes[from] == nodes[to] ? "intra_node" : "inter_node";
+  };
+}
+
+absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, Transport& transport,
+                                                  Group& group) {
+  const int32_t n = group.size();
+  if (transport.process() != group.process()) {
+    return absl::InvalidArgumentError(absl::StrCat("the transport is process ", transport.process(),
+                                                   ", the group process ", group.process()));
+  }
+  const std::vector<std::string> nodes =
+      options.nodes.empty() ? std::vector<std::string>(n, "node") : options.nodes;
+  const std::vector<int32_t> widths =
+      options.fan_widths.empty() ? DefaultFanWidths(nodes) : options.fan_widths;
+  WSYNC_RETURN_IF_ERROR(CheckOptions(options, n, widths));
+  const int32_t widest = widths.empty() ? 0 : *std::max_element(widths.begin(), widths.end());
+  const std::vector<int64_t> sizes = options.sizes.empty()
+                                         ? DefaultProbeSizes(widest, options.memory_budget_bytes)
+                                         : options.sizes;
+  if (sizes.empty() || *std::min_element(sizes.begin(), sizes.end()) <= 0) {
+    return absl::InvalidArgumentError(
+        "no probe sizes (each must be > 0; the default sizes need 8 x 4 KiB at least)");
+  }
+  const int64_t need = ProbeMemoryNeed(sizes, widest);
+  if (need > options.memory_budget_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("probing needs ", need, " bytes per process (largest size x (1 + widest fan ",
+                     widest, ")), above the budget of ", options.memory_budget_bytes, " bytes"));
+  }
+  const FanPeers fan_peers = options.fan_peers ? options.fan_peers : DefaultFanPeers(nodes);
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<Step> steps, BuildSteps(options, n, widths, fan_peers));
+
+  Prober prober(options, transport, group, *std::max_element(sizes.begin(), sizes.end()),
+                std::max(1, widest));
+  WSYNC_RETURN_IF_ERROR(prober.Register());
+  proto::Calibration calibration;
+  calibration.set_schema_version(kCalibrationSchemaVersion);
+  calibration.set_processes(n);
+  calibration.set_transport(transport.name());
+  for (const auto& [key, value] : options.settings) (*calibration.mutable_settings())[key] = value;
+  (*calibration.mutable_settings())["probe.repeats"] = absl::StrCat(options.repeats);
+  (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
+
+  for (const Step& step : steps) {
+    for (const int64_t bytes : sizes) {
+      WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> spans, prober.Run(step, bytes));
+      if (step.pattern == "relay") {
+        for (int32_t p = 0; p < n; ++p) {
+          Step labelled = step;
+          labelled.from = p;
+          for (const auto& [sender, receiver] : step.messages) {
+            if (receiver == p) labelled.path = options.path_of(sender, p);
+            if (sender == p) labelled.send_path = options.path_of(p, receiver);
+          }
+          proto::CalibrationSample* sample = NewSample(&calibration, labelled, bytes);
+          for (const double span : spans[p]) sample->add_seconds(span);
+        }
+        continue;
+      }
+      proto::CalibrationSample* sample = NewSample(&calibration, step, bytes);
+      for (int32_t r = 0; r < options.repeats; ++r) {
+        double slowest = 0;
+        for (int32_t p = 0; p < n; ++p) slowest = std::max(slowest, spans[p][r]);
+        sample->add_seconds(slowest);
+      }
+    }
+  }
+  return calibration;
+}
+
+}  // namespace wsync

@@ -1,0 +1,95 @@
+#ifndef WSYNC_CALIBRATION_PROBE_PROBE_H_
+#define WSYNC_CALIBRATION_PROBE_PROBE_H_
+
+// Link probing: CalibrateLinks times the links of a job's processes over a real Transport and
+// returns the raw samples (calibration.proto) that calibration/link_model fits. It is a
+// collective: every process of the Group calls it with equal options, and every process returns
+// the same Calibration.
+//
+// Patterns, each at every size (see calibration.proto for the sample fields):
+//   local      each process alone copies a buffer (memcpy), labelled path_of(p, p)
+//   peer       each ordered pair (a, b) alone: a sends one message to b, all others idle
+//   both_ways  each pair a < b alone: a and b send one message to each other at once
+//   fan_out    each root and width w: the root sends one message to each of fan_peers(root, w)
+//   fan_in     each root and width w: each of fan_peers(root, w) sends one message to the root
+//   relay      every process at once receives from p - shift while sending to p + shift; one
+//              sample per process, path = path_of(p - shift, p), send_path = path_of(p, p + shift)
+// A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
+// peers share one, else the distinct ones in alphabetical order joined by '+'.
+//
+// Timing: every repeat is bracketed by a Group collective (a barrier before it; the timings are
+// gathered once per pattern and size after its repeats), and only the span between a
+// participant's first post and its last completion is timed, so the collectives are excluded. A
+// repeat's time is the largest span of its participants (the pattern's completion time); the
+// `warmup` repeats before the timed ones are dropped.
+//
+// Memory: each process allocates (1 + max(1, widest fan)) x the largest size (send buffer, one
+// receive buffer per fan-in peer); ProbeMemoryNeed states it and CalibrateLinks refuses
+// (ResourceExhausted) a plan above options.memory_budget_bytes.
+//
+// Errors: InvalidArgument for bad options (no sizes, no path_of, a width or peer out of range,
+// processes of the Group and transport that disagree); the Transport's or Group's error
+// (DeadlineExceeded, Unavailable, Aborted) when a step fails; a failed step ends the probe on
+// that process and its peers then fail at their deadline. Not thread-safe: one call at a time,
+// and the caller must not use the transport meanwhile.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "calibration/link_model/calibration.pb.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+// The path class of messages from `from` to `to` (may differ by direction).
+using PathOf = std::function<std::string(int32_t from, int32_t to)>;
+// The `width` peers of a fan rooted at `root`: distinct, none equal to root, in [0, processes).
+using FanPeers = std::function<std::vector<int32_t>(int32_t root, int32_t width)>;
+
+inline constexpr int64_t kDefaultProbeMemoryBudgetBytes = int64_t{1} << 30;
+
+struct ProbeOptions {
+  // Message sizes in bytes, each > 0. Empty: DefaultProbeSizes(widest fan, memory budget).
+  std::vector<int64_t> sizes;
+  int32_t repeats = 5;  // Timed repeats per pattern and size, >= 1.
+  int32_t warmup = 1;   // Untimed repeats before them, >= 0.
+  PathOf path_of;       // Required.
+  // Fan widths, each in [1, processes - 1]. Empty: DefaultFanWidths(nodes).
+  std::vector<int32_t> fan_widths;
+  // Empty: DefaultFanPeers(nodes).
+  FanPeers fan_peers;
+  // Node id of every process, for the defaults above; empty: every process on one node.
+  std::vector<std::string> nodes;
+  int32_t relay_shift = 1;  // Relay is skipped when shift % processes == 0.
+  int64_t memory_budget_bytes = kDefaultProbeMemoryBudgetBytes;
+  absl::Duration step_timeout = absl::Seconds(60);  // Deadline of every collective and repeat.
+  // Recorded in the calibration (e.g. UCX_TLS); the transport's name is recorded as well.
+  std::map<std::string, std::string> settings;
+};
+
+// Sizes 4 KiB, 16 KiB, ... 256 MiB (factors of 4) whose memory need at `widest_fan` fits
+// `memory_budget_bytes`.
+std::vector<int64_t> DefaultProbeSizes(int32_t widest_fan, int64_t memory_budget_bytes);
+// Bytes one process allocates to probe `sizes` with fans up to `widest_fan`.
+int64_t ProbeMemoryNeed(const std::vector<int64_t>& sizes, int32_t widest_fan);
+
+// Same node first (nearest following process ids), then the other nodes' processes.
+FanPeers DefaultFanPeers(std::vector<std::string> nodes);
+// Powers of two up to the cap, and the cap, where cap = (processes on the fullest node) - 1, at
+// least 1 and at most processes - 1. Empty for a single process.
+std::vector<int32_t> DefaultFanWidths(const std::vector<std::string>& nodes);
+// "local" to itself, "intra_node" within a node, "inter_node" between nodes (planner/job.h).
+PathOf PathOfNodes(std::vector<std::string> nodes);
+
+// The collective probe (see above). `transport` and `group` belong to the same process.
+absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, Transport& transport,
+                                                  Group& group);
+
+}  // namespace wsync
+
+#endif  // WSYNC_CALIBRATION_PROBE_PROBE_H_

@@ -1,0 +1,216 @@
+// CalibrateLinks over the loopback transport: every process (a thread here) returns the same
+// calibration; every pattern is present with the expected sample counts, labels and repeats; the
+// bytes the fabric delivered are exactly what the patterns move; bad options are refused.
+
+#include <map>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "calibration/link_model/link_model.h"
+#include "calibration/probe/probe.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/loopback/loopback.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs CalibrateLinks on every process of a fresh loopback fabric, each in its own thread.
+std::vector<absl::StatusOr<proto::Calibration>> RunAll(int32_t n, const ProbeOptions& options,
+                                                       LoopbackCounters* counters = nullptr) {
+  LoopbackFabric fabric(n);
+  std::vector<absl::StatusOr<proto::Calibration>> results(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int32_t p = 0; p < n; ++p) {
+    threads.emplace_back([&, p] {
+      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
+      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
+      if (!transport.ok() || !group.ok()) {
+        results[p] = absl::InternalError("cannot connect");
+        return;
+      }
+      results[p] = CalibrateLinks(options, **transport, **group);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  if (counters != nullptr) *counters = fabric.counters();
+  return results;
+}
+
+std::map<std::string, std::string> Settings(const proto::Calibration& calibration) {
+  return {calibration.settings().begin(), calibration.settings().end()};
+}
+
+std::string UpDown(int32_t from, int32_t to) {
+  if (from == to) return "local";
+  return from < to ? "up" : "down";
+}
+
+TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
+  const int32_t n = 4;
+  ProbeOptions options;
+  options.sizes = {4096, 65536};
+  options.repeats = 3;
+  options.warmup = 1;
+  options.nodes = {"a", "a", "b", "b"};
+  options.path_of = PathOfNodes(options.nodes);
+  options.fan_widths = {1, 3};
+  options.settings["UCX_TLS"] = "none";
+  LoopbackCounters counters;
+  const auto results = RunAll(n, options, &counters);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  // The same samples and settings everywhere (the settings map serializes in any order).
+  for (int32_t p = 1; p < n; ++p) {
+    ASSERT_EQ(results[p]->samples_size(), results[0]->samples_size());
+    for (int i = 0; i < results[0]->samples_size(); ++i) {
+      EXPECT_TRUE(results[p]->samples(i).SerializeAsString() ==
+                  results[0]->samples(i).SerializeAsString())
+          << "process " << p << " sample " << i;
+    }
+    EXPECT_EQ(Settings(*results[p]), Settings(*results[0]));
+  }
+  const proto::Calibration& calibration = *results[0];
+  EXPECT_EQ(calibration.schema_version(), kCalibrationSchemaVersion);
+  EXPECT_EQ(calibration.processes(), n);
+  EXPECT_EQ(calibration.transport(), "loopback");
+  EXPECT_EQ(calibration.settings().at("UCX_TLS"), "none");
+
+  const int64_t sizes = 2, widths = 2;
+  std::map<std::string, int64_t> count;
+  for (const proto::CalibrationSample& s : calibration.samples()) {
+    ++count[s.pattern()];
+    EXPECT_EQ(s.seconds_size(), options.repeats);
+    for (const double seconds : s.seconds()) EXPECT_GT(seconds, 0) << s.pattern();
+    if (s.pattern() == "local") {
+      EXPECT_EQ(s.from(), s.to());
+      EXPECT_EQ(s.path(), "local");
+    } else if (s.pattern() == "peer" || s.pattern() == "both_ways") {
+      EXPECT_NE(s.from(), s.to());
+      EXPECT_EQ(s.path(), options.path_of(s.from(), s.to()));
+      if (s.pattern() == "both_ways") {
+        EXPECT_LT(s.from(), s.to());
+      }
+    } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
+      const std::vector<int32_t> peers(s.peers().begin(), s.peers().end());
+      ASSERT_TRUE(peers.size() == 1 || peers.size() == 3);
+      if (peers.size() == 1) {
+        // Default peers: the same node first.
+        EXPECT_EQ(options.nodes[peers[0]], options.nodes[s.from()]) << s.from();
+        EXPECT_EQ(s.path(), "intra_node");
+      } else {
+        EXPECT_EQ(s.path(), "inter_node+intra_node");
+      }
+    } else if (s.pattern() == "relay") {
+      // Shift 1: 0 <- 3 (inter) -> 1 (intra); 1 <- 0 (intra) -> 2 (inter); and so on.
+      const int32_t p = s.from();
+      EXPECT_EQ(s.path(), options.path_of((p + n - 1) % n, p));
+      EXPECT_EQ(s.send_path(), options.path_of(p, (p + 1) % n));
+    } else {
+      ADD_FAILURE() << "unexpected pattern " << s.pattern();
+    }
+  }
+  EXPECT_EQ(count["local"], n * sizes);
+  EXPECT_EQ(count["peer"], n * (n - 1) * sizes);
+  EXPECT_EQ(count["both_ways"], n * (n - 1) / 2 * sizes);
+  EXPECT_EQ(count["fan_out"], n * widths * sizes);
+  EXPECT_EQ(count["fan_in"], n * widths * sizes);
+  EXPECT_EQ(count["relay"], n * sizes);
+
+  // Messages per repeat and size: peer n(n-1), both ways n(n-1), fans 2 n (1 + 3), relay n.
+  const int64_t messages_per_size = n * (n - 1) * 2 + 2 * n * 4 + n;
+  const int64_t repeats = options.warmup + options.repeats;
+  EXPECT_EQ(counters.TotalBytes(), messages_per_size * repeats * (4096 + 65536));
+  EXPECT_EQ(counters.largest_message_bytes, 65536);
+
+  // The link model reads every label: with the timings replaced by an exact line (measured ones
+  // are too noisy here to fit), every path class, pair, fan and relay pair gets its fit.
+  proto::Calibration exact = calibration;
+  for (proto::CalibrationSample& s : *exact.mutable_samples()) {
+    for (double& seconds : *s.mutable_seconds()) seconds = 1e-6 + s.bytes() / 1e9;
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(exact);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->by_path.size(), 3u);
+  EXPECT_EQ(fits->by_pair.size(), static_cast<size_t>(n * (n - 1)));
+  EXPECT_EQ(fits->both_ways.size(), static_cast<size_t>(n * (n - 1) / 2));
+  EXPECT_EQ(fits->fans.size(), static_cast<size_t>(2 * n * widths));
+  EXPECT_EQ(fits->relay.size(), 2u);  // (inter, intra) and (intra, inter).
+}
+
+TEST(CalibrationProbeTest, AsymmetricPathLabelsFanDirections) {
+  const int32_t n = 3;
+  ProbeOptions options;
+  options.sizes = {1024, 8192};
+  options.repeats = 1;
+  options.warmup = 0;
+  options.path_of = UpDown;
+  options.fan_widths = {2};
+  options.relay_shift = 0;  // No relay.
+  const auto results = RunAll(n, options);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  int fans = 0;
+  for (const proto::CalibrationSample& s : results[0]->samples()) {
+    EXPECT_NE(s.pattern(), "relay");
+    if (s.pattern() == "peer") {
+      EXPECT_EQ(s.path(), UpDown(s.from(), s.to()));
+    }
+    if (s.pattern() != "fan_out" && s.pattern() != "fan_in") continue;
+    ++fans;
+    // Root 0 sends up and receives down; root 2 the opposite; root 1 both ways.
+    const bool out = s.pattern() == "fan_out";
+    const std::map<int32_t, std::string> expected =
+        out ? std::map<int32_t, std::string>{{0, "up"}, {1, "down+up"}, {2, "down"}}
+            : std::map<int32_t, std::string>{{0, "down"}, {1, "down+up"}, {2, "up"}};
+    EXPECT_EQ(s.path(), expected.at(s.from())) << s.pattern() << " root " << s.from();
+  }
+  EXPECT_EQ(fans, 2 * n * 2);
+}
+
+TEST(CalibrationProbeTest, DefaultsFollowNodes) {
+  const std::vector<std::string> nodes = {"x", "y", "x", "x", "y"};
+  EXPECT_EQ(DefaultFanWidths(nodes), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(DefaultFanWidths({"a", "b"}), (std::vector<int32_t>{1}));
+  EXPECT_TRUE(DefaultFanWidths({"a"}).empty());
+  const FanPeers peers = DefaultFanPeers(nodes);
+  EXPECT_EQ(peers(0, 2), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(peers(3, 3), (std::vector<int32_t>{0, 2, 4}));  // 0, 2 on x, then 4 (y) nearest.
+  EXPECT_EQ(peers(1, 1), (std::vector<int32_t>{4}));
+  const std::vector<int64_t> sizes = DefaultProbeSizes(3, int64_t{1} << 30);
+  EXPECT_EQ(sizes.front(), 4096);
+  EXPECT_EQ(sizes.back(), int64_t{256} << 20);
+  EXPECT_EQ(sizes.size(), 9u);
+  EXPECT_EQ(ProbeMemoryNeed(sizes, 3), int64_t{1} << 30);
+  EXPECT_EQ(DefaultProbeSizes(7, int64_t{1} << 30).back(), int64_t{64} << 20);
+}
+
+TEST(CalibrationProbeTest, RefusesBadOptions) {
+  ProbeOptions options;
+  options.sizes = {4096};
+  options.path_of = UpDown;
+  options.fan_widths = {3};  // Only 2 other processes.
+  for (const auto& result : RunAll(3, options)) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr("fan width 3"));
+  }
+  options.fan_widths = {1};
+  options.fan_peers = [](int32_t root, int32_t) { return std::vector<int32_t>{root}; };
+  for (const auto& result : RunAll(3, options)) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr("fan_peers"));
+  }
+  options.fan_peers = nullptr;
+  options.sizes = {int64_t{1} << 20};
+  options.memory_budget_bytes = int64_t{1} << 20;
+  for (const auto& result : RunAll(3, options)) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(result.status().message(), HasSubstr("2097152 bytes per process"));
+  }
+  options.path_of = nullptr;
+  EXPECT_EQ(RunAll(2, options)[0].status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace wsync
