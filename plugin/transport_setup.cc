@@ -34,6 +34,13 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
 
 absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
     const Job& job, const std::vector<std::string>& bundles) && {
+  return std::move(*this).Connect(
+      [&job](int32_t from, int32_t to) { return std::string(job.PathClass(from, to)); }, bundles);
+}
+
+absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
+    const std::function<std::string(int32_t, int32_t)>& path_class,
+    const std::vector<std::string>& bundles) && {
   const int32_t processes = static_cast<int32_t>(bundles.size());
   std::vector<int32_t> route(processes);
   std::vector<std::vector<std::string>> peers_of(choices_.size(),
@@ -45,7 +52,7 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", p, " uses another path transport configuration than process ", process_));
     }
-    const TransportChoice& choice = paths_.For(job.PathClass(process_, p));
+    const TransportChoice& choice = paths_.For(path_class(process_, p));
     route[p] = static_cast<int32_t>(std::find(choices_.begin(), choices_.end(), choice) -
                                     choices_.begin());
     peers_of[route[p]][p] = bundle.addresses(route[p]);

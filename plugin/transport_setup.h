@@ -8,6 +8,7 @@
 // session and by test workers that drive the same steps by hand. Not thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,11 @@ class PathTransportSetup {
   // InvalidArgument when a peer published a bundle of another configuration.
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
       const Job& job, const std::vector<std::string>& bundles) &&;
+  // The same with each peer's path class from `path_class(this process, peer)`, for callers that
+  // have no Job (the link calibration).
+  absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
+      const std::function<std::string(int32_t, int32_t)>& path_class,
+      const std::vector<std::string>& bundles) &&;
 
  private:
   int32_t process_ = 0;

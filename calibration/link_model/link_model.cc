@@ -21,11 +21,20 @@ double Median(std::vector<double> values) {
 // Points of one key, collected while reading samples.
 using Points = std::vector<std::pair<int64_t, double>>;
 
+// A key whose line does not fit fails the whole fit, unless `skipped` is given: then it is left
+// out and named there.
 template <typename Key>
 absl::Status FitAll(const std::map<Key, Points>& points, std::map<Key, LinkFit>* out,
-                    absl::string_view what) {
+                    absl::string_view what, std::vector<std::string>* skipped = nullptr) {
+  int index = 0;
   for (const auto& [key, list] : points) {
     absl::StatusOr<LinkFit> fit = FitLine(list);
+    ++index;
+    if (!fit.ok() && skipped != nullptr) {
+      skipped->push_back(
+          absl::StrCat(what, " ", index, " of ", points.size(), ": ", fit.status().message()));
+      continue;
+    }
     if (!fit.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", fit.status().message()));
     }
@@ -135,11 +144,11 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   }
   LinkFits fits;
   WSYNC_RETURN_IF_ERROR(FitAll(by_path, &fits.by_path, "path fit"));
-  WSYNC_RETURN_IF_ERROR(FitAll(by_pair, &fits.by_pair, "pair fit"));
-  WSYNC_RETURN_IF_ERROR(FitAll(both_ways, &fits.both_ways, "both-ways fit"));
-  WSYNC_RETURN_IF_ERROR(FitAll(fans, &fits.fans, "fan fit"));
-  WSYNC_RETURN_IF_ERROR(FitAll(aggregate, &fits.fan_aggregate, "fan aggregate fit"));
-  WSYNC_RETURN_IF_ERROR(FitAll(relay, &fits.relay, "relay fit"));
+  WSYNC_RETURN_IF_ERROR(FitAll(by_pair, &fits.by_pair, "pair fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(both_ways, &fits.both_ways, "both-ways fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(fans, &fits.fans, "fan fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(aggregate, &fits.fan_aggregate, "fan aggregate fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(relay, &fits.relay, "relay fit", &fits.skipped));
   return fits;
 }
 

@@ -42,11 +42,15 @@ struct LinkFits {
   std::map<FanKey, LinkFit> fans;           // Per message: the fan's time against message bytes.
   std::map<FanKey, LinkFit> fan_aggregate;  // The root's rate: time against all the fan's bytes.
   std::map<std::pair<std::string, std::string>, LinkFit> relay;  // (receive path, send path).
+  // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
+  // not growing with size); Predict then uses the path fits for them.
+  std::vector<std::string> skipped;
 };
 
 // Fits everything the calibration has samples for. InvalidArgument for a calibration of another
-// schema, a sample without timings, or a line that does not fit (bandwidth <= 0, fewer than two
-// sizes: a single size gives bandwidth from the origin and alpha 0).
+// schema, a sample without timings, or a path class whose line does not fit (bandwidth <= 0; a
+// single size gives bandwidth from the origin and alpha 0); other keys whose line does not fit
+// are listed in `skipped`.
 absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
 
 // Least squares of seconds against bytes over the medians per size of (bytes, seconds) points.

@@ -17,6 +17,7 @@ namespace {
 
 // Tags of probe messages: their own sync id, so that they never match a sync's messages.
 constexpr uint64_t kProbeSyncId = 0xCA11B;
+constexpr uint64_t kProbeTokenSyncId = 0xCA11C;
 
 // One pattern instance: who sends to whom, and how its samples are labelled.
 struct Step {
@@ -171,7 +172,6 @@ class Prober {
     }
     if (!takes_part) return -1.0;
     const absl::Time deadline = absl::Now() + options_.step_timeout;
-    const absl::Time start = absl::Now();
     std::vector<RequestId> requests;
     size_t next_receive = 0;
     for (const auto& [sender, receiver] : step.messages) {
@@ -181,6 +181,27 @@ class Prober {
                                                     receive_[next_receive++].data(), bytes));
       requests.push_back(id);
     }
+    // Readiness: every receiver, its receives posted, sends an empty token to each of its
+    // senders, and a sender starts once its receivers' tokens arrived. The timed span so excludes
+    // the skew with which the barrier released the processes.
+    std::vector<RequestId> tokens_in;
+    for (const auto& [sender, receiver] : step.messages) {
+      if (sender != me_) continue;
+      WSYNC_ASSIGN_OR_RETURN(
+          RequestId id, transport_.PostReceive(
+                            receiver, MakeTag(kProbeTokenSyncId, round, receiver), nullptr, 0));
+      tokens_in.push_back(id);
+    }
+    const absl::Time receiver_start = absl::Now();
+    for (const auto& [sender, receiver] : step.messages) {
+      if (receiver != me_) continue;
+      WSYNC_ASSIGN_OR_RETURN(
+          RequestId id,
+          transport_.PostSend(sender, MakeTag(kProbeTokenSyncId, round, me_), nullptr, 0));
+      requests.push_back(id);
+    }
+    WSYNC_RETURN_IF_ERROR(transport_.WaitAll(tokens_in, deadline));
+    const absl::Time start = tokens_in.empty() ? receiver_start : absl::Now();
     for (const auto& [sender, receiver] : step.messages) {
       if (sender != me_) continue;
       WSYNC_ASSIGN_OR_RETURN(

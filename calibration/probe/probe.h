@@ -18,10 +18,12 @@
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //
 // Timing: every repeat is bracketed by a Group collective (a barrier before it; the timings are
-// gathered once per pattern and size after its repeats), and only the span between a
-// participant's first post and its last completion is timed, so the collectives are excluded. A
-// repeat's time is the largest span of its participants (the pattern's completion time); the
-// `warmup` repeats before the timed ones are dropped.
+// gathered once per pattern and size after its repeats), which the timed spans exclude. After the
+// barrier each receiver posts its receives and sends an empty token to each of its senders; a
+// sender posts its sends once its receivers' tokens arrived. A receiver's span runs from its
+// tokens to its last completion, a sender's (or a process that is both, once its tokens arrived)
+// from then to its last completion; a repeat's time is the largest span of its participants (the
+// pattern's completion time). The `warmup` repeats before the timed ones are dropped.
 //
 // Memory: each process allocates (1 + max(1, widest fan)) x the largest size (send buffer, one
 // receive buffer per fan-in peer); ProbeMemoryNeed states it and CalibrateLinks refuses

@@ -1,21 +1,35 @@
 #include "integration/cli/calibrate_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
+#include "integration/cli/calibrate_job.h"
 
 ABSL_FLAG(std::string, synthetic, "",
           "Link constants, e.g. 'intra_node=5us,200GB/s;inter_node=20us,25GB/s'.");
 ABSL_FLAG(std::string, out, "", "Write the calibration to this file.");
 ABSL_FLAG(std::string, show, "", "Print the fits of this calibration file.");
+ABSL_DECLARE_FLAG(int32_t, probe_worker);
+ABSL_DECLARE_FLAG(int32_t, processes);
+ABSL_DECLARE_FLAG(std::string, nodes);
+ABSL_DECLARE_FLAG(std::string, path_transports);
+ABSL_DECLARE_FLAG(std::string, probe_sizes);
+ABSL_DECLARE_FLAG(int32_t, probe_repeats);
+ABSL_DECLARE_FLAG(int32_t, probe_warmup);
+ABSL_DECLARE_FLAG(std::string, fan_widths);
+ABSL_DECLARE_FLAG(double, probe_memory);
 
 namespace wsync::cli {
 namespace {
@@ -46,7 +60,27 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
   for (const auto& [paths, fit] : fits.relay) {
     PrintFit(out, absl::StrCat("relay ", paths.first, " -> ", paths.second), fit);
   }
+  for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);
   return absl::OkStatus();
+}
+
+absl::StatusOr<CalibrationJob> JobFromFlags(const std::string& path) {
+  CalibrationJob job;
+  job.processes = absl::GetFlag(FLAGS_processes);
+  job.nodes = absl::StrSplit(absl::GetFlag(FLAGS_nodes), ',', absl::SkipEmpty());
+  if (job.nodes.empty()) job.nodes.assign(job.processes, "local");
+  if (static_cast<int32_t>(job.nodes.size()) != job.processes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(job.nodes.size(), " --nodes for ", job.processes, " --processes"));
+  }
+  job.path_transports = absl::GetFlag(FLAGS_path_transports);
+  WSYNC_ASSIGN_OR_RETURN(job.sizes, ParseSizes(absl::GetFlag(FLAGS_probe_sizes)));
+  job.repeats = absl::GetFlag(FLAGS_probe_repeats);
+  job.warmup = absl::GetFlag(FLAGS_probe_warmup);
+  WSYNC_ASSIGN_OR_RETURN(job.fan_widths, ParseWidths(absl::GetFlag(FLAGS_fan_widths)));
+  job.memory_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_probe_memory));
+  job.out = path;
+  return job;
 }
 
 absl::Status Run(std::FILE* out) {
@@ -61,10 +95,23 @@ absl::Status Run(std::FILE* out) {
     WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
     return Show(calibration, out);
   }
+  if (absl::GetFlag(FLAGS_probe_worker) >= 0) return RunCalibrationWorker();
+  if (absl::GetFlag(FLAGS_processes) > 0 && !path.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const CalibrationJob job, JobFromFlags(path));
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
+    absl::FPrintF(out, "calibrating %d processes (nodes %s, transports '%s')...\n", job.processes,
+                  absl::StrJoin(job.nodes, ","), job.path_transports);
+    std::fflush(out);
+    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
+                           RunCalibrationJob(job, std::string(self, n)));
+    absl::FPrintF(out, "wrote %s\n", path);
+    return Show(calibration, out);
+  }
   if (synthetic.empty() || path.empty()) {
     return absl::InvalidArgumentError(
-        "give --synthetic SPEC --out FILE, or --show FILE (measuring links over a transport is "
-        "not built yet)");
+        "give --processes N --out FILE, --synthetic SPEC --out FILE, or --show FILE");
   }
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, SyntheticCalibration(synthetic));
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
@@ -77,7 +124,12 @@ absl::Status Run(std::FILE* out) {
 }  // namespace
 
 std::string CalibrateUsage() {
-  return "wsync calibrate --synthetic 'PATH=ALPHA,BANDWIDTH;...' --out FILE | --show FILE\n"
+  return "wsync calibrate --processes N [--nodes a,a,b,b] [--path_transports SPEC]\n"
+         "                [--probe_sizes 4K,1M,...] [--probe_repeats R] [--fan_widths 1,2] --out "
+         "FILE\n"
+         "  Measures the links of N local processes over UCX (calibration/probe), writes the raw\n"
+         "  samples and prints the fits.\n"
+         "wsync calibrate --synthetic 'PATH=ALPHA,BANDWIDTH;...' --out FILE | --show FILE\n"
          "  Writes a calibration of stated link constants, or prints a saved one's fits.\n";
 }
 

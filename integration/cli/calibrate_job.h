@@ -1,0 +1,54 @@
+#ifndef WSYNC_INTEGRATION_CLI_CALIBRATE_JOB_H_
+#define WSYNC_INTEGRATION_CLI_CALIBRATE_JOB_H_
+
+// A calibration over real processes of this machine: `processes` copies of `wsync calibrate
+// --probe_worker P` (optionally inside network namespaces), process 0 hosting the coordinator,
+// each with its UCX transports per path class (as the session builds them), all running
+// CalibrateLinks (calibration/probe) together. Process 0 writes the calibration file.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "calibration/link_model/calibration.pb.h"
+
+namespace wsync::cli {
+
+struct CalibrationJob {
+  int32_t processes = 2;
+  // Node id per process (path classes follow them); empty: all on node "local".
+  std::vector<std::string> nodes;
+  // Network namespace per process (empty entries or an empty list: this one).
+  std::vector<std::string> netns;
+  // Address process 0's coordinator listens on (reachable from every process's namespace).
+  std::string coordinator_address = "127.0.0.1";
+  // Transport per path class, e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@lo".
+  std::string path_transports;
+  std::vector<int64_t> sizes;  // Empty: the probe's defaults.
+  int32_t repeats = 5;
+  int32_t warmup = 1;
+  std::vector<int32_t> fan_widths;  // Empty: the probe's defaults.
+  int64_t memory_budget_bytes = int64_t{1} << 30;
+  absl::Duration timeout = absl::Minutes(10);
+  std::string out;  // The calibration file process 0 writes; required.
+};
+
+// Runs the job with `self` (this wsync binary) and returns the calibration written to job.out.
+// Fails naming the processes that failed, with their standard error.
+absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
+                                                     const std::string& self);
+
+// "4K,64K,1M" (suffixes K, M, G: powers of 1024) into bytes; InvalidArgument on a bad entry.
+absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text);
+
+// "1,2,3" into fan widths; InvalidArgument on an entry that is not a number.
+absl::StatusOr<std::vector<int32_t>> ParseWidths(const std::string& text);
+
+// The body of `wsync calibrate --probe_worker P` (flags already parsed; see calibrate_command).
+absl::Status RunCalibrationWorker();
+
+}  // namespace wsync::cli
+
+#endif  // WSYNC_INTEGRATION_CLI_CALIBRATE_JOB_H_

@@ -1,0 +1,77 @@
+// `wsync calibrate --processes 4` over UCX between real processes of this machine (two "nodes":
+// shared memory within a node, TCP over loopback between them): the written calibration has every
+// pattern with the expected sample counts, labels and repeats, and `--show` reads it back.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "calibration/link_model/link_model.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+std::string NodeOf(int32_t p) { return p < 2 ? "a" : "b"; }
+std::string PathOf(int32_t from, int32_t to) {
+  if (from == to) return "local";
+  return NodeOf(from) == NodeOf(to) ? "intra_node" : "inter_node";
+}
+
+TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/calibration-", getpid(), ".pb");
+  const std::string command = absl::StrCat(
+      WSYNC_CLI, " calibrate --processes 4 --nodes a,a,b,b",
+      " --path_transports 'local=ucx:sm,cma,self;intra_node=ucx:sm,cma,self;",
+      "inter_node=ucx:tcp@lo' --probe_sizes 4K,4M --probe_repeats 2 --fan_widths 1,2 --out ", path,
+      " > ", path, ".txt 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::ifstream file(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const absl::StatusOr<proto::Calibration> calibration = ParseCalibration(bytes);
+  ASSERT_TRUE(calibration.ok()) << calibration.status();
+  EXPECT_EQ(calibration->processes(), 4);
+  EXPECT_TRUE(absl::StartsWith(calibration->transport(), "routed(ucx,ucx"))
+      << calibration->transport();
+  EXPECT_EQ(calibration->settings().at("nodes"), "a,a,b,b");
+
+  const int64_t n = 4, sizes = 2, widths = 2;
+  std::map<std::string, int64_t> count;
+  for (const proto::CalibrationSample& s : calibration->samples()) {
+    ++count[s.pattern()];
+    EXPECT_EQ(s.seconds_size(), 2);
+    for (const double seconds : s.seconds()) EXPECT_GT(seconds, 0);
+    if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
+      EXPECT_EQ(s.path(), PathOf(s.from(), s.to())) << s.pattern();
+    } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
+      // Width 1: the other process of the node; width 2: it, then the nearest other process.
+      EXPECT_EQ(s.path(), s.peers_size() == 1 ? "intra_node" : "inter_node+intra_node");
+    } else if (s.pattern() == "relay") {
+      EXPECT_EQ(s.path(), PathOf((s.from() + 3) % 4, s.from()));
+      EXPECT_EQ(s.send_path(), PathOf(s.from(), (s.from() + 1) % 4));
+    }
+  }
+  EXPECT_EQ(count["local"], n * sizes);
+  EXPECT_EQ(count["peer"], n * (n - 1) * sizes);
+  EXPECT_EQ(count["both_ways"], n * (n - 1) / 2 * sizes);
+  EXPECT_EQ(count["fan_out"], n * widths * sizes);
+  EXPECT_EQ(count["fan_in"], n * widths * sizes);
+  EXPECT_EQ(count["relay"], n * sizes);
+  EXPECT_EQ(count.size(), 6u);
+
+  const std::string show =
+      absl::StrCat(WSYNC_CLI, " calibrate --show ", path, " | grep -q 'path inter_node'");
+  EXPECT_EQ(std::system(show.c_str()), 0);
+  std::remove(path.c_str());
+  std::remove((path + ".txt").c_str());
+}
+
+}  // namespace
+}  // namespace wsync
