@@ -260,9 +260,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     }
     config.metrics_address = c.metrics_address;
   }
-  if (c.calibration_file != nullptr) {
-    return absl::UnimplementedError("calibration_file is not supported yet; leave it NULL");
-  }
+  if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
   return config;
 }
 

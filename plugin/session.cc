@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   if (config.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the deadline must be positive");
   }
-  WSYNC_RETURN_IF_ERROR(MakeReplicaPolicy(config.replica_policy).status());
+  WSYNC_RETURN_IF_ERROR(CheckSessionPolicyName(config.replica_policy));
   WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
   if (config.node_id.empty()) config.node_id = HostName();
   std::optional<MetricsAddress> metrics_address;
@@ -169,8 +169,8 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
 
 void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
                                 const absl::Status& outcome, double seconds) {
-  // No prediction yet: it needs a calibration.
-  metrics_->RecordSync(outcome.ok() ? SyncResult::kOk : SyncResult::kFailed, seconds, std::nullopt);
+  metrics_->RecordSync(outcome.ok() ? SyncResult::kOk : SyncResult::kFailed, seconds,
+                       prediction_ ? std::optional<double>(prediction_->seconds) : std::nullopt);
   // Bytes count once this process's transfer ran to the end, whatever the decision.
   if (stats.ok()) {
     metrics_->RecordRounds(stats->rounds);
@@ -294,10 +294,17 @@ absl::Status Session::PlanJob(const std::vector<Layout>& trainer_parts,
   WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
   WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(trainers), std::move(rollouts)));
   job_ = std::make_unique<Job>(std::move(job));
-  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(config_.replica_policy));
+  const LinkFits* fits = calibration_.fits ? &*calibration_.fits : nullptr;
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeSessionPolicy(config_.replica_policy, fits));
   PlanOptions plan_options;
   plan_options.process = process_;
   WSYNC_ASSIGN_OR_RETURN(plan_, MakePlan(*job_, *policy, plan_options));
+  prediction_.reset();
+  if (fits != nullptr) {
+    absl::StatusOr<Prediction> prediction =
+        PredictSync(*job_, *policy, *fits, StagingBudget{config_.staging_budget_bytes});
+    if (prediction.ok()) prediction_ = *prediction;
+  }
   return absl::OkStatus();
 }
 
@@ -387,6 +394,9 @@ absl::Status Session::ConnectOnce() {
     (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
     bundles[p] = roster.processes[p].address;
   }
+  WSYNC_ASSIGN_OR_RETURN(calibration_,
+                         ShareCalibration(*client_, config_.calibration_file, deadline));
+  if (calibration_.fits) metrics_->SetCalibrationTime(calibration_.measured);
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
 
@@ -441,8 +451,8 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
                           job_->PathClass(process_, peer.peer), peer.rounds.size(), bytes,
                           peer.arena_bytes());
   }
-  absl::StrAppend(&report, "plan digest ", DigestHex(plan_.digest),
-                  "; predicted time: needs calibration\n");
+  absl::StrAppend(&report, "plan digest ", DigestHex(plan_.digest), "; ",
+                  PredictionLine(prediction_, calibration_), "\n");
   return report;
 }
 

@@ -41,6 +41,7 @@
 #include "metrics/metrics.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
+#include "plugin/prediction.h"
 #include "transport/control/auth.h"
 
 namespace wsync {
@@ -67,6 +68,10 @@ struct SessionConfig {
   // Where the Prometheus exporter listens (ParseMetricsAddress: "HOST:PORT", port 0 picks one);
   // empty: no exporter (the metrics text is still kept).
   std::string metrics_address;
+  // A calibration (wsync calibrate --out), read by global process 0 only and shared with every
+  // process at connect (plugin/prediction.h); empty: none. Needed by replica_policy "cost_aware";
+  // gives the schedule report and the predicted-seconds metric their prediction.
+  std::string calibration_file;
 };
 
 enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };
@@ -161,6 +166,8 @@ class Session {
   int32_t coordinator_port_ = 0;
   std::unique_ptr<Job> job_;
   Plan plan_;
+  SharedCalibration calibration_;         // Set at connect.
+  std::optional<Prediction> prediction_;  // Of the whole sync, when calibrated.
   int32_t process_ = -1;
   Endpoints endpoints_;
   LocalBuffers buffers_;

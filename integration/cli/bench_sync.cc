@@ -600,4 +600,7 @@ absl::Status RunSyncBench(std::FILE* out) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> BenchSelfPath() { return SelfPath(); }
+absl::StatusOr<std::string> BenchWorkerPath(const std::string& self) { return FindWorker(self); }
+
 }  // namespace wsync::cli

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace wsync::cli {
 
@@ -20,6 +21,11 @@ std::string SyncBenchUsage();
 // the table as JSON to --sync_json when set. Fails when a job or ucx_perftest fails, a verified
 // byte differs, or a binary is missing.
 absl::Status RunSyncBench(std::FILE* out);
+
+// This binary's path, and the wsync_test_worker binary (--sync_worker, else next to this binary
+// or in its build tree); shared with `wsync bench predict`.
+absl::StatusOr<std::string> BenchSelfPath();
+absl::StatusOr<std::string> BenchWorkerPath(const std::string& self);
 
 }  // namespace wsync::cli
 

@@ -73,7 +73,7 @@ absl::StatusOr<CalibrationJob> JobFromFlags(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(job.nodes.size(), " --nodes for ", job.processes, " --processes"));
   }
-  job.path_transports = absl::GetFlag(FLAGS_path_transports);
+  job.path_transports = {absl::GetFlag(FLAGS_path_transports)};
   WSYNC_ASSIGN_OR_RETURN(job.sizes, ParseSizes(absl::GetFlag(FLAGS_probe_sizes)));
   job.repeats = absl::GetFlag(FLAGS_probe_repeats);
   job.warmup = absl::GetFlag(FLAGS_probe_warmup);
@@ -102,7 +102,7 @@ absl::Status Run(std::FILE* out) {
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
     absl::FPrintF(out, "calibrating %d processes (nodes %s, transports '%s')...\n", job.processes,
-                  absl::StrJoin(job.nodes, ","), job.path_transports);
+                  absl::StrJoin(job.nodes, ","), job.path_transports[0]);
     std::fflush(out);
     WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
                            RunCalibrationJob(job, std::string(self, n)));

@@ -182,8 +182,12 @@ absl::Status RunCalibrationWorker() {
 
 absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
                                                      const std::string& self) {
-  if (job.out.empty() || job.processes < 1) {
-    return absl::InvalidArgumentError("a calibration job needs processes and an output file");
+  if (job.out.empty() || job.processes < 1 ||
+      (job.path_transports.size() > 1 &&
+       static_cast<int32_t>(job.path_transports.size()) != job.processes)) {
+    return absl::InvalidArgumentError(
+        "a calibration job needs processes, an output file and one path transport spec for all "
+        "or one per process");
   }
   WSYNC_ASSIGN_OR_RETURN(const int port, harness::PickFreePort("127.0.0.1"));
   WSYNC_ASSIGN_OR_RETURN(const std::string secret, NewHexSecret());
@@ -205,7 +209,10 @@ absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
         absl::StrCat("--probe_job=wsync-calibrate-", getpid()),
         absl::StrCat("--processes=", job.processes),
         absl::StrCat("--nodes=", absl::StrJoin(job.nodes, ",")),
-        absl::StrCat("--path_transports=", job.path_transports),
+        absl::StrCat("--path_transports=", job.path_transports.empty() ? std::string()
+                                           : job.path_transports.size() == 1
+                                               ? job.path_transports[0]
+                                               : job.path_transports[p]),
         absl::StrCat("--probe_sizes=", absl::StrJoin(job.sizes, ",")),
         absl::StrCat("--probe_repeats=", job.repeats),
         absl::StrCat("--probe_warmup=", job.warmup),

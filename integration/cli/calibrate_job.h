@@ -24,8 +24,9 @@ struct CalibrationJob {
   std::vector<std::string> netns;
   // Address process 0's coordinator listens on (reachable from every process's namespace).
   std::string coordinator_address = "127.0.0.1";
-  // Transport per path class, e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@lo".
-  std::string path_transports;
+  // Transport per path class, e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@lo": one entry
+  // for every process, or one per process; empty: UCX's defaults.
+  std::vector<std::string> path_transports;
   std::vector<int64_t> sizes;  // Empty: the probe's defaults.
   int32_t repeats = 5;
   int32_t warmup = 1;

@@ -40,6 +40,7 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "plugin/prediction.h"
 
 ABSL_FLAG(std::string, model, "", "Model name; `wsync help` lists them.");
 ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
@@ -413,16 +414,9 @@ void PrintPublished(std::FILE* out, const std::string& model) {
 // With --process P the traffic is P's pairs and the rounds P's schedule; otherwise every pair,
 // with each pair's segment count standing in for its messages.
 absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,
-                             const Plan& plan, const Traffic& traffic,
-                             const PricingSource& source) {
+                             const Plan& plan, const PricingSource& source) {
   WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(source.calibration));
-  wsync::Traffic priced;
-  for (const auto& [key, totals] : traffic.pairs) {
-    priced.pairs.push_back(wsync::PairTraffic{key.first, key.second,
-                                              std::string(job.PathClass(key.first, key.second)),
-                                              totals.bytes, totals.segments});
-    priced.rounds = std::max(priced.rounds, totals.segments);
-  }
+  wsync::Traffic priced = PlanTraffic(job, plan);
   if (request.process.has_value()) {
     Endpoints endpoints;
     for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
@@ -455,11 +449,11 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   PrintPaths(out, traffic);
   if (!request.calibration.empty()) {
     WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCalibrationFile(request.calibration));
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic, source));
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, source));
   }
   if (!request.simulate.empty()) {
     WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCluster(request.simulate));
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, traffic, source));
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, source));
   }
   PrintCost(out, run);
   return absl::OkStatus();

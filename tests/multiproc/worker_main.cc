@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,7 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "plugin/prediction.h"
 #include "plugin/transport_setup.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
@@ -46,7 +50,10 @@ ABSL_FLAG(std::string, node_id, "", "Node id (default: the host name).");
 ABSL_FLAG(std::string, model, "qwen2.5-tiny", "Model name.");
 ABSL_FLAG(std::string, from, "megatron(tp=2)", "Trainer layout.");
 ABSL_FLAG(std::string, to, "vllm(tp=2)", "Rollout layout.");
-ABSL_FLAG(std::string, policy, "local_first_least_loaded", "Replica policy.");
+ABSL_FLAG(std::string, policy, "local_first_least_loaded",
+          "Replica policy (cost_aware needs --calibration).");
+ABSL_FLAG(std::string, calibration, "",
+          "A calibration file (wsync calibrate --out) whose fits --policy cost_aware uses.");
 ABSL_FLAG(std::string, tls, "", "UCX transports (UCX_TLS); empty: UCX's default.");
 ABSL_FLAG(std::string, net_devices, "", "UCX network devices (UCX_NET_DEVICES).");
 ABSL_FLAG(std::string, path_transports, "",
@@ -158,7 +165,16 @@ absl::Status Run() {
   WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
   WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
   WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(trainers), std::move(rollouts)));
-  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  std::optional<LinkFits> fits;
+  if (!absl::GetFlag(FLAGS_calibration).empty()) {
+    std::ifstream file(absl::GetFlag(FLAGS_calibration), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(file)),
+                            std::istreambuf_iterator<char>());
+    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
+    WSYNC_ASSIGN_OR_RETURN(fits, FitLinks(calibration));
+  }
+  WSYNC_ASSIGN_OR_RETURN(auto policy,
+                         MakeSessionPolicy(absl::GetFlag(FLAGS_policy), fits ? &*fits : nullptr));
   PlanOptions plan_options;
   plan_options.process = me;
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));

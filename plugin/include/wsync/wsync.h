@@ -94,8 +94,9 @@ typedef struct wsync_config {
   const char* path_transports;     /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
   const char* metrics_address;     /* "HOST:PORT" to serve /metrics (port 0 picks one); NULL: no
                                       exporter (metrics_text still works). */
-  const char* calibration_file;    /* Reserved for calibration: NULL for now. Either one set
-                                      makes init return WSYNC_UNSUPPORTED. */
+  const char* calibration_file;    /* A calibration (wsync calibrate --out), read by trainer
+                                      rank 0 and shared at connect; NULL: none. Required by
+                                      replica_policy "cost_aware". */
 } wsync_config_t;
 
 /* What the last sync of this process did. */

@@ -1,0 +1,328 @@
+#include "integration/cli/bench_predict.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "calibration/link_model/link_model.h"
+#include "common/status.h"
+#include "integration/cli/bench_sync.h"
+#include "integration/cli/calibrate_job.h"
+#include "integration/harness/launcher.h"
+#include "planner/job.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "plugin/prediction.h"
+
+ABSL_DECLARE_FLAG(double, budget);
+
+ABSL_FLAG(std::string, predict_model, "qwen2.5-0.5b", "`wsync bench predict`: the model synced.");
+ABSL_FLAG(std::string, predict_scenarios, "",
+          "`wsync bench predict`: the scenarios to run, by name, comma-separated (default all).");
+ABSL_FLAG(int32_t, predict_syncs, 3, "`wsync bench predict`: timed syncs per measured job.");
+ABSL_FLAG(int32_t, predict_warmup, 1, "`wsync bench predict`: untimed syncs before them.");
+ABSL_FLAG(std::string, predict_rate, "2gbit",
+          "`wsync bench predict`: tc tbf rate of the veth link between the two namespaces.");
+ABSL_FLAG(std::string, predict_probe_sizes, "64K,256K,1M,4M,16M",
+          "`wsync bench predict`: calibration message sizes.");
+ABSL_FLAG(int32_t, predict_probe_repeats, 3, "`wsync bench predict`: calibration repeats.");
+ABSL_FLAG(double, predict_timeout_s, 300, "`wsync bench predict`: limit of each child job.");
+
+namespace wsync::cli {
+namespace {
+
+constexpr char kShm[] = "ucx:sm,cma,self";
+
+struct Scenario {
+  std::string name;
+  std::string from;
+  std::string to;
+  std::string transports;  // For the table.
+  // Node of each global process (trainers first), given the number of trainers.
+  std::function<std::string(int32_t process, int32_t trainers)> node;
+  // Path transports of each process; `device` is its side's veth device in the netns scenario.
+  std::function<std::string(int32_t process, int32_t trainers, const std::string& device)> paths;
+  bool netns = false;             // Trainers in one namespace, rollouts in the other.
+  bool compare_policies = false;  // Also measure first_holder against cost_aware.
+};
+
+std::string OneNode(int32_t, int32_t) { return "local"; }
+std::string SideNode(int32_t p, int32_t trainers) { return p < trainers ? "a" : "b"; }
+
+std::vector<Scenario> Scenarios() {
+  const auto all = [](const std::string& spec) {
+    return [spec](int32_t, int32_t, const std::string&) { return spec; };
+  };
+  const auto two_nodes = [](int32_t, int32_t, const std::string& device) {
+    return absl::StrCat("local=", kShm, ";intra_node=", kShm, ";inter_node=ucx:tcp@",
+                        device.empty() ? "lo" : device);
+  };
+  const std::string shm = absl::StrCat("*=", kShm);
+  return {
+      {"shm tp2->tp2", "megatron(tp=2)", "vllm(tp=2)", "shm", OneNode, all(shm)},
+      {"tcp tp2->tp2", "megatron(tp=2)", "vllm(tp=2)", "tcp lo", OneNode, all("*=ucx:tcp@lo")},
+      {"shm tp2->tp1", "megatron(tp=2)", "vllm(tp=1)", "shm", OneNode, all(shm)},
+      {"shm tp1->tp2", "megatron(tp=1)", "vllm(tp=2)", "shm", OneNode, all(shm)},
+      {"2 nodes tp2->tp2", "megatron(tp=2)", "vllm(tp=2)", "shm + tcp lo", SideNode, two_nodes},
+      {"netns tc tp2->tp2", "megatron(tp=2)", "vllm(tp=2)", "shm + tcp veth (tc)", SideNode,
+       two_nodes, /*netns=*/true},
+      {"replicated dp2 shm", "megatron(tp=2,dp=2)", "vllm(tp=2)", "shm", OneNode, all(shm),
+       /*netns=*/false, /*compare_policies=*/true},
+  };
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// When `wanted`, two namespaces with the veth link between them shaped by tc on both ends (nullopt,
+// said on `out`, where namespaces cannot be made).
+absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, std::FILE* out) {
+  if (!wanted) return std::optional<harness::NetnsPair>();
+  std::string reason;
+  std::optional<harness::NetnsPair> pair = harness::NetnsPair::Create(&reason);
+  if (!pair) {
+    absl::FPrintF(out, "  skipped: %s\n", reason);
+    return pair;
+  }
+  for (int side = 0; side < 2; ++side) {
+    const std::string command = absl::StrCat(
+        "ip netns exec ", pair->ns(side), " tc qdisc add dev ", pair->device(side),
+        " root tbf rate ", absl::GetFlag(FLAGS_predict_rate), " burst 1mb latency 100ms");
+    if (std::system(command.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("'", command, "' failed"));
+    }
+  }
+  return pair;
+}
+
+struct Measured {
+  double seconds = 0;  // Median over the timed syncs of the slowest process's transfer.
+  std::vector<double> syncs;
+};
+
+absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model, int32_t trainers,
+                                     int32_t rollouts, const std::vector<std::string>& paths,
+                                     const harness::NetnsPair* pair, const std::string& policy,
+                                     const std::string& calibration, const std::string& worker,
+                                     const std::string& cli) {
+  harness::JobSpec spec;
+  spec.model = model;
+  spec.from = s.from;
+  spec.to = s.to;
+  spec.trainers = trainers;
+  spec.rollouts = rollouts;
+  const int32_t warmup = absl::GetFlag(FLAGS_predict_warmup);
+  spec.versions = warmup + absl::GetFlag(FLAGS_predict_syncs);
+  spec.budget = absl::GetFlag(FLAGS_budget);
+  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_predict_timeout_s));
+  spec.rendezvous_timeout = absl::Seconds(60);
+  if (pair != nullptr) {
+    spec.coordinator_netns = pair->ns(0);
+    spec.coordinator_address = pair->address(0);
+  }
+  for (int32_t p = 0; p < trainers + rollouts; ++p) {
+    harness::ProcessPlacement placement;
+    placement.node_id = s.node(p, trainers);
+    if (pair != nullptr) placement.netns = pair->ns(p < trainers ? 0 : 1);
+    placement.extra_flags = {absl::StrCat("--path_transports=", paths[p])};
+    spec.placement.push_back(placement);
+  }
+  spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
+  WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result, harness::RunJob(spec, worker, cli));
+  Measured measured;
+  for (int32_t v = warmup; v < spec.versions; ++v) {
+    double slowest = 0;
+    for (int32_t p = 0; p < trainers + rollouts; ++p) {
+      const harness::WorkerResult& w = result.workers[p];
+      if (w.exit_code != 0 || static_cast<int32_t>(w.stats.size()) != spec.versions) {
+        return absl::InternalError(
+            absl::StrFormat("%s: process %d exited %d: %s", s.name, p, w.exit_code, w.stderr_text));
+      }
+      double seconds = 0;
+      auto it = w.stats[v].find("seconds");
+      if (it != w.stats[v].end()) absl::SimpleAtod(it->second, &seconds);
+      slowest = std::max(slowest, seconds);
+    }
+    measured.syncs.push_back(slowest);
+  }
+  measured.seconds = Median(measured.syncs);
+  return measured;
+}
+
+struct Row {
+  std::string scenario;
+  std::string transports;
+  int32_t processes = 0;
+  std::string policy;
+  Prediction predicted;
+  Measured measured;
+  double error() const { return (predicted.seconds - measured.seconds) / measured.seconds; }
+};
+
+// Calibrates, predicts and measures one scenario; one row per policy measured.
+absl::Status RunScenario(const Scenario& s, const ModelSpec& model, const std::string& dir,
+                         const std::string& worker, const std::string& cli, std::FILE* out,
+                         std::vector<Row>* rows) {
+  absl::FPrintF(out, "%s: %s -> %s over %s\n", s.name, s.from, s.to, s.transports);
+  std::fflush(out);
+  WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, s.from));
+  WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, s.to));
+  const int32_t trainers = static_cast<int32_t>(from.processes.size());
+  const int32_t rollouts = static_cast<int32_t>(to.processes.size());
+  const int32_t n = trainers + rollouts;
+  for (int32_t p = 0; p < n; ++p) {
+    (p < trainers ? from.processes[p] : to.processes[p - trainers]).node_id = s.node(p, trainers);
+  }
+  WSYNC_ASSIGN_OR_RETURN(const Job job, Job::Create(std::move(from), std::move(to)));
+
+  absl::StatusOr<std::optional<harness::NetnsPair>> shaped = ShapedPair(s.netns, out);
+  WSYNC_RETURN_IF_ERROR(shaped.status());
+  const std::optional<harness::NetnsPair>& pair = *shaped;
+  if (s.netns && !pair) return absl::OkStatus();
+  CalibrationJob calibration;
+  calibration.processes = n;
+  for (int32_t p = 0; p < n; ++p) {
+    const int side = p < trainers ? 0 : 1;
+    calibration.nodes.push_back(s.node(p, trainers));
+    calibration.path_transports.push_back(
+        s.paths(p, trainers, pair ? pair->device(side) : std::string()));
+    if (pair) calibration.netns.push_back(pair->ns(side));
+  }
+  if (pair) calibration.coordinator_address = pair->address(0);
+  WSYNC_ASSIGN_OR_RETURN(calibration.sizes, ParseSizes(absl::GetFlag(FLAGS_predict_probe_sizes)));
+  calibration.repeats = absl::GetFlag(FLAGS_predict_probe_repeats);
+  calibration.out = absl::StrCat(dir, "/", rows->size(), ".pb");
+  const absl::Time start = absl::Now();
+  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration measured, RunCalibrationJob(calibration, cli));
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(measured));
+  absl::FPrintF(out, "  calibrated %d processes in %.1f s (%d samples, %d fits left out)\n", n,
+                absl::ToDoubleSeconds(absl::Now() - start), measured.samples_size(),
+                fits.skipped.size());
+  std::fflush(out);
+
+  const std::vector<std::string> policies =
+      s.compare_policies ? std::vector<std::string>{"first_holder", "cost_aware"}
+                         : std::vector<std::string>{"cost_aware"};
+  for (const std::string& name : policies) {
+    WSYNC_ASSIGN_OR_RETURN(auto policy, MakeSessionPolicy(name, &fits));
+    Row row;
+    row.scenario = s.name;
+    row.transports = s.transports;
+    row.processes = n;
+    row.policy = name;
+    WSYNC_ASSIGN_OR_RETURN(
+        row.predicted, PredictSync(job, *policy, fits, StagingBudget{absl::GetFlag(FLAGS_budget)}));
+    WSYNC_ASSIGN_OR_RETURN(
+        row.measured, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
+                                  pair ? &*pair : nullptr, name, calibration.out, worker, cli));
+    absl::FPrintF(
+        out, "  %-12s predicted %.4f s (binding %s), measured %s s -> %.4f s\n", name,
+        row.predicted.seconds, row.predicted.binding,
+        absl::StrJoin(row.measured.syncs, " ",
+                      [](std::string* o, double v) { absl::StrAppendFormat(o, "%.4f", v); }),
+        row.measured.seconds);
+    std::fflush(out);
+    rows->push_back(std::move(row));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PredictBenchUsage() {
+  return "wsync bench predict [--predict_model M] [--predict_scenarios NAME,...]\n"
+         "                    [--predict_syncs K] [--predict_warmup W] [--predict_rate RATE]\n"
+         "                    [--predict_probe_sizes S,...] [--predict_probe_repeats R]\n"
+         "  For each scenario (shm, TCP, 2 nodes, 2 network namespaces over a tc-shaped veth,\n"
+         "  layouts tp2->tp2, tp2->tp1, tp1->tp2, a DP-replicated trainer): calibrate its\n"
+         "  processes, predict the sync, run it (wsync_test_worker over UCX), and print predicted\n"
+         "  against measured seconds, the relative errors (goal: median <= 15%, none > 30%) and\n"
+         "  the measured first_holder / cost_aware ratio on the replicated scenario.\n";
+}
+
+absl::Status RunPredictBench(std::FILE* out) {
+  const absl::Time bench_start = absl::Now();
+  WSYNC_ASSIGN_OR_RETURN(const std::string cli, BenchSelfPath());
+  WSYNC_ASSIGN_OR_RETURN(const std::string worker, BenchWorkerPath(cli));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(absl::GetFlag(FLAGS_predict_model)));
+  const std::vector<std::string> wanted =
+      absl::StrSplit(absl::GetFlag(FLAGS_predict_scenarios), ',', absl::SkipEmpty());
+  char dir_template[] = "/tmp/wsync-bench-predict-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  const std::string dir = dir_template;
+  absl::FPrintF(out, "wsync bench predict: %s (%.1f MiB), %d timed syncs after %d warm-up\n",
+                model.name, model.TotalBytes() / 1048576.0, absl::GetFlag(FLAGS_predict_syncs),
+                absl::GetFlag(FLAGS_predict_warmup));
+  std::vector<Row> rows;
+  absl::Status status;
+  for (const Scenario& s : Scenarios()) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) {
+      continue;
+    }
+    status = RunScenario(s, model, dir, worker, cli, out, &rows);
+    if (!status.ok()) break;
+  }
+  std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
+  WSYNC_RETURN_IF_ERROR(status);
+
+  absl::FPrintF(out, "\n%-20s %-20s %5s %-12s %11s %11s %8s  %s\n", "scenario", "transports",
+                "procs", "policy", "predicted s", "measured s", "error", "binding (predicted)");
+  std::vector<double> errors;
+  for (const Row& row : rows) {
+    absl::FPrintF(out, "%-20s %-20s %5d %-12s %11.4f %11.4f %+7.1f%%  %s\n", row.scenario,
+                  row.transports, row.processes, row.policy, row.predicted.seconds,
+                  row.measured.seconds, 100 * row.error(), row.predicted.binding);
+    errors.push_back(std::abs(row.error()));
+  }
+  if (!errors.empty()) {
+    const double median = Median(errors);
+    const double worst = *std::max_element(errors.begin(), errors.end());
+    absl::FPrintF(out,
+                  "absolute relative error over %d rows: median %.1f%% (goal <= 15%%), max %.1f%% "
+                  "(goal <= 30%%): %s\n",
+                  errors.size(), 100 * median, 100 * worst,
+                  median <= 0.15 && worst <= 0.30 ? "goal met" : "goal NOT met");
+  }
+  const Row* first = nullptr;
+  const Row* cost = nullptr;
+  for (const Row& row : rows) {
+    if (row.policy == "first_holder") first = &row;
+    if (row.policy == "cost_aware" && first != nullptr && row.scenario == first->scenario) {
+      cost = &row;
+    }
+  }
+  if (first != nullptr && cost != nullptr) {
+    absl::FPrintF(out,
+                  "%s: first_holder / cost_aware measured %.4f / %.4f s = %.2fx (predicted "
+                  "%.2fx)\n",
+                  first->scenario, first->measured.seconds, cost->measured.seconds,
+                  first->measured.seconds / cost->measured.seconds,
+                  first->predicted.seconds / cost->predicted.seconds);
+  }
+  absl::FPrintF(out,
+                "measured: median over the timed syncs of the slowest process's transfer time "
+                "(agreement and commit excluded).\ntotal %.1f s\n",
+                absl::ToDoubleSeconds(absl::Now() - bench_start));
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::cli

@@ -1,0 +1,124 @@
+#include "plugin/prediction.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "planner/cost_aware_policy.h"
+#include "planner/policy.h"
+#include "transport/control/client.h"
+
+namespace wsync {
+namespace {
+
+constexpr absl::string_view kCostAware = "cost_aware";
+
+// The broadcast payload: empty for no calibration, else the file's modification time (decimal
+// Unix seconds), a newline, and the file's bytes.
+absl::StatusOr<std::string> ReadPayload(const std::string& file) {
+  if (file.empty()) return std::string();
+  std::ifstream in(file, std::ios::binary);
+  struct stat info {};
+  if (!in || stat(file.c_str(), &info) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot read calibration_file ", file));
+  }
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return absl::StrCat(static_cast<int64_t>(info.st_mtime), "\n", bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<SharedCalibration> ShareCalibration(ControlClient& client, const std::string& file,
+                                                   absl::Time deadline) {
+  absl::StatusOr<std::string> mine = std::string();
+  if (client.process() == 0) mine = ReadPayload(file);
+  // Process 0 still takes part when it cannot read the file, so that the others fail with it
+  // instead of waiting: it broadcasts a one-byte payload that no valid payload has.
+  WSYNC_ASSIGN_OR_RETURN(const std::string payload,
+                         client.Broadcast(0, mine.ok() ? *mine : std::string("!"), deadline));
+  WSYNC_RETURN_IF_ERROR(mine.status());
+  SharedCalibration shared;
+  if (payload.empty()) return shared;
+  const size_t newline = payload.find('\n');
+  int64_t seconds = 0;
+  if (newline == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(payload).substr(0, newline), &seconds)) {
+    return absl::UnavailableError("process 0 could not read its calibration_file");
+  }
+  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
+                         ParseCalibration(absl::string_view(payload).substr(newline + 1)));
+  WSYNC_ASSIGN_OR_RETURN(shared.fits, FitLinks(calibration));
+  shared.transport = calibration.transport();
+  shared.measured = absl::FromUnixSeconds(seconds);
+  return shared;
+}
+
+absl::Status CheckSessionPolicyName(absl::string_view name) {
+  if (name == kCostAware) return absl::OkStatus();
+  return MakeReplicaPolicy(name).status();
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaPolicy>> MakeSessionPolicy(absl::string_view name,
+                                                                 const LinkFits* fits) {
+  if (name != kCostAware) return MakeReplicaPolicy(name);
+  if (fits == nullptr) {
+    return absl::FailedPreconditionError(
+        "replica policy cost_aware needs a calibration: set calibration_file on trainer rank 0");
+  }
+  return MakeCostAwarePolicy(*fits);
+}
+
+Traffic PlanTraffic(const Job& job, const Plan& plan) {
+  std::map<std::pair<int32_t, int32_t>, PairTraffic> pairs;
+  for (const Segment& segment : plan.segments) {
+    const int32_t from = segment.from.process;
+    const int32_t to = segment.to.process;
+    PairTraffic& pair = pairs[{from, to}];
+    pair.from = from;
+    pair.to = to;
+    pair.path = std::string(job.PathClass(from, to));
+    pair.bytes += segment.elements() * job.ElementSize(segment.param);
+    ++pair.messages;
+  }
+  Traffic traffic;
+  for (auto& [key, pair] : pairs) {
+    traffic.rounds = std::max(traffic.rounds, pair.messages);
+    traffic.pairs.push_back(std::move(pair));
+  }
+  return traffic;
+}
+
+absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
+                                       const LinkFits& fits, StagingBudget budget) {
+  WSYNC_ASSIGN_OR_RETURN(const Plan whole, MakePlan(job, policy, PlanOptions{}));
+  Traffic traffic = PlanTraffic(job, whole);
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<ProcessSchedule> schedules,
+                         ScheduleTransfers(job, whole.segments, endpoints, budget));
+  traffic.rounds = 0;
+  for (const ProcessSchedule& schedule : schedules) {
+    traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
+  }
+  return Predict(fits, traffic);
+}
+
+std::string PredictionLine(const std::optional<Prediction>& prediction,
+                           const SharedCalibration& calibration) {
+  if (!calibration.fits.has_value()) {
+    return "predicted time: needs calibration (calibration_file on trainer rank 0)";
+  }
+  if (!prediction.has_value()) return "predicted time: none (the plan could not be priced)";
+  return absl::StrFormat(
+      "predicted time %.6f s (transfer %.6f s + latency %.6f s; calibration of %s), binding "
+      "resource: %s",
+      prediction->seconds, prediction->transfer_seconds, prediction->latency_seconds,
+      calibration.transport, prediction->binding);
+}
+
+}  // namespace wsync

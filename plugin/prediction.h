@@ -1,0 +1,66 @@
+#ifndef WSYNC_PLUGIN_PREDICTION_H_
+#define WSYNC_PLUGIN_PREDICTION_H_
+
+// The session's calibration and its prediction of every sync.
+//
+// Distribution: global process 0 (trainer rank 0, the process that hosts the coordinator when
+// one is hosted) reads SessionConfig::calibration_file and broadcasts its bytes over the control
+// plane at connect; every process parses and fits the same bytes, so the cost_aware policy gives
+// the same answers everywhere. The other processes' calibration_file is not read. Every process
+// takes part in the broadcast whether or not a calibration is configured (it then carries none).
+//
+// Prediction: the traffic of the whole sync (every process's segments, whatever this process
+// plans) priced by the link model (calibration/link_model Predict): seconds and binding resource.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "calibration/link_model/link_model.h"
+#include "executor/schedule.h"
+#include "planner/job.h"
+#include "planner/plan.h"
+
+namespace wsync {
+
+class ControlClient;
+
+struct SharedCalibration {
+  std::optional<LinkFits> fits;                // nullopt: no calibration configured on process 0.
+  std::string transport;                       // What it measured, for reports.
+  absl::Time measured = absl::InfinitePast();  // The file's modification time on process 0.
+};
+
+// Collective over `client`'s job (one Broadcast from process 0). On process 0 reads `file` (empty:
+// none). NotFound when process 0 cannot read it; InvalidArgument (on every process) when it does
+// not parse or fit; the control plane's errors.
+absl::StatusOr<SharedCalibration> ShareCalibration(ControlClient& client, const std::string& file,
+                                                   absl::Time deadline);
+
+// The replica policies a session can run: planner/policy.h's by name, and "cost_aware", which
+// needs fits (FailedPrecondition without them). NotFound for an unknown name.
+absl::StatusOr<std::unique_ptr<ReplicaPolicy>> MakeSessionPolicy(absl::string_view name,
+                                                                 const LinkFits* fits);
+// The names MakeSessionPolicy knows; NotFound for others (checked before connecting).
+absl::Status CheckSessionPolicyName(absl::string_view name);
+
+// The link-model traffic of `plan`'s segments: bytes and segment count per ordered pair with its
+// path class; rounds = the largest segment count of a pair.
+Traffic PlanTraffic(const Job& job, const Plan& plan);
+
+// The prediction of the whole sync: plans every process's segments with `policy` and prices them,
+// with the rounds of the busiest process's schedule under `budget` for the latency term.
+absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
+                                       const LinkFits& fits, StagingBudget budget);
+
+// "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not.
+std::string PredictionLine(const std::optional<Prediction>& prediction,
+                           const SharedCalibration& calibration);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLUGIN_PREDICTION_H_
