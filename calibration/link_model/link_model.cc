@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -113,6 +116,9 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   std::map<std::pair<int32_t, int32_t>, Points> by_pair, both_ways;
   std::map<FanKey, Points> fans, aggregate;
   std::map<std::pair<std::string, std::string>, Points> relay;
+  // Relays whose receive and send share a path: the processes timed, and (bytes, seconds).
+  std::map<std::string, std::set<int32_t>> relay_processes;
+  std::map<std::string, Points> relay_same_path;
   for (int i = 0; i < calibration.samples_size(); ++i) {
     const proto::CalibrationSample& s = calibration.samples(i);
     if (s.seconds_size() == 0 || s.bytes() <= 0) {
@@ -136,6 +142,10 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
         aggregate[key].push_back({s.bytes() * std::max<int64_t>(1, s.peers_size()), seconds});
       } else if (s.pattern() == "relay") {
         relay[{s.path(), s.send_path()}].push_back(point);
+        if (s.path() == s.send_path()) {
+          relay_processes[s.path()].insert(s.from());
+          relay_same_path[s.path()].push_back(point);
+        }
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(), "'"));
@@ -149,6 +159,13 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   WSYNC_RETURN_IF_ERROR(FitAll(fans, &fits.fans, "fan fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(aggregate, &fits.fan_aggregate, "fan aggregate fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(relay, &fits.relay, "relay fit", &fits.skipped));
+  // Every relay process moved `bytes` at once: the path carried processes x bytes in that time.
+  for (auto& [path, points] : relay_same_path) {
+    const int64_t processes = static_cast<int64_t>(relay_processes[path].size());
+    for (auto& point : points) point.first *= processes;
+  }
+  WSYNC_RETURN_IF_ERROR(
+      FitAll(relay_same_path, &fits.path_aggregate, "path aggregate fit", &fits.skipped));
   return fits;
 }
 
@@ -231,21 +248,52 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
     egress_capacity[pair.from] = std::max(egress_capacity[pair.from], fit->bytes_per_second);
     ingress_capacity[pair.to] = std::max(ingress_capacity[pair.to], fit->bytes_per_second);
   }
-  // Measured fans replace the best-link guess of a root's aggregate rate.
-  std::map<std::pair<std::string, int32_t>, double> fan_rates;
-  for (const auto& [key, fit] : fits.fan_aggregate) {
-    const auto rate_key = std::make_pair(std::get<0>(key), std::get<1>(key));
-    fan_rates[rate_key] = std::max(fan_rates[rate_key], fit.bytes_per_second);
+  // Measured fans replace the best-link guess of a root's aggregate rate: the fan whose width is
+  // nearest the number of peers the process moves bytes with (ties to the wider; the best rate
+  // among equal widths).
+  std::map<int32_t, std::set<int32_t>> receivers_of, senders_of;
+  for (const PairTraffic& pair : traffic.pairs) {
+    if (pair.bytes == 0 || pair.from == pair.to) continue;
+    receivers_of[pair.from].insert(pair.to);
+    senders_of[pair.to].insert(pair.from);
   }
+  auto fan_rate = [&](const std::string& pattern, int32_t root, size_t peers) {
+    double rate = 0;
+    size_t best_distance = SIZE_MAX, best_width = 0;
+    for (const auto& [key, fit] : fits.fan_aggregate) {
+      if (std::get<0>(key) != pattern || std::get<1>(key) != root || peers == 0) continue;
+      const size_t width = std::get<2>(key).size();
+      const size_t distance = width > peers ? width - peers : peers - width;
+      if (distance < best_distance || (distance == best_distance && width > best_width)) {
+        best_distance = distance;
+        best_width = width;
+        rate = 0;
+      }
+      if (distance == best_distance && width == best_width) {
+        rate = std::max(rate, fit.bytes_per_second);
+      }
+    }
+    return rate;
+  };
   for (const auto& [process, bytes] : egress_bytes) {
-    auto it = fan_rates.find({"fan_out", process});
-    const double capacity = it != fan_rates.end() ? it->second : egress_capacity[process];
+    const double fan = fan_rate("fan_out", process, receivers_of[process].size());
+    const double capacity = fan > 0 ? fan : egress_capacity[process];
     consider(bytes / capacity, absl::StrCat("egress of process ", process));
   }
   for (const auto& [process, bytes] : ingress_bytes) {
-    auto it = fan_rates.find({"fan_in", process});
-    const double capacity = it != fan_rates.end() ? it->second : ingress_capacity[process];
+    const double fan = fan_rate("fan_in", process, senders_of[process].size());
+    const double capacity = fan > 0 ? fan : ingress_capacity[process];
     consider(bytes / capacity, absl::StrCat("ingress of process ", process));
+  }
+  // All traffic of a path at once, against what the path carried with every process busy.
+  std::map<std::string, int64_t> path_bytes;
+  for (const PairTraffic& pair : traffic.pairs) {
+    if (pair.from != pair.to) path_bytes[pair.path] += pair.bytes;
+  }
+  for (const auto& [path, bytes] : path_bytes) {
+    auto it = fits.path_aggregate.find(path);
+    if (it == fits.path_aggregate.end()) continue;
+    consider(bytes / it->second.bytes_per_second, absl::StrCat("all ", path, " traffic at once"));
   }
   prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;

@@ -42,6 +42,10 @@ struct LinkFits {
   std::map<FanKey, LinkFit> fans;           // Per message: the fan's time against message bytes.
   std::map<FanKey, LinkFit> fan_aggregate;  // The root's rate: time against all the fan's bytes.
   std::map<std::pair<std::string, std::string>, LinkFit> relay;  // (receive path, send path).
+  // Per path, from the relays that receive and send on it: what the path carries with all those
+  // processes moving bytes at once (time against processes x bytes): a shared capacity (a node's
+  // memory bandwidth and cores, a switch) that one pair alone does not show.
+  std::map<std::string, LinkFit> path_aggregate;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
   // not growing with size); Predict then uses the path fits for them.
   std::vector<std::string> skipped;
@@ -88,8 +92,10 @@ struct Prediction {
 };
 
 // Capacities: a pair's link from its pair fit, else its path's; a process's egress (ingress) from
-// its fan_out (fan_in) aggregate fits when it has any (the best measured), else the best link it
-// uses. FailedPrecondition naming the path when a pair's path has no fit.
+// its fan_out (fan_in) aggregate fit of the width nearest its number of receivers (senders) when
+// it has any, else the best link it uses; all bytes between distinct processes on one path from its
+// path_aggregate fit, when it has one. FailedPrecondition naming the path when a pair's path has no
+// fit.
 absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
 
 }  // namespace wsync

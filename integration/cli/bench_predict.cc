@@ -38,7 +38,7 @@ ABSL_FLAG(int32_t, predict_syncs, 3, "`wsync bench predict`: timed syncs per mea
 ABSL_FLAG(int32_t, predict_warmup, 1, "`wsync bench predict`: untimed syncs before them.");
 ABSL_FLAG(std::string, predict_rate, "2gbit",
           "`wsync bench predict`: tc tbf rate of the veth link between the two namespaces.");
-ABSL_FLAG(std::string, predict_probe_sizes, "64K,256K,1M,4M,16M",
+ABSL_FLAG(std::string, predict_probe_sizes, "256K,1M,4M,16M,64M",
           "`wsync bench predict`: calibration message sizes.");
 ABSL_FLAG(int32_t, predict_probe_repeats, 3, "`wsync bench predict`: calibration repeats.");
 ABSL_FLAG(double, predict_timeout_s, 300, "`wsync bench predict`: limit of each child job.");

@@ -60,6 +60,9 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
   for (const auto& [paths, fit] : fits.relay) {
     PrintFit(out, absl::StrCat("relay ", paths.first, " -> ", paths.second), fit);
   }
+  for (const auto& [path, fit] : fits.path_aggregate) {
+    PrintFit(out, absl::StrCat("all ", path, " at once (relay)"), fit);
+  }
   for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);
   return absl::OkStatus();
 }

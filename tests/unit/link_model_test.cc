@@ -113,6 +113,33 @@ TEST(LinkModelTest, PredictionNamesTheBindingResource) {
               HasSubstr("no fit for path 'rdma'"));
 }
 
+TEST(LinkModelTest, RelaysGiveEachPathItsSharedCapacity) {
+  // Four processes on one node: a pair alone moves 20 GB/s, but with all four receiving and
+  // sending at once each moves 2 GB/s, so the node carries 8 GB/s in all.
+  std::mt19937_64 rng(11);
+  proto::Calibration c = Known();
+  for (int32_t p = 0; p < 4; ++p) {
+    const size_t first = c.samples_size();
+    AddSamples(c, rng, "relay", p, -1, "intra_node", 50e-6, 2e9);
+    for (size_t i = first; i < static_cast<size_t>(c.samples_size()); ++i) {
+      c.mutable_samples(i)->set_send_path("intra_node");
+    }
+  }
+  const LinkFits fits = *FitLinks(c);
+  ExpectNear(fits.relay.at({"intra_node", "intra_node"}), 50e-6, 2e9);
+  ExpectNear(fits.path_aggregate.at("intra_node"), 50e-6, 8e9);
+  EXPECT_EQ(fits.path_aggregate.count("inter_node"), 0u);
+
+  // Two disjoint pairs, 1 GB each: each link alone would take 0.05 s; together they share 8 GB/s.
+  Traffic two;
+  two.pairs.push_back({0, 1, "intra_node", 1000000000, 1});
+  two.pairs.push_back({2, 3, "intra_node", 1000000000, 1});
+  const absl::StatusOr<Prediction> prediction = Predict(fits, two);
+  ASSERT_TRUE(prediction.ok()) << prediction.status();
+  EXPECT_EQ(prediction->binding, "all intra_node traffic at once");
+  EXPECT_NEAR(prediction->transfer_seconds, 0.25, 0.01);
+}
+
 TEST(LinkModelTest, SyntheticCalibrationStatesLinkConstants) {
   absl::StatusOr<proto::Calibration> c =
       SyntheticCalibration("intra_node=5us,200GB/s; inter_node=20us,25GB/s; local=1us,400GB/s");
