@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "calibration/link_model/link_model.h"
 #include "gtest/gtest.h"
+#include "tests/testing/probe_samples.h"
 
 namespace wsync {
 namespace {
@@ -58,13 +59,7 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
       EXPECT_EQ(s.send_path(), PathOf(s.from(), (s.from() + 1) % 4));
     }
   }
-  EXPECT_EQ(count["local"], n * sizes);
-  EXPECT_EQ(count["peer"], n * (n - 1) * sizes);
-  EXPECT_EQ(count["both_ways"], n * (n - 1) / 2 * sizes);
-  EXPECT_EQ(count["fan_out"], n * widths * sizes);
-  EXPECT_EQ(count["fan_in"], n * widths * sizes);
-  EXPECT_EQ(count["relay"], n * sizes);
-  EXPECT_EQ(count.size(), 6u);
+  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths));
 
   const std::string show =
       absl::StrCat(WSYNC_CLI, " calibrate --show ", path, " | grep -q 'path inter_node'");

@@ -11,6 +11,7 @@
 #include "calibration/probe/probe.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/probe_samples.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -112,12 +113,7 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
       ADD_FAILURE() << "unexpected pattern " << s.pattern();
     }
   }
-  EXPECT_EQ(count["local"], n * sizes);
-  EXPECT_EQ(count["peer"], n * (n - 1) * sizes);
-  EXPECT_EQ(count["both_ways"], n * (n - 1) / 2 * sizes);
-  EXPECT_EQ(count["fan_out"], n * widths * sizes);
-  EXPECT_EQ(count["fan_in"], n * widths * sizes);
-  EXPECT_EQ(count["relay"], n * sizes);
+  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths));
 
   // Messages per repeat and size: peer n(n-1), both ways n(n-1), fans 2 n (1 + 3), relay n.
   const int64_t messages_per_size = n * (n - 1) * 2 + 2 * n * 4 + n;

@@ -1,0 +1,26 @@
+#ifndef WSYNC_TESTS_TESTING_PROBE_SAMPLES_H_
+#define WSYNC_TESTS_TESTING_PROBE_SAMPLES_H_
+
+// The samples per pattern a calibration of `n` processes at `sizes` sizes and `widths` fan widths
+// (relay on) must hold, counted from the patterns' definitions (calibration/probe/probe.h),
+// independently of the probe's own loops. Header-only; test code.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace wsync::test {
+
+inline std::map<std::string, int64_t> ExpectedProbeSamples(int64_t n, int64_t sizes,
+                                                           int64_t widths) {
+  return {{"local", n * sizes},
+          {"peer", n * (n - 1) * sizes},
+          {"both_ways", n * (n - 1) / 2 * sizes},
+          {"fan_out", n * widths * sizes},
+          {"fan_in", n * widths * sizes},
+          {"relay", n * sizes}};
+}
+
+}  // namespace wsync::test
+
+#endif  // WSYNC_TESTS_TESTING_PROBE_SAMPLES_H_
