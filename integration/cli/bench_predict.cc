@@ -34,13 +34,13 @@ ABSL_DECLARE_FLAG(double, budget);
 ABSL_FLAG(std::string, predict_model, "qwen2.5-0.5b", "`wsync bench predict`: the model synced.");
 ABSL_FLAG(std::string, predict_scenarios, "",
           "`wsync bench predict`: the scenarios to run, by name, comma-separated (default all).");
-ABSL_FLAG(int32_t, predict_syncs, 3, "`wsync bench predict`: timed syncs per measured job.");
+ABSL_FLAG(int32_t, predict_syncs, 5, "`wsync bench predict`: timed syncs per measured job.");
 ABSL_FLAG(int32_t, predict_warmup, 1, "`wsync bench predict`: untimed syncs before them.");
 ABSL_FLAG(std::string, predict_rate, "2gbit",
           "`wsync bench predict`: tc tbf rate of the veth link between the two namespaces.");
 ABSL_FLAG(std::string, predict_probe_sizes, "256K,1M,4M,16M,64M",
           "`wsync bench predict`: calibration message sizes.");
-ABSL_FLAG(int32_t, predict_probe_repeats, 3, "`wsync bench predict`: calibration repeats.");
+ABSL_FLAG(int32_t, predict_probe_repeats, 5, "`wsync bench predict`: calibration repeats.");
 ABSL_FLAG(double, predict_timeout_s, 300, "`wsync bench predict`: limit of each child job.");
 
 namespace wsync::cli {

@@ -48,7 +48,8 @@ ABSL_FLAG(std::string, to, "", "Named layout of the target (rollout) side.");
 ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
           "Global process id to plan for; all processes when unset.");
 ABSL_FLAG(std::string, policy, "local_first_least_loaded",
-          "Replica policy: first_holder or local_first_least_loaded.");
+          "Replica policy: first_holder, local_first_least_loaded or cost_aware (with "
+          "--calibration or --simulate).");
 ABSL_FLAG(int64_t, segments, 10, "Number of segments to list.");
 ABSL_FLAG(std::string, simulate, "",
           "A cluster file (integration/clusters/*.cluster): prices the plan on that cluster.");
@@ -117,6 +118,9 @@ absl::StatusOr<T> WithContext(absl::StatusOr<T> result, const std::string& what)
   return absl::Status(result.status().code(), absl::StrCat(what, ": ", result.status().message()));
 }
 
+// The fits the cost_aware policy plans with: of --calibration, else of --simulate's links.
+absl::StatusOr<LinkFits> PolicyFits(const PlanRequest& request);
+
 absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
   PlanRun run;
   run.rss_start = ResidentBytes();
@@ -143,8 +147,13 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
                         run.job->TargetId(0)));
   }
   watch.Lap();  // The range check is not part of planning.
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaPolicy> policy,
-                         WithContext(MakeReplicaPolicy(request.policy), "--policy"));
+  std::optional<LinkFits> fits;
+  if (request.policy == "cost_aware") {
+    WSYNC_ASSIGN_OR_RETURN(fits, PolicyFits(request));
+  }
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<ReplicaPolicy> policy,
+      WithContext(MakeSessionPolicy(request.policy, fits ? &*fits : nullptr), "--policy"));
   PlanOptions options;
   options.process = request.process;
   WSYNC_ASSIGN_OR_RETURN(run.plan, MakePlan(*run.job, *policy, options));
@@ -397,6 +406,20 @@ absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {
                        std::move(calibration)};
 }
 
+namespace {
+
+absl::StatusOr<LinkFits> PolicyFits(const PlanRequest& request) {
+  if (request.calibration.empty() && request.simulate.empty()) {
+    return absl::InvalidArgumentError("--policy cost_aware needs --calibration or --simulate");
+  }
+  WSYNC_ASSIGN_OR_RETURN(const PricingSource source,
+                         request.calibration.empty() ? ReadCluster(request.simulate)
+                                                     : ReadCalibrationFile(request.calibration));
+  return FitLinks(source.calibration);
+}
+
+}  // namespace
+
 // Published sync times of other systems, for the projection (figures as cited in the benchmark
 // issue, with their sources).
 void PrintPublished(std::FILE* out, const std::string& model) {
@@ -462,7 +485,8 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
 std::string PlanUsage() {
   return absl::StrCat(
       "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P]\n"
-      "                  [--policy first_holder|local_first_least_loaded] [--segments N]\n"
+      "                  [--policy first_holder|local_first_least_loaded|cost_aware]\n"
+      "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "\n"
       "  --model     one of: ",
@@ -473,7 +497,8 @@ std::string PlanUsage() {
       "              (keys may be omitted; the values shown are the defaults)\n"
       "  --process   plan only what global process P sends or receives: trainer ranks are\n"
       "              0..S-1, rollout ranks S..S+T-1 (default: all processes)\n"
-      "  --policy    replica policy (default: local_first_least_loaded)\n"
+      "  --policy    replica policy (default: local_first_least_loaded; cost_aware plans with\n"
+      "              the fits of --calibration, else of --simulate)\n"
       "  --segments  how many segments to list (default: 10)\n"
       "  --calibration  price the traffic with a calibration file (wsync calibrate) and name\n"
       "              the binding resource\n"

@@ -21,8 +21,9 @@ struct PlanRequest {
   // Global process id to plan for (trainer ranks 0..S-1, then rollout ranks S..S+T-1); all
   // processes when unset.
   std::optional<int32_t> process;
-  std::string policy = "local_first_least_loaded";  // A name MakeReplicaPolicy accepts.
-  int64_t segments_to_show = 10;                    // How many segments to list (>= 0).
+  // A name MakeSessionPolicy accepts (cost_aware with calibration or simulate).
+  std::string policy = "local_first_least_loaded";
+  int64_t segments_to_show = 10;  // How many segments to list (>= 0).
   // A saved calibration (wsync calibrate --out); when set, the plan's traffic is priced with it.
   std::string calibration;
   // A cluster file (integration/clusters/); when set, the plan is priced on its stated links.
