@@ -11,12 +11,14 @@
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
+#include "executor/verify.h"
 #include "executor/work.h"
 
 namespace wsync {
 namespace {
 
 using executor_internal::Chunk;
+using executor_internal::ChunkVerifier;
 using executor_internal::Lane;
 using executor_internal::Message;
 using executor_internal::Work;
@@ -59,7 +61,11 @@ class Run {
         work_(work),
         buffers_(buffers),
         transport_(transport),
-        options_(options) {}
+        options_(options) {
+    if (options.verify) {
+      verifier_ = std::make_unique<ChunkVerifier>(job, work, segments, buffers, options.sync_id);
+    }
+  }
 
   absl::StatusOr<TransferStats> Go() {
     const absl::Time start = absl::Now();
@@ -74,14 +80,18 @@ class Run {
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
     slot_last_round_.assign(work_.lanes.size(), {-1, -1});
-    absl::Status status = RunRounds(rounds);
+    absl::Status status = verifier_ ? verifier_->Start(transport_) : absl::OkStatus();
+    if (status.ok()) status = RunRounds(rounds);
+    if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (!status.ok()) {
+      if (verifier_) verifier_->Cancel(transport_);
       // Cancel and release whatever is still posted; the deadline has effectively passed.
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, absl::InfinitePast()).IgnoreError();
       }
       return status;
     }
+    if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
     stats_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     return stats_;
   }
@@ -114,6 +124,7 @@ class Run {
         const Message& message = l.messages[r];
         stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
         if (!message.direct) Unpack(lane, message);
+        if (verifier_) verifier_->HashReceived(lane, r);
       }
       for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
     }
@@ -184,7 +195,12 @@ class Run {
     RequestId request;
     WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
     if (sending) {
-      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, message.bytes));
+      if (verifier_) verifier_->HashSent(lane_index, r);
+      int64_t bytes = message.bytes;
+      if (failpoint::Evaluate("truncate") == failpoint::Action::kFail) {
+        bytes -= (work_.chunks[message.chunks.back()].bytes + 1) / 2;  // Half the last chunk.
+      }
+      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, bytes));
       stats_.sent_bytes += message.bytes;
     } else {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
@@ -218,6 +234,7 @@ class Run {
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
+  std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
 };
 
 }  // namespace

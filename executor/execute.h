@@ -40,6 +40,10 @@ struct ExecuteOptions {
   uint64_t plan_digest = 0;  // Plan::digest; compared across processes before any byte moves.
   absl::Time deadline = absl::InfiniteFuture();
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
+  // End-to-end integrity (verify.h): every chunk sent to a peer is hashed (xxh3-64) by its sender
+  // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
+  // naming the peer and the chunk. Local copies are not hashed.
+  bool verify = false;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
@@ -60,6 +64,8 @@ struct TransferStats {
   // receives from them (thread CPU time, so that other threads sharing the cores do not count).
   double pack_cpu_seconds = 0;
   double unpack_cpu_seconds = 0;
+  // With ExecuteOptions::verify: received chunks whose hash matched the sender's.
+  int64_t verified_chunks = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

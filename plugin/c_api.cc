@@ -260,6 +260,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     }
     config.metrics_address = c.metrics_address;
   }
+  config.verify = c.verify != 0;
   if (c.calibration_file != nullptr) {
     return absl::UnimplementedError("calibration_file is not supported yet; leave it NULL");
   }
@@ -534,6 +535,7 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
     full.staged_bytes = last.staged_bytes;
     full.peak_arena_bytes = last.peak_arena_bytes;
     full.seconds = last.seconds;
+    full.verified_chunks = last.verified_chunks;
     // Everything after struct_size, up to the smaller of the two struct sizes.
     const size_t end = std::min(stats->struct_size, sizeof(full));
     std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t),

@@ -471,6 +471,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   options.plan_digest = plan_.digest;
   options.deadline = absl::Now() + config_.deadline;
   options.arenas = &arenas_;
+  options.verify = config_.verify;
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
   if (outcome.ok()) {
     stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,

@@ -67,6 +67,8 @@ struct SessionConfig {
   // Where the Prometheus exporter listens (ParseMetricsAddress: "HOST:PORT", port 0 picks one);
   // empty: no exporter (the metrics text is still kept).
   std::string metrics_address;
+  // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
+  bool verify = false;
 };
 
 enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };

@@ -78,6 +78,8 @@ struct FaultJob {
   std::set<int> not_started;    // Workers left out (the rendezvous cannot complete).
   std::set<int> expected_dead;  // Workers that do not finish (killed by a failpoint).
   double pause_before_decide_s = 0;
+  bool verify_hashes = false;  // wsync's verify=true (ExecuteOptions::verify).
+  bool check_elements = true;  // The rollouts' element-by-element check (the worker's --verify).
   // Called with the workers' outputs (by global id) while they run; returns true when the test
   // should kill the coordinator now (once).
   std::function<bool(const std::vector<std::string>&)> kill_coordinator_when;
@@ -145,6 +147,8 @@ FaultRun RunFaultJob(const FaultJob& job) {
             absl::StrCat("--versions=", job.versions),
             absl::StrCat("--deadline_s=", job.deadline_s),
             absl::StrCat("--pause_before_decide_s=", job.pause_before_decide_s),
+            absl::StrCat("--verify_hashes=", job.verify_hashes),
+            absl::StrCat("--verify=", job.check_elements),
             "--keep_going",
             "--markers"};
   };
@@ -397,6 +401,41 @@ TEST(FaultTest, FailedControlMessageIsNamedByEveryOtherProcess) {
   ASSERT_FALSE(run.results[3].empty()) << Describe(run, 3);
   EXPECT_TRUE(absl::StrContains(run.results[3][0].error, "failpoint 'control'"))
       << run.results[3][0].error;
+}
+
+// verify=true alone (the rollouts' element check is off, so nothing else could notice): a byte
+// flipped after packing a trainer's first staged message, once per trainer (separate jobs). The
+// rollout that received it votes no naming that trainer and the chunk; every process fails
+// version 1 (zero false successes) and version 2 commits everywhere.
+TEST(FaultTest, FlippedByteWithVerifyFailsTheSyncOnEveryProcess) {
+  for (int trainer = 0; trainer < kTrainers; ++trainer) {
+    SCOPED_TRACE(absl::StrCat("flip on trainer ", trainer));
+    FaultJob job;
+    job.verify_hashes = true;
+    job.check_elements = false;
+    job.failpoints[trainer] = "pack:flip@1";
+    FaultRun run = RunFaultJob(job);
+    ASSERT_EQ(run.workers.size(), 4u);
+    ExpectOneFailedSyncThenRecovery(run, "verify: chunk", {0, 1, 2, 3});
+    for (int p = 0; p < kTrainers + kRollouts; ++p) {
+      ASSERT_FALSE(run.results[p].empty());
+      EXPECT_TRUE(absl::StrContains(run.results[p][0].error,
+                                    absl::StrCat("from process ", trainer, " differs")))
+          << run.results[p][0].error;
+    }
+  }
+}
+
+// verify=true, the element check off: trainer 0's first send goes out without the second half of
+// its last chunk. Every process fails version 1, version 2 commits.
+TEST(FaultTest, TruncatedLastChunkWithVerifyFailsTheSyncOnEveryProcess) {
+  FaultJob job;
+  job.verify_hashes = true;
+  job.check_elements = false;
+  job.failpoints[0] = "truncate:fail@1";
+  FaultRun run = RunFaultJob(job);
+  ASSERT_EQ(run.workers.size(), 4u);
+  ExpectOneFailedSyncThenRecovery(run, "size mismatch", {2, 3});
 }
 
 }  // namespace

@@ -4,11 +4,14 @@
 // thread. Also: a failpoint-failed send post (WSYNC_FAILPOINTS send:fail) fails the sync on the
 // sender with the failpoint named, and the receivers by their deadline, never a false success.
 
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
 #include "executor/execute.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/builders.h"
 #include "planner/plan.h"
@@ -73,7 +76,8 @@ struct Sync {
 Sync RunSync(const Job& job, const std::vector<Segment>& segments,
              std::vector<std::unique_ptr<RecordingTransport>>& transports,
              std::vector<std::unique_ptr<Group>>& groups, HostBuffers& source, HostBuffers& target,
-             uint64_t sync_id, bool replay, absl::Duration deadline = absl::Seconds(30)) {
+             uint64_t sync_id, bool replay, absl::Duration deadline = absl::Seconds(30),
+             bool verify = false) {
   Sync sync;
   sync.results.resize(job.num_processes(), absl::UnknownError("not run"));
   Endpoints endpoints;
@@ -103,6 +107,7 @@ Sync RunSync(const Job& job, const std::vector<Segment>& segments,
       options.sync_id = sync_id;
       options.plan_digest = 42;
       options.deadline = absl::Now() + deadline;
+      options.verify = verify;
       sync.results[p] = ExecuteTransfers(job, segments, endpoints, StagingBudget{1 << 20}, p,
                                          buffers, *transports[p], *groups[p], options);
     });
@@ -166,6 +171,92 @@ TEST_F(ReplayTest, AFailedSendPostFailsTheSyncNeverAFalseSuccess) {
   // The receiver of the unsent message cannot have succeeded; CheckLogical fails somewhere.
   EXPECT_GE(failed, 2);
   EXPECT_FALSE(test::CheckLogical(job_.target(), target, 1).ok());
+}
+
+// verify=true on a clean sync: every chunk any process received was hashed on both sides and
+// compared, and the data is exactly the version.
+TEST_F(ReplayTest, VerifyChecksEveryReceivedChunkOfACleanSync) {
+  HostBuffers source(job_.source(), test::kSourceFill);
+  HostBuffers target(job_.target(), test::kPoison);
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job_.num_processes(); ++p) endpoints.processes.push_back(p);
+  int64_t received_chunks = 0;
+  for (int32_t p = 0; p < job_.num_processes(); ++p) {
+    absl::StatusOr<ProcessSchedule> schedule =
+        ScheduleTransfers(job_, plan_.segments, endpoints, StagingBudget{1 << 20}, p);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    for (const PeerSchedule& peer : schedule->peers) {
+      if (peer.direction != Direction::kReceive) continue;
+      for (const ScheduledRound& round : peer.rounds) received_chunks += round.chunks;
+    }
+  }
+  ASSERT_GT(received_chunks, 0);
+  for (uint64_t version : {1, 2}) {
+    ASSERT_TRUE(test::FillLogical(job_.source(), version, &source).ok());
+    Sync sync = RunSync(job_, plan_.segments, transports_, groups_, source, target, version,
+                        /*replay=*/false, absl::Seconds(30), /*verify=*/true);
+    int64_t verified = 0;
+    for (int32_t p = 0; p < job_.num_processes(); ++p) {
+      ASSERT_TRUE(sync.results[p].ok()) << "process " << p << ": " << sync.results[p].status();
+      verified += sync.results[p]->verified_chunks;
+    }
+    EXPECT_EQ(verified, received_chunks);
+    EXPECT_TRUE(test::CheckLogical(job_.target(), target, version).ok());
+  }
+}
+
+// A byte flipped after packing the k-th staged message (every k the sync has): without verify
+// the transfer "succeeds" with a wrong element (the control trial shows the fault is real); with
+// verify=true the receiver of that message fails with DataLoss naming the sender and the chunk.
+// Zero false successes over every trial.
+TEST_F(ReplayTest, AFlippedByteWithVerifyNeverSucceeds) {
+  HostBuffers source(job_.source(), test::kSourceFill);
+  HostBuffers target(job_.target(), test::kPoison);
+  ASSERT_TRUE(failpoint::SetForTesting("pack:flip@1000000").ok());
+  ASSERT_TRUE(test::FillLogical(job_.source(), 1, &source).ok());
+  RunSync(job_, plan_.segments, transports_, groups_, source, target, 1, false);
+  const int64_t packs = failpoint::Hits("pack");
+  ASSERT_GT(packs, 0) << "the job stages nothing: no pack to flip";
+  uint64_t version = 1;
+  for (int64_t k = 1; k <= packs; ++k) {
+    for (bool verify : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("flip at pack ", k, verify ? " with" : " without", " verify"));
+      ++version;
+      ASSERT_TRUE(failpoint::SetForTesting(absl::StrCat("pack:flip@", k)).ok());
+      ASSERT_TRUE(test::FillLogical(job_.source(), version, &source).ok());
+      Sync sync = RunSync(job_, plan_.segments, transports_, groups_, source, target, version,
+                          /*replay=*/false, absl::Seconds(30), verify);
+      EXPECT_FALSE(test::CheckLogical(job_.target(), target, version).ok()) << "nothing flipped";
+      int failed = 0;
+      for (int32_t p = 0; p < job_.num_processes(); ++p) {
+        if (sync.results[p].ok()) continue;
+        ++failed;
+        const absl::Status& status = sync.results[p].status();
+        EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+        EXPECT_THAT(std::string(status.message()),
+                    ::testing::ContainsRegex("verify: chunk [0-9]+ of [0-9]+ from process [01] "
+                                             "differs \\(parameter 'w'"));
+      }
+      EXPECT_EQ(failed, verify ? 1 : 0);
+    }
+  }
+}
+
+// The k-th send goes out without the second half of its last chunk: the receiver fails (the
+// transport refuses the size; verify would refuse the hash), never a false success.
+TEST_F(ReplayTest, ATruncatedLastChunkWithVerifyNeverSucceeds) {
+  HostBuffers source(job_.source(), test::kSourceFill);
+  HostBuffers target(job_.target(), test::kPoison);
+  for (int k = 1; k <= 8; ++k) {
+    SCOPED_TRACE(absl::StrCat("truncated send ", k));
+    ASSERT_TRUE(failpoint::SetForTesting(absl::StrCat("truncate:fail@", k)).ok());
+    ASSERT_TRUE(test::FillLogical(job_.source(), k, &source).ok());
+    Sync sync = RunSync(job_, plan_.segments, transports_, groups_, source, target, k,
+                        /*replay=*/false, absl::Seconds(1), /*verify=*/true);
+    int failed = 0;
+    for (int32_t p = 0; p < job_.num_processes(); ++p) failed += sync.results[p].ok() ? 0 : 1;
+    EXPECT_GE(failed, 1) << "a truncated message was reported as a success";
+  }
 }
 
 }  // namespace
