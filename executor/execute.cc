@@ -71,6 +71,7 @@ class Run {
     const absl::Time start = absl::Now();
     WSYNC_RETURN_IF_ERROR(failpoint::Check("alloc"));  // WSYNC_FAILPOINTS (common/failpoint.h)
     AllocateArenas();
+    RejectStaleMessages();
     for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
 
     int32_t rounds = 0;
@@ -92,6 +93,7 @@ class Run {
       return status;
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
+    RejectStaleMessages();
     stats_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     return stats_;
   }
@@ -129,6 +131,12 @@ class Run {
       for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
     }
     return absl::OkStatus();
+  }
+
+  void RejectStaleMessages() {
+    const int64_t rejected = transport_.DiscardStaleMessages(options_.sync_id);
+    stats_.rejected_messages += rejected;
+    if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
 
   void AllocateArenas() {

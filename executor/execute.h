@@ -44,6 +44,10 @@ struct ExecuteOptions {
   // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
   // naming the peer and the chunk. Local copies are not hashed.
   bool verify = false;
+  // Optional, caller-owned: incremented by the messages of earlier syncs this run rejected
+  // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run
+  // fails.
+  int64_t* rejected_messages = nullptr;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
@@ -66,6 +70,8 @@ struct TransferStats {
   double unpack_cpu_seconds = 0;
   // With ExecuteOptions::verify: received chunks whose hash matched the sender's.
   int64_t verified_chunks = 0;
+  // Messages of earlier syncs that arrived for this process and were rejected unread.
+  int64_t rejected_messages = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

@@ -182,7 +182,18 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
   }
   metrics_->SetArenaBytes(arenas_.held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
+  RecordCoordinatorRefusals();
   PublishState();
+}
+
+void Session::RecordCoordinatorRefusals() {
+  if (coordinator_ == nullptr) return;
+  const CoordinatorCounters counters = coordinator_->counters();
+  for (int r = 0; r < kNumRefusalReasons; ++r) {
+    const int64_t added = counters.refused[r] - refusals_recorded_[r];
+    metrics_->RecordRejected(RefusalReasonName(static_cast<RefusalReason>(r)), added);
+    refusals_recorded_[r] = counters.refused[r];
+  }
 }
 
 absl::Status Session::Remember(absl::Status status) const {
@@ -472,6 +483,8 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   options.deadline = absl::Now() + config_.deadline;
   options.arenas = &arenas_;
   options.verify = config_.verify;
+  int64_t rejected_messages = 0;
+  options.rejected_messages = &rejected_messages;
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
   if (outcome.ok()) {
     stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
@@ -501,6 +514,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
     }
   }
+  metrics_->RecordRejected("stale_sync", rejected_messages);
   RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) after_update_(version, outcome);
   return outcome;

@@ -1,8 +1,10 @@
 // A message of sync N-1 still in flight (delayed, or replayed by a peer) during sync N is never
-// matched by sync N's receives (the tag carries the sync id): it writes nothing, and sync N
-// delivers exactly its own version. Over the in-process loopback fabric, with every process a
-// thread. Also: a failpoint-failed send post (WSYNC_FAILPOINTS send:fail) fails the sync on the
-// sender with the failpoint named, and the receivers by their deadline, never a false success.
+// matched by sync N's receives (the tag carries the sync id): it writes nothing, it is rejected
+// and counted (TransferStats::rejected_messages, ExecuteOptions::rejected_messages and the
+// wsync_rejected_messages_total metric), and sync N delivers exactly its own version. Over the
+// in-process loopback fabric, with every process a thread. Also: a failpoint-failed send post
+// (WSYNC_FAILPOINTS send:fail) fails the sync on the sender with the failpoint named, and the
+// receivers by their deadline, never a false success.
 
 #include <string>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "executor/execute.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/metrics.h"
 #include "planner/builders.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
@@ -60,6 +63,9 @@ class RecordingTransport : public Transport {
     return inner_->WaitAll(requests, deadline);
   }
   void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+  int64_t DiscardStaleMessages(uint64_t sync_id) override {
+    return inner_->DiscardStaleMessages(sync_id);
+  }
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -68,6 +74,7 @@ class RecordingTransport : public Transport {
 
 struct Sync {
   std::vector<absl::StatusOr<TransferStats>> results;
+  std::vector<int64_t> rejected_by_option;  // ExecuteOptions::rejected_messages, by process.
 };
 
 // Runs sync `sync_id` on every process (threads). Before it, with `replay`, every source process
@@ -80,6 +87,7 @@ Sync RunSync(const Job& job, const std::vector<Segment>& segments,
              bool verify = false) {
   Sync sync;
   sync.results.resize(job.num_processes(), absl::UnknownError("not run"));
+  sync.rejected_by_option.assign(job.num_processes(), 0);
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
   std::vector<unsigned char> garbage(1 << 16, 0x5A);
@@ -108,6 +116,7 @@ Sync RunSync(const Job& job, const std::vector<Segment>& segments,
       options.plan_digest = 42;
       options.deadline = absl::Now() + deadline;
       options.verify = verify;
+      options.rejected_messages = &sync.rejected_by_option[p];
       sync.results[p] = ExecuteTransfers(job, segments, endpoints, StagingBudget{1 << 20}, p,
                                          buffers, *transports[p], *groups[p], options);
     });
@@ -134,22 +143,34 @@ class ReplayTest : public ::testing::Test {
   std::vector<std::unique_ptr<Group>> groups_;
 };
 
-TEST_F(ReplayTest, AMessageOfThePreviousSyncWritesNothing) {
+TEST_F(ReplayTest, AMessageOfThePreviousSyncWritesNothingAndIsCounted) {
   HostBuffers source(job_.source(), test::kSourceFill);
   HostBuffers target(job_.target(), test::kPoison);
+  SessionMetrics metrics("rollout");
   for (uint64_t version : {1, 2, 3}) {
     SCOPED_TRACE(version);
     ASSERT_TRUE(test::FillLogical(job_.source(), version, &source).ok());
     Sync sync = RunSync(job_, plan_.segments, transports_, groups_, source, target, version,
                         /*replay=*/version > 1);
+    int64_t rejected = 0;
     for (int32_t p = 0; p < job_.num_processes(); ++p) {
       ASSERT_TRUE(sync.results[p].ok()) << "process " << p << ": " << sync.results[p].status();
+      EXPECT_EQ(sync.results[p]->rejected_messages, sync.rejected_by_option[p]);
+      EXPECT_TRUE(sync.results[p]->rejected_messages == 0 || !job_.IsSource(p))
+          << "a sender rejected a message it never receives";
+      rejected += sync.results[p]->rejected_messages;
+      metrics.RecordRejected("stale_sync", sync.results[p]->rejected_messages);
     }
+    // Every replayed send of the previous sync (8 of them) was rejected by its receiver before
+    // the receiver finished, and nothing was left unmatched.
+    EXPECT_EQ(rejected, version > 1 ? 8 : 0);
+    EXPECT_EQ(fabric_.UnmatchedRequests(), 0);
     EXPECT_TRUE(test::CheckLogical(job_.target(), target, version).ok())
         << test::CheckLogical(job_.target(), target, version);
   }
-  // The replayed sends were never matched: still posted, unreceived (8 per replayed sync).
-  EXPECT_EQ(fabric_.UnmatchedRequests(), 16);
+  EXPECT_THAT(metrics.Text(),
+              ::testing::HasSubstr(
+                  "wsync_rejected_messages_total{role=\"rollout\",reason=\"stale_sync\"} 16"));
 }
 
 TEST_F(ReplayTest, AFailedSendPostFailsTheSyncNeverAFalseSuccess) {

@@ -321,6 +321,12 @@ absl::Status RoutedTransport::WaitAll(absl::Span<const RequestId> requests, absl
   return status;
 }
 
+int64_t RoutedTransport::DiscardStaleMessages(uint64_t sync_id) {
+  int64_t rejected = 0;
+  for (auto& backend : backends_) rejected += backend->DiscardStaleMessages(sync_id);
+  return rejected;
+}
+
 void RoutedTransport::Abort(const absl::Status& reason) {
   for (auto& backend : backends_) backend->Abort(reason);
 }

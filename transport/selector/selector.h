@@ -111,6 +111,7 @@ class RoutedTransport final : public Transport {
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  int64_t DiscardStaleMessages(uint64_t sync_id) override;
 
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;
