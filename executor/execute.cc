@@ -69,7 +69,12 @@ class Run {
 
   absl::StatusOr<TransferStats> Go() {
     const absl::Time start = absl::Now();
-    WSYNC_RETURN_IF_ERROR(failpoint::Check("alloc"));  // WSYNC_FAILPOINTS (common/failpoint.h)
+    posted_.assign(work_.lanes.size(), 0);
+    // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
+    if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
+      NoticeUnsentMessages(alloc);
+      return alloc;
+    }
     AllocateArenas();
     RejectStaleMessages();
     for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
@@ -85,6 +90,7 @@ class Run {
     if (status.ok()) status = RunRounds(rounds);
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (!status.ok()) {
+      NoticeUnsentMessages(status);
       if (verifier_) verifier_->Cancel(transport_);
       // Cancel and release whatever is still posted; the deadline has effectively passed.
       for (std::vector<RequestId>& requests : pending_) {
@@ -131,6 +137,28 @@ class Run {
       for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
     }
     return absl::OkStatus();
+  }
+
+  // After a failure: tells every peer still waiting for a message of this process that it will
+  // not come, so that the peer fails now (and votes) instead of at its deadline. The notice
+  // carries the tag of the first message not posted, with a length the peer's receive cannot
+  // accept: transports fail a receive of another size at once, and nothing is written.
+  void NoticeUnsentMessages(const absl::Status& failure) {
+    if (options_.before_notices) options_.before_notices(failure);
+    static const char kNotice = 0;
+    std::vector<RequestId> notices;
+    for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (l.direction != Direction::kSend || posted_[lane] >= l.messages.size()) continue;
+      const int64_t expected = l.messages[posted_[lane]].bytes;
+      absl::StatusOr<RequestId> notice =
+          transport_.PostSend(l.peer, MakeTag(options_.sync_id, posted_[lane], work_.process),
+                              &kNotice, expected == 0 ? 1 : 0);
+      if (notice.ok()) notices.push_back(*notice);
+    }
+    if (!notices.empty()) {
+      transport_.WaitAll(notices, absl::Now() + absl::Milliseconds(200)).IgnoreError();
+    }
   }
 
   void RejectStaleMessages() {
@@ -214,6 +242,7 @@ class Run {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
     }
     pending_[r].push_back(request);
+    ++posted_[lane_index];
     return absl::OkStatus();
   }
 
@@ -241,6 +270,7 @@ class Run {
   std::vector<char*> arenas_;  // Per lane; memory owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
+  std::vector<size_t> posted_;                           // Messages posted, per lane.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
 };

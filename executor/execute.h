@@ -6,6 +6,7 @@
 // double-buffered arenas, and the local copies.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct ExecuteOptions {
   // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run
   // fails.
   int64_t* rejected_messages = nullptr;
+  // When the run fails after the agreement, every peer still waiting for a message of this
+  // process is told at once that it will not come (it then fails instead of waiting for the
+  // deadline). Called with the failure just before that, on the executing thread, so that the
+  // caller can vote no first and the commit decision names this process's reason rather than a
+  // peer's consequence. Optional.
+  std::function<void(const absl::Status&)> before_notices;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -476,15 +476,23 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   const absl::Time started = absl::Now();
   if (!own_version && before_update_) before_update_(version);
   SetState(SessionState::kSyncing);
-  // (2) The transfer, after agreeing on digest and budget.
+  // (2) The transfer, after agreeing on digest and budget. It and the decision share one deadline
+  // (plus kDecisionGrace for the decision), so a failed sync ends within D + 1 s of the trigger.
+  const absl::Time sync_deadline = absl::Now() + config_.deadline;
   ExecuteOptions options;
   options.sync_id = static_cast<uint64_t>(version);
   options.plan_digest = plan_.digest;
-  options.deadline = absl::Now() + config_.deadline;
+  options.deadline = sync_deadline;
   options.arenas = &arenas_;
   options.verify = config_.verify;
   int64_t rejected_messages = 0;
   options.rejected_messages = &rejected_messages;
+  // A local failure votes no before the peers are told (execute.h), so that the decision names
+  // this process's reason.
+  std::optional<absl::Status> early_decision;
+  options.before_notices = [&](const absl::Status& failure) {
+    early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
+  };
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
   if (outcome.ok()) {
     stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
@@ -498,8 +506,9 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
         .IgnoreError();
   }
   // (3) The commit decision: every process votes; a failure anywhere fails everyone.
-  absl::Status decision =
-      client_->Decide(outcome.ok(), outcome.message(), absl::Now() + config_.deadline);
+  absl::Status decision = early_decision ? *early_decision
+                                         : client_->Decide(outcome.ok(), outcome.message(),
+                                                           sync_deadline + kDecisionGrace);
   if (outcome.ok()) outcome = decision;
   {
     absl::MutexLock lock(&mu_);

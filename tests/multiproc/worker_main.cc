@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,12 @@ absl::Status Run() {
     options.deadline = absl::Now() + step;
     options.arenas = &arenas;
     options.verify = absl::GetFlag(FLAGS_verify_hashes);
+    // A local failure votes no before the peers are told (as the session does), so the decision
+    // names this process's reason.
+    std::optional<absl::Status> early_decision;
+    options.before_notices = [&](const absl::Status& failure) {
+      early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
+    };
     const absl::Time call_start = absl::Now();
     Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats =
@@ -212,7 +219,10 @@ absl::Status Run() {
       absl::SleepFor(pause);
     }
     const absl::Time decide_start = absl::Now();
-    absl::Status decision = client->Decide(outcome.ok(), outcome.message(), absl::Now() + step);
+    // The decision shares the sync's deadline (as the session's does).
+    absl::Status decision = early_decision ? *early_decision
+                                           : client->Decide(outcome.ok(), outcome.message(),
+                                                            options.deadline + kDecisionGrace);
     Marker(absl::StrFormat(
         "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
         outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,

@@ -12,7 +12,8 @@
 //                     contributed (or says that the coordinator did not answer at all)
 //   Unavailable       a process left the job (named), or the coordinator connection ended
 //   InvalidArgument   processes called different collectives (or roots) in the same round
-//   Aborted           Decide: some process said not ok (each named with its reason); or Abort
+//   Aborted           Decide: a process said not ok (the first one, named with its reason, decides
+//                     for everyone at once); or Abort
 //   ResourceExhausted a payload or a gathered result above the frame cap
 // A call that finds the connection broken (closed, refused, protocol error) fails at once with
 // that error; the client is then finished. Error messages never contain the secret.
@@ -37,6 +38,11 @@
 #include "transport/transport.h"
 
 namespace wsync {
+
+// How long after a sync's deadline its commit decision (Decide) may still complete: a process
+// whose transfer failed at the deadline still votes and learns the outcome, and the whole failed
+// sync ends within D + kDecisionGrace of its start (the promise is D + 2 s).
+inline constexpr absl::Duration kDecisionGrace = absl::Seconds(1);
 
 struct ControlClientOptions {
   std::string coordinator_host = "127.0.0.1";  // A literal address or a host name.
@@ -116,8 +122,8 @@ class ControlClient : public Group {
                                         absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
   // The per-step commit decision: OK only when every process said ok; otherwise Aborted naming the
-  // processes that did not, with their reasons. `reason` (used when !ok) is cut to
-  // kMaxReasonBytes.
+  // first process that did not, with its reason (every process gets the same answer, at once).
+  // `reason` (used when !ok) is cut to kMaxReasonBytes.
   absl::Status Decide(bool ok, absl::string_view reason, absl::Time deadline);
 
   // Fails the current and every later call with Aborted(reason) and closes the connection, so the

@@ -24,12 +24,15 @@
 // process that leaves before the roster frees its rank for a new connection.
 //
 // Collectives: the k-th Contribute of every process forms round k. The round completes when all
-// processes contributed; then each gets the Result. A process whose timeout_ms passes first gets
-// DeadlineExceeded naming the processes still missing (its contribution stays in the round). A
-// process whose connection ends after the roster is lost for good (the job cannot complete another
-// round with it): every open round, and every later one, fails at once (Unavailable) naming it.
-// Calls of different kinds (or Broadcast roots) in one round fail the round for all. At most
-// max_open_rounds rounds are kept; the oldest is then failed and forgotten.
+// processes contributed; then each gets the Result. When a contributor's timeout_ms passes first
+// the round fails for everyone with DeadlineExceeded naming the processes still missing, and a
+// process that contributes to it later gets that failure at once, so every process sees the same
+// outcome of every round and all stay in step. A Decide fails (Aborted) as soon as one process
+// says not ok, naming it and its reason to every process. A process whose connection ends after the
+// roster is lost for good (the job cannot complete another round with it): every open round, and
+// every later one, fails at once (Unavailable) naming it. Calls of different kinds (or Broadcast
+// roots) in one round fail the round for all. At most max_open_rounds rounds are kept; the oldest
+// is then failed and forgotten.
 //
 // Thread safety: Start, Stop and the accessors may be called from any thread. The coordinator
 // serves every connection from one thread with poll, so no connection can block another.

@@ -113,8 +113,7 @@ class Coordinator::Impl {
     std::vector<uint8_t> contributed, answered;
     std::vector<absl::Time> expiry;
     std::vector<std::string> payloads;
-    std::vector<std::string> refusals;  // Decide: "process ...: reason" of each process not ok.
-    absl::Status failure;               // Not OK once the round failed for good.
+    absl::Status failure;  // Not OK once the round failed for good.
   };
 
   std::string Describe(int32_t id) const {
