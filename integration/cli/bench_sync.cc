@@ -599,10 +599,10 @@ absl::Status RunSyncBench(std::FILE* out) {
       step.push_back(s.step_seconds);
     }
     absl::FPrintF(out,
-                  "wsync %s outside the transfer (medians): agreement %.4f s, commit decision\n"
+                  "%s %s outside the transfer (medians): agreement %.4f s, commit decision\n"
                   "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
                   "  decision, slowest process) %.4f s = %.2f GB/s per rollout\n",
-                  row.transports.name, Median(agree), Median(decide), Median(step),
+                  row.contestant, row.transports.name, Median(agree), Median(decide), Median(step),
                   row.syncs[0].rollout_bytes / Median(step) / 1e9);
   }
   for (const Row& with : rows) {

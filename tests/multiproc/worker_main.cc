@@ -219,10 +219,13 @@ absl::Status Run() {
       absl::SleepFor(pause);
     }
     const absl::Time decide_start = absl::Now();
-    // The decision shares the sync's deadline (as the session's does).
-    absl::Status decision = early_decision ? *early_decision
-                                           : client->Decide(outcome.ok(), outcome.message(),
-                                                            options.deadline + kDecisionGrace);
+    // The decision shares the sync's deadline (as the session's does), except that the element
+    // check, a test step outside wsync's protocol, gets a deadline of its own.
+    const absl::Time decide_deadline =
+        options.deadline + kDecisionGrace + (verify ? step : absl::ZeroDuration());
+    absl::Status decision = early_decision
+                                ? *early_decision
+                                : client->Decide(outcome.ok(), outcome.message(), decide_deadline);
     Marker(absl::StrFormat(
         "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
         outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,
