@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,7 @@ struct Roster {
   int32_t num_rollouts = 0;
   std::vector<RosterEntry> processes;
   std::vector<std::string> blobs;
+  uint64_t epoch = 0;  // Replacements admitted before this roster was sent.
 
   int32_t size() const { return static_cast<int32_t>(processes.size()); }
   const std::string& manifest(int32_t process) const {
@@ -126,6 +128,11 @@ class ControlClient : public Group {
   // `reason` (used when !ok) is cut to kMaxReasonBytes.
   absl::Status Decide(bool ok, absl::string_view reason, absl::Time deadline);
 
+  // The roster the coordinator sent unasked since the last call, when a replacement joined for a
+  // lost process (its new transport address; Roster::epoch counts replacements); nullopt when
+  // none came. Collectives receive it; this only hands it over.
+  std::optional<Roster> TakeRosterUpdate();
+
   // Fails the current and every later call with Aborted(reason) and closes the connection, so the
   // other processes' collectives fail at once naming this process. Idempotent; any thread.
   void Abort(const absl::Status& reason);
@@ -136,6 +143,8 @@ class ControlClient : public Group {
   // Reads the challenge, sends the hello, checks the welcome. `*retry` says whether a new
   // connection may succeed (the coordinator was busy).
   absl::Status Handshake(absl::Time deadline, bool* retry);
+  // Checks a roster from the coordinator and converts it (moving its strings out of `wire`).
+  absl::StatusOr<Roster> ReadRoster(control::Roster& wire);
   // Runs one numbered collective and returns its Result (OK code) or its error.
   absl::StatusOr<control::Result> Collective(control::Contribute contribute, absl::Time deadline);
   // The error to return once the connection is unusable: Abort's reason if aborted, else `cause`
@@ -154,6 +163,7 @@ class ControlClient : public Group {
   bool joined_ = false;
   bool join_attempted_ = false;
   uint64_t next_number_ = 0;
+  std::optional<Roster> roster_update_;
   absl::Status broken_;
 
   std::atomic<bool> aborted_{false};
