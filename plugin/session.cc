@@ -467,7 +467,13 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
     return absl::DataLossError("trainer rank 0 sent an unreadable version");
   }
   absl::Status outcome;
-  if (own_version && *own_version != version) {
+  // A replacement process took a lost one's rank: reach it at its new addresses.
+  if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
+    std::vector<std::string> bundles;
+    for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
+    outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+  }
+  if (outcome.ok() && own_version && *own_version != version) {
     outcome = WithErrorKind(absl::FailedPreconditionError(
                                 absl::StrCat("ranks disagree on the version: this process syncs ",
                                              *own_version, ", trainer rank 0 syncs ", version)),

@@ -33,6 +33,13 @@ class PathTransportSetup {
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
       const Job& job, const std::vector<std::string>& bundles) &&;
 
+  // Points a transport made by Connect at the peers' current bundles (a replacement process took
+  // a rank and published new addresses): each UCX worker reconnects to the peers whose address
+  // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
+  // configuration.
+  static absl::Status Reconnect(RoutedTransport& transport,
+                                const std::vector<std::string>& bundles);
+
  private:
   int32_t process_ = 0;
   PathTransports paths_;

@@ -115,6 +115,10 @@ class RoutedTransport final : public Transport {
 
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;
+  // The index of that backend (-1 out of range), and the backend of an index (nullptr out of
+  // range), for reconnecting peers.
+  int32_t RouteOf(int32_t peer) const;
+  Transport* backend(int32_t index) const;
 
  private:
   RoutedTransport() = default;
