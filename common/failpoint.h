@@ -16,6 +16,7 @@
 //   stop=DUR      the process SIGSTOPs itself; a forked helper SIGCONTs it after DUR
 // Failpoints used by wsync: send, recv (the k-th post of a message by the executor), alloc (the
 // executor's arena allocation, once per sync), pack (after a staged send message is packed: flip),
+// truncate (the k-th send post: fail sends it without the second half of its last chunk),
 // control (the k-th control-plane collective frame a client writes), register (the k-th memory
 // registration of the UCX transport).
 //

@@ -11,12 +11,14 @@
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
+#include "executor/verify.h"
 #include "executor/work.h"
 
 namespace wsync {
 namespace {
 
 using executor_internal::Chunk;
+using executor_internal::ChunkVerifier;
 using executor_internal::Lane;
 using executor_internal::Message;
 using executor_internal::Work;
@@ -59,12 +61,22 @@ class Run {
         work_(work),
         buffers_(buffers),
         transport_(transport),
-        options_(options) {}
+        options_(options) {
+    if (options.verify) {
+      verifier_ = std::make_unique<ChunkVerifier>(job, work, segments, buffers, options.sync_id);
+    }
+  }
 
   absl::StatusOr<TransferStats> Go() {
     const absl::Time start = absl::Now();
-    WSYNC_RETURN_IF_ERROR(failpoint::Check("alloc"));  // WSYNC_FAILPOINTS (common/failpoint.h)
+    posted_.assign(work_.lanes.size(), 0);
+    // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
+    if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
+      NoticeUnsentMessages(alloc);
+      return alloc;
+    }
     AllocateArenas();
+    RejectStaleMessages();
     for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
 
     int32_t rounds = 0;
@@ -74,14 +86,20 @@ class Run {
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
     slot_last_round_.assign(work_.lanes.size(), {-1, -1});
-    absl::Status status = RunRounds(rounds);
+    absl::Status status = verifier_ ? verifier_->Start(transport_) : absl::OkStatus();
+    if (status.ok()) status = RunRounds(rounds);
+    if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (!status.ok()) {
+      NoticeUnsentMessages(status);
+      if (verifier_) verifier_->Cancel(transport_);
       // Cancel and release whatever is still posted; the deadline has effectively passed.
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, absl::InfinitePast()).IgnoreError();
       }
       return status;
     }
+    if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
+    RejectStaleMessages();
     stats_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     return stats_;
   }
@@ -114,10 +132,39 @@ class Run {
         const Message& message = l.messages[r];
         stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
         if (!message.direct) Unpack(lane, message);
+        if (verifier_) verifier_->HashReceived(lane, r);
       }
       for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
     }
     return absl::OkStatus();
+  }
+
+  // After a failure: tells every peer still waiting for a message of this process that it will
+  // not come, so that the peer fails now (and votes) instead of at its deadline. The notice
+  // carries the tag of the first message not posted, with a length the peer's receive cannot
+  // accept: transports fail a receive of another size at once, and nothing is written.
+  void NoticeUnsentMessages(const absl::Status& failure) {
+    if (options_.before_notices) options_.before_notices(failure);
+    static const char kNotice = 0;
+    std::vector<RequestId> notices;
+    for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (l.direction != Direction::kSend || posted_[lane] >= l.messages.size()) continue;
+      const int64_t expected = l.messages[posted_[lane]].bytes;
+      absl::StatusOr<RequestId> notice =
+          transport_.PostSend(l.peer, MakeTag(options_.sync_id, posted_[lane], work_.process),
+                              &kNotice, expected == 0 ? 1 : 0);
+      if (notice.ok()) notices.push_back(*notice);
+    }
+    if (!notices.empty()) {
+      transport_.WaitAll(notices, absl::Now() + absl::Milliseconds(200)).IgnoreError();
+    }
+  }
+
+  void RejectStaleMessages() {
+    const int64_t rejected = transport_.DiscardStaleMessages(options_.sync_id);
+    stats_.rejected_messages += rejected;
+    if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
 
   void AllocateArenas() {
@@ -184,12 +231,18 @@ class Run {
     RequestId request;
     WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
     if (sending) {
-      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, message.bytes));
+      if (verifier_) verifier_->HashSent(lane_index, r);
+      int64_t bytes = message.bytes;
+      if (failpoint::Evaluate("truncate") == failpoint::Action::kFail) {
+        bytes -= (work_.chunks[message.chunks.back()].bytes + 1) / 2;  // Half the last chunk.
+      }
+      WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, bytes));
       stats_.sent_bytes += message.bytes;
     } else {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
     }
     pending_[r].push_back(request);
+    ++posted_[lane_index];
     return absl::OkStatus();
   }
 
@@ -217,7 +270,9 @@ class Run {
   std::vector<char*> arenas_;  // Per lane; memory owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
+  std::vector<size_t> posted_;                           // Messages posted, per lane.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
+  std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
 };
 
 }  // namespace

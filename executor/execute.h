@@ -6,6 +6,7 @@
 // double-buffered arenas, and the local copies.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,6 +41,20 @@ struct ExecuteOptions {
   uint64_t plan_digest = 0;  // Plan::digest; compared across processes before any byte moves.
   absl::Time deadline = absl::InfiniteFuture();
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
+  // End-to-end integrity (verify.h): every chunk sent to a peer is hashed (xxh3-64) by its sender
+  // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
+  // naming the peer and the chunk. Local copies are not hashed.
+  bool verify = false;
+  // Optional, caller-owned: incremented by the messages of earlier syncs this run rejected
+  // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run
+  // fails.
+  int64_t* rejected_messages = nullptr;
+  // When the run fails after the agreement, every peer still waiting for a message of this
+  // process is told at once that it will not come (it then fails instead of waiting for the
+  // deadline). Called with the failure just before that, on the executing thread, so that the
+  // caller can vote no first and the commit decision names this process's reason rather than a
+  // peer's consequence. Optional.
+  std::function<void(const absl::Status&)> before_notices;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
@@ -60,6 +75,10 @@ struct TransferStats {
   // receives from them (thread CPU time, so that other threads sharing the cores do not count).
   double pack_cpu_seconds = 0;
   double unpack_cpu_seconds = 0;
+  // With ExecuteOptions::verify: received chunks whose hash matched the sender's.
+  int64_t verified_chunks = 0;
+  // Messages of earlier syncs that arrived for this process and were rejected unread.
+  int64_t rejected_messages = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

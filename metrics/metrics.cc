@@ -245,6 +245,16 @@ SessionMetrics::SessionMetrics(absl::string_view role)
   for (absl::string_view kind : kMetricErrorKinds) {
     errors_.push_back(&errors.Add({{"kind", std::string(kind)}}));
   }
+  auto& rejected = BuildCounter()
+                       .Name("wsync_rejected_messages_total")
+                       .Help(
+                           "Messages rejected unread: of an earlier sync, or refused control "
+                           "frames (another job, a bad secret...)")
+                       .Labels(base)
+                       .Register(r);
+  for (absl::string_view reason : kRejectedMessageReasons) {
+    rejected_.push_back(&rejected.Add({{"reason", std::string(reason)}}));
+  }
   plan_info_ = &BuildGauge()
                     .Name("wsync_plan_info")
                     .Help("1, labelled with the digest of the plan every process agreed on")
@@ -420,6 +430,16 @@ void SessionMetrics::RecordError(absl::string_view kind) {
   }
   if (index == errors_.size()) index = errors_.size() - 1;  // "internal".
   errors_[index]->Increment();
+}
+
+void SessionMetrics::RecordRejected(absl::string_view reason, int64_t count) {
+  if (count <= 0) return;
+  size_t index = 0;
+  for (; index < rejected_.size(); ++index) {
+    if (kRejectedMessageReasons[index] == reason) break;
+  }
+  if (index == rejected_.size()) index = rejected_.size() - 1;  // "other".
+  rejected_[index]->Increment(static_cast<double>(count));
 }
 
 void SessionMetrics::SetPlanDigest(const std::string& hex) {

@@ -29,6 +29,10 @@
 //   wsync_state{state}                            1 for the current state: consistent, updating,
 //                                                 dirty (all 0 before the first sync)
 //   wsync_errors_total{kind}                      failed calls by error kind
+//   wsync_rejected_messages_total{reason}         messages rejected unread: stale_sync (data of
+//                                                 an earlier sync, dropped by the transport), and
+//                                                 on the process hosting the coordinator the
+//                                                 control frames it refused (unknown_job, ...)
 //   wsync_plan_info{digest}                       1, with the plan digest as a label
 //   wsync_calibration_age_seconds                 age of the calibration the prediction uses
 //                                                 (absent without one)
@@ -68,6 +72,18 @@ enum class VersionState { kNone, kConsistent, kUpdating, kDirty };
 inline constexpr absl::string_view kMetricErrorKinds[] = {
     "wrong_state", "layout_refused", "ranks_disagree", "invalid_argument", "timed_out", "peer_lost",
     "aborted",     "authentication", "unsupported",    "no_memory",        "data_loss", "internal"};
+// The reason label values of wsync_rejected_messages_total: stale_sync, then the coordinator's
+// refusal reasons (transport/control/coordinator.h: RefusalReasonName).
+inline constexpr absl::string_view kRejectedMessageReasons[] = {
+    "stale_sync",        "authentication_failed",
+    "unknown_job",       "rank_out_of_range",
+    "duplicate_rank",    "bad_field",
+    "protocol_version",  "oversized_frame",
+    "truncated_frame",   "malformed_frame",
+    "unexpected_frame",  "handshake_timeout",
+    "frame_timeout",     "too_many_connections",
+    "rendezvous_closed", "other"};
+
 // The error kind label of a failed status: its wsync error kind (common/status.h) when it has a
 // known one, else one derived from its code. Always one of kMetricErrorKinds.
 absl::string_view MetricErrorKind(const absl::Status& status);
@@ -129,6 +145,8 @@ class SessionMetrics {
   void SetVersion(int64_t version, VersionState state);
   void RecordError(const absl::Status& status);  // No-op for OK.
   void RecordError(absl::string_view kind);      // One of kMetricErrorKinds, else "internal".
+  // Adds `count` rejected messages; `reason` is one of kRejectedMessageReasons, else "other".
+  void RecordRejected(absl::string_view reason, int64_t count);
   void SetPlanDigest(const std::string& hex);
   // The calibration's time; the age is computed at each exposition. InfinitePast clears it.
   void SetCalibrationTime(absl::Time time);
@@ -157,8 +175,9 @@ class SessionMetrics {
   prometheus::Gauge* arena_;
   prometheus::Gauge* arena_peak_;
   prometheus::Gauge* version_;
-  prometheus::Gauge* state_[3];               // consistent, updating, dirty.
-  std::vector<prometheus::Counter*> errors_;  // Parallel to kMetricErrorKinds.
+  prometheus::Gauge* state_[3];                 // consistent, updating, dirty.
+  std::vector<prometheus::Counter*> errors_;    // Parallel to kMetricErrorKinds.
+  std::vector<prometheus::Counter*> rejected_;  // Parallel to kRejectedMessageReasons.
   prometheus::Family<prometheus::Gauge>* plan_info_;
   prometheus::Family<prometheus::Gauge>* calibration_age_family_;
 

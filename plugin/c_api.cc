@@ -261,6 +261,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     config.metrics_address = c.metrics_address;
   }
   if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
+  config.verify = c.verify != 0;
   return config;
 }
 
@@ -532,6 +533,7 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
     full.staged_bytes = last.staged_bytes;
     full.peak_arena_bytes = last.peak_arena_bytes;
     full.seconds = last.seconds;
+    full.verified_chunks = last.verified_chunks;
     // Everything after struct_size, up to the smaller of the two struct sizes.
     const size_t end = std::min(stats->struct_size, sizeof(full));
     std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t),

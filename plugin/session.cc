@@ -182,7 +182,18 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
   }
   metrics_->SetArenaBytes(arenas_.held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
+  RecordCoordinatorRefusals();
   PublishState();
+}
+
+void Session::RecordCoordinatorRefusals() {
+  if (coordinator_ == nullptr) return;
+  const CoordinatorCounters counters = coordinator_->counters();
+  for (int r = 0; r < kNumRefusalReasons; ++r) {
+    const int64_t added = counters.refused[r] - refusals_recorded_[r];
+    metrics_->RecordRejected(RefusalReasonName(static_cast<RefusalReason>(r)), added);
+    refusals_recorded_[r] = counters.refused[r];
+  }
 }
 
 absl::Status Session::Remember(absl::Status status) const {
@@ -466,7 +477,13 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
     return absl::DataLossError("trainer rank 0 sent an unreadable version");
   }
   absl::Status outcome;
-  if (own_version && *own_version != version) {
+  // A replacement process took a lost one's rank: reach it at its new addresses.
+  if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
+    std::vector<std::string> bundles;
+    for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
+    outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+  }
+  if (outcome.ok() && own_version && *own_version != version) {
     outcome = WithErrorKind(absl::FailedPreconditionError(
                                 absl::StrCat("ranks disagree on the version: this process syncs ",
                                              *own_version, ", trainer rank 0 syncs ", version)),
@@ -475,12 +492,23 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   const absl::Time started = absl::Now();
   if (!own_version && before_update_) before_update_(version);
   SetState(SessionState::kSyncing);
-  // (2) The transfer, after agreeing on digest and budget.
+  // (2) The transfer, after agreeing on digest and budget. It and the decision share one deadline
+  // (plus kDecisionGrace for the decision), so a failed sync ends within D + 1 s of the trigger.
+  const absl::Time sync_deadline = absl::Now() + config_.deadline;
   ExecuteOptions options;
   options.sync_id = static_cast<uint64_t>(version);
   options.plan_digest = plan_.digest;
-  options.deadline = absl::Now() + config_.deadline;
+  options.deadline = sync_deadline;
   options.arenas = &arenas_;
+  options.verify = config_.verify;
+  int64_t rejected_messages = 0;
+  options.rejected_messages = &rejected_messages;
+  // A local failure votes no before the peers are told (execute.h), so that the decision names
+  // this process's reason.
+  std::optional<absl::Status> early_decision;
+  options.before_notices = [&](const absl::Status& failure) {
+    early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
+  };
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
   if (outcome.ok()) {
     stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
@@ -494,8 +522,9 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
         .IgnoreError();
   }
   // (3) The commit decision: every process votes; a failure anywhere fails everyone.
-  absl::Status decision =
-      client_->Decide(outcome.ok(), outcome.message(), absl::Now() + config_.deadline);
+  absl::Status decision = early_decision ? *early_decision
+                                         : client_->Decide(outcome.ok(), outcome.message(),
+                                                           sync_deadline + kDecisionGrace);
   if (outcome.ok()) outcome = decision;
   {
     absl::MutexLock lock(&mu_);
@@ -510,6 +539,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
     }
   }
+  metrics_->RecordRejected("stale_sync", rejected_messages);
   RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) after_update_(version, outcome);
   return outcome;

@@ -25,6 +25,7 @@
 // connects and syncs count by error kind. With metrics_address set, Create starts the exporter and
 // Finalize stops it.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -43,11 +44,11 @@
 #include "planner/plan.h"
 #include "plugin/prediction.h"
 #include "transport/control/auth.h"
+#include "transport/control/coordinator.h"
 
 namespace wsync {
 
 class ControlClient;
-class Coordinator;
 class RoutedTransport;
 
 struct SessionConfig {
@@ -72,6 +73,8 @@ struct SessionConfig {
   // process at connect (plugin/prediction.h); empty: none. Needed by replica_policy "cost_aware";
   // gives the schedule report and the predicted-seconds metric their prediction.
   std::string calibration_file;
+  // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
+  bool verify = false;
 };
 
 enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };
@@ -150,6 +153,9 @@ class Session {
   void RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats, const absl::Status& outcome,
                          double seconds);
   void PublishState();
+  // Hosting the coordinator: adds the control frames it refused since the last call to
+  // wsync_rejected_messages_total (by refusal reason). Sync path only.
+  void RecordCoordinatorRefusals();
 
   SessionConfig config_;
   std::string secret_;
@@ -186,6 +192,7 @@ class Session {
   int64_t direct_bytes_[2] = {0, 0};
   int64_t staged_bytes_[2] = {0, 0};
   int64_t arena_peak_bytes_ = 0;  // The largest peak_arena_bytes of any sync; sync path only.
+  std::array<int64_t, kNumRefusalReasons> refusals_recorded_ = {};  // Sync path only.
 
   mutable absl::Mutex mu_;
   SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kRegistered;

@@ -65,4 +65,26 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
   return RoutedTransport::Create(process_, std::move(routed), std::move(route));
 }
 
+absl::Status PathTransportSetup::Reconnect(RoutedTransport& transport,
+                                           const std::vector<std::string>& bundles) {
+  const int32_t processes = static_cast<int32_t>(bundles.size());
+  for (int32_t b = 0; transport.backend(b) != nullptr; ++b) {
+    auto* ucx = dynamic_cast<UcxTransport*>(transport.backend(b));
+    if (ucx == nullptr) continue;
+    std::vector<std::string> addresses(processes);
+    for (int32_t p = 0; p < processes; ++p) {
+      if (transport.RouteOf(p) != b) continue;
+      proto::AddressBundle bundle;
+      if (!bundle.ParseFromString(bundles[p]) || bundle.addresses_size() <= b) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("process ", p, " uses another path transport configuration than process ",
+                         transport.process()));
+      }
+      addresses[p] = bundle.addresses(b);
+    }
+    WSYNC_RETURN_IF_ERROR(ucx->ConnectPeers(addresses));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace wsync

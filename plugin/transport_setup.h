@@ -39,6 +39,13 @@ class PathTransportSetup {
       const std::function<std::string(int32_t, int32_t)>& path_class,
       const std::vector<std::string>& bundles) &&;
 
+  // Points a transport made by Connect at the peers' current bundles (a replacement process took
+  // a rank and published new addresses): each UCX worker reconnects to the peers whose address
+  // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
+  // configuration.
+  static absl::Status Reconnect(RoutedTransport& transport,
+                                const std::vector<std::string>& bundles);
+
  private:
   int32_t process_ = 0;
   PathTransports paths_;

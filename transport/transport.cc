@@ -9,4 +9,9 @@ MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender) {
   return MessageTag{(sync_bits << 40) | (round_bits << 16) | sender_bits};
 }
 
+bool IsStaleTag(MessageTag tag, uint64_t sync_id) {
+  const uint64_t behind = ((sync_id & 0xffffffu) - (tag.value >> 40)) & 0xffffffu;
+  return behind >= 1 && behind <= kStaleSyncWindow;
+}
+
 }  // namespace wsync

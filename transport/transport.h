@@ -45,6 +45,12 @@ struct MessageTag {
 inline constexpr int64_t kMaxRounds = int64_t{1} << 24;
 MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender);
 
+// Syncs a transport looks back when it discards stale messages (DiscardStaleMessages).
+inline constexpr uint64_t kStaleSyncWindow = 16;
+// Whether `tag` belongs to one of the kStaleSyncWindow syncs before `sync_id` (modulo the 24 bits
+// the tag keeps).
+bool IsStaleTag(MessageTag tag, uint64_t sync_id);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -84,6 +90,13 @@ class Transport {
   // this process fail) or at their deadline; both are allowed. Idempotent, callable from any
   // thread.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // Rejects the messages that arrived for this process from one of the kStaleSyncWindow syncs
+  // before `sync_id` and were never matched (delayed, or replayed): each is consumed into scratch
+  // memory and dropped, writing nothing the caller owns, and counted. Returns how many this call
+  // rejected. Messages of `sync_id` and later syncs are left alone. The default rejects nothing
+  // (a backend that cannot see unmatched messages).
+  virtual int64_t DiscardStaleMessages(uint64_t sync_id) { return 0; }
 };
 
 // Small collectives over the processes of a job, used by the executor before any byte moves.

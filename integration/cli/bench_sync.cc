@@ -50,6 +50,10 @@ ABSL_FLAG(int32_t, sync_rounds, 4,
           "Times the contestants (wsync shm, perftest shm, wsync tcp, perftest tcp) run, in turn.");
 ABSL_FLAG(bool, sync_verify, true,
           "First run one job per transport that checks every received byte (2 versions).");
+ABSL_FLAG(
+    bool, verify, false,
+    "Also time wsync with verify=true (xxh3 per chunk, checked before the commit) in the same "
+    "rounds, and print its cost as the ratio of seconds per sync with and without it.");
 ABSL_FLAG(std::string, sync_shm_tls, "sm,cma,self", "UCX_TLS of the shared-memory contestants.");
 ABSL_FLAG(std::string, sync_tcp_tls, "tcp", "UCX_TLS of the TCP contestants.");
 ABSL_FLAG(std::string, sync_tcp_devices, "lo", "UCX_NET_DEVICES of the TCP contestants.");
@@ -239,7 +243,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, bool verify,
-                                                 const std::string& worker,
+                                                 bool hashes, const std::string& worker,
                                                  const std::string& cli) {
   harness::JobSpec spec;
   spec.model = model;
@@ -257,7 +261,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                           harness::ProcessPlacement{"", "local", t.devices, {}});
   }
   spec.extra_worker_flags = {"--policy", absl::GetFlag(FLAGS_policy),
-                             absl::StrCat("--verify=", verify ? "true" : "false")};
+                             absl::StrCat("--verify=", verify ? "true" : "false"),
+                             absl::StrCat("--verify_hashes=", hashes ? "true" : "false")};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
   const int total = facts.trainers + facts.rollouts;
   for (int p = 0; p < total; ++p) {
@@ -287,6 +292,11 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
         s.rollout_bytes = std::max(s.rollout_bytes, received);
         rounds = std::max(rounds, static_cast<int32_t>(Field(stats, "rounds")));
         s.total_bytes += received;
+        if (hashes && Field(stats, "verified") <= 0 && received > 0) {
+          return absl::InternalError(absl::StrFormat(
+              "wsync job with verify over UCX_TLS=%s: process %d checked no chunk hash in sync %d",
+              t.tls, p, v + 1));
+        }
       }
     }
     if (s.total_bytes != facts.bytes_total || rounds != facts.rounds) {
@@ -304,7 +314,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
 // The table.
 
 struct Row {
-  std::string contestant;  // "wsync", "ucx_perftest" or "ucx_perftest xN".
+  std::string contestant;  // "wsync", "wsync+verify", "ucx_perftest" or "ucx_perftest xN".
   Transports transports;
   int32_t pairs = 1;                   // ucx_perftest: concurrent sender/receiver pairs.
   std::vector<SyncSample> syncs;       // wsync.
@@ -313,7 +323,8 @@ struct Row {
   int64_t message_bytes = 0;           // ucx_perftest.
   int32_t iters = 0;                   // ucx_perftest.
 
-  bool wsync() const { return contestant == "wsync"; }
+  bool wsync() const { return absl::StartsWith(contestant, "wsync"); }
+  bool hashes() const { return contestant == "wsync+verify"; }
   int runs() const { return wsync() ? syncs.size() : per_pair_rates.size(); }
   std::vector<double> Seconds() const {
     std::vector<double> v;
@@ -354,7 +365,7 @@ std::string Join(const std::vector<double>& values, int digits) {
 std::string SyncBenchUsage() {
   return "wsync bench sync [--model M] [--from L] [--to L] [--budget B] [--policy P]\n"
          "                 [--sync_syncs K] [--sync_warmup W] [--sync_rounds R]\n"
-         "                 [--sync_verify] [--sync_shm_tls T] [--sync_tcp_tls T]\n"
+         "                 [--sync_verify] [--verify] [--sync_shm_tls T] [--sync_tcp_tls T]\n"
          "                 [--sync_tcp_devices D] [--sync_worker PATH] [--sync_perftest PATH]\n"
          "                 [--sync_perftest_iters N] [--sync_perftest_size B]\n"
          "                 [--sync_perftest_concurrent] [--sync_timeout_s S] [--sync_json PATH]\n"
@@ -364,7 +375,8 @@ std::string SyncBenchUsage() {
          "  syncs each, alternating with ucx_perftest tag_bw between two processes (and as many\n"
          "  concurrent pairs as there are rollouts) at the largest message the schedule sends.\n"
          "  Prints seconds per sync, GB/s per rollout and in total, and the ratio of wsync's\n"
-         "  per-rollout throughput to ucx_perftest's.\n";
+         "  per-rollout throughput to ucx_perftest's. --verify adds a wsync+verify contestant\n"
+         "  (verify=true: xxh3 per chunk) to the same rounds and prints its cost as a ratio.\n";
 }
 
 absl::Status RunSyncBench(std::FILE* out) {
@@ -415,7 +427,7 @@ absl::Status RunSyncBench(std::FILE* out) {
     for (const Transports& t : transports) {
       const absl::Time start = absl::Now();
       WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, t, /*warmup=*/0, /*syncs=*/2,
-                                     /*verify=*/true, worker, cli)
+                                     /*verify=*/true, /*hashes=*/false, worker, cli)
                                 .status());
       absl::FPrintF(out,
                     "verified %s (UCX_TLS=%s): 2 versions, every rollout byte equal to the "
@@ -434,6 +446,10 @@ absl::Status RunSyncBench(std::FILE* out) {
     row.contestant = "wsync";
     row.transports = t;
     rows.push_back(row);
+    if (absl::GetFlag(FLAGS_verify)) {
+      row.contestant = "wsync+verify";
+      rows.push_back(row);
+    }
     row.contestant = "ucx_perftest";
     row.message_bytes = message_bytes;
     row.iters = iters;
@@ -456,7 +472,7 @@ absl::Status RunSyncBench(std::FILE* out) {
       if (row.wsync()) {
         absl::StatusOr<std::vector<SyncSample>> samples =
             RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
-                     /*verify=*/false, worker, cli);
+                     /*verify=*/false, row.hashes(), worker, cli);
         if (!samples.ok()) {
           status = samples.status();
           break;
@@ -583,11 +599,25 @@ absl::Status RunSyncBench(std::FILE* out) {
       step.push_back(s.step_seconds);
     }
     absl::FPrintF(out,
-                  "wsync %s outside the transfer (medians): agreement %.4f s, commit decision\n"
+                  "%s %s outside the transfer (medians): agreement %.4f s, commit decision\n"
                   "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
                   "  decision, slowest process) %.4f s = %.2f GB/s per rollout\n",
-                  row.transports.name, Median(agree), Median(decide), Median(step),
+                  row.contestant, row.transports.name, Median(agree), Median(decide), Median(step),
                   row.syncs[0].rollout_bytes / Median(step) / 1e9);
+  }
+  for (const Row& with : rows) {
+    if (!with.hashes()) continue;
+    for (const Row& without : rows) {
+      if (without.contestant != "wsync" || without.transports.name != with.transports.name) {
+        continue;
+      }
+      const double on = Median(with.Seconds());
+      const double off = Median(without.Seconds());
+      absl::FPrintF(out,
+                    "verify cost %s: %.4f s/sync with verify=true, %.4f s without (same rounds, "
+                    "alternating): ratio %.3f\n",
+                    with.transports.name, on, off, off > 0 ? on / off : 0);
+    }
   }
   absl::FPrintF(out, "total %.1f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
 

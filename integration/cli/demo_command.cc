@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(std::string, to);
 ABSL_DECLARE_FLAG(int32_t, trainers);
 ABSL_DECLARE_FLAG(int32_t, rollouts);
 ABSL_DECLARE_FLAG(int32_t, layers);
+ABSL_DECLARE_FLAG(bool, verify);
 ABSL_FLAG(int32_t, steps, 5, "`wsync demo`: RL steps to run.");
 ABSL_FLAG(std::string, tls, "",
           "`wsync demo`: UCX transports of every path (default sm,cma,self).");
@@ -83,6 +84,7 @@ struct DemoRequest {
   absl::Duration timeout;
   bool metrics = false;
   double linger_s = 0;
+  bool verify = false;  // The plugin's verify=true (xxh3 per chunk).
 };
 
 // One STEP line of a process (see integration/demo/demo_process.cc).
@@ -334,6 +336,7 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
       argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", metrics_ports[p]));
     }
     if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
+    if (request.verify) argv.push_back("--verify");
     return argv;
   };
   // Progress: a line once every process has connected, then one per step every process finished.
@@ -457,7 +460,7 @@ std::string DemoUsage() {
   return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
          "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
-         "                  [--metrics] [--linger_s S]\n"
+         "                  [--metrics] [--linger_s S] [--verify]\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -472,7 +475,9 @@ std::string DemoUsage() {
          "  --path_transports  per path class, e.g. 'intra_node=ucx:sm,cma,self;*=ucx:tcp'\n"
          "  --layers    keep only the first N transformer layers (default: all)\n"
          "  --metrics   each process serves Prometheus metrics on 127.0.0.1 (URLs printed)\n"
-         "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n";
+         "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n"
+         "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
+         "receiver\n";
 }
 
 int DemoMain(int argc, char** argv) {
@@ -526,6 +531,7 @@ int DemoMain(int argc, char** argv) {
   request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
+  request.verify = absl::GetFlag(FLAGS_verify);
   if (request.linger_s < 0) {
     absl::FPrintF(stderr, "wsync demo: --linger_s must be >= 0\n");
     return 2;

@@ -78,6 +78,8 @@ struct FaultJob {
   std::set<int> not_started;    // Workers left out (the rendezvous cannot complete).
   std::set<int> expected_dead;  // Workers that do not finish (killed by a failpoint).
   double pause_before_decide_s = 0;
+  bool verify_hashes = false;  // wsync's verify=true (ExecuteOptions::verify).
+  bool check_elements = true;  // The rollouts' element-by-element check (the worker's --verify).
   // Called with the workers' outputs (by global id) while they run; returns true when the test
   // should kill the coordinator now (once).
   std::function<bool(const std::vector<std::string>&)> kill_coordinator_when;
@@ -145,6 +147,8 @@ FaultRun RunFaultJob(const FaultJob& job) {
             absl::StrCat("--versions=", job.versions),
             absl::StrCat("--deadline_s=", job.deadline_s),
             absl::StrCat("--pause_before_decide_s=", job.pause_before_decide_s),
+            absl::StrCat("--verify_hashes=", job.verify_hashes),
+            absl::StrCat("--verify=", job.check_elements),
             "--keep_going",
             "--markers"};
   };
@@ -209,10 +213,14 @@ std::string Describe(const FaultRun& run, int p) {
                       run.workers[p].stdout_text, "\nstderr:\n", run.workers[p].stderr_text);
 }
 
+// Promise 1's bound on a whole failed sync: the transfer and the commit decision share the
+// deadline D (the decision gets kDecisionGrace = 1 s more), so D + 2 s holds with 1 s to spare.
+// Asserted without slack: this is the promise itself (before the fix a failed sync lasted ~2 D).
+double WholeSyncBound(double deadline_s) { return deadline_s + 2; }
+
 // Every surviving worker: none killed by the harness (no hang); version 1 failed with an error
 // naming `lost` (process id or the words of `names`); the first error came within D + 2 s of the
-// start of the sync (plus slack); the whole sync ended within 2 D + 2 s (transfer and commit
-// decision each have the deadline D).
+// start of the sync (plus slack), and so did the end of the whole sync, decision included.
 void ExpectSurvivorsReport(const FaultRun& run, const FaultJob& job, int lost,
                            const std::vector<std::string>& names) {
   for (int p = 0; p < kTrainers + kRollouts; ++p) {
@@ -229,7 +237,7 @@ void ExpectSurvivorsReport(const FaultRun& run, const FaultJob& job, int lost,
     const double first_error_s =
         first.error.rfind("OK |", 0) == 0 ? first.total_s : first.transfer_s;
     EXPECT_LE(first_error_s, job.deadline_s + 2 + kSlackSeconds) << first.error;
-    EXPECT_LE(first.total_s, 2 * job.deadline_s + 2 + kSlackSeconds) << first.error;
+    EXPECT_LE(first.total_s, WholeSyncBound(job.deadline_s)) << first.error;
   }
 }
 
@@ -260,14 +268,15 @@ TEST(FaultTest, KillTrainerMidSync) {
 }
 
 // Rollout rank 1 stops itself for 3 D at its second receive post of version 1 and is continued.
-// Everyone fails version 1 (the stopped process included: it applies nothing from it); the job
-// then recovers without restarting any process: the last version commits everywhere, verified
-// element by element by every rollout. (Observed: versions 2 and 3 fail too, because the resumed
-// process's late calls land in collective rounds the others already left on their deadlines;
-// version 4 commits. Six versions leave room for a slower machine.)
+// Everyone fails version 1 (the stopped process included: it applies nothing from it). While it is
+// stopped the others fail each sync at D naming it. Once it resumes it catches up at once: its
+// calls to collective rounds the others already failed fail immediately (the coordinator fails a
+// round for everyone when one contributor gives up, so every process sees the same outcome and
+// stays in step), and it takes part in the very next sync the others run: from the first version
+// it commits, every version commits on every process, verified element by element.
 TEST(FaultTest, StopRolloutForThreeDeadlinesThenContinue) {
   FaultJob job;
-  job.versions = 6;
+  job.versions = 5;
   job.failpoints[3] = absl::StrCat("recv:stop=", 3 * kDeadlineSeconds, "s@2");
   FaultRun run = RunFaultJob(job);
   ASSERT_EQ(run.workers.size(), 4u);
@@ -279,8 +288,33 @@ TEST(FaultTest, StopRolloutForThreeDeadlinesThenContinue) {
   EXPECT_FALSE(run.results[3][0].ok) << "the stopped rollout reported the fenced sync as done";
   for (int p = 0; p < 4; ++p) {
     ASSERT_EQ(run.results[p].size(), static_cast<size_t>(job.versions)) << Describe(run, p);
-    EXPECT_TRUE(run.results[p].back().ok)
-        << "process " << p << " did not rejoin: " << run.results[p].back().error;
+  }
+  // The resumed process's versions after the fenced one: some that the others already finished
+  // fail at once (no waiting: they were over), then the first one it really joins commits.
+  size_t rejoined = 1;
+  while (rejoined < run.results[3].size() && !run.results[3][rejoined].ok) {
+    EXPECT_LT(run.results[3][rejoined].total_s, 1.0)
+        << "version " << run.results[3][rejoined].version
+        << " of the resumed process waited instead of catching up: "
+        << run.results[3][rejoined].error;
+    ++rejoined;
+  }
+  ASSERT_LT(rejoined, run.results[3].size()) << "the resumed process never committed again";
+  const int64_t first_ok = run.results[3][rejoined].version;
+  EXPECT_LE(first_ok, 4) << "the resumed process sat out a sync it could have joined";
+  for (int p = 0; p < 4; ++p) {
+    for (const SyncResult& r : run.results[p]) {
+      if (r.version >= first_ok) {
+        EXPECT_TRUE(r.ok) << "process " << p << " version " << r.version << ": " << r.error;
+      }
+    }
+  }
+  // It took part in the very next sync the others ran after it resumed: the others' failed
+  // versions (one per D while it was stopped) end right before the first it committed.
+  for (int p = 0; p < 3; ++p) {
+    for (const SyncResult& r : run.results[p]) {
+      if (r.version < first_ok) EXPECT_FALSE(r.ok) << "process " << p << " version " << r.version;
+    }
   }
 }
 
@@ -355,27 +389,32 @@ void ExpectOneFailedSyncThenRecovery(const FaultRun& run, const std::string& rea
     if (named.count(p)) {
       EXPECT_TRUE(absl::StrContains(run.results[p][0].error, reason)) << run.results[p][0].error;
     }
-    EXPECT_LE(run.results[p][0].total_s, 2 * kDeadlineSeconds + 2 + kSlackSeconds);
+    EXPECT_LE(run.results[p][0].total_s, WholeSyncBound(kDeadlineSeconds));
     EXPECT_TRUE(run.results[p][1].ok) << run.results[p][1].error;
   }
 }
 
-// A trainer's staging allocation fails: it votes no with the reason, every process fails the
-// sync, and the next sync commits. Known gap (observed): only the failing trainer and the rollout
-// that waited for its messages until D learn the reason; the other processes' commit votes time
-// out first, naming that waiting rollout ("did not contribute before the deadline: process 2"),
-// because the coordinator completes a Decide round only when every process voted, even after a
-// "no" decided it.
+// A trainer's staging allocation fails: it votes no with the reason at once, and the coordinator
+// decides the abort on that first "no": every process's error names trainer rank 0 and its
+// reason (not the rollout still waiting for its bytes), and the next sync commits.
 TEST(FaultTest, FailedArenaAllocationFailsTheSyncEverywhereThenRecovers) {
   FaultJob job;
   job.failpoints[0] = "alloc:fail@1";
   FaultRun run = RunFaultJob(job);
   ASSERT_EQ(run.workers.size(), 4u);
-  ExpectOneFailedSyncThenRecovery(run, "failpoint 'alloc'", {0, 2});
+  ExpectOneFailedSyncThenRecovery(
+      run, "aborted by process 0 (trainer rank 0, node local): ", {0, 1, 2, 3});
+  for (int p = 0; p < kTrainers + kRollouts; ++p) {
+    ASSERT_FALSE(run.results[p].empty());
+    EXPECT_TRUE(absl::StrContains(run.results[p][0].error, "failpoint 'alloc'"))
+        << run.results[p][0].error;
+    EXPECT_FALSE(absl::StrContains(run.results[p][0].error, "did not contribute"))
+        << "blamed a process that was only waiting: " << run.results[p][0].error;
+  }
 }
 
 // A byte flipped after packing on both trainers: the rollouts' element check (the worker's
-// verification; wsync's own verify=true is not implemented yet) refuses it, so the commit
+// verification; wsync's verify=true is off here) refuses it, so the commit
 // decision aborts on every process: no false success; the next sync commits.
 TEST(FaultTest, FlippedByteAfterPackIsNeverAFalseSuccess) {
   FaultJob job;
@@ -397,6 +436,41 @@ TEST(FaultTest, FailedControlMessageIsNamedByEveryOtherProcess) {
   ASSERT_FALSE(run.results[3].empty()) << Describe(run, 3);
   EXPECT_TRUE(absl::StrContains(run.results[3][0].error, "failpoint 'control'"))
       << run.results[3][0].error;
+}
+
+// verify=true alone (the rollouts' element check is off, so nothing else could notice): a byte
+// flipped after packing a trainer's first staged message, once per trainer (separate jobs). The
+// rollout that received it votes no naming that trainer and the chunk; every process fails
+// version 1 (zero false successes) and version 2 commits everywhere.
+TEST(FaultTest, FlippedByteWithVerifyFailsTheSyncOnEveryProcess) {
+  for (int trainer = 0; trainer < kTrainers; ++trainer) {
+    SCOPED_TRACE(absl::StrCat("flip on trainer ", trainer));
+    FaultJob job;
+    job.verify_hashes = true;
+    job.check_elements = false;
+    job.failpoints[trainer] = "pack:flip@1";
+    FaultRun run = RunFaultJob(job);
+    ASSERT_EQ(run.workers.size(), 4u);
+    ExpectOneFailedSyncThenRecovery(run, "verify: chunk", {0, 1, 2, 3});
+    for (int p = 0; p < kTrainers + kRollouts; ++p) {
+      ASSERT_FALSE(run.results[p].empty());
+      EXPECT_TRUE(absl::StrContains(run.results[p][0].error,
+                                    absl::StrCat("from process ", trainer, " differs")))
+          << run.results[p][0].error;
+    }
+  }
+}
+
+// verify=true, the element check off: trainer 0's first send goes out without the second half of
+// its last chunk. Every process fails version 1, version 2 commits.
+TEST(FaultTest, TruncatedLastChunkWithVerifyFailsTheSyncOnEveryProcess) {
+  FaultJob job;
+  job.verify_hashes = true;
+  job.check_elements = false;
+  job.failpoints[0] = "truncate:fail@1";
+  FaultRun run = RunFaultJob(job);
+  ASSERT_EQ(run.workers.size(), 4u);
+  ExpectOneFailedSyncThenRecovery(run, "size mismatch", {2, 3});
 }
 
 }  // namespace

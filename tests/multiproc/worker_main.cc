@@ -61,6 +61,9 @@ ABSL_FLAG(std::string, path_transports, "",
           "empty: one UCX transport with --tls and --net_devices for every peer.");
 ABSL_FLAG(int32_t, versions, 3, "Syncs to run.");
 ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (rollout).");
+ABSL_FLAG(bool, verify_hashes, false,
+          "wsync's end-to-end integrity (ExecuteOptions::verify): xxh3 per chunk, sender against "
+          "receiver, before the commit vote.");
 ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
           "Staging budget in bytes per peer and direction.");
 ABSL_FLAG(double, deadline_s, 60, "Deadline of each step in seconds.");
@@ -90,10 +93,10 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
                 const std::map<std::string, int64_t>& bytes_by_path) {
   std::string line = absl::StrFormat(
       "STATS version=%d process=%d role=%s rank=%d seconds=%.6f sent=%d received=%d direct=%d "
-      "staged=%d rounds=%d chunks=%d arena=%d call_seconds=%.6f decide_seconds=%.6f",
+      "staged=%d rounds=%d chunks=%d arena=%d verified=%d call_seconds=%.6f decide_seconds=%.6f",
       version, me, RoleName(job.processes()[me].role), job.processes()[me].rank, stats.seconds,
       stats.sent_bytes, stats.received_bytes, stats.direct_bytes, stats.staged_bytes, stats.rounds,
-      stats.chunks, stats.peak_arena_bytes, call_seconds, decide_seconds);
+      stats.chunks, stats.peak_arena_bytes, stats.verified_chunks, call_seconds, decide_seconds);
   for (const auto& [path, bytes] : bytes_by_path)
     absl::StrAppend(&line, " path_", path, "=", bytes);
   absl::PrintF("%s\n", line);
@@ -209,6 +212,13 @@ absl::Status Run() {
     options.plan_digest = plan.digest;
     options.deadline = absl::Now() + step;
     options.arenas = &arenas;
+    options.verify = absl::GetFlag(FLAGS_verify_hashes);
+    // A local failure votes no before the peers are told (as the session does), so the decision
+    // names this process's reason.
+    std::optional<absl::Status> early_decision;
+    options.before_notices = [&](const absl::Status& failure) {
+      early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
+    };
     const absl::Time call_start = absl::Now();
     Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats =
@@ -224,7 +234,13 @@ absl::Status Run() {
       absl::SleepFor(pause);
     }
     const absl::Time decide_start = absl::Now();
-    absl::Status decision = client->Decide(outcome.ok(), outcome.message(), absl::Now() + step);
+    // The decision shares the sync's deadline (as the session's does), except that the element
+    // check, a test step outside wsync's protocol, gets a deadline of its own.
+    const absl::Time decide_deadline =
+        options.deadline + kDecisionGrace + (verify ? step : absl::ZeroDuration());
+    absl::Status decision = early_decision
+                                ? *early_decision
+                                : client->Decide(outcome.ok(), outcome.message(), decide_deadline);
     Marker(absl::StrFormat(
         "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
         outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,56 @@ TEST_F(SessionTest, EngineRpcModeSyncsThreeVersionsExactly) {
   absl::StatusOr<std::string> report = processes[2].session->ScheduleReport();
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(*report, HasSubstr("process 2 (rollout rank 0)"));
+}
+
+// Rollout rank 1 dies after version 1 (its session is finalized, so the coordinator loses it);
+// the next sync fails on the others at once, naming it. A replacement session of the same rank
+// and layout connects to the running job, starts with no version (not consistent), and the very
+// next sync brings it to the current version: every element it holds is then version 3's.
+TEST_F(SessionTest, AReplacementProcessJoinsTheRunningJobAndIsBroughtToTheCurrentVersion) {
+  const int port = test::FreeLoopbackPort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "replace"));
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "replace"));
+  // Runs `call` on each of `ids` in its own thread (one thread per process).
+  auto on = [&](const std::vector<int>& ids, const std::function<absl::Status(int)>& call) {
+    std::vector<absl::Status> results(processes.size());
+    std::vector<std::thread> threads;
+    for (int p : ids) threads.emplace_back([&, p] { results[p] = call(p); });
+    for (std::thread& thread : threads) thread.join();
+    return results;
+  };
+  auto sync = [&](int64_t v) {
+    return [&, v](int p) -> absl::Status {
+      Process& me = processes[p];
+      if (p < 2) WSYNC_RETURN_IF_ERROR(test::FillLogical(me.part, v, me.memory.get()));
+      WSYNC_RETURN_IF_ERROR(me.session->Sync(v));
+      return p >= 2 ? test::CheckLogical(me.part, *me.memory, v) : absl::OkStatus();
+    };
+  };
+  for (const absl::Status& s :
+       on({0, 1, 2, 3}, [&](int p) { return processes[p].session->Connect(); })) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (const absl::Status& s : on({0, 1, 2, 3}, sync(1))) ASSERT_TRUE(s.ok()) << s;
+
+  processes[3].session->Finalize();
+  const absl::Time lost_at = absl::Now();
+  std::vector<absl::Status> failed = on({0, 1, 2}, sync(2));
+  for (int p : {0, 1, 2}) {
+    EXPECT_TRUE(absl::IsUnavailable(failed[p])) << p << ": " << failed[p];
+    EXPECT_THAT(failed[p].message(), HasSubstr("process 3 (rollout rank 1"));
+  }
+  EXPECT_LT(absl::Now() - lost_at, absl::Seconds(5));
+
+  processes[3] = MakeProcess(Role::kRollout, 1, port, "replace");
+  ASSERT_TRUE(processes[3].session->Connect().ok()) << processes[3].session->LastError();
+  EXPECT_EQ(processes[3].session->State(), std::make_pair(int64_t{-1}, SessionState::kIdle))
+      << "a replacement must not report a version before a sync brought it there";
+  for (const absl::Status& s : on({0, 1, 2, 3}, sync(3))) EXPECT_TRUE(s.ok()) << s;
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_EQ(processes[p].session->State(), std::make_pair(int64_t{3}, SessionState::kIdle)) << p;
+  }
 }
 
 TEST_F(SessionTest, TrainerTriggeredModeCallsTheCallbacksAroundEverySync) {

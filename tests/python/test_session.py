@@ -24,10 +24,10 @@ def _polled(index, port):
     model.w = torch.nn.Parameter(w, requires_grad=False)
     if index == 0:
         sync = TrainerSync(model, layouts.hf_layout(model), 0, 1, f"127.0.0.1:{port}", SECRET,
-                           num_rollouts=1, **COMMON)
+                           num_rollouts=1, verify=True, **COMMON)
     else:
         sync = RolloutSync(model, layouts.hf_layout(model), 0, 1, f"127.0.0.1:{port}", SECRET,
-                           num_trainers=1, **COMMON)
+                           num_trainers=1, verify=True, **COMMON)
     out = {"schedule": sync.schedule()}
     with sync:
         for version in (1, 2):
@@ -90,6 +90,9 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(trainer["schedule"]["peers"][0]["direction"], "to")
         self.assertEqual(rollout["value"], 2.0)
         self.assertEqual(rollout["stats"]["version"], 2)
+        # verify=True passes through to the plugin: the rollout checked the chunk's hash.
+        self.assertEqual(rollout["stats"]["verified_chunks"], 1)
+        self.assertEqual(trainer["stats"]["verified_chunks"], 0)
         self.assertEqual(rollout["state_name"], "IDLE")
         self.assertTrue(rollout["after_close"])
 

@@ -207,38 +207,50 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
       return Broken(absl::InternalError(
           absl::StrCat(Prefix(), "protocol error: expected the roster, got another frame")));
     }
-    control::Roster& wire = *got->mutable_roster();
-    const int32_t world = size();
-    bool consistent = wire.num_trainers() == num_trainers_ &&
-                      wire.num_rollouts() == num_rollouts_ && wire.processes_size() == world;
-    for (int32_t id = 0; consistent && id < world; ++id) {
-      const control::RosterEntry& e = wire.processes(id);
-      const std::optional<ControlRole> role = RoleFromProto(e.role());
-      consistent = e.process() == id && role.has_value() && e.rank() >= 0 &&
-                   GlobalProcessId(*role, e.rank(), num_trainers_) == id &&
-                   CheckIdentifier("node id", e.node_id()).ok() && e.manifest() >= 0 &&
-                   e.manifest() < wire.blobs_size() && e.metadata() >= 0 &&
-                   e.metadata() < wire.blobs_size() &&
-                   (id != process_ || e.node_id() == options_.node_id);
-    }
-    if (!consistent) {
-      return Broken(absl::InternalError(
-          absl::StrCat(Prefix(), "protocol error: the coordinator sent an inconsistent roster")));
-    }
-    Roster roster;
-    roster.num_trainers = num_trainers_;
-    roster.num_rollouts = num_rollouts_;
-    roster.processes.reserve(world);
-    for (control::RosterEntry& e : *wire.mutable_processes()) {
-      roster.processes.push_back(RosterEntry{e.process(), *RoleFromProto(e.role()), e.rank(),
-                                             std::move(*e.mutable_node_id()), e.manifest(),
-                                             e.metadata(), std::move(*e.mutable_address())});
-    }
-    roster.blobs.reserve(wire.blobs_size());
-    for (std::string& blob : *wire.mutable_blobs()) roster.blobs.push_back(std::move(blob));
+    WSYNC_ASSIGN_OR_RETURN(Roster roster, ReadRoster(*got->mutable_roster()));
+    next_number_ = got->roster().next_collective();
     joined_ = true;
     return roster;
   }
+}
+
+absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) {
+  const int32_t world = size();
+  bool consistent = wire.num_trainers() == num_trainers_ && wire.num_rollouts() == num_rollouts_ &&
+                    wire.processes_size() == world;
+  for (int32_t id = 0; consistent && id < world; ++id) {
+    const control::RosterEntry& e = wire.processes(id);
+    const std::optional<ControlRole> role = RoleFromProto(e.role());
+    consistent = e.process() == id && role.has_value() && e.rank() >= 0 &&
+                 GlobalProcessId(*role, e.rank(), num_trainers_) == id &&
+                 CheckIdentifier("node id", e.node_id()).ok() && e.manifest() >= 0 &&
+                 e.manifest() < wire.blobs_size() && e.metadata() >= 0 &&
+                 e.metadata() < wire.blobs_size() &&
+                 (id != process_ || e.node_id() == options_.node_id);
+  }
+  if (!consistent) {
+    return Broken(absl::InternalError(
+        absl::StrCat(Prefix(), "protocol error: the coordinator sent an inconsistent roster")));
+  }
+  Roster roster;
+  roster.num_trainers = num_trainers_;
+  roster.num_rollouts = num_rollouts_;
+  roster.processes.reserve(world);
+  for (control::RosterEntry& e : *wire.mutable_processes()) {
+    roster.processes.push_back(RosterEntry{e.process(), *RoleFromProto(e.role()), e.rank(),
+                                           std::move(*e.mutable_node_id()), e.manifest(),
+                                           e.metadata(), std::move(*e.mutable_address())});
+  }
+  roster.blobs.reserve(wire.blobs_size());
+  for (std::string& blob : *wire.mutable_blobs()) roster.blobs.push_back(std::move(blob));
+  roster.epoch = wire.epoch();
+  return roster;
+}
+
+std::optional<Roster> ControlClient::TakeRosterUpdate() {
+  std::optional<Roster> update = std::move(roster_update_);
+  roster_update_.reset();
+  return update;
 }
 
 absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute contribute,
@@ -289,6 +301,12 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
     if (got->has_reject()) {
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
                          absl::StrCat(name, "the coordinator closed the connection: ")));
+    }
+    if (got->has_roster()) {  // A replacement joined: its new address, for the transport.
+      absl::StatusOr<Roster> update = ReadRoster(*got->mutable_roster());
+      if (!update.ok()) return Broken(update.status());
+      roster_update_ = *std::move(update);
+      continue;
     }
     if (!got->has_result() || got->result().number() > number) {
       return Broken(absl::InternalError(

@@ -12,7 +12,8 @@
 //                     contributed (or says that the coordinator did not answer at all)
 //   Unavailable       a process left the job (named), or the coordinator connection ended
 //   InvalidArgument   processes called different collectives (or roots) in the same round
-//   Aborted           Decide: some process said not ok (each named with its reason); or Abort
+//   Aborted           Decide: a process said not ok (the first one, named with its reason, decides
+//                     for everyone at once); or Abort
 //   ResourceExhausted a payload or a gathered result above the frame cap
 // A call that finds the connection broken (closed, refused, protocol error) fails at once with
 // that error; the client is then finished. Error messages never contain the secret.
@@ -23,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,11 @@
 #include "transport/transport.h"
 
 namespace wsync {
+
+// How long after a sync's deadline its commit decision (Decide) may still complete: a process
+// whose transfer failed at the deadline still votes and learns the outcome, and the whole failed
+// sync ends within D + kDecisionGrace of its start (the promise is D + 2 s).
+inline constexpr absl::Duration kDecisionGrace = absl::Seconds(1);
 
 struct ControlClientOptions {
   std::string coordinator_host = "127.0.0.1";  // A literal address or a host name.
@@ -75,6 +82,7 @@ struct Roster {
   int32_t num_rollouts = 0;
   std::vector<RosterEntry> processes;
   std::vector<std::string> blobs;
+  uint64_t epoch = 0;  // Replacements admitted before this roster was sent.
 
   int32_t size() const { return static_cast<int32_t>(processes.size()); }
   const std::string& manifest(int32_t process) const {
@@ -116,9 +124,14 @@ class ControlClient : public Group {
                                         absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
   // The per-step commit decision: OK only when every process said ok; otherwise Aborted naming the
-  // processes that did not, with their reasons. `reason` (used when !ok) is cut to
-  // kMaxReasonBytes.
+  // first process that did not, with its reason (every process gets the same answer, at once).
+  // `reason` (used when !ok) is cut to kMaxReasonBytes.
   absl::Status Decide(bool ok, absl::string_view reason, absl::Time deadline);
+
+  // The roster the coordinator sent unasked since the last call, when a replacement joined for a
+  // lost process (its new transport address; Roster::epoch counts replacements); nullopt when
+  // none came. Collectives receive it; this only hands it over.
+  std::optional<Roster> TakeRosterUpdate();
 
   // Fails the current and every later call with Aborted(reason) and closes the connection, so the
   // other processes' collectives fail at once naming this process. Idempotent; any thread.
@@ -130,6 +143,8 @@ class ControlClient : public Group {
   // Reads the challenge, sends the hello, checks the welcome. `*retry` says whether a new
   // connection may succeed (the coordinator was busy).
   absl::Status Handshake(absl::Time deadline, bool* retry);
+  // Checks a roster from the coordinator and converts it (moving its strings out of `wire`).
+  absl::StatusOr<Roster> ReadRoster(control::Roster& wire);
   // Runs one numbered collective and returns its Result (OK code) or its error.
   absl::StatusOr<control::Result> Collective(control::Contribute contribute, absl::Time deadline);
   // The error to return once the connection is unusable: Abort's reason if aborted, else `cause`
@@ -148,6 +163,7 @@ class ControlClient : public Group {
   bool joined_ = false;
   bool join_attempted_ = false;
   uint64_t next_number_ = 0;
+  std::optional<Roster> roster_update_;
   absl::Status broken_;
 
   std::atomic<bool> aborted_{false};

@@ -253,7 +253,11 @@ void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time
   if (c.phase == Phase::kHandshake && kind == control::Frame::kHello) {
     HandleHello(c, frame.hello(), now);
   } else if (c.phase == Phase::kWelcomed && kind == control::Frame::kJoin) {
-    HandleJoin(c, *frame.mutable_join());
+    if (rendezvous_done_) {
+      AdmitReplacement(c, *frame.mutable_join(), now);
+    } else {
+      HandleJoin(c, *frame.mutable_join());
+    }
   } else if (c.phase == Phase::kJoined && rendezvous_done_ && kind == control::Frame::kContribute) {
     HandleContribute(c, *frame.mutable_contribute(), now);
   } else {
@@ -405,12 +409,13 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
                       absl::StrCat("control: ", ControlRoleName(*role), " rank ", hello.rank(),
                                    " has already joined (", Describe(id), ")")));
   }
-  if (rendezvous_done_ || rendezvous_failed_) {
+  if (rendezvous_failed_ || (rendezvous_done_ && !p.lost)) {
     return refuse(RefusalReason::kRendezvousClosed,
-                  absl::FailedPreconditionError(
-                      absl::StrCat("control: the job's rendezvous is over; ", Describe(id),
-                                   " cannot join again (replacing a process is not supported)")));
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "control: the job's rendezvous ", rendezvous_failed_ ? "failed" : "is over",
+                      "; ", Describe(id), " cannot join")));
   }
+  // After the rendezvous a lost process's rank may be taken by a replacement (AdmitReplacement).
   p.connection = &c;
   p.node_id = hello.node_id();
   c.process = id;
@@ -478,6 +483,7 @@ void Coordinator::Impl::CompleteRendezvous() {
     return;
   }
   rendezvous_done_ = true;
+  roster_ = *roster;
   {
     absl::MutexLock lock(&mu_);
     rendezvous_status_ = absl::OkStatus();
@@ -488,6 +494,63 @@ void Coordinator::Impl::CompleteRendezvous() {
     std::string().swap(p.manifest);  // The roster holds them now.
     std::string().swap(p.address);
     std::string().swap(p.metadata);
+  }
+}
+
+void Coordinator::Impl::AdmitReplacement(Connection& c, control::Join& join, absl::Time now) {
+  const int32_t id = c.process;
+  Process& p = processes_[id];
+  control::RosterEntry& entry = *roster_.mutable_processes(id);
+  if (join.manifest() != roster_.blobs(entry.manifest())) {
+    return Refuse(c, RefusalReason::kBadField,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "control: ", Describe(id),
+                      " cannot replace the lost process: its layout part differs from the one "
+                      "the job was planned with")),
+                  now);
+  }
+  // The job's next round: live processes never wait in a round while a process is lost (every
+  // such round fails at once), so every existing round is below it and failed; the replacement
+  // counts as having contributed to them, so that they can be released.
+  uint64_t next = 0;
+  for (int32_t q = 0; q < world_; ++q) {
+    if (q != id && !processes_[q].lost) next = std::max(next, processes_[q].next_number);
+  }
+  std::vector<uint64_t> done;
+  for (auto& [number, r] : rounds_) {
+    if (r.contributed[id]) continue;
+    r.contributed[id] = 1;
+    r.answered[id] = 1;
+    if (++r.count == world_) done.push_back(number);
+  }
+  for (uint64_t number : done) rounds_.erase(number);
+  p.next_number = next;
+  p.lost = false;
+  p.lost_reason.clear();
+  p.joined = true;
+  c.phase = Phase::kJoined;
+  entry.set_node_id(p.node_id);
+  entry.set_address(std::move(*join.mutable_address()));
+  roster_.set_epoch(roster_.epoch() + 1);
+  roster_.set_next_collective(next);
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.joined;
+    ++counters_.replaced;
+  }
+  absl::StatusOr<std::string> encoded = EncodeFrame(
+      [&] {
+        control::Frame frame;
+        *frame.mutable_roster() = roster_;
+        return frame;
+      }(),
+      options_.max_frame_bytes);
+  if (!encoded.ok()) return Drop(c, encoded.status().message());
+  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  for (const Process& q : processes_) {
+    if (q.connection != nullptr && !q.connection->closing && !q.connection->gone) {
+      q.connection->writer.Enqueue(shared);
+    }
   }
 }
 

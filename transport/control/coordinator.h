@@ -23,13 +23,22 @@
 // process gets Reject(DeadlineExceeded) listing the missing (role, rank)s, and the job is over. A
 // process that leaves before the roster frees its rank for a new connection.
 //
+// Replacement: after the roster, a process whose connection ended (lost) may be replaced by a new
+// one of the same role and rank (authenticated like any other) whose Join carries the same
+// manifest: it gets the roster with its new address and the number of the job's next collective,
+// and every other live process gets the same roster unasked, so that it can reach the new
+// address. From then on rounds wait for it again. A different manifest is refused.
+//
 // Collectives: the k-th Contribute of every process forms round k. The round completes when all
-// processes contributed; then each gets the Result. A process whose timeout_ms passes first gets
-// DeadlineExceeded naming the processes still missing (its contribution stays in the round). A
-// process whose connection ends after the roster is lost for good (the job cannot complete another
-// round with it): every open round, and every later one, fails at once (Unavailable) naming it.
-// Calls of different kinds (or Broadcast roots) in one round fail the round for all. At most
-// max_open_rounds rounds are kept; the oldest is then failed and forgotten.
+// processes contributed; then each gets the Result. When a contributor's timeout_ms passes first
+// the round fails for everyone with DeadlineExceeded naming the processes still missing, and a
+// process that contributes to it later gets that failure at once, so every process sees the same
+// outcome of every round and all stay in step. A Decide fails (Aborted) as soon as one process
+// says not ok, naming it and its reason to every process. A process whose connection ends after the
+// roster is lost for good (the job cannot complete another round with it): every open round, and
+// every later one, fails at once (Unavailable) naming it. Calls of different kinds (or Broadcast
+// roots) in one round fail the round for all. At most max_open_rounds rounds are kept; the oldest
+// is then failed and forgotten.
 //
 // Thread safety: Start, Stop and the accessors may be called from any thread. The coordinator
 // serves every connection from one thread with poll, so no connection can block another.
@@ -75,6 +84,7 @@ struct CoordinatorCounters {
   int64_t welcomed = 0;  // Hellos accepted.
   int64_t joined = 0;    // Joins accepted.
   int64_t lost = 0;      // Processes whose connection ended after the roster was sent.
+  int64_t replaced = 0;  // Replacements admitted for lost processes (also counted in joined).
   int64_t rounds_completed = 0;
   int64_t rounds_failed = 0;  // Counted once per round, whatever the number of processes told.
   std::array<int64_t, kNumRefusalReasons> refused = {};

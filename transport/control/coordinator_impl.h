@@ -113,8 +113,7 @@ class Coordinator::Impl {
     std::vector<uint8_t> contributed, answered;
     std::vector<absl::Time> expiry;
     std::vector<std::string> payloads;
-    std::vector<std::string> refusals;  // Decide: "process ...: reason" of each process not ok.
-    absl::Status failure;               // Not OK once the round failed for good.
+    absl::Status failure;  // Not OK once the round failed for good.
   };
 
   std::string Describe(int32_t id) const {
@@ -145,6 +144,9 @@ class Coordinator::Impl {
   void HandleHello(Connection& c, const control::Hello& hello, absl::Time now);
   void HandleJoin(Connection& c, control::Join& join);
   void CompleteRendezvous();
+  // A replacement for lost process `c.process` joined: checks its layout against the one it
+  // replaces, starts it at the job's next collective, and sends the updated roster to everyone.
+  void AdmitReplacement(Connection& c, control::Join& join, absl::Time now);
   void FailRendezvous(const absl::Status& status, absl::Time now);
 
   // Collectives.
@@ -174,6 +176,7 @@ class Coordinator::Impl {
   std::map<uint64_t, Round> rounds_;
   std::set<std::tuple<absl::Time, uint64_t, int32_t>> expiries_;  // (when, round, process).
   uint64_t forgotten_below_ = 0;  // Rounds below this number were failed and dropped.
+  control::Roster roster_;        // As sent at the rendezvous, with every replacement since.
 
   mutable absl::Mutex mu_;
   CoordinatorCounters counters_ ABSL_GUARDED_BY(mu_);

@@ -88,7 +88,9 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
       (kind == control::COLLECTIVE_BROADCAST && id == r.root)) {
     r.payloads[id] = std::move(*contribute.mutable_payload());
   } else if (kind == control::COLLECTIVE_DECIDE && (!contribute.ok() || contribute.failed())) {
-    r.refusals.push_back(absl::StrCat(Describe(id), ": ", reason));
+    // One "no" decides: every process, voted or still to vote, learns at once who refused.
+    return FailRound(number, absl::AbortedError(
+                                 absl::StrCat(name, ": aborted by ", Describe(id), ": ", reason)));
   }
   if (r.count == world_) return CompleteRound(number);
   std::vector<std::string> lost;
@@ -139,11 +141,6 @@ void Coordinator::Impl::CompleteRound(uint64_t number) {
     for (std::string& payload : r.payloads) result->add_payloads(std::move(payload));
   } else if (r.kind == control::COLLECTIVE_BROADCAST) {
     result->add_payloads(std::move(r.payloads[r.root]));
-  } else if (r.kind == control::COLLECTIVE_DECIDE && !r.refusals.empty()) {
-    result->set_code(static_cast<int32_t>(absl::StatusCode::kAborted));
-    result->set_message(TruncateText(absl::StrCat(name, ": aborted by ", r.refusals.size(), " of ",
-                                                  world_, " processes: ", ListOf(r.refusals)),
-                                     kMaxReasonBytes * 4));
   }
   absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) {
@@ -165,7 +162,6 @@ void Coordinator::Impl::FailRound(uint64_t number, const absl::Status& status) {
   Round& r = rounds_.at(number);
   r.failure = status;
   r.payloads.assign(world_, std::string());
-  r.refusals.clear();
   for (int32_t id = 0; id < world_; ++id) {
     if (r.contributed[id] && !r.answered[id]) AnswerStatus(id, number, status);
   }
@@ -187,10 +183,12 @@ void Coordinator::Impl::ExpireContributor(uint64_t number, int32_t id) {
   for (int32_t q = 0; q < world_; ++q) {
     if (!r.contributed[q]) missing.push_back(Describe(q));
   }
-  AnswerStatus(id, number,
-               absl::DeadlineExceededError(absl::StrCat(
-                   KindName(r.kind), " #", number, ": ", missing.size(), " of ", world_,
-                   " processes did not contribute before the deadline: ", ListOf(missing))));
+  // Once one contributor gave up the round cannot complete for everyone: it fails for all, and a
+  // process that contributes later learns that at once (instead of completing the round alone
+  // with what the others left, which would put it one round out of step with them).
+  FailRound(number, absl::DeadlineExceededError(absl::StrCat(
+                        KindName(r.kind), " #", number, ": ", missing.size(), " of ", world_,
+                        " processes did not contribute before the deadline: ", ListOf(missing))));
 }
 
 void Coordinator::Impl::OnProcessLost(int32_t id) {

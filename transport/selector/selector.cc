@@ -179,6 +179,16 @@ Transport* RoutedTransport::BackendFor(int32_t peer) const {
   return backends_[route_[peer]].get();
 }
 
+int32_t RoutedTransport::RouteOf(int32_t peer) const {
+  if (peer < 0 || peer >= static_cast<int32_t>(route_.size())) return -1;
+  return route_[peer];
+}
+
+Transport* RoutedTransport::backend(int32_t index) const {
+  if (index < 0 || index >= static_cast<int32_t>(backends_.size())) return nullptr;
+  return backends_[index].get();
+}
+
 absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,
                                                                MemoryKind kind) {
   std::vector<std::optional<RegistrationId>> ids;
@@ -319,6 +329,12 @@ absl::Status RoutedTransport::WaitAll(absl::Span<const RequestId> requests, absl
     }
   }
   return status;
+}
+
+int64_t RoutedTransport::DiscardStaleMessages(uint64_t sync_id) {
+  int64_t rejected = 0;
+  for (auto& backend : backends_) rejected += backend->DiscardStaleMessages(sync_id);
+  return rejected;
 }
 
 void RoutedTransport::Abort(const absl::Status& reason) {

@@ -111,9 +111,14 @@ class RoutedTransport final : public Transport {
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  int64_t DiscardStaleMessages(uint64_t sync_id) override;
 
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;
+  // The index of that backend (-1 out of range), and the backend of an index (nullptr out of
+  // range), for reconnecting peers.
+  int32_t RouteOf(int32_t peer) const;
+  Transport* backend(int32_t index) const;
 
  private:
   RoutedTransport() = default;

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
 #include "common/status.h"
+#include "transport/ucx/ucx_stale.h"
 
 namespace wsync {
 namespace {
@@ -407,6 +408,12 @@ class UcxTransportImpl final : public UcxTransport {
                        " requests missed the deadline: ", absl::StrJoin(missed, "; ")));
     }
     return absl::OkStatus();
+  }
+
+  int64_t DiscardStaleMessages(uint64_t sync_id) override {
+    absl::MutexLock lock(&drive_mu_);
+    Progress();
+    return ucx_internal::DiscardStaleMessages(worker_, sync_id, absl::Now() + absl::Seconds(1));
   }
 
   void Abort(const absl::Status& reason) override {

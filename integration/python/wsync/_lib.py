@@ -87,6 +87,7 @@ class Config(ctypes.Structure):
         ("path_transports", ctypes.c_char_p),
         ("metrics_address", ctypes.c_char_p),
         ("calibration_file", ctypes.c_char_p),
+        ("verify", ctypes.c_int32),
     ]
 
 
@@ -104,6 +105,7 @@ class Stats(ctypes.Structure):
         ("staged_bytes", ctypes.c_int64),
         ("peak_arena_bytes", ctypes.c_int64),
         ("seconds", ctypes.c_double),
+        ("verified_chunks", ctypes.c_int64),
     ]
 
 

@@ -97,6 +97,10 @@ typedef struct wsync_config {
   const char* calibration_file;    /* A calibration (wsync calibrate --out), read by trainer
                                       rank 0 and shared at connect; NULL: none. Required by
                                       replica_policy "cost_aware". */
+  int32_t verify;                  /* Nonzero: end-to-end integrity. Every chunk is hashed (xxh3)
+                                      by its sender and by its receiver over what landed; a
+                                      mismatch fails the sync on every process (the receiver votes
+                                      no naming the peer and chunk). Default 0 (off). */
 } wsync_config_t;
 
 /* What the last sync of this process did. */
@@ -114,6 +118,7 @@ typedef struct wsync_stats {
   int64_t staged_bytes;
   int64_t peak_arena_bytes;
   double seconds;
+  int64_t verified_chunks; /* With verify: received chunks whose hash matched the sender's. */
 } wsync_stats_t;
 
 typedef struct wsync_session wsync_session_t;
