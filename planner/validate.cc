@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "common/checked_math.h"
 #include "common/status.h"
+#include "planner/relay.h"
 
 namespace wsync {
 namespace {
@@ -155,6 +156,10 @@ absl::Status ValidateLayout(const Layout& layout) {
           absl::StrCat(where, ": process is out of range [0, ", num_processes, ")"));
     }
     if (buffer.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
+    if (buffer.id == kRelayArenaBuffer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the id is reserved for relay arenas"));
+    }
     if (buffer.kind != MemoryKind::kHost && buffer.kind != MemoryKind::kCuda) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": invalid memory kind"));
     }
