@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "calibration/link_model/link_model.h"
 #include "planner/geometry.h"
+#include "planner/layout.h"  // kRelayArenaBuffer
 
 namespace wsync {
 
@@ -45,15 +46,12 @@ absl::string_view RelayModeName(RelayMode mode);  // "never", "always", "auto"
 // InvalidArgument for anything but the three names.
 absl::StatusOr<RelayMode> ParseRelayMode(absl::string_view name);
 
-// The buffer id of a relay process's arena in segment endpoints. Layout validation refuses it as a
-// buffer id, so it never names a registered buffer.
-inline constexpr uint64_t kRelayArenaBuffer = ~uint64_t{0};
 inline constexpr int64_t kRelayArenaAlignment = 64;
 inline constexpr int64_t kDefaultRelayArenaBytes = int64_t{64} << 20;
 inline constexpr int64_t kDefaultMinRelayBytes = int64_t{64} << 10;
 
 struct RelayOptions {
-  RelayMode mode = RelayMode::kNever;
+  RelayMode mode = RelayMode::kAuto;
   // Calibrated links for the auto decision; null: the bytes rule.
   std::shared_ptr<const LinkFits> fits;
   int64_t min_relay_bytes = kDefaultMinRelayBytes;

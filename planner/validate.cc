@@ -9,7 +9,6 @@
 #include "absl/strings/string_view.h"
 #include "common/checked_math.h"
 #include "common/status.h"
-#include "planner/relay.h"
 
 namespace wsync {
 namespace {
