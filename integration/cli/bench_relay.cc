@@ -134,12 +134,7 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
   spec.coordinator_address = net.address(0);
   spec.extra_worker_flags = {"--relay", mode, "--relay_links", links};
   for (int p = 0; p < trainers + rollouts; ++p) {
-    const int side = p < trainers ? 0 : 1;
-    harness::ProcessPlacement placement{net.ns(side), side == 0 ? "node-a" : "node-b", "", {}};
-    placement.extra_flags = {
-        "--path_transports",
-        absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net.device(side))};
-    spec.placement.push_back(std::move(placement));
+    spec.placement.push_back(harness::TwoNodePlacement(net, p < trainers ? 0 : 1));
   }
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
   for (size_t p = 0; p < result.workers.size(); ++p) {

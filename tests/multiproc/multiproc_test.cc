@@ -111,14 +111,7 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   spec.coordinator_netns = net->ns(0);
   spec.coordinator_address = net->address(0);
   // Trainer r and rollout r share a "node" (namespace); the other pair is on the other node.
-  for (int p = 0; p < 4; ++p) {
-    const int side = p % 2;
-    ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", "", {}};
-    placement.extra_flags = {
-        "--path_transports",
-        absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net->device(side))};
-    spec.placement.push_back(std::move(placement));
-  }
+  for (int p = 0; p < 4; ++p) spec.placement.push_back(TwoNodePlacement(*net, p % 2));
   JobResult result = ExpectJobSucceeds(spec);
   int64_t intra = 0, inter = 0;
   for (const WorkerResult& worker : result.workers) {
@@ -149,14 +142,7 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
     spec.coordinator_netns = net->ns(0);
     spec.coordinator_address = net->address(0);
     spec.extra_worker_flags = {"--relay", relay};
-    for (int p = 0; p < 6; ++p) {
-      const int side = p < 2 ? 0 : 1;
-      ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", "", {}};
-      placement.extra_flags = {
-          "--path_transports",
-          absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net->device(side))};
-      spec.placement.push_back(std::move(placement));
-    }
+    for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(*net, p < 2 ? 0 : 1));
     JobResult result = ExpectJobSucceeds(spec);
     ASSERT_EQ(result.workers.size(), 6u);
     int64_t sent_across = 0, received_across = 0, forwarded = 0;

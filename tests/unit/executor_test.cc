@@ -98,6 +98,21 @@ const PeerSchedule* FindLane(const ProcessSchedule& schedule, int32_t peer, Dire
   return nullptr;
 }
 
+// The run wrote exactly what the reference copier writes for the same plan (version 3), and no
+// guard byte changed.
+void ExpectTargetsAsTheReferenceWrites(const Job& job, const std::vector<Segment>& segments,
+                                       const HostBuffers& source, const HostBuffers& target) {
+  HostBuffers expected(job.target(), test::kPoison);
+  test::WriteCounts counts(job.target());
+  ASSERT_TRUE(test::ExecutePlanReference(job, segments, source, &expected, &counts).ok());
+  ASSERT_TRUE(test::CheckTargets(job.target(), expected, counts, 3).ok());
+  ASSERT_TRUE(target.CheckGuards().ok());
+  for (const BufferKey& key : expected.keys()) {
+    ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
+        << "rollout process " << key.process << " buffer " << key.buffer;
+  }
+}
+
 TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
   const int64_t kBudgets[] = {64, 256, 1024, 4096, int64_t{1} << 20};
   int64_t direct = 0, staged = 0, refused = 0, runs = 0;
@@ -149,16 +164,7 @@ TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
         EXPECT_EQ(run.counters.BytesDelivered(p, lane.peer), bytes);
       }
     }
-    // The run wrote exactly what the reference copier writes for the same plan.
-    HostBuffers expected(job->target(), test::kPoison);
-    test::WriteCounts counts(job->target());
-    ASSERT_TRUE(test::ExecutePlanReference(*job, plan->segments, source, &expected, &counts).ok());
-    ASSERT_TRUE(test::CheckTargets(job->target(), expected, counts, 3).ok());
-    ASSERT_TRUE(target.CheckGuards().ok());
-    for (const BufferKey& key : expected.keys()) {
-      ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
-          << "rollout process " << key.process << " buffer " << key.buffer;
-    }
+    ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
   }
   EXPECT_GT(runs, 100);
   EXPECT_GT(direct, 0);  // Both paths were exercised.
@@ -257,15 +263,7 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
     }
     EXPECT_EQ(inter_node, plan->inter_node_bytes);
     EXPECT_EQ(saved, plan->inter_node_bytes_without_relay - plan->inter_node_bytes);
-    HostBuffers expected(job->target(), test::kPoison);
-    test::WriteCounts counts(job->target());
-    ASSERT_TRUE(test::ExecutePlanReference(*job, plan->segments, source, &expected, &counts).ok());
-    ASSERT_TRUE(test::CheckTargets(job->target(), expected, counts, 3).ok());
-    ASSERT_TRUE(target.CheckGuards().ok());
-    for (const BufferKey& key : expected.keys()) {
-      ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
-          << "rollout process " << key.process << " buffer " << key.buffer;
-    }
+    ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
   }
   EXPECT_GT(relayed_runs, 30);
   EXPECT_GT(forwarded, 0);
@@ -277,24 +275,14 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
 // round i and forwards it in round i + 1, so forwarding overlaps receiving and the whole transfer
 // takes 9 rounds, not 16; the node boundary carries the box once.
 TEST(ExecutorTest, ForwardingRoundRFollowsReceivingRoundR) {
-  LayoutBuilder trainer(Role::kTrainer), rollout(Role::kRollout);
-  const int32_t t = trainer.AddProcess("a");
-  const int32_t w = trainer.AddParam("w", DType::kFloat32, {64, 16});
-  rollout.AddParam("w", DType::kFloat32, {64, 16});
-  trainer.AddPackedPiece(w, t, trainer.AddBuffer(t, 64 * 16 * 4), WholeBox({64, 16}), 0);
-  for (int r = 0; r < 2; ++r) {
-    const int32_t p = rollout.AddProcess("b");
-    rollout.AddPackedPiece(0, p, rollout.AddBuffer(p, 64 * 16 * 4), WholeBox({64, 16}), 0);
-  }
-  absl::StatusOr<Job> job = Job::Create(std::move(trainer).Build(), std::move(rollout).Build());
-  ASSERT_TRUE(job.ok()) << job.status();
+  const Job job = test::OneTrainerToWholeCopies({64, 16}, {"b", "b"});
   PlanOptions options;
   options.relay.mode = RelayMode::kAlways;
-  const Plan plan = *MakePlan(*job, *MakeFirstHolderPolicy(), options);
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy(), options);
   ASSERT_EQ(plan.relays.size(), 1u);
   const StagingBudget budget{1024};  // 512-byte chunks: 8 rows of 64 bytes each.
   absl::StatusOr<std::vector<ProcessSchedule>> schedules =
-      ScheduleTransfers(*job, plan.segments, AllProcesses(*job), budget);
+      ScheduleTransfers(job, plan.segments, AllProcesses(job), budget);
   ASSERT_TRUE(schedules.ok()) << schedules.status();
   const ProcessSchedule& relay = (*schedules)[1];
   const PeerSchedule* in = FindLane(relay, 0, Direction::kReceive);
@@ -312,37 +300,28 @@ TEST(ExecutorTest, ForwardingRoundRFollowsReceivingRoundR) {
   EXPECT_EQ(relay.relay_stage1_bytes, 4096);
   EXPECT_EQ(relay.inter_node_bytes_saved, 4096);
   EXPECT_EQ((*schedules)[2].forwarded_received_bytes, 4096);
-  HostBuffers source(job->source(), test::kSourceFill);
-  ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
-  HostBuffers target(job->target(), test::kPoison);
-  BatchRun run = RunBatch(*job, plan.segments, budget, source, target);
+  HostBuffers source(job.source(), test::kSourceFill);
+  ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
+  HostBuffers target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, budget, source, target);
   for (int32_t p = 0; p < 3; ++p) {
     ASSERT_TRUE(run.results[p].ok()) << run.results[p].status();
     ExpectStatsMatchSchedule((*schedules)[p], *run.results[p]);
   }
   EXPECT_EQ(run.counters.BytesDelivered(0, 1) + run.counters.BytesDelivered(0, 2), 4096);
-  EXPECT_TRUE(test::CheckLogical(job->target(), target, 3).ok());
+  EXPECT_TRUE(test::CheckLogical(job.target(), target, 3).ok());
 }
 
-// A process that forwards a box it has no stage-1 segment for is refused up front, everywhere.
+// A forward whose stage-1 segment is not in the batch is refused by the schedule (the work that
+// execution builds too), before any byte moves.
 TEST(ExecutorTest, AForwardWithoutItsStageOneIsRefused) {
-  LayoutBuilder trainer(Role::kTrainer), rollout(Role::kRollout);
-  const int32_t t = trainer.AddProcess("a");
-  const int32_t w = trainer.AddParam("w", DType::kFloat32, {4, 4});
-  rollout.AddParam("w", DType::kFloat32, {4, 4});
-  trainer.AddPackedPiece(w, t, trainer.AddBuffer(t, 64), WholeBox({4, 4}), 0);
-  for (int r = 0; r < 2; ++r) {
-    const int32_t p = rollout.AddProcess("b");
-    rollout.AddPackedPiece(0, p, rollout.AddBuffer(p, 64), WholeBox({4, 4}), 0);
-  }
-  absl::StatusOr<Job> job = Job::Create(std::move(trainer).Build(), std::move(rollout).Build());
-  ASSERT_TRUE(job.ok()) << job.status();
+  const Job job = test::OneTrainerToWholeCopies({4, 4}, {"b", "b"});
   PlanOptions options;
   options.relay.mode = RelayMode::kAlways;
-  std::vector<Segment> segments = MakePlan(*job, *MakeFirstHolderPolicy(), options)->segments;
-  std::erase_if(segments, [&](const Segment& s) { return job->IsSource(s.from.process); });
+  std::vector<Segment> segments = MakePlan(job, *MakeFirstHolderPolicy(), options)->segments;
+  std::erase_if(segments, [&](const Segment& s) { return job.IsSource(s.from.process); });
   absl::StatusOr<ProcessSchedule> schedule =
-      ScheduleTransfers(*job, segments, AllProcesses(*job), StagingBudget{}, 2);
+      ScheduleTransfers(job, segments, AllProcesses(job), StagingBudget{}, 2);
   ASSERT_FALSE(schedule.ok());
   EXPECT_THAT(std::string(schedule.status().message()),
               HasSubstr("has no segment from a trainer delivering it"));

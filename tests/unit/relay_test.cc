@@ -12,6 +12,7 @@
 #include "planner/builders.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 
 namespace wsync {
@@ -173,18 +174,8 @@ TEST(RelayTest, AutoAsksTheCostModelAndFallsBackToBytes) {
 
 TEST(RelayTest, OnlyInterNodeBoxesWantedTwiceOnOneNodeAreRelayed) {
   // Two rollouts on node "a" (the trainer's) and one on "b": nothing crosses twice into one node.
-  LayoutBuilder trainer(Role::kTrainer), rollout(Role::kRollout);
-  const int32_t t = trainer.AddProcess("a");
-  const int32_t w = trainer.AddParam("w", DType::kFloat32, {8, 4});
-  rollout.AddParam("w", DType::kFloat32, {8, 4});
-  trainer.AddPackedPiece(w, t, trainer.AddBuffer(t, 128), WholeBox({8, 4}), 0);
-  for (const char* node : {"a", "a", "b"}) {
-    const int32_t p = rollout.AddProcess(node);
-    rollout.AddPackedPiece(0, p, rollout.AddBuffer(p, 128), WholeBox({8, 4}), 0);
-  }
-  absl::StatusOr<Job> job = Job::Create(std::move(trainer).Build(), std::move(rollout).Build());
-  ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_TRUE(MustPlan(*job, Relaying(RelayMode::kAlways)).relays.empty());
+  const Job job = test::OneTrainerToWholeCopies({8, 4}, {"a", "a", "b"});
+  EXPECT_TRUE(MustPlan(job, Relaying(RelayMode::kAlways)).relays.empty());
 }
 
 TEST(RelayTest, TheProofRefusesBrokenForwardsAndArenas) {
