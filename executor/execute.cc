@@ -13,6 +13,7 @@
 #include "executor/copy.h"
 #include "executor/verify.h"
 #include "executor/work.h"
+#include "planner/relay.h"
 
 namespace wsync {
 namespace {
@@ -27,7 +28,7 @@ using executor_internal::Work;
 absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Segment> segments,
                           const LocalBuffers& buffers) {
   auto check = [&](const Endpoint& end) -> absl::Status {
-    if (end.process != work.process) return absl::OkStatus();
+    if (end.process != work.process || end.buffer == kRelayArenaBuffer) return absl::OkStatus();
     if (!buffers.contains(end.buffer)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", work.process, " was given no address for its buffer ", end.buffer));
@@ -63,7 +64,12 @@ class Run {
         transport_(transport),
         options_(options) {
     if (options.verify) {
-      verifier_ = std::make_unique<ChunkVerifier>(job, work, segments, buffers, options.sync_id);
+      verifier_ = std::make_unique<ChunkVerifier>(
+          job, work, segments,
+          [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
+            return BufferAddress(end, offset, element_size);
+          },
+          options.sync_id);
     }
   }
 
@@ -81,7 +87,7 @@ class Run {
 
     int32_t rounds = 0;
     for (const Lane& lane : work_.lanes) {
-      rounds = std::max(rounds, static_cast<int32_t>(lane.messages.size()));
+      if (!lane.messages.empty()) rounds = std::max(rounds, lane.messages.back().round + 1);
     }
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
@@ -105,36 +111,48 @@ class Run {
   }
 
  private:
+  // The message of `lane` in round `r`, or nullptr; `cursor` walks the lane's messages in order.
+  const Message* InRound(int32_t lane, const std::vector<int32_t>& cursor, int32_t r) const {
+    const std::vector<Message>& messages = work_.lanes[lane].messages;
+    const int32_t index = cursor[lane];
+    return index < static_cast<int32_t>(messages.size()) && messages[index].round == r
+               ? &messages[index]
+               : nullptr;
+  }
+
   absl::Status RunRounds(int32_t rounds) {
-    for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
-      if (!work_.lanes[lane].messages.empty()) WSYNC_RETURN_IF_ERROR(Prepare(lane, 0));
+    const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
+    std::vector<int32_t> completed(lanes, 0);  // Next message of each lane to complete.
+    for (int32_t lane = 0; lane < lanes; ++lane) {
+      if (InRound(lane, posted_, 0) != nullptr) WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
     }
     for (int32_t r = 0; r < rounds; ++r) {
-      // Round r+1 goes out now wherever its memory is free, overlapping round r.
+      // Round r+1 goes out now wherever its memory is free, overlapping round r. A forward goes
+      // out once round r has landed, as what it forwards may arrive in round r.
       std::vector<int32_t> deferred;
-      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
+      for (int32_t lane = 0; lane < lanes; ++lane) {
+        const Message* next = InRound(lane, posted_, r + 1);
+        if (next == nullptr) continue;
         const Lane& l = work_.lanes[lane];
-        if (r + 1 >= static_cast<int32_t>(l.messages.size())) continue;
-        const Message& next = l.messages[r + 1];
-        if (next.direct || slot_last_round_[lane][next.slot] < r) {
-          WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
+        if (!(l.forwarding && l.direction == Direction::kSend) &&
+            (next->direct || slot_last_round_[lane][next->slot] < r)) {
+          WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
         } else {
           deferred.push_back(lane);
         }
       }
       WSYNC_RETURN_IF_ERROR(transport_.WaitAll(pending_[r], options_.deadline));
       pending_[r].clear();
-      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
-        const Lane& l = work_.lanes[lane];
-        if (l.direction != Direction::kReceive || r >= static_cast<int32_t>(l.messages.size())) {
-          continue;
-        }
-        const Message& message = l.messages[r];
-        stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
-        if (!message.direct) Unpack(lane, message);
-        if (verifier_) verifier_->HashReceived(lane, r);
+      for (int32_t lane = 0; lane < lanes; ++lane) {
+        const Message* message = InRound(lane, completed, r);
+        if (message == nullptr) continue;
+        const int32_t index = completed[lane]++;
+        if (work_.lanes[lane].direction != Direction::kReceive) continue;
+        stats_.received_bytes += message->bytes;  // Completed: every byte of it arrived.
+        if (!message->direct) Unpack(lane, *message);
+        if (verifier_) verifier_->HashReceived(lane, index);
       }
-      for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, r + 1));
+      for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
     }
     return absl::OkStatus();
   }
@@ -149,10 +167,14 @@ class Run {
     std::vector<RequestId> notices;
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
-      if (l.direction != Direction::kSend || posted_[lane] >= l.messages.size()) continue;
-      const int64_t expected = l.messages[posted_[lane]].bytes;
+      if (l.direction != Direction::kSend ||
+          posted_[lane] >= static_cast<int32_t>(l.messages.size())) {
+        continue;
+      }
+      const Message& unsent = l.messages[posted_[lane]];
+      const int64_t expected = unsent.bytes;
       absl::StatusOr<RequestId> notice =
-          transport_.PostSend(l.peer, MakeTag(options_.sync_id, posted_[lane], work_.process),
+          transport_.PostSend(l.peer, MakeTag(options_.sync_id, unsent.round, work_.process),
                               &kNotice, expected == 0 ? 1 : 0);
       if (notice.ok()) notices.push_back(*notice);
     }
@@ -177,10 +199,17 @@ class Run {
       arena_bytes_ += bytes;
       stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
     }
+    if (work_.relay_arena_bytes > 0) {  // Kept in the cache after the lanes' arenas.
+      relay_arena_ = cache->Get(work_.lanes.size(), work_.relay_arena_bytes);
+      arena_bytes_ += work_.relay_arena_bytes;
+      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+    }
   }
 
   char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
-    return static_cast<char*>(buffers_.at(end.buffer)) + offset * element_size;
+    char* base = end.buffer == kRelayArenaBuffer ? relay_arena_
+                                                 : static_cast<char*>(buffers_.at(end.buffer));
+    return base + offset * element_size;
   }
 
   void CopyLocal(const Segment& s) {
@@ -196,10 +225,11 @@ class Run {
     return arenas_[lane] + message.slot * work_.lanes[lane].slot_bytes;
   }
 
-  // Packs (when staged) and posts message r of `lane`.
-  absl::Status Prepare(int32_t lane_index, int32_t r) {
+  // Packs (when staged) and posts message `index` of `lane` in its round.
+  absl::Status Prepare(int32_t lane_index, int32_t index) {
     const Lane& lane = work_.lanes[lane_index];
-    const Message& message = lane.messages[r];
+    const Message& message = lane.messages[index];
+    const int32_t r = message.round;
     const bool sending = lane.direction == Direction::kSend;
     const MessageTag tag = MakeTag(options_.sync_id, r, sending ? work_.process : lane.peer);
     void* data;
@@ -231,13 +261,14 @@ class Run {
     RequestId request;
     WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
     if (sending) {
-      if (verifier_) verifier_->HashSent(lane_index, r);
+      if (verifier_) verifier_->HashSent(lane_index, index);
       int64_t bytes = message.bytes;
       if (failpoint::Evaluate("truncate") == failpoint::Action::kFail) {
         bytes -= (work_.chunks[message.chunks.back()].bytes + 1) / 2;  // Half the last chunk.
       }
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostSend(lane.peer, tag, data, bytes));
       stats_.sent_bytes += message.bytes;
+      if (lane.forwarding) stats_.forwarded_bytes += message.bytes;
     } else {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
     }
@@ -266,11 +297,12 @@ class Run {
   Transport& transport_;
   const ExecuteOptions& options_;
   TransferStats stats_;
-  ArenaCache fresh_arenas_;    // Used when the caller keeps no cache.
-  std::vector<char*> arenas_;  // Per lane; memory owned by a cache.
+  ArenaCache fresh_arenas_;      // Used when the caller keeps no cache.
+  std::vector<char*> arenas_;    // Per lane; memory owned by a cache.
+  char* relay_arena_ = nullptr;  // Memory owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
-  std::vector<size_t> posted_;                           // Messages posted, per lane.
+  std::vector<int32_t> posted_;  // Per lane: messages posted, the index of the next one.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
 };

@@ -58,8 +58,8 @@ struct ExecuteOptions {
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
-// segments, chunks, rounds, sent, received, local-copy, direct and staged bytes and peak arena
-// bytes.
+// segments, chunks, rounds, sent, received, local-copy, direct, staged and forwarded bytes and
+// peak arena bytes.
 struct TransferStats {
   int64_t segments = 0;
   int64_t chunks = 0;
@@ -69,8 +69,9 @@ struct TransferStats {
   int64_t local_copy_bytes = 0;
   int64_t direct_bytes = 0;
   int64_t staged_bytes = 0;
-  int64_t peak_arena_bytes = 0;
-  double seconds = 0;  // Wall time of the run, agreement excluded.
+  int64_t forwarded_bytes = 0;   // Stage 2 of relays, sent.
+  int64_t peak_arena_bytes = 0;  // Relay arena included.
+  double seconds = 0;            // Wall time of the run, agreement excluded.
   // CPU time of the executing thread spent packing staged sends into arenas and unpacking staged
   // receives from them (thread CPU time, so that other threads sharing the cores do not count).
   double pack_cpu_seconds = 0;

@@ -14,6 +14,10 @@ absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
   return executor_internal::Summarize(job, work, segments);
 }
 
+int64_t RelayArenaLimit(const StagingBudget& budget) {
+  return executor_internal::IntegerBudgetBytes(budget).value_or(0);
+}
+
 absl::StatusOr<std::vector<ProcessSchedule>> ScheduleTransfers(const Job& job,
                                                                absl::Span<const Segment> segments,
                                                                const Endpoints& endpoints,

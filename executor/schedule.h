@@ -17,6 +17,10 @@
 // - Messages: per (sender, receiver) pair, chunks in canonical order; a chunk of more than 64 KiB
 //   that is direct on either side travels alone; smaller chunks are packed together up to
 //   budget/2 bytes. Message i of a pair is round i; round r of every pair is in flight at once.
+// - Relays (planner/relay.h): a pair whose sender is a rollout process forwards (stage 2). Its
+//   message goes in the round after every chunk it forwards has arrived at the relay (stage 1),
+//   and after the pair's previous message, so forwarding round r overlaps receiving round r+1.
+//   A box the relay only forwards lands in its relay arena, which must fit in the budget.
 // - Arenas: a peer direction stages at most its largest staged message; it gets two slots (so the
 //   pack of round r+1 and the unpack of round r-1 overlap round r) when two fit in the budget,
 //   else one. Arena bytes never exceed the budget per peer direction.
@@ -51,7 +55,7 @@ struct Endpoints {
 enum class Direction : uint8_t { kSend, kReceive };
 
 struct ScheduledRound {
-  int32_t round = 0;
+  int32_t round = 0;  // Global round: its index in the pair, but when forwarding.
   int64_t bytes = 0;
   int64_t elements = 0;
   int32_t chunks = 0;
@@ -65,6 +69,7 @@ struct PeerSchedule {
   std::vector<ScheduledRound> rounds;
   int32_t arena_slots = 0;
   int64_t arena_slot_bytes = 0;
+  bool forwarding = false;  // Stage 2 of relays: the sender forwards what it received.
   int64_t arena_bytes() const { return arena_slots * arena_slot_bytes; }
 };
 
@@ -87,6 +92,14 @@ struct ProcessSchedule {
   int64_t direct_bytes = 0;  // Sent or received in place.
   int64_t staged_bytes = 0;  // Sent or received through an arena.
   int64_t arena_bytes = 0;   // All arenas of this process at once: its peak staging memory.
+  // Relays (zero without): bytes received from trainers that this process forwards (stage 1),
+  // bytes it forwards and bytes forwarded to it (stage 2), its relay arena (also in arena_bytes),
+  // and the inter-node bytes its forwards saved.
+  int64_t relay_stage1_bytes = 0;
+  int64_t forwarded_bytes = 0;
+  int64_t forwarded_received_bytes = 0;
+  int64_t relay_arena_bytes = 0;
+  int64_t inter_node_bytes_saved = 0;
 };
 
 // The schedule of `process` for `segments` (a plan's segments, all of them or those touching the
@@ -96,6 +109,10 @@ absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
                                                   absl::Span<const Segment> segments,
                                                   const Endpoints& endpoints,
                                                   const StagingBudget& budget, int32_t process);
+
+// The relay arena limit to plan with (RelayOptions::arena_bytes) under `budget`: its bytes when it
+// is a non-negative integer, else 0 (no arena relays; the budget itself is refused when run).
+int64_t RelayArenaLimit(const StagingBudget& budget);
 
 // The schedule of every process the endpoints name, in endpoint order.
 absl::StatusOr<std::vector<ProcessSchedule>> ScheduleTransfers(const Job& job,

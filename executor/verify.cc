@@ -55,11 +55,11 @@ uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape,
 }
 
 ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                             const absl::flat_hash_map<uint64_t, void*>& buffers, uint64_t sync_id)
+                             AddressOf address_of, uint64_t sync_id)
     : job_(job),
       work_(work),
       segments_(segments),
-      buffers_(buffers),
+      address_of_(std::move(address_of)),
       sync_id_(sync_id),
       local_(work.lanes.size()),
       remote_(work.lanes.size()) {
@@ -77,9 +77,10 @@ ChunkVerifier::~ChunkVerifier() = default;
 absl::Status ChunkVerifier::Start(Transport& transport) {
   for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
     const Lane& l = work_.lanes[lane];
-    if (static_cast<int64_t>(l.messages.size()) > kVerifyRound) {
+    if (!l.messages.empty() && l.messages.back().round >= kVerifyRound) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "verify: process ", work_.process, " has ", l.messages.size(), " rounds with process ",
+          "verify: process ", work_.process, " has ", l.messages.back().round + 1,
+          " rounds with process ",
           l.peer, "; round ", kVerifyRound, " is reserved for the chunk hashes"));
     }
     if (l.direction != Direction::kReceive) continue;
@@ -97,23 +98,22 @@ uint64_t ChunkVerifier::HashChunk(const Chunk& chunk, bool sending) const {
   const Segment& s = segments_[chunk.segment];
   const Endpoint& end = sending ? s.from : s.to;
   const int64_t offset = sending ? chunk.from_offset : chunk.to_offset;
-  const char* base =
-      static_cast<const char*>(buffers_.at(end.buffer)) + offset * chunk.element_size;
+  const char* base = address_of_(end, offset, chunk.element_size);
   if (sending ? chunk.from_packed : chunk.to_packed) {
     return XXH3_64bits(base, static_cast<size_t>(chunk.bytes));
   }
   return HashRegion(base, end.strides, chunk.shape, chunk.element_size);
 }
 
-void ChunkVerifier::HashSent(int32_t lane, int32_t round) {
-  for (int32_t index : work_.lanes[lane].messages[round].chunks) {
+void ChunkVerifier::HashSent(int32_t lane, int32_t message) {
+  for (int32_t index : work_.lanes[lane].messages[message].chunks) {
     local_[lane].push_back(HashChunk(work_.chunks[index], /*sending=*/true));
     ++hashed_;
   }
 }
 
-void ChunkVerifier::HashReceived(int32_t lane, int32_t round) {
-  for (int32_t index : work_.lanes[lane].messages[round].chunks) {
+void ChunkVerifier::HashReceived(int32_t lane, int32_t message) {
+  for (int32_t index : work_.lanes[lane].messages[message].chunks) {
     local_[lane].push_back(HashChunk(work_.chunks[index], /*sending=*/false));
     ++hashed_;
   }

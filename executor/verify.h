@@ -16,6 +16,7 @@
 // Private to the executor (like work.h). Not thread-safe: used by the executing thread only.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -36,9 +37,14 @@ uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape, in
 
 class ChunkVerifier {
  public:
-  // `work`, `segments` and `buffers` (base addresses by buffer id) must outlive the verifier.
+  // Where an endpoint's element `offset` lies in this process's memory (a weight buffer or the
+  // relay arena); called while hashing, so the memory it names must exist by then.
+  using AddressOf =
+      std::function<const char*(const Endpoint& end, int64_t offset, int64_t element_size)>;
+
+  // `work` and `segments` must outlive the verifier.
   ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                const absl::flat_hash_map<uint64_t, void*>& buffers, uint64_t sync_id);
+                AddressOf address_of, uint64_t sync_id);
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
@@ -46,11 +52,11 @@ class ChunkVerifier {
   // Posts the receive of every sending peer's hash message. Before the first round.
   // InvalidArgument when a lane has a message at round kVerifyRound.
   absl::Status Start(Transport& transport);
-  // Hashes the chunks of message `round` of send lane `lane` from this process's source buffers.
-  void HashSent(int32_t lane, int32_t round);
-  // Hashes the chunks of message `round` of receive lane `lane` as they landed in the target
-  // buffers (after any unpack).
-  void HashReceived(int32_t lane, int32_t round);
+  // Hashes the chunks of message `message` of send lane `lane` from this process's source memory.
+  void HashSent(int32_t lane, int32_t message);
+  // Hashes the chunks of message `message` of receive lane `lane` as they landed in the target
+  // memory (after any unpack).
+  void HashReceived(int32_t lane, int32_t message);
   // Sends every receiving peer the hashes of what this process sent it, waits until `deadline`
   // for the hashes of every sending peer, and compares chunk by chunk. DataLoss naming the peer
   // and the first chunk that differs (parameter, segment box, chunk index) on a mismatch; the
@@ -71,7 +77,7 @@ class ChunkVerifier {
   const Job& job_;
   const Work& work_;
   absl::Span<const Segment> segments_;
-  const absl::flat_hash_map<uint64_t, void*>& buffers_;
+  AddressOf address_of_;
   const uint64_t sync_id_;
   // Per lane: [sync id, hashes...] in the lane's chunk order (computed on both sides), and on
   // receive lanes the peer's message as it arrived.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "executor/relay_work.h"
 #include "transport/transport.h"
 
 namespace wsync::executor_internal {
@@ -107,13 +108,21 @@ std::vector<Message> BuildMessages(const std::vector<Chunk>& chunks,
 
 }  // namespace
 
+std::optional<int64_t> IntegerBudgetBytes(const StagingBudget& budget) {
+  const double bytes = budget.bytes;
+  if (!std::isfinite(bytes) || bytes != std::floor(bytes) || bytes < 0 || bytes > 0x1p62) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(bytes);
+}
+
 absl::StatusOr<int64_t> ValidateBudget(const Job& job, const StagingBudget& budget) {
   int64_t largest_element = 1;
   for (const ParamInfo& param : job.target().params) {
     largest_element = std::max(largest_element, DTypeSize(param.dtype));
   }
   const double bytes = budget.bytes;
-  if (!std::isfinite(bytes) || bytes != std::floor(bytes) || bytes < 0 || bytes > 0x1p62) {
+  if (!IntegerBudgetBytes(budget)) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging budget ", bytes, " bytes is not an integer number of bytes"));
   }
@@ -125,9 +134,9 @@ absl::StatusOr<int64_t> ValidateBudget(const Job& job, const StagingBudget& budg
   return static_cast<int64_t>(bytes);
 }
 
-absl::StatusOr<Work> BuildWork(const Job& job, absl::Span<const Segment> segments,
-                               const Endpoints& endpoints, const StagingBudget& budget,
-                               int32_t process) {
+absl::StatusOr<Work> BuildLanes(const Job& job, absl::Span<const Segment> segments,
+                                const Endpoints& endpoints, const StagingBudget& budget,
+                                int32_t process) {
   WSYNC_ASSIGN_OR_RETURN(const int64_t budget_bytes, ValidateBudget(job, budget));
   auto named = [&](int32_t p) {
     return std::find(endpoints.processes.begin(), endpoints.processes.end(), p) !=
@@ -205,6 +214,14 @@ absl::StatusOr<Work> BuildWork(const Job& job, absl::Span<const Segment> segment
   return work;
 }
 
+absl::StatusOr<Work> BuildWork(const Job& job, absl::Span<const Segment> segments,
+                               const Endpoints& endpoints, const StagingBudget& budget,
+                               int32_t process) {
+  WSYNC_ASSIGN_OR_RETURN(Work work, BuildLanes(job, segments, endpoints, budget, process));
+  WSYNC_RETURN_IF_ERROR(AssignRelayRounds(job, segments, endpoints, budget, work));
+  return work;
+}
+
 ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Segment> segments) {
   ProcessSchedule schedule;
   schedule.process = work.process;
@@ -215,9 +232,9 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
     peer.direction = lane.direction;
     peer.arena_slots = lane.slots;
     peer.arena_slot_bytes = lane.slot_bytes;
-    for (int32_t r = 0; r < static_cast<int32_t>(lane.messages.size()); ++r) {
-      const Message& message = lane.messages[r];
-      peer.rounds.push_back(ScheduledRound{r, message.bytes, message.elements,
+    peer.forwarding = lane.forwarding;
+    for (const Message& message : lane.messages) {
+      peer.rounds.push_back(ScheduledRound{message.round, message.bytes, message.elements,
                                            static_cast<int32_t>(message.chunks.size()),
                                            message.direct});
       schedule.chunks += static_cast<int64_t>(message.chunks.size());
@@ -225,7 +242,9 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
           message.bytes;
       (message.direct ? schedule.direct_bytes : schedule.staged_bytes) += message.bytes;
     }
-    schedule.rounds = std::max(schedule.rounds, static_cast<int32_t>(lane.messages.size()));
+    if (!lane.messages.empty()) {
+      schedule.rounds = std::max(schedule.rounds, lane.messages.back().round + 1);
+    }
     schedule.arena_bytes += peer.arena_bytes();
     schedule.peers.push_back(std::move(peer));
   }
@@ -237,6 +256,7 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
     schedule.local_copy_bytes += bytes;
     ++schedule.chunks;
   }
+  SummarizeRelays(job, work, segments, schedule);
   return schedule;
 }
 

@@ -6,6 +6,7 @@
 // executor tests.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,15 +33,17 @@ struct Message {
   int64_t elements = 0;
   bool direct = false;  // This process's side uses the weight buffer in place.
   int32_t slot = -1;    // Arena slot on this side when staged.
+  int32_t round = 0;    // Its index in its lane, but in forwarding lanes (relay_work.h).
 };
 
 // One peer and direction of this process.
 struct Lane {
   int32_t peer = 0;
   Direction direction = Direction::kSend;
-  std::vector<Message> messages;  // Message i is round i.
+  std::vector<Message> messages;  // Rounds strictly increasing.
   int32_t slots = 0;
   int64_t slot_bytes = 0;
+  bool forwarding = false;  // Stage 2 of relays: the sender is a rollout process.
 };
 
 struct Work {
@@ -50,11 +53,21 @@ struct Work {
   std::vector<Lane> lanes;              // Sends by peer, then receives by peer.
   std::vector<int32_t> local_segments;  // Segments copied within this process.
   int64_t segments = 0;                 // Segments this process takes part in.
+  int64_t relay_arena_bytes = 0;        // Where stage 1 lands for boxes this process only relays.
 };
+
+// The budget in bytes when it is a non-negative integer (at most 2^62).
+std::optional<int64_t> IntegerBudgetBytes(const StagingBudget& budget);
 
 // The budget in bytes when it is an integer of at least one element of the job's largest dtype.
 absl::StatusOr<int64_t> ValidateBudget(const Job& job, const StagingBudget& budget);
 
+// Chunks, lanes, messages and arena slots of `process`, every message's round its index.
+absl::StatusOr<Work> BuildLanes(const Job& job, absl::Span<const Segment> segments,
+                                const Endpoints& endpoints, const StagingBudget& budget,
+                                int32_t process);
+
+// BuildLanes, then the rounds and relay arena of relayed plans (relay_work.h).
 absl::StatusOr<Work> BuildWork(const Job& job, absl::Span<const Segment> segments,
                                const Endpoints& endpoints, const StagingBudget& budget,
                                int32_t process);

@@ -85,6 +85,22 @@ uint64_t PlanDigest(const Job& job, const Plan& plan) {
       h.AddInt(part.end);
     }
   }
+  // Only when something is relayed, so that a plan relaying nothing keeps its digest.
+  if (!plan.relays.empty()) {
+    h.AddString("wsync.relays");
+    h.AddInt(static_cast<int64_t>(plan.relays.size()));
+    for (const Relay& relay : plan.relays) {
+      h.AddInt(relay.param);
+      AddBox(h, relay.box);
+      h.AddInt(relay.node);
+      h.AddInt(relay.sender);
+      h.AddInt(relay.relay);
+      h.AddInt(static_cast<int64_t>(relay.receivers.size()));
+      for (int32_t receiver : relay.receivers) h.AddInt(receiver);
+      h.AddInt(relay.in_arena ? 1 : 0);
+      h.AddInt(relay.arena_offset_bytes);
+    }
+  }
   return h.Digest();
 }
 

@@ -1,10 +1,14 @@
-// The exactness proof: every target element written exactly once, every byte read from a holder.
+// The exactness proof: every target element written exactly once, every byte read from a holder
+// or forwarded from where a trainer's segment delivered it.
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "planner/plan.h"
 
 namespace wsync {
@@ -85,6 +89,58 @@ absl::Status CheckDisjoint(const Job& job, absl::Span<const Segment> segments,
   return absl::OkStatus();
 }
 
+// (param, box origin, box extent, process, buffer, offset, strides) of a segment end.
+using DeliveryKeyType = std::tuple<int32_t, Dims, Dims, int32_t, uint64_t, int64_t, Dims>;
+DeliveryKeyType DeliveryKey(int32_t param, const Box& box, const Endpoint& end) {
+  return {param, box.origin, box.extent, end.process, end.buffer, end.offset, end.strides};
+}
+
+struct ArenaWrite {
+  int64_t begin = 0;  // Bytes.
+  int64_t end = 0;
+};
+
+// A stage-1 segment into a relay arena: packed row-major at an aligned, non-negative offset.
+absl::Status CheckArenaWrite(const Job& job, const Segment& s,
+                             std::map<int32_t, std::vector<ArenaWrite>>& writes) {
+  const int64_t element_size = job.ElementSize(s.param);
+  if (s.to.strides != RowMajorStrides(s.box.extent) || s.to.offset < 0 ||
+      (s.to.offset * element_size) % kRelayArenaAlignment != 0) {
+    return absl::InternalError(absl::StrCat(DescribeSegment(job, s),
+                                            " writes its relay arena unpacked or at a bad offset"));
+  }
+  const int64_t begin = s.to.offset * element_size;
+  writes[s.to.process].push_back(ArenaWrite{begin, begin + Volume(s.box) * element_size});
+  return absl::OkStatus();
+}
+
+// Arena writes of one process are disjoint, and each is forwarded by some stage-2 segment.
+// Forwarding is checked on the relay's plan (or the full plan): a sender's plan lists its stage-1
+// segments without the relay's forwards.
+absl::Status CheckArenas(const Job& job, absl::Span<const Segment> segments,
+                         std::optional<int32_t> process,
+                         std::map<int32_t, std::vector<ArenaWrite>>& writes,
+                         const absl::flat_hash_set<DeliveryKeyType>& forwarded) {
+  for (const Segment& s : segments) {
+    if (s.to.buffer == kRelayArenaBuffer && (!process || *process == s.to.process) &&
+        !forwarded.contains(DeliveryKey(s.param, s.box, s.to))) {
+      return absl::InternalError(
+          absl::StrCat(DescribeSegment(job, s), " fills a relay arena nothing forwards from"));
+    }
+  }
+  for (auto& [process, list] : writes) {
+    std::sort(list.begin(), list.end(),
+              [](const ArenaWrite& a, const ArenaWrite& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < list.size(); ++i) {
+      if (list[i].begin < list[i - 1].end) {
+        return absl::InternalError(absl::StrCat("relay arena writes of process ", process,
+                                                " overlap at byte ", list[i].begin));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
@@ -94,6 +150,16 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
   const auto source_index = IndexPieces(source);
   const auto target_index = IndexPieces(target);
   std::vector<std::vector<std::pair<int32_t, Box>>> writers(target.pieces.size());
+  // Where stage-1 segments (from a trainer) deliver, for checking stage-2 segments against.
+  absl::flat_hash_set<DeliveryKeyType> delivered;
+  for (const Segment& s : segments) {
+    if (s.from.process >= 0 && s.from.process < job.num_processes() &&
+        job.IsSource(s.from.process)) {
+      delivered.insert(DeliveryKey(s.param, s.box, s.to));
+    }
+  }
+  absl::flat_hash_set<DeliveryKeyType> forwarded_arena;
+  std::map<int32_t, std::vector<ArenaWrite>> arena_writes;
 
   for (int32_t k = 0; k < static_cast<int32_t>(segments.size()); ++k) {
     const Segment& s = segments[k];
@@ -103,19 +169,34 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
       return absl::InternalError(
           absl::StrCat(DescribeSegment(job, s), " is not a non-empty box of its parameter"));
     }
-    if (s.from.process < 0 || s.from.process >= job.num_processes() ||
-        !job.IsSource(s.from.process) || s.to.process < 0 || s.to.process >= job.num_processes() ||
-        job.IsSource(s.to.process)) {
+    if (s.from.process < 0 || s.from.process >= job.num_processes() || s.to.process < 0 ||
+        s.to.process >= job.num_processes() || job.IsSource(s.to.process)) {
       return absl::InternalError(absl::StrCat(DescribeSegment(job, s),
-                                              " does not go from a trainer to a rollout process"));
+                                              " does not go from a process to a rollout process"));
     }
     const int64_t volume = Volume(s.box);
-    const int64_t read =
-        ForEachMatchingPiece(source, source_index, job.processes()[s.from.process].rank,
-                             job.SourceParamOf(s.param), s.box, s.from, [](int32_t, const Box&) {});
-    if (read != volume) {
-      return absl::InternalError(absl::StrCat(DescribeSegment(job, s), " reads ", volume - read,
-                                              " elements from no source piece holding them"));
+    if (job.IsSource(s.from.process)) {
+      const int64_t read = ForEachMatchingPiece(
+          source, source_index, job.processes()[s.from.process].rank, job.SourceParamOf(s.param),
+          s.box, s.from, [](int32_t, const Box&) {});
+      if (read != volume) {
+        return absl::InternalError(absl::StrCat(DescribeSegment(job, s), " reads ", volume - read,
+                                                " elements from no source piece holding them"));
+      }
+    } else {
+      // Stage 2: exactly what a stage-1 segment delivers, forwarded to another process.
+      if (s.from.process == s.to.process ||
+          !delivered.contains(DeliveryKey(s.param, s.box, s.from))) {
+        return absl::InternalError(
+            absl::StrCat(DescribeSegment(job, s),
+                         " forwards a region no segment from a trainer delivers there"));
+      }
+      if (s.from.buffer == kRelayArenaBuffer)
+        forwarded_arena.insert(DeliveryKey(s.param, s.box, s.from));
+    }
+    if (s.to.buffer == kRelayArenaBuffer) {
+      WSYNC_RETURN_IF_ERROR(CheckArenaWrite(job, s, arena_writes));
+      continue;
     }
     const int64_t written = ForEachMatchingPiece(
         target, target_index, job.processes()[s.to.process].rank, s.param, s.box, s.to,
@@ -126,6 +207,7 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
     }
   }
 
+  WSYNC_RETURN_IF_ERROR(CheckArenas(job, segments, process, arena_writes, forwarded_arena));
   for (int32_t t = 0; t < static_cast<int32_t>(target.pieces.size()); ++t) {
     const Piece& piece = target.pieces[t];
     const int64_t volume = Volume(piece.box);

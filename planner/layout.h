@@ -27,6 +27,10 @@ struct ProcessInfo {
   std::string node_id;  // Processes with equal node ids share a node (intra_node paths).
 };
 
+// The buffer id of a relay process's arena in segment endpoints (planner/relay.h). Layout
+// validation refuses it as a buffer id, so it never names a registered buffer.
+inline constexpr uint64_t kRelayArenaBuffer = ~uint64_t{0};
+
 struct BufferInfo {
   int32_t process = 0;  // Rank of the owning process within this layout.
   uint64_t id = 0;      // Unique within its process.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "planner/policy.h"
+#include "planner/relay_pass.h"
 
 namespace wsync {
 namespace {
@@ -162,6 +163,16 @@ void Coalesce(std::vector<Segment>& segments) {
   }
 }
 
+// A total order, so that a one-process plan lists its segments as the full plan does.
+void SortCanonically(std::vector<Segment>& segments) {
+  std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+    return std::tie(a.from.process, a.to.process, a.param, a.box.origin, a.box.extent,
+                    a.from.buffer, a.from.offset, a.to.buffer, a.to.offset) <
+           std::tie(b.from.process, b.to.process, b.param, b.box.origin, b.box.extent,
+                    b.from.buffer, b.from.offset, b.to.buffer, b.to.offset);
+  });
+}
+
 std::string DescribeRequest(const Job& job, const ReplicaRequest& request) {
   return absl::StrCat("replica request for parameter '", job.target().params[request.param].name,
                       "' box ", BoxToString(request.region), " to process ",
@@ -176,8 +187,10 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
     return absl::InvalidArgumentError(absl::StrCat(
         "process ", *options.process, " is not in the job (", job.num_processes(), " processes)"));
   }
+  // Relaying decides on every process's segments; a process's own are picked after it.
+  const bool relaying = options.relay.mode != RelayMode::kNever;
   auto relevant = [&](int32_t from, int32_t to) {
-    return !options.process || *options.process == from || *options.process == to;
+    return relaying || !options.process || *options.process == from || *options.process == to;
   };
   const Layout& source = job.source();
   const Layout& target = job.target();
@@ -234,13 +247,14 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
   }
 
   if (options.coalesce) Coalesce(plan.segments);
-  // A total order, so that a one-process plan lists its segments as the full plan does.
-  std::sort(plan.segments.begin(), plan.segments.end(), [](const Segment& a, const Segment& b) {
-    return std::tie(a.from.process, a.to.process, a.param, a.box.origin, a.box.extent,
-                    a.from.buffer, a.from.offset, a.to.buffer, a.to.offset) <
-           std::tie(b.from.process, b.to.process, b.param, b.box.origin, b.box.extent,
-                    b.from.buffer, b.from.offset, b.to.buffer, b.to.offset);
-  });
+  SortCanonically(plan.segments);
+  plan.inter_node_bytes_without_relay = planner_internal::InterNodeBytes(job, plan.segments);
+  plan.relays = planner_internal::ApplyRelays(job, options.relay, plan.segments);
+  plan.inter_node_bytes = planner_internal::InterNodeBytes(job, plan.segments);
+  if (relaying && options.process) {
+    plan.segments = planner_internal::SegmentsForProcess(plan.segments, job, *options.process);
+  }
+  SortCanonically(plan.segments);
 
   absl::Status exact = ProveExact(job, plan.segments, options.process);
   if (!exact.ok()) {

@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
+#include "planner/relay.h"
 
 namespace wsync {
 
@@ -81,8 +82,13 @@ class ReplicaPolicy {
 struct PlanOptions {
   // When set, only segments whose sender or receiver is this global process are emitted and only
   // its target pieces are proven (the replica policy still sees every request of the sync).
+  // With relaying on (relay.mode other than kNever) the plan of one process also lists every
+  // segment that a relay forwarding to it receives from a trainer: its executor needs them to know
+  // when the forwarded bytes arrive. Relaying is decided on the segments of every process, so such
+  // a plan costs a full plan's time.
   std::optional<int32_t> process;
   bool coalesce = true;
+  RelayOptions relay;  // relay.h
 };
 
 struct Plan {
@@ -92,6 +98,14 @@ struct Plan {
   std::vector<ReplicaRequest> requests;
   std::vector<ReplicaAnswer> answers;
   std::string policy;
+  // Relayed regions (relay.h), largest first. Their stage-1 and stage-2 segments are in
+  // `segments`: a segment whose sender is a target process is a stage-2 forward.
+  std::vector<Relay> relays;
+  // Bytes crossing a node boundary with this plan and with every relay group sent direct: over
+  // every process's segments when relaying is on or no process filter is set, else over the
+  // segments of `process`.
+  int64_t inter_node_bytes = 0;
+  int64_t inter_node_bytes_without_relay = 0;
   // PlanDigest(job, *this): equal on every process whatever PlanOptions::process is.
   uint64_t digest = 0;
   // SegmentsDigest(segments): the segments this plan emitted (all of them, or one process's).
@@ -107,17 +121,24 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
 // nullopt) tile the piece's box exactly: inside it, pairwise disjoint, volumes summing to the
 // piece's volume, and that every endpoint address matches its piece's affine map. Together with
 // validation (pieces of one buffer are disjoint and injective) this proves every target element is
-// written exactly once.
+// written exactly once. Relays (relay.h): a segment from a target process (stage 2) must read
+// exactly what a listed stage-1 segment (from a trainer) delivers: same parameter and box, its
+// `from` equal to that segment's `to`, on another process than its receiver. A segment into a relay
+// arena (kRelayArenaBuffer) writes no target piece: it must be row-major packed at a
+// non-negative, aligned offset, disjoint from every other arena write of its process, and (in a
+// full plan or the relay's own) read by at least one stage-2 segment.
 absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
                         std::optional<int32_t> process = std::nullopt);
 
 // Version of the planning algorithm. Segments are a pure function of (layouts, policy answers,
-// this version), so a digest over those inputs covers the segments on every process, including
-// those that plan only their own segments. Bump it whenever the segments a plan emits change.
+// relays, this version), so a digest over those inputs covers the segments on every process,
+// including those that plan only their own segments. Bump it whenever the segments a plan emits
+// change.
 inline constexpr int64_t kPlannerVersion = 1;
 
 // xxh3-64 over a canonical encoding of kPlannerVersion, both layouts (Job::layouts_digest, of the
-// job's canonical order), the policy's name, the replica requests and the policy answers.
+// job's canonical order), the policy's name, the replica requests and the policy answers, and the
+// relays when there are any (a plan that relays nothing keeps the digest it had without relaying).
 uint64_t PlanDigest(const Job& job, const Plan& plan);
 
 // xxh3-64 over a canonical encoding of the segments, in the given order.

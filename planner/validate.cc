@@ -155,6 +155,10 @@ absl::Status ValidateLayout(const Layout& layout) {
           absl::StrCat(where, ": process is out of range [0, ", num_processes, ")"));
     }
     if (buffer.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
+    if (buffer.id == kRelayArenaBuffer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the id is reserved for relay arenas"));
+    }
     if (buffer.kind != MemoryKind::kHost && buffer.kind != MemoryKind::kCuda) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": invalid memory kind"));
     }

@@ -9,12 +9,12 @@
 
 namespace wsync {
 
-// One layout on its own: ranks 0..n-1 without duplicates; buffer ids unique per process and owned
-// by a known process; parameter names unique and non-empty, valid dtypes, at most kMaxAxes axes,
-// non-negative extents; every piece names a known parameter, process and buffer; its box lies in
-// the parameter, its strides are injective, its address span lies in the buffer (int64 overflow
-// included); pieces of one buffer do not overlap; holders of overlapping boxes of one parameter
-// hold equal boxes.
+// One layout on its own: ranks 0..n-1 without duplicates; buffer ids unique per process (never
+// kRelayArenaBuffer) and owned by a known process; parameter names unique and non-empty, valid
+// dtypes, at most kMaxAxes axes, non-negative extents; every piece names a known parameter, process
+// and buffer; its box lies in the parameter, its strides are injective, its address span lies in
+// the buffer (int64 overflow included); pieces of one buffer do not overlap; holders of overlapping
+// boxes of one parameter hold equal boxes.
 absl::Status ValidateLayout(const Layout& layout);
 
 // The two sides: the same parameter names with equal dtypes and shapes, and every element of every

@@ -309,6 +309,7 @@ absl::Status Session::PlanJob(const std::vector<Layout>& trainer_parts,
   WSYNC_ASSIGN_OR_RETURN(auto policy, MakeSessionPolicy(config_.replica_policy, fits));
   PlanOptions plan_options;
   plan_options.process = process_;
+  plan_options.relay.arena_bytes = RelayArenaLimit(StagingBudget{config_.staging_budget_bytes});
   WSYNC_ASSIGN_OR_RETURN(plan_, MakePlan(*job_, *policy, plan_options));
   prediction_.reset();
   if (fits != nullptr) {

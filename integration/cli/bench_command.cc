@@ -21,6 +21,7 @@
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "integration/cli/bench_predict.h"
+#include "integration/cli/bench_relay.h"
 #include "integration/cli/bench_sync.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -267,18 +268,19 @@ std::string BenchUsage() {
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes.\n" +
-         SyncBenchUsage() + PredictBenchUsage();
+         SyncBenchUsage() + PredictBenchUsage() + RelayBenchUsage();
 }
 
 int BenchMain(int argc, char** argv) {
   const absl::string_view which = argc < 2 ? "" : argv[1];
-  if (which != "executor" && which != "sync" && which != "predict") {
+  if (which != "executor" && which != "sync" && which != "predict" && which != "relay") {
     absl::FPrintF(stderr, "%s", BenchUsage());
     return 2;
   }
   absl::ParseCommandLine(argc - 1, argv + 1);
   absl::Status status = which == "sync"      ? RunSyncBench(stdout)
                         : which == "predict" ? RunPredictBench(stdout)
+                        : which == "relay"   ? RunRelayBench(stdout)
                                              : RunExecutorBench(stdout);
   if (!status.ok()) {
     absl::FPrintF(stderr, "wsync bench %s: %s\n", which, status.ToString());

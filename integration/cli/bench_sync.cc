@@ -100,6 +100,8 @@ std::string Dirname(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+}  // namespace
+
 absl::StatusOr<std::string> SelfPath() {
   char buffer[4096];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
@@ -123,6 +125,8 @@ absl::StatusOr<std::string> FindWorker(const std::string& self) {
       absl::StrCat("wsync_test_worker not found (looked for ", absl::StrJoin(candidates, " and "),
                    "); build the target wsync_test_worker or pass --sync_worker"));
 }
+
+namespace {
 
 absl::StatusOr<std::string> FindInPath(const std::string& name) {
   if (absl::StrContains(name, "/")) {

@@ -17,6 +17,11 @@ namespace wsync::cli {
 // Text describing `wsync bench sync`'s flags, for `wsync help`.
 std::string SyncBenchUsage();
 
+// The running binary (/proc/self/exe), and wsync_test_worker next to it or in the build tree
+// (or --sync_worker): for benchmarks that launch jobs.
+absl::StatusOr<std::string> SelfPath();
+absl::StatusOr<std::string> FindWorker(const std::string& self);
+
 // Runs the benchmark (flags already parsed) and prints its progress and table to `out`; writes
 // the table as JSON to --sync_json when set. Fails when a job or ucx_perftest fails, a verified
 // byte differs, or a binary is missing.

@@ -41,6 +41,7 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "plugin/prediction.h"
+#include "planner/relay.h"
 
 ABSL_FLAG(std::string, model, "", "Model name; `wsync help` lists them.");
 ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
@@ -55,6 +56,7 @@ ABSL_FLAG(std::string, simulate, "",
           "A cluster file (integration/clusters/*.cluster): prices the plan on that cluster.");
 ABSL_FLAG(std::string, calibration, "",
           "A calibration file (wsync calibrate --out); prices the plan's traffic with it.");
+ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto.");
 
 namespace wsync::cli {
 namespace {
@@ -121,7 +123,8 @@ absl::StatusOr<T> WithContext(absl::StatusOr<T> result, const std::string& what)
 // The fits the cost_aware policy plans with: of --calibration, else of --simulate's links.
 absl::StatusOr<LinkFits> PolicyFits(const PlanRequest& request);
 
-absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
+absl::StatusOr<PlanRun> Execute(const PlanRequest& request,
+                                std::shared_ptr<const LinkFits> relay_fits) {
   PlanRun run;
   run.rss_start = ResidentBytes();
   Stopwatch watch;
@@ -156,6 +159,8 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request) {
       WithContext(MakeSessionPolicy(request.policy, fits ? &*fits : nullptr), "--policy"));
   PlanOptions options;
   options.process = request.process;
+  WSYNC_ASSIGN_OR_RETURN(options.relay.mode, WithContext(ParseRelayMode(request.relay), "--relay"));
+  options.relay.fits = std::move(relay_fits);
   WSYNC_ASSIGN_OR_RETURN(run.plan, MakePlan(*run.job, *policy, options));
   run.planning = {watch.Lap(), ResidentBytes()};
   return run;
@@ -186,7 +191,9 @@ int64_t SegmentBytes(const Job& job, const Segment& segment) {
   return segment.elements() * job.ElementSize(segment.param);
 }
 
-Traffic Tally(const Job& job, const Plan& plan) {
+// The segments the plan was made for: with a process, those it sends or receives (a relayed plan
+// also lists what its relays receive, which it neither sends nor receives).
+Traffic Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
   Traffic traffic;
   traffic.sent.resize(job.num_processes());
   traffic.received.resize(job.num_processes());
@@ -194,6 +201,7 @@ Traffic Tally(const Job& job, const Plan& plan) {
     const int64_t bytes = SegmentBytes(job, segment);
     const int32_t from = segment.from.process;
     const int32_t to = segment.to.process;
+    if (process && *process != from && *process != to) continue;
     traffic.all.Add(bytes);
     traffic.pairs[{from, to}].Add(bytes);
     traffic.paths[std::string(job.PathClass(from, to))].Add(bytes);
@@ -458,10 +466,39 @@ absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const J
   return absl::OkStatus();
 }
 
+// What crossed node boundaries, with and without relaying, and what was relayed.
+void PrintRelay(std::FILE* out, const PlanRequest& request, const Plan& plan, bool priced) {
+  int64_t arenas = 0;
+  for (const Relay& relay : plan.relays) arenas += relay.in_arena ? 1 : 0;
+  const absl::string_view rule = request.relay != "auto" ? ""
+                                 : priced                ? " (cost model)"
+                                                         : " (bytes rule)";
+  absl::FPrintF(out, "\nrelay %s%s: %d regions relayed (%d through a relay arena)\n", request.relay,
+                rule, plan.relays.size(), arenas);
+  absl::FPrintF(out, "inter-node bytes: %s (%d B) with relay, %s (%d B) without; saved %s\n",
+                HumanBytes(plan.inter_node_bytes), plan.inter_node_bytes,
+                HumanBytes(plan.inter_node_bytes_without_relay),
+                plan.inter_node_bytes_without_relay,
+                HumanBytes(plan.inter_node_bytes_without_relay - plan.inter_node_bytes));
+}
+
 absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
-  WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(request));
+  std::optional<PricingSource> calibration, cluster;
+  if (!request.calibration.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(calibration, ReadCalibrationFile(request.calibration));
+  }
+  if (!request.simulate.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(cluster, ReadCluster(request.simulate));
+  }
+  std::shared_ptr<const LinkFits> relay_fits;
+  if (calibration || cluster) {
+    WSYNC_ASSIGN_OR_RETURN(LinkFits fits,
+                           FitLinks(calibration ? calibration->calibration : cluster->calibration));
+    relay_fits = std::make_shared<const LinkFits>(std::move(fits));
+  }
+  WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(request, relay_fits));
   const Job& job = *run.job;
-  const Traffic traffic = Tally(job, run.plan);
+  const Traffic traffic = Tally(job, run.plan, request.process);
   PrintSummary(out, request, run, traffic);
   PrintSegments(out, job, run.plan, request.segments_to_show);
   if (request.process.has_value()) {
@@ -470,13 +507,12 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
     PrintPairSummary(out, job, traffic);
   }
   PrintPaths(out, traffic);
-  if (!request.calibration.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCalibrationFile(request.calibration));
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, source));
+  PrintRelay(out, request, run.plan, relay_fits != nullptr);
+  if (calibration) {
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, *calibration));
   }
-  if (!request.simulate.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const PricingSource source, ReadCluster(request.simulate));
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, source));
+  if (cluster) {
+    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, *cluster));
   }
   PrintCost(out, run);
   return absl::OkStatus();
@@ -488,6 +524,7 @@ std::string PlanUsage() {
       "                  [--policy first_holder|local_first_least_loaded|cost_aware]\n"
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
+      "                  [--relay never|always|auto]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -504,6 +541,10 @@ std::string PlanUsage() {
       "              the binding resource\n"
       "  --simulate  price the whole plan on a cluster file's stated links\n"
       "              (integration/clusters/), next to published figures of other systems\n"
+      "  --relay     cross a node boundary once for bytes several processes of a node need, and\n"
+      "              forward them inside the node: never, always, or auto (default: the\n"
+      "              calibration's or cluster's cost model decides per region; without one,\n"
+      "              regions of at least 64 KiB are relayed)\n"
       "\n"
       "example:\n"
       "  wsync plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' "
@@ -531,6 +572,7 @@ int PlanMain(int argc, char** argv) {
   request.segments_to_show = absl::GetFlag(FLAGS_segments);
   request.calibration = absl::GetFlag(FLAGS_calibration);
   request.simulate = absl::GetFlag(FLAGS_simulate);
+  request.relay = absl::GetFlag(FLAGS_relay);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;

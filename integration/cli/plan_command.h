@@ -28,6 +28,9 @@ struct PlanRequest {
   std::string calibration;
   // A cluster file (integration/clusters/); when set, the plan is priced on its stated links.
   std::string simulate;
+  // Relay mode (planner/relay.h): never, always or auto. Auto decides with the calibration (else
+  // the cluster file's links) when one is given, else by the bytes rule.
+  std::string relay = "auto";
 };
 
 // Runs the request and writes the report to `out`. Returns the first error of building, validating

@@ -338,6 +338,14 @@ std::optional<NetnsPair> NetnsPair::Create(std::string* reason) {
   return pair;
 }
 
+ProcessPlacement TwoNodePlacement(const NetnsPair& net, int side) {
+  ProcessPlacement placement{net.ns(side), side == 0 ? "node-a" : "node-b", "", {}};
+  placement.extra_flags = {
+      "--path_transports",
+      absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net.device(side))};
+  return placement;
+}
+
 NetnsPair::NetnsPair(NetnsPair&& other) noexcept {
   for (int side = 0; side < 2; ++side) {
     ns_[side] = std::move(other.ns_[side]);

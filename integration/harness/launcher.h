@@ -123,6 +123,10 @@ class NetnsPair {
   bool owned_ = false;
 };
 
+// A process on side `side` of `net`, reporting node "node-a" (side 0) or "node-b" (side 1), with
+// UCX shared memory to the processes of its node and TCP over the veth to the other node's.
+ProcessPlacement TwoNodePlacement(const NetnsPair& net, int side);
+
 }  // namespace wsync::harness
 
 #endif  // WSYNC_INTEGRATION_HARNESS_LAUNCHER_H_

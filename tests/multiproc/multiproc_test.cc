@@ -2,7 +2,9 @@
 // three versions in a row, every rollout element checked against the logical weights of each
 // version by the rollout itself.
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -109,14 +111,7 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   spec.coordinator_netns = net->ns(0);
   spec.coordinator_address = net->address(0);
   // Trainer r and rollout r share a "node" (namespace); the other pair is on the other node.
-  for (int p = 0; p < 4; ++p) {
-    const int side = p % 2;
-    ProcessPlacement placement{net->ns(side), side == 0 ? "node-a" : "node-b", "", {}};
-    placement.extra_flags = {
-        "--path_transports",
-        absl::StrCat("intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@", net->device(side))};
-    spec.placement.push_back(std::move(placement));
-  }
+  for (int p = 0; p < 4; ++p) spec.placement.push_back(TwoNodePlacement(*net, p % 2));
   JobResult result = ExpectJobSucceeds(spec);
   int64_t intra = 0, inter = 0;
   for (const WorkerResult& worker : result.workers) {
@@ -127,6 +122,45 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   }
   EXPECT_GT(intra, 0);  // Trainer r to rollout r, within the node.
   EXPECT_GT(inter, 0);  // The other trainer's half crosses between the nodes.
+}
+
+// Trainers (megatron(tp=2)) in one namespace, four rollouts (two DP replicas of vllm(tp=2)) in
+// the other. Without relaying each replica's shard crosses the veth once per replica; relayed, it
+// crosses once and a rollout forwards it over shared memory: the inter-node bytes the transports
+// carried halve, and every rollout still verifies every element of every version.
+TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
+  std::string reason;
+  std::optional<NetnsPair> net = NetnsPair::Create(&reason);
+  if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
+  std::map<std::string, int64_t> inter_node;  // Wire bytes sent across nodes, per relay mode.
+  for (const char* relay : {"never", "always"}) {
+    SCOPED_TRACE(relay);
+    JobSpec spec;
+    spec.to = "vllm(tp=2,dp=2)";
+    spec.rollouts = 4;
+    spec.versions = 2;
+    spec.coordinator_netns = net->ns(0);
+    spec.coordinator_address = net->address(0);
+    spec.extra_worker_flags = {"--relay", relay};
+    for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(*net, p < 2 ? 0 : 1));
+    JobResult result = ExpectJobSucceeds(spec);
+    ASSERT_EQ(result.workers.size(), 6u);
+    int64_t sent_across = 0, received_across = 0, forwarded = 0;
+    for (const WorkerResult& worker : result.workers) {
+      ASSERT_EQ(worker.stats.size(), 2u);
+      sent_across += std::max<int64_t>(0, Field(worker.stats[1], "wire_sent_inter_node"));
+      received_across += std::max<int64_t>(0, Field(worker.stats[1], "wire_received_inter_node"));
+      forwarded += Field(worker.stats[1], "forwarded");
+    }
+    EXPECT_EQ(sent_across, received_across);
+    EXPECT_EQ(forwarded > 0, std::string(relay) == "always");
+    inter_node[relay] = sent_across;
+  }
+  // Halved; a little more for boxes all four rollouts hold (norm weights, replicated over the TP
+  // ranks of both replicas), which cross once instead of four times.
+  EXPECT_GT(inter_node["always"], 0);
+  EXPECT_GE(inter_node["never"], 2 * inter_node["always"]);
+  EXPECT_LE(inter_node["never"], 2 * inter_node["always"] + inter_node["always"] / 100);
 }
 
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {

@@ -5,7 +5,9 @@
 // before the sync; a rollout checks every element of its pieces after it, so a stale or misplaced
 // byte fails the run. Every process then votes in the commit decision.
 //
-// Prints one line per sync: "STATS key=value ..." (see PrintStats). Exit status: 0 when every
+// Prints one line per sync: "STATS key=value ..." (see PrintStats; wire_sent_<path> and
+// wire_received_<path> are the bytes posted to the transport per path class, relay forwards
+// included; --relay chooses the relay mode). Exit status: 0 when every
 // version committed, 1 otherwise (the error on stderr), 2 for bad flags.
 
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "planner/job.h"
@@ -54,6 +58,10 @@ ABSL_FLAG(std::string, policy, "local_first_least_loaded",
           "Replica policy (cost_aware needs --calibration).");
 ABSL_FLAG(std::string, calibration, "",
           "A calibration file (wsync calibrate --out) whose fits --policy cost_aware uses.");
+ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto (planner/relay.h).");
+ABSL_FLAG(std::string, relay_links, "",
+          "Stated links (SyntheticCalibration syntax) for the cost model of --relay=auto; empty: "
+          "the bytes rule.");
 ABSL_FLAG(std::string, tls, "", "UCX transports (UCX_TLS); empty: UCX's default.");
 ABSL_FLAG(std::string, net_devices, "", "UCX network devices (UCX_NET_DEVICES).");
 ABSL_FLAG(std::string, path_transports, "",
@@ -79,6 +87,62 @@ ABSL_FLAG(double, pause_before_decide_s, 0, "Sleep this long before each commit 
 namespace wsync {
 namespace {
 
+// Passes every call to `inner` and counts the bytes of each send and receive it posts, by peer,
+// so a worker reports what crossed each path class on the wire (a relay's forwards included).
+class CountingTransport final : public Transport {
+ public:
+  CountingTransport(Transport& inner, int32_t processes)
+      : inner_(inner), sent_(processes, 0), received_(processes, 0) {}
+
+  int32_t process() const override { return inner_.process(); }
+  std::string name() const override { return inner_.name(); }
+  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
+                                                MemoryKind kind) override {
+    return inner_.RegisterMemory(address, bytes, kind);
+  }
+  absl::Status DeregisterMemory(RegistrationId id) override { return inner_.DeregisterMemory(id); }
+  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                     int64_t bytes) override {
+    absl::StatusOr<RequestId> request = inner_.PostSend(peer, tag, data, bytes);
+    if (request.ok() && peer >= 0 && peer < static_cast<int32_t>(sent_.size()))
+      sent_[peer] += bytes;
+    return request;
+  }
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    absl::StatusOr<RequestId> request = inner_.PostReceive(peer, tag, data, bytes);
+    if (request.ok() && peer >= 0 && peer < static_cast<int32_t>(received_.size())) {
+      received_[peer] += bytes;
+    }
+    return request;
+  }
+  absl::StatusOr<bool> Test(RequestId request) override { return inner_.Test(request); }
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
+    return inner_.WaitAll(requests, deadline);
+  }
+  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
+
+  void Reset() {
+    std::fill(sent_.begin(), sent_.end(), 0);
+    std::fill(received_.begin(), received_.end(), 0);
+  }
+
+  // Bytes posted to (from) each peer since the last Reset, summed by path class.
+  std::map<std::string, int64_t> ByPath(const Job& job, bool sent) const {
+    const std::vector<int64_t>& counts = sent ? sent_ : received_;
+    std::map<std::string, int64_t> by_path;
+    for (int32_t peer = 0; peer < static_cast<int32_t>(counts.size()); ++peer) {
+      if (counts[peer] > 0) by_path[std::string(job.PathClass(process(), peer))] += counts[peer];
+    }
+    return by_path;
+  }
+
+ private:
+  Transport& inner_;
+  std::vector<int64_t> sent_;
+  std::vector<int64_t> received_;
+};
+
 // `call_seconds`: the whole ExecuteTransfers call (work building and agreement included);
 // `decide_seconds`: the commit decision after it. For benchmarks; verification is in neither.
 // One line on standard output, flushed at once (fault tests read it while the process runs).
@@ -90,7 +154,8 @@ void Marker(const std::string& line) {
 
 void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats& stats,
                 double call_seconds, double decide_seconds,
-                const std::map<std::string, int64_t>& bytes_by_path) {
+                const std::map<std::string, int64_t>& bytes_by_path,
+                const CountingTransport& wire) {
   std::string line = absl::StrFormat(
       "STATS version=%d process=%d role=%s rank=%d seconds=%.6f sent=%d received=%d direct=%d "
       "staged=%d rounds=%d chunks=%d arena=%d verified=%d call_seconds=%.6f decide_seconds=%.6f",
@@ -99,6 +164,12 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
       stats.chunks, stats.peak_arena_bytes, stats.verified_chunks, call_seconds, decide_seconds);
   for (const auto& [path, bytes] : bytes_by_path)
     absl::StrAppend(&line, " path_", path, "=", bytes);
+  absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes);
+  for (const bool sent : {true, false}) {
+    for (const auto& [path, bytes] : wire.ByPath(job, sent)) {
+      absl::StrAppend(&line, sent ? " wire_sent_" : " wire_received_", path, "=", bytes);
+    }
+  }
   absl::PrintF("%s\n", line);
   std::fflush(stdout);
 }
@@ -180,6 +251,14 @@ absl::Status Run() {
                          MakeSessionPolicy(absl::GetFlag(FLAGS_policy), fits ? &*fits : nullptr));
   PlanOptions plan_options;
   plan_options.process = me;
+  WSYNC_ASSIGN_OR_RETURN(plan_options.relay.mode, ParseRelayMode(absl::GetFlag(FLAGS_relay)));
+  plan_options.relay.arena_bytes = RelayArenaLimit(StagingBudget{absl::GetFlag(FLAGS_budget)});
+  if (!absl::GetFlag(FLAGS_relay_links).empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration links,
+                           SyntheticCalibration(absl::GetFlag(FLAGS_relay_links)));
+    WSYNC_ASSIGN_OR_RETURN(LinkFits relay_fits, FitLinks(links));
+    plan_options.relay.fits = std::make_shared<const LinkFits>(std::move(relay_fits));
+  }
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
   // Route every peer to the backend of its path class and connect each backend to its peers.
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
@@ -187,6 +266,7 @@ absl::Status Run() {
 
   std::map<std::string, int64_t> bytes_by_path;
   for (const Segment& s : plan.segments) {
+    if (s.from.process != me && s.to.process != me) continue;  // What a relay of mine receives.
     const int32_t peer = s.from.process == me ? s.to.process : s.from.process;
     bytes_by_path[std::string(job.PathClass(me, peer))] += Volume(s.box) * job.ElementSize(s.param);
   }
@@ -200,6 +280,7 @@ absl::Status Run() {
   }
   Endpoints endpoints;
   for (int32_t p = 0; p < roster.size(); ++p) endpoints.processes.push_back(p);
+  CountingTransport wire(*transport, job.num_processes());
   ArenaCache arenas;
   const bool verify = absl::GetFlag(FLAGS_verify);
   const bool keep_going = absl::GetFlag(FLAGS_keep_going);
@@ -220,10 +301,11 @@ absl::Status Run() {
       early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
     };
     const absl::Time call_start = absl::Now();
+    wire.Reset();
     Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats =
         ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
-                         me, buffers, *transport, *client, options);
+                         me, buffers, wire, *client, options);
     const double call_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
     absl::Status outcome = stats.status();
     if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
@@ -252,7 +334,7 @@ absl::Status Run() {
       continue;
     }
     PrintStats(version, job, me, *stats, call_seconds,
-               absl::ToDoubleSeconds(absl::Now() - decide_start), bytes_by_path);
+               absl::ToDoubleSeconds(absl::Now() - decide_start), bytes_by_path, wire);
   }
   if (failed_versions > 0) {
     return absl::AbortedError(

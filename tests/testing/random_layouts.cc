@@ -606,4 +606,19 @@ Job RowsToColumnsJob() {
   return *Job::Create(std::move(source).Build(), std::move(target).Build());
 }
 
+Job OneTrainerToWholeCopies(const Dims& shape, const std::vector<std::string>& rollout_nodes) {
+  LayoutBuilder source(Role::kTrainer);
+  LayoutBuilder target(Role::kRollout);
+  const int64_t bytes = Volume(shape) * 4;
+  const int32_t t = source.AddProcess("a");
+  source.AddPackedPiece(source.AddParam("w", DType::kFloat32, shape), t, source.AddBuffer(t, bytes),
+                        WholeBox(shape), 0);
+  const int32_t w = target.AddParam("w", DType::kFloat32, shape);
+  for (const std::string& node : rollout_nodes) {
+    const int32_t p = target.AddProcess(node);
+    target.AddPackedPiece(w, p, target.AddBuffer(p, bytes), WholeBox(shape), 0);
+  }
+  return *Job::Create(std::move(source).Build(), std::move(target).Build());
+}
+
 }  // namespace wsync::test

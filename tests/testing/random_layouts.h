@@ -86,6 +86,11 @@ bool Chance(std::mt19937_64& rng, double p);
 // rollout one 4x2 block: staged at the sender (strided), direct at the receiver.
 Job RowsToColumnsJob();
 
+// A fixed job for relays: "w" (`shape`, fp32) held whole in one packed buffer by one trainer on
+// node "a" (global id 0) and by one rollout process per entry of `rollout_nodes` (ids 1, 2, ...),
+// each on that node.
+Job OneTrainerToWholeCopies(const Dims& shape, const std::vector<std::string>& rollout_nodes);
+
 }  // namespace wsync::test
 
 #endif  // WSYNC_TESTS_TESTING_RANDOM_LAYOUTS_H_

@@ -1,6 +1,8 @@
 #include "tests/testing/reference.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/hash.h"
 #include "common/status.h"
+#include "planner/relay.h"
 
 namespace wsync::test {
 namespace {
@@ -224,64 +227,118 @@ absl::Status ExecutePlanReference(const Job& job, absl::Span<const Segment> segm
                                   WriteCounts* write_counts) {
   const int32_t num_source = static_cast<int32_t>(job.source().processes.size());
   const int32_t num_target = static_cast<int32_t>(job.target().processes.size());
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const Segment& segment = segments[s];
-    const std::string where = absl::StrCat("segment ", s, " (param ", segment.param, " box ",
-                                           BoxToString(segment.box), ")");
-    if (segment.param < 0 || segment.param >= static_cast<int32_t>(job.target().params.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown parameter"));
+  // Relay arenas by target process, as large as the furthest byte any segment writes there.
+  std::map<int32_t, std::vector<unsigned char>> arenas;
+  for (const Segment& segment : segments) {
+    if (segment.to.buffer != kRelayArenaBuffer || segment.param < 0 ||
+        segment.param >= static_cast<int32_t>(job.target().params.size())) {
+      continue;
     }
-    const ParamInfo& param = job.target().params[segment.param];
-    const int64_t size = DTypeSize(param.dtype);
-    const int rank = segment.box.rank();
-    if (segment.box.origin.size() != segment.box.extent.size() ||
-        static_cast<int>(param.shape.size()) != rank ||
-        static_cast<int>(segment.from.strides.size()) != rank ||
-        static_cast<int>(segment.to.strides.size()) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " of ", param.name, ": rank mismatch"));
+    const int64_t size = DTypeSize(job.target().params[segment.param].dtype);
+    int64_t last = segment.to.offset;
+    for (int a = 0; a < segment.box.rank() && a < static_cast<int>(segment.to.strides.size());
+         ++a) {
+      last += (segment.box.extent[a] - 1) * std::max<int64_t>(segment.to.strides[a], 0);
     }
-    if (segment.from.process < 0 || segment.from.process >= num_source) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": sender ", segment.from.process, " is not a source process"));
-    }
-    if (segment.to.process < num_source || segment.to.process >= num_source + num_target) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": receiver ", segment.to.process, " is not a target process"));
-    }
-    const BufferKey from_key{segment.from.process, segment.from.buffer};
-    const BufferKey to_key{segment.to.process - num_source, segment.to.buffer};
-    const unsigned char* from_data = source.data(from_key);
-    unsigned char* to_data = target->data(to_key);
-    std::vector<uint32_t>* counts = write_counts->counts(to_key);
-    if (from_data == nullptr || to_data == nullptr || counts == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": unknown ", KeyString("source", from_key), " or ", KeyString("target", to_key)));
-    }
-    // Check every address first so that a refused segment copies nothing.
-    std::vector<std::pair<int64_t, int64_t>> moves;  // (source byte, target byte)
-    absl::Status status;
-    ForEachIndex(segment.box, [&](const Dims& index) {
-      if (!status.ok()) return;
-      const int64_t from_address =
-          ElementAddress(segment.box, segment.from.offset, segment.from.strides, index);
-      const int64_t to_address =
-          ElementAddress(segment.box, segment.to.offset, segment.to.strides, index);
-      const std::optional<int64_t> from_byte =
-          ByteOffset(from_address, size, source.bytes(from_key));
-      const std::optional<int64_t> to_byte = ByteOffset(to_address, size, target->bytes(to_key));
-      if (!from_byte.has_value() || !to_byte.has_value()) {
-        status = absl::OutOfRangeError(absl::StrCat(
-            where, " of ", param.name, " index ", DimsToString(index), ": element ",
-            from_byte.has_value() ? to_address : from_address, " lies outside ",
-            from_byte.has_value() ? KeyString("target", to_key) : KeyString("source", from_key)));
-        return;
+    std::vector<unsigned char>& arena = arenas[segment.to.process];
+    arena.resize(std::max<int64_t>(static_cast<int64_t>(arena.size()), (last + 1) * size), kPoison);
+  }
+  // Forwards (segments from a target process) run after every segment from a source process.
+  for (const bool forwards : {false, true}) {
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const Segment& segment = segments[s];
+      const bool from_target = segment.from.process >= num_source;
+      if (from_target != forwards) continue;
+      const std::string where = absl::StrCat("segment ", s, " (param ", segment.param, " box ",
+                                             BoxToString(segment.box), ")");
+      if (segment.param < 0 || segment.param >= static_cast<int32_t>(job.target().params.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": unknown parameter"));
       }
-      moves.emplace_back(*from_byte, *to_byte);
-    });
-    WSYNC_RETURN_IF_ERROR(status);
-    for (const auto& [from_byte, to_byte] : moves) {
-      std::memcpy(to_data + to_byte, from_data + from_byte, size);
-      for (int64_t b = 0; b < size; ++b) ++(*counts)[to_byte + b];
+      const ParamInfo& param = job.target().params[segment.param];
+      const int64_t size = DTypeSize(param.dtype);
+      const int rank = segment.box.rank();
+      if (segment.box.origin.size() != segment.box.extent.size() ||
+          static_cast<int>(param.shape.size()) != rank ||
+          static_cast<int>(segment.from.strides.size()) != rank ||
+          static_cast<int>(segment.to.strides.size()) != rank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " of ", param.name, ": rank mismatch"));
+      }
+      if (segment.from.process < 0 || segment.from.process >= num_source + num_target) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": sender ", segment.from.process, " is not a process"));
+      }
+      if (segment.to.process < num_source || segment.to.process >= num_source + num_target) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": receiver ", segment.to.process, " is not a target process"));
+      }
+      // One end: readable (and, but for a source buffer, writable) memory, its size in bytes, the
+      // write counters of a target buffer, a description.
+      struct Side {
+        const unsigned char* data = nullptr;
+        unsigned char* writable = nullptr;
+        int64_t bytes = -1;
+        std::vector<uint32_t>* counts = nullptr;
+        std::string name;
+      };
+      auto side = [&](const Endpoint& end, bool writing) {
+        Side out;
+        if (end.buffer == kRelayArenaBuffer && end.process >= num_source) {
+          auto it = arenas.find(end.process);
+          if (it != arenas.end()) {
+            out.data = out.writable = it->second.data();
+            out.bytes = static_cast<int64_t>(it->second.size());
+          }
+          out.name = absl::StrCat("relay arena of process ", end.process);
+          return out;
+        }
+        if (end.process < num_source) {
+          const BufferKey key{end.process, end.buffer};
+          out.data = source.data(key);
+          out.bytes = source.bytes(key);
+          out.name = KeyString("source", key);
+        } else {
+          const BufferKey key{end.process - num_source, end.buffer};
+          out.data = out.writable = target->data(key);
+          out.bytes = target->bytes(key);
+          if (writing) out.counts = write_counts->counts(key);
+          out.name = KeyString("target", key);
+        }
+        return out;
+      };
+      const Side from = side(segment.from, false);
+      const Side to = side(segment.to, true);
+      const bool to_arena = segment.to.buffer == kRelayArenaBuffer;
+      if (from.data == nullptr || to.writable == nullptr || (!to_arena && to.counts == nullptr)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": unknown ", from.name, " or ", to.name));
+      }
+      // Check every address first so that a refused segment copies nothing.
+      std::vector<std::pair<int64_t, int64_t>> moves;  // (source byte, target byte)
+      absl::Status status;
+      ForEachIndex(segment.box, [&](const Dims& index) {
+        if (!status.ok()) return;
+        const int64_t from_address =
+            ElementAddress(segment.box, segment.from.offset, segment.from.strides, index);
+        const int64_t to_address =
+            ElementAddress(segment.box, segment.to.offset, segment.to.strides, index);
+        const std::optional<int64_t> from_byte = ByteOffset(from_address, size, from.bytes);
+        const std::optional<int64_t> to_byte = ByteOffset(to_address, size, to.bytes);
+        if (!from_byte.has_value() || !to_byte.has_value()) {
+          status = absl::OutOfRangeError(
+              absl::StrCat(where, " of ", param.name, " index ", DimsToString(index), ": element ",
+                           from_byte.has_value() ? to_address : from_address, " lies outside ",
+                           from_byte.has_value() ? to.name : from.name));
+          return;
+        }
+        moves.emplace_back(*from_byte, *to_byte);
+      });
+      WSYNC_RETURN_IF_ERROR(status);
+      for (const auto& [from_byte, to_byte] : moves) {
+        std::memmove(to.writable + to_byte, from.data + from_byte, size);
+        if (to.counts == nullptr) continue;
+        for (int64_t b = 0; b < size; ++b) ++(*to.counts)[to_byte + b];
+      }
     }
   }
   return absl::OkStatus();

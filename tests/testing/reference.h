@@ -132,6 +132,10 @@ class WriteCounts {
 // (see Job). Fails, naming the segment, on an unknown parameter, process or buffer, a rank
 // mismatch, or an address outside its buffer (nothing of that segment is copied then). Does not
 // look at the layouts' pieces: a wrong plan is executed as written and caught by CheckTargets.
+// Relays (planner/relay.h): segments from a target process (stage-2 forwards) run after all the
+// others and read the target buffer or relay arena (endpoint buffer kRelayArenaBuffer) they name;
+// relay arenas are host memory per target process, as large as the segments writing them need,
+// filled with kPoison, and their bytes are not counted.
 absl::Status ExecutePlanReference(const Job& job, absl::Span<const Segment> segments,
                                   const HostBuffers& source, HostBuffers* target,
                                   WriteCounts* write_counts);

@@ -34,11 +34,13 @@ struct BatchRun {
 };
 
 // Runs every process of the job as a thread over one loopback fabric. `digest_of(p)` is the plan
-// digest process p claims; `drop_buffer_of` makes that process lose one buffer address.
+// digest process p claims; `drop_buffer_of` makes that process lose one buffer address;
+// `segments_of(p)`, when given, replaces `segments` for process p (its own plan).
 BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingBudget budget,
                   HostBuffers& source, HostBuffers& target,
                   const std::function<uint64_t(int32_t)>& digest_of = {},
-                  int32_t drop_buffer_of = -1) {
+                  int32_t drop_buffer_of = -1,
+                  const std::function<std::vector<Segment>(int32_t)>& segments_of = {}) {
   LoopbackFabric fabric(job.num_processes());
   BatchRun run;
   run.results.resize(job.num_processes(), absl::UnknownError("not run"));
@@ -65,8 +67,9 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
       options.sync_id = 7;
       options.plan_digest = digest_of ? digest_of(p) : 42;
       options.deadline = absl::Now() + absl::Seconds(60);
-      run.results[p] = ExecuteTransfers(job, segments, endpoints, budget, p, buffers, **transport,
-                                        **group, options);
+      const std::vector<Segment> mine = segments_of ? segments_of(p) : segments;
+      run.results[p] =
+          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -83,6 +86,7 @@ void ExpectStatsMatchSchedule(const ProcessSchedule& schedule, const TransferSta
   EXPECT_EQ(stats.local_copy_bytes, schedule.local_copy_bytes);
   EXPECT_EQ(stats.direct_bytes, schedule.direct_bytes);
   EXPECT_EQ(stats.staged_bytes, schedule.staged_bytes);
+  EXPECT_EQ(stats.forwarded_bytes, schedule.forwarded_bytes);
   EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
 }
 
@@ -92,6 +96,21 @@ const PeerSchedule* FindLane(const ProcessSchedule& schedule, int32_t peer, Dire
     if (lane.peer == peer && lane.direction == direction) return &lane;
   }
   return nullptr;
+}
+
+// The run wrote exactly what the reference copier writes for the same plan (version 3), and no
+// guard byte changed.
+void ExpectTargetsAsTheReferenceWrites(const Job& job, const std::vector<Segment>& segments,
+                                       const HostBuffers& source, const HostBuffers& target) {
+  HostBuffers expected(job.target(), test::kPoison);
+  test::WriteCounts counts(job.target());
+  ASSERT_TRUE(test::ExecutePlanReference(job, segments, source, &expected, &counts).ok());
+  ASSERT_TRUE(test::CheckTargets(job.target(), expected, counts, 3).ok());
+  ASSERT_TRUE(target.CheckGuards().ok());
+  for (const BufferKey& key : expected.keys()) {
+    ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
+        << "rollout process " << key.process << " buffer " << key.buffer;
+  }
 }
 
 TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
@@ -145,21 +164,167 @@ TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
         EXPECT_EQ(run.counters.BytesDelivered(p, lane.peer), bytes);
       }
     }
-    // The run wrote exactly what the reference copier writes for the same plan.
-    HostBuffers expected(job->target(), test::kPoison);
-    test::WriteCounts counts(job->target());
-    ASSERT_TRUE(test::ExecutePlanReference(*job, plan->segments, source, &expected, &counts).ok());
-    ASSERT_TRUE(test::CheckTargets(job->target(), expected, counts, 3).ok());
-    ASSERT_TRUE(target.CheckGuards().ok());
-    for (const BufferKey& key : expected.keys()) {
-      ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
-          << "rollout process " << key.process << " buffer " << key.buffer;
-    }
+    ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
   }
   EXPECT_GT(runs, 100);
   EXPECT_GT(direct, 0);  // Both paths were exercised.
   EXPECT_GT(staged, 0);
   RecordProperty("refused", static_cast<int>(refused));
+}
+
+// Relayed plans on random multi-node layouts, each process running its own plan: the schedule of
+// a process's own plan equals its schedule in the full plan (so both ends of every forward agree
+// on its rounds), the run equals the schedule, the targets equal the reference's, and the bytes
+// the fabric carried across nodes are the plan's inter-node bytes with relaying.
+TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
+  const int64_t kBudgets[] = {256, 1024, 4096, int64_t{1} << 20};
+  int64_t relayed_runs = 0, forwarded = 0, arena = 0, pipelined = 0;
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    test::RandomLayoutOptions layout_options;
+    layout_options.max_nodes = 2;
+    layout_options.max_processes = 8;
+    test::LayoutPair pair = test::RandomLayoutPair(rng, layout_options);
+    absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
+    ASSERT_TRUE(job.ok()) << job.status();
+    test::RandomAnswersPolicy policy(seed);
+    const int64_t budget_bytes = kBudgets[seed % 4];
+    PlanOptions options;
+    options.relay.mode = RelayMode::kAlways;
+    options.relay.arena_bytes = budget_bytes;
+    absl::StatusOr<Plan> plan = MakePlan(*job, policy, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    if (plan->relays.empty()) continue;
+    std::vector<std::vector<Segment>> own(job->num_processes());
+    for (int32_t p = 0; p < job->num_processes(); ++p) {
+      PlanOptions mine = options;
+      mine.process = p;
+      absl::StatusOr<Plan> plan_of_p = MakePlan(*job, policy, mine);
+      ASSERT_TRUE(plan_of_p.ok()) << plan_of_p.status();
+      own[p] = plan_of_p->segments;
+    }
+    const StagingBudget budget{static_cast<double>(budget_bytes)};
+    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+        ScheduleTransfers(*job, plan->segments, AllProcesses(*job), budget);
+    if (!schedules.ok()) {
+      EXPECT_THAT(std::string(schedules.status().message()), HasSubstr("cannot be staged"));
+      continue;
+    }
+    HostBuffers source(job->source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
+    HostBuffers target(job->target(), test::kPoison);
+    BatchRun run = RunBatch(*job, plan->segments, budget, source, target, {}, -1,
+                            [&](int32_t p) { return own[p]; });
+    ++relayed_runs;
+    int64_t saved = 0, inter_node = 0;
+    for (int32_t p = 0; p < job->num_processes(); ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+      const ProcessSchedule& schedule = (*schedules)[p];
+      absl::StatusOr<ProcessSchedule> own_schedule =
+          ScheduleTransfers(*job, own[p], AllProcesses(*job), budget, p);
+      ASSERT_TRUE(own_schedule.ok()) << own_schedule.status();
+      ASSERT_EQ(own_schedule->peers.size(), schedule.peers.size());
+      for (size_t l = 0; l < schedule.peers.size(); ++l) {
+        const PeerSchedule& a = schedule.peers[l];
+        const PeerSchedule& b = own_schedule->peers[l];
+        ASSERT_EQ(a.peer, b.peer);
+        ASSERT_EQ(a.rounds.size(), b.rounds.size());
+        for (size_t r = 0; r < a.rounds.size(); ++r) {
+          EXPECT_EQ(a.rounds[r].round, b.rounds[r].round);
+          EXPECT_EQ(a.rounds[r].bytes, b.rounds[r].bytes);
+        }
+        if (a.forwarding && a.direction == Direction::kSend) {
+          // The receiving end numbers the rounds identically.
+          const PeerSchedule* other = FindLane((*schedules)[a.peer], p, Direction::kReceive);
+          ASSERT_NE(other, nullptr);
+          ASSERT_EQ(other->rounds.size(), a.rounds.size());
+          for (size_t r = 0; r < a.rounds.size(); ++r) {
+            EXPECT_EQ(other->rounds[r].round, a.rounds[r].round);
+          }
+          // Forwarding began before the relay's last stage-1 message arrived.
+          int32_t last_arrival = -1;
+          for (const PeerSchedule& in : schedule.peers) {
+            if (in.direction == Direction::kReceive && job->IsSource(in.peer)) {
+              last_arrival = std::max(last_arrival, in.rounds.back().round);
+            }
+          }
+          if (a.rounds.front().round <= last_arrival) ++pipelined;
+        }
+      }
+      ExpectStatsMatchSchedule(schedule, *run.results[p]);
+      forwarded += schedule.forwarded_bytes;
+      arena += schedule.relay_arena_bytes;
+      saved += schedule.inter_node_bytes_saved;
+      EXPECT_LE(schedule.relay_arena_bytes, budget_bytes);
+      for (int32_t q = 0; q < job->num_processes(); ++q) {
+        if (job->PathClass(p, q) == kPathInterNode) inter_node += run.counters.BytesDelivered(p, q);
+      }
+    }
+    EXPECT_EQ(inter_node, plan->inter_node_bytes);
+    EXPECT_EQ(saved, plan->inter_node_bytes_without_relay - plan->inter_node_bytes);
+    ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
+  }
+  EXPECT_GT(relayed_runs, 30);
+  EXPECT_GT(forwarded, 0);
+  EXPECT_GT(arena, 0);
+  EXPECT_GT(pipelined, 0);
+}
+
+// One trainer sends an 8-chunk box to two rollouts of another node: the relay receives chunk i in
+// round i and forwards it in round i + 1, so forwarding overlaps receiving and the whole transfer
+// takes 9 rounds, not 16; the node boundary carries the box once.
+TEST(ExecutorTest, ForwardingRoundRFollowsReceivingRoundR) {
+  const Job job = test::OneTrainerToWholeCopies({64, 16}, {"b", "b"});
+  PlanOptions options;
+  options.relay.mode = RelayMode::kAlways;
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy(), options);
+  ASSERT_EQ(plan.relays.size(), 1u);
+  const StagingBudget budget{1024};  // 512-byte chunks: 8 rows of 64 bytes each.
+  absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+      ScheduleTransfers(job, plan.segments, AllProcesses(job), budget);
+  ASSERT_TRUE(schedules.ok()) << schedules.status();
+  const ProcessSchedule& relay = (*schedules)[1];
+  const PeerSchedule* in = FindLane(relay, 0, Direction::kReceive);
+  const PeerSchedule* out = FindLane(relay, 2, Direction::kSend);
+  ASSERT_TRUE(in != nullptr && out != nullptr);
+  ASSERT_EQ(in->rounds.size(), 8u);
+  ASSERT_EQ(out->rounds.size(), 8u);
+  EXPECT_TRUE(out->forwarding);
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(in->rounds[r].round, r);
+    EXPECT_EQ(out->rounds[r].round, r + 1);
+  }
+  EXPECT_EQ(relay.rounds, 9);
+  EXPECT_EQ(relay.forwarded_bytes, 4096);
+  EXPECT_EQ(relay.relay_stage1_bytes, 4096);
+  EXPECT_EQ(relay.inter_node_bytes_saved, 4096);
+  EXPECT_EQ((*schedules)[2].forwarded_received_bytes, 4096);
+  HostBuffers source(job.source(), test::kSourceFill);
+  ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
+  HostBuffers target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, budget, source, target);
+  for (int32_t p = 0; p < 3; ++p) {
+    ASSERT_TRUE(run.results[p].ok()) << run.results[p].status();
+    ExpectStatsMatchSchedule((*schedules)[p], *run.results[p]);
+  }
+  EXPECT_EQ(run.counters.BytesDelivered(0, 1) + run.counters.BytesDelivered(0, 2), 4096);
+  EXPECT_TRUE(test::CheckLogical(job.target(), target, 3).ok());
+}
+
+// A forward whose stage-1 segment is not in the batch is refused by the schedule (the work that
+// execution builds too), before any byte moves.
+TEST(ExecutorTest, AForwardWithoutItsStageOneIsRefused) {
+  const Job job = test::OneTrainerToWholeCopies({4, 4}, {"b", "b"});
+  PlanOptions options;
+  options.relay.mode = RelayMode::kAlways;
+  std::vector<Segment> segments = MakePlan(job, *MakeFirstHolderPolicy(), options)->segments;
+  std::erase_if(segments, [&](const Segment& s) { return job.IsSource(s.from.process); });
+  absl::StatusOr<ProcessSchedule> schedule =
+      ScheduleTransfers(job, segments, AllProcesses(job), StagingBudget{}, 2);
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_THAT(std::string(schedule.status().message()),
+              HasSubstr("has no segment from a trainer delivering it"));
 }
 
 Job RowsToColumns() { return test::RowsToColumnsJob(); }
@@ -260,7 +425,7 @@ TEST(ExecutorTest, LargeSegmentsAreChunkedAndSmallOnesPackedTogether) {
                                 WholeBox({16}), 16 * ((i * 7) % 1000));
   }
   const Job many = *Job::Create(std::move(small_source).Build(), std::move(small_target).Build());
-  const Plan many_plan = *MakePlan(many, *MakeFirstHolderPolicy(), PlanOptions{{}, false});
+  const Plan many_plan = *MakePlan(many, *MakeFirstHolderPolicy(), PlanOptions{.coalesce = false});
   const ProcessSchedule packed =
       *ScheduleTransfers(many, many_plan.segments, AllProcesses(many), StagingBudget{4096}, 0);
   EXPECT_EQ(packed.chunks, 1000);

@@ -161,7 +161,7 @@ TEST(PlanTest, CoalescesSegmentsThatContinueEachOther) {
   const Plan merged = MustPlan(*job, *MakeFirstHolderPolicy());
   ASSERT_EQ(merged.segments.size(), 1u);
   EXPECT_EQ(merged.segments[0].box, WholeBox({8, 8}));
-  const Plan separate = MustPlan(*job, *MakeFirstHolderPolicy(), PlanOptions{{}, false});
+  const Plan separate = MustPlan(*job, *MakeFirstHolderPolicy(), PlanOptions{.coalesce = false});
   EXPECT_EQ(separate.segments.size(), 2u);
   EXPECT_EQ(merged.digest, separate.digest);  // Same inputs and answers.
   EXPECT_NE(merged.segments_digest, separate.segments_digest);
@@ -174,7 +174,7 @@ TEST(PlanTest, OneProcessPlanIsTheFullPlanFilteredWithTheSameDigest) {
   const auto policy = MakeLocalFirstLeastLoadedPolicy();
   const Plan full = MustPlan(*job, *policy);
   for (int32_t p = 0; p < job->num_processes(); ++p) {
-    const Plan mine = MustPlan(*job, *policy, PlanOptions{p, true});
+    const Plan mine = MustPlan(*job, *policy, PlanOptions{.process = p});
     std::vector<Segment> expected;
     for (const Segment& s : full.segments) {
       if (s.from.process == p || s.to.process == p) expected.push_back(s);
@@ -183,7 +183,7 @@ TEST(PlanTest, OneProcessPlanIsTheFullPlanFilteredWithTheSameDigest) {
     EXPECT_EQ(mine.digest, full.digest);
     EXPECT_EQ(mine.answers, full.answers);
   }
-  EXPECT_THAT(std::string(MakePlan(*job, *policy, PlanOptions{99, true}).status().message()),
+  EXPECT_THAT(std::string(MakePlan(*job, *policy, PlanOptions{.process = 99}).status().message()),
               HasSubstr("process 99 is not in the job"));
 }
 
