@@ -79,6 +79,7 @@ class Run {
     // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
     if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
       NoticeUnsentMessages(alloc);
+      DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
     AllocateArenas();
@@ -97,10 +98,14 @@ class Run {
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (!status.ok()) {
       NoticeUnsentMessages(status);
+      const absl::Time grace = FailureGrace();
+      DrainUnreceivedMessages(grace);
       if (verifier_) verifier_->Cancel(transport_);
-      // Cancel and release whatever is still posted; the deadline has effectively passed.
+      // What the rounds still have posted may complete until `grace` (a peer's large send to
+      // this process, this process's sends); the rest is cancelled and everything released. A
+      // round whose wait failed already released its requests (its list is then refused at once).
       for (std::vector<RequestId>& requests : pending_) {
-        if (!requests.empty()) transport_.WaitAll(requests, absl::InfinitePast()).IgnoreError();
+        if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
       }
       return status;
     }
@@ -181,6 +186,48 @@ class Run {
     if (!notices.empty()) {
       transport_.WaitAll(notices, absl::Now() + absl::Milliseconds(200)).IgnoreError();
     }
+  }
+
+  // After a failure: receives, for a short while, the messages peers still send this process, so
+  // that a sender blocked on a large (rendezvous) send completes and votes instead of waiting for
+  // its deadline. Direct messages land in the weights (the failed sync left them dirty anyway),
+  // staged ones in one scratch buffer they all share. Waits until `grace` at most; what did not
+  // arrive by then is cancelled.
+  void DrainUnreceivedMessages(absl::Time grace) {
+    std::vector<RequestId> requests;
+    int64_t scratch_bytes = 0;
+    for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
+      if (work_.lanes[lane].direction != Direction::kReceive) continue;
+      for (size_t r = posted_[lane]; r < work_.lanes[lane].messages.size(); ++r) {
+        const Message& message = work_.lanes[lane].messages[r];
+        if (!message.direct) scratch_bytes = std::max(scratch_bytes, message.bytes);
+      }
+    }
+    const std::unique_ptr<char[]> scratch = std::make_unique_for_overwrite<char[]>(scratch_bytes);
+    for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (l.direction != Direction::kReceive) continue;
+      for (size_t r = posted_[lane]; r < l.messages.size(); ++r) {
+        const Message& message = l.messages[r];
+        void* data = scratch.get();
+        if (message.direct) {
+          const Chunk& chunk = work_.chunks[message.chunks[0]];
+          data = BufferAddress(segments_[chunk.segment].to, chunk.to_offset, chunk.element_size);
+        }
+        absl::StatusOr<RequestId> drain = transport_.PostReceive(
+            l.peer, MakeTag(options_.sync_id, static_cast<int64_t>(r), l.peer), data,
+            message.bytes);
+        if (!drain.ok()) break;
+        requests.push_back(*drain);
+      }
+    }
+    if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
+  }
+
+  // How long a failed run keeps receiving and sending for its peers' sake: 200 ms, never past
+  // the deadline (a run that failed on the deadline releases everything at once).
+  absl::Time FailureGrace() const {
+    return std::min(options_.deadline, absl::Now() + absl::Milliseconds(200));
   }
 
   void RejectStaleMessages() {

@@ -1,0 +1,90 @@
+#ifndef WSYNC_TESTS_UNIT_CONTROL_JOB_H_
+#define WSYNC_TESTS_UNIT_CONTROL_JOB_H_
+
+// A coordinator and its connected, joined clients for the control-plane tests (control_test,
+// control_rounds_test); every client thread-per-process through Parallel. Test code.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "transport/control/client.h"
+#include "transport/control/coordinator.h"
+
+namespace wsync::control_testing {
+
+inline constexpr char kSecret[] = "correct-horse-battery-staple-42";
+inline constexpr char kJob[] = "job-1";
+
+inline CoordinatorOptions Options(int32_t trainers, int32_t rollouts) {
+  CoordinatorOptions o;
+  o.job_id = kJob;
+  o.secret = kSecret;
+  o.num_trainers = trainers;
+  o.num_rollouts = rollouts;
+  o.handshake_timeout = absl::Milliseconds(300);
+  o.rendezvous_timeout = absl::Seconds(10);
+  return o;
+}
+
+inline ControlClientOptions ClientOptions(int port, ControlRole role, int32_t rank) {
+  ControlClientOptions o;
+  o.coordinator_port = port;
+  o.job_id = kJob;
+  o.role = role;
+  o.rank = rank;
+  o.node_id = absl::StrCat("node-", role == ControlRole::kTrainer ? "t" : "r", rank / 2);
+  o.secret = kSecret;
+  o.connect_timeout = absl::Seconds(5);
+  return o;
+}
+
+// Runs fn(i) on one thread per i in [0, n) and joins them.
+inline void Parallel(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back(fn, i);
+  for (auto& t : threads) t.join();
+}
+
+// A started coordinator with every process connected and joined.
+struct Job {
+  std::unique_ptr<Coordinator> coordinator;
+  std::vector<std::unique_ptr<ControlClient>> clients;
+  std::vector<Roster> rosters;
+};
+
+inline Job StartJob(int32_t trainers, int32_t rollouts, CoordinatorOptions options) {
+  Job job;
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(std::move(options));
+  EXPECT_TRUE(c.ok()) << c.status();
+  job.coordinator = *std::move(c);
+  const int world = trainers + rollouts;
+  job.clients.resize(world);
+  job.rosters.resize(world);
+  Parallel(world, [&](int id) {
+    const bool trainer = id < trainers;
+    absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(ClientOptions(
+        job.coordinator->port(), trainer ? ControlRole::kTrainer : ControlRole::kRollout,
+        trainer ? id : id - trainers));
+    ASSERT_TRUE(client.ok()) << client.status();
+    EXPECT_EQ((*client)->process(), id);
+    JoinRequest request;
+    request.manifest = trainer ? "trainer-manifest" : "rollout-manifest";
+    request.address = absl::StrCat("address-", id);
+    request.metadata = "metadata";
+    absl::StatusOr<Roster> roster = (*client)->Join(request, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(roster.ok()) << roster.status();
+    job.rosters[id] = *std::move(roster);
+    job.clients[id] = *std::move(client);
+  });
+  return job;
+}
+
+}  // namespace wsync::control_testing
+
+#endif  // WSYNC_TESTS_UNIT_CONTROL_JOB_H_
