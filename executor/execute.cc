@@ -194,29 +194,35 @@ class Run {
   // staged ones in one scratch buffer they all share. Waits until `grace` at most; what did not
   // arrive by then is cancelled.
   void DrainUnreceivedMessages(absl::Time grace) {
+    // Where a drained message lands: a direct one in its weights, anything else (and a direct one
+    // into a relay arena that may not exist yet) in one shared scratch buffer.
+    auto direct_target = [&](const Message& message) -> void* {
+      if (!message.direct) return nullptr;
+      const Chunk& chunk = work_.chunks[message.chunks[0]];
+      const Endpoint& to = segments_[chunk.segment].to;
+      if (to.buffer == kRelayArenaBuffer && relay_arena_ == nullptr) return nullptr;
+      return BufferAddress(to, chunk.to_offset, chunk.element_size);
+    };
     std::vector<RequestId> requests;
     int64_t scratch_bytes = 0;
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       if (work_.lanes[lane].direction != Direction::kReceive) continue;
-      for (size_t r = posted_[lane]; r < work_.lanes[lane].messages.size(); ++r) {
-        const Message& message = work_.lanes[lane].messages[r];
-        if (!message.direct) scratch_bytes = std::max(scratch_bytes, message.bytes);
+      for (size_t index = posted_[lane]; index < work_.lanes[lane].messages.size(); ++index) {
+        const Message& message = work_.lanes[lane].messages[index];
+        if (direct_target(message) == nullptr)
+          scratch_bytes = std::max(scratch_bytes, message.bytes);
       }
     }
     const std::unique_ptr<char[]> scratch = std::make_unique_for_overwrite<char[]>(scratch_bytes);
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
       if (l.direction != Direction::kReceive) continue;
-      for (size_t r = posted_[lane]; r < l.messages.size(); ++r) {
-        const Message& message = l.messages[r];
-        void* data = scratch.get();
-        if (message.direct) {
-          const Chunk& chunk = work_.chunks[message.chunks[0]];
-          data = BufferAddress(segments_[chunk.segment].to, chunk.to_offset, chunk.element_size);
-        }
+      for (size_t index = posted_[lane]; index < l.messages.size(); ++index) {
+        const Message& message = l.messages[index];
+        void* data = direct_target(message);
+        if (data == nullptr) data = scratch.get();
         absl::StatusOr<RequestId> drain = transport_.PostReceive(
-            l.peer, MakeTag(options_.sync_id, static_cast<int64_t>(r), l.peer), data,
-            message.bytes);
+            l.peer, MakeTag(options_.sync_id, message.round, l.peer), data, message.bytes);
         if (!drain.ok()) break;
         requests.push_back(*drain);
       }
@@ -348,7 +354,7 @@ class Run {
   std::vector<char*> arenas_;    // Per lane; memory owned by a cache.
   char* relay_arena_ = nullptr;  // Memory owned by a cache.
   int64_t arena_bytes_ = 0;
-  std::vector<std::vector<RequestId>> pending_;          // Posted requests by round.
+  std::vector<std::vector<RequestId>> pending_;  // Posted requests by round.
   std::vector<int32_t> posted_;  // Per lane: messages posted, the index of the next one.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
