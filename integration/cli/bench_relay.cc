@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,7 @@
 #include "planner/policy.h"
 #include "planner/relay.h"
 
+ABSL_DECLARE_FLAG(double, budget);
 ABSL_FLAG(std::string, relay_model, "qwen2.5-tiny", "Model of `wsync bench relay`.");
 ABSL_FLAG(std::string, relay_from, "megatron(tp=2)", "Trainer layout of `wsync bench relay`.");
 ABSL_FLAG(std::string, relay_to, "vllm(tp=2,dp=2)", "Rollout layout of `wsync bench relay`.");
@@ -128,6 +130,7 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
   spec.trainers = trainers;
   spec.rollouts = rollouts;
   spec.versions = warmup + std::max(1, absl::GetFlag(FLAGS_relay_syncs));
+  spec.budget = absl::GetFlag(FLAGS_budget);
   spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_relay_timeout_s));
   spec.rendezvous_timeout = absl::Seconds(30);
   spec.coordinator_netns = net.ns(0);
@@ -172,8 +175,9 @@ std::string RelayBenchUsage() {
          "  Trainers of L (megatron(tp=2)) in one network namespace, rollouts of L\n"
          "  (vllm(tp=2,dp=2)) in another, the veth between them shaped by tc to R Mbit/s (100);\n"
          "  M (qwen2.5-tiny) synced with relay never and auto, N jobs of K verified syncs each,\n"
-         "  alternating. Prints inter-node bytes, measured and predicted seconds per mode and the\n"
-         "  ratio. Needs root.\n";
+         "  alternating, staging budget B per peer direction. Prints inter-node bytes, measured "
+         "and\n"
+         "  predicted seconds per mode and the ratio. Needs root.\n";
 }
 
 absl::Status RunRelayBench(std::FILE* out) {
@@ -196,7 +200,7 @@ absl::Status RunRelayBench(std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, SyntheticCalibration(links));
   WSYNC_ASSIGN_OR_RETURN(LinkFits fits, FitLinks(calibration));
   const auto shared_fits = std::make_shared<const LinkFits>(std::move(fits));
-  const double budget = static_cast<double>(kDefaultStagingBudgetBytes);
+  const double budget = absl::GetFlag(FLAGS_budget);
 
   std::string reason;
   std::optional<harness::NetnsPair> net = harness::NetnsPair::Create(&reason);
