@@ -33,15 +33,17 @@ absl::StatusOr<std::string> ReadPayload(const std::string& file) {
 
 }  // namespace
 
-absl::StatusOr<SharedCalibration> ShareCalibration(ControlClient& client, const std::string& file,
-                                                   absl::Time deadline) {
-  absl::StatusOr<std::string> mine = std::string();
-  if (client.process() == 0) mine = ReadPayload(file);
-  // Process 0 still takes part when it cannot read the file, so that the others fail with it
-  // instead of waiting: it broadcasts a one-byte payload that no valid payload has.
-  WSYNC_ASSIGN_OR_RETURN(const std::string payload,
-                         client.Broadcast(0, mine.ok() ? *mine : std::string("!"), deadline));
-  WSYNC_RETURN_IF_ERROR(mine.status());
+std::string CalibrationMetadata(int32_t process, const std::string& file,
+                                absl::Status* read_error) {
+  if (process != 0) return std::string();
+  absl::StatusOr<std::string> payload = ReadPayload(file);
+  *read_error = payload.status();
+  return payload.ok() ? *std::move(payload) : std::string("!");
+}
+
+absl::StatusOr<SharedCalibration> CalibrationFromRoster(const Roster& roster) {
+  if (roster.size() == 0) return SharedCalibration();
+  const std::string& payload = roster.metadata(0);
   SharedCalibration shared;
   if (payload.empty()) return shared;
   const size_t newline = payload.find('\n');

@@ -4,10 +4,10 @@
 // The session's calibration and its prediction of every sync.
 //
 // Distribution: global process 0 (trainer rank 0, the process that hosts the coordinator when
-// one is hosted) reads SessionConfig::calibration_file and broadcasts its bytes over the control
-// plane at connect; every process parses and fits the same bytes, so the cost_aware policy gives
-// the same answers everywhere. The other processes' calibration_file is not read. Every process
-// takes part in the broadcast whether or not a calibration is configured (it then carries none).
+// one is hosted) reads SessionConfig::calibration_file and sends its bytes as the metadata of its
+// Join at connect; the roster carries them to every process (a replacement admitted later gets
+// the same roster), which parses and fits the same bytes, so the cost_aware policy gives the same
+// answers everywhere. The other processes' calibration_file is not read.
 //
 // Prediction: the traffic of the whole sync (every process's segments, whatever this process
 // plans) priced by the link model (calibration/link_model Predict): seconds and binding resource.
@@ -27,7 +27,7 @@
 
 namespace wsync {
 
-class ControlClient;
+struct Roster;
 
 struct SharedCalibration {
   std::optional<LinkFits> fits;                // nullopt: no calibration configured on process 0.
@@ -35,11 +35,15 @@ struct SharedCalibration {
   absl::Time measured = absl::InfinitePast();  // The file's modification time on process 0.
 };
 
-// Collective over `client`'s job (one Broadcast from process 0). On process 0 reads `file` (empty:
-// none). NotFound when process 0 cannot read it; InvalidArgument (on every process) when it does
-// not parse or fit; the control plane's errors.
-absl::StatusOr<SharedCalibration> ShareCalibration(ControlClient& client, const std::string& file,
-                                                   absl::Time deadline);
+// What `process` puts in its Join metadata: on process 0 the payload of `file` (empty: none), or,
+// when it cannot read the file, a marker that makes every process's CalibrationFromRoster fail
+// (so that the others fail with it at once); on other processes nothing. `read_error` is set to
+// process 0's NotFound then (process 0 still joins, and reports it).
+std::string CalibrationMetadata(int32_t process, const std::string& file, absl::Status* read_error);
+
+// The calibration process 0 sent with its Join. Unavailable when process 0 could not read its
+// file; InvalidArgument when the payload does not parse or fit.
+absl::StatusOr<SharedCalibration> CalibrationFromRoster(const Roster& roster);
 
 // The replica policies a session can run: planner/policy.h's by name, and "cost_aware", which
 // needs fits (FailedPrecondition without them). NotFound for an unknown name.

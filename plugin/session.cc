@@ -397,7 +397,10 @@ absl::Status Session::ConnectOnce() {
   JoinRequest join;
   join.manifest = SerializeLayout(part_);
   join.address = setup.address_bundle();
+  absl::Status calibration_read;
+  join.metadata = CalibrationMetadata(process_, config_.calibration_file, &calibration_read);
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client_->Join(join, deadline));
+  WSYNC_RETURN_IF_ERROR(calibration_read);
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());
@@ -406,8 +409,7 @@ absl::Status Session::ConnectOnce() {
     (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
     bundles[p] = roster.processes[p].address;
   }
-  WSYNC_ASSIGN_OR_RETURN(calibration_,
-                         ShareCalibration(*client_, config_.calibration_file, deadline));
+  WSYNC_ASSIGN_OR_RETURN(calibration_, CalibrationFromRoster(roster));
   if (calibration_.fits) metrics_->SetCalibrationTime(calibration_.measured);
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
