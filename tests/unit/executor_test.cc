@@ -40,7 +40,8 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
                   HostBuffers& source, HostBuffers& target,
                   const std::function<uint64_t(int32_t)>& digest_of = {},
                   int32_t drop_buffer_of = -1,
-                  const std::function<std::vector<Segment>(int32_t)>& segments_of = {}) {
+                  const std::function<std::vector<Segment>(int32_t)>& segments_of = {},
+                  bool verify = false) {
   LoopbackFabric fabric(job.num_processes());
   BatchRun run;
   run.results.resize(job.num_processes(), absl::UnknownError("not run"));
@@ -67,6 +68,7 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
       options.sync_id = 7;
       options.plan_digest = digest_of ? digest_of(p) : 42;
       options.deadline = absl::Now() + absl::Seconds(60);
+      options.verify = verify;
       const std::vector<Segment> mine = segments_of ? segments_of(p) : segments;
       run.results[p] =
           ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
@@ -214,8 +216,11 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
     HostBuffers source(job->source(), test::kSourceFill);
     ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
     HostBuffers target(job->target(), test::kPoison);
-    BatchRun run = RunBatch(*job, plan->segments, budget, source, target, {}, -1,
-                            [&](int32_t p) { return own[p]; });
+    // Odd seeds also check every received chunk end to end (verify=true), relay forwards included.
+    const bool verify = seed % 2 == 1;
+    BatchRun run = RunBatch(
+        *job, plan->segments, budget, source, target, {}, -1, [&](int32_t p) { return own[p]; },
+        verify);
     ++relayed_runs;
     int64_t saved = 0, inter_node = 0;
     for (int32_t p = 0; p < job->num_processes(); ++p) {
@@ -253,6 +258,12 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
         }
       }
       ExpectStatsMatchSchedule(schedule, *run.results[p]);
+      int64_t received_chunks = 0;
+      for (const PeerSchedule& lane : schedule.peers) {
+        if (lane.direction != Direction::kReceive) continue;
+        for (const ScheduledRound& round : lane.rounds) received_chunks += round.chunks;
+      }
+      EXPECT_EQ(run.results[p]->verified_chunks, verify ? received_chunks : 0);
       forwarded += schedule.forwarded_bytes;
       arena += schedule.relay_arena_bytes;
       saved += schedule.inter_node_bytes_saved;
@@ -261,7 +272,8 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
         if (job->PathClass(p, q) == kPathInterNode) inter_node += run.counters.BytesDelivered(p, q);
       }
     }
-    EXPECT_EQ(inter_node, plan->inter_node_bytes);
+    // With verify the fabric also carries the hash messages (verify.h).
+    if (!verify) EXPECT_EQ(inter_node, plan->inter_node_bytes);
     EXPECT_EQ(saved, plan->inter_node_bytes_without_relay - plan->inter_node_bytes);
     ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
   }
