@@ -15,11 +15,13 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
+#include "integration/cli/bench_compare.h"
 #include "integration/cli/bench_sync.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -266,17 +268,24 @@ std::string BenchUsage() {
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes.\n" +
-         SyncBenchUsage();
+         SyncBenchUsage() + CompareBenchUsage();
 }
 
 int BenchMain(int argc, char** argv) {
   const absl::string_view which = argc < 2 ? "" : argv[1];
-  if (which != "executor" && which != "sync") {
+  if (which != "executor" && which != "sync" && which != "compare") {
     absl::FPrintF(stderr, "%s", BenchUsage());
     return 2;
   }
+  std::vector<std::string> words = {"wsync", "bench"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    words.push_back(arg.find_first_of(" ();,'") == std::string::npos ? arg : "'" + arg + "'");
+  }
   absl::ParseCommandLine(argc - 1, argv + 1);
-  absl::Status status = which == "sync" ? RunSyncBench(stdout) : RunExecutorBench(stdout);
+  absl::Status status = which == "sync"      ? RunSyncBench(stdout)
+                        : which == "compare" ? RunCompareBench(stdout, absl::StrJoin(words, " "))
+                                             : RunExecutorBench(stdout);
   if (!status.ok()) {
     absl::FPrintF(stderr, "wsync bench %s: %s\n", which, status.ToString());
     return 1;

@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/cli/bench_report.h"
 #include "integration/cli/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
@@ -72,19 +73,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-double Min(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
-}
-double Max(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-}
-
 std::string MiB(double bytes) { return absl::StrFormat("%.2f MiB", bytes / (1 << 20)); }
 
 bool Executable(const std::string& path) {
@@ -95,6 +83,8 @@ std::string Dirname(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
+
+}  // namespace
 
 absl::StatusOr<std::string> SelfPath() {
   char buffer[4096];
@@ -138,21 +128,8 @@ absl::StatusOr<std::string> FindInPath(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // What the schedule sends to a rollout process.
 
-struct ScheduleFacts {
-  int32_t trainers = 0;
-  int32_t rollouts = 0;
-  int64_t bytes_per_rollout = 0;  // The busiest rollout process's received bytes.
-  int64_t bytes_total = 0;        // All rollout processes.
-  int64_t largest_message = 0;
-  bool largest_direct = false;
-  int64_t messages = 0;  // Received by the busiest rollout process.
-  int64_t direct_messages = 0;
-  int32_t rounds = 0;          // The most rounds of any rollout process.
-  int64_t median_message = 0;  // Bytes-weighted median message size of that process.
-};
-
-absl::StatusOr<ScheduleFacts> Schedule(const ModelSpec& model, const std::string& from,
-                                       const std::string& to, double budget) {
+absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
+                                               const std::string& to, double budget) {
   WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
   ScheduleFacts facts;
@@ -208,25 +185,7 @@ absl::StatusOr<ScheduleFacts> Schedule(const ModelSpec& model, const std::string
 // ---------------------------------------------------------------------------------------------
 // wsync jobs.
 
-struct Transports {
-  std::string name;  // "shm" or "tcp".
-  std::string tls;
-  std::string devices;
-};
-
-// One timed sync: the slowest process's figures.
-struct SyncSample {
-  double seconds = 0;  // Transfer (agreement excluded), slowest process.
-  // Outside the transfer, per process (the largest of any process): building the work and the
-  // agreement inside ExecuteTransfers, which includes waiting for the last process to arrive.
-  double agree_seconds = 0;
-  // The commit decision of the process that finished the transfer last: the collective's round
-  // trip through the coordinator (the others also wait there for it).
-  double decide_seconds = 0;
-  double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
-  int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
-  int64_t total_bytes = 0;    // Received by all rollout processes.
-};
+namespace {
 
 double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
   double value = 0;
@@ -235,12 +194,14 @@ double Field(const std::map<std::string, std::string>& stats, const std::string&
   return value;
 }
 
+}  // namespace
+
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, bool verify,
-                                                 const std::string& worker,
-                                                 const std::string& cli) {
+                                                 const std::string& worker, const std::string& cli,
+                                                 std::vector<int64_t>* peak_rss_bytes) {
   harness::JobSpec spec;
   spec.model = model;
   spec.from = from;
@@ -268,6 +229,11 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
           p, w.exit_code, w.exit_code == -1 ? " (killed at the limit)" : "", w.stats.size(),
           spec.versions, TailOf(w.stderr_text)));
     }
+  }
+  if (peak_rss_bytes != nullptr) {
+    peak_rss_bytes->clear();
+    for (const harness::WorkerResult& w : result.workers)
+      peak_rss_bytes->push_back(w.peak_rss_bytes);
   }
   std::vector<SyncSample> samples;
   for (int v = warmup; v < spec.versions; ++v) {
@@ -299,6 +265,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   }
   return samples;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // The table.
@@ -333,15 +301,6 @@ struct Row {
     return seconds > 0 ? syncs[0].total_bytes / seconds : 0;
   }
 };
-
-std::string Json(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string Join(const std::vector<double>& values, int digits) {
   return absl::StrJoin(values, " ", [digits](std::string* out, double v) {
@@ -384,7 +343,7 @@ absl::Status RunSyncBench(std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const std::string perftest,
                          FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
-  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, Schedule(model, from, to, budget));
+  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, ScheduleFactsFor(model, from, to, budget));
   const int64_t message_bytes = absl::GetFlag(FLAGS_sync_perftest_size) > 0
                                     ? absl::GetFlag(FLAGS_sync_perftest_size)
                                     : facts.largest_message;
@@ -512,8 +471,8 @@ absl::Status RunSyncBench(std::FILE* out) {
       "%d, \"rollout_bytes\": %d, "
       "\"total_bytes\": %d,\n  \"messages_per_rollout\": %d, \"rounds\": %d, \"syncs_per_job\": "
       "%d, \"warmup_syncs\": %d, \"alternations\": %d,\n  \"rows\": [",
-      Json(model.name), Json(from), Json(to), facts.trainers, facts.rollouts, budget,
-      facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
+      JsonString(model.name), JsonString(from), JsonString(to), facts.trainers, facts.rollouts,
+      budget, facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
       facts.messages, facts.rounds, syncs, warmup, rounds);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
@@ -556,9 +515,10 @@ absl::Status RunSyncBench(std::FILE* out) {
                           "%s\n    {\"contestant\": %s, \"transport\": %s, \"tls\": %s, "
                           "\"runs\": %d, \"gbps_per_receiver\": %.4f, \"gbps_total\": %.4f, "
                           "\"ratio_to_perftest\": %.4f, \"ratio_to_concurrent_perftest\": %.4f%s}",
-                          i == 0 ? "" : ",", Json(row.contestant), Json(row.transports.name),
-                          Json(row.transports.tls), row.runs(), row.Rate() / 1e9,
-                          row.TotalRate() / 1e9, ratio, ratio_multi, json_extra);
+                          i == 0 ? "" : ",", JsonString(row.contestant),
+                          JsonString(row.transports.name), JsonString(row.transports.tls),
+                          row.runs(), row.Rate() / 1e9, row.TotalRate() / 1e9, ratio, ratio_multi,
+                          json_extra);
   }
   json += "\n  ]\n}\n";
   absl::FPrintF(out,
