@@ -273,7 +273,7 @@ std::string BenchUsage() {
 
 int BenchMain(int argc, char** argv) {
   const absl::string_view which = argc < 2 ? "" : argv[1];
-  if (which != "executor" && which != "sync" && which != "compare") {
+  if (which != "executor" && which != "sync" && which != "compare" && which != "memcpy") {
     absl::FPrintF(stderr, "%s", BenchUsage());
     return 2;
   }
@@ -283,7 +283,8 @@ int BenchMain(int argc, char** argv) {
     words.push_back(arg.find_first_of(" ();,'") == std::string::npos ? arg : "'" + arg + "'");
   }
   absl::ParseCommandLine(argc - 1, argv + 1);
-  absl::Status status = which == "sync"      ? RunSyncBench(stdout)
+  absl::Status status = which == "memcpy"    ? RunMemcpyProbe(stdout)
+                        : which == "sync"    ? RunSyncBench(stdout)
                         : which == "compare" ? RunCompareBench(stdout, absl::StrJoin(words, " "))
                                              : RunExecutorBench(stdout);
   if (!status.ok()) {

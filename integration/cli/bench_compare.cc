@@ -1,6 +1,7 @@
 #include "integration/cli/bench_compare.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -63,6 +64,8 @@ ABSL_FLAG(std::string, compare_scripts, WSYNC_BENCH_SCRIPT_DIR,
           "Folder of broadcast_sync.py and plot_compare.py.");
 ABSL_FLAG(double, compare_timeout_s, 600, "Limit of each contestant run, seconds.");
 ABSL_FLAG(bool, compare_plot, true, "Write compare.png next to compare.json.");
+ABSL_FLAG(int64_t, compare_memcpy_bytes, 0, "wsync bench memcpy: bytes to copy.");
+ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source's byte value.");
 
 namespace wsync::cli {
 namespace {
@@ -227,27 +230,28 @@ absl::StatusOr<BroadcastRun> RunBroadcast(const Tools& tools, const std::string&
 }
 
 // ---------------------------------------------------------------------------------------------
-// memcpy of the bytes one rollout process must receive, between buffers touched beforehand.
+// memcpy of the bytes one rollout process must receive, in a child process (`wsync bench memcpy`):
+// the launcher's own peak RSS is handed down to every child it spawns (posix_spawn shares its
+// memory until exec), so the launcher itself never touches buffers of that size.
 
-class MemcpyLimit {
- public:
-  explicit MemcpyLimit(int64_t bytes) : from_(bytes, 0), to_(bytes, 0) {}
-
-  // One timed copy of a fresh pattern; fails when the copy differs from its source.
-  absl::StatusOr<double> Run(int32_t round) {
-    std::memset(from_.data(), 0x5a ^ round, from_.size());
-    const absl::Time start = absl::Now();
-    std::memcpy(to_.data(), from_.data(), from_.size());
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    if (std::memcmp(to_.data(), from_.data(), from_.size()) != 0) {
-      return absl::DataLossError("memcpy produced different bytes");
-    }
-    return seconds;
+absl::StatusOr<double> RunMemcpyChild(const Tools& tools, int64_t bytes, int32_t round) {
+  harness::ProcessesSpec spec;
+  spec.processes = 1;
+  spec.command = [&](int) {
+    return std::vector<std::string>{tools.cli, "bench", "memcpy",
+                                    absl::StrCat("--compare_memcpy_bytes=", bytes),
+                                    absl::StrCat("--compare_memcpy_pattern=", 0x5a ^ round)};
+  };
+  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> r, harness::RunProcesses(spec));
+  double seconds = 0;
+  if (r[0].exit_code != 0 ||
+      sscanf(r[0].stdout_text.c_str(), "MEMCPY seconds=%lf", &seconds) != 1) {
+    return absl::InternalError(
+        absl::StrCat("wsync bench memcpy failed: ", r[0].stdout_text, TailOf(r[0].stderr_text)));
   }
-
- private:
-  std::vector<unsigned char> from_, to_;
-};
+  return seconds;
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -274,6 +278,25 @@ std::string MachineDescription() {
   return absl::StrFormat("%d cores (%s), %.0f GiB, Linux %s; load average at start %s",
                          sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib, name.release,
                          load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)));
+}
+
+Measured Result(std::string id, std::string description, std::string transport,
+                std::string link_limit, std::string verification) {
+  Measured m;
+  m.id = std::move(id);
+  m.description = std::move(description);
+  m.transport = std::move(transport);
+  m.link_limit = std::move(link_limit);
+  m.verification = std::move(verification);
+  return m;
+}
+
+Measured Limit(std::string id, std::string description, std::string transport,
+               std::string verification) {
+  Measured m = Result(std::move(id), std::move(description), std::move(transport), "",
+                      std::move(verification));
+  m.limit = true;
+  return m;
 }
 
 // The goals, evaluated on this scenario's summaries.
@@ -338,75 +361,33 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
   const Transports tcp{"tcp", absl::GetFlag(FLAGS_sync_tcp_tls),
                        absl::GetFlag(FLAGS_sync_tcp_devices)};
   const std::string rollout_check = "every element of every rollout piece, every sync";
+  const std::string wsync_check =
+      "a verified job first (every element of every rollout piece); timed jobs: bytes and rounds "
+      "each rollout received equal the schedule";
+  const std::string perftest =
+      absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", iters, message);
+  const std::string tcp_name = absl::StrCat("UCX tcp (", tcp.devices, ")");
   scenario.results = {
-      {"wsync-shm",
-       absl::StrCat("wsync over UCX shared memory (UCX_TLS=", shm.tls, ")"),
-       "UCX shm",
-       false,
-       "perftest-shm",
-       false,
-       rollout_check,
-       {},
-       {}},
-      {"wsync-tcp",
-       absl::StrCat("wsync over UCX TCP (UCX_TLS=", tcp.tls, ", devices ", tcp.devices, ")"),
-       absl::StrCat("UCX tcp (", tcp.devices, ")"),
-       false,
-       "perftest-tcp",
-       false,
-       rollout_check,
-       {},
-       {}},
-      {"per-param",
-       "per-parameter broadcast: trainer 0 gathers each parameter and broadcasts it "
-       "(torch.distributed gloo)",
-       kGlooTransport,
-       false,
-       "perftest-tcp",
-       false,
-       rollout_check,
-       {},
-       {}},
-      {"bucketed",
-       absl::StrFormat(
-           "bucketed broadcast: whole parameters in %.0f MiB buckets (torch.distributed "
-           "gloo)",
-           absl::GetFlag(FLAGS_compare_bucket_bytes) / 1048576.0),
-       kGlooTransport,
-       false,
-       "perftest-tcp",
-       false,
-       rollout_check,
-       {},
-       {}},
-      {"perftest-shm",
-       absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", iters, message),
-       "UCX shm",
-       true,
-       "",
-       false,
-       "not applicable: moves no weights",
-       {},
-       {}},
-      {"perftest-tcp",
-       absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", iters, message),
-       absl::StrCat("UCX tcp (", tcp.devices, ")"),
-       true,
-       "",
-       false,
-       "not applicable: moves no weights",
-       {},
-       {}},
-      {"memcpy",
-       "memcpy of the bytes one rollout process must receive, one thread",
-       "memory",
-       true,
-       "",
-       false,
-       "memcmp of the copy against its source",
-       {},
-       {}},
+      Result("wsync-shm", absl::StrCat("wsync over UCX shared memory (UCX_TLS=", shm.tls, ")"),
+             "UCX shm", "perftest-shm", wsync_check),
+      Result("wsync-tcp",
+             absl::StrCat("wsync over UCX TCP (UCX_TLS=", tcp.tls, ", devices ", tcp.devices, ")"),
+             tcp_name, "perftest-tcp", wsync_check),
+      Result("per-param",
+             "per-parameter broadcast: trainer 0 gathers each parameter and broadcasts it "
+             "(torch.distributed gloo)",
+             kGlooTransport, "perftest-tcp", rollout_check),
+      Result("bucketed",
+             absl::StrFormat("bucketed broadcast: whole parameters in %.0f MiB buckets "
+                             "(torch.distributed gloo)",
+                             absl::GetFlag(FLAGS_compare_bucket_bytes) / 1048576.0),
+             kGlooTransport, "perftest-tcp", rollout_check),
+      Limit("perftest-shm", perftest, "UCX shm", "not applicable: moves no weights"),
+      Limit("perftest-tcp", perftest, tcp_name, "not applicable: moves no weights"),
+      Limit("memcpy", "memcpy of the bytes one rollout process must receive, one thread", "memory",
+            "memcmp of the copy against its source"),
   };
+
   absl::FPrintF(out,
                 "\n[%d] %s, %s -> %s: %d trainers, %d rollouts; busiest rollout receives %.2f MiB "
                 "per sync; largest message %d B\n",
@@ -414,9 +395,29 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
                 facts.bytes_per_rollout / 1048576.0, message);
   std::fflush(out);
 
-  MemcpyLimit memcpy_limit(facts.bytes_per_rollout);
-  std::string buckets_line;
+  // wsync's rollouts check every element with the test reference's logical values (an xxh3 per
+  // element, tens of seconds per version for these models on a small machine), so each transport
+  // gets one verified job first (one version: every rollout element starts poisoned and must hold
+  // its value); the timed jobs then check the bytes and rounds every rollout received against the
+  // schedule. The broadcast rollouts check every element after every sync (vectorized torch).
+  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s));
   std::map<std::string, bool> ok;
+  for (Measured& m : scenario.results) {
+    if (m.id != "wsync-shm" && m.id != "wsync-tcp") continue;
+    const absl::Time start = absl::Now();
+    WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp,
+                                   /*warmup=*/0, /*syncs=*/1,
+                                   /*verify=*/true, tools.worker, tools.cli, limit)
+                              .status());
+    ok[m.id] = true;
+    absl::FPrintF(out,
+                  "  verified %s: every rollout element of one version (%.1f s with fill "
+                  "and check)\n",
+                  m.id, absl::ToDoubleSeconds(absl::Now() - start));
+    std::fflush(out);
+  }
+
+  std::string buckets_line;
   const int n = static_cast<int>(scenario.results.size());
   for (int32_t round = 0; round < repeats; ++round) {
     for (int k = 0; k < n; ++k) {
@@ -429,10 +430,9 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
         WSYNC_ASSIGN_OR_RETURN(
             std::vector<SyncSample> s,
             RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp, warmup, syncs,
-                     /*verify=*/true, tools.worker, tools.cli, &peaks));
+                     /*verify=*/false, tools.worker, tools.cli, limit, &peaks));
         for (const SyncSample& sample : s) samples.push_back(sample.seconds);
         KeepPeaks(peaks, facts.trainers, &m);
-        ok[m.id] = true;
       } else if (m.id == "per-param" || m.id == "bucketed") {
         WSYNC_ASSIGN_OR_RETURN(
             BroadcastRun run,
@@ -443,7 +443,8 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
         if (m.id == "bucketed") buckets_line = run.buckets_line;
         ok[m.id] = true;
       } else if (m.id == "memcpy") {
-        WSYNC_ASSIGN_OR_RETURN(const double seconds, memcpy_limit.Run(round));
+        WSYNC_ASSIGN_OR_RETURN(const double seconds,
+                               RunMemcpyChild(tools, facts.bytes_per_rollout, round));
         samples.push_back(seconds);
         ok[m.id] = true;
       } else {
@@ -491,13 +492,64 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
       "s/sync / this one's. of link: GB/s/roll / that of ucx_perftest on its transport (gloo: "
       "tcp); of mcpy: / memcpy's.",
       facts.bytes_per_rollout));
+  rusage self = {};
+  getrusage(RUSAGE_SELF, &self);
+  scenario.notes.push_back(absl::StrFormat(
+      "peak RSS: wait4's ru_maxrss of each process, which includes the launcher's own peak (%.0f "
+      "MiB here) since posix_spawn shares its memory until exec.",
+      self.ru_maxrss / 1024.0));
   for (const std::string& line : GoalLines(scenario)) scenario.notes.push_back(line);
   absl::FPrintF(out, "\n%s", FormatTable(scenario));
   std::fflush(out);
   return scenario;
 }
 
+// Writes compare.json (and compare.png with --compare_plot) for the scenarios so far.
+absl::Status WriteResults(const Tools& tools, const std::vector<Scenario>& scenarios,
+                          const std::string& out_dir, const std::string& date,
+                          const std::string& machine, const std::string& command, std::FILE* out) {
+  const std::string json_path = out_dir + "/compare.json";
+  {
+    std::ofstream file(json_path);
+    file << ToJson(scenarios, date, machine, command);
+    if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", json_path));
+  }
+  absl::FPrintF(out, "\nwrote %s\n", json_path);
+  if (absl::GetFlag(FLAGS_compare_plot)) {
+    const std::string png_path = out_dir + "/compare.png";
+    harness::ProcessesSpec plot;
+    plot.processes = 1;
+    plot.command = [&](int) {
+      return std::vector<std::string>{tools.python, tools.scripts + "/plot_compare.py", json_path,
+                                      png_path};
+    };
+    plot.timeout = absl::Seconds(120);
+    WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> r, harness::RunProcesses(plot));
+    if (r[0].exit_code != 0) {
+      return absl::InternalError(absl::StrCat(
+          "plot_compare.py failed (python3-matplotlib installed?): ", TailOf(r[0].stderr_text)));
+    }
+    absl::FPrintF(out, "wrote %s\n", png_path);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status RunMemcpyProbe(std::FILE* out) {
+  const int64_t bytes = absl::GetFlag(FLAGS_compare_memcpy_bytes);
+  if (bytes <= 0) return absl::InvalidArgumentError("--compare_memcpy_bytes must be positive");
+  const auto pattern = static_cast<unsigned char>(absl::GetFlag(FLAGS_compare_memcpy_pattern));
+  std::vector<unsigned char> from(bytes, pattern), to(bytes, static_cast<unsigned char>(~pattern));
+  const absl::Time start = absl::Now();
+  std::memcpy(to.data(), from.data(), bytes);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (std::memcmp(to.data(), from.data(), bytes) != 0) {
+    return absl::DataLossError("memcpy produced different bytes");
+  }
+  absl::FPrintF(out, "MEMCPY seconds=%.9f bytes=%d\n", seconds, bytes);
+  return absl::OkStatus();
+}
 
 std::string CompareBenchUsage() {
   return "wsync bench compare [--model M,M] [--from L;L] [--to L;L] [--repeats R] [--out DIR]\n"
@@ -558,6 +610,8 @@ absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
                         std::string(absl::StripAsciiWhitespace(to)), work_dir, ++index, out);
         if (scenario.ok()) {
           scenarios.push_back(*std::move(scenario));
+          // After every scenario, so that a later failure keeps the finished ones.
+          status = WriteResults(tools, scenarios, out_dir, date, machine, command, out);
         } else {
           status = absl::Status(
               scenario.status().code(),
@@ -569,29 +623,6 @@ absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
   std::filesystem::remove_all(work_dir, error);
   WSYNC_RETURN_IF_ERROR(status);
 
-  const std::string json_path = out_dir + "/compare.json";
-  {
-    std::ofstream file(json_path);
-    file << ToJson(scenarios, date, machine, command);
-    if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", json_path));
-  }
-  absl::FPrintF(out, "\nwrote %s\n", json_path);
-  if (absl::GetFlag(FLAGS_compare_plot)) {
-    const std::string png_path = out_dir + "/compare.png";
-    harness::ProcessesSpec plot;
-    plot.processes = 1;
-    plot.command = [&](int) {
-      return std::vector<std::string>{tools.python, tools.scripts + "/plot_compare.py", json_path,
-                                      png_path};
-    };
-    plot.timeout = absl::Seconds(120);
-    WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> r, harness::RunProcesses(plot));
-    if (r[0].exit_code != 0) {
-      return absl::InternalError(absl::StrCat(
-          "plot_compare.py failed (python3-matplotlib installed?): ", TailOf(r[0].stderr_text)));
-    }
-    absl::FPrintF(out, "wrote %s\n", png_path);
-  }
   absl::FPrintF(out, "total %.1f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
   return absl::OkStatus();
 }

@@ -31,6 +31,10 @@ std::string CompareBenchUsage();
 // results cannot be written.
 absl::Status RunCompareBench(std::FILE* out, const std::string& command);
 
+// `wsync bench memcpy` (the benchmark's own child): copies --compare_memcpy_bytes between two
+// buffers touched beforehand, checks the copy, prints "MEMCPY seconds=S bytes=N".
+absl::Status RunMemcpyProbe(std::FILE* out);
+
 }  // namespace wsync::cli
 
 #endif  // WSYNC_INTEGRATION_CLI_BENCH_COMPARE_H_

@@ -201,6 +201,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, bool verify,
                                                  const std::string& worker, const std::string& cli,
+                                                 absl::Duration limit,
                                                  std::vector<int64_t>* peak_rss_bytes) {
   harness::JobSpec spec;
   spec.model = model;
@@ -211,14 +212,15 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   spec.tls = t.tls;
   spec.versions = warmup + syncs;
   spec.budget = absl::GetFlag(FLAGS_budget);
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  spec.timeout = limit;
   spec.rendezvous_timeout = absl::Seconds(30);
   if (!t.devices.empty()) {
     spec.placement.assign(facts.trainers + facts.rollouts,
                           harness::ProcessPlacement{"", "local", t.devices, {}});
   }
   spec.extra_worker_flags = {"--policy", absl::GetFlag(FLAGS_policy),
-                             absl::StrCat("--verify=", verify ? "true" : "false")};
+                             absl::StrCat("--verify=", verify ? "true" : "false"),
+                             absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
   const int total = facts.trainers + facts.rollouts;
   for (int p = 0; p < total; ++p) {
@@ -374,7 +376,8 @@ absl::Status RunSyncBench(std::FILE* out) {
     for (const Transports& t : transports) {
       const absl::Time start = absl::Now();
       WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, t, /*warmup=*/0, /*syncs=*/2,
-                                     /*verify=*/true, worker, cli)
+                                     /*verify=*/true, worker, cli,
+                                     absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)))
                                 .status());
       absl::FPrintF(out,
                     "verified %s (UCX_TLS=%s): 2 versions, every rollout byte equal to the "
@@ -413,9 +416,9 @@ absl::Status RunSyncBench(std::FILE* out) {
       const std::string label = absl::StrFormat("round %d/%d  %-15s %-3s", round, rounds,
                                                 row.contestant, row.transports.name);
       if (row.wsync()) {
-        absl::StatusOr<std::vector<SyncSample>> samples =
-            RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
-                     /*verify=*/false, worker, cli);
+        absl::StatusOr<std::vector<SyncSample>> samples = RunWsync(
+            facts, model_name, from, to, row.transports, warmup, syncs,
+            /*verify=*/false, worker, cli, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
         if (!samples.ok()) {
           status = samples.status();
           break;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "planner/models.h"
 
 namespace wsync::cli {
@@ -62,12 +63,14 @@ struct SyncSample {
 // of warmup + syncs versions over `t`, with every rollout byte checked when `verify`. Returns the
 // timed syncs; fails when a process fails (a wrong byte included), or the received bytes or
 // rounds differ from `facts`. Sets *peak_rss_bytes (when not null) to every process's peak
-// resident set, by global process id. Uses --budget, --policy and --sync_timeout_s.
+// resident set, by global process id. Every process and every step of the workers is bounded by
+// `limit`. Uses --budget and --policy.
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, bool verify,
                                                  const std::string& worker, const std::string& cli,
+                                                 absl::Duration limit,
                                                  std::vector<int64_t>* peak_rss_bytes = nullptr);
 
 // This program's path; wsync_test_worker next to it or in its build tree (or --sync_worker);
