@@ -45,13 +45,13 @@ def main(argv):
         for bar, hatch in zip(bars, hatches):
             bar.set_hatch(hatch)
         for i, r in enumerate(results):
-            label = "%.3f s" % r["seconds_median"]
+            label = "%.3g s" % r["seconds_median"]
             ax.text(i, r["seconds_max"] * 1.08, label, ha="center", va="bottom", fontsize=7)
         ax.set_yscale("log")
         ax.set_xticks(range(len(results)))
         ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("seconds per sync (log)")
-        ax.set_title("%s  %s -> %s\n%.0f MiB per rollout process; hatched: link limits" %
+        ax.set_title("%s  %s -> %s\n%.1f MiB per rollout process; hatched: link limits" %
                      (scenario["model"], scenario["from"], scenario["to"],
                       scenario["rollout_bytes"] / 1048576.0), fontsize=9)
         ax.grid(axis="y", which="both", alpha=0.3)

@@ -355,8 +355,7 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
   scenario.rollouts = facts.rollouts;
   scenario.rollout_bytes = facts.bytes_per_rollout;
   const int64_t message = facts.largest_message;
-  const int32_t iters = static_cast<int32_t>(
-      std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message - 1) / message));
+  const int32_t iters = PerftestIterations(facts, message);
   const Transports shm{"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""};
   const Transports tcp{"tcp", absl::GetFlag(FLAGS_sync_tcp_tls),
                        absl::GetFlag(FLAGS_sync_tcp_devices)};

@@ -182,6 +182,11 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
   return facts;
 }
 
+int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
+  return static_cast<int32_t>(
+      std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+}
+
 // ---------------------------------------------------------------------------------------------
 // wsync jobs.
 
@@ -349,11 +354,9 @@ absl::Status RunSyncBench(std::FILE* out) {
   const int64_t message_bytes = absl::GetFlag(FLAGS_sync_perftest_size) > 0
                                     ? absl::GetFlag(FLAGS_sync_perftest_size)
                                     : facts.largest_message;
-  const int32_t iters =
-      absl::GetFlag(FLAGS_sync_perftest_iters) > 0
-          ? absl::GetFlag(FLAGS_sync_perftest_iters)
-          : static_cast<int32_t>(std::max<int64_t>(
-                10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+  const int32_t iters = absl::GetFlag(FLAGS_sync_perftest_iters) > 0
+                            ? absl::GetFlag(FLAGS_sync_perftest_iters)
+                            : PerftestIterations(facts, message_bytes);
 
   absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 model.name, from, to, facts.trainers, facts.rollouts);

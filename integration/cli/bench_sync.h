@@ -38,6 +38,10 @@ struct ScheduleFacts {
 absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
                                                const std::string& to, double budget);
 
+// ucx_perftest messages of `message_bytes` that carry two syncs' bytes to the busiest rollout
+// process, at least 10.
+int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes);
+
 // The UCX transports of a wsync job.
 struct Transports {
   std::string name;     // "shm" or "tcp".
