@@ -88,8 +88,6 @@ void KeepPeaks(const std::vector<int64_t>& peaks, int32_t trainers, Measured* m)
   }
 }
 
-std::string Read(const std::string& path) { return ReadWholeFile(path); }
-
 // ---------------------------------------------------------------------------------------------
 // The layout spec broadcast_sync.py reads: parameters in the trainer layout's order, and per
 // process its buffers and pieces (parameter index, box, buffer offset and strides in elements).
@@ -257,14 +255,14 @@ absl::StatusOr<double> RunMemcpyChild(const Tools& tools, int64_t bytes, int32_t
 
 std::string MachineDescription() {
   std::string cpu;
-  for (absl::string_view line : absl::StrSplit(Read("/proc/cpuinfo"), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ReadWholeFile("/proc/cpuinfo"), '\n')) {
     if (absl::StartsWith(line, "model name")) {
       cpu = std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
       break;
     }
   }
   double mem_gib = 0;
-  for (absl::string_view line : absl::StrSplit(Read("/proc/meminfo"), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ReadWholeFile("/proc/meminfo"), '\n')) {
     if (absl::ConsumePrefix(&line, "MemTotal:")) {
       int64_t kib = 0;
       if (absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
@@ -274,7 +272,7 @@ std::string MachineDescription() {
   }
   utsname name = {};
   uname(&name);
-  std::string load = std::string(absl::StripAsciiWhitespace(Read("/proc/loadavg")));
+  std::string load = std::string(absl::StripAsciiWhitespace(ReadWholeFile("/proc/loadavg")));
   return absl::StrFormat("%d cores (%s), %.0f GiB, Linux %s; load average at start %s",
                          sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib, name.release,
                          load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)));
@@ -561,7 +559,8 @@ std::string CompareBenchUsage() {
          "  broadcast over gloo, ucx_perftest and memcpy, in turn R times (default 5), K timed\n"
          "  syncs per run (default 3), every rollout element checked after every sync. Prints a\n"
          "  table per scenario and writes compare.json and compare.png to DIR (default\n"
-         "  bench-results/compare).\n";
+         "  bench-results/compare). `wsync bench memcpy --compare_memcpy_bytes N` is its memcpy\n"
+         "  limit, run as a child process.\n";
 }
 
 absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
