@@ -15,11 +15,13 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
+#include "integration/cli/bench_compare.h"
 #include "integration/cli/bench_predict.h"
 #include "integration/cli/bench_relay.h"
 #include "integration/cli/bench_sync.h"
@@ -268,17 +270,25 @@ std::string BenchUsage() {
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes.\n" +
-         SyncBenchUsage() + PredictBenchUsage() + RelayBenchUsage();
+         SyncBenchUsage() + CompareBenchUsage() + PredictBenchUsage() + RelayBenchUsage();
 }
 
 int BenchMain(int argc, char** argv) {
   const absl::string_view which = argc < 2 ? "" : argv[1];
-  if (which != "executor" && which != "sync" && which != "predict" && which != "relay") {
+  if (which != "executor" && which != "sync" && which != "compare" && which != "memcpy" &&
+      which != "predict" && which != "relay") {
     absl::FPrintF(stderr, "%s", BenchUsage());
     return 2;
   }
+  std::vector<std::string> words = {"wsync", "bench"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    words.push_back(arg.find_first_of(" ();,'") == std::string::npos ? arg : "'" + arg + "'");
+  }
   absl::ParseCommandLine(argc - 1, argv + 1);
-  absl::Status status = which == "sync"      ? RunSyncBench(stdout)
+  absl::Status status = which == "memcpy"    ? RunMemcpyProbe(stdout)
+                        : which == "sync"    ? RunSyncBench(stdout)
+                        : which == "compare" ? RunCompareBench(stdout, absl::StrJoin(words, " "))
                         : which == "predict" ? RunPredictBench(stdout)
                         : which == "relay"   ? RunRelayBench(stdout)
                                              : RunExecutorBench(stdout);

@@ -261,8 +261,8 @@ std::string PredictBenchUsage() {
 
 absl::Status RunPredictBench(std::FILE* out) {
   const absl::Time bench_start = absl::Now();
-  WSYNC_ASSIGN_OR_RETURN(const std::string cli, BenchSelfPath());
-  WSYNC_ASSIGN_OR_RETURN(const std::string worker, BenchWorkerPath(cli));
+  WSYNC_ASSIGN_OR_RETURN(const std::string cli, SelfPath());
+  WSYNC_ASSIGN_OR_RETURN(const std::string worker, FindWorker(cli));
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(absl::GetFlag(FLAGS_predict_model)));
   const std::vector<std::string> wanted =
       absl::StrSplit(absl::GetFlag(FLAGS_predict_scenarios), ',', absl::SkipEmpty());

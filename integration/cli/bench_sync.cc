@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/cli/bench_report.h"
 #include "integration/cli/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
@@ -75,19 +76,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers.
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-double Min(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
-}
-double Max(const std::vector<double>& v) {
-  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-}
 
 std::string MiB(double bytes) { return absl::StrFormat("%.2f MiB", bytes / (1 << 20)); }
 
@@ -146,21 +134,8 @@ absl::StatusOr<std::string> FindInPath(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // What the schedule sends to a rollout process.
 
-struct ScheduleFacts {
-  int32_t trainers = 0;
-  int32_t rollouts = 0;
-  int64_t bytes_per_rollout = 0;  // The busiest rollout process's received bytes.
-  int64_t bytes_total = 0;        // All rollout processes.
-  int64_t largest_message = 0;
-  bool largest_direct = false;
-  int64_t messages = 0;  // Received by the busiest rollout process.
-  int64_t direct_messages = 0;
-  int32_t rounds = 0;          // The most rounds of any rollout process.
-  int64_t median_message = 0;  // Bytes-weighted median message size of that process.
-};
-
-absl::StatusOr<ScheduleFacts> Schedule(const ModelSpec& model, const std::string& from,
-                                       const std::string& to, double budget) {
+absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
+                                               const std::string& to, double budget) {
   WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
   ScheduleFacts facts;
@@ -213,28 +188,15 @@ absl::StatusOr<ScheduleFacts> Schedule(const ModelSpec& model, const std::string
   return facts;
 }
 
+int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
+  return static_cast<int32_t>(
+      std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+}
+
 // ---------------------------------------------------------------------------------------------
 // wsync jobs.
 
-struct Transports {
-  std::string name;  // "shm" or "tcp".
-  std::string tls;
-  std::string devices;
-};
-
-// One timed sync: the slowest process's figures.
-struct SyncSample {
-  double seconds = 0;  // Transfer (agreement excluded), slowest process.
-  // Outside the transfer, per process (the largest of any process): building the work and the
-  // agreement inside ExecuteTransfers, which includes waiting for the last process to arrive.
-  double agree_seconds = 0;
-  // The commit decision of the process that finished the transfer last: the collective's round
-  // trip through the coordinator (the others also wait there for it).
-  double decide_seconds = 0;
-  double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
-  int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
-  int64_t total_bytes = 0;    // Received by all rollout processes.
-};
+namespace {
 
 double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
   double value = 0;
@@ -243,12 +205,15 @@ double Field(const std::map<std::string, std::string>& stats, const std::string&
   return value;
 }
 
+}  // namespace
+
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, bool verify,
                                                  bool hashes, const std::string& worker,
-                                                 const std::string& cli) {
+                                                 const std::string& cli, absl::Duration limit,
+                                                 std::vector<int64_t>* peak_rss_bytes) {
   harness::JobSpec spec;
   spec.model = model;
   spec.from = from;
@@ -258,7 +223,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   spec.tls = t.tls;
   spec.versions = warmup + syncs;
   spec.budget = absl::GetFlag(FLAGS_budget);
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s));
+  spec.timeout = limit;
   spec.rendezvous_timeout = absl::Seconds(30);
   if (!t.devices.empty()) {
     spec.placement.assign(facts.trainers + facts.rollouts,
@@ -266,7 +231,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   }
   spec.extra_worker_flags = {"--policy", absl::GetFlag(FLAGS_policy),
                              absl::StrCat("--verify=", verify ? "true" : "false"),
-                             absl::StrCat("--verify_hashes=", hashes ? "true" : "false")};
+                             absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
+                             absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
   const int total = facts.trainers + facts.rollouts;
   for (int p = 0; p < total; ++p) {
@@ -277,6 +243,11 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
           p, w.exit_code, w.exit_code == -1 ? " (killed at the limit)" : "", w.stats.size(),
           spec.versions, TailOf(w.stderr_text)));
     }
+  }
+  if (peak_rss_bytes != nullptr) {
+    peak_rss_bytes->clear();
+    for (const harness::WorkerResult& w : result.workers)
+      peak_rss_bytes->push_back(w.peak_rss_bytes);
   }
   std::vector<SyncSample> samples;
   for (int v = warmup; v < spec.versions; ++v) {
@@ -314,6 +285,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   return samples;
 }
 
+namespace {
+
 // ---------------------------------------------------------------------------------------------
 // The table.
 
@@ -348,15 +321,6 @@ struct Row {
     return seconds > 0 ? syncs[0].total_bytes / seconds : 0;
   }
 };
-
-std::string Json(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string Join(const std::vector<double>& values, int digits) {
   return absl::StrJoin(values, " ", [digits](std::string* out, double v) {
@@ -400,15 +364,13 @@ absl::Status RunSyncBench(std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const std::string perftest,
                          FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
-  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, Schedule(model, from, to, budget));
+  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, ScheduleFactsFor(model, from, to, budget));
   const int64_t message_bytes = absl::GetFlag(FLAGS_sync_perftest_size) > 0
                                     ? absl::GetFlag(FLAGS_sync_perftest_size)
                                     : facts.largest_message;
-  const int32_t iters =
-      absl::GetFlag(FLAGS_sync_perftest_iters) > 0
-          ? absl::GetFlag(FLAGS_sync_perftest_iters)
-          : static_cast<int32_t>(std::max<int64_t>(
-                10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+  const int32_t iters = absl::GetFlag(FLAGS_sync_perftest_iters) > 0
+                            ? absl::GetFlag(FLAGS_sync_perftest_iters)
+                            : PerftestIterations(facts, message_bytes);
 
   absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 model.name, from, to, facts.trainers, facts.rollouts);
@@ -431,7 +393,8 @@ absl::Status RunSyncBench(std::FILE* out) {
     for (const Transports& t : transports) {
       const absl::Time start = absl::Now();
       WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, t, /*warmup=*/0, /*syncs=*/2,
-                                     /*verify=*/true, /*hashes=*/false, worker, cli)
+                                     /*verify=*/true, /*hashes=*/false, worker, cli,
+                                     absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)))
                                 .status());
       absl::FPrintF(out,
                     "verified %s (UCX_TLS=%s): 2 versions, every rollout byte equal to the "
@@ -474,9 +437,10 @@ absl::Status RunSyncBench(std::FILE* out) {
       const std::string label = absl::StrFormat("round %d/%d  %-15s %-3s", round, rounds,
                                                 row.contestant, row.transports.name);
       if (row.wsync()) {
-        absl::StatusOr<std::vector<SyncSample>> samples =
-            RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
-                     /*verify=*/false, row.hashes(), worker, cli);
+        absl::StatusOr<std::vector<SyncSample>> samples = RunWsync(
+            facts, model_name, from, to, row.transports, warmup, syncs,
+            /*verify=*/false, row.hashes(), worker, cli,
+            absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
         if (!samples.ok()) {
           status = samples.status();
           break;
@@ -532,8 +496,8 @@ absl::Status RunSyncBench(std::FILE* out) {
       "%d, \"rollout_bytes\": %d, "
       "\"total_bytes\": %d,\n  \"messages_per_rollout\": %d, \"rounds\": %d, \"syncs_per_job\": "
       "%d, \"warmup_syncs\": %d, \"alternations\": %d,\n  \"rows\": [",
-      Json(model.name), Json(from), Json(to), facts.trainers, facts.rollouts, budget,
-      facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
+      JsonString(model.name), JsonString(from), JsonString(to), facts.trainers, facts.rollouts,
+      budget, facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
       facts.messages, facts.rounds, syncs, warmup, rounds);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
@@ -576,9 +540,10 @@ absl::Status RunSyncBench(std::FILE* out) {
                           "%s\n    {\"contestant\": %s, \"transport\": %s, \"tls\": %s, "
                           "\"runs\": %d, \"gbps_per_receiver\": %.4f, \"gbps_total\": %.4f, "
                           "\"ratio_to_perftest\": %.4f, \"ratio_to_concurrent_perftest\": %.4f%s}",
-                          i == 0 ? "" : ",", Json(row.contestant), Json(row.transports.name),
-                          Json(row.transports.tls), row.runs(), row.Rate() / 1e9,
-                          row.TotalRate() / 1e9, ratio, ratio_multi, json_extra);
+                          i == 0 ? "" : ",", JsonString(row.contestant),
+                          JsonString(row.transports.name), JsonString(row.transports.tls),
+                          row.runs(), row.Rate() / 1e9, row.TotalRate() / 1e9, ratio, ratio_multi,
+                          json_extra);
   }
   json += "\n  ]\n}\n";
   absl::FPrintF(out,
@@ -634,7 +599,5 @@ absl::Status RunSyncBench(std::FILE* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> BenchSelfPath() { return SelfPath(); }
-absl::StatusOr<std::string> BenchWorkerPath(const std::string& self) { return FindWorker(self); }
 
 }  // namespace wsync::cli

@@ -23,7 +23,7 @@ std::string Usage() {
       "\n"
       "commands:\n"
       "  plan   plan the resharding between two named layouts of a model and print it\n"
-      "  bench  run a benchmark (executor, sync, relay)\n"
+      "  bench  run a benchmark (executor, sync, compare, predict, relay)\n"
       "  calibrate  write or show a calibration file\n"
       "  coordinator  run a job's coordinator\n"
       "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,20 +62,26 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::str
   return pid;
 }
 
+// Peak resident set of a reaped child, from wait4's rusage (ru_maxrss is in KiB on Linux).
+int64_t PeakRssBytes(const rusage& usage) { return static_cast<int64_t>(usage.ru_maxrss) * 1024; }
+
 // Waits for `pid` until `deadline`; kills it then. Returns the exit code, or -1 when killed or
-// signalled.
-int WaitFor(pid_t pid, absl::Time deadline) {
+// signalled; sets *peak_rss_bytes (when not null) to the child's peak resident set.
+int WaitFor(pid_t pid, absl::Time deadline, int64_t* peak_rss_bytes = nullptr) {
   int status = 0;
+  rusage usage = {};
   while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
+    const pid_t done = wait4(pid, &status, WNOHANG, &usage);
     if (done == pid) break;
     if (absl::Now() > deadline) {
       kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      wait4(pid, &status, 0, &usage);
+      if (peak_rss_bytes != nullptr) *peak_rss_bytes = PeakRssBytes(usage);
       return -1;
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+  if (peak_rss_bytes != nullptr) *peak_rss_bytes = PeakRssBytes(usage);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -191,7 +198,7 @@ absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_
   const absl::Time deadline = absl::Now() + spec.timeout;
   for (int p = 0; p < total; ++p) {
     WorkerResult& worker = result.workers[p];
-    worker.exit_code = WaitFor(pids[p], deadline);
+    worker.exit_code = WaitFor(pids[p], deadline, &worker.peak_rss_bytes);
     worker.stats = ParseStats(ReadFile(absl::StrCat(dir, "/worker", p, ".out")));
     worker.stderr_text = ReadFile(absl::StrCat(dir, "/worker", p, ".err"));
   }
@@ -243,7 +250,9 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spe
     for (int p = 0; p < spec.processes; ++p) {
       if (!running[p]) continue;
       int status = 0;
-      if (waitpid(pids[p], &status, WNOHANG) != pids[p]) continue;
+      rusage usage = {};
+      if (wait4(pids[p], &status, WNOHANG, &usage) != pids[p]) continue;
+      results[p].peak_rss_bytes = PeakRssBytes(usage);
       running[p] = false;
       --remaining;
       results[p].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -258,7 +267,9 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spe
       for (int p = 0; p < spec.processes; ++p) {
         if (!running[p]) continue;
         kill(pids[p], SIGKILL);
-        waitpid(pids[p], nullptr, 0);
+        rusage usage = {};
+        wait4(pids[p], nullptr, 0, &usage);
+        results[p].peak_rss_bytes = PeakRssBytes(usage);
         running[p] = false;
         results[p].killed = true;
         results[p].exit_code = -1;

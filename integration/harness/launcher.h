@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -49,6 +50,7 @@ struct WorkerResult {
   int exit_code = -1;                                     // -1 when killed at the timeout.
   std::vector<std::map<std::string, std::string>> stats;  // One map per STATS line.
   std::string stderr_text;
+  int64_t peak_rss_bytes = 0;  // Peak resident set (wait4's ru_maxrss).
 };
 
 struct JobResult {
@@ -83,9 +85,10 @@ struct ProcessesSpec {
 };
 
 struct ProcessResult {
-  int exit_code = -1;   // -1 when killed or ended by a signal.
-  int term_signal = 0;  // The signal that ended it, if one did.
-  bool killed = false;  // Killed at the timeout or after failure_grace.
+  int exit_code = -1;          // -1 when killed or ended by a signal.
+  int term_signal = 0;         // The signal that ended it, if one did.
+  bool killed = false;         // Killed at the timeout or after failure_grace.
+  int64_t peak_rss_bytes = 0;  // Peak resident set (wait4's ru_maxrss).
   std::string stdout_text;
   std::string stderr_text;
 };
