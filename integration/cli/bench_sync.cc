@@ -114,8 +114,6 @@ absl::StatusOr<std::string> FindWorker(const std::string& self) {
                    "); build the target wsync_test_worker or pass --sync_worker"));
 }
 
-namespace {
-
 absl::StatusOr<std::string> FindInPath(const std::string& name) {
   if (absl::StrContains(name, "/")) {
     if (Executable(name)) return name;
@@ -598,6 +596,5 @@ absl::Status RunSyncBench(std::FILE* out) {
   }
   return absl::OkStatus();
 }
-
 
 }  // namespace wsync::cli
