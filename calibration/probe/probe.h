@@ -14,6 +14,10 @@
 //   fan_in     each root and width w: each of fan_peers(root, w) sends one message to the root
 //   relay      every process at once receives from p - shift while sending to p + shift; one
 //              sample per process, path = path_of(p - shift, p), send_path = path_of(p, p + shift)
+//   node_link  each ordered pair of distinct nodes (A, B): the i-th process of A sends one message
+//              to the i-th process of B, for i below the smaller node's process count, all at
+//              once (the capacity every pair crossing from A to B shares); peers = the senders
+//              (the calibration records every process's node)
 // A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //
