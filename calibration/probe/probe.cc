@@ -153,28 +153,40 @@ class Prober {
     for (const RegistrationId id : registrations_) transport_.DeregisterMemory(id).IgnoreError();
   }
 
-  // Runs warmup + repeats of `step` at `bytes` and returns every process's timed spans, indexed
-  // [process][repeat]; negative for processes that took no part.
-  absl::StatusOr<std::vector<std::vector<double>>> Run(const Step& step, int64_t bytes) {
-    std::vector<double> spans;
-    for (int32_t r = 0; r < options_.warmup + options_.repeats; ++r) {
-      WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
-      const int64_t round = next_round_++ % kMaxRounds;
-      WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(step, bytes, round));
-      if (r >= options_.warmup) spans.push_back(span);
+  // Runs every step at every size once per pass, warmup + repeats passes, and returns every
+  // process's timed spans indexed [step x sizes + size][process][repeat]; negative for processes
+  // that took no part. Passes interleave the patterns (see probe.h).
+  absl::StatusOr<std::vector<std::vector<std::vector<double>>>> RunPasses(
+      const std::vector<Step>& steps, const std::vector<int64_t>& sizes) {
+    const size_t cells = steps.size() * sizes.size();
+    const size_t repeats = static_cast<size_t>(options_.repeats);
+    std::vector<double> spans(cells * repeats);  // [cell][repeat]
+    for (int32_t pass = 0; pass < options_.warmup + options_.repeats; ++pass) {
+      for (size_t cell = 0; cell < cells; ++cell) {
+        WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
+        const int64_t round = next_round_++ % kMaxRounds;
+        WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(steps[cell / sizes.size()],
+                                                          sizes[cell % sizes.size()], round));
+        if (pass >= options_.warmup) spans[cell * repeats + (pass - options_.warmup)] = span;
+      }
     }
     const std::string mine(reinterpret_cast<const char*>(spans.data()),
                            spans.size() * sizeof(double));
     WSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                            group_.AllGather(mine, absl::Now() + options_.step_timeout));
-    std::vector<std::vector<double>> result(all.size());
+    std::vector<std::vector<std::vector<double>>> result(
+        cells, std::vector<std::vector<double>>(all.size(), std::vector<double>(repeats)));
     for (size_t p = 0; p < all.size(); ++p) {
-      if (all[p].size() != spans.size() * sizeof(double)) {
+      if (all[p].size() != mine.size()) {
         return absl::InternalError(absl::StrCat("process ", p, " sent ", all[p].size(),
                                                 " bytes of timings; probe options differ?"));
       }
-      result[p].resize(spans.size());
-      std::memcpy(result[p].data(), all[p].data(), all[p].size());
+      std::vector<double> theirs(spans.size());
+      std::memcpy(theirs.data(), all[p].data(), all[p].size());
+      for (size_t cell = 0; cell < cells; ++cell) {
+        std::copy(theirs.begin() + cell * repeats, theirs.begin() + (cell + 1) * repeats,
+                  result[cell][p].begin());
+      }
     }
     return result;
   }
@@ -354,9 +366,13 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
   (*calibration.mutable_settings())["probe.repeats"] = absl::StrCat(options.repeats);
   (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
 
-  for (const Step& step : steps) {
-    for (const int64_t bytes : sizes) {
-      WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> spans, prober.Run(step, bytes));
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<std::vector<double>>> cells,
+                         prober.RunPasses(steps, sizes));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      const int64_t bytes = sizes[j];
+      const std::vector<std::vector<double>>& spans = cells[i * sizes.size() + j];
       if (step.pattern == "relay") {
         for (int32_t p = 0; p < n; ++p) {
           Step labelled = step;
