@@ -61,6 +61,16 @@ absl::StatusOr<double> ParseQuantity(
   return absl::InvalidArgumentError(absl::StrCat("cannot read '", text, "'"));
 }
 
+absl::Status CheckSchemaVersion(const proto::Calibration& calibration) {
+  const uint32_t version = calibration.schema_version();
+  if (version < kOldestCalibrationSchemaVersion || version > kCalibrationSchemaVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration schema version ", version, " is not supported (this build reads ",
+        kOldestCalibrationSchemaVersion, " to ", kCalibrationSchemaVersion, "); calibrate again"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& points) {
@@ -107,15 +117,11 @@ absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& p
 }
 
 absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
-  if (calibration.schema_version() != kCalibrationSchemaVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration schema version ", calibration.schema_version(),
-        " is not supported (this build reads ", kCalibrationSchemaVersion, "); calibrate again"));
-  }
+  WSYNC_RETURN_IF_ERROR(CheckSchemaVersion(calibration));
   std::map<std::string, Points> by_path;
   std::map<std::pair<int32_t, int32_t>, Points> by_pair, both_ways;
   std::map<FanKey, Points> fans, aggregate;
-  std::map<std::pair<std::string, std::string>, Points> relay;
+  std::map<std::pair<std::string, std::string>, Points> relay, node_link;
   // Relays whose receive and send share a path: the processes timed, and (bytes, seconds).
   std::map<std::string, std::set<int32_t>> relay_processes;
   std::map<std::string, Points> relay_same_path;
@@ -146,13 +152,27 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
           relay_processes[s.path()].insert(s.from());
           relay_same_path[s.path()].push_back(point);
         }
+      } else if (s.pattern() == "node_link" && calibration.schema_version() >= 2) {
+        if (s.from_node().empty() || s.to_node().empty() || s.peers_size() == 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("calibration sample ", i, " (node_link) lacks its nodes or senders"));
+        }
+        // Every sender moved `bytes` at once: the node boundary carried senders x bytes.
+        node_link[{s.from_node(), s.to_node()}].push_back({s.bytes() * s.peers_size(), seconds});
       } else {
         return absl::InvalidArgumentError(
-            absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(), "'"));
+            absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(),
+                         "' for schema ", calibration.schema_version()));
       }
     }
   }
+  if (calibration.nodes_size() != 0 && calibration.nodes_size() != calibration.processes()) {
+    return absl::InvalidArgumentError(absl::StrCat("the calibration names ",
+                                                   calibration.nodes_size(), " nodes for ",
+                                                   calibration.processes(), " processes"));
+  }
   LinkFits fits;
+  fits.nodes.assign(calibration.nodes().begin(), calibration.nodes().end());
   WSYNC_RETURN_IF_ERROR(FitAll(by_path, &fits.by_path, "path fit"));
   WSYNC_RETURN_IF_ERROR(FitAll(by_pair, &fits.by_pair, "pair fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(both_ways, &fits.both_ways, "both-ways fit", &fits.skipped));
@@ -166,6 +186,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   }
   WSYNC_RETURN_IF_ERROR(
       FitAll(relay_same_path, &fits.path_aggregate, "path aggregate fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(node_link, &fits.node_link, "node link fit", &fits.skipped));
   return fits;
 }
 
@@ -178,11 +199,7 @@ absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes) {
   if (!calibration.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::InvalidArgumentError("the bytes are not a wsync calibration");
   }
-  if (calibration.schema_version() != kCalibrationSchemaVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibration schema version ", calibration.schema_version(),
-        " is not supported (this build reads ", kCalibrationSchemaVersion, "); calibrate again"));
-  }
+  WSYNC_RETURN_IF_ERROR(CheckSchemaVersion(calibration));
   return calibration;
 }
 
@@ -294,6 +311,25 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
     auto it = fits.path_aggregate.find(path);
     if (it == fits.path_aggregate.end()) continue;
     consider(bytes / it->second.bytes_per_second, absl::StrCat("all ", path, " traffic at once"));
+  }
+  // All traffic from one node to another at once, against what that boundary carried with every
+  // sender of the node busy.
+  const auto node_of = [&](int32_t process) -> const std::string* {
+    if (process < 0 || process >= static_cast<int32_t>(fits.nodes.size())) return nullptr;
+    return &fits.nodes[process];
+  };
+  std::map<std::pair<std::string, std::string>, int64_t> node_bytes;
+  for (const PairTraffic& pair : traffic.pairs) {
+    const std::string* from = node_of(pair.from);
+    const std::string* to = node_of(pair.to);
+    if (from != nullptr && to != nullptr && *from != *to) node_bytes[{*from, *to}] += pair.bytes;
+  }
+  for (const auto& [nodes, bytes] : node_bytes) {
+    auto it = fits.node_link.find(nodes);
+    if (it == fits.node_link.end()) continue;
+    consider(
+        bytes / it->second.bytes_per_second,
+        absl::StrCat("node link ", nodes.first, "->", nodes.second, " (all its pairs at once)"));
   }
   prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;

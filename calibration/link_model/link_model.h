@@ -6,8 +6,9 @@
 // A fit is `seconds = alpha + bytes / bandwidth`, least squares over the per-size medians of the
 // raw samples weighted to minimise relative error, with the largest relative error of the fit at
 // those sizes. The cost model prices a
-// traffic matrix as its busiest resource (a sender's egress, a receiver's ingress, a pair's link)
-// over that resource's calibrated capacity, plus the per-round latency of the slowest path used.
+// traffic matrix as its busiest resource (a sender's egress, a receiver's ingress, a pair's link,
+// everything one node sends another) over that resource's calibrated capacity, plus the per-round
+// latency of the slowest path used.
 
 #include <cstdint>
 #include <map>
@@ -21,7 +22,10 @@
 
 namespace wsync {
 
-inline constexpr uint32_t kCalibrationSchemaVersion = 1;
+// The version this build writes. It reads every version from kOldestCalibrationSchemaVersion on:
+// version 1 (no node ids, no node_link samples) fits as before, without node-link capacities.
+inline constexpr uint32_t kCalibrationSchemaVersion = 2;
+inline constexpr uint32_t kOldestCalibrationSchemaVersion = 1;
 
 struct LinkFit {
   double alpha_seconds = 0;
@@ -46,13 +50,21 @@ struct LinkFits {
   // processes moving bytes at once (time against processes x bytes): a shared capacity (a node's
   // memory bandwidth and cores, a switch) that one pair alone does not show.
   std::map<std::string, LinkFit> path_aggregate;
+  // Node of every process (the calibration's, empty for schema 1), and per ordered pair of nodes
+  // (from node, to node) what its node_link samples carried with every sender on one node
+  // sending to its own receiver on the other at once (time against senders x bytes): the
+  // capacity all pairs crossing that node boundary share (one NIC or link per node), which
+  // each pair alone does not show.
+  std::vector<std::string> nodes;
+  std::map<std::pair<std::string, std::string>, LinkFit> node_link;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
   // not growing with size); Predict then uses the path fits for them.
   std::vector<std::string> skipped;
 };
 
-// Fits everything the calibration has samples for. InvalidArgument for a calibration of another
-// schema, a sample without timings, or a path class whose line does not fit (bandwidth <= 0; a
+// Fits everything the calibration has samples for. InvalidArgument for a calibration of a schema
+// this build does not read, a sample without timings, a node_link sample in a schema-1 file or
+// without both node ids, or a path class whose line does not fit (bandwidth <= 0; a
 // single size gives bandwidth from the origin and alpha 0); other keys whose line does not fit
 // are listed in `skipped`.
 absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
@@ -61,7 +73,8 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
 absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& points);
 
 std::string SerializeCalibration(const proto::Calibration& calibration);
-// Refuses bytes that do not parse and calibrations of another schema version, naming both.
+// Refuses bytes that do not parse and calibrations of a schema version outside
+// [kOldestCalibrationSchemaVersion, kCalibrationSchemaVersion], naming both.
 absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes);
 
 // A calibration made from stated link constants rather than measurement, for projections and
@@ -94,8 +107,9 @@ struct Prediction {
 // Capacities: a pair's link from its pair fit, else its path's; a process's egress (ingress) from
 // its fan_out (fan_in) aggregate fit of the width nearest its number of receivers (senders) when
 // it has any, else the best link it uses; all bytes between distinct processes on one path from its
-// path_aggregate fit, when it has one. FailedPrecondition naming the path when a pair's path has no
-// fit.
+// path_aggregate fit, when it has one; all bytes from processes of node A to processes of node B
+// (nodes from fits.nodes) from the node_link fit of (A, B), when it has one. FailedPrecondition
+// naming the path when a pair's path has no fit.
 absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
 
 }  // namespace wsync

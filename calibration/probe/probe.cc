@@ -28,6 +28,8 @@ struct Step {
   std::string path;
   std::string send_path;
   std::vector<std::pair<int32_t, int32_t>> messages;  // (sender, receiver); empty for local.
+  std::string from_node;                              // node_link only.
+  std::string to_node;
 };
 
 // The distinct paths in alphabetical order, joined by '+'.
@@ -35,21 +37,25 @@ std::string JoinedPaths(const std::vector<std::string>& paths) {
   return absl::StrJoin(std::set<std::string>(paths.begin(), paths.end()), "+");
 }
 
-absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options, int32_t n,
+absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options,
+                                             const std::vector<std::string>& nodes,
                                              const std::vector<int32_t>& widths,
                                              const FanPeers& fan_peers) {
+  const int32_t n = static_cast<int32_t>(nodes.size());
   std::vector<Step> steps;
   for (int32_t p = 0; p < n; ++p) {
-    steps.push_back(Step{"local", p, p, {}, options.path_of(p, p), "", {}});
+    steps.push_back(Step{"local", p, p, {}, options.path_of(p, p), "", {}, "", ""});
   }
   for (int32_t a = 0; a < n; ++a) {
     for (int32_t b = 0; b < n; ++b) {
-      if (a != b) steps.push_back(Step{"peer", a, b, {}, options.path_of(a, b), "", {{a, b}}});
+      if (a != b)
+        steps.push_back(Step{"peer", a, b, {}, options.path_of(a, b), "", {{a, b}}, "", ""});
     }
   }
   for (int32_t a = 0; a < n; ++a) {
     for (int32_t b = a + 1; b < n; ++b) {
-      steps.push_back(Step{"both_ways", a, b, {}, options.path_of(a, b), "", {{a, b}, {b, a}}});
+      steps.push_back(
+          Step{"both_ways", a, b, {}, options.path_of(a, b), "", {{a, b}, {b, a}}, "", ""});
     }
   }
   for (const bool out : {true, false}) {
@@ -64,7 +70,7 @@ absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options, int32_
               "fan_peers(", root, ", ", width, ") returned [", absl::StrJoin(peers, ","),
               "]: want ", width, " distinct processes other than the root"));
         }
-        Step step{out ? "fan_out" : "fan_in", root, -1, peers, "", "", {}};
+        Step step{out ? "fan_out" : "fan_in", root, -1, peers, "", "", {}, "", ""};
         std::vector<std::string> paths;
         for (const int32_t peer : peers) {
           paths.push_back(out ? options.path_of(root, peer) : options.path_of(peer, root));
@@ -76,10 +82,26 @@ absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options, int32_
     }
   }
   if (n >= 2 && options.relay_shift % n != 0) {
-    Step relay{"relay", -1, -1, {}, "", "", {}};
+    Step relay{"relay", -1, -1, {}, "", "", {}, "", ""};
     const int32_t shift = ((options.relay_shift % n) + n) % n;
     for (int32_t p = 0; p < n; ++p) relay.messages.push_back({p, (p + shift) % n});
     steps.push_back(std::move(relay));
+  }
+  std::map<std::string, std::vector<int32_t>> members;  // Ascending processes of each node.
+  for (int32_t p = 0; p < n; ++p) members[nodes[p]].push_back(p);
+  for (const auto& [from_node, senders] : members) {
+    for (const auto& [to_node, receivers] : members) {
+      if (from_node == to_node) continue;
+      Step step{"node_link", -1, -1, {}, "", "", {}, from_node, to_node};
+      std::vector<std::string> paths;
+      for (size_t i = 0; i < senders.size() && i < receivers.size(); ++i) {
+        step.peers.push_back(senders[i]);
+        step.messages.push_back({senders[i], receivers[i]});
+        paths.push_back(options.path_of(senders[i], receivers[i]));
+      }
+      step.path = JoinedPaths(paths);
+      steps.push_back(std::move(step));
+    }
   }
   return steps;
 }
@@ -131,28 +153,40 @@ class Prober {
     for (const RegistrationId id : registrations_) transport_.DeregisterMemory(id).IgnoreError();
   }
 
-  // Runs warmup + repeats of `step` at `bytes` and returns every process's timed spans, indexed
-  // [process][repeat]; negative for processes that took no part.
-  absl::StatusOr<std::vector<std::vector<double>>> Run(const Step& step, int64_t bytes) {
-    std::vector<double> spans;
-    for (int32_t r = 0; r < options_.warmup + options_.repeats; ++r) {
-      WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
-      const int64_t round = next_round_++ % kMaxRounds;
-      WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(step, bytes, round));
-      if (r >= options_.warmup) spans.push_back(span);
+  // Runs every step at every size once per pass, warmup + repeats passes, and returns every
+  // process's timed spans indexed [step x sizes + size][process][repeat]; negative for processes
+  // that took no part. Passes interleave the patterns (see probe.h).
+  absl::StatusOr<std::vector<std::vector<std::vector<double>>>> RunPasses(
+      const std::vector<Step>& steps, const std::vector<int64_t>& sizes) {
+    const size_t cells = steps.size() * sizes.size();
+    const size_t repeats = static_cast<size_t>(options_.repeats);
+    std::vector<double> spans(cells * repeats);  // [cell][repeat]
+    for (int32_t pass = 0; pass < options_.warmup + options_.repeats; ++pass) {
+      for (size_t cell = 0; cell < cells; ++cell) {
+        WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
+        const int64_t round = next_round_++ % kMaxRounds;
+        WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(steps[cell / sizes.size()],
+                                                          sizes[cell % sizes.size()], round));
+        if (pass >= options_.warmup) spans[cell * repeats + (pass - options_.warmup)] = span;
+      }
     }
     const std::string mine(reinterpret_cast<const char*>(spans.data()),
                            spans.size() * sizeof(double));
     WSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> all,
                            group_.AllGather(mine, absl::Now() + options_.step_timeout));
-    std::vector<std::vector<double>> result(all.size());
+    std::vector<std::vector<std::vector<double>>> result(
+        cells, std::vector<std::vector<double>>(all.size(), std::vector<double>(repeats)));
     for (size_t p = 0; p < all.size(); ++p) {
-      if (all[p].size() != spans.size() * sizeof(double)) {
+      if (all[p].size() != mine.size()) {
         return absl::InternalError(absl::StrCat("process ", p, " sent ", all[p].size(),
                                                 " bytes of timings; probe options differ?"));
       }
-      result[p].resize(spans.size());
-      std::memcpy(result[p].data(), all[p].data(), all[p].size());
+      std::vector<double> theirs(spans.size());
+      std::memcpy(theirs.data(), all[p].data(), all[p].size());
+      for (size_t cell = 0; cell < cells; ++cell) {
+        std::copy(theirs.begin() + cell * repeats, theirs.begin() + (cell + 1) * repeats,
+                  result[cell][p].begin());
+      }
     }
     return result;
   }
@@ -233,6 +267,8 @@ proto::CalibrationSample* NewSample(proto::Calibration* calibration, const Step&
   sample->set_path(step.path);
   sample->set_send_path(step.send_path);
   sample->set_bytes(bytes);
+  sample->set_from_node(step.from_node);
+  sample->set_to_node(step.to_node);
   return sample;
 }
 
@@ -315,7 +351,8 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
                      widest, ")), above the budget of ", options.memory_budget_bytes, " bytes"));
   }
   const FanPeers fan_peers = options.fan_peers ? options.fan_peers : DefaultFanPeers(nodes);
-  WSYNC_ASSIGN_OR_RETURN(const std::vector<Step> steps, BuildSteps(options, n, widths, fan_peers));
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<Step> steps,
+                         BuildSteps(options, nodes, widths, fan_peers));
 
   Prober prober(options, transport, group, *std::max_element(sizes.begin(), sizes.end()),
                 std::max(1, widest));
@@ -324,13 +361,18 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
   calibration.set_schema_version(kCalibrationSchemaVersion);
   calibration.set_processes(n);
   calibration.set_transport(transport.name());
+  for (const std::string& node : nodes) calibration.add_nodes(node);
   for (const auto& [key, value] : options.settings) (*calibration.mutable_settings())[key] = value;
   (*calibration.mutable_settings())["probe.repeats"] = absl::StrCat(options.repeats);
   (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
 
-  for (const Step& step : steps) {
-    for (const int64_t bytes : sizes) {
-      WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<double>> spans, prober.Run(step, bytes));
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<std::vector<double>>> cells,
+                         prober.RunPasses(steps, sizes));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      const int64_t bytes = sizes[j];
+      const std::vector<std::vector<double>>& spans = cells[i * sizes.size() + j];
       if (step.pattern == "relay") {
         for (int32_t p = 0; p < n; ++p) {
           Step labelled = step;

@@ -14,16 +14,23 @@
 //   fan_in     each root and width w: each of fan_peers(root, w) sends one message to the root
 //   relay      every process at once receives from p - shift while sending to p + shift; one
 //              sample per process, path = path_of(p - shift, p), send_path = path_of(p, p + shift)
+//   node_link  each ordered pair of distinct nodes (A, B): the i-th process of A sends one message
+//              to the i-th process of B, for i below the smaller node's process count, all at
+//              once (the capacity every pair crossing from A to B shares); peers = the senders
+//              (the calibration records every process's node)
 // A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //
-// Timing: every repeat is bracketed by a Group collective (a barrier before it; the timings are
-// gathered once per pattern and size after its repeats), which the timed spans exclude. After the
+// Timing: the repeats run in passes: each pass runs every pattern at every size once, in the order
+// above, and the first `warmup` passes are dropped; so a burst of foreign load lands on one repeat
+// of many patterns, which the fits' per-size medians discard, instead of on every repeat of one.
+// Every repeat is preceded by a Group barrier, and the timings are gathered once after the last
+// pass; the timed spans exclude both. After the
 // barrier each receiver posts its receives and sends an empty token to each of its senders; a
 // sender posts its sends once its receivers' tokens arrived. A receiver's span runs from its
 // tokens to its last completion, a sender's (or a process that is both, once its tokens arrived)
 // from then to its last completion; a repeat's time is the largest span of its participants (the
-// pattern's completion time). The `warmup` repeats before the timed ones are dropped.
+// pattern's completion time).
 //
 // Memory: each process allocates (1 + max(1, widest fan)) x the largest size (send buffer, one
 // receive buffer per fan-in peer); ProbeMemoryNeed states it and CalibrateLinks refuses

@@ -14,6 +14,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,8 +35,11 @@ ABSL_DECLARE_FLAG(double, budget);
 ABSL_FLAG(std::string, predict_model, "qwen2.5-0.5b", "`wsync bench predict`: the model synced.");
 ABSL_FLAG(std::string, predict_scenarios, "",
           "`wsync bench predict`: the scenarios to run, by name, comma-separated (default all).");
+ABSL_FLAG(int32_t, predict_rounds, 3,
+          "`wsync bench predict`: rounds; each round calibrates and measures every scenario once, "
+          "scenarios interleaved.");
 ABSL_FLAG(int32_t, predict_syncs, 5, "`wsync bench predict`: timed syncs per measured job.");
-ABSL_FLAG(int32_t, predict_warmup, 1, "`wsync bench predict`: untimed syncs before them.");
+ABSL_FLAG(int32_t, predict_warmup, 2, "`wsync bench predict`: untimed syncs before them.");
 ABSL_FLAG(std::string, predict_rate, "2gbit",
           "`wsync bench predict`: tc tbf rate of the veth link between the two namespaces.");
 ABSL_FLAG(std::string, predict_probe_sizes, "256K,1M,4M,16M,64M",
@@ -168,21 +172,40 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
   return measured;
 }
 
+// One scenario and policy over all rounds: each round's prediction (from that round's
+// calibration) and timed syncs.
 struct Row {
   std::string scenario;
   std::string transports;
   int32_t processes = 0;
   std::string policy;
-  Prediction predicted;
-  Measured measured;
-  double error() const { return (predicted.seconds - measured.seconds) / measured.seconds; }
+  std::vector<Prediction> rounds_predicted;
+  std::vector<Measured> rounds_measured;
+
+  // The median round's prediction (the lower middle one for an even count).
+  const Prediction& predicted() const {
+    std::vector<const Prediction*> sorted;
+    for (const Prediction& p : rounds_predicted) sorted.push_back(&p);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Prediction* a, const Prediction* b) { return a->seconds < b->seconds; });
+    return *sorted[(sorted.size() - 1) / 2];
+  }
+  // Median over every round's timed syncs.
+  double measured() const {
+    std::vector<double> all;
+    for (const Measured& m : rounds_measured) all.insert(all.end(), m.syncs.begin(), m.syncs.end());
+    return Median(all);
+  }
+  double error() const { return (predicted().seconds - measured()) / measured(); }
 };
 
-// Calibrates, predicts and measures one scenario; one row per policy measured.
-absl::Status RunScenario(const Scenario& s, const ModelSpec& model, const std::string& dir,
-                         const std::string& worker, const std::string& cli, std::FILE* out,
-                         std::vector<Row>* rows) {
-  absl::FPrintF(out, "%s: %s -> %s over %s\n", s.name, s.from, s.to, s.transports);
+// Calibrates, predicts and measures one scenario once (round `round`), adding to its rows (one
+// per policy measured, created in the first round).
+absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const std::string& dir,
+                              const std::string& worker, const std::string& cli, int32_t round,
+                              std::FILE* out, std::vector<Row>* rows) {
+  absl::FPrintF(out, "[round %d] %s: %s -> %s over %s\n", round + 1, s.name, s.from, s.to,
+                s.transports);
   std::fflush(out);
   WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, s.from));
   WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, s.to));
@@ -210,7 +233,10 @@ absl::Status RunScenario(const Scenario& s, const ModelSpec& model, const std::s
   if (pair) calibration.coordinator_address = pair->address(0);
   WSYNC_ASSIGN_OR_RETURN(calibration.sizes, ParseSizes(absl::GetFlag(FLAGS_predict_probe_sizes)));
   calibration.repeats = absl::GetFlag(FLAGS_predict_probe_repeats);
-  calibration.out = absl::StrCat(dir, "/", rows->size(), ".pb");
+  std::string file_name = absl::StrCat(round, "-", s.name);
+  std::replace_if(
+      file_name.begin(), file_name.end(), [](char c) { return !absl::ascii_isalnum(c); }, '_');
+  calibration.out = absl::StrCat(dir, "/", file_name, ".pb");
   const absl::Time start = absl::Now();
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration measured, RunCalibrationJob(calibration, cli));
   WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(measured));
@@ -223,40 +249,51 @@ absl::Status RunScenario(const Scenario& s, const ModelSpec& model, const std::s
       s.compare_policies ? std::vector<std::string>{"first_holder", "cost_aware"}
                          : std::vector<std::string>{"cost_aware"};
   for (const std::string& name : policies) {
+    auto row = std::find_if(rows->begin(), rows->end(),
+                            [&](const Row& r) { return r.scenario == s.name && r.policy == name; });
+    if (row == rows->end()) {
+      rows->push_back(Row{s.name, s.transports, n, name, {}, {}});
+      row = rows->end() - 1;
+    }
     WSYNC_ASSIGN_OR_RETURN(auto policy, MakeSessionPolicy(name, &fits));
-    Row row;
-    row.scenario = s.name;
-    row.transports = s.transports;
-    row.processes = n;
-    row.policy = name;
     WSYNC_ASSIGN_OR_RETURN(
-        row.predicted, PredictSync(job, *policy, fits, StagingBudget{absl::GetFlag(FLAGS_budget)}));
+        const Prediction predicted,
+        PredictSync(job, *policy, fits, StagingBudget{absl::GetFlag(FLAGS_budget)}));
     WSYNC_ASSIGN_OR_RETURN(
-        row.measured, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
-                                  pair ? &*pair : nullptr, name, calibration.out, worker, cli));
+        Measured synced, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
+                                     pair ? &*pair : nullptr, name, calibration.out, worker, cli));
     absl::FPrintF(
         out, "  %-12s predicted %.4f s (binding %s), measured %s s -> %.4f s\n", name,
-        row.predicted.seconds, row.predicted.binding,
-        absl::StrJoin(row.measured.syncs, " ",
+        predicted.seconds, predicted.binding,
+        absl::StrJoin(synced.syncs, " ",
                       [](std::string* o, double v) { absl::StrAppendFormat(o, "%.4f", v); }),
-        row.measured.seconds);
+        synced.seconds);
     std::fflush(out);
-    rows->push_back(std::move(row));
+    row->rounds_predicted.push_back(predicted);
+    row->rounds_measured.push_back(std::move(synced));
   }
   return absl::OkStatus();
+}
+
+// "0.1234..0.2345": the smallest and largest of `values`.
+std::string Range(const std::vector<double>& values) {
+  return absl::StrFormat("%.3f..%.3f", *std::min_element(values.begin(), values.end()),
+                         *std::max_element(values.begin(), values.end()));
 }
 
 }  // namespace
 
 std::string PredictBenchUsage() {
   return "wsync bench predict [--predict_model M] [--predict_scenarios NAME,...]\n"
-         "                    [--predict_syncs K] [--predict_warmup W] [--predict_rate RATE]\n"
-         "                    [--predict_probe_sizes S,...] [--predict_probe_repeats R]\n"
+         "                    [--predict_rounds N] [--predict_syncs K] [--predict_warmup W]\n"
+         "                    [--predict_rate RATE] [--predict_probe_sizes S,...]\n"
+         "                    [--predict_probe_repeats R]\n"
          "  For each scenario (shm, TCP, 2 nodes, 2 network namespaces over a tc-shaped veth,\n"
          "  layouts tp2->tp2, tp2->tp1, tp1->tp2, a DP-replicated trainer): calibrate its\n"
-         "  processes, predict the sync, run it (wsync_test_worker over UCX), and print predicted\n"
-         "  against measured seconds, the relative errors (goal: median <= 15%, none > 30%) and\n"
-         "  the measured first_holder / cost_aware ratio on the replicated scenario.\n";
+         "  processes, predict the sync, run it (wsync_test_worker over UCX); N rounds, the\n"
+         "  scenarios interleaved within each. Prints the median round's prediction against the\n"
+         "  median of all rounds' timed syncs, the relative errors (goal: median <= 15%, none\n"
+         "  > 30%) and the measured first_holder / cost_aware ratio on the replicated scenario.\n";
 }
 
 absl::Status RunPredictBench(std::FILE* out) {
@@ -269,28 +306,41 @@ absl::Status RunPredictBench(std::FILE* out) {
   char dir_template[] = "/tmp/wsync-bench-predict-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
-  absl::FPrintF(out, "wsync bench predict: %s (%.1f MiB), %d timed syncs after %d warm-up\n",
-                model.name, model.TotalBytes() / 1048576.0, absl::GetFlag(FLAGS_predict_syncs),
-                absl::GetFlag(FLAGS_predict_warmup));
+  const int32_t rounds = absl::GetFlag(FLAGS_predict_rounds);
+  if (rounds < 1) return absl::InvalidArgumentError("--predict_rounds must be >= 1");
+  absl::FPrintF(out,
+                "wsync bench predict: %s (%.1f MiB), %d rounds, each calibrating and running %d "
+                "timed syncs after %d warm-up per scenario\n",
+                model.name, model.TotalBytes() / 1048576.0, rounds,
+                absl::GetFlag(FLAGS_predict_syncs), absl::GetFlag(FLAGS_predict_warmup));
   std::vector<Row> rows;
   absl::Status status;
-  for (const Scenario& s : Scenarios()) {
-    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) {
-      continue;
+  // Rounds interleave the scenarios, so that a stretch of heavy foreign load on this machine
+  // falls on one round of many scenarios (which the medians drop) rather than on one scenario.
+  for (int32_t round = 0; round < rounds && status.ok(); ++round) {
+    for (const Scenario& s : Scenarios()) {
+      if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), s.name) == wanted.end()) {
+        continue;
+      }
+      status = RunScenarioRound(s, model, dir, worker, cli, round, out, &rows);
+      if (!status.ok()) break;
     }
-    status = RunScenario(s, model, dir, worker, cli, out, &rows);
-    if (!status.ok()) break;
   }
   std::system(absl::StrCat("rm -rf '", dir, "'").c_str());
   WSYNC_RETURN_IF_ERROR(status);
 
-  absl::FPrintF(out, "\n%-20s %-20s %5s %-12s %11s %11s %8s  %s\n", "scenario", "transports",
-                "procs", "policy", "predicted s", "measured s", "error", "binding (predicted)");
+  absl::FPrintF(out, "\n%-20s %-20s %5s %-12s %11s %11s %8s  %-12s %-12s %s\n", "scenario",
+                "transports", "procs", "policy", "predicted s", "measured s", "error",
+                "rounds pred.", "rounds meas.", "binding (predicted)");
   std::vector<double> errors;
   for (const Row& row : rows) {
-    absl::FPrintF(out, "%-20s %-20s %5d %-12s %11.4f %11.4f %+7.1f%%  %s\n", row.scenario,
-                  row.transports, row.processes, row.policy, row.predicted.seconds,
-                  row.measured.seconds, 100 * row.error(), row.predicted.binding);
+    std::vector<double> predicted, measured;
+    for (const Prediction& p : row.rounds_predicted) predicted.push_back(p.seconds);
+    for (const Measured& m : row.rounds_measured) measured.push_back(m.seconds);
+    absl::FPrintF(out, "%-20s %-20s %5d %-12s %11.4f %11.4f %+7.1f%%  %-12s %-12s %s\n",
+                  row.scenario, row.transports, row.processes, row.policy, row.predicted().seconds,
+                  row.measured(), 100 * row.error(), Range(predicted), Range(measured),
+                  row.predicted().binding);
     errors.push_back(std::abs(row.error()));
   }
   if (!errors.empty()) {
@@ -314,13 +364,15 @@ absl::Status RunPredictBench(std::FILE* out) {
     absl::FPrintF(out,
                   "%s: first_holder / cost_aware measured %.4f / %.4f s = %.2fx (predicted "
                   "%.2fx)\n",
-                  first->scenario, first->measured.seconds, cost->measured.seconds,
-                  first->measured.seconds / cost->measured.seconds,
-                  first->predicted.seconds / cost->predicted.seconds);
+                  first->scenario, first->measured(), cost->measured(),
+                  first->measured() / cost->measured(),
+                  first->predicted().seconds / cost->predicted().seconds);
   }
   absl::FPrintF(out,
-                "measured: median over the timed syncs of the slowest process's transfer time "
-                "(agreement and commit excluded).\ntotal %.1f s\n",
+                "predicted: the median round's prediction (each round calibrates anew); measured: "
+                "median over every round's timed syncs of the slowest process's transfer time "
+                "(agreement and commit excluded); rounds: the range of the rounds' predictions "
+                "and of their median syncs.\ntotal %.1f s\n",
                 absl::ToDoubleSeconds(absl::Now() - bench_start));
   return absl::OkStatus();
 }

@@ -63,6 +63,10 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
   for (const auto& [path, fit] : fits.path_aggregate) {
     PrintFit(out, absl::StrCat("all ", path, " at once (relay)"), fit);
   }
+  for (const auto& [nodes, fit] : fits.node_link) {
+    PrintFit(out, absl::StrCat("node link ", nodes.first, " -> ", nodes.second, " (all pairs)"),
+             fit);
+  }
   for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);
   return absl::OkStatus();
 }

@@ -40,6 +40,7 @@ ABSL_DECLARE_FLAG(int32_t, trainers);
 ABSL_DECLARE_FLAG(int32_t, rollouts);
 ABSL_DECLARE_FLAG(int32_t, layers);
 ABSL_DECLARE_FLAG(bool, verify);
+ABSL_DECLARE_FLAG(std::string, calibration);
 ABSL_FLAG(int32_t, steps, 5, "`wsync demo`: RL steps to run.");
 ABSL_FLAG(std::string, tls, "",
           "`wsync demo`: UCX transports of every path (default sm,cma,self).");
@@ -84,7 +85,8 @@ struct DemoRequest {
   absl::Duration timeout;
   bool metrics = false;
   double linger_s = 0;
-  bool verify = false;  // The plugin's verify=true (xxh3 per chunk).
+  bool verify = false;      // The plugin's verify=true (xxh3 per chunk).
+  std::string calibration;  // The plugin's calibration_file; empty: none.
 };
 
 // One STEP line of a process (see integration/demo/demo_process.cc).
@@ -105,6 +107,7 @@ struct ProcessReport {
   std::optional<double> connect_seconds;
   std::map<int64_t, StepReport> steps;  // By version.
   std::vector<std::string> schedule;
+  std::optional<double> predicted_seconds;  // From the schedule report, with a calibration.
 };
 
 ProcessReport ParseOutput(absl::string_view text) {
@@ -117,6 +120,14 @@ ProcessReport ParseOutput(absl::string_view text) {
     }
     if (absl::ConsumePrefix(&line, "SCHEDULE ")) {
       report.schedule.emplace_back(line);
+      // "... predicted time 0.123456 s (transfer ...": the plugin's prediction of every sync.
+      constexpr absl::string_view kPredicted = "predicted time ";
+      if (const size_t at = line.find(kPredicted); at != absl::string_view::npos) {
+        absl::string_view number = line.substr(at + kPredicted.size());
+        number = number.substr(0, number.find(' '));
+        double seconds = 0;
+        if (absl::SimpleAtod(number, &seconds)) report.predicted_seconds = seconds;
+      }
       continue;
     }
     if (!absl::ConsumePrefix(&line, "STEP ")) continue;
@@ -291,6 +302,10 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
                job, kSecretEnv);
   absl::PrintF("  each step: trainers write version v, sync it; rollouts verify all %s they hold\n",
                Bytes(to.PieceBytes()));
+  absl::PrintF("  calibration: %s\n",
+               request.calibration.empty()
+                   ? std::string("none (--calibration FILE predicts every step)")
+                   : absl::StrCat(request.calibration, " (trainer rank 0 shares it at connect)"));
   std::vector<int> metrics_ports;  // By process, with --metrics.
   if (request.metrics) {
     for (int p = 0; p < trainers + rollouts; ++p) {
@@ -337,6 +352,9 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
     }
     if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
     if (request.verify) argv.push_back("--verify");
+    if (!request.calibration.empty()) {
+      argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
+    }
     return argv;
   };
   // Progress: a line once every process has connected, then one per step every process finished.
@@ -415,6 +433,12 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
                "rounds", "sent", "received", "direct", "staged", "arena peak", "predicted",
                "verified");
   bool all_verified = all_exited_ok;
+  std::string predicted = "n/a: no calibration";
+  if (!request.calibration.empty()) {
+    predicted = reports.empty() || !reports[0].predicted_seconds.has_value()
+                    ? "n/a: not priced"
+                    : absl::StrFormat("%.3f", *reports[0].predicted_seconds);
+  }
   for (int64_t v = 1; v <= request.steps; ++v) {
     const StepSummary s = Summarize(reports, trainers, v);
     std::string verified;
@@ -433,12 +457,13 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
     if (verified.rfind("ok", 0) != 0) all_verified = false;
     absl::PrintF("%4d %9.3f %7.2f %6d %10s %10s %10s %10s %10s %20s  %s\n", v, s.seconds,
                  s.GigabytesPerSecond(), s.rounds, Bytes(s.sent), Bytes(s.received),
-                 Bytes(s.direct), Bytes(s.staged), Bytes(s.arena), "n/a: no calibration", verified);
+                 Bytes(s.direct), Bytes(s.staged), Bytes(s.arena), predicted, verified);
   }
   absl::PrintF(
       "seconds: the slowest process's transfer (agreement and commit excluded); GB/s: bytes "
       "received\nby all rollouts per second; direct and staged: bytes as the rollouts received "
-      "them; arena peak:\nthe largest process's staging arenas.\n");
+      "them; arena peak:\nthe largest process's staging arenas; predicted: the plugin's "
+      "prediction of the sync's seconds\nfrom --calibration (the same plan every step).\n");
   absl::PrintF("%s\n", request.metrics ? "metrics: served at the URLs above while the processes ran"
                                        : "metrics: off (--metrics to export them)");
   absl::PrintF("%s in %.1f s\n",
@@ -460,7 +485,7 @@ std::string DemoUsage() {
   return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
          "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
-         "                  [--metrics] [--linger_s S] [--verify]\n"
+         "                  [--metrics] [--linger_s S] [--verify] [--calibration FILE]\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -477,7 +502,9 @@ std::string DemoUsage() {
          "  --metrics   each process serves Prometheus metrics on 127.0.0.1 (URLs printed)\n"
          "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n"
          "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
-         "receiver\n";
+         "receiver\n"
+         "  --calibration  a calibration (wsync calibrate --out) given to the plugin; the table\n"
+         "              then shows each sync's predicted seconds\n";
 }
 
 int DemoMain(int argc, char** argv) {
@@ -531,7 +558,6 @@ int DemoMain(int argc, char** argv) {
   request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
-  request.verify = absl::GetFlag(FLAGS_verify);
   if (request.linger_s < 0) {
     absl::FPrintF(stderr, "wsync demo: --linger_s must be >= 0\n");
     return 2;

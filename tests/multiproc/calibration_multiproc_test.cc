@@ -10,6 +10,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -57,12 +58,22 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
     } else if (s.pattern() == "relay") {
       EXPECT_EQ(s.path(), PathOf((s.from() + 3) % 4, s.from()));
       EXPECT_EQ(s.send_path(), PathOf(s.from(), (s.from() + 1) % 4));
+    } else if (s.pattern() == "node_link") {
+      // Both processes of one node send to the other node's at once: 0 -> 2 and 1 -> 3, or back.
+      const bool forward = s.from_node() == "a";
+      EXPECT_EQ(s.to_node(), forward ? "b" : "a");
+      EXPECT_EQ(std::vector<int32_t>(s.peers().begin(), s.peers().end()),
+                forward ? std::vector<int32_t>({0, 1}) : std::vector<int32_t>({2, 3}));
+      EXPECT_EQ(s.path(), "inter_node");
     }
   }
-  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths));
+  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2));
+  EXPECT_EQ(std::vector<std::string>(calibration->nodes().begin(), calibration->nodes().end()),
+            std::vector<std::string>({"a", "a", "b", "b"}));
 
   const std::string show =
-      absl::StrCat(WSYNC_CLI, " calibrate --show ", path, " | grep -q 'path inter_node'");
+      absl::StrCat(WSYNC_CLI, " calibrate --show ", path,
+                   " | grep 'path inter_node\\|node link a -> b' | wc -l |", " grep -qx 2");
   EXPECT_EQ(std::system(show.c_str()), 0);
   std::remove(path.c_str());
   std::remove((path + ".txt").c_str());

@@ -2,8 +2,9 @@
 #define WSYNC_TESTS_TESTING_PROBE_SAMPLES_H_
 
 // The samples per pattern a calibration of `n` processes at `sizes` sizes and `widths` fan widths
-// (relay on) must hold, counted from the patterns' definitions (calibration/probe/probe.h),
-// independently of the probe's own loops. Header-only; test code.
+// (relay on), on nodes with `node_pairs` ordered pairs of distinct nodes, must hold, counted from
+// the patterns' definitions (calibration/probe/probe.h), independently of the probe's own loops.
+// Header-only; test code.
 
 #include <cstdint>
 #include <map>
@@ -11,14 +12,16 @@
 
 namespace wsync::test {
 
-inline std::map<std::string, int64_t> ExpectedProbeSamples(int64_t n, int64_t sizes,
-                                                           int64_t widths) {
-  return {{"local", n * sizes},
-          {"peer", n * (n - 1) * sizes},
-          {"both_ways", n * (n - 1) / 2 * sizes},
-          {"fan_out", n * widths * sizes},
-          {"fan_in", n * widths * sizes},
-          {"relay", n * sizes}};
+inline std::map<std::string, int64_t> ExpectedProbeSamples(int64_t n, int64_t sizes, int64_t widths,
+                                                           int64_t node_pairs) {
+  std::map<std::string, int64_t> count = {{"local", n * sizes},
+                                          {"peer", n * (n - 1) * sizes},
+                                          {"both_ways", n * (n - 1) / 2 * sizes},
+                                          {"fan_out", n * widths * sizes},
+                                          {"fan_in", n * widths * sizes},
+                                          {"relay", n * sizes}};
+  if (node_pairs > 0) count["node_link"] = node_pairs * sizes;
+  return count;
 }
 
 }  // namespace wsync::test

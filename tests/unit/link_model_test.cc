@@ -10,6 +10,7 @@ namespace wsync {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Adds samples of `pattern` whose seconds follow alpha + bytes / bandwidth with +-2% noise,
 // 3 repeats at 6 sizes from 64 KiB to 256 MiB.
@@ -138,6 +139,110 @@ TEST(LinkModelTest, RelaysGiveEachPathItsSharedCapacity) {
   ASSERT_TRUE(prediction.ok()) << prediction.status();
   EXPECT_EQ(prediction->binding, "all intra_node traffic at once");
   EXPECT_NEAR(prediction->transfer_seconds, 0.25, 0.01);
+}
+
+// Known() on nodes a, a, b, b whose a -> b boundary carries 8 GB/s in all, shared by its two
+// pairs (each pair alone: 5 GB/s, the inter_node path fit).
+proto::Calibration KnownWithNodeLink() {
+  std::mt19937_64 rng(13);
+  proto::Calibration c = Known();
+  for (const char* node : {"a", "a", "b", "b"}) c.add_nodes(node);
+  const int first = c.samples_size();
+  AddSamples(c, rng, "node_link", -1, -1, "inter_node", 40e-6, 8e9, {0, 1});
+  for (int i = first; i < c.samples_size(); ++i) {
+    c.mutable_samples(i)->set_from_node("a");
+    c.mutable_samples(i)->set_to_node("b");
+  }
+  return c;
+}
+
+TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
+  const absl::StatusOr<LinkFits> fits = FitLinks(KnownWithNodeLink());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->node_link.at({"a", "b"}), 40e-6, 8e9);
+  EXPECT_EQ(fits->node_link.count({"b", "a"}), 0u);
+  EXPECT_EQ(fits->nodes, (std::vector<std::string>{"a", "a", "b", "b"}));
+
+  // Random a -> b traffic on pairs 0 -> 2 and 1 -> 3 (plus a little within node a): the
+  // prediction is the larger of the slower pair's own link and all a -> b bytes over the shared
+  // boundary, and it names the one that binds.
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int64_t> bytes(100000000, 2000000000);
+  const double boundary = fits->node_link.at({"a", "b"}).bytes_per_second;
+  const double link02 = fits->by_pair.at({0, 2}).bytes_per_second;
+  const double link13 = fits->by_path.at("inter_node").bytes_per_second;  // No pair fit.
+  int boundary_bound = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Traffic traffic;
+    traffic.pairs.push_back({0, 2, "inter_node", bytes(rng), 4});
+    traffic.pairs.push_back({1, 3, "inter_node", bytes(rng), 4});
+    traffic.pairs.push_back({0, 1, "intra_node", 1000000, 1});  // Stays on node a.
+    const double b02 = static_cast<double>(traffic.pairs[0].bytes);
+    const double b13 = static_cast<double>(traffic.pairs[1].bytes);
+    const double shared = (b02 + b13) / boundary;
+    const double alone = std::max(b02 / link02, b13 / link13);
+    const absl::StatusOr<Prediction> prediction = Predict(*fits, traffic);
+    ASSERT_TRUE(prediction.ok()) << prediction.status();
+    EXPECT_NEAR(prediction->transfer_seconds, std::max(shared, alone), 1e-9);
+    if (shared > alone * 1.001) {
+      ++boundary_bound;
+      EXPECT_EQ(prediction->binding, "node link a->b (all its pairs at once)");
+    } else if (alone > shared * 1.001) {
+      EXPECT_THAT(prediction->binding, Not(HasSubstr("node link")));
+    }
+  }
+  EXPECT_GT(boundary_bound, 5);  // Both cases were exercised.
+  EXPECT_LT(boundary_bound, 35);
+
+  // Equal pairs of 1 GB: 0.2 s each alone, but 2 GB over 8 GB/s = 0.25 s together.
+  Traffic equal;
+  equal.pairs.push_back({0, 2, "inter_node", 1000000000, 1});
+  equal.pairs.push_back({1, 3, "inter_node", 1000000000, 1});
+  const absl::StatusOr<Prediction> together = Predict(*fits, equal);
+  ASSERT_TRUE(together.ok());
+  EXPECT_EQ(together->binding, "node link a->b (all its pairs at once)");
+  EXPECT_NEAR(together->transfer_seconds, 0.25, 0.01);
+  // b -> a has no node-link fit: its pairs are priced on their own links, as before.
+  Traffic back;
+  back.pairs.push_back({2, 0, "inter_node", 1000000000, 1});
+  back.pairs.push_back({3, 1, "inter_node", 1000000000, 1});
+  const absl::StatusOr<Prediction> unshared = Predict(*fits, back);
+  ASSERT_TRUE(unshared.ok());
+  EXPECT_NEAR(unshared->transfer_seconds, 0.2, 0.01);
+  EXPECT_THAT(unshared->binding, Not(HasSubstr("node link")));
+}
+
+TEST(LinkModelTest, SchemaOneFilesReadWithoutNodeLinks) {
+  // A version-1 file (before node ids and node_link samples) is read and fits as it did.
+  proto::Calibration old = Known();
+  old.set_schema_version(1);
+  const absl::StatusOr<proto::Calibration> parsed = ParseCalibration(SerializeCalibration(old));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const absl::StatusOr<LinkFits> fits = FitLinks(*parsed);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_TRUE(fits->node_link.empty());
+  EXPECT_TRUE(fits->nodes.empty());
+  ExpectNear(fits->by_pair.at({0, 2}), 30e-6, 5e9);
+
+  // node_link samples did not exist in version 1; a later version is not read.
+  proto::Calibration mixed = KnownWithNodeLink();
+  mixed.set_schema_version(1);
+  EXPECT_THAT(std::string(FitLinks(mixed).status().message()),
+              HasSubstr("unknown pattern 'node_link' for schema 1"));
+  proto::Calibration future = Known();
+  future.set_schema_version(kCalibrationSchemaVersion + 1);
+  EXPECT_THAT(std::string(ParseCalibration(SerializeCalibration(future)).status().message()),
+              HasSubstr("is not supported (this build reads 1 to 2)"));
+
+  // Node ids that do not cover the processes, and node links without their nodes, are refused.
+  proto::Calibration short_nodes = KnownWithNodeLink();
+  short_nodes.mutable_nodes()->RemoveLast();
+  EXPECT_THAT(std::string(FitLinks(short_nodes).status().message()),
+              HasSubstr("names 3 nodes for 4 processes"));
+  proto::Calibration unnamed = KnownWithNodeLink();
+  unnamed.mutable_samples(unnamed.samples_size() - 1)->clear_to_node();
+  EXPECT_THAT(std::string(FitLinks(unnamed).status().message()),
+              HasSubstr("lacks its nodes or senders"));
 }
 
 TEST(LinkModelTest, SyntheticCalibrationStatesLinkConstants) {
