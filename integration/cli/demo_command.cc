@@ -558,6 +558,15 @@ int DemoMain(int argc, char** argv) {
   request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
+  request.verify = absl::GetFlag(FLAGS_verify);
+  if (!absl::GetFlag(FLAGS_calibration).empty()) {
+    if (!IsFile(absl::GetFlag(FLAGS_calibration))) {
+      absl::FPrintF(stderr, "wsync demo: cannot read --calibration %s\n",
+                    absl::GetFlag(FLAGS_calibration));
+      return 2;
+    }
+    request.calibration = Canonical(absl::GetFlag(FLAGS_calibration));
+  }
   if (request.linger_s < 0) {
     absl::FPrintF(stderr, "wsync demo: --linger_s must be >= 0\n");
     return 2;
