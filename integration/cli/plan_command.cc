@@ -40,8 +40,8 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
-#include "plugin/prediction.h"
 #include "planner/relay.h"
+#include "plugin/prediction.h"
 
 ABSL_FLAG(std::string, model, "", "Model name; `wsync help` lists them.");
 ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
@@ -475,8 +475,13 @@ void PrintRelay(std::FILE* out, const PlanRequest& request, const Plan& plan, bo
                                                          : " (bytes rule)";
   absl::FPrintF(out, "\nrelay %s%s: %d regions relayed (%d through a relay arena)\n", request.relay,
                 rule, plan.relays.size(), arenas);
-  absl::FPrintF(out, "inter-node bytes: %s (%d B) with relay, %s (%d B) without; saved %s\n",
-                HumanBytes(plan.inter_node_bytes), plan.inter_node_bytes,
+  // Plan::inter_node_bytes: the whole job's when relaying is on (relays are chosen over every
+  // process's segments) or no process is given, else the given process's.
+  const std::string scope = request.process && request.relay == "never"
+                                ? absl::StrCat("process ", *request.process)
+                                : std::string("whole job");
+  absl::FPrintF(out, "inter-node bytes (%s): %s (%d B) with relay, %s (%d B) without; saved %s\n",
+                scope, HumanBytes(plan.inter_node_bytes), plan.inter_node_bytes,
                 HumanBytes(plan.inter_node_bytes_without_relay),
                 plan.inter_node_bytes_without_relay,
                 HumanBytes(plan.inter_node_bytes_without_relay - plan.inter_node_bytes));
