@@ -224,6 +224,15 @@ SessionMetrics::SessionMetrics(absl::string_view role)
                      .Labels(base)
                      .Register(r)
                      .Add({});
+  auto& inter_node = BuildGauge()
+                         .Name("wsync_plan_inter_node_bytes")
+                         .Help(
+                             "Bytes the plan carries across node boundaries per sync, with "
+                             "relaying as planned and with every relayed region sent direct")
+                         .Labels(base)
+                         .Register(r);
+  inter_node_with_relay_ = &inter_node.Add({{"relay", "with"}});
+  inter_node_without_relay_ = &inter_node.Add({{"relay", "without"}});
   version_ = &BuildGauge()
                   .Name("wsync_version")
                   .Help("The weight version this process holds (-1: none yet)")
@@ -440,6 +449,11 @@ void SessionMetrics::RecordRejected(absl::string_view reason, int64_t count) {
   }
   if (index == rejected_.size()) index = rejected_.size() - 1;  // "other".
   rejected_[index]->Increment(static_cast<double>(count));
+}
+
+void SessionMetrics::SetPlanInterNodeBytes(int64_t with_relay, int64_t without_relay) {
+  inter_node_with_relay_->Set(static_cast<double>(with_relay));
+  inter_node_without_relay_->Set(static_cast<double>(without_relay));
 }
 
 void SessionMetrics::SetPlanDigest(const std::string& hex) {

@@ -34,6 +34,10 @@
 //                                                 on the process hosting the coordinator the
 //                                                 control frames it refused (unknown_job, ...)
 //   wsync_plan_info{digest}                       1, with the plan digest as a label
+//   wsync_plan_inter_node_bytes{relay}            bytes the plan carries across node boundaries
+//                                                 per sync: relay="with" (as planned) and
+//                                                 "without" (every relayed region sent direct);
+//                                                 the whole job's when relaying is on
 //   wsync_calibration_age_seconds                 age of the calibration the prediction uses
 //                                                 (absent without one)
 //
@@ -148,6 +152,8 @@ class SessionMetrics {
   // Adds `count` rejected messages; `reason` is one of kRejectedMessageReasons, else "other".
   void RecordRejected(absl::string_view reason, int64_t count);
   void SetPlanDigest(const std::string& hex);
+  // Plan::inter_node_bytes and Plan::inter_node_bytes_without_relay (planner/plan.h).
+  void SetPlanInterNodeBytes(int64_t with_relay, int64_t without_relay);
   // The calibration's time; the age is computed at each exposition. InfinitePast clears it.
   void SetCalibrationTime(absl::Time time);
 
@@ -174,6 +180,8 @@ class SessionMetrics {
   prometheus::Counter* local_copy_;
   prometheus::Gauge* arena_;
   prometheus::Gauge* arena_peak_;
+  prometheus::Gauge* inter_node_with_relay_;
+  prometheus::Gauge* inter_node_without_relay_;
   prometheus::Gauge* version_;
   prometheus::Gauge* state_[3];                 // consistent, updating, dirty.
   std::vector<prometheus::Counter*> errors_;    // Parallel to kMetricErrorKinds.

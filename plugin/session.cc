@@ -165,6 +165,7 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
   }
   metrics_->BindPaths(bytes);
   metrics_->SetPlanDigest(DigestHex(plan_.digest));
+  metrics_->SetPlanInterNodeBytes(plan_.inter_node_bytes, plan_.inter_node_bytes_without_relay);
 }
 
 void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,

@@ -93,8 +93,9 @@ double Sum(const std::string& text, const std::string& name,
 using Process = test::TinySessionProcess;
 
 Process MakeProcess(Role role, int32_t rank, int port, const std::string& job,
-                    const std::string& metrics_address = "") {
+                    const std::string& metrics_address = "", const std::string& node_id = "") {
   SessionConfig config = test::TinyJobConfig(role, rank, port, job, "WSYNC_METRICS_TEST_SECRET");
+  if (!node_id.empty()) config.node_id = node_id;
   // Short: the disagreeing sync below ends at the deadline on the processes that wait for the
   // one that refused.
   config.deadline = absl::Seconds(8);
@@ -150,7 +151,7 @@ TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
           "wsync_bytes_sent_total", "wsync_bytes_received_total", "wsync_direct_bytes_total",
           "wsync_staged_bytes_total", "wsync_local_copy_bytes_total", "wsync_arena_bytes",
           "wsync_arena_peak_bytes", "wsync_version", "wsync_state", "wsync_errors_total",
-          "wsync_plan_info"}) {
+          "wsync_plan_info", "wsync_plan_inter_node_bytes"}) {
       EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " "))) << family;
     }
     EXPECT_EQ(Sum(text, "wsync_version", {role}), 3);
@@ -182,6 +183,9 @@ TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
     EXPECT_EQ(Sum(text, "wsync_errors_total"), 0);
     EXPECT_EQ(Sum(text, "wsync_errors_total", {role, "kind=\"ranks_disagree\""}), 0);
     EXPECT_EQ(Sum(text, "wsync_plan_info", {"digest=\""}), 1);
+    // Every process of this job is on one node: nothing crosses a node boundary.
+    EXPECT_EQ(Sum(text, "wsync_plan_inter_node_bytes", {"relay=\"with\""}), 0);
+    EXPECT_EQ(Sum(text, "wsync_plan_inter_node_bytes", {"relay=\"without\""}), 0);
     // No calibration: the age family has no series, so the exposition leaves it out.
     EXPECT_TRUE(std::isnan(Sum(text, "wsync_calibration_age_seconds")));
     EXPECT_THAT(text, Not(HasSubstr("wsync_calibration_age_seconds")));
@@ -217,6 +221,30 @@ TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {
   EXPECT_EQ(
       Sum(processes[1].session->MetricsText(), "wsync_errors_total", {"kind=\"ranks_disagree\""}),
       1);
+}
+
+TEST_F(MetricsTest, PlanInterNodeBytesCountWhatCrossesNodes) {
+  // Trainers on node "a", rollouts on node "b": every byte the rollouts receive crosses, and
+  // tp=2 rollouts need disjoint halves, so relaying saves nothing (with == without).
+  const int port = test::FreeLoopbackPort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) {
+    processes.push_back(MakeProcess(Role::kTrainer, r, port, "nodes", "", "a"));
+  }
+  for (int r = 0; r < 2; ++r) {
+    processes.push_back(MakeProcess(Role::kRollout, r, port, "nodes", "", "b"));
+  }
+  std::vector<absl::Status> results = RunJob(processes, {{1}, {1}, {1}, {1}}, true);
+  for (int p = 0; p < 4; ++p) ASSERT_TRUE(results[p].ok()) << p << ": " << results[p];
+  const int64_t crossing = processes[2].session->LastStats().stats.received_bytes +
+                           processes[3].session->LastStats().stats.received_bytes;
+  ASSERT_GT(crossing, 0);
+  for (int p = 0; p < 4; ++p) {
+    SCOPED_TRACE(absl::StrCat("process ", p));
+    const std::string text = processes[p].session->MetricsText();
+    EXPECT_EQ(Sum(text, "wsync_plan_inter_node_bytes", {"relay=\"with\""}), crossing);
+    EXPECT_EQ(Sum(text, "wsync_plan_inter_node_bytes", {"relay=\"without\""}), crossing);
+  }
 }
 
 TEST_F(MetricsTest, ExporterServesTheExpositionOverHttp) {
