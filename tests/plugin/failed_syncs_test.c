@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
   if (partner == 0) {
     test_who = "rollout";
     SetRolloutFailpoints(WARMUP_FAILURES + failed_syncs);
-    _exit(Run(WSYNC_PLUGIN_PATH, 0, port, failed_syncs));
+    exit(Run(WSYNC_PLUGIN_PATH, 0, port, failed_syncs)); /* exit: LeakSanitizer checks it too */
   }
   Run(WSYNC_PLUGIN_PATH, 1, port, failed_syncs);
   int status = 0;

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   if (partner == 0) {
     close(to_partner[1]);
     close(from_partner[0]);
-    _exit(Partner(path, to_partner[0], from_partner[1]));
+    exit(Partner(path, to_partner[0], from_partner[1])); /* exit: LeakSanitizer checks it too */
   }
   close(to_partner[0]);
   close(from_partner[1]);
