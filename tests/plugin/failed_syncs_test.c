@@ -36,7 +36,6 @@
 #endif
 
 #define WARMUP_FAILURES 2
-#define MAPS_TOLERANCE 16
 #define DIM 16
 #define UNTOUCHED -1.0f
 

@@ -33,7 +33,6 @@
 #endif
 
 #define WARMUP_CYCLES 3
-#define MAPS_TOLERANCE 16
 #define DIM 16
 
 #define CALL(session, call) CheckCall(api, (session), (call), #call, cycle, __LINE__)
