@@ -69,9 +69,11 @@ test: build
 # configuration in its own build tree, running the unit, multiproc and fault labels. A report
 # fails the test that produced it (halt_on_error; a child process's report fails it through its
 # exit status). Suppressions name only third-party code (tests/sanitizers/*.supp). Left out:
-#   python  /usr/bin/python3 is not instrumented: the sanitizer runtime would have to be
-#           LD_PRELOADed into it and loaded before torch and its libgomp, which ASan and TSan do
-#           not support in an uninstrumented interpreter.
+#   python  /usr/bin/python3 is not instrumented and loads libwsync.so with ctypes: the sanitizer
+#           runtime would have to be LD_PRELOADed into the interpreter, and torch with its libgomp
+#           threads (uninstrumented: invisible to TSan's happens-before) would run under it; not
+#           attempted. The C hosts abi_test, lifecycle_test and failed_syncs_test load the same
+#           instrumented library through the same C ABI.
 #   fuzz_*  clang-14 builds with their own ASan+UBSan (tests/fuzz), run by `make test`.
 #   slow, gpu as in `make test`.
 SANITIZER_LABELS := unit|multiproc|fault

@@ -67,30 +67,11 @@ static int Wrong(int64_t version, int untouched) {
 
 static wsync_session_t* Connect(const wsync_plugin_v1_t* api, int is_trainer, int port) {
   const int step = -1;
-  wsync_config_t config;
-  memset(&config, 0, sizeof(config));
-  config.struct_size = sizeof(config);
-  config.role = is_trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
-  config.num_trainers = 1;
-  config.num_rollouts = 1;
-  config.job_id = "failed-syncs-test";
-  config.coordinator_port = port;
-  config.host_coordinator = is_trainer;
-  config.deadline_seconds = 20; /* Only a hang would reach it: every failure here is immediate. */
-  config.path_transports = "*=ucx:sm,cma,self";
-  wsync_session_t* session = NULL;
-  if (!CALL(NULL, api->init(&config, &session))) return NULL;
-  const int64_t shape[2] = {DIM, DIM};
-  const int64_t origin[2] = {0, 0};
-  const int64_t strides[2] = {DIM, 1};
   for (int i = 0; i < DIM * DIM; ++i) weights[i] = UNTOUCHED;
-  if (CALL(session,
-           api->register_buffer(session, 1, weights, sizeof(weights), WSYNC_MEMORY_HOST, 0)) &&
-      CALL(session, api->declare_parameter(session, "w", "fp32", 2, shape)) &&
-      CALL(session, api->declare_piece(session, "w", 1, 2, origin, shape, 0, strides)) &&
-      CALL(session, api->connect(session))) {
-    return session;
-  }
+  /* The deadline is reached only by a hang: every failure here is immediate. */
+  wsync_session_t* session =
+      InitSquareJob(api, is_trainer, port, "failed-syncs-test", 20, weights, DIM, step);
+  if (session == NULL || CALL(session, api->connect(session))) return session;
   api->finalize(session);
   return NULL;
 }

@@ -46,6 +46,40 @@ const wsync_plugin_v1_t* LoadPlugin(const char* path) {
   return api;
 }
 
+wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int port,
+                               const char* job_id, double deadline_seconds, float* weights, int dim,
+                               int step) {
+  wsync_config_t config;
+  memset(&config, 0, sizeof(config));
+  config.struct_size = sizeof(config);
+  config.role = is_trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
+  config.num_trainers = 1;
+  config.num_rollouts = 1;
+  config.job_id = job_id;
+  config.coordinator_port = port;
+  config.host_coordinator = is_trainer;
+  config.deadline_seconds = deadline_seconds;
+  config.path_transports = "*=ucx:sm,cma,self";
+  wsync_session_t* session = NULL;
+  const wsync_status_t status = api->init(&config, &session);
+  if (!CheckCall(api, NULL, status, "init", step, __LINE__)) return NULL;
+  const int64_t shape[2] = {dim, dim};
+  const int64_t origin[2] = {0, 0};
+  const int64_t strides[2] = {dim, 1};
+  const uint64_t bytes = (uint64_t)dim * (uint64_t)dim * sizeof(float);
+  if (CheckCall(api, session,
+                api->register_buffer(session, 1, weights, bytes, WSYNC_MEMORY_HOST, 0),
+                "register_buffer", step, __LINE__) &&
+      CheckCall(api, session, api->declare_parameter(session, "w", "fp32", 2, shape),
+                "declare_parameter", step, __LINE__) &&
+      CheckCall(api, session, api->declare_piece(session, "w", 1, 2, origin, shape, 0, strides),
+                "declare_piece", step, __LINE__)) {
+    return session;
+  }
+  api->finalize(session);
+  return NULL;
+}
+
 int FreePort(void) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;

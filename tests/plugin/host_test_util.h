@@ -22,6 +22,14 @@ int CheckCall(const wsync_plugin_v1_t* api, wsync_session_t* session, wsync_stat
 /* dlopen + dlsym(wsyncPlugin_v1); NULL (and a failed check) when either fails. */
 const wsync_plugin_v1_t* LoadPlugin(const char* path);
 
+/* init, then the layout of a 1-trainer, 1-rollout job over UCX shared memory whose one parameter
+ * "w" is the dim x dim fp32 matrix `weights` in both processes; the trainer hosts the coordinator
+ * on `port`. Returns the session (REGISTERED), or NULL after failed checks (`step` in their text)
+ * with the session finalized. */
+wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int port,
+                               const char* job_id, double deadline_seconds, float* weights, int dim,
+                               int step);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago; 0 when none could be found. */
 int FreePort(void);
 

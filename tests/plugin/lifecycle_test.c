@@ -46,29 +46,11 @@ static void CompareResources(Resources baseline, Resources now, int cycles) {
 /* One job cycle of this process; returns 1 when every step succeeded. */
 static int Cycle(const wsync_plugin_v1_t* api, int is_trainer, int port, int cycle) {
   static float weights[DIM * DIM];
-  wsync_config_t config;
-  memset(&config, 0, sizeof(config));
-  config.struct_size = sizeof(config);
-  config.role = is_trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
-  config.num_trainers = 1;
-  config.num_rollouts = 1;
-  config.job_id = "lifecycle-test";
-  config.coordinator_port = port;
-  config.host_coordinator = is_trainer;
-  config.deadline_seconds = 30;
-  config.path_transports = "*=ucx:sm,cma,self";
-  wsync_session_t* session = NULL;
-  if (!CALL(NULL, api->init(&config, &session))) return 0;
-
-  const int64_t shape[2] = {DIM, DIM};
-  const int64_t origin[2] = {0, 0};
-  const int64_t strides[2] = {DIM, 1};
-  int ok = CALL(session,
-                api->register_buffer(session, 1, weights, sizeof(weights), WSYNC_MEMORY_HOST, 0)) &&
-           CALL(session, api->declare_parameter(session, "w", "fp32", 2, shape)) &&
-           CALL(session, api->declare_piece(session, "w", 1, 2, origin, shape, 0, strides));
+  wsync_session_t* session =
+      InitSquareJob(api, is_trainer, port, "lifecycle-test", 30, weights, DIM, cycle);
+  if (session == NULL) return 0;
   for (int i = 0; i < DIM * DIM; ++i) weights[i] = is_trainer ? (float)(cycle + i) : -1.0f;
-  ok = ok && CALL(session, api->connect(session)) && CALL(session, api->sync(session, 1));
+  int ok = CALL(session, api->connect(session)) && CALL(session, api->sync(session, 1));
   if (ok && !is_trainer) {
     int wrong = 0;
     for (int i = 0; i < DIM * DIM; ++i) wrong += weights[i] != (float)(cycle + i);
