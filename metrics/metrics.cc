@@ -280,27 +280,42 @@ SessionMetrics::SessionMetrics(absl::string_view role)
 SessionMetrics::~SessionMetrics() { StopExporter(); }
 
 absl::Status SessionMetrics::StartExporter(const MetricsAddress& address) {
-  absl::MutexLock lock(&mu_);
-  if (exposer_ != nullptr) {
+  const auto already_running = [] {
     return absl::FailedPreconditionError("the metrics exporter is already running");
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (exposer_ != nullptr) return already_running();
   }
+  // The exposer is created and given the exposition outside mu_: its server threads hold the
+  // exposer's own lock while they collect, and collecting takes mu_ (Refresh), so taking the
+  // exposer's lock under mu_ would invert the order.
   const std::string bind = absl::StrCat(address.host, ":", address.port);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  int32_t port = 0;
   try {
-    auto exposer = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
+    exposer = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
     const std::vector<int> ports = exposer->GetListeningPorts();
     if (ports.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the metrics exporter cannot listen on ", bind));
     }
     exposer->RegisterCollectable(exposition_);
-    exporter_port_ = ports.front();
-    exporter_host_ = address.host;
-    exposer_ = std::move(exposer);
+    port = ports.front();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("the metrics exporter cannot listen on ", bind, ": ", e.what()));
   }
-  return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (exposer_ == nullptr) {
+      exporter_port_ = port;
+      exporter_host_ = address.host;
+      exposer_ = std::move(exposer);
+      return absl::OkStatus();
+    }
+  }
+  return already_running();  // A concurrent start won; this exposer stops here, outside mu_.
 }
 
 void SessionMetrics::StopExporter() {

@@ -204,18 +204,29 @@ absl::Status CheckOutBuffer(const char* buffer, const size_t* size) {
   return absl::OkStatus();
 }
 
+// The integer a C host stored in an enum-typed field or argument. C lets a host store any int
+// there; reading a value that is no enumerator through the C++ enum type is undefined behaviour
+// (UBSan: "not a valid value for type"), so the argument checks read the representation.
+template <typename Enum>
+int EnumValue(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return raw;
+}
+
 // The SessionConfig of a config already copied into a zeroed full-size struct: defaults for zero
 // and NULL fields, and the checks that the conversion itself needs (enums, NULL strings, port
 // range, NaN or negative numbers, reserved fields). Session::Create checks the rest (ranks, world
 // sizes, who may host the coordinator, whether a port is needed) and loads the secret.
 absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   SessionConfig config;
-  if (c.role != WSYNC_ROLE_TRAINER && c.role != WSYNC_ROLE_ROLLOUT) {
+  const int role = EnumValue(c.role);
+  if (role != WSYNC_ROLE_TRAINER && role != WSYNC_ROLE_ROLLOUT) {
     return absl::InvalidArgumentError(
-        absl::StrCat("role must be WSYNC_ROLE_TRAINER (1) or WSYNC_ROLE_ROLLOUT (2), got ",
-                     static_cast<int>(c.role)));
+        absl::StrCat("role must be WSYNC_ROLE_TRAINER (1) or WSYNC_ROLE_ROLLOUT (2), got ", role));
   }
-  config.role = c.role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
+  config.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
   config.rank = c.rank;
   config.num_trainers = c.num_trainers;
   config.num_rollouts = c.num_rollouts;
@@ -303,11 +314,12 @@ wsync_status_t RegisterBuffer(wsync_session_t* session, uint64_t buffer_id, void
   constexpr absl::string_view kCall = "register_buffer";
   return Guarded(session, kCall, [&]() -> wsync_status_t {
     if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
-    if (kind != WSYNC_MEMORY_HOST && kind != WSYNC_MEMORY_CUDA) {
-      return Invalid(
-          session, kCall,
-          absl::StrCat("kind must be WSYNC_MEMORY_HOST (1) or WSYNC_MEMORY_CUDA (2), got ",
-                       static_cast<int>(kind)));
+    const int memory_kind = EnumValue(kind);
+    if (memory_kind != WSYNC_MEMORY_HOST && memory_kind != WSYNC_MEMORY_CUDA) {
+      return Invalid(session, kCall,
+                     absl::StrCat("kind must be WSYNC_MEMORY_HOST (1) or WSYNC_MEMORY_CUDA (2), "
+                                  "got ",
+                                  memory_kind));
     }
     if (bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return Invalid(session, kCall, absl::StrCat("bytes ", bytes, " exceeds INT64_MAX"));
@@ -315,7 +327,8 @@ wsync_status_t RegisterBuffer(wsync_session_t* session, uint64_t buffer_id, void
     if (address == nullptr && bytes > 0) {
       return Invalid(session, kCall, absl::StrCat("buffer ", buffer_id, ": address is NULL"));
     }
-    const MemoryKind memory = kind == WSYNC_MEMORY_HOST ? MemoryKind::kHost : MemoryKind::kCuda;
+    const MemoryKind memory =
+        memory_kind == WSYNC_MEMORY_HOST ? MemoryKind::kHost : MemoryKind::kCuda;
     return Report(session, session->impl->RegisterBuffer(
                                buffer_id, address, static_cast<int64_t>(bytes), memory, device));
   });

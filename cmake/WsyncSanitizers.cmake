@@ -1,0 +1,61 @@
+# WSYNC_SANITIZE: build every wsync target (libraries, tests, tools, libwsync.so) instrumented.
+#   ""        (default) no sanitizer.
+#   address   AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer (`make test-asan`).
+#   thread    ThreadSanitizer (`make test-tsan`).
+# Third-party libraries stay Debian's uninstrumented builds. Reports are made fatal at run time
+# through ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS (the Makefile sets them), so that a suppression
+# file can name third-party code; see tests/sanitizers/.
+set(WSYNC_SANITIZE "" CACHE STRING "Instrument the build: empty, address or thread")
+set_property(CACHE WSYNC_SANITIZE PROPERTY STRINGS "" address thread)
+
+if(WSYNC_SANITIZE STREQUAL "")
+  return()
+elseif(WSYNC_SANITIZE STREQUAL "address")
+  set(WSYNC_SANITIZER_FLAGS -fsanitize=address,undefined)
+elseif(WSYNC_SANITIZE STREQUAL "thread")
+  set(WSYNC_SANITIZER_FLAGS -fsanitize=thread)
+else()
+  message(FATAL_ERROR "WSYNC_SANITIZE must be empty, address or thread, not '${WSYNC_SANITIZE}'")
+endif()
+# C and C++ only: nvcc (the NCCL backend's copy kernels) takes no -fsanitize.
+add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_FLAGS};-fno-omit-frame-pointer>")
+add_link_options("$<$<LINK_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_FLAGS}>")
+
+if(WSYNC_SANITIZE STREQUAL "thread")
+  # Debian's Abseil is not built with TSan: every call our code makes to these synchronization
+  # functions goes through a wrapper that tells TSan what it does (tests/sanitizers/
+  # absl_tsan_annotations.cc; the symbols are Abseil 20220623's, inline namespace debian3).
+  set(WSYNC_TSAN_WRAPPED_ABSL_SYMBOLS
+      _ZN4absl7debian35Mutex4LockEv
+      _ZN4absl7debian35Mutex10ReaderLockEv
+      _ZN4absl7debian35Mutex6UnlockEv
+      _ZN4absl7debian35Mutex12ReaderUnlockEv
+      _ZN4absl7debian35Mutex7TryLockEv
+      _ZN4absl7debian35Mutex13ReaderTryLockEv
+      _ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE
+      _ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE
+      _ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE
+      _ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE
+      _ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE
+      _ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE
+      _ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE
+      _ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE
+      _ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE
+      _ZN4absl7debian37CondVar4WaitEPNS0_5MutexE
+      _ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE
+      _ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE
+      _ZN4absl7debian312Notification6NotifyEv
+      _ZNK4absl7debian312Notification19WaitForNotificationEv
+      _ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE
+      _ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE)
+  foreach(symbol ${WSYNC_TSAN_WRAPPED_ABSL_SYMBOLS})
+    add_link_options("$<$<LINK_LANGUAGE:C,CXX>:LINKER:--wrap=${symbol}>")
+  endforeach()
+  # Shared, so that the wrappers resolve wherever the library appears on a link line.
+  add_library(wsync_tsan_annotations SHARED
+              ${PROJECT_SOURCE_DIR}/tests/sanitizers/absl_tsan_annotations.cc)
+  target_include_directories(wsync_tsan_annotations PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(wsync_tsan_annotations PRIVATE absl::synchronization absl::time)
+  link_libraries(wsync_tsan_annotations)
+endif()
+message(STATUS "wsync: sanitizer build (${WSYNC_SANITIZE}): ${WSYNC_SANITIZER_FLAGS}")
