@@ -96,8 +96,11 @@ Traffic PlanTraffic(const Job& job, const Plan& plan) {
 }
 
 absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
-                                       const LinkFits& fits, StagingBudget budget) {
-  WSYNC_ASSIGN_OR_RETURN(const Plan whole, MakePlan(job, policy, PlanOptions{}));
+                                       const LinkFits& fits, StagingBudget budget,
+                                       const RelayOptions& relay) {
+  PlanOptions options;
+  options.relay = relay;
+  WSYNC_ASSIGN_OR_RETURN(const Plan whole, MakePlan(job, policy, options));
   Traffic traffic = PlanTraffic(job, whole);
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);

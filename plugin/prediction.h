@@ -24,6 +24,7 @@
 #include "executor/schedule.h"
 #include "planner/job.h"
 #include "planner/plan.h"
+#include "planner/relay.h"
 
 namespace wsync {
 
@@ -56,10 +57,12 @@ absl::Status CheckSessionPolicyName(absl::string_view name);
 // path class; rounds = the largest segment count of a pair.
 Traffic PlanTraffic(const Job& job, const Plan& plan);
 
-// The prediction of the whole sync: plans every process's segments with `policy` and prices them,
-// with the rounds of the busiest process's schedule under `budget` for the latency term.
+// The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
+// the session plans them) and prices them, with the rounds of the busiest process's schedule
+// under `budget` for the latency term.
 absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
-                                       const LinkFits& fits, StagingBudget budget);
+                                       const LinkFits& fits, StagingBudget budget,
+                                       const RelayOptions& relay = RelayOptions{});
 
 // "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not.
 std::string PredictionLine(const std::optional<Prediction>& prediction,

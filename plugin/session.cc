@@ -311,11 +311,13 @@ absl::Status Session::PlanJob(const std::vector<Layout>& trainer_parts,
   PlanOptions plan_options;
   plan_options.process = process_;
   plan_options.relay.arena_bytes = RelayArenaLimit(StagingBudget{config_.staging_budget_bytes});
+  // With a calibration the cost model decides what to relay (planner/relay.h), else the bytes rule.
+  if (fits != nullptr) plan_options.relay.fits = std::make_shared<const LinkFits>(*fits);
   WSYNC_ASSIGN_OR_RETURN(plan_, MakePlan(*job_, *policy, plan_options));
   prediction_.reset();
   if (fits != nullptr) {
-    absl::StatusOr<Prediction> prediction =
-        PredictSync(*job_, *policy, *fits, StagingBudget{config_.staging_budget_bytes});
+    absl::StatusOr<Prediction> prediction = PredictSync(
+        *job_, *policy, *fits, StagingBudget{config_.staging_budget_bytes}, plan_options.relay);
     if (prediction.ok()) prediction_ = *prediction;
   }
   return absl::OkStatus();
