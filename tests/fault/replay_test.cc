@@ -19,6 +19,7 @@
 #include "planner/builders.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "transport/loopback/loopback.h"
@@ -33,42 +34,22 @@ Job RowsToColumns() { return test::RowsToColumnsJob(); }
 
 // Forwards to a Transport and records the (peer, tag, bytes) of every send posted through it, so
 // that a test can replay a past sync's messages exactly as the executor tagged them.
-class RecordingTransport : public Transport {
+class RecordingTransport final : public test::ForwardingTransport {
  public:
-  explicit RecordingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  using ForwardingTransport::ForwardingTransport;
   struct Sent {
     int32_t peer;
     MessageTag tag;
     int64_t bytes;
   };
   std::vector<Sent>& sent() { return sent_; }
-  int32_t process() const override { return inner_->process(); }
-  std::string name() const override { return inner_->name(); }
-  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
-                                                MemoryKind kind) override {
-    return inner_->RegisterMemory(address, bytes, kind);
-  }
-  absl::Status DeregisterMemory(RegistrationId id) override { return inner_->DeregisterMemory(id); }
   absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
                                      int64_t bytes) override {
     sent_.push_back(Sent{peer, tag, bytes});
-    return inner_->PostSend(peer, tag, data, bytes);
-  }
-  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
-                                        int64_t bytes) override {
-    return inner_->PostReceive(peer, tag, data, bytes);
-  }
-  absl::StatusOr<bool> Test(RequestId request) override { return inner_->Test(request); }
-  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
-    return inner_->WaitAll(requests, deadline);
-  }
-  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
-  int64_t DiscardStaleMessages(uint64_t sync_id) override {
-    return inner_->DiscardStaleMessages(sync_id);
+    return ForwardingTransport::PostSend(peer, tag, data, bytes);
   }
 
  private:
-  std::unique_ptr<Transport> inner_;
   std::vector<Sent> sent_;
 };
 

@@ -39,6 +39,7 @@
 #include "planner/policy.h"
 #include "plugin/prediction.h"
 #include "plugin/transport_setup.h"
+#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
@@ -89,38 +90,27 @@ namespace {
 
 // Passes every call to `inner` and counts the bytes of each send and receive it posts, by peer,
 // so a worker reports what crossed each path class on the wire (a relay's forwards included).
-class CountingTransport final : public Transport {
+class CountingTransport final : public test::ForwardingTransport {
  public:
   CountingTransport(Transport& inner, int32_t processes)
-      : inner_(inner), sent_(processes, 0), received_(processes, 0) {}
+      : ForwardingTransport(inner), sent_(processes, 0), received_(processes, 0) {}
 
-  int32_t process() const override { return inner_.process(); }
-  std::string name() const override { return inner_.name(); }
-  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
-                                                MemoryKind kind) override {
-    return inner_.RegisterMemory(address, bytes, kind);
-  }
-  absl::Status DeregisterMemory(RegistrationId id) override { return inner_.DeregisterMemory(id); }
   absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
                                      int64_t bytes) override {
-    absl::StatusOr<RequestId> request = inner_.PostSend(peer, tag, data, bytes);
-    if (request.ok() && peer >= 0 && peer < static_cast<int32_t>(sent_.size()))
+    absl::StatusOr<RequestId> request = ForwardingTransport::PostSend(peer, tag, data, bytes);
+    if (request.ok() && peer >= 0 && peer < static_cast<int32_t>(sent_.size())) {
       sent_[peer] += bytes;
+    }
     return request;
   }
   absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
                                         int64_t bytes) override {
-    absl::StatusOr<RequestId> request = inner_.PostReceive(peer, tag, data, bytes);
+    absl::StatusOr<RequestId> request = ForwardingTransport::PostReceive(peer, tag, data, bytes);
     if (request.ok() && peer >= 0 && peer < static_cast<int32_t>(received_.size())) {
       received_[peer] += bytes;
     }
     return request;
   }
-  absl::StatusOr<bool> Test(RequestId request) override { return inner_.Test(request); }
-  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
-    return inner_.WaitAll(requests, deadline);
-  }
-  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
 
   void Reset() {
     std::fill(sent_.begin(), sent_.end(), 0);
@@ -138,7 +128,6 @@ class CountingTransport final : public Transport {
   }
 
  private:
-  Transport& inner_;
   std::vector<int64_t> sent_;
   std::vector<int64_t> received_;
 };

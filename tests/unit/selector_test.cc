@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -112,10 +113,9 @@ TEST(RoutedTransportTest, RefusesBadRoutes) {
 }
 
 // A backend that carries CUDA memory only (like NCCL), forwarding messages to a loopback.
-class CudaOnlyBackend final : public Transport {
+class CudaOnlyBackend final : public test::ForwardingTransport {
  public:
-  explicit CudaOnlyBackend(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int32_t process() const override { return inner_->process(); }
+  using ForwardingTransport::ForwardingTransport;
   std::string name() const override { return "cuda-only"; }
   absl::StatusOr<RegistrationId> RegisterMemory(void*, int64_t, MemoryKind kind) override {
     if (kind != MemoryKind::kCuda) return absl::UnimplementedError("cuda-only: host refused");
@@ -126,23 +126,7 @@ class CudaOnlyBackend final : public Transport {
     --registered;
     return id == 7 ? absl::OkStatus() : absl::NotFoundError("no such registration");
   }
-  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
-                                     int64_t bytes) override {
-    return inner_->PostSend(peer, tag, data, bytes);
-  }
-  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
-                                        int64_t bytes) override {
-    return inner_->PostReceive(peer, tag, data, bytes);
-  }
-  absl::StatusOr<bool> Test(RequestId request) override { return inner_->Test(request); }
-  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
-    return inner_->WaitAll(requests, deadline);
-  }
-  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
   int registered = 0;
-
- private:
-  std::unique_ptr<Transport> inner_;
 };
 
 // NCCL for CUDA memory next to UCX (here loopback) for host memory: each kind registers with the
