@@ -413,10 +413,14 @@ struct VllmConfig {
   int32_t dp = 1;
 };
 
+// Wide expert parallelism: the routed experts spread over every rank of every DP replica.
+bool IsWideEp(const VllmConfig& c) { return c.ep > 1 && c.ep == int64_t{c.tp} * c.dp; }
+
 absl::Status CheckVllm(const ModelSpec& model, const VllmConfig& c) {
-  if (c.ep != 1 && c.ep != c.tp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vllm: ep=", c.ep, " must be 1 or equal to tp=", c.tp));
+  if (c.ep != 1 && c.ep != c.tp && !IsWideEp(c)) {
+    return absl::InvalidArgumentError(absl::StrCat("vllm: ep=", c.ep, " must be 1, tp=", c.tp,
+                                                   " (per replica) or tp*dp=", int64_t{c.tp} * c.dp,
+                                                   " (wide)"));
   }
   WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "vllm"));
   for (const TensorSpec& t : model.tensors) {
@@ -471,9 +475,12 @@ std::vector<Module> VllmModules(const ModelSpec& model) {
   return modules;
 }
 
-// The box of non-vocabulary tensor `t` that TP rank `tp_rank` holds; with ep == tp, the TP rank
-// is also the EP rank. A kv head is replicated over tp / kv_heads ranks when kv_heads < tp.
-Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t tp_rank) {
+// The box of non-vocabulary tensor `t` that process `rank` (DP replica rank / tp, TP rank
+// rank % tp) holds. The EP rank is the TP rank when ep == tp, and the process rank itself
+// (dp_rank * tp + tp_rank) when ep == tp * dp. A kv head is replicated over tp / kv_heads ranks
+// when kv_heads < tp.
+Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t rank) {
+  const int32_t tp_rank = rank % c.tp;
   if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
     const int64_t head = int64_t{tp_rank} * t.heads / c.tp;
     const int64_t head_dim = t.shape[0] / t.heads;
@@ -482,7 +489,7 @@ Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t tp_rank) {
     box.extent[0] = head_dim;
     return box;
   }
-  return ShardBox(t, c.tp, tp_rank, c.ep, tp_rank);
+  return ShardBox(t, c.tp, tp_rank, c.ep, IsWideEp(c) ? rank : tp_rank);
 }
 
 Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutOptions& options) {
@@ -507,11 +514,10 @@ Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutO
         if (shard.size > 0) builder.AddPackedPiece(module.parts.front(), p, buffer, box, 0);
         elements = shard.reserved_rows * first.shape[1];
       } else if (module.parts.size() == 1) {
-        elements =
-            builder.AddPackedPiece(module.parts.front(), p, buffer, VllmBox(first, c, tp_rank), 0);
+        elements = builder.AddPackedPiece(module.parts.front(), p, buffer, VllmBox(first, c, p), 0);
       } else {
         parts.clear();
-        for (int32_t i : module.parts) parts.emplace_back(i, VllmBox(model.tensors[i], c, tp_rank));
+        for (int32_t i : module.parts) parts.emplace_back(i, VllmBox(model.tensors[i], c, p));
         elements = builder.AddFusedPieces(parts, module.axis, p, buffer, 0);
       }
       builder.mutable_layout().buffers.back().bytes = elements * DTypeSize(first.dtype);

@@ -13,11 +13,29 @@
 //   fsdp(n)                            trainer; n processes, each parameter flattened, padded to a
 //                                      multiple of n and cut into n contiguous ranges; one flat
 //                                      buffer per process and dtype.
-//   vllm(tp=1, ep=1, dp=1)             rollout; tp*dp processes, one buffer per module tensor,
-//   fused
-//                                      qkv_proj / gate_up_proj / w13 / fused_qkv_a_proj; kv heads
-//                                      replicated when fewer than tp; vocabulary padded to a
-//                                      multiple of 64; ep is 1 or tp.
+//   vllm(tp=1, ep=1, dp=1)             rollout; tp*dp processes, rank = dp_rank * tp + tp_rank,
+//                                      one buffer per module tensor, fused qkv_proj /
+//                                      gate_up_proj / w13 / fused_qkv_a_proj; kv heads replicated
+//                                      when fewer than tp; vocabulary padded to a multiple of 64.
+//                                      Attention, dense MLPs, shared experts and the vocabulary
+//                                      are TP-split within each DP replica and repeated in every
+//                                      replica. The routed experts by ep:
+//                                        1      TP-split along the intermediate axis within
+//                                               each replica (dp independent engines; one vLLM
+//                                               engine with data parallel and without EP would
+//                                               split it over all tp*dp ranks, not described
+//                                               here);
+//                                        tp     whole, ep_rank = tp_rank: each replica holds
+//                                               every expert (dp independent engines with
+//                                               --enable-expert-parallel);
+//                                        tp*dp  wide EP, one engine with data parallel and
+//                                               --enable-expert-parallel: whole, ep_rank = the
+//                                               process rank, each process holds the contiguous
+//                                               block [ep_rank * E / ep, (ep_rank + 1) * E / ep)
+//                                               (vLLM's linear placement), so w13 is
+//                                               [E / ep, 2 * I, H] and w2 [E / ep, H, I] per
+//                                               process, as vLLM's FusedMoE allocates them.
+//                                      Any other ep is refused; ep must divide E.
 // Keys may be omitted (megatron's dp defaults to ep, every other key to 1); "fsdp(4)" is
 // "fsdp(n=4)"; spaces are ignored. Padded vocabulary rows belong to no parameter but occupy
 // buffer space. Processes are placed `procs_per_node` to a node with node ids "<prefix><node>".

@@ -1,5 +1,6 @@
 #include "planner/named_layouts.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/geometry.h"
@@ -93,7 +95,9 @@ int64_t ExpectedElements(const ModelSpec& model, const TensorSpec& t, const Case
       return expert && c.ep > 1 ? numel * copies / c.ep : numel * copies;
     }
     default: {
-      int64_t copies = c.dp;
+      // With EP, each expert is held whole by tp * dp / ep processes: dp with ep = tp, one with
+      // wide EP (ep = tp * dp).
+      int64_t copies = expert && c.ep > 1 ? c.tp * c.dp / c.ep : c.dp;
       if (t.role == ShardRole::kReplicated) copies *= c.tp;
       // GQA: each kv head is held by tp / kv_heads ranks.
       if (t.fuse == FuseKind::kQkv && t.fuse_index > 0 && t.heads < c.tp) {
@@ -134,6 +138,10 @@ std::vector<Case> Cases() {
       {"kimi-k2", "megatron(pp=16,ep=16)", 'm', 1, 16, 16, 16},
       {"kimi-k2", "fsdp(64)", 'f', 1, 1, 1, 1, 64},
       {"kimi-k2", "vllm(tp=8,ep=8,dp=16)", 'v', 8, 1, 8, 16},
+      {"qwen3-30b-a3b", "vllm(tp=2,dp=4,ep=8)", 'v', 2, 1, 8, 4},
+      {"qwen3-30b-a3b", "vllm(dp=4,ep=4)", 'v', 1, 1, 4, 4},
+      {"deepseek-v3", "vllm(tp=8,dp=16,ep=128)", 'v', 8, 1, 128, 16},
+      {"kimi-k2", "vllm(tp=8,dp=16,ep=128)", 'v', 8, 1, 128, 16},
   };
 }
 
@@ -240,6 +248,74 @@ TEST(NamedLayoutsTest, VllmExpertsWithoutEpSplitTheIntermediateAxis) {
   const std::vector<Piece> down =
       PiecesOf(layout, "model.layers.0.mlp.experts.down_proj.weight", 2);
   EXPECT_EQ(down.at(0).box, MakeBox({0, 0, 384}, {128, 2048, 192}));
+}
+
+bool IsExpertTensor(const TensorSpec& t) {
+  return t.role == ShardRole::kExpertColumn || t.role == ShardRole::kExpertRow;
+}
+
+// (param, process, buffer, box, offset, strides) of every piece whose tensor is not a routed
+// expert, in a canonical order.
+std::vector<std::string> NonExpertPieces(const ModelSpec& model, const Layout& layout) {
+  std::vector<std::string> pieces;
+  for (const Piece& p : layout.pieces) {
+    if (IsExpertTensor(model.tensors[p.param])) continue;
+    pieces.push_back(absl::StrCat(p.param, " p", p.process, " b", p.buffer, " ", BoxToString(p.box),
+                                  " @", p.offset, DimsToString(p.strides)));
+  }
+  std::sort(pieces.begin(), pieces.end());
+  return pieces;
+}
+
+TEST(NamedLayoutsTest, VllmWideEpGivesEachRankOneContiguousExpertBlock) {
+  // qwen3-30b-a3b (128 experts, moe intermediate 768, hidden 2048), vllm(tp=4, dp=4, ep=16):
+  // process p = dp_rank * 4 + tp_rank is EP rank p and holds experts [8p, 8p + 8) whole, in
+  // vLLM's FusedMoE shapes: w13 [8, 2 * 768, 2048] (gate rows, then up rows) and w2 [8, 2048, 768].
+  const ModelSpec model = Model("qwen3-30b-a3b");
+  const Layout wide = Build(model, "vllm(tp=4,dp=4,ep=16)");
+  ASSERT_EQ(wide.processes.size(), 16u);
+  constexpr int64_t kI = 768;
+  constexpr int64_t kH = 2048;
+  for (int32_t p = 0; p < 16; ++p) {
+    SCOPED_TRACE(p);
+    const std::vector<Piece> gate =
+        PiecesOf(wide, "model.layers.7.mlp.experts.gate_proj.weight", p);
+    const std::vector<Piece> up = PiecesOf(wide, "model.layers.7.mlp.experts.up_proj.weight", p);
+    const std::vector<Piece> down =
+        PiecesOf(wide, "model.layers.7.mlp.experts.down_proj.weight", p);
+    ASSERT_EQ(gate.size(), 1u);
+    ASSERT_EQ(up.size(), 1u);
+    ASSERT_EQ(down.size(), 1u);
+    EXPECT_EQ(gate[0].box, MakeBox({8 * p, 0, 0}, {8, kI, kH}));
+    EXPECT_EQ(up[0].box, MakeBox({8 * p, 0, 0}, {8, kI, kH}));
+    EXPECT_EQ(down[0].box, MakeBox({8 * p, 0, 0}, {8, kH, kI}));
+    EXPECT_EQ(gate[0].strides, (Dims{2 * kI * kH, kH, 1}));
+    EXPECT_EQ(gate[0].offset, 0);
+    EXPECT_EQ(up[0].offset, kI * kH);
+    EXPECT_EQ(up[0].buffer, gate[0].buffer);
+    EXPECT_EQ(BufferOf(wide, p, gate[0].buffer)->bytes, 8 * 2 * kI * kH * 2);
+    EXPECT_EQ(down[0].strides, (Dims{kH * kI, kI, 1}));
+    EXPECT_EQ(BufferOf(wide, p, down[0].buffer)->bytes, 8 * kH * kI * 2);
+  }
+  // Everything else is what vllm(tp=4) holds in each of the 4 replicas, as with ep=tp.
+  EXPECT_EQ(NonExpertPieces(model, wide),
+            NonExpertPieces(model, Build(model, "vllm(tp=4,dp=4,ep=4)")));
+
+  // kimi-k2 vllm(tp=8, dp=16, ep=128): process 77 (DP replica 9, TP rank 5) is EP rank 77 and
+  // holds experts [231, 234); w13 [3, 2 * 2048, 7168].
+  const ModelSpec kimi = Model("kimi-k2");
+  const Layout kimi_wide = Build(kimi, "vllm(tp=8,dp=16,ep=128)");
+  const std::vector<Piece> kimi_up =
+      PiecesOf(kimi_wide, "model.layers.1.mlp.experts.up_proj.weight", 77);
+  ASSERT_EQ(kimi_up.size(), 1u);
+  EXPECT_EQ(kimi_up[0].box, MakeBox({231, 0, 0}, {3, 2048, 7168}));
+  EXPECT_EQ(BufferOf(kimi_wide, 77, kimi_up[0].buffer)->bytes, 3 * 2 * 2048 * 7168 * 2);
+  // Without TP (tp=1): process r of dp=4 holds experts [32r, 32r + 32).
+  EXPECT_EQ(
+      PiecesOf(Build(model, "vllm(dp=4,ep=4)"), "model.layers.0.mlp.experts.down_proj.weight", 3)
+          .at(0)
+          .box,
+      MakeBox({96, 0, 0}, {32, kH, kI}));
 }
 
 // A two-tensor model with a vocabulary that is not a multiple of the padding.
@@ -463,7 +539,8 @@ TEST(NamedLayoutsTest, NodesAndMemoryFollowOptions) {
 
 TEST(NamedLayoutsTest, KimiLayoutsBuildQuickly) {
   const ModelSpec model = Model("kimi-k2");
-  for (const std::string spec : {"megatron(pp=16,ep=16)", "vllm(tp=8,ep=8,dp=16)"}) {
+  for (const std::string spec :
+       {"megatron(pp=16,ep=16)", "vllm(tp=8,ep=8,dp=16)", "vllm(tp=8,dp=16,ep=128)"}) {
     const auto start = std::chrono::steady_clock::now();
     const absl::StatusOr<Layout> layout = BuildNamedLayout(model, spec);
     const double seconds =
@@ -543,7 +620,15 @@ TEST(NamedLayoutsTest, UndividableConfigsAreRefused) {
   ExpectRefused(qwen3, "megatron(ep=4,dp=2)", "megatron: ep=4 does not divide dp=2");
   ExpectRefused(qwen3, "megatron(ep=3)", "megatron: ep=3 does not divide the 128 experts");
   ExpectRefused(qwen3, "megatron(tp=8)", "megatron: tp=8 does not divide the 4 heads");
-  ExpectRefused(qwen3, "vllm(tp=4,ep=2)", "vllm: ep=2 must be 1 or equal to tp=4");
+  ExpectRefused(qwen3, "vllm(tp=4,ep=2)",
+                "vllm: ep=2 must be 1, tp=4 (per replica) or tp*dp=4 (wide)");
+  ExpectRefused(qwen3, "vllm(tp=4,dp=2,ep=2)",
+                "vllm: ep=2 must be 1, tp=4 (per replica) or tp*dp=8 (wide)");
+  ExpectRefused(qwen3, "vllm(tp=4,dp=2,ep=16)",
+                "vllm: ep=16 must be 1, tp=4 (per replica) or tp*dp=8 (wide)");
+  ExpectRefused(qwen3, "vllm(tp=2,dp=3,ep=6)",
+                "vllm: ep=6 does not divide the 128 experts of qwen3-30b-a3b");
+  ExpectRefused(qwen, "vllm(tp=2,dp=2,ep=4)", "vllm: ep=4 needs routed experts");
 
   // 12 q heads and 3 kv heads of 4 rows: tp=4 divides the q rows but not the kv heads.
   const ModelSpec gqa = TinyAttentionModel(12, 3);

@@ -1,4 +1,5 @@
-// Property tests of the planner over random (trainer, rollout) layout pairs: every plan, for every
+// Property tests of the planner over random (trainer, rollout) layout pairs, generic ones and named
+// layouts of small MoE models (wide-EP vLLM rollouts included): every plan, for every
 // replica policy, is proven exact by ProveExact and, independently, by executing it element by
 // element on host buffers (tests/testing/reference.h); per-process plans are the full plan's
 // segments of that process; plans and digests do not depend on listing order; digests change with
@@ -33,6 +34,7 @@
 #include "planner/relay.h"
 #include "planner/validate.h"
 #include "tests/testing/random_layouts.h"
+#include "tests/testing/random_named_layouts.h"
 #include "tests/testing/reference.h"
 
 namespace wsync {
@@ -200,8 +202,8 @@ absl::Status CheckPolicy(const Job& job, const Job& shuffled, const LayoutPair& 
   return absl::OkStatus();
 }
 
-absl::Status CheckPair(uint64_t seed, Coverage* coverage) {
-  const LayoutPair pair = PairForSeed(seed);
+// Every property of every policy on `pair`; `seed` seeds the shuffle and the random policies.
+absl::Status CheckPair(const LayoutPair& pair, uint64_t seed, Coverage* coverage) {
   WSYNC_RETURN_IF_ERROR(Annotate(ValidateLayout(pair.source), "generated source"));
   WSYNC_RETURN_IF_ERROR(Annotate(ValidateLayout(pair.target), "generated target"));
   WSYNC_RETURN_IF_ERROR(Annotate(ValidatePair(pair.source, pair.target), "generated pair"));
@@ -224,10 +226,21 @@ absl::Status CheckPair(uint64_t seed, Coverage* coverage) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPair(uint64_t seed, Coverage* coverage) {
+  return CheckPair(PairForSeed(seed), seed, coverage);
+}
+
+std::string DescribeGenericPair(uint64_t seed) {
+  const LayoutPair pair = PairForSeed(seed);
+  return test::LayoutToString(pair.source) + test::LayoutToString(pair.target);
+}
+
 // Runs `check` for NumPairs() consecutive seeds, reporting the first failures with their seeds
-// (and the layouts of the first one) and failing the test if any seed failed.
+// (and `describe` of the first one: by default the generic pair's layouts) and failing the test if
+// any seed failed.
 template <typename Check>
-void ForEachSeed(int64_t default_pairs, Check check) {
+void ForEachSeed(int64_t default_pairs, Check check,
+                 std::string (*describe)(uint64_t) = DescribeGenericPair) {
   const uint64_t first = FirstSeed();
   const int64_t pairs = NumPairs(default_pairs);
   int64_t failures = 0;
@@ -238,10 +251,7 @@ void ForEachSeed(int64_t default_pairs, Check check) {
     if (++failures <= kMaxReportedFailures) {
       ADD_FAILURE() << "seed " << seed << " (rerun with WSYNC_PROPERTY_SEED=" << seed
                     << " WSYNC_PROPERTY_PAIRS=1): " << status;
-      if (failures == 1) {
-        const LayoutPair pair = PairForSeed(seed);
-        std::cout << test::LayoutToString(pair.source) << test::LayoutToString(pair.target);
-      }
+      if (failures == 1) std::cout << describe(seed);
     }
   }
   EXPECT_EQ(failures, 0) << "of " << pairs << " seeds starting at " << first;
@@ -335,6 +345,48 @@ TEST(PlanPropertyTest, RandomPairsPlanExactlyForEveryPolicy) {
     EXPECT_GT(coverage.with_split_answers, coverage.pairs / 10);
     EXPECT_GT(coverage.with_strided_pieces, coverage.pairs / 5);
     EXPECT_GT(coverage.with_several_nodes, coverage.pairs / 5);
+  }
+}
+
+// Named layouts of random small MoE models (tests/testing/random_named_layouts.h): the same
+// properties as for generic pairs, over vLLM rollouts whose experts are TP-split, whole per
+// replica, or spread over every rank of every DP replica (wide EP), and megatron / fsdp trainers.
+absl::StatusOr<test::NamedLayoutPair> NamedPairForSeed(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return test::RandomNamedLayoutPair(rng);
+}
+
+std::string DescribeNamedPair(uint64_t seed) {
+  const absl::StatusOr<test::NamedLayoutPair> named = NamedPairForSeed(seed);
+  return named.ok() ? named->Describe() + "\n" : named.status().ToString();
+}
+
+TEST(PlanPropertyTest, RandomNamedMoeLayoutsWithWideEpPlanExactly) {
+  Coverage coverage;
+  int64_t wide_ep = 0;
+  int64_t wide_ep_over_replicas = 0;  // Wide EP with dp > 1: experts cross replica boundaries.
+  int64_t per_replica_ep = 0;
+  ForEachSeed(
+      120,
+      [&](uint64_t seed) -> absl::Status {
+        WSYNC_ASSIGN_OR_RETURN(const test::NamedLayoutPair named, NamedPairForSeed(seed));
+        if (named.wide_ep()) {
+          ++wide_ep;
+          if (named.rollout_dp > 1) ++wide_ep_over_replicas;
+        } else if (named.rollout_ep > 1) {
+          ++per_replica_ep;
+        }
+        return Annotate(CheckPair(named.pair, seed, &coverage), named.Describe());
+      },
+      DescribeNamedPair);
+  std::cout << "pairs " << coverage.pairs << ", wide EP " << wide_ep << " ("
+            << wide_ep_over_replicas << " over several DP replicas), EP per replica "
+            << per_replica_ep << ", with replica requests " << coverage.with_requests
+            << ", segments " << coverage.segments << "\n";
+  if (coverage.pairs >= 100) {
+    EXPECT_GT(wide_ep_over_replicas, coverage.pairs / 5);
+    EXPECT_GT(per_replica_ep, coverage.pairs / 20);
+    EXPECT_GT(coverage.with_requests, coverage.pairs / 3);
   }
 }
 
