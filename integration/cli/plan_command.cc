@@ -466,6 +466,44 @@ absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const J
   return absl::OkStatus();
 }
 
+// The bound no schedule beats on a cluster file: the rollout node that takes in the most bytes
+// from other nodes, over the summed inter_node rate of its rollout processes (one NIC per process,
+// as the cluster files state). Prints nothing without an inter_node fit or inter-node bytes.
+absl::Status PrintIngressFloor(std::FILE* out, const Job& job, const Plan& plan,
+                               const PricingSource& source) {
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(source.calibration));
+  const auto link = fits.by_path.find(std::string(kPathInterNode));
+  if (link == fits.by_path.end() || link->second.bytes_per_second <= 0) return absl::OkStatus();
+  std::map<int32_t, int64_t> bytes_in;  // By node index.
+  std::map<int32_t, int32_t> rollouts;  // By node index.
+  for (int32_t id = 0; id < job.num_processes(); ++id) {
+    if (!job.IsSource(id)) ++rollouts[job.NodeIndex(id)];
+  }
+  for (const Segment& segment : plan.segments) {
+    if (job.IsSource(segment.to.process) ||
+        job.PathClass(segment.from.process, segment.to.process) != kPathInterNode) {
+      continue;
+    }
+    bytes_in[job.NodeIndex(segment.to.process)] += SegmentBytes(job, segment);
+  }
+  const auto busiest =
+      std::max_element(bytes_in.begin(), bytes_in.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (busiest == bytes_in.end()) return absl::OkStatus();
+  const int32_t nics = rollouts[busiest->first];
+  const double rate = link->second.bytes_per_second;
+  std::string node;
+  for (int32_t id = 0; id < job.num_processes(); ++id) {
+    if (job.NodeIndex(id) == busiest->first) node = job.processes()[id].node_id;
+  }
+  absl::FPrintF(out,
+                "  rollout ingress floor: node %s takes in %s (%d B) from other nodes through %d "
+                "NICs x %.1f GB/s = %.4f s\n",
+                node, HumanBytes(busiest->second), busiest->second, nics, rate / 1e9,
+                static_cast<double>(busiest->second) / (nics * rate));
+  return absl::OkStatus();
+}
+
 // What crossed node boundaries, with and without relaying, and what was relayed.
 void PrintRelay(std::FILE* out, const PlanRequest& request, const Plan& plan, bool priced) {
   int64_t arenas = 0;
@@ -518,6 +556,9 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   }
   if (cluster) {
     WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, *cluster));
+    if (!request.process.has_value()) {
+      WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+    }
   }
   PrintCost(out, run);
   return absl::OkStatus();
