@@ -42,33 +42,7 @@ struct Config {
   int64_t v_head = 0;
 };
 
-class SpecWriter {
- public:
-  explicit SpecWriter(ModelSpec* spec) : spec_(spec) {}
-
-  TensorSpec& Add(std::string name, Dims shape, ShardRole role, int32_t layer) {
-    TensorSpec& tensor = spec_->tensors.emplace_back();
-    tensor.name = std::move(name);
-    tensor.shape = std::move(shape);
-    tensor.role = role;
-    tensor.layer = layer;
-    return tensor;
-  }
-
-  TensorSpec& AddFused(std::string name, Dims shape, ShardRole role, int32_t layer, FuseKind fuse,
-                       std::string fused_name, int32_t fuse_index) {
-    TensorSpec& tensor = Add(std::move(name), std::move(shape), role, layer);
-    tensor.fuse = fuse;
-    tensor.fused_name = std::move(fused_name);
-    tensor.fuse_index = fuse_index;
-    return tensor;
-  }
-
- private:
-  ModelSpec* spec_;
-};
-
-void AddAttention(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
+void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
   struct Part {
     const char* name;
     int64_t heads;
@@ -81,69 +55,73 @@ void AddAttention(const Config& c, int32_t layer, const std::string& p, SpecWrit
     const std::string fused = absl::StrCat(p, "self_attn.qkv_proj.", suffix);
     for (int32_t i = 0; i < 3; ++i) {
       const int64_t rows = parts[i].heads * c.head_dim;
-      w.AddFused(absl::StrCat(p, "self_attn.", parts[i].name, ".", suffix),
-                 bias ? Dims{rows} : Dims{rows, c.hidden}, ShardRole::kColumn, layer,
-                 FuseKind::kQkv, fused, i)
+      w.AddFusedTensor(absl::StrCat(p, "self_attn.", parts[i].name, ".", suffix),
+                       bias ? Dims{rows} : Dims{rows, c.hidden}, ShardRole::kColumn, layer,
+                       FuseKind::kQkv, fused, i)
           .heads = parts[i].heads;
     }
   }
   const int64_t q_rows = c.heads * c.head_dim;
-  w.Add(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, q_rows}, ShardRole::kRow, layer);
+  w.AddTensor(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, q_rows}, ShardRole::kRow,
+              layer);
   if (c.qk_norm) {
-    w.Add(absl::StrCat(p, "self_attn.q_norm.weight"), {c.head_dim}, ShardRole::kReplicated, layer);
-    w.Add(absl::StrCat(p, "self_attn.k_norm.weight"), {c.head_dim}, ShardRole::kReplicated, layer);
+    w.AddTensor(absl::StrCat(p, "self_attn.q_norm.weight"), {c.head_dim}, ShardRole::kReplicated,
+                layer);
+    w.AddTensor(absl::StrCat(p, "self_attn.k_norm.weight"), {c.head_dim}, ShardRole::kReplicated,
+                layer);
   }
 }
 
-void AddLatentAttention(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
+void AddLatentAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
   const std::string qkv_a = absl::StrCat(p, "self_attn.fused_qkv_a_proj.weight");
-  w.AddFused(absl::StrCat(p, "self_attn.q_a_proj.weight"), {c.q_lora, c.hidden},
-             ShardRole::kReplicated, layer, FuseKind::kMlaQkvA, qkv_a, 0);
-  w.Add(absl::StrCat(p, "self_attn.q_a_layernorm.weight"), {c.q_lora}, ShardRole::kReplicated,
-        layer);
-  w.Add(absl::StrCat(p, "self_attn.q_b_proj.weight"), {c.heads * (c.qk_nope + c.qk_rope), c.q_lora},
-        ShardRole::kColumn, layer)
+  w.AddFusedTensor(absl::StrCat(p, "self_attn.q_a_proj.weight"), {c.q_lora, c.hidden},
+                   ShardRole::kReplicated, layer, FuseKind::kMlaQkvA, qkv_a, 0);
+  w.AddTensor(absl::StrCat(p, "self_attn.q_a_layernorm.weight"), {c.q_lora}, ShardRole::kReplicated,
+              layer);
+  w.AddTensor(absl::StrCat(p, "self_attn.q_b_proj.weight"),
+              {c.heads * (c.qk_nope + c.qk_rope), c.q_lora}, ShardRole::kColumn, layer)
       .heads = c.heads;
-  w.AddFused(absl::StrCat(p, "self_attn.kv_a_proj_with_mqa.weight"),
-             {c.kv_lora + c.qk_rope, c.hidden}, ShardRole::kReplicated, layer, FuseKind::kMlaQkvA,
-             qkv_a, 1);
-  w.Add(absl::StrCat(p, "self_attn.kv_a_layernorm.weight"), {c.kv_lora}, ShardRole::kReplicated,
-        layer);
-  w.Add(absl::StrCat(p, "self_attn.kv_b_proj.weight"),
-        {c.heads * (c.qk_nope + c.v_head), c.kv_lora}, ShardRole::kColumn, layer)
+  w.AddFusedTensor(absl::StrCat(p, "self_attn.kv_a_proj_with_mqa.weight"),
+                   {c.kv_lora + c.qk_rope, c.hidden}, ShardRole::kReplicated, layer,
+                   FuseKind::kMlaQkvA, qkv_a, 1);
+  w.AddTensor(absl::StrCat(p, "self_attn.kv_a_layernorm.weight"), {c.kv_lora},
+              ShardRole::kReplicated, layer);
+  w.AddTensor(absl::StrCat(p, "self_attn.kv_b_proj.weight"),
+              {c.heads * (c.qk_nope + c.v_head), c.kv_lora}, ShardRole::kColumn, layer)
       .heads = c.heads;
-  w.Add(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, c.heads * c.v_head}, ShardRole::kRow,
-        layer);
+  w.AddTensor(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, c.heads * c.v_head},
+              ShardRole::kRow, layer);
 }
 
 // gate_proj / up_proj / down_proj of a dense MLP (prefix "mlp.") or of the shared experts
 // (prefix "mlp.shared_experts."), with `inner` intermediate features.
 void AddGatedMlp(const Config& c, int32_t layer, const std::string& p, int64_t inner,
-                 SpecWriter& w) {
+                 ModelSpec& w) {
   const std::string gate_up = absl::StrCat(p, "gate_up_proj.weight");
-  w.AddFused(absl::StrCat(p, "gate_proj.weight"), {inner, c.hidden}, ShardRole::kColumn, layer,
-             FuseKind::kGateUp, gate_up, 0);
-  w.AddFused(absl::StrCat(p, "up_proj.weight"), {inner, c.hidden}, ShardRole::kColumn, layer,
-             FuseKind::kGateUp, gate_up, 1);
-  w.Add(absl::StrCat(p, "down_proj.weight"), {c.hidden, inner}, ShardRole::kRow, layer);
+  w.AddFusedTensor(absl::StrCat(p, "gate_proj.weight"), {inner, c.hidden}, ShardRole::kColumn,
+                   layer, FuseKind::kGateUp, gate_up, 0);
+  w.AddFusedTensor(absl::StrCat(p, "up_proj.weight"), {inner, c.hidden}, ShardRole::kColumn, layer,
+                   FuseKind::kGateUp, gate_up, 1);
+  w.AddTensor(absl::StrCat(p, "down_proj.weight"), {c.hidden, inner}, ShardRole::kRow, layer);
 }
 
-void AddMoe(const Config& c, int32_t layer, const std::string& p, SpecWriter& w) {
-  w.Add(absl::StrCat(p, "mlp.gate.weight"), {c.experts, c.hidden}, ShardRole::kReplicated, layer);
+void AddMoe(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
+  w.AddTensor(absl::StrCat(p, "mlp.gate.weight"), {c.experts, c.hidden}, ShardRole::kReplicated,
+              layer);
   if (c.router_bias) {
-    w.Add(absl::StrCat(p, "mlp.gate.e_score_correction_bias"), {c.experts}, ShardRole::kReplicated,
-          layer)
+    w.AddTensor(absl::StrCat(p, "mlp.gate.e_score_correction_bias"), {c.experts},
+                ShardRole::kReplicated, layer)
         .dtype = DType::kFloat32;
   }
   const std::string w13 = absl::StrCat(p, "mlp.experts.w13_weight");
-  w.AddFused(absl::StrCat(p, "mlp.experts.gate_proj.weight"),
-             {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
-             FuseKind::kExpertW13, w13, 0);
-  w.AddFused(absl::StrCat(p, "mlp.experts.up_proj.weight"),
-             {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
-             FuseKind::kExpertW13, w13, 1);
-  w.Add(absl::StrCat(p, "mlp.experts.down_proj.weight"), {c.experts, c.hidden, c.moe_intermediate},
-        ShardRole::kExpertRow, layer)
+  w.AddFusedTensor(absl::StrCat(p, "mlp.experts.gate_proj.weight"),
+                   {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
+                   FuseKind::kExpertW13, w13, 0);
+  w.AddFusedTensor(absl::StrCat(p, "mlp.experts.up_proj.weight"),
+                   {c.experts, c.moe_intermediate, c.hidden}, ShardRole::kExpertColumn, layer,
+                   FuseKind::kExpertW13, w13, 1);
+  w.AddTensor(absl::StrCat(p, "mlp.experts.down_proj.weight"),
+              {c.experts, c.hidden, c.moe_intermediate}, ShardRole::kExpertRow, layer)
       .fused_name = absl::StrCat(p, "mlp.experts.w2_weight");
   if (c.shared_experts > 0) {
     AddGatedMlp(c, layer, absl::StrCat(p, "mlp.shared_experts."),
@@ -157,26 +135,27 @@ ModelSpec Build(const Config& c) {
   spec.num_layers = c.layers;
   spec.vocab = c.vocab;
   spec.tied_embeddings = c.tied;
-  SpecWriter w(&spec);
-  w.Add("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
+  ModelSpec& w = spec;
+  w.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
   for (int32_t layer = 0; layer < c.layers; ++layer) {
     const std::string p = absl::StrCat("model.layers.", layer, ".");
-    w.Add(absl::StrCat(p, "input_layernorm.weight"), {c.hidden}, ShardRole::kReplicated, layer);
+    w.AddTensor(absl::StrCat(p, "input_layernorm.weight"), {c.hidden}, ShardRole::kReplicated,
+                layer);
     if (c.mla) {
       AddLatentAttention(c, layer, p, w);
     } else {
       AddAttention(c, layer, p, w);
     }
-    w.Add(absl::StrCat(p, "post_attention_layernorm.weight"), {c.hidden}, ShardRole::kReplicated,
-          layer);
+    w.AddTensor(absl::StrCat(p, "post_attention_layernorm.weight"), {c.hidden},
+                ShardRole::kReplicated, layer);
     if (c.experts > 0 && layer >= c.first_dense) {
       AddMoe(c, layer, p, w);
     } else {
       AddGatedMlp(c, layer, absl::StrCat(p, "mlp."), c.intermediate, w);
     }
   }
-  w.Add("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
-  if (!c.tied) w.Add("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
+  w.AddTensor("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
+  if (!c.tied) w.AddTensor("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
   return spec;
 }
 
@@ -235,6 +214,24 @@ std::vector<Config> Configs() {
 }
 
 }  // namespace
+
+TensorSpec& ModelSpec::AddTensor(std::string name, Dims shape, ShardRole role, int32_t layer) {
+  TensorSpec& tensor = tensors.emplace_back();
+  tensor.name = std::move(name);
+  tensor.shape = std::move(shape);
+  tensor.role = role;
+  tensor.layer = layer;
+  return tensor;
+}
+
+TensorSpec& ModelSpec::AddFusedTensor(std::string name, Dims shape, ShardRole role, int32_t layer,
+                                      FuseKind fuse, std::string fused_name, int32_t fuse_index) {
+  TensorSpec& tensor = AddTensor(std::move(name), std::move(shape), role, layer);
+  tensor.fuse = fuse;
+  tensor.fused_name = std::move(fused_name);
+  tensor.fuse_index = fuse_index;
+  return tensor;
+}
 
 int64_t ModelSpec::TotalElements() const {
   int64_t total = 0;

@@ -58,6 +58,13 @@ struct ModelSpec {
 
   int64_t TotalBytes() const;
   int64_t TotalElements() const;
+
+  // Appends a tensor (bf16, not fused, no heads) and returns it for further settings; the
+  // reference is valid until the next append.
+  TensorSpec& AddTensor(std::string name, Dims shape, ShardRole role, int32_t layer);
+  // Appends part `fuse_index` of the rollout engine's fused tensor `fused_name`.
+  TensorSpec& AddFusedTensor(std::string name, Dims shape, ShardRole role, int32_t layer,
+                             FuseKind fuse, std::string fused_name, int32_t fuse_index);
 };
 
 // Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",

@@ -30,42 +30,17 @@ struct TinyMoe {
 constexpr int64_t kHeadDim = 2;
 constexpr int64_t kExpertCounts[] = {4, 8, 12, 16, 24};
 
-class TinyMoeWriter {
- public:
-  explicit TinyMoeWriter(ModelSpec& model) : model_(model) {}
-
-  TensorSpec& Add(std::string name, Dims shape, ShardRole role, int32_t layer) {
-    TensorSpec& t = model_.tensors.emplace_back();
-    t.name = std::move(name);
-    t.shape = std::move(shape);
-    t.role = role;
-    t.layer = layer;
-    return t;
-  }
-
-  // Part `index` of the engine's fused tensor `fused`.
-  TensorSpec& AddPart(std::string name, Dims shape, ShardRole role, int32_t layer, FuseKind fuse,
-                      std::string fused, int32_t index) {
-    TensorSpec& t = Add(std::move(name), std::move(shape), role, layer);
-    t.fuse = fuse;
-    t.fused_name = std::move(fused);
-    t.fuse_index = index;
-    return t;
-  }
-
-  // gate | up fused along axis 0, and down, with `inner` features.
-  void AddGatedMlp(const std::string& prefix, int64_t hidden, int64_t inner, int32_t layer) {
-    const std::string fused = absl::StrCat(prefix, "gate_up_proj.weight");
-    AddPart(absl::StrCat(prefix, "gate_proj.weight"), {inner, hidden}, ShardRole::kColumn, layer,
-            FuseKind::kGateUp, fused, 0);
-    AddPart(absl::StrCat(prefix, "up_proj.weight"), {inner, hidden}, ShardRole::kColumn, layer,
-            FuseKind::kGateUp, fused, 1);
-    Add(absl::StrCat(prefix, "down_proj.weight"), {hidden, inner}, ShardRole::kRow, layer);
-  }
-
- private:
-  ModelSpec& model_;
-};
+// gate | up fused along axis 0, and down, with `inner` features.
+void AddGatedMlp(ModelSpec& model, const std::string& prefix, int64_t hidden, int64_t inner,
+                 int32_t layer) {
+  const std::string fused = absl::StrCat(prefix, "gate_up_proj.weight");
+  model.AddFusedTensor(absl::StrCat(prefix, "gate_proj.weight"), {inner, hidden},
+                       ShardRole::kColumn, layer, FuseKind::kGateUp, fused, 0);
+  model.AddFusedTensor(absl::StrCat(prefix, "up_proj.weight"), {inner, hidden}, ShardRole::kColumn,
+                       layer, FuseKind::kGateUp, fused, 1);
+  model.AddTensor(absl::StrCat(prefix, "down_proj.weight"), {hidden, inner}, ShardRole::kRow,
+                  layer);
+}
 
 ModelSpec BuildTinyMoe(const TinyMoe& c) {
   ModelSpec model;
@@ -76,41 +51,47 @@ ModelSpec BuildTinyMoe(const TinyMoe& c) {
   model.num_layers = c.layers;
   model.vocab = c.vocab;
   model.tied_embeddings = c.tied;
-  TinyMoeWriter w(model);
-  w.Add("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
+  model.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
   for (int32_t layer = 0; layer < c.layers; ++layer) {
     const std::string p = absl::StrCat("model.layers.", layer, ".");
-    w.Add(p + "input_layernorm.weight", {c.hidden}, ShardRole::kReplicated, layer);
+    model.AddTensor(p + "input_layernorm.weight", {c.hidden}, ShardRole::kReplicated, layer);
     const std::string qkv = p + "self_attn.qkv_proj.weight";
     const int64_t heads[] = {c.q_heads, c.kv_heads, c.kv_heads};
     const char* names[] = {"q_proj", "k_proj", "v_proj"};
     for (int32_t i = 0; i < 3; ++i) {
-      w.AddPart(absl::StrCat(p, "self_attn.", names[i], ".weight"), {heads[i] * kHeadDim, c.hidden},
-                ShardRole::kColumn, layer, FuseKind::kQkv, qkv, i)
+      model
+          .AddFusedTensor(absl::StrCat(p, "self_attn.", names[i], ".weight"),
+                          {heads[i] * kHeadDim, c.hidden}, ShardRole::kColumn, layer,
+                          FuseKind::kQkv, qkv, i)
           .heads = heads[i];
     }
-    w.Add(p + "self_attn.o_proj.weight", {c.hidden, c.q_heads * kHeadDim}, ShardRole::kRow, layer);
-    w.Add(p + "post_attention_layernorm.weight", {c.hidden}, ShardRole::kReplicated, layer);
+    model.AddTensor(p + "self_attn.o_proj.weight", {c.hidden, c.q_heads * kHeadDim},
+                    ShardRole::kRow, layer);
+    model.AddTensor(p + "post_attention_layernorm.weight", {c.hidden}, ShardRole::kReplicated,
+                    layer);
     if (layer < c.first_dense) {
-      w.AddGatedMlp(p + "mlp.", c.hidden, c.dense_inner, layer);
+      AddGatedMlp(model, p + "mlp.", c.hidden, c.dense_inner, layer);
       continue;
     }
-    w.Add(p + "mlp.gate.weight", {c.experts, c.hidden}, ShardRole::kReplicated, layer);
+    model.AddTensor(p + "mlp.gate.weight", {c.experts, c.hidden}, ShardRole::kReplicated, layer);
     if (c.router_bias) {
-      w.Add(p + "mlp.gate.e_score_correction_bias", {c.experts}, ShardRole::kReplicated, layer)
+      model
+          .AddTensor(p + "mlp.gate.e_score_correction_bias", {c.experts}, ShardRole::kReplicated,
+                     layer)
           .dtype = DType::kFloat32;
     }
     const std::string w13 = p + "mlp.experts.w13_weight";
-    w.AddPart(p + "mlp.experts.gate_proj.weight", {c.experts, c.moe_inner, c.hidden},
-              ShardRole::kExpertColumn, layer, FuseKind::kExpertW13, w13, 0);
-    w.AddPart(p + "mlp.experts.up_proj.weight", {c.experts, c.moe_inner, c.hidden},
-              ShardRole::kExpertColumn, layer, FuseKind::kExpertW13, w13, 1);
-    w.Add(p + "mlp.experts.down_proj.weight", {c.experts, c.hidden, c.moe_inner},
-          ShardRole::kExpertRow, layer);
-    if (c.shared_experts) w.AddGatedMlp(p + "mlp.shared_experts.", c.hidden, c.moe_inner, layer);
+    model.AddFusedTensor(p + "mlp.experts.gate_proj.weight", {c.experts, c.moe_inner, c.hidden},
+                         ShardRole::kExpertColumn, layer, FuseKind::kExpertW13, w13, 0);
+    model.AddFusedTensor(p + "mlp.experts.up_proj.weight", {c.experts, c.moe_inner, c.hidden},
+                         ShardRole::kExpertColumn, layer, FuseKind::kExpertW13, w13, 1);
+    model.AddTensor(p + "mlp.experts.down_proj.weight", {c.experts, c.hidden, c.moe_inner},
+                    ShardRole::kExpertRow, layer);
+    if (c.shared_experts)
+      AddGatedMlp(model, p + "mlp.shared_experts.", c.hidden, c.moe_inner, layer);
   }
-  w.Add("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
-  if (!c.tied) w.Add("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
+  model.AddTensor("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
+  if (!c.tied) model.AddTensor("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
   return model;
 }
 
