@@ -295,8 +295,8 @@ bool InSameRows(const NormalizedCopy& a, const NormalizedCopy& b, bool by_source
   return stride > 0 && distance < static_cast<uintptr_t>(stride);
 }
 
-// Copies the members of `group`, which have the same outer extents, in one pass over their rows:
-// row i of every member, then row i + 1 of every member. Sibling column blocks of one matrix (the
+// Copies `copies[members]`, which have the same outer extents, in one pass over their rows: row i
+// of every member, then row i + 1 of every member. Sibling column blocks of one matrix (the
 // blocks of a row shard that go to different peers, or that come from different peers) thus read
 // or write each row of the matrix once, sequentially, instead of once per block.
 void CopyInOnePass(const std::vector<NormalizedCopy>& copies, const std::vector<size_t>& members) {
