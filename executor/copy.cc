@@ -4,8 +4,11 @@
 #include <emmintrin.h>
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 
@@ -158,14 +161,37 @@ void StreamRun(std::byte* d, const std::byte* s, int64_t n) {
 }
 #endif
 
-}  // namespace
+// How the rows of a copy are moved: with streaming stores when `stream` and the run is long
+// enough, with memcpy otherwise.
+void CopyRun(std::byte* d, const std::byte* s, int64_t run, bool stream) {
+#if defined(__SSE2__)
+  if (stream && run >= kStreamingRunBytes) {
+    StreamRun(d, s, run);
+    return;
+  }
+#endif
+  std::memcpy(d, s, static_cast<size_t>(run));
+}
 
-void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides,
-                 const Dims& shape, int64_t element_size) {
-  Axes axes;
-  if (!Normalize(dst_strides, src_strides, shape, element_size, &axes)) return;
-  auto* dst_bytes = static_cast<std::byte*>(dst);
-  const auto* src_bytes = static_cast<const std::byte*>(src);
+// Whether a region of `bytes` in total is written with streaming stores (rows permitting).
+bool StreamsRegion(int64_t bytes) {
+#if defined(__SSE2__)
+  return bytes >= kStreamingRegionBytes;
+#else
+  return false;
+#endif
+}
+
+// Makes streaming stores issued so far visible to other threads.
+void FenceStreamingStores() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// Copies the normalised region `axes` (Normalize: not empty) of `bytes` in total.
+void CopyNormalized(std::byte* dst_bytes, const std::byte* src_bytes, Axes& axes,
+                    int64_t element_size, int64_t bytes) {
   const int count = static_cast<int>(axes.size());
   const int64_t run = axes[count - 1].extent;  // Bytes contiguous on both sides.
 
@@ -176,17 +202,10 @@ void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims
   }
   if (run > element_size) {
     // The innermost axis of the region is contiguous on both sides: runs of whole rows.
-#if defined(__SSE2__)
-    if (run >= kStreamingRunBytes && Volume(shape) * element_size >= kStreamingRegionBytes) {
-      ForEachRow(axes.data(), count - 1, dst_bytes, src_bytes,
-                 [run](std::byte* d, const std::byte* s) { StreamRun(d, s, run); });
-      _mm_sfence();
-      return;
-    }
-#endif
-    ForEachRow(
-        axes.data(), count - 1, dst_bytes, src_bytes,
-        [run](std::byte* d, const std::byte* s) { std::memcpy(d, s, static_cast<size_t>(run)); });
+    const bool stream = run >= kStreamingRunBytes && StreamsRegion(bytes);
+    ForEachRow(axes.data(), count - 1, dst_bytes, src_bytes,
+               [run, stream](std::byte* d, const std::byte* s) { CopyRun(d, s, run, stream); });
+    if (stream) FenceStreamingStores();
     return;
   }
   // The innermost axis is strided on at least one side: drop the element's byte axis and copy
@@ -219,6 +238,175 @@ void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims
       return;
     }
   }
+}
+
+// A copy of a batch, normalised.
+struct NormalizedCopy {
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  Axes axes;
+  int64_t element_size = 0;
+  int64_t bytes = 0;
+};
+
+// Copies whose rows are at least this long may share a pass (CopyStridedBatch).
+constexpr int64_t kSharedPassRunBytes = 64;
+
+// Whether the rows of `copy` may share a pass with others: whole rows contiguous on both sides,
+// at least kSharedPassRunBytes long, and more than one of them.
+bool RowsMayShareAPass(const NormalizedCopy& copy) {
+  const int count = static_cast<int>(copy.axes.size());
+  if (count < 2) return false;
+  const int64_t run = copy.axes[count - 1].extent;
+  return run > copy.element_size && run >= kSharedPassRunBytes;
+}
+
+// The key under which copies may share a pass: the extents of their outer (row) axes, then the
+// byte strides of those axes on the side they share (source when `by_source`, else destination).
+std::vector<int64_t> SharedPassKey(const NormalizedCopy& copy, bool by_source) {
+  std::vector<int64_t> key;
+  const size_t outer = copy.axes.size() - 1;
+  key.reserve(2 * outer + 1);
+  key.push_back(by_source ? 0 : 1);
+  for (size_t a = 0; a < outer; ++a) key.push_back(copy.axes[a].extent);
+  for (size_t a = 0; a < outer; ++a) {
+    key.push_back(by_source ? copy.axes[a].src_stride : copy.axes[a].dst_stride);
+  }
+  return key;
+}
+
+// Where `copy` starts on the shared side, and the byte stride of its rows there.
+uintptr_t SharedStart(const NormalizedCopy& copy, bool by_source) {
+  return reinterpret_cast<uintptr_t>(by_source ? static_cast<const void*>(copy.src)
+                                               : static_cast<const void*>(copy.dst));
+}
+int64_t SharedRowStride(const NormalizedCopy& copy, bool by_source) {
+  const Axis& rows = copy.axes[copy.axes.size() - 2];
+  return by_source ? rows.src_stride : rows.dst_stride;
+}
+
+// Whether `b`, under the same SharedPassKey as `a`, starts in the same row as `a` on the shared
+// side (and so covers the same rows: column blocks of one matrix). Rows must advance (stride > 0).
+bool InSameRows(const NormalizedCopy& a, const NormalizedCopy& b, bool by_source) {
+  const int64_t stride = SharedRowStride(a, by_source);
+  const uintptr_t from = SharedStart(a, by_source);
+  const uintptr_t to = SharedStart(b, by_source);
+  const uintptr_t distance = from < to ? to - from : from - to;
+  return stride > 0 && distance < static_cast<uintptr_t>(stride);
+}
+
+// Copies `copies[members]`, which have the same outer extents, in one pass over their rows: row i
+// of every member, then row i + 1 of every member. Sibling column blocks of one matrix (the
+// blocks of a row shard that go to different peers, or that come from different peers) thus read
+// or write each row of the matrix once, sequentially, instead of once per block.
+void CopyInOnePass(const std::vector<NormalizedCopy>& copies, const std::vector<size_t>& members) {
+  std::vector<const NormalizedCopy*> group;
+  for (size_t i : members) group.push_back(&copies[i]);
+  const int outer = static_cast<int>(group[0]->axes.size()) - 1;
+  int64_t bytes = 0;
+  for (const NormalizedCopy* copy : group) bytes += copy->bytes;
+  const bool stream = StreamsRegion(bytes);
+  absl::InlinedVector<int64_t, kMaxAxes> index(outer, 0);
+  absl::InlinedVector<int64_t, 4> dst_offset(group.size(), 0);
+  absl::InlinedVector<int64_t, 4> src_offset(group.size(), 0);
+  for (;;) {
+    for (size_t m = 0; m < group.size(); ++m) {
+      const NormalizedCopy& copy = *group[m];
+      CopyRun(copy.dst + dst_offset[m], copy.src + src_offset[m], copy.axes[outer].extent, stream);
+    }
+    int a = outer - 1;
+    for (; a >= 0; --a) {
+      const bool wraps = ++index[a] == group[0]->axes[a].extent;
+      if (wraps) index[a] = 0;
+      for (size_t m = 0; m < group.size(); ++m) {
+        const Axis& axis = group[m]->axes[a];
+        dst_offset[m] += wraps ? (1 - axis.extent) * axis.dst_stride : axis.dst_stride;
+        src_offset[m] += wraps ? (1 - axis.extent) * axis.src_stride : axis.src_stride;
+      }
+      if (!wraps) break;
+    }
+    if (a < 0) break;
+  }
+  if (stream) FenceStreamingStores();
+}
+
+// Normalises `copy`; false when it copies nothing.
+bool NormalizeCopy(const StridedCopy& copy, NormalizedCopy* out) {
+  out->dst = static_cast<std::byte*>(copy.dst);
+  out->src = static_cast<const std::byte*>(copy.src);
+  out->element_size = copy.element_size;
+  if (!Normalize(copy.dst_strides, copy.src_strides, copy.shape, copy.element_size, &out->axes)) {
+    return false;
+  }
+  out->bytes = Volume(copy.shape) * copy.element_size;
+  return true;
+}
+
+}  // namespace
+
+void CopyStrided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides,
+                 const Dims& shape, int64_t element_size) {
+  Axes axes;
+  if (!Normalize(dst_strides, src_strides, shape, element_size, &axes)) return;
+  CopyNormalized(static_cast<std::byte*>(dst), static_cast<const std::byte*>(src), axes,
+                 element_size, Volume(shape) * element_size);
+}
+
+void CopyStridedBatch(absl::Span<const StridedCopy> copies) {
+  std::vector<NormalizedCopy> normalized(copies.size());
+  size_t kept = 0;
+  for (const StridedCopy& copy : copies) {
+    if (NormalizeCopy(copy, &normalized[kept])) ++kept;
+  }
+  normalized.resize(kept);
+  // Groups by shared source rows first (packs), then what is left by shared destination rows
+  // (unpacks): copies under one SharedPassKey, sorted by where they start on the shared side,
+  // each group the copies that start within one row of its first. A copy in no group of two or
+  // more is copied on its own.
+  std::vector<bool> done(normalized.size(), false);
+  for (bool by_source : {true, false}) {
+    std::map<std::vector<int64_t>, std::vector<size_t>> candidates;
+    for (size_t i = 0; i < normalized.size(); ++i) {
+      if (done[i] || !RowsMayShareAPass(normalized[i])) continue;
+      candidates[SharedPassKey(normalized[i], by_source)].push_back(i);
+    }
+    for (auto& [key, members] : candidates) {
+      std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+        return SharedStart(normalized[a], by_source) < SharedStart(normalized[b], by_source);
+      });
+      std::vector<size_t> group;
+      auto flush = [&] {
+        if (group.size() >= 2) {
+          CopyInOnePass(normalized, group);
+          for (size_t i : group) done[i] = true;
+        }
+        group.clear();
+      };
+      for (size_t i : members) {
+        if (!group.empty() && !InSameRows(normalized[group[0]], normalized[i], by_source)) flush();
+        group.push_back(i);
+      }
+      flush();
+    }
+  }
+  for (size_t i = 0; i < normalized.size(); ++i) {
+    if (done[i]) continue;
+    NormalizedCopy& copy = normalized[i];
+    CopyNormalized(copy.dst, copy.src, copy.axes, copy.element_size, copy.bytes);
+  }
+}
+
+bool ShareAPass(const StridedCopy& a, const StridedCopy& b) {
+  NormalizedCopy na, nb;
+  if (!NormalizeCopy(a, &na) || !NormalizeCopy(b, &nb)) return false;
+  if (!RowsMayShareAPass(na) || !RowsMayShareAPass(nb)) return false;
+  for (bool by_source : {true, false}) {
+    if (SharedPassKey(na, by_source) == SharedPassKey(nb, by_source) &&
+        InSameRows(na, nb, by_source)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void PackRegion(void* packed, const void* src, const Dims& src_strides, const Dims& shape,

@@ -76,6 +76,7 @@ class Run {
   absl::StatusOr<TransferStats> Go() {
     const absl::Time start = absl::Now();
     posted_.assign(work_.lanes.size(), 0);
+    packed_ahead_.assign(work_.lanes.size(), -1);
     // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
     if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
       NoticeUnsentMessages(alloc);
@@ -128,12 +129,15 @@ class Run {
   absl::Status RunRounds(int32_t rounds) {
     const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
     std::vector<int32_t> completed(lanes, 0);  // Next message of each lane to complete.
+    std::vector<int32_t> ready;
     for (int32_t lane = 0; lane < lanes; ++lane) {
-      if (InRound(lane, posted_, 0) != nullptr) WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
+      if (InRound(lane, posted_, 0) != nullptr) ready.push_back(lane);
     }
+    WSYNC_RETURN_IF_ERROR(PrepareNext(ready));
     for (int32_t r = 0; r < rounds; ++r) {
       // Round r+1 goes out now wherever its memory is free, overlapping round r. A forward goes
       // out once round r has landed, as what it forwards may arrive in round r.
+      ready.clear();
       std::vector<int32_t> deferred;
       for (int32_t lane = 0; lane < lanes; ++lane) {
         const Message* next = InRound(lane, posted_, r + 1);
@@ -141,23 +145,29 @@ class Run {
         const Lane& l = work_.lanes[lane];
         if (!(l.forwarding && l.direction == Direction::kSend) &&
             (next->direct || slot_last_round_[lane][next->slot] < r)) {
-          WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
+          ready.push_back(lane);
         } else {
           deferred.push_back(lane);
         }
       }
+      WSYNC_RETURN_IF_ERROR(PrepareNext(ready));
       WSYNC_RETURN_IF_ERROR(transport_.WaitAll(pending_[r], options_.deadline));
       pending_[r].clear();
+      completed_rounds_ = r + 1;
+      std::vector<std::pair<int32_t, int32_t>> received;  // (lane, message index)
       for (int32_t lane = 0; lane < lanes; ++lane) {
         const Message* message = InRound(lane, completed, r);
         if (message == nullptr) continue;
         const int32_t index = completed[lane]++;
         if (work_.lanes[lane].direction != Direction::kReceive) continue;
         stats_.received_bytes += message->bytes;  // Completed: every byte of it arrived.
-        if (!message->direct) Unpack(lane, *message);
-        if (verifier_) verifier_->HashReceived(lane, index);
+        received.emplace_back(lane, index);
       }
-      for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
+      Unpack(received);
+      if (verifier_) {
+        for (const auto& [lane, index] : received) verifier_->HashReceived(lane, index);
+      }
+      WSYNC_RETURN_IF_ERROR(PrepareNext(deferred));
     }
     return absl::OkStatus();
   }
@@ -278,8 +288,104 @@ class Run {
     return arenas_[lane] + message.slot * work_.lanes[lane].slot_bytes;
   }
 
-  // Packs (when staged) and posts message `index` of `lane` in its round.
-  absl::Status Prepare(int32_t lane_index, int32_t index) {
+  // Appends the packs of staged send `index` of `lane` into its arena slot to `packs`.
+  void AppendPacks(int32_t lane, int32_t index, std::vector<StridedCopy>& packs) const {
+    const Message& message = work_.lanes[lane].messages[index];
+    char* cursor = SlotAddress(lane, message);
+    for (int32_t chunk_index : message.chunks) {
+      const Chunk& chunk = work_.chunks[chunk_index];
+      const Segment& s = segments_[chunk.segment];
+      packs.push_back({cursor, RowMajorStrides(chunk.shape),
+                       BufferAddress(s.from, chunk.from_offset, chunk.element_size), s.from.strides,
+                       chunk.shape, chunk.element_size});
+      cursor += chunk.bytes;
+    }
+  }
+
+  // The first staged send of `lane` from message `first` on (the lane's messages before `first`
+  // are posted by now), when it may be packed now, ahead of its round: the lane is a sending lane
+  // that is not forwarding (what it forwards may not have arrived), none of its messages from
+  // `first` on is packed already, and the message's slot is not `busy_slot` (filled now) and
+  // holds nothing in flight. Returns -1 otherwise.
+  int32_t PackableAhead(int32_t lane, int32_t first, int32_t busy_slot) const {
+    const Lane& l = work_.lanes[lane];
+    if (l.direction != Direction::kSend || l.forwarding || packed_ahead_[lane] >= first) {
+      return -1;
+    }
+    for (int32_t index = first; index < static_cast<int32_t>(l.messages.size()); ++index) {
+      const Message& message = l.messages[index];
+      if (message.direct) continue;
+      const bool free =
+          message.slot != busy_slot && slot_last_round_[lane][message.slot] < completed_rounds_;
+      return free ? index : -1;
+    }
+    return -1;
+  }
+
+  // Packs the next message of each of `lanes` that is a staged send (unless packed ahead), then
+  // posts the next message of each lane in order; stops at the first post that fails. The packs
+  // run as one batch (copy.h: CopyStridedBatch), joined by the next staged send of any other
+  // lane whose rows line up with theirs and whose slot is free: the column blocks one row shard
+  // sends to different peers are packed in one pass over its rows even when the peers' lanes
+  // send them in different rounds (a peer's lane may carry a few more small messages). Only
+  // messages of one chunk are matched (chunks over kSmallChunkBytes travel alone; smaller ones
+  // gain little from a shared pass), which keeps the matching linear in the lanes.
+  absl::Status PrepareNext(absl::Span<const int32_t> lanes) {
+    std::vector<StridedCopy> packs;
+    std::vector<std::pair<int32_t, int32_t>> packed;  // (lane, message index)
+    // Per lane: where a look-ahead starts (after the message posted now) and the slot that
+    // message fills, if any. A lane that packs a message due now looks no further: its next staged
+    // send would line up with its own rows, not with another peer's.
+    std::vector<int32_t> first(posted_.begin(), posted_.end());
+    std::vector<int32_t> busy_slot(work_.lanes.size(), -1);
+    std::vector<bool> packs_due(work_.lanes.size(), false);
+    std::vector<StridedCopy> due_alone;  // The packs of due messages of one chunk.
+    for (int32_t lane : lanes) {
+      const int32_t index = posted_[lane];
+      const Message& message = work_.lanes[lane].messages[index];
+      first[lane] = index + 1;
+      busy_slot[lane] = message.slot;
+      if (message.direct || work_.lanes[lane].direction != Direction::kSend ||
+          packed_ahead_[lane] == index) {
+        continue;
+      }
+      AppendPacks(lane, index, packs);
+      packed.emplace_back(lane, index);
+      packs_due[lane] = true;
+      if (message.chunks.size() == 1) due_alone.push_back(packs.back());
+    }
+    if (!due_alone.empty()) {
+      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
+        if (packs_due[lane]) continue;
+        const int32_t index = PackableAhead(lane, first[lane], busy_slot[lane]);
+        if (index < 0 || work_.lanes[lane].messages[index].chunks.size() != 1) continue;
+        const size_t at = packs.size();
+        AppendPacks(lane, index, packs);
+        if (std::none_of(due_alone.begin(), due_alone.end(),
+                         [&](const StridedCopy& due) { return ShareAPass(packs[at], due); })) {
+          packs.resize(at);
+          continue;
+        }
+        packed.emplace_back(lane, index);
+        packed_ahead_[lane] = index;
+        ++stats_.packed_ahead_messages;
+      }
+    }
+    if (!packs.empty()) {
+      const double pack_start = ThreadCpuSeconds();
+      CopyStridedBatch(packs);
+      stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
+    }
+    for (const auto& [lane, index] : packed) {
+      const Message& message = work_.lanes[lane].messages[index];
+      failpoint::Flip("pack", SlotAddress(lane, message), message.bytes);
+    }
+    for (int32_t lane : lanes) WSYNC_RETURN_IF_ERROR(Post(lane, posted_[lane]));
+    return absl::OkStatus();
+  }
+
+  // Posts message `index` of `lane` in its round; a staged send is already packed.
+  absl::Status Post(int32_t lane_index, int32_t index) {
     const Lane& lane = work_.lanes[lane_index];
     const Message& message = lane.messages[index];
     const int32_t r = message.round;
@@ -296,19 +402,6 @@ class Run {
       data = SlotAddress(lane_index, message);
       slot_last_round_[lane_index][message.slot] = r;
       stats_.staged_bytes += message.bytes;
-      if (sending) {
-        const double pack_start = ThreadCpuSeconds();
-        char* cursor = static_cast<char*>(data);
-        for (int32_t index : message.chunks) {
-          const Chunk& chunk = work_.chunks[index];
-          const Segment& s = segments_[chunk.segment];
-          PackRegion(cursor, BufferAddress(s.from, chunk.from_offset, chunk.element_size),
-                     s.from.strides, chunk.shape, chunk.element_size);
-          cursor += chunk.bytes;
-        }
-        stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
-        failpoint::Flip("pack", data, message.bytes);
-      }
     }
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
     RequestId request;
@@ -330,16 +423,26 @@ class Run {
     return absl::OkStatus();
   }
 
-  void Unpack(int32_t lane_index, const Message& message) {
-    const double start = ThreadCpuSeconds();
-    const char* cursor = SlotAddress(lane_index, message);
-    for (int32_t index : message.chunks) {
-      const Chunk& chunk = work_.chunks[index];
-      const Segment& s = segments_[chunk.segment];
-      UnpackRegion(BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides, cursor,
-                   chunk.shape, chunk.element_size);
-      cursor += chunk.bytes;
+  // Unpacks the staged messages among `received` (lane, message index) as one batch
+  // (CopyStridedBatch): column blocks of one row shard that arrive in the same round from
+  // different peers are unpacked in one pass over its rows.
+  void Unpack(absl::Span<const std::pair<int32_t, int32_t>> received) {
+    std::vector<StridedCopy> unpacks;
+    for (const auto& [lane, index] : received) {
+      const Message& message = work_.lanes[lane].messages[index];
+      if (message.direct) continue;
+      const char* cursor = SlotAddress(lane, message);
+      for (int32_t chunk_index : message.chunks) {
+        const Chunk& chunk = work_.chunks[chunk_index];
+        const Segment& s = segments_[chunk.segment];
+        unpacks.push_back({BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides,
+                           cursor, RowMajorStrides(chunk.shape), chunk.shape, chunk.element_size});
+        cursor += chunk.bytes;
+      }
     }
+    if (unpacks.empty()) return;
+    const double start = ThreadCpuSeconds();
+    CopyStridedBatch(unpacks);
     stats_.unpack_cpu_seconds += ThreadCpuSeconds() - start;
   }
 
@@ -355,7 +458,9 @@ class Run {
   char* relay_arena_ = nullptr;  // Memory owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<std::vector<RequestId>> pending_;  // Posted requests by round.
-  std::vector<int32_t> posted_;  // Per lane: messages posted, the index of the next one.
+  std::vector<int32_t> posted_;        // Per lane: messages posted, the index of the next one.
+  std::vector<int32_t> packed_ahead_;  // Per lane: the staged send last packed ahead, or -1.
+  int32_t completed_rounds_ = 0;       // Rounds whose requests have all completed.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
 };

@@ -76,6 +76,9 @@ struct TransferStats {
   // receives from them (thread CPU time, so that other threads sharing the cores do not count).
   double pack_cpu_seconds = 0;
   double unpack_cpu_seconds = 0;
+  // Staged sends packed before their round, in one pass with a staged send of another peer whose
+  // rows line up with theirs (the sibling column blocks of one row shard; executor/README.md).
+  int64_t packed_ahead_messages = 0;
   // With ExecuteOptions::verify: received chunks whose hash matched the sender's.
   int64_t verified_chunks = 0;
   // Messages of earlier syncs that arrived for this process and were rejected unread.

@@ -140,6 +140,7 @@ absl::StatusOr<SyncResult> RunSync(const Job& job, const Plan& plan, const Stagi
     result.total.chunks += s.chunks;
     result.total.pack_cpu_seconds += s.pack_cpu_seconds;
     result.total.unpack_cpu_seconds += s.unpack_cpu_seconds;
+    result.total.packed_ahead_messages += s.packed_ahead_messages;
     (job.IsSource(p) ? result.packed_bytes : result.unpacked_bytes) += s.staged_bytes;
   }
   return result;
@@ -221,6 +222,10 @@ absl::Status RunScenario(const ModelSpec& model, const std::string& from, const 
       "memcpy of the same bytes %.2f GB/s\n",
       Median(pack_rates) / 1e9, Median(unpack_rates) / 1e9, staged / 1e9, memcpy_rate / 1e9);
   absl::FPrintF(out, "  ratio pack+unpack / memcpy: %.2f (goal >= 0.70)\n", staged / memcpy_rate);
+  absl::FPrintF(out,
+                "  staged sends packed ahead of their round, with a sibling of another peer: %d "
+                "per sync\n",
+                last.total.packed_ahead_messages);
   return absl::OkStatus();
 }
 

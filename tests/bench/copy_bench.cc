@@ -5,6 +5,9 @@
 //   narrow_columns    [14336, 64] of a [14336, 4096] row-major matrix (128-byte runs)
 //   fully_packed      [4096, 4096] row-major (one memcpy)
 //   transpose         [4096, 1024] read column-wise out of a [1024, 4096] matrix (element loop)
+//   row_shard_halves  the two column halves [4096, 3584] of a [4096, 7168] down_proj row shard
+//                     (megatron tp=2 to vllm tp=4): packed one after the other (two PackRegion
+//                     calls, `pack`) and in one pass over the rows (CopyStridedBatch, `batch`)
 // Every benchmark reports bytes/s of region bytes (SetBytesProcessed). Buffers are allocated and
 // written once before timing, so pages are resident. Run with --benchmark_min_time=0.2 for a run
 // well under a minute.
@@ -93,7 +96,49 @@ void BM_Copy(benchmark::State& state, const Case& c, Op op) {
   state.SetBytesProcessed(state.iterations() * region_bytes);
 }
 
+// The two column halves of a row shard: memcpy of their bytes, each half packed on its own, or
+// both in one CopyStridedBatch.
+enum class HalvesOp { kMemcpy, kOneByOne, kBatch };
+
+void BM_RowShardHalves(benchmark::State& state, HalvesOp op) {
+  constexpr int64_t kRows = 4096, kColumns = 7168, kHalf = kColumns / 2;
+  const int64_t half_bytes = kRows * kHalf * kBf16;
+  std::vector<std::byte> shard(kRows * kColumns * kBf16, std::byte{1});
+  std::vector<std::byte> contiguous(2 * half_bytes, std::byte{3});
+  std::vector<std::byte> left(half_bytes, std::byte{2}), right(half_bytes, std::byte{2});
+  const Dims strides = {kColumns, 1};
+  const Dims half = {kRows, kHalf};
+  const std::byte* right_half = shard.data() + kHalf * kBf16;
+  const StridedCopy both[] = {
+      {left.data(), RowMajorStrides(half), shard.data(), strides, half, kBf16},
+      {right.data(), RowMajorStrides(half), right_half, strides, half, kBf16}};
+  for (auto _ : state) {
+    switch (op) {
+      case HalvesOp::kMemcpy:
+        std::memcpy(left.data(), contiguous.data(), half_bytes);
+        std::memcpy(right.data(), contiguous.data() + half_bytes, half_bytes);
+        break;
+      case HalvesOp::kOneByOne:
+        PackRegion(left.data(), shard.data(), strides, half, kBf16);
+        PackRegion(right.data(), right_half, strides, half, kBf16);
+        break;
+      case HalvesOp::kBatch:
+        CopyStridedBatch(both);
+        break;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * half_bytes);
+}
+
 void RegisterAll() {
+  for (auto [op, name] :
+       {std::pair{HalvesOp::kMemcpy, "memcpy"}, std::pair{HalvesOp::kOneByOne, "pack"},
+        std::pair{HalvesOp::kBatch, "batch"}}) {
+    benchmark::RegisterBenchmark(absl::StrCat("row_shard_halves/", name).c_str(), BM_RowShardHalves,
+                                 op)
+        ->Unit(benchmark::kMicrosecond);
+  }
   // RegisterBenchmark keeps copies of its extra arguments.
   for (const Case& c : Cases()) {
     for (auto [op, name] : {std::pair{Op::kMemcpy, "memcpy"}, std::pair{Op::kPack, "pack"},

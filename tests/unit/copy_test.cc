@@ -330,5 +330,191 @@ TEST(CopyTest, ColumnBlockAndPackedRegion) {
   EXPECT_EQ(copy, matrix);
 }
 
+// A buffer of a batch test: `bytes` of random content between guards, its region starting
+// `misalign` bytes past an aligned offset so that row starts are not 16-byte aligned.
+struct BatchBuffer {
+  Bytes bytes;
+  int64_t base = 0;  // Where element 0 of the buffer lies in `bytes`.
+};
+
+BatchBuffer MakeBatchBuffer(int64_t payload_bytes, std::mt19937_64& rng) {
+  BatchBuffer buffer;
+  buffer.base = kGuard + static_cast<int64_t>(rng() % 16);
+  buffer.bytes = RandomBytes(buffer.base + payload_bytes + kGuard, rng);
+  return buffer;
+}
+
+// One copy of a batch test, by buffer index and element offset.
+struct BatchCase {
+  int dst = 0;
+  int64_t dst_offset = 0;
+  Dims dst_strides;
+  int src = 0;
+  int64_t src_offset = 0;
+  Dims src_strides;
+  Dims shape;
+};
+
+// A matrix of `outer` x `columns` elements (`outer` may have several axes) with padded rows, cut
+// into column blocks of random widths (some empty). When `pack`, each block is packed from the
+// matrix into a buffer of its own (sibling blocks share the source's rows); otherwise each block
+// is unpacked from a buffer of its own into the matrix (they share the destination's rows).
+void AddColumnBlocks(const Dims& outer, int64_t columns, int blocks, bool pack,
+                     int64_t element_size, std::vector<BatchBuffer>& buffers,
+                     std::vector<BatchCase>& cases, std::mt19937_64& rng) {
+  Dims matrix_shape = outer;
+  matrix_shape.push_back(columns + static_cast<int64_t>(rng() % 4));  // Padded rows.
+  const Dims matrix_strides = NaiveRowMajor(matrix_shape);
+  const int matrix = static_cast<int>(buffers.size());
+  buffers.push_back(MakeBatchBuffer(Volume(matrix_shape) * element_size, rng));
+  // Random cuts of [0, columns) into `blocks` ranges, empty ones included.
+  std::vector<int64_t> cuts = {0, columns};
+  for (int b = 1; b < blocks; ++b) cuts.push_back(static_cast<int64_t>(rng() % (columns + 1)));
+  std::sort(cuts.begin(), cuts.end());
+  for (int b = 0; b < blocks; ++b) {
+    Dims shape = outer;
+    shape.push_back(cuts[b + 1] - cuts[b]);
+    const int block = static_cast<int>(buffers.size());
+    buffers.push_back(MakeBatchBuffer(Volume(shape) * element_size, rng));
+    BatchCase c;
+    c.shape = shape;
+    if (pack) {
+      c = {block, 0, NaiveRowMajor(shape), matrix, cuts[b], matrix_strides, shape};
+    } else {
+      c = {matrix, cuts[b], matrix_strides, block, 0, NaiveRowMajor(shape), shape};
+    }
+    cases.push_back(c);
+  }
+}
+
+// Runs `cases` through CopyStridedBatch and checks every buffer against the reference copier
+// applied to each case in turn: the regions copied, every other byte (guards included) unchanged.
+void CheckBatch(const std::vector<BatchCase>& cases, const std::vector<BatchBuffer>& buffers,
+                int64_t element_size) {
+  std::vector<BatchBuffer> expected = buffers;
+  std::vector<BatchBuffer> actual = buffers;
+  std::vector<StridedCopy> copies;
+  for (const BatchCase& c : cases) {
+    ReferenceCopy(expected[c.dst].bytes.data() + expected[c.dst].base + c.dst_offset * element_size,
+                  c.dst_strides,
+                  buffers[c.src].bytes.data() + buffers[c.src].base + c.src_offset * element_size,
+                  c.src_strides, c.shape, element_size);
+    copies.push_back({actual[c.dst].bytes.data() + actual[c.dst].base + c.dst_offset * element_size,
+                      c.dst_strides,
+                      actual[c.src].bytes.data() + actual[c.src].base + c.src_offset * element_size,
+                      c.src_strides, c.shape, element_size});
+  }
+  CopyStridedBatch(copies);
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    ASSERT_EQ(FirstDifference(actual[b].bytes, expected[b].bytes), -1) << "buffer " << b;
+  }
+}
+
+// Random batches against the reference: sibling column blocks packed from one matrix and
+// unpacked into another (2-D and 3-D, rows from 0 to a few hundred bytes, some blocks empty, row
+// starts unaligned), mixed with unrelated random copies (the layouts of CopyRandomTest).
+class CopyBatchRandomTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CopyBatchRandomTest, MatchesReference) {
+  const int64_t element_size = GetParam();
+  std::mt19937_64 rng(0xba7c0000 + element_size);
+  constexpr Kind kKinds[] = {Kind::kRowMajor, Kind::kPadded, Kind::kPermuted, Kind::kFused};
+  int shared_passes = 0;
+  for (int i = 0; i < 300; ++i) {
+    SCOPED_TRACE(testing::Message() << "case " << i);
+    std::vector<BatchBuffer> buffers;
+    std::vector<BatchCase> cases;
+    for (int group = 0; group < 3; ++group) {
+      Dims outer;
+      const int outer_rank = 1 + static_cast<int>(rng() % 2);
+      for (int a = 0; a < outer_rank; ++a) outer.push_back(1 + static_cast<int64_t>(rng() % 9));
+      const int64_t columns = static_cast<int64_t>(rng() % (400 / element_size + 1));
+      const size_t first = cases.size();
+      AddColumnBlocks(outer, columns, 1 + static_cast<int>(rng() % 4), rng() % 2 == 0, element_size,
+                      buffers, cases, rng);
+      for (size_t a = first; a + 1 < cases.size(); ++a) {
+        const BatchCase& x = cases[a];
+        const BatchCase& y = cases[a + 1];
+        auto at = [&](int buffer, int64_t offset) {
+          return buffers[buffer].bytes.data() + buffers[buffer].base + offset * element_size;
+        };
+        shared_passes +=
+            ShareAPass({at(x.dst, x.dst_offset), x.dst_strides, at(x.src, x.src_offset),
+                        x.src_strides, x.shape, element_size},
+                       {at(y.dst, y.dst_offset), y.dst_strides, at(y.src, y.src_offset),
+                        y.src_strides, y.shape, element_size});
+      }
+    }
+    for (int unrelated = static_cast<int>(rng() % 3); unrelated > 0; --unrelated) {
+      const Dims shape = RandomShape(rng);
+      const Layout src = MakeLayout(kKinds[rng() % 4], shape, rng);
+      const Layout dst = MakeLayout(kKinds[rng() % 4], shape, rng);
+      const int from = static_cast<int>(buffers.size());
+      buffers.push_back(MakeBatchBuffer(src.elements * element_size, rng));
+      buffers.push_back(MakeBatchBuffer(dst.elements * element_size, rng));
+      cases.push_back({from + 1, dst.offset, dst.strides, from, src.offset, src.strides, shape});
+    }
+    std::shuffle(cases.begin(), cases.end(), rng);
+    CheckBatch(cases, buffers, element_size);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(shared_passes, 100);  // The one-pass path was taken, not only copies one by one.
+}
+
+INSTANTIATE_TEST_SUITE_P(ElementSizes, CopyBatchRandomTest, ::testing::Values(1, 2, 3, 4, 8, 16),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return absl::StrCat("Bytes", info.param);
+                         });
+
+// Groups of at least 4 MiB are written with streaming stores: sibling blocks of a bf16 row shard
+// with unaligned row starts, rows of 3 to 2000 bytes (below and above the 256-byte streaming
+// run), one block empty; packed, then unpacked into a second matrix.
+TEST(CopyBatchTest, LargeSiblingBlocksStreamExactly) {
+  std::mt19937_64 rng(11);
+  for (bool pack : {true, false}) {
+    SCOPED_TRACE(pack ? "pack" : "unpack");
+    std::vector<BatchBuffer> buffers;
+    std::vector<BatchCase> cases;
+    const Dims outer = {1024};
+    const int64_t columns = 2 + 3 + 100 + 1000 + 1 + 1001;  // Odd widths and an empty block.
+    AddColumnBlocks(outer, columns, 6, pack, 2, buffers, cases, rng);
+    int64_t bytes = 0;
+    for (const BatchCase& c : cases) bytes += Volume(c.shape) * 2;
+    ASSERT_GE(bytes, int64_t{4} << 20);
+    CheckBatch(cases, buffers, 2);
+  }
+}
+
+TEST(CopyBatchTest, ShareAPassOnlyWhenRowsLineUp) {
+  // A row-major [64, 256] row shard of 4-byte elements, its column halves, and a second matrix.
+  std::vector<uint32_t> shard_memory(64 * 256), other_memory(64 * 256), a(64 * 128), b(64 * 128);
+  uint32_t* shard = shard_memory.data();
+  const Dims rows = {256, 1};
+  const Dims half = {64, 128};
+  const Dims packed = NaiveRowMajor(half);
+  auto pack = [&](void* to, const uint32_t* from, const Dims& shape = {64, 128},
+                  const Dims& from_strides = {256, 1}) {
+    return StridedCopy{to, NaiveRowMajor(shape), from, from_strides, shape, 4};
+  };
+  // Column halves of one row shard packed to two peers: the same source rows.
+  EXPECT_TRUE(ShareAPass(pack(a.data(), shard), pack(b.data(), shard + 128)));
+  // Unpacked into one row shard from two peers: the same destination rows.
+  EXPECT_TRUE(ShareAPass({shard, rows, a.data(), packed, half, 4},
+                         {shard + 128, rows, b.data(), packed, half, 4}));
+  // Blocks of other rows of the shard, of another matrix, with another row count, another row
+  // stride, or rows below 64 bytes: no shared pass, though their packed sides look alike.
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard), pack(b.data(), shard + 256)));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard), pack(b.data(), other_memory.data())));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard), pack(b.data(), shard + 128, {32, 128})));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard), pack(b.data(), shard + 128, half, {512, 1})));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard, {64, 8}), pack(b.data(), shard + 8, {64, 8})));
+  // A transpose has no contiguous rows; a fully contiguous copy has no rows to share; an empty
+  // region copies nothing.
+  EXPECT_FALSE(
+      ShareAPass(pack(a.data(), shard, half, {1, 64}), pack(b.data(), shard + 1, half, {1, 64})));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard, {32, 256}), pack(b.data(), shard, {32, 256})));
+  EXPECT_FALSE(ShareAPass(pack(a.data(), shard, {64, 0}), pack(b.data(), shard + 128, {64, 0})));
+}
+
 }  // namespace
 }  // namespace wsync

@@ -444,6 +444,58 @@ TEST(ExecutorTest, LargeSegmentsAreChunkedAndSmallOnesPackedTogether) {
   EXPECT_EQ(packed.rounds, 16);  // 32 KB in 2 KB messages.
 }
 
+TEST(ExecutorTest, SiblingColumnBlocksArePackedAheadInOnePassAndLandExactly) {
+  // One trainer holds "w" [256, 512] fp32 row-major (2 KiB rows); rollout 0 and 1 take its column
+  // halves, and rollout 0 also takes "norm" [16], so its lane carries one more message: the halves
+  // of each block of rows go out in different rounds (rollout 1 first). A 256 KiB budget cuts each
+  // half into two 128 KiB chunks of 128 rows, each a staged send. The sender packs rollout 0's
+  // half of each block ahead of its round, in one pass with rollout 1's half; the schedule is
+  // still what runs and every byte lands as the reference writes it. Without the look-ahead
+  // packed_ahead_messages is 0 and this test fails.
+  LayoutBuilder source(Role::kTrainer);
+  const int32_t norm = source.AddParam("norm", DType::kFloat32, {16});
+  const int32_t w = source.AddParam("w", DType::kFloat32, {256, 512});
+  source.AddProcess("n");
+  const uint64_t buffer = source.AddBuffer(0, (16 + 256 * 512) * 4);
+  source.AddPackedPiece(norm, 0, buffer, WholeBox({16}), 0);
+  source.AddPackedPiece(w, 0, buffer, WholeBox({256, 512}), 16);
+  LayoutBuilder target(Role::kRollout);
+  target.AddParam("norm", DType::kFloat32, {16});
+  target.AddParam("w", DType::kFloat32, {256, 512});
+  for (int p = 0; p < 2; ++p) {
+    target.AddProcess("n");
+    const uint64_t to = target.AddBuffer(p, (16 + 256 * 256) * 4);
+    if (p == 0) target.AddPackedPiece(0, p, to, WholeBox({16}), 0);
+    target.AddPackedPiece(1, p, to, SplitBox({256, 512}, 1, 2, p), 16);
+  }
+  const Job job = *Job::Create(std::move(source).Build(), std::move(target).Build());
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const StagingBudget budget{256 << 10};
+  const std::vector<ProcessSchedule> schedules =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), budget);
+  ASSERT_EQ(schedules[0].staged_bytes, 256 * 512 * 4);
+  const PeerSchedule* to_first = FindLane(schedules[0], 1, Direction::kSend);
+  const PeerSchedule* to_second = FindLane(schedules[0], 2, Direction::kSend);
+  ASSERT_NE(to_first, nullptr);
+  ASSERT_NE(to_second, nullptr);
+  ASSERT_EQ(to_first->rounds.size(), 3u);  // norm (direct), then the two chunks of its half.
+  ASSERT_EQ(to_second->rounds.size(), 2u);
+  for (bool verify : {false, true}) {
+    SCOPED_TRACE(verify ? "verified" : "not verified");
+    HostBuffers source_memory(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source_memory).ok());
+    HostBuffers target_memory(job.target(), test::kPoison);
+    BatchRun run =
+        RunBatch(job, plan.segments, budget, source_memory, target_memory, {}, -1, {}, verify);
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+      ExpectStatsMatchSchedule(schedules[p], *run.results[p]);
+    }
+    EXPECT_EQ(run.results[0]->packed_ahead_messages, 2);
+    ExpectTargetsAsTheReferenceWrites(job, plan.segments, source_memory, target_memory);
+  }
+}
+
 TEST(ExecutorTest, BudgetIsValidatedTheSameWayBySchedulingAndExecution) {
   const Job job = RowsToColumns();
   const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
