@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
+#include "executor/memory_kinds.h"
 #include "executor/verify.h"
 #include "executor/work.h"
 #include "planner/relay.h"
@@ -24,24 +25,25 @@ using executor_internal::Lane;
 using executor_internal::Message;
 using executor_internal::Work;
 
-// Checks that every buffer the work touches on this process was handed over, in host memory.
+// Checks that every buffer the work touches on this process was handed over, and that a process
+// holding CUDA memory was given a DeviceMemory.
 absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                          const LocalBuffers& buffers) {
+                          const LocalBuffers& buffers, const ExecuteOptions& options) {
+  if (work.any_cuda && options.verify) {
+    return absl::UnimplementedError(
+        "verify is not available for a job with CUDA buffers (the chunk hashes read host memory)");
+  }
+  if (work.relay_arena_kind == MemoryKind::kCuda && options.device == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "process ", work.process,
+        " holds CUDA buffers but was given no device memory (CUDA buffers need a build with NCCL "
+        "and a CUDA device)"));
+  }
   auto check = [&](const Endpoint& end) -> absl::Status {
     if (end.process != work.process || end.buffer == kRelayArenaBuffer) return absl::OkStatus();
     if (!buffers.contains(end.buffer)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", work.process, " was given no address for its buffer ", end.buffer));
-    }
-    const JobProcess& owner = job.processes()[end.process];
-    const Layout& layout = job.IsSource(end.process) ? job.source() : job.target();
-    for (const BufferInfo& info : layout.buffers) {
-      if (info.process == owner.rank && info.id == end.buffer && info.kind != MemoryKind::kHost) {
-        return absl::UnimplementedError(absl::StrCat("buffer ", end.buffer, " of process ",
-                                                     work.process,
-                                                     " is CUDA memory; the host executor "
-                                                     "moves host memory only"));
-      }
     }
     return absl::OkStatus();
   };
@@ -82,9 +84,11 @@ class Run {
       DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
-    AllocateArenas();
+    absl::Status status = AllocateArenas();
     RejectStaleMessages();
-    for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
+    for (int32_t index : work_.local_segments) {
+      if (status.ok()) status = CopyLocal(segments_[index]);
+    }
 
     int32_t rounds = 0;
     for (const Lane& lane : work_.lanes) {
@@ -93,9 +97,10 @@ class Run {
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
     slot_last_round_.assign(work_.lanes.size(), {-1, -1});
-    absl::Status status = verifier_ ? verifier_->Start(transport_) : absl::OkStatus();
+    if (status.ok() && verifier_) status = verifier_->Start(transport_);
     if (status.ok()) status = RunRounds(rounds);
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
+    if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
       NoticeUnsentMessages(status);
       const absl::Time grace = FailureGrace();
@@ -107,6 +112,8 @@ class Run {
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
       }
+      // No device copy may write after the run returned.
+      SynchronizeDevice(std::max(grace, absl::Now() + absl::Seconds(1))).IgnoreError();
       return status;
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
@@ -154,9 +161,11 @@ class Run {
         const int32_t index = completed[lane]++;
         if (work_.lanes[lane].direction != Direction::kReceive) continue;
         stats_.received_bytes += message->bytes;  // Completed: every byte of it arrived.
-        if (!message->direct) Unpack(lane, *message);
+        if (!message->direct) WSYNC_RETURN_IF_ERROR(Unpack(lane, *message));
         if (verifier_) verifier_->HashReceived(lane, index);
       }
+      // Device unpacks of round r read arena slots that the deferred posts below may receive into.
+      WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
       for (int32_t lane : deferred) WSYNC_RETURN_IF_ERROR(Prepare(lane, posted_[lane]));
     }
     return absl::OkStatus();
@@ -242,21 +251,45 @@ class Run {
     if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
 
-  void AllocateArenas() {
+  absl::Status AllocateArenas() {
     ArenaCache* cache = options_.arenas != nullptr ? options_.arenas : &fresh_arenas_;
     arenas_.assign(work_.lanes.size(), nullptr);
+    auto get = [&](size_t lane, int64_t bytes, MemoryKind kind) -> absl::StatusOr<char*> {
+      arena_bytes_ += bytes;
+      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      if (kind == MemoryKind::kHost) return cache->Get(lane, bytes);
+      return cache->GetDevice(*options_.device, lane, bytes);
+    };
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const int64_t bytes = work_.lanes[lane].slots * work_.lanes[lane].slot_bytes;
       if (bytes == 0) continue;
-      arenas_[lane] = cache->Get(lane, bytes);
-      arena_bytes_ += bytes;
-      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      WSYNC_ASSIGN_OR_RETURN(arenas_[lane], get(lane, bytes, work_.lanes[lane].kind));
     }
     if (work_.relay_arena_bytes > 0) {  // Kept in the cache after the lanes' arenas.
-      relay_arena_ = cache->Get(work_.lanes.size(), work_.relay_arena_bytes);
-      arena_bytes_ += work_.relay_arena_bytes;
-      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      WSYNC_ASSIGN_OR_RETURN(
+          relay_arena_, get(work_.lanes.size(), work_.relay_arena_bytes, work_.relay_arena_kind));
     }
+    return absl::OkStatus();
+  }
+
+  // Copies a strided region between memory kinds: on the host when both sides are host memory,
+  // otherwise enqueued on the device (SynchronizeDevice waits for it).
+  absl::Status Copy(void* dst, MemoryKind dst_kind, const Dims& dst_strides, const void* src,
+                    MemoryKind src_kind, const Dims& src_strides, const Dims& shape,
+                    int64_t element_size) {
+    if (dst_kind == MemoryKind::kHost && src_kind == MemoryKind::kHost) {
+      CopyStrided(dst, dst_strides, src, src_strides, shape, element_size);
+      return absl::OkStatus();
+    }
+    device_pending_ = true;
+    return options_.device->CopyStridedAsync(dst, dst_strides, src, src_strides, shape,
+                                             element_size);
+  }
+
+  absl::Status SynchronizeDevice(absl::Time deadline) {
+    if (!device_pending_) return absl::OkStatus();
+    device_pending_ = false;
+    return options_.device->Synchronize(deadline);
   }
 
   char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
@@ -265,13 +298,21 @@ class Run {
     return base + offset * element_size;
   }
 
-  void CopyLocal(const Segment& s) {
+  absl::Status CopyLocal(const Segment& s) {
     const int64_t element_size = job_.ElementSize(s.param);
-    CopyStrided(BufferAddress(s.to, s.to.offset, element_size), s.to.strides,
-                BufferAddress(s.from, s.from.offset, element_size), s.from.strides, s.box.extent,
-                element_size);
+    WSYNC_RETURN_IF_ERROR(
+        Copy(BufferAddress(s.to, s.to.offset, element_size), LocalKind(s.to.buffer), s.to.strides,
+             BufferAddress(s.from, s.from.offset, element_size), LocalKind(s.from.buffer),
+             s.from.strides, s.box.extent, element_size));
     stats_.local_copy_bytes += Volume(s.box) * element_size;
     ++stats_.chunks;
+    return absl::OkStatus();
+  }
+
+  // The memory kind of this process's buffer `buffer`.
+  MemoryKind LocalKind(uint64_t buffer) const {
+    if (!work_.any_cuda) return MemoryKind::kHost;
+    return kinds_.Buffer(work_.process, buffer);
   }
 
   char* SlotAddress(int32_t lane, const Message& message) const {
@@ -302,12 +343,16 @@ class Run {
         for (int32_t index : message.chunks) {
           const Chunk& chunk = work_.chunks[index];
           const Segment& s = segments_[chunk.segment];
-          PackRegion(cursor, BufferAddress(s.from, chunk.from_offset, chunk.element_size),
-                     s.from.strides, chunk.shape, chunk.element_size);
+          WSYNC_RETURN_IF_ERROR(Copy(cursor, lane.kind, RowMajorStrides(chunk.shape),
+                                     BufferAddress(s.from, chunk.from_offset, chunk.element_size),
+                                     chunk.from_kind, s.from.strides, chunk.shape,
+                                     chunk.element_size));
           cursor += chunk.bytes;
         }
+        // The send reads the arena: the device must have written it first.
+        WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
         stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
-        failpoint::Flip("pack", data, message.bytes);
+        if (lane.kind == MemoryKind::kHost) failpoint::Flip("pack", data, message.bytes);
       }
     }
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
@@ -330,17 +375,19 @@ class Run {
     return absl::OkStatus();
   }
 
-  void Unpack(int32_t lane_index, const Message& message) {
+  absl::Status Unpack(int32_t lane_index, const Message& message) {
     const double start = ThreadCpuSeconds();
     const char* cursor = SlotAddress(lane_index, message);
     for (int32_t index : message.chunks) {
       const Chunk& chunk = work_.chunks[index];
       const Segment& s = segments_[chunk.segment];
-      UnpackRegion(BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides, cursor,
-                   chunk.shape, chunk.element_size);
+      WSYNC_RETURN_IF_ERROR(Copy(BufferAddress(s.to, chunk.to_offset, chunk.element_size),
+                                 chunk.to_kind, s.to.strides, cursor, work_.lanes[lane_index].kind,
+                                 RowMajorStrides(chunk.shape), chunk.shape, chunk.element_size));
       cursor += chunk.bytes;
     }
     stats_.unpack_cpu_seconds += ThreadCpuSeconds() - start;
+    return absl::OkStatus();
   }
 
   const Job& job_;
@@ -358,9 +405,17 @@ class Run {
   std::vector<int32_t> posted_;  // Per lane: messages posted, the index of the next one.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
+  const JobMemoryKinds kinds_{job_};
+  bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
 };
 
 }  // namespace
+
+ArenaCache::~ArenaCache() {
+  for (const DeviceArena& arena : device_arenas_) {
+    if (arena.memory != nullptr) arena.device->Free(arena.memory);
+  }
+}
 
 char* ArenaCache::Get(size_t lane, int64_t bytes) {
   if (lane >= arenas_.size()) {
@@ -374,9 +429,28 @@ char* ArenaCache::Get(size_t lane, int64_t bytes) {
   return arenas_[lane].get();
 }
 
+absl::StatusOr<char*> ArenaCache::GetDevice(DeviceMemory& device, size_t lane, int64_t bytes) {
+  if (lane >= device_arenas_.size()) device_arenas_.resize(lane + 1);
+  DeviceArena& arena = device_arenas_[lane];
+  if (arena.memory != nullptr && arena.device == &device && arena.bytes >= bytes) {
+    return arena.memory;
+  }
+  if (arena.memory != nullptr) arena.device->Free(arena.memory);
+  arena = DeviceArena{};
+  WSYNC_ASSIGN_OR_RETURN(void* memory, device.Allocate(bytes));
+  arena = DeviceArena{&device, static_cast<char*>(memory), bytes};
+  return arena.memory;
+}
+
 int64_t ArenaCache::held_bytes() const {
-  int64_t total = 0;
+  int64_t total = held_device_bytes();
   for (int64_t size : sizes_) total += size;
+  return total;
+}
+
+int64_t ArenaCache::held_device_bytes() const {
+  int64_t total = 0;
+  for (const DeviceArena& arena : device_arenas_) total += arena.bytes;
   return total;
 }
 
@@ -388,7 +462,7 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   absl::StatusOr<Work> work =
       executor_internal::BuildWork(job, segments, endpoints, budget, process);
   absl::Status local = work.status();
-  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers);
+  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers, options);
   WSYNC_RETURN_IF_ERROR(
       AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
   Run run(job, segments, *work, buffers, transport, options);
