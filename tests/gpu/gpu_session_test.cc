@@ -12,16 +12,12 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "integration/cuda/cuda_job.h"
+#include "tests/gpu/gpu_count.h"
 
 namespace wsync {
 namespace {
 
-// GPUs by their device files, without initialising CUDA.
-int GpuCount() {
-  int count = 0;
-  while (access(absl::StrCat("/dev/nvidia", count).c_str(), F_OK) == 0) ++count;
-  return count;
-}
+using test::GpuCount;
 
 // Runs `body` in a forked child; its exit code (128 + signal when killed).
 template <typename Body>
@@ -38,7 +34,7 @@ int InChild(Body body) {
 // GPUs both sides are CUDA memory over NCCL; with one, NCCL refuses two ranks on the GPU, so the
 // trainer keeps host memory and the rollout stages into device memory (placement printed).
 TEST(GpuSessionTest, FusedQwenTrainerToRolloutWithCudaBuffersEveryElementChecked) {
-  if (GpuCount() == 0) GTEST_SKIP() << "no GPU";
+  ASSERT_GT(GpuCount(), 0) << "no NVIDIA device: this gpu-labelled test needs one";
   const int code = InChild([] {
     CudaJobOptions options;
     options.syncs = 2;

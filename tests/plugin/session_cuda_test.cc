@@ -67,6 +67,21 @@ class SessionCudaTest : public ::testing::Test {
     for (std::thread& thread : threads) thread.join();
     return results;
   }
+
+  // Every process's connect failed with `reason` in its message (and of kind `code` unless OK),
+  // leaving the session registered.
+  static void ExpectRefusedEverywhere(const std::vector<Process>& processes,
+                                      const std::vector<absl::Status>& results,
+                                      absl::StatusCode code, const std::string& reason) {
+    for (size_t p = 0; p < results.size(); ++p) {
+      EXPECT_FALSE(results[p].ok()) << p;
+      if (code != absl::StatusCode::kOk) {
+        EXPECT_EQ(results[p].code(), code) << p << ": " << results[p];
+      }
+      EXPECT_THAT(std::string(results[p].message()), HasSubstr(reason)) << p;
+      EXPECT_EQ(processes[p].session->State().second, SessionState::kRegistered) << p;
+    }
+  }
 };
 
 TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
@@ -104,24 +119,15 @@ TEST_F(SessionCudaTest, CudaOverAUcxWithoutCudaSupportIsRefusedEverywhere) {
   test::FakeCudaFabric cuda;
   std::vector<Process> processes =
       MakeJob("cuda-ucx", "intra_node=ucx:sm,cma,self", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
-  const std::vector<absl::Status> results = Run(processes, 1);
-  for (size_t p = 0; p < results.size(); ++p) {
-    EXPECT_TRUE(absl::IsUnimplemented(results[p])) << p << ": " << results[p];
-    EXPECT_THAT(std::string(results[p].message()),
-                HasSubstr("this UCX build reports no CUDA memory support"));
-    EXPECT_EQ(processes[p].session->State().second, SessionState::kRegistered);
-  }
+  ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
+                          "this UCX build reports no CUDA memory support");
 }
 
 TEST_F(SessionCudaTest, NoCudaDeviceIsRefusedEverywhereWithTheReason) {
   test::FakeCudaFabric no_gpu(/*devices=*/0);
   std::vector<Process> processes =
       MakeJob("cuda-none", "", MemoryKind::kHost, MemoryKind::kCuda, no_gpu);
-  const std::vector<absl::Status> results = Run(processes, 1);
-  for (size_t p = 0; p < results.size(); ++p) {
-    EXPECT_FALSE(results[p].ok()) << p;
-    EXPECT_THAT(std::string(results[p].message()), HasSubstr("no CUDA device")) << p;
-  }
+  ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kOk, "no CUDA device");
 }
 
 }  // namespace

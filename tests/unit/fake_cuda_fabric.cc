@@ -121,28 +121,12 @@ class FakeApi final : public NcclApi {
     std::free(memory);
     return absl::OkStatus();
   }
-  absl::StatusOr<CudaStream> StreamCreate() override {
-    absl::MutexLock lock(&s_->mu);
-    const int64_t id = s_->next_handle++;
-    s_->streams[id];
-    return Handle(id);
-  }
+  absl::StatusOr<CudaStream> StreamCreate() override { return Create(&State::streams); }
   absl::Status StreamDestroy(CudaStream stream) override {
-    absl::MutexLock lock(&s_->mu);
-    s_->streams.erase(Id(stream));
-    return absl::OkStatus();
+    return Destroy(&State::streams, stream);
   }
-  absl::StatusOr<CudaEvent> EventCreate() override {
-    absl::MutexLock lock(&s_->mu);
-    const int64_t id = s_->next_handle++;
-    s_->events[id];
-    return Handle(id);
-  }
-  absl::Status EventDestroy(CudaEvent event) override {
-    absl::MutexLock lock(&s_->mu);
-    s_->events.erase(Id(event));
-    return absl::OkStatus();
-  }
+  absl::StatusOr<CudaEvent> EventCreate() override { return Create(&State::events); }
+  absl::Status EventDestroy(CudaEvent event) override { return Destroy(&State::events, event); }
   absl::Status EventRecord(CudaEvent event, CudaStream stream) override {
     absl::MutexLock lock(&s_->mu);
     auto it = s_->streams.find(Id(stream));
@@ -301,6 +285,21 @@ class FakeApi final : public NcclApi {
   }
 
  private:
+  // A new handle in the table `table` of the state (streams, events), and its removal.
+  template <typename Table>
+  void* Create(Table State::*table) {
+    absl::MutexLock lock(&s_->mu);
+    const int64_t id = s_->next_handle++;
+    (s_.get()->*table)[id];
+    return Handle(id);
+  }
+  template <typename Table>
+  absl::Status Destroy(Table State::*table, void* handle) {
+    absl::MutexLock lock(&s_->mu);
+    (s_.get()->*table).erase(Id(handle));
+    return absl::OkStatus();
+  }
+
   struct Operation {
     bool send;
     void* data;

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/policy.h"
+#include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "tests/unit/fake_cuda_fabric.h"
@@ -27,7 +28,10 @@
 namespace wsync {
 namespace {
 
+using test::AllProcesses;
 using test::BufferKey;
+using test::ExpectStatsMatchSchedule;
+using test::ExpectTargetsAsTheReferenceWrites;
 using test::FakeCudaFabric;
 using test::HostBuffers;
 using ::testing::HasSubstr;
@@ -44,12 +48,6 @@ void PlaceBuffers(Placement placement, std::mt19937_64& rng, test::LayoutPair& p
       buffer.kind = cuda ? MemoryKind::kCuda : MemoryKind::kHost;
     }
   }
-}
-
-Endpoints AllProcesses(const Job& job) {
-  Endpoints endpoints;
-  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-  return endpoints;
 }
 
 // Per-process knobs of a run.
@@ -125,14 +123,7 @@ CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments, Stagi
       absl::StatusOr<std::unique_ptr<RoutedTransport>> transport =
           RoutedTransport::Create(p, std::move(backends), std::move(route));
       if (!transport.ok()) return fail(transport.status());
-      const bool is_source = job.IsSource(p);
-      const Layout& layout = is_source ? job.source() : job.target();
-      HostBuffers& memory = is_source ? source : target;
-      const int32_t rank = job.processes()[p].rank;
-      LocalBuffers buffers;
-      for (const BufferInfo& info : layout.buffers) {
-        if (info.process == rank) buffers[info.id] = memory.data(BufferKey{rank, info.id});
-      }
+      const LocalBuffers buffers = test::BuffersOf(job, p, source, target);
       if (hooks.before_run) hooks.before_run(p, **transport);
       ArenaCache arenas;
       ExecuteOptions options;
@@ -151,18 +142,6 @@ CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments, Stagi
   for (std::thread& thread : threads) thread.join();
   run.host_counters = fabric.counters();
   return run;
-}
-
-void ExpectTargetsAsTheReferenceWrites(const Job& job, const std::vector<Segment>& segments,
-                                       const HostBuffers& source, const HostBuffers& target) {
-  HostBuffers expected(job.target(), test::kPoison);
-  test::WriteCounts counts(job.target());
-  ASSERT_TRUE(test::ExecutePlanReference(job, segments, source, &expected, &counts).ok());
-  ASSERT_TRUE(target.CheckGuards().ok());
-  for (const BufferKey& key : expected.keys()) {
-    ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
-        << "rollout process " << key.process << " buffer " << key.buffer;
-  }
 }
 
 struct RandomCase {
@@ -207,15 +186,7 @@ TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
     for (int32_t p = 0; p < job.num_processes(); ++p) {
       ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
       const ProcessSchedule& schedule = (*schedules)[p];
-      const TransferStats& stats = *run.results[p];
-      EXPECT_EQ(stats.chunks, schedule.chunks);
-      EXPECT_EQ(stats.rounds, schedule.rounds);
-      EXPECT_EQ(stats.sent_bytes, schedule.sent_bytes);
-      EXPECT_EQ(stats.received_bytes, schedule.received_bytes);
-      EXPECT_EQ(stats.local_copy_bytes, schedule.local_copy_bytes);
-      EXPECT_EQ(stats.direct_bytes, schedule.direct_bytes);
-      EXPECT_EQ(stats.staged_bytes, schedule.staged_bytes);
-      EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
+      ExpectStatsMatchSchedule(schedule, *run.results[p]);
       int64_t cuda_arena = 0;
       for (const PeerSchedule& lane : schedule.peers) {
         EXPECT_EQ(lane.arena_kind, kinds.Pair(p, lane.peer));
@@ -364,75 +335,76 @@ absl::StatusOr<RandomCase> CaseWithCudaStagedSends(int32_t* sender) {
   return absl::NotFoundError("no case");
 }
 
-TEST(NcclExecutorTest, DeviceFailureOnOneProcessEndsEveryRunByTheDeadline) {
-  int32_t sender = -1;
-  absl::StatusOr<RandomCase> c = CaseWithCudaStagedSends(&sender);
-  ASSERT_TRUE(c.ok()) << c.status();
-  HostBuffers source(c->job.source(), test::kSourceFill);
-  HostBuffers target(c->job.target(), test::kPoison);
-  FakeCudaFabric cuda;
+// An all-CUDA job in which `sender` packs staged sends over NCCL, with its buffers and fabric.
+class NcclFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<RandomCase> found = CaseWithCudaStagedSends(&sender_);
+    ASSERT_TRUE(found.ok()) << found.status();
+    case_ = std::make_unique<RandomCase>(*std::move(found));
+    source_ = std::make_unique<HostBuffers>(case_->job.source(), test::kSourceFill);
+    target_ = std::make_unique<HostBuffers>(case_->job.target(), test::kPoison);
+  }
+  CudaRun RunWith(const RunHooks& hooks) {
+    return RunCudaBatch(case_->job, case_->plan.segments, StagingBudget{1024}, *source_, *target_,
+                        cuda_, hooks);
+  }
+
+  int32_t sender_ = -1;
+  std::unique_ptr<RandomCase> case_;
+  std::unique_ptr<HostBuffers> source_;
+  std::unique_ptr<HostBuffers> target_;
+  FakeCudaFabric cuda_;
+};
+
+TEST_F(NcclFailureTest, DeviceFailureOnOneProcessEndsEveryRunByTheDeadline) {
   RunHooks hooks;
   hooks.deadline = absl::Seconds(2);
   hooks.device = [&](int32_t p,
                      std::unique_ptr<DeviceMemory> inner) -> std::unique_ptr<DeviceMemory> {
-    if (p != sender) return inner;
+    if (p != sender_) return inner;
     return std::make_unique<FailingDevice>(std::move(inner), 0);
   };
-  CudaRun run =
-      RunCudaBatch(c->job, c->plan.segments, StagingBudget{1024}, source, target, cuda, hooks);
-  EXPECT_THAT(std::string(run.results[sender].status().message()), HasSubstr("injected"));
+  CudaRun run = RunWith(hooks);
+  EXPECT_THAT(std::string(run.results[sender_].status().message()), HasSubstr("injected"));
   int failed_peers = 0;
-  for (int32_t p = 0; p < c->job.num_processes(); ++p) {
+  for (int32_t p = 0; p < case_->job.num_processes(); ++p) {
     EXPECT_LT(run.elapsed[p], absl::Seconds(2) + absl::Seconds(2)) << "process " << p;
-    if (p != sender && !run.results[p].ok()) ++failed_peers;
+    if (p != sender_ && !run.results[p].ok()) ++failed_peers;
   }
-  EXPECT_GT(failed_peers, 0);   // The processes waiting for the sender did not report success.
-  EXPECT_GE(cuda.aborts(), 1);  // A deadline over NCCL aborts the communicator.
+  EXPECT_GT(failed_peers, 0);    // The processes waiting for the sender did not report success.
+  EXPECT_GE(cuda_.aborts(), 1);  // A deadline over NCCL aborts the communicator.
 }
 
-TEST(NcclExecutorTest, AbortOfOneProcessFailsItsNcclPeersAtOnce) {
-  int32_t sender = -1;
-  absl::StatusOr<RandomCase> c = CaseWithCudaStagedSends(&sender);
-  ASSERT_TRUE(c.ok()) << c.status();
-  HostBuffers source(c->job.source(), test::kSourceFill);
-  HostBuffers target(c->job.target(), test::kPoison);
-  FakeCudaFabric cuda;
+TEST_F(NcclFailureTest, AbortOfOneProcessFailsItsNcclPeersAtOnce) {
   RunHooks hooks;
   hooks.deadline = absl::Seconds(30);
   hooks.before_run = [&](int32_t p, Transport& transport) {
-    if (p == sender) transport.Abort(absl::CancelledError("the host aborted"));
+    if (p == sender_) transport.Abort(absl::CancelledError("the host aborted"));
   };
-  CudaRun run =
-      RunCudaBatch(c->job, c->plan.segments, StagingBudget{1024}, source, target, cuda, hooks);
-  EXPECT_THAT(std::string(run.results[sender].status().message()), HasSubstr("the host aborted"));
-  const JobMemoryKinds kinds(c->job);
-  for (int32_t p = 0; p < c->job.num_processes(); ++p) {
+  CudaRun run = RunWith(hooks);
+  EXPECT_THAT(std::string(run.results[sender_].status().message()), HasSubstr("the host aborted"));
+  const JobMemoryKinds kinds(case_->job);
+  for (int32_t p = 0; p < case_->job.num_processes(); ++p) {
     // Nobody waits for the 30 s deadline: NCCL peers see the abort as a remote error.
     EXPECT_LT(run.elapsed[p], absl::Seconds(10)) << "process " << p;
-    if (kinds.Process(p) == MemoryKind::kCuda && p != sender) {
+    if (kinds.Process(p) == MemoryKind::kCuda && p != sender_) {
       EXPECT_FALSE(run.results[p].ok()) << "process " << p;
     }
   }
 }
 
-TEST(NcclExecutorTest, DeviceArenaAllocationFailureIsRefusedNotCrashed) {
-  int32_t sender = -1;
-  absl::StatusOr<RandomCase> c = CaseWithCudaStagedSends(&sender);
-  ASSERT_TRUE(c.ok()) << c.status();
-  HostBuffers source(c->job.source(), test::kSourceFill);
-  HostBuffers target(c->job.target(), test::kPoison);
-  FakeCudaFabric cuda;
-  cuda.FailMallocAfter(1);
+TEST_F(NcclFailureTest, DeviceArenaAllocationFailureIsRefusedNotCrashed) {
+  cuda_.FailMallocAfter(1);
   RunHooks hooks;
   hooks.deadline = absl::Seconds(2);
-  CudaRun run =
-      RunCudaBatch(c->job, c->plan.segments, StagingBudget{1024}, source, target, cuda, hooks);
+  CudaRun run = RunWith(hooks);
   int exhausted = 0;
   for (const auto& result : run.results) {
     if (!result.ok() && absl::IsResourceExhausted(result.status())) ++exhausted;
   }
   EXPECT_EQ(exhausted, 1);
-  EXPECT_EQ(cuda.live_allocations(), 0);
+  EXPECT_EQ(cuda_.live_allocations(), 0);
 }
 
 TEST(CudaDeviceMemoryTest, NoDeviceFailsFastAndClearly) {
