@@ -28,6 +28,11 @@ class SessionCudaTest : public ::testing::Test {
   std::vector<Process> MakeJob(const std::string& job, const std::string& paths,
                                MemoryKind trainers, MemoryKind rollouts,
                                test::FakeCudaFabric& cuda) {
+    return MakeJob(job, paths, {trainers, trainers, rollouts, rollouts}, cuda);
+  }
+  // The same with the memory kind of each process (trainer 0, trainer 1, rollout 0, rollout 1).
+  std::vector<Process> MakeJob(const std::string& job, const std::string& paths,
+                               const std::vector<MemoryKind>& kinds, test::FakeCudaFabric& cuda) {
     const int port = test::FreeLoopbackPort();
     std::vector<Process> processes;
     for (const Role role : {Role::kTrainer, Role::kRollout}) {
@@ -37,7 +42,7 @@ class SessionCudaTest : public ::testing::Test {
         config.deadline = absl::Seconds(20);
         config.path_transports = paths;
         config.nccl_api = [&cuda] { return cuda.Api(); };
-        const MemoryKind kind = role == Role::kTrainer ? trainers : rollouts;
+        const MemoryKind kind = kinds[processes.size()];
         processes.push_back(test::MakeTinySessionProcess(config, kind));
         if (kind == MemoryKind::kCuda) {
           for (const BufferInfo& buffer : processes.back().part.buffers) {
@@ -113,6 +118,29 @@ TEST_F(SessionCudaTest, HostTrainersAndCudaRolloutsMixTransports) {
   ASSERT_TRUE(report.ok());
   EXPECT_THAT(*report, HasSubstr("(host memory)"));
   EXPECT_THAT(processes[3].session->MetricsText(), HasSubstr("transport=\"ucx:sm,cma,self\""));
+}
+
+// Trainer 0 and both rollouts hold CUDA memory, trainer 1 host memory: in the same syncs trainer
+// 0 -> rollout 0 goes over NCCL and trainer 1 -> rollout 1 over UCX (rollout 1 stages its
+// messages into device memory). (One process driving both backends in one round: the executor's
+// random-placement test in tests/unit/nccl_executor_test.cc.)
+TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-both", "",
+              {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda, MemoryKind::kCuda}, cuda);
+  const std::vector<absl::Status> results = Run(processes, 2);
+  for (size_t p = 0; p < results.size(); ++p) {
+    EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+  }
+  EXPECT_THAT(processes[2].session->MetricsText(),
+              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
+                        "transport=\"nccl\"}"));
+  EXPECT_THAT(processes[3].session->MetricsText(),
+              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
+                        "transport=\"ucx\"}"));
+  EXPECT_EQ(processes[2].session->State().first, 2);
+  EXPECT_EQ(processes[3].session->State().first, 2);
 }
 
 TEST_F(SessionCudaTest, CudaOverAUcxWithoutCudaSupportIsRefusedEverywhere) {
