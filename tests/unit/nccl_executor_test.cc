@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/policy.h"
+#include "planner/relay.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
@@ -58,6 +59,8 @@ struct RunHooks {
   std::function<void(int32_t, Transport&)> before_run;
   absl::Duration deadline = absl::Seconds(60);
   bool verify = false;
+  // Process p's own segments (its own plan); empty: the batch's segments for every process.
+  std::function<std::vector<Segment>(int32_t)> segments_of;
 };
 
 struct CudaRun {
@@ -134,8 +137,9 @@ CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments, Stagi
       options.arenas = &arenas;
       options.verify = hooks.verify;
       const absl::Time start = absl::Now();
-      run.results[p] = ExecuteTransfers(job, segments, endpoints, budget, p, buffers, **transport,
-                                        **group, options);
+      const std::vector<Segment> mine = hooks.segments_of ? hooks.segments_of(p) : segments;
+      run.results[p] =
+          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
       run.elapsed[p] = absl::Now() - start;
     });
   }
@@ -167,7 +171,7 @@ TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
                                    Placement::kRolloutsOnly};
   int64_t runs = 0, cuda_direct = 0, cuda_staged = 0, cuda_arenas = 0, host_lanes_of_cuda = 0;
   int64_t kernel_launches = 0;
-  for (uint64_t seed = 0; seed < 90; ++seed) {
+  for (uint64_t seed = 0; seed < 240; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -213,12 +217,83 @@ TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
     EXPECT_EQ(cuda.live_allocations(), 0);  // Every device arena was freed with its cache.
     kernel_launches += cuda.kernel_launches();
   }
-  EXPECT_GT(runs, 60);
+  EXPECT_GT(runs, 160);
   EXPECT_GT(cuda_direct, 0);  // Every path was exercised.
   EXPECT_GT(cuda_staged, 0);
   EXPECT_GT(cuda_arenas, 0);
   EXPECT_GT(host_lanes_of_cuda, 0);
   EXPECT_GT(kernel_launches, 0);  // Geometries beyond kMaxCopies2D copies took the kernel path.
+}
+
+// Relayed plans (planner/relay.h) with every buffer in CUDA memory, each process running its own
+// plan: stage 1 lands in the relays' device arenas, stage 2 forwards from them over NCCL, and the
+// targets equal the reference's.
+TEST(NcclExecutorTest, RelayedPlansWithCudaMemoryForwardThroughDeviceArenas) {
+  const int64_t kBudgets[] = {1024, 4096, int64_t{1} << 20};
+  int64_t relayed_runs = 0, forwarded = 0, cuda_relay_arena = 0;
+  for (uint64_t seed = 0; seed < 80; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    test::RandomLayoutOptions layout_options;
+    layout_options.max_nodes = 2;
+    layout_options.max_processes = 8;
+    test::LayoutPair pair = test::RandomLayoutPair(rng, layout_options);
+    PlaceBuffers(Placement::kAllCuda, rng, pair);
+    absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
+    ASSERT_TRUE(job.ok()) << job.status();
+    test::RandomAnswersPolicy policy(seed);
+    const int64_t budget_bytes = kBudgets[seed % 3];
+    PlanOptions options;
+    options.relay.mode = RelayMode::kAlways;
+    options.relay.arena_bytes = budget_bytes;
+    absl::StatusOr<Plan> plan = MakePlan(*job, policy, options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    if (plan->relays.empty()) continue;
+    std::vector<std::vector<Segment>> own(job->num_processes());
+    for (int32_t p = 0; p < job->num_processes(); ++p) {
+      PlanOptions mine = options;
+      mine.process = p;
+      absl::StatusOr<Plan> plan_of_p = MakePlan(*job, policy, mine);
+      ASSERT_TRUE(plan_of_p.ok()) << plan_of_p.status();
+      own[p] = plan_of_p->segments;
+    }
+    const StagingBudget budget{static_cast<double>(budget_bytes)};
+    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+        ScheduleTransfers(*job, plan->segments, AllProcesses(*job), budget);
+    if (!schedules.ok()) continue;
+    HostBuffers source(job->source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
+    HostBuffers target(job->target(), test::kPoison);
+    FakeCudaFabric cuda;
+    RunHooks hooks;
+    hooks.segments_of = [&](int32_t p) { return own[p]; };
+    CudaRun run = RunCudaBatch(*job, plan->segments, budget, source, target, cuda, hooks);
+    ++relayed_runs;
+    const JobMemoryKinds kinds(*job);
+    for (int32_t p = 0; p < job->num_processes(); ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+      const ProcessSchedule& schedule = (*schedules)[p];
+      EXPECT_EQ(run.results[p]->forwarded_bytes, schedule.forwarded_bytes);
+      EXPECT_EQ(run.results[p]->peak_arena_bytes, schedule.arena_bytes);
+      forwarded += schedule.forwarded_bytes;
+      for (const PeerSchedule& lane : schedule.peers) {
+        // CUDA pairs (forwards included) never touch the host transport. (A process holding no
+        // buffer at all is a host process: its pairs travel in host memory.)
+        if (lane.direction == Direction::kSend && lane.arena_kind == MemoryKind::kCuda) {
+          EXPECT_EQ(run.host_counters.BytesDelivered(p, lane.peer), 0);
+        }
+      }
+      if (schedule.relay_arena_bytes > 0 && kinds.Process(p) == MemoryKind::kCuda) {
+        EXPECT_GE(schedule.cuda_arena_bytes, schedule.relay_arena_bytes);
+        cuda_relay_arena += schedule.relay_arena_bytes;
+      }
+    }
+    ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
+    EXPECT_EQ(cuda.live_allocations(), 0);
+  }
+  EXPECT_GT(relayed_runs, 10);
+  EXPECT_GT(forwarded, 0);
+  EXPECT_GT(cuda_relay_arena, 0);
 }
 
 // A DeviceMemory that fails the test when called: a host-only job must never touch the device.
