@@ -7,11 +7,16 @@
 // that link wsync::executor and wsync::testing.
 
 #include <cstring>
+#include <functional>
+#include <random>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gtest/gtest.h"
+#include "planner/relay.h"
+#include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 
 namespace wsync::test {
@@ -62,6 +67,42 @@ inline void ExpectTargetsAsTheReferenceWrites(const Job& job, const std::vector<
     ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
         << "rollout process " << key.process << " buffer " << key.buffer;
   }
+}
+
+// A random job on up to 2 nodes (up to 8 processes a side) planned with relaying always on and a
+// relay arena of `budget_bytes`: the whole plan and each process's own plan (PlanOptions::process).
+// `place`, when given, may change the layouts (e.g. memory kinds) before the job is made.
+struct RelayedCase {
+  Job job;
+  Plan plan;
+  std::vector<std::vector<Segment>> own;  // By global process id.
+};
+inline absl::StatusOr<RelayedCase> MakeRelayedCase(
+    uint64_t seed, int64_t budget_bytes,
+    const std::function<void(std::mt19937_64&, LayoutPair&)>& place = {}) {
+  std::mt19937_64 rng(seed);
+  RandomLayoutOptions layout_options;
+  layout_options.max_nodes = 2;
+  layout_options.max_processes = 8;
+  LayoutPair pair = RandomLayoutPair(rng, layout_options);
+  if (place) place(rng, pair);
+  absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
+  if (!job.ok()) return job.status();
+  RandomAnswersPolicy policy(seed);
+  PlanOptions options;
+  options.relay.mode = RelayMode::kAlways;
+  options.relay.arena_bytes = budget_bytes;
+  absl::StatusOr<Plan> plan = MakePlan(*job, policy, options);
+  if (!plan.ok()) return plan.status();
+  std::vector<std::vector<Segment>> own(job->num_processes());
+  for (int32_t p = 0; p < job->num_processes(); ++p) {
+    PlanOptions mine = options;
+    mine.process = p;
+    absl::StatusOr<Plan> plan_of_p = MakePlan(*job, policy, mine);
+    if (!plan_of_p.ok()) return plan_of_p.status();
+    own[p] = plan_of_p->segments;
+  }
+  return RelayedCase{*std::move(job), *std::move(plan), std::move(own)};
 }
 
 }  // namespace wsync::test

@@ -233,30 +233,16 @@ TEST(NcclExecutorTest, RelayedPlansWithCudaMemoryForwardThroughDeviceArenas) {
   int64_t relayed_runs = 0, forwarded = 0, cuda_relay_arena = 0;
   for (uint64_t seed = 0; seed < 80; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    std::mt19937_64 rng(seed);
-    test::RandomLayoutOptions layout_options;
-    layout_options.max_nodes = 2;
-    layout_options.max_processes = 8;
-    test::LayoutPair pair = test::RandomLayoutPair(rng, layout_options);
-    PlaceBuffers(Placement::kAllCuda, rng, pair);
-    absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
-    ASSERT_TRUE(job.ok()) << job.status();
-    test::RandomAnswersPolicy policy(seed);
     const int64_t budget_bytes = kBudgets[seed % 3];
-    PlanOptions options;
-    options.relay.mode = RelayMode::kAlways;
-    options.relay.arena_bytes = budget_bytes;
-    absl::StatusOr<Plan> plan = MakePlan(*job, policy, options);
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<test::RelayedCase> relayed =
+        test::MakeRelayedCase(seed, budget_bytes, [](std::mt19937_64& rng, test::LayoutPair& pair) {
+          PlaceBuffers(Placement::kAllCuda, rng, pair);
+        });
+    ASSERT_TRUE(relayed.ok()) << relayed.status();
+    const Job* job = &relayed->job;
+    const Plan* plan = &relayed->plan;
+    const std::vector<std::vector<Segment>>& own = relayed->own;
     if (plan->relays.empty()) continue;
-    std::vector<std::vector<Segment>> own(job->num_processes());
-    for (int32_t p = 0; p < job->num_processes(); ++p) {
-      PlanOptions mine = options;
-      mine.process = p;
-      absl::StatusOr<Plan> plan_of_p = MakePlan(*job, policy, mine);
-      ASSERT_TRUE(plan_of_p.ok()) << plan_of_p.status();
-      own[p] = plan_of_p->segments;
-    }
     const StagingBudget budget{static_cast<double>(budget_bytes)};
     absl::StatusOr<std::vector<ProcessSchedule>> schedules =
         ScheduleTransfers(*job, plan->segments, AllProcesses(*job), budget);
