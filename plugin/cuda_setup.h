@@ -46,6 +46,18 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int 
                                            const absl::Status& routes, Group& group,
                                            absl::Time deadline, const NcclApiFactory& factory);
 
+// Whether the job forms an NCCL communicator (at least two CUDA processes).
+bool HasNcclCommunicator(const Job& job);
+
+// A new communicator after a failed sync (NCCL cannot cancel one operation, so a failure aborts
+// the communicator): the same collective, every process taking part (the root contributes a new
+// unique id), and the new NcclTransport on each member (nullptr on the others). Every process of
+// such a job calls it at the same point: at the start of the sync after one whose commit decision
+// failed (the decision is the same everywhere).
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job, int32_t process, int device,
+                                                      Group& group, absl::Time deadline,
+                                                      const NcclApiFactory& factory);
+
 }  // namespace wsync
 
 #endif  // WSYNC_PLUGIN_CUDA_SETUP_H_

@@ -447,6 +447,8 @@ absl::Status Session::ConnectOnce() {
     arenas_ = std::make_unique<ArenaCache>();  // Arenas of an earlier device go first.
     device_ = std::move(cuda.device);
   }
+  nccl_job_ = HasNcclCommunicator(*job_);
+  nccl_reform_pending_ = false;
   for (size_t b = 0; b < part_.buffers.size(); ++b) {
     buffers_[part_.buffers[b].id] = buffer_addresses_[b];
     absl::Status registered =
@@ -519,6 +521,12 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
     for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
     outcome = PathTransportSetup::Reconnect(*transport_, bundles);
   }
+  // After a failed sync every process of a job with an NCCL communicator re-forms it here, at
+  // the same point (the failed decision was the same everywhere); a failure fails this sync.
+  if (nccl_reform_pending_) {
+    absl::Status reform = ReformNcclBackend(absl::Now() + config_.deadline);
+    if (outcome.ok()) outcome = reform;
+  }
   if (outcome.ok() && own_version && *own_version != version) {
     outcome = WithErrorKind(absl::FailedPreconditionError(
                                 absl::StrCat("ranks disagree on the version: this process syncs ",
@@ -569,6 +577,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       last_stats_ = *stats;
       last_stats_version_ = version;
     }
+    nccl_reform_pending_ = nccl_job_ && !outcome.ok();
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -580,6 +589,19 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) after_update_(version, outcome);
   return outcome;
+}
+
+absl::Status Session::ReformNcclBackend(absl::Time deadline) {
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> nccl,
+      ReformNccl(*job_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
+  if (nccl == nullptr) return absl::OkStatus();  // Not a member.
+  absl::MutexLock lock(&handles_mu_);            // Abort must not run while the backend is swapped.
+  for (int32_t b = 0; transport_->backend(b) != nullptr; ++b) {
+    if (transport_->backend(b)->name() == "nccl")
+      return transport_->ReplaceBackend(b, std::move(nccl));
+  }
+  return absl::InternalError("this process has no NCCL backend to re-form");
 }
 
 absl::Status Session::Sync(int64_t version) {

@@ -150,6 +150,8 @@ class Session {
   absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
+  // ReformNccl and the swap of the routed transport's NCCL backend.
+  absl::Status ReformNcclBackend(absl::Time deadline);
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
   // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
   // (after its decision); publishes the version and state.
@@ -177,6 +179,10 @@ class Session {
   std::unique_ptr<Job> job_;
   Plan plan_;
   int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
+  // The job has an NCCL communicator (set at connect), and the last sync's decision failed, so the
+  // next sync starts by re-forming it (plugin/cuda_setup.h: ReformNccl). Sync path only.
+  bool nccl_job_ = false;
+  bool nccl_reform_pending_ = false;
   // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
   // declared before arenas_, which may hold device arenas it allocated.
   std::unique_ptr<DeviceMemory> device_;

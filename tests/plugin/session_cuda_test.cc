@@ -4,6 +4,7 @@
 // same syncs, every rollout element is checked, and configurations that cannot work are refused
 // at connect on every process with the reason (Unimplemented: WSYNC_UNSUPPORTED).
 
+#include <barrier>
 #include <thread>
 #include <vector>
 
@@ -103,6 +104,38 @@ TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
   EXPECT_EQ(processes[2].session->State().first, 3);
   // The bytes went over NCCL (the metrics label each path's transport by the backend routing it).
   EXPECT_THAT(processes[2].session->MetricsText(), HasSubstr("transport=\"nccl\""));
+}
+
+// A communicator failure fails the sync on every process (NCCL aborts the communicator); the
+// next sync starts by forming a new one through the control plane and moves every byte again.
+TEST_F(SessionCudaTest, ASyncAfterACommunicatorFailureReformsItAndCommits) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-reform", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  std::vector<absl::Status> connected(4), failed(4), recovered(4);
+  std::barrier synced(4, [&]() noexcept { cuda.FailCommunicators(); });
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 4; ++p) {
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      connected[p] = me.session->Connect();
+      if (connected[p].ok() && p < 2) connected[p] = test::FillLogical(me.part, 1, me.memory.get());
+      if (connected[p].ok()) connected[p] = me.session->Sync(1);
+      synced.arrive_and_wait();  // The communicator fails now.
+      if (!connected[p].ok()) return;
+      failed[p] = me.session->Sync(2);
+      if (p < 2) recovered[p] = test::FillLogical(me.part, 3, me.memory.get());
+      if (recovered[p].ok()) recovered[p] = me.session->Sync(3);
+      if (recovered[p].ok() && p >= 2) recovered[p] = test::CheckLogical(me.part, *me.memory, 3);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < 4; ++p) {
+    ASSERT_TRUE(connected[p].ok()) << p << ": " << connected[p];
+    EXPECT_FALSE(failed[p].ok()) << p;
+    EXPECT_TRUE(recovered[p].ok()) << p << ": " << recovered[p];
+    EXPECT_EQ(processes[p].session->State().first, 3) << p;
+  }
 }
 
 // Trainers hold host memory, rollouts CUDA memory: trainer -> rollout pairs travel in host memory

@@ -361,6 +361,11 @@ void FakeCudaFabric::FailMallocAfter(int k) {
   state_->fail_malloc_after = k;
 }
 
+void FakeCudaFabric::FailCommunicators() {
+  absl::MutexLock lock(&state_->mu);
+  for (auto& [uid, clique] : state_->cliques) clique.error = "injected communicator failure";
+}
+
 int64_t FakeCudaFabric::kernel_launches() const {
   absl::MutexLock lock(&state_->mu);
   return state_->kernel_launches;

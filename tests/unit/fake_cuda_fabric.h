@@ -42,6 +42,9 @@ class FakeCudaFabric {
   int64_t peak_allocated_bytes() const;
   // Makes the k-th next Malloc fail (ResourceExhausted); 0: none.
   void FailMallocAfter(int k);
+  // Every communicator formed so far reports an asynchronous error (CommAsyncError: Internal,
+  // "injected") from now on; communicators formed later are healthy.
+  void FailCommunicators();
   // Communicators aborted so far, over all ranks; copy kernel launches (the fake runs the kernel
   // as a host strided copy in stream order).
   int aborts() const;

@@ -115,6 +115,27 @@ TEST(RoutedTransportTest, MixedWaitMissesItsDeadlineAndReleasesEverything) {
   EXPECT_EQ(a.UnmatchedRequests() + b.UnmatchedRequests(), 0);
 }
 
+// A backend replaced after an abort (a re-formed NCCL communicator) carries the next messages;
+// the old one's aborted requests are gone.
+TEST(RoutedTransportTest, AReplacedBackendCarriesTheNextMessages) {
+  LoopbackFabric old_fabric(2), new_fabric(2);
+  std::vector<std::unique_ptr<Transport>> backends;
+  backends.push_back(*old_fabric.Connect(0));
+  auto routed = *RoutedTransport::Create(0, std::move(backends), {0, 0});
+  routed->backend(0)->Abort(absl::AbortedError("communicator failed"));
+  char byte = 0;
+  EXPECT_FALSE(routed->PostSend(1, MakeTag(1, 0, 0), &byte, 1).ok());
+  EXPECT_FALSE(routed->ReplaceBackend(1, *new_fabric.Connect(0)).ok());  // Out of range.
+  ASSERT_TRUE(routed->ReplaceBackend(0, *new_fabric.Connect(0)).ok());
+  std::unique_ptr<Transport> peer = *new_fabric.Connect(1);
+  char sent = 42, received = 0;
+  const RequestId send = *routed->PostSend(1, MakeTag(2, 0, 0), &sent, 1);
+  const RequestId receive = *peer->PostReceive(0, MakeTag(2, 0, 0), &received, 1);
+  ASSERT_TRUE(routed->WaitAll({send}, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(peer->WaitAll({receive}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(received, 42);
+}
+
 TEST(RoutedTransportTest, RefusesBadRoutes) {
   LoopbackFabric a(2);
   std::vector<std::unique_ptr<Transport>> backends;

@@ -212,6 +212,19 @@ Transport* RoutedTransport::backend(int32_t index) const {
   return backends_[index].get();
 }
 
+absl::Status RoutedTransport::ReplaceBackend(int32_t index, std::unique_ptr<Transport> backend) {
+  if (index < 0 || index >= static_cast<int32_t>(backends_.size()) || backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot replace backend ", index, " of ", backends_.size()));
+  }
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = it->second.backend == index ? requests_.erase(it) : std::next(it);
+  }
+  for (auto& [id, ids] : registrations_) ids[index].reset();
+  backends_[index] = std::move(backend);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,
                                                                MemoryKind kind) {
   std::vector<std::optional<RegistrationId>> ids;

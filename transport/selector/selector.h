@@ -115,6 +115,12 @@ class RoutedTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   int64_t DiscardStaleMessages(uint64_t sync_id) override;
 
+  // Replaces backend `index` (e.g. an NCCL communicator re-formed after an abort). Requests still
+  // routed to the old backend are forgotten and its registrations dropped (registration is
+  // optional). Not concurrent with any other call, Abort included: the caller serialises.
+  // InvalidArgument for an index out of range or a null backend.
+  absl::Status ReplaceBackend(int32_t index, std::unique_ptr<Transport> backend);
+
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;
   // The index of that backend (-1 out of range), and the backend of an index (nullptr out of
