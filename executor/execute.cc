@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
+#include "executor/memory_kinds.h"
 #include "executor/verify.h"
 #include "executor/work.h"
 #include "planner/relay.h"
@@ -24,24 +25,25 @@ using executor_internal::Lane;
 using executor_internal::Message;
 using executor_internal::Work;
 
-// Checks that every buffer the work touches on this process was handed over, in host memory.
+// Checks that every buffer the work touches on this process was handed over, and that a process
+// holding CUDA memory was given a DeviceMemory.
 absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                          const LocalBuffers& buffers) {
+                          const LocalBuffers& buffers, const ExecuteOptions& options) {
+  if (work.any_cuda && options.verify) {
+    return absl::UnimplementedError(
+        "verify is not available for a job with CUDA buffers (the chunk hashes read host memory)");
+  }
+  if (work.relay_arena_kind == MemoryKind::kCuda && options.device == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "process ", work.process,
+        " holds CUDA buffers but was given no device memory (CUDA buffers need a build with NCCL "
+        "and a CUDA device)"));
+  }
   auto check = [&](const Endpoint& end) -> absl::Status {
     if (end.process != work.process || end.buffer == kRelayArenaBuffer) return absl::OkStatus();
     if (!buffers.contains(end.buffer)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", work.process, " was given no address for its buffer ", end.buffer));
-    }
-    const JobProcess& owner = job.processes()[end.process];
-    const Layout& layout = job.IsSource(end.process) ? job.source() : job.target();
-    for (const BufferInfo& info : layout.buffers) {
-      if (info.process == owner.rank && info.id == end.buffer && info.kind != MemoryKind::kHost) {
-        return absl::UnimplementedError(absl::StrCat("buffer ", end.buffer, " of process ",
-                                                     work.process,
-                                                     " is CUDA memory; the host executor "
-                                                     "moves host memory only"));
-      }
     }
     return absl::OkStatus();
   };
@@ -83,9 +85,11 @@ class Run {
       DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
-    AllocateArenas();
+    absl::Status status = AllocateArenas();
     RejectStaleMessages();
-    for (int32_t index : work_.local_segments) CopyLocal(segments_[index]);
+    for (int32_t index : work_.local_segments) {
+      if (status.ok()) status = CopyLocal(segments_[index]);
+    }
 
     int32_t rounds = 0;
     for (const Lane& lane : work_.lanes) {
@@ -94,9 +98,10 @@ class Run {
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
     slot_last_round_.assign(work_.lanes.size(), {-1, -1});
-    absl::Status status = verifier_ ? verifier_->Start(transport_) : absl::OkStatus();
+    if (status.ok() && verifier_) status = verifier_->Start(transport_);
     if (status.ok()) status = RunRounds(rounds);
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
+    if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
       NoticeUnsentMessages(status);
       const absl::Time grace = FailureGrace();
@@ -108,6 +113,8 @@ class Run {
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
       }
+      // No device copy may write after the run returned.
+      SynchronizeDevice(std::max(grace, absl::Now() + absl::Seconds(1))).IgnoreError();
       return status;
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
@@ -163,10 +170,12 @@ class Run {
         stats_.received_bytes += message->bytes;  // Completed: every byte of it arrived.
         received.emplace_back(lane, index);
       }
-      Unpack(received);
+      WSYNC_RETURN_IF_ERROR(Unpack(received));
       if (verifier_) {
         for (const auto& [lane, index] : received) verifier_->HashReceived(lane, index);
       }
+      // Device unpacks of round r read arena slots that the deferred posts below may receive into.
+      WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
       WSYNC_RETURN_IF_ERROR(PrepareNext(deferred));
     }
     return absl::OkStatus();
@@ -252,21 +261,57 @@ class Run {
     if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
 
-  void AllocateArenas() {
+  absl::Status AllocateArenas() {
     ArenaCache* cache = options_.arenas != nullptr ? options_.arenas : &fresh_arenas_;
     arenas_.assign(work_.lanes.size(), nullptr);
+    auto get = [&](size_t lane, int64_t bytes, MemoryKind kind) -> absl::StatusOr<char*> {
+      arena_bytes_ += bytes;
+      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      if (kind == MemoryKind::kHost) return cache->Get(lane, bytes);
+      return cache->GetDevice(*options_.device, lane, bytes);
+    };
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const int64_t bytes = work_.lanes[lane].slots * work_.lanes[lane].slot_bytes;
       if (bytes == 0) continue;
-      arenas_[lane] = cache->Get(lane, bytes);
-      arena_bytes_ += bytes;
-      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      WSYNC_ASSIGN_OR_RETURN(arenas_[lane], get(lane, bytes, work_.lanes[lane].kind));
     }
     if (work_.relay_arena_bytes > 0) {  // Kept in the cache after the lanes' arenas.
-      relay_arena_ = cache->Get(work_.lanes.size(), work_.relay_arena_bytes);
-      arena_bytes_ += work_.relay_arena_bytes;
-      stats_.peak_arena_bytes = std::max(stats_.peak_arena_bytes, arena_bytes_);
+      WSYNC_ASSIGN_OR_RETURN(
+          relay_arena_, get(work_.lanes.size(), work_.relay_arena_bytes, work_.relay_arena_kind));
     }
+    return absl::OkStatus();
+  }
+
+  // Copies a strided region between memory kinds: on the host when both sides are host memory,
+  // otherwise enqueued on the device (SynchronizeDevice waits for it).
+  absl::Status Copy(void* dst, MemoryKind dst_kind, const Dims& dst_strides, const void* src,
+                    MemoryKind src_kind, const Dims& src_strides, const Dims& shape,
+                    int64_t element_size) {
+    if (dst_kind == MemoryKind::kHost && src_kind == MemoryKind::kHost) {
+      CopyStrided(dst, dst_strides, src, src_strides, shape, element_size);
+      return absl::OkStatus();
+    }
+    device_pending_ = true;
+    return options_.device->CopyStridedAsync(dst, dst_strides, src, src_strides, shape,
+                                             element_size);
+  }
+
+  // Appends `copy` to `host_batch` (for CopyStridedBatch) when both sides are host memory;
+  // otherwise enqueues it on the device at once (SynchronizeDevice waits for it).
+  absl::Status CopyOrBatch(const StridedCopy& copy, MemoryKind dst_kind, MemoryKind src_kind,
+                           std::vector<StridedCopy>& host_batch) {
+    if (dst_kind == MemoryKind::kHost && src_kind == MemoryKind::kHost) {
+      host_batch.push_back(copy);
+      return absl::OkStatus();
+    }
+    return Copy(copy.dst, dst_kind, copy.dst_strides, copy.src, src_kind, copy.src_strides,
+                copy.shape, copy.element_size);
+  }
+
+  absl::Status SynchronizeDevice(absl::Time deadline) {
+    if (!device_pending_) return absl::OkStatus();
+    device_pending_ = false;
+    return options_.device->Synchronize(deadline);
   }
 
   char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
@@ -275,41 +320,56 @@ class Run {
     return base + offset * element_size;
   }
 
-  void CopyLocal(const Segment& s) {
+  absl::Status CopyLocal(const Segment& s) {
     const int64_t element_size = job_.ElementSize(s.param);
-    CopyStrided(BufferAddress(s.to, s.to.offset, element_size), s.to.strides,
-                BufferAddress(s.from, s.from.offset, element_size), s.from.strides, s.box.extent,
-                element_size);
+    WSYNC_RETURN_IF_ERROR(
+        Copy(BufferAddress(s.to, s.to.offset, element_size), LocalKind(s.to.buffer), s.to.strides,
+             BufferAddress(s.from, s.from.offset, element_size), LocalKind(s.from.buffer),
+             s.from.strides, s.box.extent, element_size));
     stats_.local_copy_bytes += Volume(s.box) * element_size;
     ++stats_.chunks;
+    return absl::OkStatus();
+  }
+
+  // The memory kind of this process's buffer `buffer`.
+  MemoryKind LocalKind(uint64_t buffer) const {
+    if (!work_.any_cuda) return MemoryKind::kHost;
+    return kinds_.Buffer(work_.process, buffer);
   }
 
   char* SlotAddress(int32_t lane, const Message& message) const {
     return arenas_[lane] + message.slot * work_.lanes[lane].slot_bytes;
   }
 
-  // Appends the packs of staged send `index` of `lane` into its arena slot to `packs`.
-  void AppendPacks(int32_t lane, int32_t index, std::vector<StridedCopy>& packs) const {
-    const Message& message = work_.lanes[lane].messages[index];
+  // Packs staged send `index` of `lane` into its arena slot: host-to-host copies are appended
+  // to `packs` (run later as one batch), copies touching CUDA memory are enqueued on the device.
+  absl::Status AppendPacks(int32_t lane, int32_t index, std::vector<StridedCopy>& packs) {
+    const Lane& l = work_.lanes[lane];
+    const Message& message = l.messages[index];
     char* cursor = SlotAddress(lane, message);
     for (int32_t chunk_index : message.chunks) {
       const Chunk& chunk = work_.chunks[chunk_index];
       const Segment& s = segments_[chunk.segment];
-      packs.push_back({cursor, RowMajorStrides(chunk.shape),
+      WSYNC_RETURN_IF_ERROR(
+          CopyOrBatch({cursor, RowMajorStrides(chunk.shape),
                        BufferAddress(s.from, chunk.from_offset, chunk.element_size), s.from.strides,
-                       chunk.shape, chunk.element_size});
+                       chunk.shape, chunk.element_size},
+                      l.kind, chunk.from_kind, packs));
       cursor += chunk.bytes;
     }
+    return absl::OkStatus();
   }
 
   // The first staged send of `lane` from message `first` on (the lane's messages before `first`
   // are posted by now), when it may be packed now, ahead of its round: the lane is a sending lane
   // that is not forwarding (what it forwards may not have arrived), none of its messages from
-  // `first` on is packed already, and the message's slot is not `busy_slot` (filled now) and
-  // holds nothing in flight. Returns -1 otherwise.
+  // `first` on is packed already, the message is one chunk from host memory into a host arena,
+  // and its slot is not `busy_slot` (filled now) and holds nothing in flight. Returns -1
+  // otherwise.
   int32_t PackableAhead(int32_t lane, int32_t first, int32_t busy_slot) const {
     const Lane& l = work_.lanes[lane];
-    if (l.direction != Direction::kSend || l.forwarding || packed_ahead_[lane] >= first) {
+    if (l.direction != Direction::kSend || l.forwarding || l.kind != MemoryKind::kHost ||
+        packed_ahead_[lane] >= first) {
       return -1;
     }
     for (int32_t index = first; index < static_cast<int32_t>(l.messages.size()); ++index) {
@@ -317,7 +377,9 @@ class Run {
       if (message.direct) continue;
       const bool free =
           message.slot != busy_slot && slot_last_round_[lane][message.slot] < completed_rounds_;
-      return free ? index : -1;
+      const bool host_chunk = message.chunks.size() == 1 &&
+                              work_.chunks[message.chunks[0]].from_kind == MemoryKind::kHost;
+      return free && host_chunk ? index : -1;
     }
     return -1;
   }
@@ -349,18 +411,19 @@ class Run {
           packed_ahead_[lane] == index) {
         continue;
       }
-      AppendPacks(lane, index, packs);
+      const size_t before = packs.size();
+      WSYNC_RETURN_IF_ERROR(AppendPacks(lane, index, packs));
       packed.emplace_back(lane, index);
       packs_due[lane] = true;
-      if (message.chunks.size() == 1) due_alone.push_back(packs.back());
+      if (message.chunks.size() == 1 && packs.size() > before) due_alone.push_back(packs.back());
     }
     if (!due_alone.empty()) {
       for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
         if (packs_due[lane]) continue;
         const int32_t index = PackableAhead(lane, first[lane], busy_slot[lane]);
-        if (index < 0 || work_.lanes[lane].messages[index].chunks.size() != 1) continue;
+        if (index < 0) continue;
         const size_t at = packs.size();
-        AppendPacks(lane, index, packs);
+        WSYNC_RETURN_IF_ERROR(AppendPacks(lane, index, packs));  // Host to host: appended.
         if (std::none_of(due_alone.begin(), due_alone.end(),
                          [&](const StridedCopy& due) { return ShareAPass(packs[at], due); })) {
           packs.resize(at);
@@ -376,7 +439,10 @@ class Run {
       CopyStridedBatch(packs);
       stats_.pack_cpu_seconds += ThreadCpuSeconds() - pack_start;
     }
+    // The sends read the arenas: the device must have written them first.
+    WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
     for (const auto& [lane, index] : packed) {
+      if (work_.lanes[lane].kind != MemoryKind::kHost) continue;
       const Message& message = work_.lanes[lane].messages[index];
       failpoint::Flip("pack", SlotAddress(lane, message), message.bytes);
     }
@@ -423,10 +489,12 @@ class Run {
     return absl::OkStatus();
   }
 
-  // Unpacks the staged messages among `received` (lane, message index) as one batch
-  // (CopyStridedBatch): column blocks of one row shard that arrive in the same round from
-  // different peers are unpacked in one pass over its rows.
-  void Unpack(absl::Span<const std::pair<int32_t, int32_t>> received) {
+  // Unpacks the staged messages among `received` (lane, message index): host-to-host copies as
+  // one batch (CopyStridedBatch: column blocks of one row shard that arrive in the same round
+  // from different peers are unpacked in one pass over its rows), copies touching CUDA memory
+  // enqueued on the device (SynchronizeDevice waits for them).
+  absl::Status Unpack(absl::Span<const std::pair<int32_t, int32_t>> received) {
+    const double start = ThreadCpuSeconds();
     std::vector<StridedCopy> unpacks;
     for (const auto& [lane, index] : received) {
       const Message& message = work_.lanes[lane].messages[index];
@@ -435,15 +503,16 @@ class Run {
       for (int32_t chunk_index : message.chunks) {
         const Chunk& chunk = work_.chunks[chunk_index];
         const Segment& s = segments_[chunk.segment];
-        unpacks.push_back({BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides,
-                           cursor, RowMajorStrides(chunk.shape), chunk.shape, chunk.element_size});
+        WSYNC_RETURN_IF_ERROR(
+            CopyOrBatch({BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides,
+                         cursor, RowMajorStrides(chunk.shape), chunk.shape, chunk.element_size},
+                        chunk.to_kind, work_.lanes[lane].kind, unpacks));
         cursor += chunk.bytes;
       }
     }
-    if (unpacks.empty()) return;
-    const double start = ThreadCpuSeconds();
     CopyStridedBatch(unpacks);
     stats_.unpack_cpu_seconds += ThreadCpuSeconds() - start;
+    return absl::OkStatus();
   }
 
   const Job& job_;
@@ -463,9 +532,17 @@ class Run {
   int32_t completed_rounds_ = 0;       // Rounds whose requests have all completed.
   std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
   std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
+  const JobMemoryKinds kinds_{job_};
+  bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
 };
 
 }  // namespace
+
+ArenaCache::~ArenaCache() {
+  for (const DeviceArena& arena : device_arenas_) {
+    if (arena.memory != nullptr) arena.device->Free(arena.memory);
+  }
+}
 
 char* ArenaCache::Get(size_t lane, int64_t bytes) {
   if (lane >= arenas_.size()) {
@@ -479,9 +556,28 @@ char* ArenaCache::Get(size_t lane, int64_t bytes) {
   return arenas_[lane].get();
 }
 
+absl::StatusOr<char*> ArenaCache::GetDevice(DeviceMemory& device, size_t lane, int64_t bytes) {
+  if (lane >= device_arenas_.size()) device_arenas_.resize(lane + 1);
+  DeviceArena& arena = device_arenas_[lane];
+  if (arena.memory != nullptr && arena.device == &device && arena.bytes >= bytes) {
+    return arena.memory;
+  }
+  if (arena.memory != nullptr) arena.device->Free(arena.memory);
+  arena = DeviceArena{};
+  WSYNC_ASSIGN_OR_RETURN(void* memory, device.Allocate(bytes));
+  arena = DeviceArena{&device, static_cast<char*>(memory), bytes};
+  return arena.memory;
+}
+
 int64_t ArenaCache::held_bytes() const {
-  int64_t total = 0;
+  int64_t total = held_device_bytes();
   for (int64_t size : sizes_) total += size;
+  return total;
+}
+
+int64_t ArenaCache::held_device_bytes() const {
+  int64_t total = 0;
+  for (const DeviceArena& arena : device_arenas_) total += arena.bytes;
   return total;
 }
 
@@ -493,7 +589,7 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   absl::StatusOr<Work> work =
       executor_internal::BuildWork(job, segments, endpoints, budget, process);
   absl::Status local = work.status();
-  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers);
+  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers, options);
   WSYNC_RETURN_IF_ERROR(
       AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
   Run run(job, segments, *work, buffers, transport, options);

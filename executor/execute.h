@@ -15,25 +15,43 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "executor/schedule.h"
+#include "transport/device_memory.h"
 #include "transport/transport.h"
 
 namespace wsync {
 
-// Base addresses of this process's buffers by buffer id (sizes come from the layout). Host memory.
+// Base addresses of this process's buffers by buffer id (sizes and memory kinds come from the
+// layout): host pointers, or device pointers for CUDA buffers.
 using LocalBuffers = absl::flat_hash_map<uint64_t, void*>;
 
 // Staging memory kept across runs of one process, so that a sync pays neither allocation nor
 // first-touch page faults for its arenas. Holds at most what the last run's schedule needed; not
-// thread-safe (one per process).
+// thread-safe (one per process). Device arenas are freed through the DeviceMemory that allocated
+// them, which must outlive the cache.
 class ArenaCache {
  public:
-  // Memory for arena `lane` of at least `bytes` bytes, reused when the lane had as much before.
+  ArenaCache() = default;
+  ArenaCache(const ArenaCache&) = delete;
+  ArenaCache& operator=(const ArenaCache&) = delete;
+  ~ArenaCache();
+
+  // Host memory for arena `lane` of at least `bytes` bytes, reused when the lane had as much.
   char* Get(size_t lane, int64_t bytes);
+  // The same in `device` memory (a lane's device arena is separate from its host one).
+  absl::StatusOr<char*> GetDevice(DeviceMemory& device, size_t lane, int64_t bytes);
+  // Host and device bytes held, and the device part.
   int64_t held_bytes() const;
+  int64_t held_device_bytes() const;
 
  private:
+  struct DeviceArena {
+    DeviceMemory* device = nullptr;
+    char* memory = nullptr;
+    int64_t bytes = 0;
+  };
   std::vector<std::unique_ptr<char[]>> arenas_;
   std::vector<int64_t> sizes_;
+  std::vector<DeviceArena> device_arenas_;
 };
 
 struct ExecuteOptions {
@@ -43,7 +61,8 @@ struct ExecuteOptions {
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
   // End-to-end integrity (verify.h): every chunk sent to a peer is hashed (xxh3-64) by its sender
   // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
-  // naming the peer and the chunk. Local copies are not hashed.
+  // naming the peer and the chunk. Local copies are not hashed. Refused (Unimplemented) for a job
+  // with CUDA buffers: the hashes read host memory.
   bool verify = false;
   // Optional, caller-owned: incremented by the messages of earlier syncs this run rejected
   // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run
@@ -55,6 +74,11 @@ struct ExecuteOptions {
   // caller can vote no first and the commit decision names this process's reason rather than a
   // peer's consequence. Optional.
   std::function<void(const absl::Status&)> before_notices;
+  // Copies and arenas for CUDA memory (memory_kinds.h), caller-owned. Required when this process
+  // holds a CUDA buffer (the run is refused with Unimplemented otherwise); never called by a
+  // host-only job. Packs are synchronised before their send is posted, unpacks of a round before
+  // the next round's messages are posted into their arenas, local copies before the run returns.
+  DeviceMemory* device = nullptr;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -23,7 +23,10 @@
 //   A box the relay only forwards lands in its relay arena, which must fit in the budget.
 // - Arenas: a peer direction stages at most its largest staged message; it gets two slots (so the
 //   pack of round r+1 and the unpack of round r-1 overlap round r) when two fit in the budget,
-//   else one. Arena bytes never exceed the budget per peer direction.
+//   else one. Arena bytes never exceed the budget per peer direction, whatever their memory kind.
+// - Memory kinds (memory_kinds.h): messages between two CUDA processes travel in CUDA memory,
+//   all others in host memory; a side whose buffer is of the other kind stages (the pack or unpack
+//   copies between the kinds), and an arena is of its pair's kind.
 
 #include <cstdint>
 #include <vector>
@@ -70,6 +73,8 @@ struct PeerSchedule {
   int32_t arena_slots = 0;
   int64_t arena_slot_bytes = 0;
   bool forwarding = false;  // Stage 2 of relays: the sender forwards what it received.
+  // The memory its messages travel in and its arena lives in (executor/memory_kinds.h).
+  MemoryKind arena_kind = MemoryKind::kHost;
   int64_t arena_bytes() const { return arena_slots * arena_slot_bytes; }
 };
 
@@ -89,9 +94,10 @@ struct ProcessSchedule {
   int64_t sent_bytes = 0;
   int64_t received_bytes = 0;
   int64_t local_copy_bytes = 0;
-  int64_t direct_bytes = 0;  // Sent or received in place.
-  int64_t staged_bytes = 0;  // Sent or received through an arena.
-  int64_t arena_bytes = 0;   // All arenas of this process at once: its peak staging memory.
+  int64_t direct_bytes = 0;      // Sent or received in place.
+  int64_t staged_bytes = 0;      // Sent or received through an arena.
+  int64_t arena_bytes = 0;       // All arenas of this process at once: its peak staging memory.
+  int64_t cuda_arena_bytes = 0;  // The part of arena_bytes in device memory (the rest is host).
   // Relays (zero without): bytes received from trainers that this process forwards (stage 1),
   // bytes it forwards and bytes forwarded to it (stage 2), its relay arena (also in arena_bytes),
   // and the inter-node bytes its forwards saved.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "executor/memory_kinds.h"
 #include "executor/relay_work.h"
 #include "transport/transport.h"
 
@@ -22,11 +23,17 @@ std::string DescribeSegment(const Job& job, const Segment& s) {
 
 // Cuts segment `index` into chunks of whole rows along its outermost axis of extent > 1, each of
 // at most `cap` bytes (one row when a row is larger). Refuses a row larger than the whole budget
-// that a side would have to stage.
-absl::Status AppendChunks(const Job& job, const Segment& s, int32_t index, int64_t cap,
-                          int64_t budget, std::vector<Chunk>& out) {
+// that a side would have to stage. A side whose buffer is not of the pair's memory kind stages.
+absl::Status AppendChunks(const Job& job, const JobMemoryKinds& kinds, const Segment& s,
+                          int32_t index, int64_t cap, int64_t budget, std::vector<Chunk>& out) {
   const int64_t element_size = job.ElementSize(s.param);
   const int64_t bytes = Volume(s.box) * element_size;
+  const MemoryKind wire = kinds.Pair(s.from.process, s.to.process);
+  const MemoryKind from_kind = kinds.Buffer(s.from.process, s.from.buffer);
+  const MemoryKind to_kind = kinds.Buffer(s.to.process, s.to.buffer);
+  auto packed = [&](const Dims& shape, const Dims& strides, MemoryKind kind) {
+    return kind == wire && IsPacked(shape, strides);
+  };
   auto make_chunk = [&](const Dims& shape, int64_t from_offset, int64_t to_offset) {
     Chunk chunk;
     chunk.segment = index;
@@ -35,8 +42,10 @@ absl::Status AppendChunks(const Job& job, const Segment& s, int32_t index, int64
     chunk.to_offset = to_offset;
     chunk.element_size = element_size;
     chunk.bytes = Volume(shape) * element_size;
-    chunk.from_packed = IsPacked(shape, s.from.strides);
-    chunk.to_packed = IsPacked(shape, s.to.strides);
+    chunk.from_packed = packed(shape, s.from.strides, from_kind);
+    chunk.to_packed = packed(shape, s.to.strides, to_kind);
+    chunk.from_kind = from_kind;
+    chunk.to_kind = to_kind;
     return chunk;
   };
   int axis = -1;
@@ -55,8 +64,8 @@ absl::Status AppendChunks(const Job& job, const Segment& s, int32_t index, int64
   Dims row_shape = s.box.extent;
   row_shape[axis] = 1;
   if (row_bytes > budget) {
-    const bool from_packed = IsPacked(row_shape, s.from.strides);
-    const bool to_packed = IsPacked(row_shape, s.to.strides);
+    const bool from_packed = packed(row_shape, s.from.strides, from_kind);
+    const bool to_packed = packed(row_shape, s.to.strides, to_kind);
     if (!from_packed || !to_packed) {
       return absl::InvalidArgumentError(absl::StrCat(
           "segment of ", DescribeSegment(job, s), " cannot be staged: one row along axis ", axis,
@@ -146,9 +155,12 @@ absl::StatusOr<Work> BuildLanes(const Job& job, absl::Span<const Segment> segmen
     return absl::InvalidArgumentError(
         absl::StrCat("process ", process, " is not one of the batch's endpoints"));
   }
+  const JobMemoryKinds kinds(job);
   Work work;
   work.process = process;
   work.budget_bytes = budget_bytes;
+  work.any_cuda = kinds.any_cuda();
+  work.relay_arena_kind = kinds.Process(process);
   const int64_t cap = std::max<int64_t>(budget_bytes / 2, 1);
 
   // Segments of each ordered pair this process is in, in canonical order.
@@ -181,12 +193,13 @@ absl::StatusOr<Work> BuildLanes(const Job& job, absl::Span<const Segment> segmen
       for (int32_t index : indices) {
         const size_t first = work.chunks.size();
         WSYNC_RETURN_IF_ERROR(
-            AppendChunks(job, segments[index], index, cap, budget_bytes, work.chunks));
+            AppendChunks(job, kinds, segments[index], index, cap, budget_bytes, work.chunks));
         for (size_t c = first; c < work.chunks.size(); ++c) order.push_back(c);
       }
       Lane lane;
       lane.peer = sending ? pair.second : pair.first;
       lane.direction = direction;
+      lane.kind = kinds.Pair(pair.first, pair.second);
       lane.messages = BuildMessages(work.chunks, order, cap);
       if (static_cast<int64_t>(lane.messages.size()) > kMaxRounds) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -233,6 +246,7 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
     peer.arena_slots = lane.slots;
     peer.arena_slot_bytes = lane.slot_bytes;
     peer.forwarding = lane.forwarding;
+    peer.arena_kind = lane.kind;
     for (const Message& message : lane.messages) {
       peer.rounds.push_back(ScheduledRound{message.round, message.bytes, message.elements,
                                            static_cast<int32_t>(message.chunks.size()),
@@ -246,6 +260,7 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
       schedule.rounds = std::max(schedule.rounds, lane.messages.back().round + 1);
     }
     schedule.arena_bytes += peer.arena_bytes();
+    if (lane.kind == MemoryKind::kCuda) schedule.cuda_arena_bytes += peer.arena_bytes();
     schedule.peers.push_back(std::move(peer));
   }
   for (int32_t index : work.local_segments) {
@@ -257,6 +272,9 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
     ++schedule.chunks;
   }
   SummarizeRelays(job, work, segments, schedule);
+  if (work.relay_arena_kind == MemoryKind::kCuda) {
+    schedule.cuda_arena_bytes += work.relay_arena_bytes;
+  }
   return schedule;
 }
 

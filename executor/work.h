@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/memory_kind.h"
 #include "executor/schedule.h"
 
 namespace wsync::executor_internal {
@@ -23,8 +24,13 @@ struct Chunk {
   int64_t to_offset = 0;    // Elements, in the receiver's buffer.
   int64_t element_size = 0;
   int64_t bytes = 0;
+  // The chunk can be sent from / received into its buffer in place on that side: row-major packed
+  // there (IsPacked) and its buffer of the memory kind its pair's messages travel in
+  // (memory_kinds.h). Otherwise that side stages it.
   bool from_packed = false;
   bool to_packed = false;
+  MemoryKind from_kind = MemoryKind::kHost;  // Of the buffers on each side.
+  MemoryKind to_kind = MemoryKind::kHost;
 };
 
 struct Message {
@@ -43,7 +49,8 @@ struct Lane {
   std::vector<Message> messages;  // Rounds strictly increasing.
   int32_t slots = 0;
   int64_t slot_bytes = 0;
-  bool forwarding = false;  // Stage 2 of relays: the sender is a rollout process.
+  bool forwarding = false;              // Stage 2 of relays: the sender is a rollout process.
+  MemoryKind kind = MemoryKind::kHost;  // Of its messages and so of its arena (memory_kinds.h).
 };
 
 struct Work {
@@ -54,6 +61,8 @@ struct Work {
   std::vector<int32_t> local_segments;  // Segments copied within this process.
   int64_t segments = 0;                 // Segments this process takes part in.
   int64_t relay_arena_bytes = 0;        // Where stage 1 lands for boxes this process only relays.
+  MemoryKind relay_arena_kind = MemoryKind::kHost;
+  bool any_cuda = false;  // Some buffer of the job is CUDA memory.
 };
 
 // The budget in bytes when it is a non-negative integer (at most 2^62).

@@ -148,7 +148,10 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
     SessionMetrics::PathBytes path;
     path.path_class = std::string(job_->PathClass(process_, peer.peer));
     path.transport = "default";
-    if (paths.ok()) {
+    const Transport* backend = transport_ != nullptr ? transport_->BackendFor(peer.peer) : nullptr;
+    if (backend != nullptr && backend->name() == "nccl") {
+      path.transport = "nccl";  // CUDA pairs (executor/memory_kinds.h), whatever the class maps to.
+    } else if (paths.ok()) {
       const TransportChoice& choice = paths->For(path.path_class);
       path.transport = choice.transports.empty()
                            ? choice.backend
@@ -181,7 +184,7 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
     metrics_->RecordLocalCopy(stats->local_copy_bytes);
     arena_peak_bytes_ = std::max(arena_peak_bytes_, stats->peak_arena_bytes);
   }
-  metrics_->SetArenaBytes(arenas_.held_bytes(), arena_peak_bytes_);
+  metrics_->SetArenaBytes(arenas_->held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
   RecordCoordinatorRefusals();
   PublishState();
@@ -216,9 +219,20 @@ absl::Status Session::RegisterBuffer(uint64_t id, void* address, int64_t bytes, 
   if (address == nullptr && bytes > 0) {
     return absl::InvalidArgumentError(absl::StrCat("buffer ", id, " has no address"));
   }
-  if (kind != MemoryKind::kHost) {
-    return absl::UnimplementedError(
-        "CUDA buffers need the NCCL transport, which this build does not run yet");
+  if (kind == MemoryKind::kCuda) {
+    // Carried by NCCL (plugin/cuda_setup.h); a build or machine that cannot is refused at connect.
+    if (device < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA buffer ", id, " needs a device ordinal, not ", device));
+    }
+    if (cuda_device_ >= 0 && cuda_device_ != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA buffer ", id, " is on device ", device, " but this process's CUDA buffers are on ",
+          "device ", cuda_device_, "; one process uses one device"));
+    }
+  } else if (kind != MemoryKind::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer ", id, " has an unknown memory kind ", static_cast<int>(kind)));
   }
   for (const BufferInfo& buffer : part_.buffers) {
     if (buffer.id == id) {
@@ -227,6 +241,7 @@ absl::Status Session::RegisterBuffer(uint64_t id, void* address, int64_t bytes, 
   }
   part_.buffers.push_back(BufferInfo{config_.rank, id, bytes, kind});
   buffer_addresses_.push_back(address);
+  if (kind == MemoryKind::kCuda) cuda_device_ = device;
   return absl::OkStatus();
 }
 
@@ -355,9 +370,6 @@ void Session::DropConnection() {
 
 absl::Status Session::ConnectOnce() {
   const absl::Time deadline = absl::Now() + config_.deadline;
-  for (const BufferInfo& buffer : part_.buffers) {
-    if (buffer.kind != MemoryKind::kHost) return absl::UnimplementedError("CUDA buffers");
-  }
   if (config_.host_coordinator) {
     CoordinatorOptions options;
     options.job_id = config_.job_id;
@@ -417,18 +429,36 @@ absl::Status Session::ConnectOnce() {
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
 
+  // Each peer's transport by (path class, memory kind); with CUDA buffers in the job, one more
+  // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
+  absl::StatusOr<std::vector<TransportChoice>> routes =
+      setup.ChooseRoutes(*job_, plan_.segments, NcclBuilt());
+  WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
+                         ConnectCuda(*job_, process_, cuda_device_, routes.status(), *client_,
+                                     deadline, config_.nccl_api));
+  WSYNC_RETURN_IF_ERROR(routes.status());
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         std::move(setup).Connect(*job_, bundles));
+                         std::move(setup).Connect(*job_, bundles, *routes, std::move(cuda.nccl)));
   {
     absl::MutexLock lock(&handles_mu_);
     transport_ = std::move(transport);
   }
+  if (cuda.device != nullptr) {
+    arenas_ = std::make_unique<ArenaCache>();  // Arenas of an earlier device go first.
+    device_ = std::move(cuda.device);
+  }
+  nccl_job_ = HasNcclCommunicator(*job_);
+  nccl_reform_pending_ = false;
   for (size_t b = 0; b < part_.buffers.size(); ++b) {
     buffers_[part_.buffers[b].id] = buffer_addresses_[b];
-    WSYNC_RETURN_IF_ERROR(
+    absl::Status registered =
         transport_
             ->RegisterMemory(buffer_addresses_[b], part_.buffers[b].bytes, part_.buffers[b].kind)
-            .status());
+            .status();
+    // Registration is optional for CUDA memory (NCCL registers where it helps); none of this
+    // process's transports may carry it when all its peers are host processes.
+    if (part_.buffers[b].kind == MemoryKind::kCuda && absl::IsUnimplemented(registered)) continue;
+    WSYNC_RETURN_IF_ERROR(registered);
   }
   for (int32_t p = 0; p < roster.size(); ++p) endpoints_.processes.push_back(p);
   // The schedule is built now so that a budget or geometry problem shows at connect, not at the
@@ -457,16 +487,18 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
                                            StagingBudget{config_.staging_budget_bytes}, process_));
   std::string report = absl::StrFormat(
       "process %d (%s rank %d): %d segments, %d chunks, %d rounds; sends %d B, receives %d B, "
-      "copies %d B locally; direct %d B, staged %d B; arenas %d B\n",
+      "copies %d B locally; direct %d B, staged %d B; arenas %d B (host %d B, cuda %d B)\n",
       process_, RoleName(config_.role), config_.rank, s.segments, s.chunks, s.rounds, s.sent_bytes,
-      s.received_bytes, s.local_copy_bytes, s.direct_bytes, s.staged_bytes, s.arena_bytes);
+      s.received_bytes, s.local_copy_bytes, s.direct_bytes, s.staged_bytes, s.arena_bytes,
+      s.arena_bytes - s.cuda_arena_bytes, s.cuda_arena_bytes);
   for (const PeerSchedule& peer : s.peers) {
     int64_t bytes = 0;
     for (const ScheduledRound& round : peer.rounds) bytes += round.bytes;
-    absl::StrAppendFormat(&report, "  %s process %d (%s): %d rounds, %d B, arena %d B\n",
+    absl::StrAppendFormat(&report,
+                          "  %s process %d (%s): %d rounds, %d B, arena %d B (%s memory)\n",
                           peer.direction == Direction::kSend ? "to" : "from", peer.peer,
                           job_->PathClass(process_, peer.peer), peer.rounds.size(), bytes,
-                          peer.arena_bytes());
+                          peer.arena_bytes(), MemoryKindName(peer.arena_kind));
   }
   absl::StrAppend(&report, "plan digest ", DigestHex(plan_.digest), "; ",
                   PredictionLine(prediction_, calibration_), "\n");
@@ -489,6 +521,12 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
     for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
     outcome = PathTransportSetup::Reconnect(*transport_, bundles);
   }
+  // After a failed sync every process of a job with an NCCL communicator re-forms it here, at
+  // the same point (the failed decision was the same everywhere); a failure fails this sync.
+  if (nccl_reform_pending_) {
+    absl::Status reform = ReformNcclBackend(absl::Now() + config_.deadline);
+    if (outcome.ok()) outcome = reform;
+  }
   if (outcome.ok() && own_version && *own_version != version) {
     outcome = WithErrorKind(absl::FailedPreconditionError(
                                 absl::StrCat("ranks disagree on the version: this process syncs ",
@@ -505,7 +543,8 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   options.sync_id = static_cast<uint64_t>(version);
   options.plan_digest = plan_.digest;
   options.deadline = sync_deadline;
-  options.arenas = &arenas_;
+  options.arenas = arenas_.get();
+  options.device = device_.get();
   options.verify = config_.verify;
   int64_t rejected_messages = 0;
   options.rejected_messages = &rejected_messages;
@@ -538,6 +577,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       last_stats_ = *stats;
       last_stats_version_ = version;
     }
+    nccl_reform_pending_ = nccl_job_ && !outcome.ok();
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -549,6 +589,19 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) after_update_(version, outcome);
   return outcome;
+}
+
+absl::Status Session::ReformNcclBackend(absl::Time deadline) {
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> nccl,
+      ReformNccl(*job_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
+  if (nccl == nullptr) return absl::OkStatus();  // Not a member.
+  absl::MutexLock lock(&handles_mu_);            // Abort must not run while the backend is swapped.
+  for (int32_t b = 0; transport_->backend(b) != nullptr; ++b) {
+    if (transport_->backend(b)->name() == "nccl")
+      return transport_->ReplaceBackend(b, std::move(nccl));
+  }
+  return absl::InternalError("this process has no NCCL backend to re-form");
 }
 
 absl::Status Session::Sync(int64_t version) {

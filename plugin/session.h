@@ -42,6 +42,7 @@
 #include "metrics/metrics.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
+#include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator.h"
@@ -75,6 +76,9 @@ struct SessionConfig {
   std::string calibration_file;
   // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
   bool verify = false;
+  // The CUDA runtime and NCCL calls of a job with CUDA buffers (plugin/cuda_setup.h); empty: the
+  // real libraries. Tests pass a fake.
+  NcclApiFactory nccl_api;
 };
 
 enum class SessionState : int { kRegistered = 1, kConnected, kIdle, kSyncing, kDirty, kFinalized };
@@ -146,6 +150,8 @@ class Session {
   absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
+  // ReformNccl and the swap of the routed transport's NCCL backend.
+  absl::Status ReformNcclBackend(absl::Time deadline);
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
   // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
   // (after its decision); publishes the version and state.
@@ -172,12 +178,20 @@ class Session {
   int32_t coordinator_port_ = 0;
   std::unique_ptr<Job> job_;
   Plan plan_;
+  int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
+  // The job has an NCCL communicator (set at connect), and the last sync's decision failed, so the
+  // next sync starts by re-forming it (plugin/cuda_setup.h: ReformNccl). Sync path only.
+  bool nccl_job_ = false;
+  bool nccl_reform_pending_ = false;
+  // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
+  // declared before arenas_, which may hold device arenas it allocated.
+  std::unique_ptr<DeviceMemory> device_;
   SharedCalibration calibration_;         // Set at connect.
   std::optional<Prediction> prediction_;  // Of the whole sync, when calibrated.
   int32_t process_ = -1;
   Endpoints endpoints_;
   LocalBuffers buffers_;
-  ArenaCache arenas_;
+  std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
   BeforeUpdate before_update_;
   AfterUpdate after_update_;
   bool trainer_triggered_ = false;  // set_update_callbacks was called: the background thread runs.

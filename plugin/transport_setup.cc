@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "executor/memory_kinds.h"
 #include "transport/selector/addresses.pb.h"
 
 namespace wsync {
@@ -13,9 +14,10 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
   PathTransportSetup setup;
   setup.process_ = process;
   setup.paths_ = std::move(paths);
-  setup.choices_ = setup.paths_.Distinct();
   proto::AddressBundle bundle;
-  for (const TransportChoice& choice : setup.choices_) {
+  for (const TransportChoice& choice : setup.paths_.Distinct()) {
+    if (choice.backend == "nccl") continue;
+    setup.choices_.push_back(choice);
     if (choice.backend != "ucx") {
       return absl::InvalidArgumentError(
           absl::StrCat("backend '", choice.backend, "' cannot carry host weights here"));
@@ -32,8 +34,39 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
   return setup;
 }
 
+absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(
+    const Job& job, absl::Span<const Segment> segments, bool nccl_built) const {
+  const JobMemoryKinds kinds(job);
+  const std::vector<BackendCapabilities> available =
+      BuildCapabilities(/*ucx_reports_cuda=*/false, nccl_built);
+  std::vector<bool> exchanges(job.num_processes(), false);
+  for (const Segment& s : segments) {
+    if (s.from.process == process_ && s.to.process != process_) exchanges[s.to.process] = true;
+    if (s.to.process == process_ && s.from.process != process_) exchanges[s.from.process] = true;
+  }
+  std::vector<TransportChoice> routes(job.num_processes());
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    const MemoryKind kind = p == process_ ? MemoryKind::kHost : kinds.Pair(process_, p);
+    absl::StatusOr<TransportChoice> choice =
+        ChooseTransport(paths_, job.PathClass(process_, p), kind, available);
+    if (choice.ok()) {
+      routes[p] = *choice;
+    } else if (exchanges[p]) {
+      return absl::Status(choice.status().code(), absl::StrCat("process ", process_, " to process ",
+                                                               p, ": ", choice.status().message()));
+    } else if (!choices_.empty()) {
+      routes[p] = choices_.front();
+    } else {
+      return choice.status();
+    }
+  }
+  return routes;
+}
+
 absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
-    const Job& job, const std::vector<std::string>& bundles) && {
+    const Job& job, const std::vector<std::string>& bundles,
+    const std::vector<TransportChoice>& routes, std::unique_ptr<Transport> nccl) && {
+  if (!routes.empty()) return std::move(*this).ConnectRoutes(routes, bundles, std::move(nccl));
   return std::move(*this).Connect(
       [&job](int32_t from, int32_t to) { return std::string(job.PathClass(from, to)); }, bundles);
 }
@@ -41,7 +74,22 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
 absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
     const std::function<std::string(int32_t, int32_t)>& path_class,
     const std::vector<std::string>& bundles) && {
+  std::vector<TransportChoice> routes(bundles.size());
+  for (int32_t p = 0; p < static_cast<int32_t>(bundles.size()); ++p) {
+    routes[p] = paths_.For(path_class(process_, p));
+  }
+  return std::move(*this).ConnectRoutes(routes, bundles, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::ConnectRoutes(
+    const std::vector<TransportChoice>& routes, const std::vector<std::string>& bundles,
+    std::unique_ptr<Transport> nccl) && {
   const int32_t processes = static_cast<int32_t>(bundles.size());
+  if (static_cast<int32_t>(routes.size()) != processes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(routes.size(), " routes for ", processes, " processes"));
+  }
+  const int32_t nccl_index = static_cast<int32_t>(choices_.size());
   std::vector<int32_t> route(processes);
   std::vector<std::vector<std::string>> peers_of(choices_.size(),
                                                  std::vector<std::string>(processes));
@@ -52,9 +100,21 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", p, " uses another path transport configuration than process ", process_));
     }
-    const TransportChoice& choice = paths_.For(path_class(process_, p));
-    route[p] = static_cast<int32_t>(std::find(choices_.begin(), choices_.end(), choice) -
-                                    choices_.begin());
+    if (routes[p].backend == "nccl") {
+      if (nccl == nullptr) {
+        return absl::UnimplementedError(absl::StrCat("process ", process_, " routes process ", p,
+                                                     " over NCCL but has no communicator"));
+      }
+      route[p] = nccl_index;
+      continue;
+    }
+    const auto choice = std::find(choices_.begin(), choices_.end(), routes[p]);
+    if (choice == choices_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("process ", process_, " has no worker for ",
+                                                     routes[p].backend, ":", routes[p].transports,
+                                                     " (route to process ", p, ")"));
+    }
+    route[p] = static_cast<int32_t>(choice - choices_.begin());
     peers_of[route[p]][p] = bundle.addresses(route[p]);
   }
   std::vector<std::unique_ptr<Transport>> routed;
@@ -62,6 +122,7 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
     WSYNC_RETURN_IF_ERROR(backends_[b]->ConnectPeers(peers_of[b]));
     routed.push_back(std::move(backends_[b]));
   }
+  if (nccl != nullptr) routed.push_back(std::move(nccl));
   return RoutedTransport::Create(process_, std::move(routed), std::move(route));
 }
 

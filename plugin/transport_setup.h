@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "planner/job.h"
+#include "planner/plan.h"
 #include "transport/selector/selector.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -22,19 +24,35 @@ namespace wsync {
 
 class PathTransportSetup {
  public:
-  // Starts the UCX workers. InvalidArgument for a backend other than ucx.
+  // Starts the UCX workers of the UCX choices (an "nccl" choice needs none: its communicator is
+  // formed at connect, plugin/cuda_setup.h). InvalidArgument for any other backend.
   static absl::StatusOr<PathTransportSetup> Create(int32_t process, PathTransports paths);
 
-  // What this process publishes at rendezvous (an AddressBundle, one address per choice).
+  // What this process publishes at rendezvous (an AddressBundle, one address per UCX choice).
   const std::string& address_bundle() const { return bundle_; }
 
-  // Routes every peer by its path class, connects each worker to its peers from their published
-  // bundles (indexed by global process id) and returns the routed transport. The setup is spent.
-  // InvalidArgument when a peer published a bundle of another configuration.
+  // The choice for every peer (indexed by global process id): ChooseTransport for the path class
+  // of the pair and the memory kind its messages travel in (executor/memory_kinds.h), against the
+  // backends of this build (UCX without CUDA support; NCCL when `nccl_built`). Unimplemented
+  // naming the peer, the path class and the reason when a pair this process exchanges segments
+  // with (`segments`: its plan) cannot be carried. A pair that exchanges nothing gets its choice
+  // when there is one and else the first UCX worker (it never carries a message), as does this
+  // process itself (local copies only).
+  absl::StatusOr<std::vector<TransportChoice>> ChooseRoutes(const Job& job,
+                                                            absl::Span<const Segment> segments,
+                                                            bool nccl_built) const;
+
+  // Routes every peer by `routes` (from ChooseRoutes; host choices for every peer when empty),
+  // connects each UCX worker to its peers from their published bundles (indexed by global process
+  // id) and returns the routed transport: the UCX workers, then `nccl` (required when a route
+  // names it). The setup is spent. InvalidArgument when a peer published a bundle of another
+  // configuration.
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
-      const Job& job, const std::vector<std::string>& bundles) &&;
-  // The same with each peer's path class from `path_class(this process, peer)`, for callers that
-  // have no Job (the link calibration).
+      const Job& job, const std::vector<std::string>& bundles,
+      const std::vector<TransportChoice>& routes = {},
+      std::unique_ptr<Transport> nccl = nullptr) &&;
+  // Host memory only, with each peer's path class from `path_class(this process, peer)`, for
+  // callers that have no Job (the link calibration).
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
       const std::function<std::string(int32_t, int32_t)>& path_class,
       const std::vector<std::string>& bundles) &&;
@@ -42,14 +60,19 @@ class PathTransportSetup {
   // Points a transport made by Connect at the peers' current bundles (a replacement process took
   // a rank and published new addresses): each UCX worker reconnects to the peers whose address
   // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
-  // configuration.
+  // configuration. The NCCL communicator is not re-formed (a replaced CUDA process is not
+  // supported).
   static absl::Status Reconnect(RoutedTransport& transport,
                                 const std::vector<std::string>& bundles);
 
  private:
   int32_t process_ = 0;
   PathTransports paths_;
-  std::vector<TransportChoice> choices_;
+  absl::StatusOr<std::unique_ptr<RoutedTransport>> ConnectRoutes(
+      const std::vector<TransportChoice>& routes, const std::vector<std::string>& bundles,
+      std::unique_ptr<Transport> nccl) &&;
+
+  std::vector<TransportChoice> choices_;  // The UCX choices, one worker each.
   std::vector<std::unique_ptr<UcxTransport>> backends_;
   std::string bundle_;
 };

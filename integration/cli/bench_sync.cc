@@ -44,6 +44,7 @@ ABSL_DECLARE_FLAG(std::string, from);
 ABSL_DECLARE_FLAG(std::string, to);
 ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(double, budget);
+ABSL_DECLARE_FLAG(std::string, memory);
 
 ABSL_FLAG(int32_t, sync_syncs, 5, "Timed syncs per wsync job (after the warm-up syncs).");
 ABSL_FLAG(int32_t, sync_warmup, 1, "Untimed syncs at the start of every wsync job.");
@@ -342,10 +343,16 @@ std::string SyncBenchUsage() {
          "  concurrent pairs as there are rollouts) at the largest message the schedule sends.\n"
          "  Prints seconds per sync, GB/s per rollout and in total, and the ratio of wsync's\n"
          "  per-rollout throughput to ucx_perftest's. --verify adds a wsync+verify contestant\n"
-         "  (verify=true: xxh3 per chunk) to the same rounds and prints its cost as a ratio.\n";
+         "  (verify=true: xxh3 per chunk) to the same rounds and prints its cost as a ratio.\n" +
+         CudaSyncBenchUsage();
 }
 
 absl::Status RunSyncBench(std::FILE* out) {
+  const std::string memory = absl::GetFlag(FLAGS_memory);
+  if (memory == "cuda") return RunCudaSyncBench(out);
+  if (memory != "host") {
+    return absl::InvalidArgumentError(absl::StrCat("--memory is host or cuda, not '", memory, "'"));
+  }
   const absl::Time bench_start = absl::Now();
   const std::string model_name =
       absl::GetFlag(FLAGS_model).empty() ? "qwen2.5-0.5b" : absl::GetFlag(FLAGS_model);
@@ -435,10 +442,10 @@ absl::Status RunSyncBench(std::FILE* out) {
       const std::string label = absl::StrFormat("round %d/%d  %-15s %-3s", round, rounds,
                                                 row.contestant, row.transports.name);
       if (row.wsync()) {
-        absl::StatusOr<std::vector<SyncSample>> samples = RunWsync(
-            facts, model_name, from, to, row.transports, warmup, syncs,
-            /*verify=*/false, row.hashes(), worker, cli,
-            absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
+        absl::StatusOr<std::vector<SyncSample>> samples =
+            RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
+                     /*verify=*/false, row.hashes(), worker, cli,
+                     absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
         if (!samples.ok()) {
           status = samples.status();
           break;

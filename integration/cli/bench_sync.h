@@ -90,8 +90,13 @@ std::string SyncBenchUsage();
 
 // Runs the benchmark (flags already parsed) and prints its progress and table to `out`; writes
 // the table as JSON to --sync_json when set. Fails when a job or ucx_perftest fails, a verified
-// byte differs, or a binary is missing.
+// byte differs, or a binary is missing. With --memory cuda runs RunCudaSyncBench instead.
 absl::Status RunSyncBench(std::FILE* out);
+
+// `wsync bench sync --memory cuda` (bench_sync_cuda.cc): FailedPrecondition "no CUDA device" at
+// once on a machine without a GPU, Unimplemented in a build without NCCL.
+absl::Status RunCudaSyncBench(std::FILE* out);
+std::string CudaSyncBenchUsage();
 
 }  // namespace wsync::cli
 

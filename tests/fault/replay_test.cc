@@ -19,6 +19,7 @@
 #include "planner/builders.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/testing/executor_checks.h"
 #include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
@@ -76,13 +77,7 @@ Sync RunSync(const Job& job, const std::vector<Segment>& segments,
   for (int32_t p = 0; p < job.num_processes(); ++p) {
     threads.emplace_back([&, p] {
       const bool is_source = job.IsSource(p);
-      const Layout& layout = is_source ? job.source() : job.target();
-      HostBuffers& memory = is_source ? source : target;
-      const int32_t rank = job.processes()[p].rank;
-      LocalBuffers buffers;
-      for (const BufferInfo& info : layout.buffers) {
-        if (info.process == rank) buffers[info.id] = memory.data(BufferKey{rank, info.id});
-      }
+      const LocalBuffers buffers = test::BuffersOf(job, p, source, target);
       const std::vector<RecordingTransport::Sent> previous = transports[p]->sent();
       if (is_source && replay) {
         ASSERT_FALSE(previous.empty());

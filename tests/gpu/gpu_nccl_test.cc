@@ -24,6 +24,7 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/gpu/gpu_count.h"
 #include "tests/testing/reference.h"
 #include "transport/nccl/cuda_copy.h"
 #include "transport/nccl/nccl_transport.h"
@@ -31,12 +32,7 @@
 namespace wsync {
 namespace {
 
-// GPUs by their device files (/dev/nvidia0, /dev/nvidia1, ...), without initialising CUDA.
-int GpuCount() {
-  int count = 0;
-  while (access(absl::StrCat("/dev/nvidia", count).c_str(), F_OK) == 0) ++count;
-  return count;
-}
+using test::GpuCount;
 bool HaveGpu() { return GpuCount() > 0; }
 
 // Runs `body(process)` in two forked children; returns their exit codes.

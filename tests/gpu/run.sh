@@ -19,17 +19,20 @@ fi
 
 echo "== configure and build (${BUILD_DIR})"
 if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_WITH_NCCL=ON >/dev/null ||
-   ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test nccl_test; then
+   ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test gpu_session_test nccl_test \
+       nccl_executor_test session_cuda_test wsync; then
   echo "run.sh: build failed" >&2
   exit 1
 fi
 
-echo "== nccl_test (unit, fake NcclApi)"
-if ctest --test-dir "$BUILD_DIR" --output-on-failure -R '^nccl_test$'; then
-  summary+=("PASS nccl_test (unit)")
-else
-  summary+=("FAIL nccl_test (unit)"); status=1
-fi
+echo "== unit tests of the NCCL backend (fake NcclApi)"
+for t in nccl_test nccl_executor_test session_cuda_test; do
+  if ctest --test-dir "$BUILD_DIR" --output-on-failure -R "^${t}\$"; then
+    summary+=("PASS $t (unit)")
+  else
+    summary+=("FAIL $t (unit)"); status=1
+  fi
+done
 
 echo "== gpu-labelled tests"
 gpu_tests=$(ctest --test-dir "$BUILD_DIR" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: //p')
@@ -42,18 +45,16 @@ for t in $gpu_tests; do
   fi
   summary+=("$result $t ($((SECONDS - start)) s)")
 done
-# The test binary prints per-test lines (bytes verified, abort latency) with -V; show them too.
-"$BUILD_DIR/tests/gpu/gpu_nccl_test" 2>&1 | grep -E 'rollout:|survivor:|^\[  (PASSED|FAILED)' || true
+# The test binaries print per-test lines (bytes verified, placement, abort latency); show them.
+for b in gpu_nccl_test gpu_session_test; do
+  "$BUILD_DIR/tests/gpu/$b" 2>&1 | grep -E 'rollout:|survivor:|^\[  (PASSED|FAILED)' || true
+done
 
-# Not yet here: `wsync bench sync --memory cuda` (the CLI has no CUDA memory path yet).
-if "$BUILD_DIR/integration/cli/wsync" bench sync --help 2>&1 | grep -q -- '--memory'; then
-  if "$BUILD_DIR/integration/cli/wsync" bench sync --memory cuda; then
-    summary+=("PASS wsync bench sync --memory cuda")
-  else
-    summary+=("FAIL wsync bench sync --memory cuda"); status=1
-  fi
+echo "== wsync bench sync --memory cuda"
+if "$BUILD_DIR/integration/cli/wsync" bench sync --memory cuda; then
+  summary+=("PASS wsync bench sync --memory cuda")
 else
-  summary+=("SKIP wsync bench sync --memory cuda (not implemented in this build)")
+  summary+=("FAIL wsync bench sync --memory cuda"); status=1
 fi
 
 echo "== summary"

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "planner/builders.h"
 #include "planner/policy.h"
+#include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "transport/loopback/loopback.h"
@@ -18,15 +19,12 @@
 namespace wsync {
 namespace {
 
+using test::AllProcesses;
 using test::BufferKey;
+using test::ExpectStatsMatchSchedule;
+using test::ExpectTargetsAsTheReferenceWrites;
 using test::HostBuffers;
 using ::testing::HasSubstr;
-
-Endpoints AllProcesses(const Job& job) {
-  Endpoints endpoints;
-  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-  return endpoints;
-}
 
 struct BatchRun {
   std::vector<absl::StatusOr<TransferStats>> results;
@@ -55,14 +53,7 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
         run.results[p] = transport.ok() ? group.status() : transport.status();
         return;
       }
-      const bool is_source = job.IsSource(p);
-      const Layout& layout = is_source ? job.source() : job.target();
-      HostBuffers& memory = is_source ? source : target;
-      const int32_t rank = job.processes()[p].rank;
-      LocalBuffers buffers;
-      for (const BufferInfo& info : layout.buffers) {
-        if (info.process == rank) buffers[info.id] = memory.data(BufferKey{rank, info.id});
-      }
+      LocalBuffers buffers = test::BuffersOf(job, p, source, target);
       if (p == drop_buffer_of && !buffers.empty()) buffers.erase(buffers.begin());
       ExecuteOptions options;
       options.sync_id = 7;
@@ -79,40 +70,12 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
   return run;
 }
 
-void ExpectStatsMatchSchedule(const ProcessSchedule& schedule, const TransferStats& stats) {
-  EXPECT_EQ(stats.segments, schedule.segments);
-  EXPECT_EQ(stats.chunks, schedule.chunks);
-  EXPECT_EQ(stats.rounds, schedule.rounds);
-  EXPECT_EQ(stats.sent_bytes, schedule.sent_bytes);
-  EXPECT_EQ(stats.received_bytes, schedule.received_bytes);
-  EXPECT_EQ(stats.local_copy_bytes, schedule.local_copy_bytes);
-  EXPECT_EQ(stats.direct_bytes, schedule.direct_bytes);
-  EXPECT_EQ(stats.staged_bytes, schedule.staged_bytes);
-  EXPECT_EQ(stats.forwarded_bytes, schedule.forwarded_bytes);
-  EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
-}
-
 // The lane of `schedule` with `peer` in `direction`, or nullptr.
 const PeerSchedule* FindLane(const ProcessSchedule& schedule, int32_t peer, Direction direction) {
   for (const PeerSchedule& lane : schedule.peers) {
     if (lane.peer == peer && lane.direction == direction) return &lane;
   }
   return nullptr;
-}
-
-// The run wrote exactly what the reference copier writes for the same plan (version 3), and no
-// guard byte changed.
-void ExpectTargetsAsTheReferenceWrites(const Job& job, const std::vector<Segment>& segments,
-                                       const HostBuffers& source, const HostBuffers& target) {
-  HostBuffers expected(job.target(), test::kPoison);
-  test::WriteCounts counts(job.target());
-  ASSERT_TRUE(test::ExecutePlanReference(job, segments, source, &expected, &counts).ok());
-  ASSERT_TRUE(test::CheckTargets(job.target(), expected, counts, 3).ok());
-  ASSERT_TRUE(target.CheckGuards().ok());
-  for (const BufferKey& key : expected.keys()) {
-    ASSERT_EQ(0, std::memcmp(expected.data(key), target.data(key), expected.bytes(key)))
-        << "rollout process " << key.process << " buffer " << key.buffer;
-  }
 }
 
 TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
@@ -183,29 +146,13 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
   int64_t relayed_runs = 0, forwarded = 0, arena = 0, pipelined = 0;
   for (uint64_t seed = 0; seed < 120; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    std::mt19937_64 rng(seed);
-    test::RandomLayoutOptions layout_options;
-    layout_options.max_nodes = 2;
-    layout_options.max_processes = 8;
-    test::LayoutPair pair = test::RandomLayoutPair(rng, layout_options);
-    absl::StatusOr<Job> job = Job::Create(pair.source, pair.target);
-    ASSERT_TRUE(job.ok()) << job.status();
-    test::RandomAnswersPolicy policy(seed);
     const int64_t budget_bytes = kBudgets[seed % 4];
-    PlanOptions options;
-    options.relay.mode = RelayMode::kAlways;
-    options.relay.arena_bytes = budget_bytes;
-    absl::StatusOr<Plan> plan = MakePlan(*job, policy, options);
-    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<test::RelayedCase> relayed = test::MakeRelayedCase(seed, budget_bytes);
+    ASSERT_TRUE(relayed.ok()) << relayed.status();
+    const Job* job = &relayed->job;
+    const Plan* plan = &relayed->plan;
+    const std::vector<std::vector<Segment>>& own = relayed->own;
     if (plan->relays.empty()) continue;
-    std::vector<std::vector<Segment>> own(job->num_processes());
-    for (int32_t p = 0; p < job->num_processes(); ++p) {
-      PlanOptions mine = options;
-      mine.process = p;
-      absl::StatusOr<Plan> plan_of_p = MakePlan(*job, policy, mine);
-      ASSERT_TRUE(plan_of_p.ok()) << plan_of_p.status();
-      own[p] = plan_of_p->segments;
-    }
     const StagingBudget budget{static_cast<double>(budget_bytes)};
     absl::StatusOr<std::vector<ProcessSchedule>> schedules =
         ScheduleTransfers(*job, plan->segments, AllProcesses(*job), budget);

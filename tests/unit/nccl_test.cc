@@ -46,7 +46,10 @@ class FakeNcclApi final : public NcclApi {
  public:
   explicit FakeNcclApi(std::shared_ptr<FakeState> state) : s_(std::move(state)) {}
 
+  int DeviceCount() override { return 1; }
   absl::Status SetDevice(int) override { return absl::OkStatus(); }
+  absl::StatusOr<void*> Malloc(size_t) override { return absl::UnimplementedError("fake"); }
+  absl::Status Free(void*) override { return absl::OkStatus(); }
   absl::StatusOr<CudaStream> StreamCreate() override { return reinterpret_cast<CudaStream>(0x5); }
   absl::Status StreamDestroy(CudaStream) override { return absl::OkStatus(); }
   absl::StatusOr<CudaEvent> EventCreate() override {

@@ -26,6 +26,18 @@ TEST(PathTransportsTest, ParsesClassesFallbackAndDevices) {
   EXPECT_EQ(empty->Distinct().size(), 1u);
 }
 
+TEST(PathTransportsTest, CommasSeparateEntriesBeforeAnItemWithEquals) {
+  absl::StatusOr<PathTransports> config =
+      ParsePathTransports("intra_node=nccl,inter_node=ucx:tcp,sm@eth0,*=ucx:sm,cma,self");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->For("intra_node"), (TransportChoice{"nccl", "", ""}));
+  EXPECT_EQ(config->For("inter_node"), (TransportChoice{"ucx", "tcp,sm", "eth0"}));
+  EXPECT_EQ(config->For("local"), (TransportChoice{"ucx", "sm,cma,self", ""}));
+  EXPECT_TRUE(config->fallback_given);
+  EXPECT_THAT(std::string(ParsePathTransports("tcp,intra_node=nccl").status().message()),
+              HasSubstr("'tcp' is not <path class>=<backend>"));
+}
+
 TEST(PathTransportsTest, RefusesBadEntries) {
   EXPECT_THAT(std::string(ParsePathTransports("intra_node").status().message()),
               HasSubstr("is not <path class>=<backend>"));
@@ -103,6 +115,27 @@ TEST(RoutedTransportTest, MixedWaitMissesItsDeadlineAndReleasesEverything) {
   EXPECT_EQ(a.UnmatchedRequests() + b.UnmatchedRequests(), 0);
 }
 
+// A backend replaced after an abort (a re-formed NCCL communicator) carries the next messages;
+// the old one's aborted requests are gone.
+TEST(RoutedTransportTest, AReplacedBackendCarriesTheNextMessages) {
+  LoopbackFabric old_fabric(2), new_fabric(2);
+  std::vector<std::unique_ptr<Transport>> backends;
+  backends.push_back(*old_fabric.Connect(0));
+  auto routed = *RoutedTransport::Create(0, std::move(backends), {0, 0});
+  routed->backend(0)->Abort(absl::AbortedError("communicator failed"));
+  char byte = 0;
+  EXPECT_FALSE(routed->PostSend(1, MakeTag(1, 0, 0), &byte, 1).ok());
+  EXPECT_FALSE(routed->ReplaceBackend(1, *new_fabric.Connect(0)).ok());  // Out of range.
+  ASSERT_TRUE(routed->ReplaceBackend(0, *new_fabric.Connect(0)).ok());
+  std::unique_ptr<Transport> peer = *new_fabric.Connect(1);
+  char sent = 42, received = 0;
+  const RequestId send = *routed->PostSend(1, MakeTag(2, 0, 0), &sent, 1);
+  const RequestId receive = *peer->PostReceive(0, MakeTag(2, 0, 0), &received, 1);
+  ASSERT_TRUE(routed->WaitAll({send}, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(peer->WaitAll({receive}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(received, 42);
+}
+
 TEST(RoutedTransportTest, RefusesBadRoutes) {
   LoopbackFabric a(2);
   std::vector<std::unique_ptr<Transport>> backends;
@@ -172,14 +205,14 @@ TEST(ChooseTransportTest, RefusesCudaWithoutABackendThatReachesIt) {
   const auto plain = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/false);
   absl::StatusOr<TransportChoice> none =
       ChooseTransport(*ParsePathTransports(""), "intra_node", MemoryKind::kCuda, plain);
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(none.status().message()),
               HasSubstr("this UCX build reports no CUDA memory support"));
   // An explicit UCX choice for CUDA memory on a UCX without CUDA support is refused with why.
   const auto with_nccl = BuildCapabilities(false, true);
   absl::StatusOr<TransportChoice> ucx = ChooseTransport(*ParsePathTransports("intra_node=ucx:sm"),
                                                         "intra_node", MemoryKind::kCuda, with_nccl);
-  EXPECT_EQ(ucx.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ucx.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(ucx.status().message()),
               HasSubstr("path class 'intra_node' carries cuda memory but its configured backend "
                         "'ucx' cannot reach it"));
@@ -188,7 +221,7 @@ TEST(ChooseTransportTest, RefusesCudaWithoutABackendThatReachesIt) {
   EXPECT_EQ(ChooseTransport(*ParsePathTransports("*=nccl"), "local", MemoryKind::kHost, with_nccl)
                 .status()
                 .code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kUnimplemented);
   absl::StatusOr<TransportChoice> missing = ChooseTransport(*ParsePathTransports("intra_node=nccl"),
                                                             "intra_node", MemoryKind::kCuda, plain);
   EXPECT_THAT(std::string(missing.status().message()),

@@ -140,9 +140,9 @@ absl::Status CopyStridedAsync(NcclApi& api, CudaStream stream, void* dst,
   if (plan.empty) return absl::OkStatus();
   int64_t copies = 1;
   for (const Axis& axis : plan.outer) copies *= axis.extent;
-  if (CudaCopyKernelsBuilt() && copies > kMaxCopies2D && shape.size() <= kMaxKernelAxes &&
+  if (api.HasCopyKernel() && copies > kMaxCopies2D && shape.size() <= kMaxKernelAxes &&
       (element_size == 1 || element_size == 2 || element_size == 4 || element_size == 8)) {
-    return CopyStridedKernelAsync(stream, dst, dst_strides, src, src_strides, shape, element_size);
+    return api.CopyKernelAsync(dst, dst_strides, src, src_strides, shape, element_size, stream);
   }
   std::vector<int64_t> index(plan.outer.size(), 0);
   auto* dst_bytes = static_cast<char*>(dst);

@@ -8,9 +8,10 @@
 // The innermost axis is the copy's width when it is contiguous on both sides; otherwise each
 // element is a row of one element (correct for any geometry, slow for element-wise transposes).
 //
-// The general case: when a geometry needs more than kMaxCopies2D 2-D copies and the build has the
-// CUDA copy kernel (nvcc found at configure time; compiled for sm_80 and sm_90), CopyStridedAsync
-// launches that kernel once instead (element sizes 1, 2, 4, 8; up to 8 axes).
+// The general case: when a geometry needs more than kMaxCopies2D 2-D copies and the NcclApi has the
+// copy kernel (the real one when nvcc was found at configure time, compiled for sm_80 and sm_90;
+// NcclApi::HasCopyKernel), CopyStridedAsync launches that kernel once instead (element sizes 1, 2,
+// 4, 8; up to 8 axes).
 
 #include <cstdint>
 

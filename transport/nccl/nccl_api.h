@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/memory_kind.h"
 
 namespace wsync {
@@ -42,7 +43,12 @@ class NcclApi {
   virtual ~NcclApi() = default;
 
   // --- CUDA runtime ---
+  // cudaGetDeviceCount; 0 (not an error) on a machine without a usable CUDA device or driver.
+  virtual int DeviceCount() = 0;
   virtual absl::Status SetDevice(int device) = 0;
+  // cudaMalloc / cudaFree on the current device (ResourceExhausted when it has no room).
+  virtual absl::StatusOr<void*> Malloc(size_t bytes) = 0;
+  virtual absl::Status Free(void* memory) = 0;
   // A non-blocking stream (cudaStreamNonBlocking) dedicated to the backend.
   virtual absl::StatusOr<CudaStream> StreamCreate() = 0;
   virtual absl::Status StreamDestroy(CudaStream stream) = 0;
@@ -57,6 +63,16 @@ class NcclApi {
   // cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream).
   virtual absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                                      size_t width, size_t height, CudaStream stream) = 0;
+  // The strided copy kernel (cuda_copy.h: CopyStridedKernelAsync) on `stream`, when this API has
+  // one: the real API when nvcc built it, a fake that implements it on the host. The defaults say
+  // there is none (cuda_copy then uses Memcpy2DAsync only).
+  virtual bool HasCopyKernel() { return false; }
+  virtual absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides,
+                                       const void* src, absl::Span<const int64_t> src_strides,
+                                       absl::Span<const int64_t> shape, int64_t element_size,
+                                       CudaStream stream) {
+    return absl::UnimplementedError("this NcclApi has no strided copy kernel");
+  }
 
   // --- NCCL ---
   virtual absl::StatusOr<NcclUniqueId> GetUniqueId() = 0;

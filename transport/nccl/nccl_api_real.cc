@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "transport/nccl/cuda_copy.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace wsync {
@@ -47,6 +48,28 @@ absl::StatusOr<bool> NcclProgress(ncclResult_t result, const char* call, ncclCom
 
 class RealNcclApi final : public NcclApi {
  public:
+  int DeviceCount() override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // Clears the sticky "no device" error for later calls.
+      return 0;
+    }
+    return count;
+  }
+  absl::StatusOr<void*> Malloc(size_t bytes) override {
+    void* memory = nullptr;
+    const cudaError_t error = cudaMalloc(&memory, bytes);
+    if (error == cudaErrorMemoryAllocation) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cudaMalloc of ", bytes, " bytes: the device has no room"));
+    }
+    if (error != cudaSuccess) return CudaError(error, "cudaMalloc");
+    return memory;
+  }
+  absl::Status Free(void* memory) override {
+    WSYNC_CUDA_CALL(cudaFree(memory));
+    return absl::OkStatus();
+  }
   absl::Status SetDevice(int device) override {
     WSYNC_CUDA_CALL(cudaSetDevice(device));
     return absl::OkStatus();
@@ -93,6 +116,14 @@ class RealNcclApi final : public NcclApi {
     WSYNC_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
                                       cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
     return absl::OkStatus();
+  }
+
+  bool HasCopyKernel() override { return CudaCopyKernelsBuilt(); }
+  absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides, const void* src,
+                               absl::Span<const int64_t> src_strides,
+                               absl::Span<const int64_t> shape, int64_t element_size,
+                               CudaStream stream) override {
+    return CopyStridedKernelAsync(stream, dst, dst_strides, src, src_strides, shape, element_size);
   }
 
   absl::StatusOr<NcclUniqueId> GetUniqueId() override {

@@ -22,10 +22,33 @@ std::vector<TransportChoice> PathTransports::Distinct() const {
   return std::vector<TransportChoice>(distinct.begin(), distinct.end());
 }
 
+namespace {
+
+// The entries of a spec: split at ';', and at a ',' whose next item holds '=' (so that
+// "intra_node=nccl,inter_node=ucx:sm,cma" is two entries and "ucx:sm,cma" keeps its list).
+std::vector<std::string> SplitEntries(absl::string_view spec) {
+  std::vector<std::string> entries;
+  for (absl::string_view part : absl::StrSplit(spec, ';', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> current;
+    for (absl::string_view item : absl::StrSplit(part, ',')) {
+      if (item.find('=') != absl::string_view::npos && !current.empty()) {
+        entries.push_back(absl::StrJoin(current, ","));
+        current.clear();
+      }
+      current.push_back(item);
+    }
+    entries.push_back(absl::StrJoin(current, ","));
+  }
+  return entries;
+}
+
+}  // namespace
+
 absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
   PathTransports result;
-  for (absl::string_view entry : absl::StrSplit(spec, ';', absl::SkipWhitespace())) {
-    entry = absl::StripAsciiWhitespace(entry);
+  for (const std::string& raw : SplitEntries(spec)) {
+    absl::string_view entry = absl::StripAsciiWhitespace(raw);
+    if (entry.empty()) continue;
     const size_t equals = entry.find('=');
     if (equals == absl::string_view::npos || equals == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -115,7 +138,7 @@ absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
     for (const BackendCapabilities& caps : available) {
       if (!caps.note.empty()) notes.push_back(absl::StrCat(caps.backend, ": ", caps.note));
     }
-    return absl::FailedPreconditionError(
+    return absl::UnimplementedError(
         absl::StrCat("path class '", path_class,
                      "' carries cuda memory but no backend of this build can "
                      "reach it (",
@@ -125,13 +148,13 @@ absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
   const TransportChoice& choice = entry != paths.by_path.end() ? entry->second : paths.fallback;
   const BackendCapabilities* caps = FindBackend(available, choice.backend);
   if (caps == nullptr) {
-    return absl::FailedPreconditionError(
+    return absl::UnimplementedError(
         absl::StrCat("path class '", path_class, "' is configured for backend '", choice.backend,
                      "', which this build does not have (backends for ", MemoryKindName(kind),
                      " memory: ", AvailableNames(available, kind), ")"));
   }
   if (!Carries(*caps, kind)) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    return absl::UnimplementedError(absl::StrCat(
         "path class '", path_class, "' carries ", MemoryKindName(kind),
         " memory but its configured backend '", choice.backend, "' cannot reach it",
         caps->note.empty() ? "" : absl::StrCat(" (", caps->note, ")"), "; backends for ",
@@ -187,6 +210,19 @@ int32_t RoutedTransport::RouteOf(int32_t peer) const {
 Transport* RoutedTransport::backend(int32_t index) const {
   if (index < 0 || index >= static_cast<int32_t>(backends_.size())) return nullptr;
   return backends_[index].get();
+}
+
+absl::Status RoutedTransport::ReplaceBackend(int32_t index, std::unique_ptr<Transport> backend) {
+  if (index < 0 || index >= static_cast<int32_t>(backends_.size()) || backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot replace backend ", index, " of ", backends_.size()));
+  }
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = it->second.backend == index ? requests_.erase(it) : std::next(it);
+  }
+  for (auto& [id, ids] : registrations_) ids[index].reset();
+  backends_[index] = std::move(backend);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,

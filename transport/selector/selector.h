@@ -45,7 +45,8 @@ struct PathTransports {
   std::vector<TransportChoice> Distinct() const;
 };
 
-// Parses "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0;*=ucx:tcp": entries separated by ';',
+// Parses "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0;*=ucx:tcp": entries separated by ';'
+// (or by ',' before an item holding '=': "intra_node=nccl,inter_node=ucx:tcp" is two entries),
 // each "<path class or *>=<backend>[:<transports>][@<net devices>]". '*' sets the fallback. An
 // empty spec is UCX with its defaults for every class. InvalidArgument names the bad entry.
 absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec);
@@ -65,11 +66,12 @@ struct BackendCapabilities {
 std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built);
 
 // The transport for messages of `kind` memory over `path_class`. An entry for the class, or a
-// given fallback ('*'), is the user's explicit choice and is used as is; otherwise host memory
-// goes over the fallback (UCX) and CUDA memory over the first available backend that carries it,
-// NCCL before UCX. A choice whose backend is not in `available` or cannot carry `kind` is refused
-// with FailedPrecondition naming the path class, the memory kind, the backend and the reason, so
-// that connect fails before any byte moves.
+// given fallback ('*'), is the user's explicit choice and is used as is (for both memory kinds);
+// otherwise host memory goes over the fallback (UCX) and CUDA memory over the first available
+// backend that carries it, NCCL before UCX. A choice whose backend is not in `available` or cannot
+// carry `kind` is refused with Unimplemented (WSYNC_UNSUPPORTED at the C ABI) naming the path
+// class, the memory kind, the backend and the reason, so that connect fails before any byte
+// moves.
 absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
                                                 absl::string_view path_class, MemoryKind kind,
                                                 absl::Span<const BackendCapabilities> available);
@@ -112,6 +114,12 @@ class RoutedTransport final : public Transport {
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
   int64_t DiscardStaleMessages(uint64_t sync_id) override;
+
+  // Replaces backend `index` (e.g. an NCCL communicator re-formed after an abort). Requests still
+  // routed to the old backend are forgotten and its registrations dropped (registration is
+  // optional). Not concurrent with any other call, Abort included: the caller serialises.
+  // InvalidArgument for an index out of range or a null backend.
+  absl::Status ReplaceBackend(int32_t index, std::unique_ptr<Transport> backend);
 
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;

@@ -135,7 +135,12 @@ typedef struct wsync_plugin_v1 {
 
   wsync_status_t (*init)(const wsync_config_t* config, wsync_session_t** session);
 
-  /* Layout of this process (REGISTERED only). Buffer ids are the caller's, unique per process. */
+  /* Layout of this process (REGISTERED only). Buffer ids are the caller's, unique per process.
+   * WSYNC_MEMORY_CUDA: a device pointer on CUDA device `device` (one device per process), moved
+   * over NCCL; connect returns WSYNC_UNSUPPORTED with the reason when this build or machine
+   * cannot (no NCCL, no CUDA device, a path configuration whose backend cannot reach it). The
+   * caller's writes to CUDA buffers must be complete (its streams synchronised) before sync, and
+   * sync returns only after every byte it moved into them has landed. */
   wsync_status_t (*register_buffer)(wsync_session_t* session, uint64_t buffer_id, void* address,
                                     uint64_t bytes, wsync_memory_kind_t kind, int32_t device);
   /* dtype: "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64" (or torch's

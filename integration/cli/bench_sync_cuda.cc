@@ -1,0 +1,77 @@
+// `wsync bench sync --memory cuda`: a job whose weights live in CUDA memory (integration/cuda),
+// GB/s per rollout against cudaMemcpy device-to-device of the same bytes on the same GPU.
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "integration/cli/bench_sync.h"
+#include "plugin/cuda_setup.h"
+
+#if WSYNC_HAVE_NCCL
+#include "integration/cuda/cuda_job.h"
+#endif
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(int32_t, sync_syncs);
+ABSL_FLAG(std::string, memory, "host",
+          "Where the weights live: host (UCX contestants) or cuda (GPU only: NCCL, against "
+          "cudaMemcpy device-to-device).");
+ABSL_FLAG(std::string, cuda_from, "megatron(tp=1)", "Trainer layout of --memory cuda.");
+ABSL_FLAG(std::string, cuda_to, "vllm(tp=1)", "Rollout layout of --memory cuda.");
+
+namespace wsync::cli {
+
+std::string CudaSyncBenchUsage() {
+  return "wsync bench sync --memory cuda [--model M] [--cuda_from L] [--cuda_to L]\n"
+         "                 [--sync_syncs K]\n"
+         "  GPU only (fails at once with \"no CUDA device\" elsewhere). Runs M (default\n"
+         "  qwen2.5-0.5b) from L (megatron(tp=1)) to L (vllm(tp=1)) with every buffer in CUDA\n"
+         "  memory (process p on GPU p % GPUs; with fewer GPUs than processes the trainers keep\n"
+         "  host memory, as NCCL refuses two ranks on one GPU), processes as threads driving the\n"
+         "  plugin session: one sync with every rollout element checked, then K timed syncs.\n"
+         "  Prints GB/s per rollout against cudaMemcpy device-to-device of the same bytes on the\n"
+         "  rollout's GPU, as a ratio.\n";
+}
+
+absl::Status RunCudaSyncBench(std::FILE* out) {
+#if WSYNC_HAVE_NCCL
+  CudaJobOptions options;
+  options.model = absl::GetFlag(FLAGS_model).empty() ? "qwen2.5-0.5b" : absl::GetFlag(FLAGS_model);
+  options.from = absl::GetFlag(FLAGS_cuda_from);
+  options.to = absl::GetFlag(FLAGS_cuda_to);
+  options.syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
+  options.verify = true;
+  absl::FPrintF(out, "wsync bench sync --memory cuda: %s %s -> %s, %d timed syncs\n", options.model,
+                options.from, options.to, options.syncs);
+  WSYNC_ASSIGN_OR_RETURN(CudaJobResult job, RunCudaJob(options));
+  absl::FPrintF(out, "placement %s on %d GPU(s); verified %d bytes of rollout buffers\n",
+                job.placement, job.devices, job.verified_elements_bytes);
+  std::vector<double> seconds = job.transfer_seconds;
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  // The rollout of the busiest rollout process is global process `trainers`; its GPU is the
+  // job's placement p % GPUs, and a GPU-to-GPU copy on GPU 0 is the single-GPU reference.
+  WSYNC_ASSIGN_OR_RETURN(const double copy, DeviceToDeviceCopySeconds(0, job.rollout_bytes, 5));
+  const double wsync_gbps = job.rollout_bytes / median / 1e9;
+  const double copy_gbps = job.rollout_bytes / copy / 1e9;
+  absl::FPrintF(out, "%-28s %12s %12s %10s\n", "contestant", "s/sync", "GB/s", "ratio");
+  absl::FPrintF(out, "%-28s %12.4f %12.2f %10.3f\n", "wsync (transfer, median)", median, wsync_gbps,
+                wsync_gbps / copy_gbps);
+  absl::FPrintF(out, "%-28s %12.4f %12.2f %10.3f\n", "cudaMemcpy D2D (GPU 0)", copy, copy_gbps,
+                1.0);
+  absl::FPrintF(out, "bytes per rollout per sync: %d\n", job.rollout_bytes);
+  return absl::OkStatus();
+#else
+  return absl::UnimplementedError(
+      "--memory cuda needs the NCCL backend, which this build does not have (WSYNC_WITH_NCCL)");
+#endif
+}
+
+}  // namespace wsync::cli

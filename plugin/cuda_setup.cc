@@ -1,0 +1,148 @@
+#include "plugin/cuda_setup.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "executor/memory_kinds.h"
+
+#if WSYNC_HAVE_NCCL
+#include "transport/nccl/cuda_device_memory.h"
+#include "transport/nccl/nccl_transport.h"
+#endif
+
+namespace wsync {
+namespace {
+
+constexpr absl::string_view kYes = "ok:";
+constexpr absl::string_view kNo = "no:";
+
+#if WSYNC_HAVE_NCCL
+std::unique_ptr<NcclApi> MakeApi(const NcclApiFactory& factory) {
+  return factory ? factory() : MakeRealNcclApi();
+}
+#endif
+
+}  // namespace
+
+bool NcclBuilt() {
+#if WSYNC_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// The communicator's members: the job's CUDA processes when there are at least two.
+std::vector<int32_t> NcclMembers(const JobMemoryKinds& kinds) {
+  std::vector<int32_t> members = kinds.CudaProcesses();
+  if (members.size() < 2) members.clear();
+  return members;
+}
+
+// A new unique id when this process is the communicator's root ("" otherwise).
+absl::StatusOr<std::string> UniqueIdIfRoot(const std::vector<int32_t>& members, int32_t process,
+                                           const NcclApiFactory& factory) {
+  if (members.empty() || members.front() != process) return std::string();
+#if WSYNC_HAVE_NCCL
+  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id, NcclTransport::NewUniqueId(*MakeApi(factory)));
+  return id.ToBytes();
+#else
+  return absl::UnimplementedError("this build has no NCCL");
+#endif
+}
+
+// The collective of the header comment: contributes `verdict` (with `unique_id` when OK), fails
+// with the first "no", then forms the communicator on its members (nullptr for the others).
+absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int32_t>& members,
+                                                           int32_t process, int device,
+                                                           const absl::Status& verdict,
+                                                           const std::string& unique_id,
+                                                           Group& group, absl::Time deadline,
+                                                           const NcclApiFactory& factory) {
+  const std::string mine =
+      verdict.ok() ? absl::StrCat(kYes, unique_id) : absl::StrCat(kNo, verdict.message());
+  WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine, deadline));
+  if (!verdict.ok()) return verdict;
+  for (int32_t p = 0; p < static_cast<int32_t>(all.size()); ++p) {
+    if (absl::StartsWith(all[p], kNo)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "process ", p, " cannot move the job's CUDA memory: ", all[p].substr(kNo.size())));
+    }
+  }
+  if (std::find(members.begin(), members.end(), process) == members.end()) {
+    return std::unique_ptr<Transport>();
+  }
+#if WSYNC_HAVE_NCCL
+  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id,
+                         NcclUniqueId::FromBytes(all[members.front()].substr(kYes.size())));
+  NcclOptions options;
+  options.process = process;
+  options.members = members;
+  options.unique_id = id;
+  options.device = device;
+  options.connect_deadline = deadline;
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> nccl,
+                         NcclTransport::Create(options, MakeApi(factory)));
+  return std::unique_ptr<Transport>(std::move(nccl));
+#else
+  return absl::UnimplementedError("this build has no NCCL");
+#endif
+}
+
+}  // namespace
+
+bool HasNcclCommunicator(const Job& job) { return !NcclMembers(JobMemoryKinds(job)).empty(); }
+
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int device,
+                                           const absl::Status& routes, Group& group,
+                                           absl::Time deadline, const NcclApiFactory& factory) {
+  CudaConnection connection;
+  const JobMemoryKinds kinds(job);
+  if (!kinds.any_cuda()) return connection;
+  const std::vector<int32_t> members = NcclMembers(kinds);
+  absl::Status verdict = routes;
+  std::string unique_id;
+  if (verdict.ok() && kinds.Process(process) == MemoryKind::kCuda) {
+#if WSYNC_HAVE_NCCL
+    absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> memory =
+        CudaDeviceMemory::Create(MakeApi(factory), device);
+    if (memory.ok()) {
+      connection.device = std::move(*memory);
+    } else {
+      verdict = memory.status();
+    }
+    if (verdict.ok()) {
+      absl::StatusOr<std::string> id = UniqueIdIfRoot(members, process, factory);
+      if (id.ok()) {
+        unique_id = *id;
+      } else {
+        verdict = id.status();
+      }
+    }
+#else
+    verdict = absl::UnimplementedError(
+        "this process holds CUDA buffers but libwsync was built without NCCL "
+        "(WSYNC_WITH_NCCL=OFF, or CUDA/NCCL not found at configure time)");
+#endif
+  }
+  WSYNC_ASSIGN_OR_RETURN(connection.nccl, ExchangeAndForm(members, process, device, verdict,
+                                                          unique_id, group, deadline, factory));
+  return connection;
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job, int32_t process, int device,
+                                                      Group& group, absl::Time deadline,
+                                                      const NcclApiFactory& factory) {
+  const std::vector<int32_t> members = NcclMembers(JobMemoryKinds(job));
+  absl::StatusOr<std::string> id = UniqueIdIfRoot(members, process, factory);
+  return ExchangeAndForm(members, process, device, id.status(), id.ok() ? *id : "", group, deadline,
+                         factory);
+}
+
+}  // namespace wsync

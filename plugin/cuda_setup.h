@@ -1,0 +1,63 @@
+#ifndef WSYNC_PLUGIN_CUDA_SETUP_H_
+#define WSYNC_PLUGIN_CUDA_SETUP_H_
+
+// The CUDA part of a session's connect, compiled with or without NCCL (WSYNC_HAVE_NCCL).
+//
+// A job with CUDA buffers (executor/memory_kinds.h) runs one extra collective at connect, right
+// after planning, on every process (host-only ones too, so the numbering of collectives stays the
+// same everywhere; a job without CUDA buffers runs none): an AllGather of each process's verdict,
+// in which the NCCL root also carries the communicator's unique id. The communicator's members are
+// the job's CUDA processes (when there are at least two), in ascending global id; the root is the
+// first. A verdict is "no" when this process's transport routes were refused (selector), when it
+// holds CUDA buffers and the build has no NCCL, or when its device cannot be used ("no CUDA
+// device"). Any "no" fails every process's connect with the refusing process's reason
+// (Unimplemented, WSYNC_UNSUPPORTED at the C ABI) before a communicator is formed, so nobody waits
+// in ncclCommInitRank for a process that gave up. Otherwise each member forms the communicator
+// (NcclTransport::Create, bounded by the connect deadline).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner/job.h"
+#include "transport/device_memory.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+class NcclApi;
+// Makes the NcclApi the session calls (empty: the real CUDA runtime and NCCL); tests pass a fake.
+using NcclApiFactory = std::function<std::unique_ptr<NcclApi>()>;
+
+// Whether this build has the NCCL backend.
+bool NcclBuilt();
+
+struct CudaConnection {
+  std::unique_ptr<DeviceMemory> device;  // When this process holds CUDA buffers.
+  std::unique_ptr<Transport> nccl;       // When it is a member of the job's communicator.
+};
+
+// Runs the collective described above over `group` (skipped for a job without CUDA buffers) and
+// returns what this process needs. `routes` is this process's routing verdict (contributed as
+// "no" when it is an error); `device` the CUDA device of its buffers.
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int device,
+                                           const absl::Status& routes, Group& group,
+                                           absl::Time deadline, const NcclApiFactory& factory);
+
+// Whether the job forms an NCCL communicator (at least two CUDA processes).
+bool HasNcclCommunicator(const Job& job);
+
+// A new communicator after a failed sync (NCCL cannot cancel one operation, so a failure aborts
+// the communicator): the same collective, every process taking part (the root contributes a new
+// unique id), and the new NcclTransport on each member (nullptr on the others). Every process of
+// such a job calls it at the same point: at the start of the sync after one whose commit decision
+// failed (the decision is the same everywhere).
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job, int32_t process, int device,
+                                                      Group& group, absl::Time deadline,
+                                                      const NcclApiFactory& factory);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLUGIN_CUDA_SETUP_H_

@@ -1,0 +1,78 @@
+// GPU tests of the plugin session with CUDA buffers (label gpu; run by tests/gpu/run.sh): a fused
+// qwen2.5-0.5b layout synced trainer -> rollout through the Session with every rollout element
+// checked (integration/cuda: RunCudaJob), and the refusal of two NCCL ranks on one GPU.
+// Each body runs in a forked child: CUDA must not be initialised in the gtest process itself.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "integration/cuda/cuda_job.h"
+#include "tests/gpu/gpu_count.h"
+
+namespace wsync {
+namespace {
+
+using test::GpuCount;
+
+// Runs `body` in a forked child; its exit code (128 + signal when killed).
+template <typename Body>
+int InChild(Body body) {
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// megatron(tp=1) -> vllm(tp=1): vLLM's fused qkv_proj and gate_up_proj on the rollout. With two
+// GPUs both sides are CUDA memory over NCCL; with one, NCCL refuses two ranks on the GPU, so the
+// trainer keeps host memory and the rollout stages into device memory (placement printed).
+TEST(GpuSessionTest, FusedQwenTrainerToRolloutWithCudaBuffersEveryElementChecked) {
+  ASSERT_GT(GpuCount(), 0) << "no NVIDIA device: this gpu-labelled test needs one";
+  const int code = InChild([] {
+    CudaJobOptions options;
+    options.syncs = 2;
+    options.deadline = absl::Seconds(120);
+    absl::StatusOr<CudaJobResult> job = RunCudaJob(options);
+    if (!job.ok()) {
+      std::printf("job failed: %s\n", job.status().ToString().c_str());
+      return 1;
+    }
+    std::printf(
+        "rollout: placement %s, %d GPU(s), %lld of %lld rollout bytes checked, %lld B/sync\n",
+        job->placement.c_str(), job->devices, static_cast<long long>(job->verified_elements_bytes),
+        static_cast<long long>(job->rollout_buffer_bytes),
+        static_cast<long long>(job->rollout_bytes));
+    const bool all_checked = job->verified_elements_bytes == job->rollout_buffer_bytes &&
+                             job->rollout_buffer_bytes > 0 && job->rollout_bytes > 0;
+    return all_checked ? 0 : 2;
+  });
+  EXPECT_EQ(code, 0);
+}
+
+// One GPU, both sides forced into CUDA memory: the NCCL communicator of two ranks on one device
+// must fail (an error on every process, within the deadline), never hang.
+TEST(GpuSessionTest, TwoNcclRanksOnOneGpuAreRefusedWithinTheDeadline) {
+  if (GpuCount() != 1) GTEST_SKIP() << "needs exactly one GPU (found " << GpuCount() << ")";
+  const absl::Time start = absl::Now();
+  const int code = InChild([] {
+    CudaJobOptions options;
+    options.syncs = 1;
+    options.all_cuda = true;
+    options.deadline = absl::Seconds(20);
+    absl::StatusOr<CudaJobResult> job = RunCudaJob(options);
+    std::printf("survivor: one GPU, two CUDA ranks: %s\n", job.status().ToString().c_str());
+    return job.ok() ? 1 : 0;
+  });
+  EXPECT_EQ(code, 0);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20 + 15));
+}
+
+}  // namespace
+}  // namespace wsync

@@ -1,0 +1,379 @@
+#include "tests/unit/fake_cuda_fabric.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "executor/copy.h"
+
+namespace wsync::test {
+namespace {
+
+void* Handle(int64_t id) { return reinterpret_cast<void*>(static_cast<uintptr_t>(id)); }
+int64_t Id(const void* handle) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle)); }
+
+}  // namespace
+
+struct FakeCudaFabric::State {
+  struct Stream {
+    std::deque<std::function<bool()>> items;  // Each returns true once done.
+    int64_t enqueued = 0;
+    int64_t completed = 0;
+  };
+  struct Event {
+    int64_t stream = 0;
+    int64_t target = 0;
+  };
+  struct Comm {
+    std::string uid;
+    int rank = 0;
+  };
+  struct Clique {
+    int nranks = 0;
+    std::set<int> joined;
+    bool aborted = false;
+    std::string error;
+    std::map<std::pair<int, int>, std::deque<std::string>> mailbox;  // (from, to) rank.
+  };
+
+  absl::Mutex mu;
+  int devices = 1;
+  std::map<uintptr_t, int64_t> device_ranges;  // Start -> bytes.
+  std::map<void*, int64_t> allocations;
+  int64_t allocated = 0;
+  int64_t peak = 0;
+  int fail_malloc_after = 0;
+  std::map<int64_t, Stream> streams;
+  std::map<int64_t, Event> events;
+  std::map<int64_t, Comm> comms;
+  std::map<std::string, Clique> cliques;
+  int64_t next_handle = 16;
+  int64_t next_uid = 1;
+  int aborts = 0;
+  int64_t kernel_launches = 0;
+
+  void Advance(Stream& stream) {
+    while (!stream.items.empty() && stream.items.front()()) {
+      stream.items.pop_front();
+      ++stream.completed;
+    }
+  }
+  void Enqueue(int64_t stream_id, std::function<bool()> item) {
+    Stream& stream = streams[stream_id];
+    stream.items.push_back(std::move(item));
+    ++stream.enqueued;
+  }
+  bool IsDevice(const void* pointer) const {
+    const auto address = reinterpret_cast<uintptr_t>(pointer);
+    auto it = device_ranges.upper_bound(address);
+    if (it == device_ranges.begin()) return false;
+    --it;
+    return address < it->first + static_cast<uintptr_t>(it->second);
+  }
+};
+
+namespace {
+
+class FakeApi final : public NcclApi {
+ public:
+  using State = FakeCudaFabric::State;
+  explicit FakeApi(std::shared_ptr<State> state) : s_(std::move(state)) {}
+
+  int DeviceCount() override {
+    absl::MutexLock lock(&s_->mu);
+    return s_->devices;
+  }
+  absl::Status SetDevice(int device) override {
+    absl::MutexLock lock(&s_->mu);
+    if (device < 0 || device >= s_->devices) {
+      return absl::InvalidArgumentError(absl::StrCat("fake: no device ", device));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<void*> Malloc(size_t bytes) override {
+    absl::MutexLock lock(&s_->mu);
+    if (s_->fail_malloc_after > 0 && --s_->fail_malloc_after == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("fake cudaMalloc of ", bytes, " bytes"));
+    }
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    void* memory = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+    std::memset(memory, 0xEE, rounded);  // Device memory is never zeroed.
+    s_->allocations[memory] = static_cast<int64_t>(bytes);
+    s_->device_ranges[reinterpret_cast<uintptr_t>(memory)] = static_cast<int64_t>(bytes);
+    s_->allocated += static_cast<int64_t>(bytes);
+    s_->peak = std::max(s_->peak, s_->allocated);
+    return memory;
+  }
+  absl::Status Free(void* memory) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->allocations.find(memory);
+    if (it == s_->allocations.end()) return absl::InvalidArgumentError("fake cudaFree: unknown");
+    s_->allocated -= it->second;
+    s_->allocations.erase(it);
+    s_->device_ranges.erase(reinterpret_cast<uintptr_t>(memory));
+    std::free(memory);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CudaStream> StreamCreate() override { return Create(&State::streams); }
+  absl::Status StreamDestroy(CudaStream stream) override {
+    return Destroy(&State::streams, stream);
+  }
+  absl::StatusOr<CudaEvent> EventCreate() override { return Create(&State::events); }
+  absl::Status EventDestroy(CudaEvent event) override { return Destroy(&State::events, event); }
+  absl::Status EventRecord(CudaEvent event, CudaStream stream) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->streams.find(Id(stream));
+    if (it == s_->streams.end()) return absl::InvalidArgumentError("fake: unknown stream");
+    s_->events[Id(event)] = State::Event{Id(stream), it->second.enqueued};
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> EventQuery(CudaEvent event) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->events.find(Id(event));
+    if (it == s_->events.end()) return absl::InvalidArgumentError("fake: unknown event");
+    State::Stream& stream = s_->streams[it->second.stream];
+    s_->Advance(stream);
+    return stream.completed >= it->second.target;
+  }
+  absl::StatusOr<MemoryKind> PointerKind(const void* pointer) override {
+    absl::MutexLock lock(&s_->mu);
+    return s_->IsDevice(pointer) ? MemoryKind::kCuda : MemoryKind::kHost;
+  }
+  absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                             size_t width, size_t height, CudaStream stream) override {
+    if (dst_pitch < width || src_pitch < width) {
+      return absl::InvalidArgumentError("fake cudaMemcpy2DAsync: pitch below width");
+    }
+    absl::MutexLock lock(&s_->mu);
+    s_->Enqueue(Id(stream), [=] {
+      for (size_t row = 0; row < height; ++row) {
+        std::memcpy(static_cast<char*>(dst) + row * dst_pitch,
+                    static_cast<const char*>(src) + row * src_pitch, width);
+      }
+      return true;
+    });
+    return absl::OkStatus();
+  }
+
+  // The kernel as a host strided copy, run in stream order like the copies.
+  bool HasCopyKernel() override { return true; }
+  absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides, const void* src,
+                               absl::Span<const int64_t> src_strides,
+                               absl::Span<const int64_t> shape, int64_t element_size,
+                               CudaStream stream) override {
+    const Dims to(dst_strides.begin(), dst_strides.end());
+    const Dims from(src_strides.begin(), src_strides.end());
+    const Dims extent(shape.begin(), shape.end());
+    absl::MutexLock lock(&s_->mu);
+    ++s_->kernel_launches;
+    s_->Enqueue(Id(stream), [=] {
+      CopyStrided(dst, to, src, from, extent, element_size);
+      return true;
+    });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<NcclUniqueId> GetUniqueId() override {
+    absl::MutexLock lock(&s_->mu);
+    NcclUniqueId id;
+    const int64_t value = s_->next_uid++;
+    std::memcpy(id.bytes.data(), &value, sizeof(value));
+    return id;
+  }
+  absl::StatusOr<NcclComm> CommInitRank(int nranks, const NcclUniqueId& id, int rank) override {
+    absl::MutexLock lock(&s_->mu);
+    State::Clique& clique = s_->cliques[id.ToBytes()];
+    if (clique.nranks != 0 && clique.nranks != nranks) {
+      return absl::InvalidArgumentError("fake: ranks disagree on the communicator size");
+    }
+    if (!clique.joined.insert(rank).second) {
+      return absl::InvalidArgumentError(absl::StrCat("fake: rank ", rank, " joined twice"));
+    }
+    clique.nranks = nranks;
+    const int64_t handle = s_->next_handle++;
+    s_->comms[handle] = State::Comm{id.ToBytes(), rank};
+    return Handle(handle);
+  }
+  absl::StatusOr<bool> CommAsyncError(NcclComm comm) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->comms.find(Id(comm));
+    if (it == s_->comms.end()) return absl::InvalidArgumentError("fake: unknown communicator");
+    const State::Clique& clique = s_->cliques[it->second.uid];
+    if (!clique.error.empty()) return absl::InternalError(clique.error);
+    if (clique.aborted) {
+      return absl::UnavailableError("fake ncclRemoteError: a peer's communicator was aborted");
+    }
+    return static_cast<int>(clique.joined.size()) == clique.nranks;
+  }
+  absl::Status CommAbort(NcclComm comm) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->comms.find(Id(comm));
+    if (it == s_->comms.end()) return absl::InvalidArgumentError("fake: unknown communicator");
+    s_->cliques[it->second.uid].aborted = true;
+    s_->comms.erase(it);
+    ++s_->aborts;
+    return absl::OkStatus();
+  }
+  absl::Status CommDestroy(NcclComm comm) override {
+    absl::MutexLock lock(&s_->mu);
+    s_->comms.erase(Id(comm));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<void*> CommRegister(NcclComm, void* buffer, size_t) override { return buffer; }
+  absl::Status CommDeregister(NcclComm, void*) override { return absl::OkStatus(); }
+
+  absl::Status GroupStart() override {
+    if (in_group_) return absl::FailedPreconditionError("fake: nested ncclGroupStart");
+    in_group_ = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> GroupEnd() override {
+    if (!in_group_) return absl::FailedPreconditionError("fake: ncclGroupEnd without start");
+    in_group_ = false;
+    std::vector<Operation> operations = std::move(group_);
+    group_.clear();
+    if (operations.empty()) return true;
+    absl::MutexLock lock(&s_->mu);
+    auto comm = s_->comms.find(Id(operations[0].comm));
+    if (comm == s_->comms.end()) return absl::InvalidArgumentError("fake: unknown communicator");
+    const std::string uid = comm->second.uid;
+    const int rank = comm->second.rank;
+    State* s = s_.get();
+    auto sent = std::make_shared<bool>(false);
+    auto next_receive = std::make_shared<size_t>(0);
+    s_->Enqueue(Id(operations[0].stream), [=]() -> bool {
+      State::Clique& clique = s->cliques[uid];
+      if (clique.aborted || !clique.error.empty()) return false;
+      if (!*sent) {
+        for (const Operation& op : operations) {
+          if (!op.send) continue;
+          clique.mailbox[{rank, op.peer}].emplace_back(static_cast<const char*>(op.data), op.bytes);
+        }
+        *sent = true;
+      }
+      for (; *next_receive < operations.size(); ++*next_receive) {
+        const Operation& op = operations[*next_receive];
+        if (op.send) continue;
+        std::deque<std::string>& queue = clique.mailbox[{op.peer, rank}];
+        if (queue.empty()) return false;
+        if (queue.front().size() != op.bytes) {
+          clique.error =
+              absl::StrCat("fake NCCL: rank ", rank, " received ", queue.front().size(),
+                           " bytes from rank ", op.peer, " into a receive of ", op.bytes);
+          return false;
+        }
+        std::memcpy(op.data, queue.front().data(), op.bytes);
+        queue.pop_front();
+      }
+      return true;
+    });
+    return true;
+  }
+  absl::Status Send(const void* data, size_t bytes, int peer, NcclComm comm,
+                    CudaStream stream) override {
+    return Add(Operation{true, const_cast<void*>(data), bytes, peer, comm, stream});
+  }
+  absl::Status Recv(void* data, size_t bytes, int peer, NcclComm comm, CudaStream stream) override {
+    return Add(Operation{false, data, bytes, peer, comm, stream});
+  }
+
+ private:
+  // A new handle in the table `table` of the state (streams, events), and its removal.
+  template <typename Table>
+  void* Create(Table State::*table) {
+    absl::MutexLock lock(&s_->mu);
+    const int64_t id = s_->next_handle++;
+    (s_.get()->*table)[id];
+    return Handle(id);
+  }
+  template <typename Table>
+  absl::Status Destroy(Table State::*table, void* handle) {
+    absl::MutexLock lock(&s_->mu);
+    (s_.get()->*table).erase(Id(handle));
+    return absl::OkStatus();
+  }
+
+  struct Operation {
+    bool send;
+    void* data;
+    size_t bytes;
+    int peer;
+    NcclComm comm;
+    CudaStream stream;
+  };
+  absl::Status Add(Operation op) {
+    if (!in_group_) return absl::FailedPreconditionError("fake: NCCL p2p outside a group");
+    {
+      absl::MutexLock lock(&s_->mu);
+      if (!s_->IsDevice(op.data)) {
+        return absl::InvalidArgumentError("fake NCCL: a p2p buffer that is not device memory");
+      }
+    }
+    if (!group_.empty() && (group_[0].comm != op.comm || group_[0].stream != op.stream)) {
+      return absl::UnimplementedError("fake: one communicator and stream per group");
+    }
+    group_.push_back(op);
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<State> s_;
+  bool in_group_ = false;
+  std::vector<Operation> group_;
+};
+
+}  // namespace
+
+FakeCudaFabric::FakeCudaFabric(int devices) : state_(std::make_shared<State>()) {
+  state_->devices = devices;
+}
+
+FakeCudaFabric::~FakeCudaFabric() {
+  absl::MutexLock lock(&state_->mu);
+  state_->streams.clear();  // Queued items may reference memory about to go.
+}
+
+std::unique_ptr<NcclApi> FakeCudaFabric::Api() { return std::make_unique<FakeApi>(state_); }
+
+void FakeCudaFabric::AddDeviceRange(const void* memory, int64_t bytes) {
+  absl::MutexLock lock(&state_->mu);
+  state_->device_ranges[reinterpret_cast<uintptr_t>(memory)] = bytes;
+}
+
+int64_t FakeCudaFabric::live_allocations() const {
+  absl::MutexLock lock(&state_->mu);
+  return static_cast<int64_t>(state_->allocations.size());
+}
+
+int64_t FakeCudaFabric::peak_allocated_bytes() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->peak;
+}
+
+void FakeCudaFabric::FailMallocAfter(int k) {
+  absl::MutexLock lock(&state_->mu);
+  state_->fail_malloc_after = k;
+}
+
+void FakeCudaFabric::FailCommunicators() {
+  absl::MutexLock lock(&state_->mu);
+  for (auto& [uid, clique] : state_->cliques) clique.error = "injected communicator failure";
+}
+
+int64_t FakeCudaFabric::kernel_launches() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->kernel_launches;
+}
+
+int FakeCudaFabric::aborts() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->aborts;
+}
+
+}  // namespace wsync::test

@@ -1,0 +1,61 @@
+#ifndef WSYNC_TESTS_UNIT_FAKE_CUDA_FABRIC_H_
+#define WSYNC_TESTS_UNIT_FAKE_CUDA_FABRIC_H_
+
+// A fake of the CUDA runtime and NCCL calls of NcclApi for threads of one process playing the
+// processes of a job, with device memory implemented as host memory:
+// - Malloc is an aligned host allocation; host memory a test declares with AddDeviceRange counts
+//   as device memory too; PointerKind answers kCuda inside either, kHost elsewhere.
+// - The strided copy kernel (NcclApi::CopyKernelAsync) is a host strided copy.
+// - Streams are queues run lazily: Memcpy2DAsync and each NCCL group are enqueued and run only
+//   when an event recorded after them is queried (or the communicator polled), in order. A caller
+//   that reads a copy's destination without synchronising sees stale bytes, so a missing
+//   synchronisation fails the test instead of passing by luck.
+// - NCCL: CommInitRank forms once every rank of the unique id has joined (in progress until then);
+//   a group runs its sends first (each copies its bytes into the (sender, receiver) mailbox) and
+//   then its receives (each takes the next message of its pair, in order, or waits for it). A
+//   receive of another size than the message is a fabric error (CommAsyncError: Internal) since
+//   real NCCL would corrupt memory. CommAbort on any rank makes every other rank's CommAsyncError
+//   report Unavailable (how a lost peer shows) and drops the aborted communicator's queued work.
+// Thread-safe: one mutex over the whole fabric.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/nccl/nccl_api.h"
+
+namespace wsync::test {
+
+class FakeCudaFabric {
+ public:
+  explicit FakeCudaFabric(int devices = 1);
+  ~FakeCudaFabric();
+
+  // An NcclApi over this fabric (each transport and each DeviceMemory owns one).
+  std::unique_ptr<NcclApi> Api();
+
+  // Declares [memory, memory + bytes) device memory (a test's buffers standing in for cudaMalloc).
+  void AddDeviceRange(const void* memory, int64_t bytes);
+
+  // Device allocations not yet freed, bytes held, and the most ever held at once.
+  int64_t live_allocations() const;
+  int64_t peak_allocated_bytes() const;
+  // Makes the k-th next Malloc fail (ResourceExhausted); 0: none.
+  void FailMallocAfter(int k);
+  // Every communicator formed so far reports an asynchronous error (CommAsyncError: Internal,
+  // "injected") from now on; communicators formed later are healthy.
+  void FailCommunicators();
+  // Communicators aborted so far, over all ranks; copy kernel launches (the fake runs the kernel
+  // as a host strided copy in stream order).
+  int aborts() const;
+  int64_t kernel_launches() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace wsync::test
+
+#endif  // WSYNC_TESTS_UNIT_FAKE_CUDA_FABRIC_H_
