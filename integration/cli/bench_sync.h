@@ -31,6 +31,11 @@ struct ScheduleFacts {
   int64_t direct_messages = 0;
   int32_t rounds = 0;          // The most rounds of any rollout process.
   int64_t median_message = 0;  // Bytes-weighted median message size of that process.
+  // Bytes per sync of every sender -> receiver pair that carries any, largest first.
+  std::vector<int64_t> pair_bytes;
+  // Pairs carrying at least a quarter of the busiest pair's bytes: the sender/receiver pairs
+  // that stream at the same time, as many as concurrent ucx_perftest pairs are fair to compare.
+  int32_t busy_pairs = 0;
 };
 
 // Plans `model` from `from` to `to` and schedules it with a staging budget of `budget` bytes per
