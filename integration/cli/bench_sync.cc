@@ -75,6 +75,9 @@ ABSL_FLAG(std::string, sync_single_from, "megatron(tp=1)",
           "Trainer layout of the 1->1 wsync contestant (compared with one ucx_perftest pair); "
           "empty: none.");
 ABSL_FLAG(std::string, sync_single_to, "vllm(tp=1)", "Rollout layout of the 1->1 contestant.");
+ABSL_FLAG(bool, sync_perftest_wsync_settings, true,
+          "Run ucx_perftest with the UCX settings wsync's processes apply (UcxDefaultSettings); "
+          "false: with UCX's own defaults.");
 ABSL_FLAG(double, sync_timeout_s, 90, "Limit of each child job or ucx_perftest run, seconds.");
 ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
 
@@ -275,6 +278,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       s.seconds = std::max(s.seconds, seconds);
       s.agree_seconds = std::max(s.agree_seconds, call - seconds);
       s.step_seconds = std::max(s.step_seconds, call + decide);
+      s.cpu_seconds += Field(stats, "cpu_seconds");
+      s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
       if (p >= facts.trainers) {
         const auto received = static_cast<int64_t>(Field(stats, "received"));
         s.rollout_bytes = std::max(s.rollout_bytes, received);
@@ -361,6 +366,7 @@ std::string SyncBenchUsage() {
          "                 [--sync_perftest_iters N] [--sync_perftest_size B]\n"
          "                 [--sync_perftest_concurrent] [--sync_perftest_pairs N]\n"
          "                 [--sync_single_from L] [--sync_single_to L]\n"
+         "                 [--sync_perftest_wsync_settings]\n"
          "                 [--sync_timeout_s S] [--sync_json PATH]\n"
          "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
          "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
@@ -458,6 +464,9 @@ absl::Status RunSyncBench(std::FILE* out) {
   absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 model.name, from, to, facts.trainers, facts.rollouts);
   absl::FPrintF(out, "  worker %s\n  ucx_perftest %s\n", worker, perftest);
+  absl::FPrintF(out, "  UCX settings of wsync's processes%s: %s\n",
+                absl::GetFlag(FLAGS_sync_perftest_wsync_settings) ? " and of ucx_perftest" : "",
+                absl::StrJoin(WsyncUcxEnvironment(), " "));
   PrintSchedule(out, main_scenario, budget);
   if (single.has_value()) PrintSchedule(out, *single, budget);
   std::fflush(out);
@@ -554,7 +563,8 @@ absl::Status RunSyncBench(std::FILE* out) {
       } else {
         absl::StatusOr<PerftestResult> result = RunPerftest(
             perftest, dir, row.transports.tls, row.transports.devices, row.message_bytes, row.iters,
-            row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
+            row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)),
+            absl::GetFlag(FLAGS_sync_perftest_wsync_settings));
         if (!result.ok()) {
           status = result.status();
           break;
@@ -623,17 +633,18 @@ absl::Status RunSyncBench(std::FILE* out) {
       const std::vector<double> seconds = row.Seconds();
       seconds_cells =
           absl::StrFormat("%8.4f %8.4f %8.4f", Median(seconds), Min(seconds), Max(seconds));
-      std::vector<double> agree, decide;
+      std::vector<double> agree, decide, cpu;
       for (const SyncSample& s : row.syncs) {
         agree.push_back(s.agree_seconds);
         decide.push_back(s.decide_seconds);
+        cpu.push_back(s.cpu_seconds);
       }
       json_extra = absl::StrFormat(
           ", \"from\": %s, \"to\": %s, \"seconds_median\": %.6f, \"seconds_min\": %.6f, "
           "\"seconds_max\": %.6f, \"agreement_seconds_median\": %.6f, "
-          "\"decide_seconds_median\": %.6f, \"seconds\": [%s]",
+          "\"decide_seconds_median\": %.6f, \"cpu_seconds_median\": %.6f, \"seconds\": [%s]",
           JsonString(row.scenario->from), JsonString(row.scenario->to), Median(seconds),
-          Min(seconds), Max(seconds), Median(agree), Median(decide),
+          Min(seconds), Max(seconds), Median(agree), Median(decide), Median(cpu),
           absl::StrJoin(seconds, ", ",
                         [](std::string* o, double v) { absl::StrAppendFormat(o, "%.6f", v); }));
     } else {
@@ -711,18 +722,24 @@ absl::Status RunSyncBench(std::FILE* out) {
   json += "\n  }\n}\n";
   for (const Row& row : rows) {
     if (!row.wsync()) continue;
-    std::vector<double> agree, decide, step;
+    std::vector<double> agree, decide, step, cpu, user;
     for (const SyncSample& s : row.syncs) {
       agree.push_back(s.agree_seconds);
       decide.push_back(s.decide_seconds);
       step.push_back(s.step_seconds);
+      cpu.push_back(s.cpu_seconds);
+      user.push_back(s.cpu_user_seconds);
     }
     absl::FPrintF(out,
                   "%s %s outside the transfer (medians): agreement %.4f s, commit decision\n"
                   "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
-                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout\n",
+                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout; CPU of all\n"
+                  "  processes during ExecuteTransfers %.4f s per sync = %.3f s per GB received\n"
+                  "  (user space %.4f s, kernel %.4f s)\n",
                   row.contestant, row.transports.name, Median(agree), Median(decide), Median(step),
-                  row.syncs[0].rollout_bytes / Median(step) / 1e9);
+                  row.syncs[0].rollout_bytes / Median(step) / 1e9, Median(cpu),
+                  Median(cpu) / (row.syncs[0].total_bytes / 1e9), Median(user),
+                  Median(cpu) - Median(user));
   }
   for (const Row& with : rows) {
     if (!with.hashes()) continue;

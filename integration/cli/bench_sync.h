@@ -66,6 +66,10 @@ struct SyncSample {
   double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
   int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
   int64_t total_bytes = 0;    // Received by all rollout processes.
+  // CPU time (user and system, every thread) of all processes during ExecuteTransfers: the
+  // work the sync costs, which other load on the cores inflates far less than seconds.
+  double cpu_seconds = 0;
+  double cpu_user_seconds = 0;  // The user-space part of cpu_seconds (the rest is the kernel's).
 };
 
 // Runs one wsync job (coordinator, trainers and rollouts of `worker`, coordinator from `cli`)
