@@ -68,7 +68,17 @@ ABSL_FLAG(int32_t, sync_perftest_iters, 0,
 ABSL_FLAG(int64_t, sync_perftest_size, 0,
           "ucx_perftest message bytes; 0: the largest message the schedule sends.");
 ABSL_FLAG(bool, sync_perftest_concurrent, true,
-          "Also run as many concurrent ucx_perftest pairs as the job has rollout processes.");
+          "Also run as many concurrent ucx_perftest pairs as the schedule has busy sender -> "
+          "receiver pairs (each carrying at least a quarter of the busiest pair's bytes).");
+ABSL_FLAG(int32_t, sync_perftest_pairs, 0,
+          "Concurrent ucx_perftest pairs; 0: the schedule's busy sender -> receiver pairs.");
+ABSL_FLAG(std::string, sync_single_from, "megatron(tp=1)",
+          "Trainer layout of the 1->1 wsync contestant (compared with one ucx_perftest pair); "
+          "empty: none.");
+ABSL_FLAG(std::string, sync_single_to, "vllm(tp=1)", "Rollout layout of the 1->1 contestant.");
+ABSL_FLAG(bool, sync_perftest_wsync_settings, true,
+          "Run ucx_perftest with the UCX settings wsync's processes apply (UcxDefaultSettings); "
+          "false: with UCX's own defaults.");
 ABSL_FLAG(double, sync_timeout_s, 90, "Limit of each child job or ucx_perftest run, seconds.");
 ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
 
@@ -152,6 +162,12 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
                          ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{budget}));
   for (const ProcessSchedule& s : schedules) {
     if (job.IsSource(s.process)) continue;
+    for (const PeerSchedule& peer : s.peers) {
+      if (peer.direction != Direction::kReceive) continue;
+      int64_t bytes = 0;
+      for (const ScheduledRound& round : peer.rounds) bytes += round.bytes;
+      if (bytes > 0) facts.pair_bytes.push_back(bytes);
+    }
     facts.bytes_total += s.received_bytes;
     facts.rounds = std::max(facts.rounds, s.rounds);
     std::vector<int64_t> sizes;
@@ -184,6 +200,8 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
   if (facts.largest_message <= 0) {
     return absl::FailedPreconditionError("the plan sends nothing to the rollout processes");
   }
+  std::sort(facts.pair_bytes.rbegin(), facts.pair_bytes.rend());
+  for (int64_t bytes : facts.pair_bytes) facts.busy_pairs += 4 * bytes >= facts.pair_bytes[0];
   return facts;
 }
 
@@ -261,6 +279,8 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       s.seconds = std::max(s.seconds, seconds);
       s.agree_seconds = std::max(s.agree_seconds, call - seconds);
       s.step_seconds = std::max(s.step_seconds, call + decide);
+      s.cpu_seconds += Field(stats, "cpu_seconds");
+      s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
       if (p >= facts.trainers) {
         const auto received = static_cast<int64_t>(Field(stats, "received"));
         s.rollout_bytes = std::max(s.rollout_bytes, received);
@@ -289,8 +309,18 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // The table.
 
+// A layout pair the benchmark runs, with its schedule.
+struct SyncScenario {
+  std::string from;
+  std::string to;
+  ScheduleFacts facts;
+};
+
 struct Row {
-  std::string contestant;  // "wsync", "wsync+verify", "ucx_perftest" or "ucx_perftest xN".
+  // "wsync", "wsync+verify", "wsync 1->1", "ucx_perftest", "ucx_perftest xN" or
+  // "ucx_perftest 1->1" (one pair at the 1->1 schedule's largest message, where it differs).
+  std::string contestant;
+  const SyncScenario* scenario = nullptr;  // wsync.
   Transports transports;
   int32_t pairs = 1;                   // ucx_perftest: concurrent sender/receiver pairs.
   std::vector<SyncSample> syncs;       // wsync.
@@ -335,17 +365,56 @@ std::string SyncBenchUsage() {
          "                 [--sync_verify] [--verify] [--sync_shm_tls T] [--sync_tcp_tls T]\n"
          "                 [--sync_tcp_devices D] [--sync_worker PATH] [--sync_perftest PATH]\n"
          "                 [--sync_perftest_iters N] [--sync_perftest_size B]\n"
-         "                 [--sync_perftest_concurrent] [--sync_timeout_s S] [--sync_json PATH]\n"
+         "                 [--sync_perftest_concurrent] [--sync_perftest_pairs N]\n"
+         "                 [--sync_single_from L] [--sync_single_to L]\n"
+         "                 [--sync_perftest_wsync_settings]\n"
+         "                 [--sync_timeout_s S] [--sync_json PATH]\n"
          "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
          "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
-         "  memory and over UCX TCP: one verified job per transport, then R rounds of K timed\n"
-         "  syncs each, alternating with ucx_perftest tag_bw between two processes (and as many\n"
-         "  concurrent pairs as there are rollouts) at the largest message the schedule sends.\n"
-         "  Prints seconds per sync, GB/s per rollout and in total, and the ratio of wsync's\n"
-         "  per-rollout throughput to ucx_perftest's. --verify adds a wsync+verify contestant\n"
-         "  (verify=true: xxh3 per chunk) to the same rounds and prints its cost as a ratio.\n" +
+         "  memory and over UCX TCP, and a 1->1 job (megatron(tp=1) -> vllm(tp=1)): one verified\n"
+         "  job per scenario and transport, then R rounds of K timed syncs each, alternating with\n"
+         "  ucx_perftest tag_bw between two processes (and as many concurrent pairs as the\n"
+         "  schedule has busy sender -> receiver pairs) at the largest message the schedule\n"
+         "  sends. Prints seconds per sync, GB/s per rollout and in total, and per transport the\n"
+         "  ratios of wsync to ucx_perftest: per receiver against one pair and against the\n"
+         "  concurrent pairs, in aggregate, and 1->1 against one pair. --verify adds a\n"
+         "  wsync+verify contestant (verify=true: xxh3 per chunk) to the same rounds and prints\n"
+         "  its cost as a ratio.\n" +
          CudaSyncBenchUsage();
 }
+
+namespace {
+
+void PrintSchedule(std::FILE* out, const SyncScenario& scenario, double budget) {
+  const ScheduleFacts& facts = scenario.facts;
+  absl::FPrintF(out,
+                "schedule %s -> %s (budget %.0f B per peer direction): the busiest rollout\n"
+                "  receives %s in %d messages (%d direct) over %d rounds; largest message %d B\n"
+                "  (%s, %s); bytes-weighted median message %s; all rollouts %s per sync;\n"
+                "  %d sender -> receiver pairs carry bytes (%s MiB), %d of them busy\n",
+                scenario.from, scenario.to, budget, MiB(facts.bytes_per_rollout), facts.messages,
+                facts.direct_messages, facts.rounds, facts.largest_message,
+                MiB(facts.largest_message), facts.largest_direct ? "direct" : "staged",
+                MiB(facts.median_message), MiB(facts.bytes_total), facts.pair_bytes.size(),
+                absl::StrJoin(facts.pair_bytes, " ",
+                              [](std::string* o, int64_t b) {
+                                absl::StrAppendFormat(o, "%.1f", b / 1048576.0);
+                              }),
+                facts.busy_pairs);
+}
+
+// The ratios of wsync to ucx_perftest on one transport (0 where a contestant did not run).
+struct Ratios {
+  double per_receiver_vs_pair = 0;        // wsync GB/s per receiver / one pair's GB/s.
+  double per_receiver_vs_concurrent = 0;  // ... / the mean pair's of the concurrent pairs.
+  double aggregate_vs_concurrent = 0;     // wsync GB/s of all receivers / all concurrent pairs'.
+  double aggregate_vs_pair = 0;           // wsync GB/s of all receivers / one pair's.
+  double single_vs_pair = 0;              // wsync 1->1 GB/s / one pair's at its message size.
+};
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+}  // namespace
 
 absl::Status RunSyncBench(std::FILE* out) {
   const std::string memory = absl::GetFlag(FLAGS_memory);
@@ -369,66 +438,107 @@ absl::Status RunSyncBench(std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const std::string perftest,
                          FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
-  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts, ScheduleFactsFor(model, from, to, budget));
-  const int64_t message_bytes = absl::GetFlag(FLAGS_sync_perftest_size) > 0
-                                    ? absl::GetFlag(FLAGS_sync_perftest_size)
-                                    : facts.largest_message;
-  const int32_t iters = absl::GetFlag(FLAGS_sync_perftest_iters) > 0
-                            ? absl::GetFlag(FLAGS_sync_perftest_iters)
-                            : PerftestIterations(facts, message_bytes);
+  SyncScenario main_scenario{from, to, {}};
+  WSYNC_ASSIGN_OR_RETURN(main_scenario.facts, ScheduleFactsFor(model, from, to, budget));
+  const ScheduleFacts& facts = main_scenario.facts;
+  std::optional<SyncScenario> single;
+  if (!absl::GetFlag(FLAGS_sync_single_from).empty()) {
+    single = SyncScenario{
+        absl::GetFlag(FLAGS_sync_single_from), absl::GetFlag(FLAGS_sync_single_to), {}};
+    WSYNC_ASSIGN_OR_RETURN(single->facts,
+                           ScheduleFactsFor(model, single->from, single->to, budget));
+    if (single->facts.trainers != 1 || single->facts.rollouts != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sync_single_from/--sync_single_to must have one process each; ", single->from, " -> ",
+          single->to, " has ", single->facts.trainers, " and ", single->facts.rollouts));
+    }
+  }
+  // The message size of ucx_perftest for a schedule: --sync_perftest_size or its largest.
+  auto perftest_size = [](const ScheduleFacts& f) {
+    return absl::GetFlag(FLAGS_sync_perftest_size) > 0 ? absl::GetFlag(FLAGS_sync_perftest_size)
+                                                       : f.largest_message;
+  };
+  auto perftest_iters = [](const ScheduleFacts& f, int64_t size) {
+    return absl::GetFlag(FLAGS_sync_perftest_iters) > 0 ? absl::GetFlag(FLAGS_sync_perftest_iters)
+                                                        : PerftestIterations(f, size);
+  };
+  const int64_t message_bytes = perftest_size(facts);
+  const int32_t iters = perftest_iters(facts, message_bytes);
+  const int32_t pairs = absl::GetFlag(FLAGS_sync_perftest_pairs) > 0
+                            ? absl::GetFlag(FLAGS_sync_perftest_pairs)
+                            : std::max(1, facts.busy_pairs);
 
   absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 model.name, from, to, facts.trainers, facts.rollouts);
   absl::FPrintF(out, "  worker %s\n  ucx_perftest %s\n", worker, perftest);
-  absl::FPrintF(out,
-                "schedule (budget %.0f B per peer direction): the busiest rollout receives %s\n"
-                "  in %d messages (%d direct) over %d rounds; largest message %d B (%s, %s);\n"
-                "  bytes-weighted median message %s; all rollouts %s per sync\n",
-                budget, MiB(facts.bytes_per_rollout), facts.messages, facts.direct_messages,
-                facts.rounds, facts.largest_message, MiB(facts.largest_message),
-                facts.largest_direct ? "direct" : "staged", MiB(facts.median_message),
-                MiB(facts.bytes_total));
+  absl::FPrintF(out, "  UCX settings of wsync's processes%s: %s\n",
+                absl::GetFlag(FLAGS_sync_perftest_wsync_settings) ? " and of ucx_perftest" : "",
+                absl::StrJoin(WsyncUcxEnvironment(), " "));
+  PrintSchedule(out, main_scenario, budget);
+  if (single.has_value()) PrintSchedule(out, *single, budget);
   std::fflush(out);
 
   const std::vector<Transports> transports = {
       {"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""},
       {"tcp", absl::GetFlag(FLAGS_sync_tcp_tls), absl::GetFlag(FLAGS_sync_tcp_devices)}};
+  std::vector<const SyncScenario*> scenarios = {&main_scenario};
+  if (single.has_value()) scenarios.push_back(&*single);
 
   if (absl::GetFlag(FLAGS_sync_verify)) {
     for (const Transports& t : transports) {
-      const absl::Time start = absl::Now();
-      WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, t, /*warmup=*/0, /*syncs=*/2,
-                                     /*verify=*/true, /*hashes=*/false, worker, cli,
-                                     absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)))
-                                .status());
-      absl::FPrintF(out,
-                    "verified %s (UCX_TLS=%s): 2 versions, every rollout byte equal to the "
-                    "trainers' logical values (%.1f s with fill and check)\n",
-                    t.name, t.tls, absl::ToDoubleSeconds(absl::Now() - start));
-      std::fflush(out);
+      for (const SyncScenario* scenario : scenarios) {
+        const absl::Time start = absl::Now();
+        WSYNC_RETURN_IF_ERROR(RunWsync(scenario->facts, model_name, scenario->from, scenario->to, t,
+                                       /*warmup=*/0, /*syncs=*/2,
+                                       /*verify=*/true, /*hashes=*/false, worker, cli,
+                                       absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)))
+                                  .status());
+        absl::FPrintF(out,
+                      "verified %s -> %s over %s (UCX_TLS=%s): 2 versions, every rollout byte "
+                      "equal to the trainers' logical values (%.1f s with fill and check)\n",
+                      scenario->from, scenario->to, t.name, t.tls,
+                      absl::ToDoubleSeconds(absl::Now() - start));
+        std::fflush(out);
+      }
     }
   }
 
-  // Per transport: wsync, one ucx_perftest pair, and as many concurrent pairs as wsync has
-  // receivers (the same number of busy processes on the same cores).
+  // Per transport: wsync, wsync 1->1, one ucx_perftest pair (and one at the 1->1 schedule's
+  // largest message where that differs), and as many concurrent pairs as wsync has busy
+  // sender -> receiver pairs (on the same cores).
   std::vector<Row> rows;
-  const bool concurrent = absl::GetFlag(FLAGS_sync_perftest_concurrent) && facts.rollouts > 1;
+  const bool concurrent = absl::GetFlag(FLAGS_sync_perftest_concurrent) && pairs > 1;
   for (const Transports& t : transports) {
     Row row;
     row.contestant = "wsync";
+    row.scenario = &main_scenario;
     row.transports = t;
     rows.push_back(row);
     if (absl::GetFlag(FLAGS_verify)) {
       row.contestant = "wsync+verify";
       rows.push_back(row);
     }
+    if (single.has_value()) {
+      row.contestant = "wsync 1->1";
+      row.scenario = &*single;
+      rows.push_back(row);
+    }
+    row.scenario = nullptr;
     row.contestant = "ucx_perftest";
     row.message_bytes = message_bytes;
     row.iters = iters;
     rows.push_back(row);
+    if (single.has_value() && perftest_size(single->facts) != message_bytes) {
+      row.contestant = "ucx_perftest 1->1";
+      row.message_bytes = perftest_size(single->facts);
+      row.iters = perftest_iters(single->facts, row.message_bytes);
+      rows.push_back(row);
+    }
     if (concurrent) {
-      row.contestant = absl::StrCat("ucx_perftest x", facts.rollouts);
-      row.pairs = facts.rollouts;
+      row.contestant = absl::StrCat("ucx_perftest x", pairs);
+      row.message_bytes = message_bytes;
+      row.iters = iters;
+      row.pairs = pairs;
       rows.push_back(row);
     }
   }
@@ -439,11 +549,12 @@ absl::Status RunSyncBench(std::FILE* out) {
   for (int32_t round = 1; round <= rounds && status.ok(); ++round) {
     for (size_t i = 0; i < rows.size() && status.ok(); ++i) {
       Row& row = rows[i];
-      const std::string label = absl::StrFormat("round %d/%d  %-15s %-3s", round, rounds,
+      const std::string label = absl::StrFormat("round %d/%d  %-17s %-3s", round, rounds,
                                                 row.contestant, row.transports.name);
       if (row.wsync()) {
+        const SyncScenario& sc = *row.scenario;
         absl::StatusOr<std::vector<SyncSample>> samples =
-            RunWsync(facts, model_name, from, to, row.transports, warmup, syncs,
+            RunWsync(sc.facts, model_name, sc.from, sc.to, row.transports, warmup, syncs,
                      /*verify=*/false, row.hashes(), worker, cli,
                      absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
         if (!samples.ok()) {
@@ -459,7 +570,8 @@ absl::Status RunSyncBench(std::FILE* out) {
       } else {
         absl::StatusOr<PerftestResult> result = RunPerftest(
             perftest, dir, row.transports.tls, row.transports.devices, row.message_bytes, row.iters,
-            row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)));
+            row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)),
+            absl::GetFlag(FLAGS_sync_perftest_wsync_settings));
         if (!result.ok()) {
           status = result.status();
           break;
@@ -477,7 +589,7 @@ absl::Status RunSyncBench(std::FILE* out) {
     }
   }
   for (const char* kind : {"server", "client"}) {
-    for (int32_t i = 0; i < std::max(1, facts.rollouts); ++i) {
+    for (int32_t i = 0; i < std::max(1, pairs); ++i) {
       unlink(absl::StrCat(dir, "/perftest-", kind, i, ".log").c_str());
     }
   }
@@ -485,14 +597,23 @@ absl::Status RunSyncBench(std::FILE* out) {
   WSYNC_RETURN_IF_ERROR(status);
 
   // The table. Ratios: per-receiver throughput against one ucx_perftest pair (the goal) and
-  // against concurrent pairs.
-  std::map<std::string, double> single, multi;
+  // against concurrent pairs; a 1->1 row against one pair at its own message size.
+  std::map<std::string, const Row*> single_pair, single_pair_1to1, multi;
   for (const Row& row : rows) {
-    if (row.contestant == "ucx_perftest") single[row.transports.name] = row.Rate();
-    if (!row.wsync() && row.pairs > 1) multi[row.transports.name] = row.Rate();
+    const std::string& name = row.transports.name;
+    if (row.contestant == "ucx_perftest") {
+      single_pair[name] = &row;
+      if (!single_pair_1to1.contains(name)) single_pair_1to1[name] = &row;
+    }
+    if (row.contestant == "ucx_perftest 1->1") single_pair_1to1[name] = &row;
+    if (!row.wsync() && row.pairs > 1) multi[name] = &row;
   }
-  const std::string multi_header = absl::StrCat("vs x", facts.rollouts);
-  absl::FPrintF(out, "\n%-15s %-3s %-12s %4s %8s %8s %8s %9s %8s %7s %7s\n", "contestant", "",
+  auto reference = [&](const std::map<std::string, const Row*>& refs, const Row& row) {
+    auto it = refs.find(row.transports.name);
+    return it == refs.end() ? 0.0 : it->second->Rate();
+  };
+  const std::string multi_header = absl::StrCat("vs x", pairs);
+  absl::FPrintF(out, "\n%-17s %-3s %-12s %4s %8s %8s %8s %9s %8s %7s %7s\n", "contestant", "",
                 "UCX_TLS", "runs", "s/sync", "min", "max", "GB/s/recv", "GB/s all", "vs perf",
                 concurrent ? multi_header : "");
   std::string json = absl::StrFormat(
@@ -500,33 +621,37 @@ absl::Status RunSyncBench(std::FILE* out) {
       "  \"budget_bytes\": %.0f, \"largest_message_bytes\": %d, \"perftest_message_bytes\": "
       "%d, \"rollout_bytes\": %d, "
       "\"total_bytes\": %d,\n  \"messages_per_rollout\": %d, \"rounds\": %d, \"syncs_per_job\": "
-      "%d, \"warmup_syncs\": %d, \"alternations\": %d,\n  \"rows\": [",
+      "%d, \"warmup_syncs\": %d, \"alternations\": %d, \"busy_pairs\": %d, "
+      "\"concurrent_perftest_pairs\": %d,\n  \"rows\": [",
       JsonString(model.name), JsonString(from), JsonString(to), facts.trainers, facts.rollouts,
       budget, facts.largest_message, message_bytes, facts.bytes_per_rollout, facts.bytes_total,
-      facts.messages, facts.rounds, syncs, warmup, rounds);
+      facts.messages, facts.rounds, syncs, warmup, rounds, facts.busy_pairs, pairs);
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& row = rows[i];
+    const bool one_to_one = absl::EndsWith(row.contestant, "1->1");
     const double ratio =
-        single[row.transports.name] > 0 ? row.Rate() / single[row.transports.name] : 0;
-    const double ratio_multi =
-        multi[row.transports.name] > 0 ? row.Rate() / multi[row.transports.name] : 0;
-    const std::string multi_cell = concurrent ? absl::StrFormat("%.2f", ratio_multi) : "";
+        Ratio(row.Rate(), reference(one_to_one ? single_pair_1to1 : single_pair, row));
+    const double ratio_multi = Ratio(row.Rate(), reference(multi, row));
+    const std::string multi_cell = concurrent && !one_to_one ? absl::StrFormat("%.2f", ratio_multi)
+                                                             : std::string(concurrent ? "-" : "");
     std::string seconds_cells = absl::StrFormat("%8s %8s %8s", "-", "-", "-");
     std::string json_extra;
     if (row.wsync()) {
       const std::vector<double> seconds = row.Seconds();
       seconds_cells =
           absl::StrFormat("%8.4f %8.4f %8.4f", Median(seconds), Min(seconds), Max(seconds));
-      std::vector<double> agree, decide;
+      std::vector<double> agree, decide, cpu;
       for (const SyncSample& s : row.syncs) {
         agree.push_back(s.agree_seconds);
         decide.push_back(s.decide_seconds);
+        cpu.push_back(s.cpu_seconds);
       }
       json_extra = absl::StrFormat(
-          ", \"seconds_median\": %.6f, \"seconds_min\": %.6f, \"seconds_max\": %.6f, "
-          "\"agreement_seconds_median\": %.6f, \"decide_seconds_median\": %.6f, \"seconds\": "
-          "[%s]",
-          Median(seconds), Min(seconds), Max(seconds), Median(agree), Median(decide),
+          ", \"from\": %s, \"to\": %s, \"seconds_median\": %.6f, \"seconds_min\": %.6f, "
+          "\"seconds_max\": %.6f, \"agreement_seconds_median\": %.6f, "
+          "\"decide_seconds_median\": %.6f, \"cpu_seconds_median\": %.6f, \"seconds\": [%s]",
+          JsonString(row.scenario->from), JsonString(row.scenario->to), Median(seconds),
+          Min(seconds), Max(seconds), Median(agree), Median(decide), Median(cpu),
           absl::StrJoin(seconds, ", ",
                         [](std::string* o, double v) { absl::StrAppendFormat(o, "%.6f", v); }));
     } else {
@@ -538,7 +663,7 @@ absl::Status RunSyncBench(std::FILE* out) {
             absl::StrAppendFormat(o, "%.4f", r / 1e9);
           }));
     }
-    absl::FPrintF(out, "%-15s %-3s %-12s %4d %s %9.2f %8.2f %7.2f %7s\n", row.contestant,
+    absl::FPrintF(out, "%-17s %-3s %-12s %4d %s %9.2f %8.2f %7.2f %7s\n", row.contestant,
                   row.transports.name, row.transports.tls, row.runs(), seconds_cells,
                   row.Rate() / 1e9, row.TotalRate() / 1e9, ratio, multi_cell);
     absl::StrAppendFormat(&json,
@@ -550,34 +675,78 @@ absl::Status RunSyncBench(std::FILE* out) {
                           row.runs(), row.Rate() / 1e9, row.TotalRate() / 1e9, ratio, ratio_multi,
                           json_extra);
   }
-  json += "\n  ]\n}\n";
+  json += "\n  ],\n  \"ratios\": {";
   absl::FPrintF(out,
                 "GB/s = 1e9 B/s. s/sync: transfer time of the slowest process (agreement, commit\n"
                 "  decision and verification excluded), median/min/max over %d rounds x %d syncs.\n"
                 "  GB/s/recv: the busiest rollout's %d B / median s/sync; ucx_perftest: tag_bw,\n"
                 "  %d x %d B per run, median run, mean of its pairs. vs perf: GB/s/recv / one\n"
-                "  ucx_perftest pair's (goal >= 0.85).\n",
+                "  ucx_perftest pair's (goal >= 0.85; 1->1 rows: the pair at their own size).\n",
                 rounds, syncs, facts.bytes_per_rollout, iters, message_bytes);
   if (concurrent) {
     absl::FPrintF(out,
-                  "  %s: GB/s/recv / that of %d concurrent ucx_perftest pairs (as many processes\n"
-                  "  as wsync's job on the same cores; ucx_perftest's processes busy-poll).\n",
-                  multi_header, facts.rollouts);
+                  "  %s: GB/s/recv / the mean pair's of %d concurrent ucx_perftest pairs (as many\n"
+                  "  as wsync's busy sender -> receiver pairs, on the same cores; ucx_perftest's\n"
+                  "  processes busy-poll).\n",
+                  multi_header, pairs);
   }
+  // The ratios per transport, the like-for-like ones next to the literal goal.
+  absl::FPrintF(out,
+                "\nwsync / ucx_perftest (medians of the same alternating rounds; goal >= 0.85)\n"
+                "%-4s %12s %14s %14s %12s %12s\n",
+                "", "recv/1 pair", absl::StrCat("recv/pair of x", pairs),
+                absl::StrCat("all/all of x", pairs), "all/1 pair", "1->1/1 pair");
+  for (size_t t = 0; t < transports.size(); ++t) {
+    Ratios r;
+    for (const Row& row : rows) {
+      if (row.transports.name != transports[t].name) continue;
+      if (row.contestant == "wsync") {
+        r.per_receiver_vs_pair = Ratio(row.Rate(), reference(single_pair, row));
+        r.per_receiver_vs_concurrent = Ratio(row.Rate(), reference(multi, row));
+        r.aggregate_vs_pair = Ratio(row.TotalRate(), reference(single_pair, row));
+        auto it = multi.find(row.transports.name);
+        if (it != multi.end()) {
+          r.aggregate_vs_concurrent = Ratio(row.TotalRate(), it->second->TotalRate());
+        }
+      } else if (row.contestant == "wsync 1->1") {
+        r.single_vs_pair = Ratio(row.Rate(), reference(single_pair_1to1, row));
+      }
+    }
+    auto cell = [](double v) { return v > 0 ? absl::StrFormat("%.2f", v) : std::string("-"); };
+    absl::FPrintF(out, "%-4s %12s %14s %14s %12s %12s\n", transports[t].name,
+                  cell(r.per_receiver_vs_pair), cell(r.per_receiver_vs_concurrent),
+                  cell(r.aggregate_vs_concurrent), cell(r.aggregate_vs_pair),
+                  cell(r.single_vs_pair));
+    absl::StrAppendFormat(
+        &json,
+        "%s\n    %s: {\"per_receiver_vs_pair\": %.4f, \"per_receiver_vs_concurrent_pair\": %.4f, "
+        "\"aggregate_vs_concurrent\": %.4f, \"aggregate_vs_pair\": %.4f, "
+        "\"one_to_one_vs_pair\": %.4f}",
+        t == 0 ? "" : ",", JsonString(transports[t].name), r.per_receiver_vs_pair,
+        r.per_receiver_vs_concurrent, r.aggregate_vs_concurrent, r.aggregate_vs_pair,
+        r.single_vs_pair);
+  }
+  json += "\n  }\n}\n";
   for (const Row& row : rows) {
     if (!row.wsync()) continue;
-    std::vector<double> agree, decide, step;
+    std::vector<double> agree, decide, step, cpu, user;
     for (const SyncSample& s : row.syncs) {
       agree.push_back(s.agree_seconds);
       decide.push_back(s.decide_seconds);
       step.push_back(s.step_seconds);
+      cpu.push_back(s.cpu_seconds);
+      user.push_back(s.cpu_user_seconds);
     }
     absl::FPrintF(out,
                   "%s %s outside the transfer (medians): agreement %.4f s, commit decision\n"
                   "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
-                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout\n",
+                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout; CPU of all\n"
+                  "  processes during ExecuteTransfers %.4f s per sync = %.3f s per GB received\n"
+                  "  (user space %.4f s, kernel %.4f s)\n",
                   row.contestant, row.transports.name, Median(agree), Median(decide), Median(step),
-                  row.syncs[0].rollout_bytes / Median(step) / 1e9);
+                  row.syncs[0].rollout_bytes / Median(step) / 1e9, Median(cpu),
+                  Median(cpu) / (row.syncs[0].total_bytes / 1e9), Median(user),
+                  Median(cpu) - Median(user));
   }
   for (const Row& with : rows) {
     if (!with.hashes()) continue;

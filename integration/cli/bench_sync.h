@@ -31,6 +31,11 @@ struct ScheduleFacts {
   int64_t direct_messages = 0;
   int32_t rounds = 0;          // The most rounds of any rollout process.
   int64_t median_message = 0;  // Bytes-weighted median message size of that process.
+  // Bytes per sync of every sender -> receiver pair that carries any, largest first.
+  std::vector<int64_t> pair_bytes;
+  // Pairs carrying at least a quarter of the busiest pair's bytes: the sender/receiver pairs
+  // that stream at the same time, as many as concurrent ucx_perftest pairs are fair to compare.
+  int32_t busy_pairs = 0;
 };
 
 // Plans `model` from `from` to `to` and schedules it with a staging budget of `budget` bytes per
@@ -61,6 +66,10 @@ struct SyncSample {
   double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
   int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
   int64_t total_bytes = 0;    // Received by all rollout processes.
+  // CPU time (user and system, every thread) of all processes during ExecuteTransfers: the
+  // work the sync costs, which other load on the cores inflates far less than seconds.
+  double cpu_seconds = 0;
+  double cpu_user_seconds = 0;  // The user-space part of cpu_seconds (the rest is the kernel's).
 };
 
 // Runs one wsync job (coordinator, trainers and rollouts of `worker`, coordinator from `cli`)

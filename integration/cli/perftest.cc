@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "integration/harness/launcher.h"
+#include "transport/ucx/ucx_transport.h"
 
 extern char** environ;
 
@@ -145,13 +146,24 @@ std::optional<double> PerftestBandwidth(const std::string& output, int32_t iters
 
 }  // namespace
 
+std::vector<std::string> WsyncUcxEnvironment() {
+  std::vector<std::string> env;
+  for (const UcxDefaultSetting& d : UcxDefaultSettings()) {
+    if (getenv(d.environment.c_str()) == nullptr) env.push_back(d.environment + "=" + d.value);
+  }
+  return env;
+}
+
 // One ucx_perftest tag_bw run: `pairs` server and client processes on this machine, the clients
 // started together.
 absl::StatusOr<PerftestResult> RunPerftest(const std::string& binary, const std::string& dir,
                                            const std::string& tls, const std::string& devices,
                                            int64_t size, int32_t iters, int32_t pairs,
-                                           absl::Duration limit) {
+                                           absl::Duration limit, bool wsync_settings) {
   std::vector<std::string> env = {absl::StrCat("UCX_TLS=", tls)};
+  if (wsync_settings) {
+    for (std::string& setting : WsyncUcxEnvironment()) env.push_back(std::move(setting));
+  }
   std::vector<std::string> unset;
   if (devices.empty()) {
     unset.push_back("UCX_NET_DEVICES");

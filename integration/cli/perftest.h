@@ -19,11 +19,16 @@ struct PerftestResult {
 
 // One ucx_perftest tag_bw run: `pairs` server and client processes on this machine, the clients
 // started together, with UCX_TLS = `tls` (and UCX_NET_DEVICES = `devices` when set), each process
-// killed at `limit`. Logs go under `dir`.
+// killed at `limit`. Logs go under `dir`. With `wsync_settings`, the processes also get
+// UcxDefaultSettings() (transport/ucx) where the environment does not set them, as wsync's
+// processes do, so that both run UCX configured alike.
 absl::StatusOr<PerftestResult> RunPerftest(const std::string& binary, const std::string& dir,
                                            const std::string& tls, const std::string& devices,
                                            int64_t size, int32_t iters, int32_t pairs,
-                                           absl::Duration limit);
+                                           absl::Duration limit, bool wsync_settings = true);
+
+// "UCX_NAME=value" for each of UcxDefaultSettings() that the environment does not set.
+std::vector<std::string> WsyncUcxEnvironment();
 
 // The whole file at `path` ("" when it cannot be read).
 std::string ReadWholeFile(const std::string& path);

@@ -10,6 +10,7 @@
 // included; --relay chooses the relay mode). Exit status: 0 when every
 // version committed, 1 otherwise (the error on stderr), 2 for bad flags.
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -132,8 +133,24 @@ class CountingTransport final : public test::ForwardingTransport {
   std::vector<int64_t> received_;
 };
 
+// CPU time of this process (every thread), seconds.
+struct CpuTimes {
+  double user = 0;
+  double system = 0;
+  CpuTimes operator-(const CpuTimes& o) const { return {user - o.user, system - o.system}; }
+};
+
+CpuTimes ProcessCpuTimes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
+}
+
 // `call_seconds`: the whole ExecuteTransfers call (work building and agreement included);
-// `decide_seconds`: the commit decision after it. For benchmarks; verification is in neither.
+// `decide_seconds`: the commit decision after it; `cpu_seconds` and `cpu_user_seconds`: CPU time
+// of the whole process (every thread; user and system, and user alone) during that call. For
+// benchmarks; verification is in none.
 // One line on standard output, flushed at once (fault tests read it while the process runs).
 void Marker(const std::string& line) {
   if (!absl::GetFlag(FLAGS_markers)) return;
@@ -142,15 +159,17 @@ void Marker(const std::string& line) {
 }
 
 void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats& stats,
-                double call_seconds, double decide_seconds,
+                double call_seconds, double decide_seconds, const CpuTimes& cpu,
                 const std::map<std::string, int64_t>& bytes_by_path,
                 const CountingTransport& wire) {
   std::string line = absl::StrFormat(
       "STATS version=%d process=%d role=%s rank=%d seconds=%.6f sent=%d received=%d direct=%d "
-      "staged=%d rounds=%d chunks=%d arena=%d verified=%d call_seconds=%.6f decide_seconds=%.6f",
+      "staged=%d rounds=%d chunks=%d arena=%d verified=%d call_seconds=%.6f decide_seconds=%.6f "
+      "cpu_seconds=%.6f cpu_user_seconds=%.6f",
       version, me, RoleName(job.processes()[me].role), job.processes()[me].rank, stats.seconds,
       stats.sent_bytes, stats.received_bytes, stats.direct_bytes, stats.staged_bytes, stats.rounds,
-      stats.chunks, stats.peak_arena_bytes, stats.verified_chunks, call_seconds, decide_seconds);
+      stats.chunks, stats.peak_arena_bytes, stats.verified_chunks, call_seconds, decide_seconds,
+      cpu.user + cpu.system, cpu.user);
   for (const auto& [path, bytes] : bytes_by_path)
     absl::StrAppend(&line, " path_", path, "=", bytes);
   absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes);
@@ -290,12 +309,14 @@ absl::Status Run() {
       early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
     };
     const absl::Time call_start = absl::Now();
+    const CpuTimes cpu_start = ProcessCpuTimes();
     wire.Reset();
     Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats =
         ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
                          me, buffers, wire, *client, options);
     const double call_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
+    const CpuTimes cpu = ProcessCpuTimes() - cpu_start;
     absl::Status outcome = stats.status();
     if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
     if (outcome.ok()) outcome = memory.CheckGuards();
@@ -323,7 +344,7 @@ absl::Status Run() {
       continue;
     }
     PrintStats(version, job, me, *stats, call_seconds,
-               absl::ToDoubleSeconds(absl::Now() - decide_start), bytes_by_path, wire);
+               absl::ToDoubleSeconds(absl::Now() - decide_start), cpu, bytes_by_path, wire);
   }
   if (failed_versions > 0) {
     return absl::AbortedError(

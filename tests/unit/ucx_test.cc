@@ -544,6 +544,66 @@ TEST_P(UcxTest, RegistrationAndArgumentChecks) {
   EXPECT_EQ(UcxTransport::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// wsync's UCX defaults (a 1 MiB TCP receive segment) and an override of them through
+// UcxOptions::config: messages below, at and across segment sizes arrive exactly both ways.
+TEST_P(UcxTest, ReceiveSegmentDefaultAndOverridesMoveExactBytes) {
+  const std::vector<int64_t> sizes = {1, (64 << 10) + 3, (1 << 20) - 1, (1 << 20) + 1,
+                                      (3 << 20) + 5};
+  for (const std::string segment : {"", "64k", "4m"}) {
+    SCOPED_TRACE(segment.empty() ? std::string("wsync's defaults") : "RX_SEG_SIZE=" + segment);
+    std::vector<std::unique_ptr<UcxTransport>> job;
+    std::vector<std::string> addresses;
+    for (int32_t p = 0; p < 2; ++p) {
+      UcxOptions options = Options(p);
+      if (!segment.empty()) options.config.emplace_back("RX_SEG_SIZE", segment);
+      absl::StatusOr<std::unique_ptr<UcxTransport>> t = UcxTransport::Create(options);
+      ASSERT_TRUE(t.ok()) << t.status();
+      addresses.push_back((*t)->WorkerAddress());
+      job.push_back(std::move(*t));
+    }
+    for (auto& t : job) ASSERT_TRUE(t->ConnectPeers(addresses).ok());
+    std::vector<std::function<void()>> fns;
+    for (int32_t me = 0; me < 2; ++me) {
+      fns.push_back([&, me] {
+        Transport& t = *job[me];
+        const int32_t peer = 1 - me;
+        std::vector<std::vector<uint8_t>> out, in;
+        std::vector<RequestId> ids;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          out.push_back(Pattern(sizes[i], me * 10 + i));
+          in.emplace_back(static_cast<size_t>(sizes[i]), 0);
+        }
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          auto r = t.PostReceive(peer, MakeTag(5, static_cast<int64_t>(i), peer), in[i].data(),
+                                 sizes[i]);
+          auto s =
+              t.PostSend(peer, MakeTag(5, static_cast<int64_t>(i), me), out[i].data(), sizes[i]);
+          ASSERT_TRUE(r.ok() && s.ok()) << r.status() << s.status();
+          ids.push_back(*r);
+          ids.push_back(*s);
+        }
+        ASSERT_TRUE(t.WaitAll(ids, In(absl::Seconds(20))).ok());
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          EXPECT_EQ(in[i], Pattern(sizes[i], peer * 10 + i)) << "message " << i;
+        }
+      });
+    }
+    RunConcurrently(fns);
+  }
+}
+
+TEST(UcxDefaultSettingsTest, EachNamesItsEnvironmentVariableAndAValue) {
+  const std::vector<UcxDefaultSetting> defaults = UcxDefaultSettings();
+  ASSERT_FALSE(defaults.empty());
+  for (const UcxDefaultSetting& d : defaults) {
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_FALSE(d.value.empty());
+    // The variable ends with the name UCX matches (after the transport's prefix).
+    EXPECT_TRUE(absl::StartsWith(d.environment, "UCX_")) << d.environment;
+    EXPECT_TRUE(absl::EndsWith(d.environment, "_" + d.name)) << d.environment;
+  }
+}
+
 // Shared memory within a node; TCP over loopback as between nodes.
 INSTANTIATE_TEST_SUITE_P(Fabrics, UcxTest,
                          ::testing::Values(Fabric{"shm", "sm,cma,self", ""},

@@ -84,7 +84,8 @@ struct UcxOptions {
   std::string transports;
   // UCX_NET_DEVICES, e.g. "lo" or "eth0,mlx5_0:1"; empty: UCX's default.
   std::string net_devices;
-  // Further UCP settings by name without the "UCX_" prefix, e.g. {"RNDV_THRESH", "64k"}.
+  // Further UCP settings by name without the "UCX_" prefix, e.g. {"RNDV_THRESH", "64k"}. They
+  // override UcxDefaultSettings() and the environment.
   std::vector<std::pair<std::string, std::string>> config;
   ErrorHandling error_handling = ErrorHandling::kAuto;
   // How long a cancel, abort, endpoint close or the destructor waits for UCX to finish requests
@@ -95,6 +96,19 @@ struct UcxOptions {
   // Longest single sleep of WaitAll; bounds the reaction to events UCX does not signal.
   absl::Duration max_sleep = absl::Milliseconds(1);
 };
+
+// A UCX setting wsync applies unless the environment sets it or UcxOptions::config names it.
+struct UcxDefaultSetting {
+  // For ucp_config_modify. UCX 1.13 matches a transport's setting without its transport's
+  // prefix ("RX_SEG_SIZE" for UCX_TCP_RX_SEG_SIZE), in every transport that has one.
+  std::string name;
+  std::string environment;  // The variable that sets it, e.g. "UCX_TCP_RX_SEG_SIZE".
+  std::string value;
+};
+
+// wsync's tuning of UCX 1.13's defaults (today a larger TCP receive segment). Benchmarks give
+// ucx_perftest the same settings (through the environment), for a like-for-like limit.
+std::vector<UcxDefaultSetting> UcxDefaultSettings();
 
 class UcxTransport : public Transport {
  public:
