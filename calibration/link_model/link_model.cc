@@ -234,103 +234,205 @@ absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) 
   return calibration;
 }
 
-absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic) {
-  std::map<int32_t, int64_t> egress_bytes, ingress_bytes;
-  std::map<int32_t, double> egress_capacity, ingress_capacity;
-  Prediction prediction;
-  double max_alpha = 0;
-  auto consider = [&](double seconds, std::string resource) {
-    if (seconds > prediction.transfer_seconds) {
-      prediction.transfer_seconds = seconds;
-      prediction.binding = std::move(resource);
-    }
-  };
-  for (const PairTraffic& pair : traffic.pairs) {
-    if (pair.bytes == 0) continue;
+std::string ResourceLoad::Name() const {
+  switch (kind) {
+    case kLink:
+      return absl::StrCat("link ", from, "->", to, " (", label, ")");
+    case kEgress:
+      return absl::StrCat("egress of process ", from);
+    case kIngress:
+      return absl::StrCat("ingress of process ", to);
+    case kPath:
+      return absl::StrCat("all ", label, " traffic at once");
+    case kNodeLink:
+      return absl::StrCat("node link ", label, " (all its pairs at once)");
+  }
+  return label;
+}
+
+TrafficLoads::TrafficLoads(const LinkFits* fits) : fits_(fits) {}
+
+absl::Status TrafficLoads::Add(int32_t from, int32_t to, absl::string_view path, int64_t bytes) {
+  auto it = pairs_.find({from, to});
+  if (it == pairs_.end()) {
     const LinkFit* fit = nullptr;
-    if (auto it = fits.by_pair.find({pair.from, pair.to}); it != fits.by_pair.end()) {
-      fit = &it->second;
-    } else if (auto path = fits.by_path.find(pair.path); path != fits.by_path.end()) {
-      fit = &path->second;
+    if (auto pair = fits_->by_pair.find({from, to}); pair != fits_->by_pair.end()) {
+      fit = &pair->second;
+    } else if (auto by_path = fits_->by_path.find(std::string(path));
+               by_path != fits_->by_path.end()) {
+      fit = &by_path->second;
     } else {
-      return absl::FailedPreconditionError(absl::StrCat("the calibration has no fit for path '",
-                                                        pair.path, "' (process ", pair.from, " to ",
-                                                        pair.to, ")"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the calibration has no fit for path '", path, "' (process ", from, " to ", to, ")"));
     }
-    max_alpha = std::max(max_alpha, fit->alpha_seconds);
-    consider(pair.bytes / fit->bytes_per_second,
-             absl::StrCat("link ", pair.from, "->", pair.to, " (", pair.path, ")"));
-    egress_bytes[pair.from] += pair.bytes;
-    ingress_bytes[pair.to] += pair.bytes;
-    egress_capacity[pair.from] = std::max(egress_capacity[pair.from], fit->bytes_per_second);
-    ingress_capacity[pair.to] = std::max(ingress_capacity[pair.to], fit->bytes_per_second);
+    it = pairs_.emplace(std::make_pair(from, to), Pair{std::string(path), fit, 0}).first;
   }
-  // Measured fans replace the best-link guess of a root's aggregate rate: the fan whose width is
-  // nearest the number of peers the process moves bytes with (ties to the wider; the best rate
-  // among equal widths).
-  std::map<int32_t, std::set<int32_t>> receivers_of, senders_of;
-  for (const PairTraffic& pair : traffic.pairs) {
-    if (pair.bytes == 0 || pair.from == pair.to) continue;
-    receivers_of[pair.from].insert(pair.to);
-    senders_of[pair.to].insert(pair.from);
-  }
-  auto fan_rate = [&](const std::string& pattern, int32_t root, size_t peers) {
-    double rate = 0;
-    size_t best_distance = SIZE_MAX, best_width = 0;
-    for (const auto& [key, fit] : fits.fan_aggregate) {
-      if (std::get<0>(key) != pattern || std::get<1>(key) != root || peers == 0) continue;
-      const size_t width = std::get<2>(key).size();
-      const size_t distance = width > peers ? width - peers : peers - width;
-      if (distance < best_distance || (distance == best_distance && width > best_width)) {
-        best_distance = distance;
-        best_width = width;
-        rate = 0;
-      }
-      if (distance == best_distance && width == best_width) {
-        rate = std::max(rate, fit.bytes_per_second);
-      }
-    }
-    return rate;
+  it->second.bytes += bytes;
+  const auto settle = [](std::map<int32_t, std::map<int32_t, int64_t>>& sums, int32_t root,
+                         int32_t peer, int64_t delta) {
+    std::map<int32_t, int64_t>& peers = sums[root];
+    if ((peers[peer] += delta) == 0) peers.erase(peer);
+    if (peers.empty()) sums.erase(root);
   };
-  for (const auto& [process, bytes] : egress_bytes) {
-    const double fan = fan_rate("fan_out", process, receivers_of[process].size());
-    const double capacity = fan > 0 ? fan : egress_capacity[process];
-    consider(bytes / capacity, absl::StrCat("egress of process ", process));
+  settle(sent_, from, to, bytes);
+  settle(received_, to, from, bytes);
+  if (from != to) path_bytes_[std::string(path)] += bytes;
+  const std::string* from_node = NodeOf(from);
+  const std::string* to_node = NodeOf(to);
+  if (from_node != nullptr && to_node != nullptr && *from_node != *to_node) {
+    node_bytes_[{*from_node, *to_node}] += bytes;
   }
-  for (const auto& [process, bytes] : ingress_bytes) {
-    const double fan = fan_rate("fan_in", process, senders_of[process].size());
-    const double capacity = fan > 0 ? fan : ingress_capacity[process];
-    consider(bytes / capacity, absl::StrCat("ingress of process ", process));
+  return absl::OkStatus();
+}
+
+const std::string* TrafficLoads::NodeOf(int32_t process) const {
+  if (process < 0 || process >= static_cast<int32_t>(fits_->nodes.size())) return nullptr;
+  return &fits_->nodes[process];
+}
+
+ResourceLoad TrafficLoads::Link(const std::pair<int32_t, int32_t>& key, const Pair& pair) const {
+  return ResourceLoad{ResourceLoad::kLink, key.first, key.second, pair.path,
+                      pair.bytes / pair.fit->bytes_per_second};
+}
+
+// Measured fans replace the best-link guess of a root's aggregate rate: the fan whose width is
+// nearest the number of peers the process moves bytes with (ties to the wider; the best rate
+// among equal widths). 0 when the root has no fan of that pattern.
+double TrafficLoads::FanRate(absl::string_view pattern, int32_t root, size_t peers) const {
+  double rate = 0;
+  size_t best_distance = SIZE_MAX, best_width = 0;
+  for (auto it = fits_->fan_aggregate.lower_bound(FanKey{std::string(pattern), root, {}});
+       it != fits_->fan_aggregate.end() && std::get<0>(it->first) == pattern &&
+       std::get<1>(it->first) == root && peers > 0;
+       ++it) {
+    const size_t width = std::get<2>(it->first).size();
+    const size_t distance = width > peers ? width - peers : peers - width;
+    if (distance < best_distance || (distance == best_distance && width > best_width)) {
+      best_distance = distance;
+      best_width = width;
+      rate = 0;
+    }
+    if (distance == best_distance && width == best_width) {
+      rate = std::max(rate, it->second.bytes_per_second);
+    }
   }
+  return rate;
+}
+
+ResourceLoad TrafficLoads::Egress(int32_t process) const {
+  int64_t bytes = 0;
+  size_t receivers = 0;
+  double best_link = 0;
+  for (const auto& [receiver, sent] : sent_.at(process)) {
+    bytes += sent;
+    if (receiver != process) ++receivers;
+    best_link = std::max(best_link, pairs_.at({process, receiver}).fit->bytes_per_second);
+  }
+  const double fan = FanRate("fan_out", process, receivers);
+  return ResourceLoad{ResourceLoad::kEgress, process, -1, "", bytes / (fan > 0 ? fan : best_link)};
+}
+
+ResourceLoad TrafficLoads::Ingress(int32_t process) const {
+  int64_t bytes = 0;
+  size_t senders = 0;
+  double best_link = 0;
+  for (const auto& [sender, received] : received_.at(process)) {
+    bytes += received;
+    if (sender != process) ++senders;
+    best_link = std::max(best_link, pairs_.at({sender, process}).fit->bytes_per_second);
+  }
+  const double fan = FanRate("fan_in", process, senders);
+  return ResourceLoad{ResourceLoad::kIngress, -1, process, "", bytes / (fan > 0 ? fan : best_link)};
+}
+
+std::vector<ResourceLoad> TrafficLoads::All() const {
+  std::vector<ResourceLoad> loads;
+  for (const auto& [key, pair] : pairs_) {
+    if (pair.bytes != 0) loads.push_back(Link(key, pair));
+  }
+  for (const auto& [process, receivers] : sent_) loads.push_back(Egress(process));
+  for (const auto& [process, senders] : received_) loads.push_back(Ingress(process));
   // All traffic of a path at once, against what the path carried with every process busy.
-  std::map<std::string, int64_t> path_bytes;
-  for (const PairTraffic& pair : traffic.pairs) {
-    if (pair.from != pair.to) path_bytes[pair.path] += pair.bytes;
-  }
-  for (const auto& [path, bytes] : path_bytes) {
-    auto it = fits.path_aggregate.find(path);
-    if (it == fits.path_aggregate.end()) continue;
-    consider(bytes / it->second.bytes_per_second, absl::StrCat("all ", path, " traffic at once"));
+  for (const auto& [path, bytes] : path_bytes_) {
+    auto it = fits_->path_aggregate.find(path);
+    if (it == fits_->path_aggregate.end() || bytes == 0) continue;
+    loads.push_back(
+        ResourceLoad{ResourceLoad::kPath, -1, -1, path, bytes / it->second.bytes_per_second});
   }
   // All traffic from one node to another at once, against what that boundary carried with every
   // sender of the node busy.
-  const auto node_of = [&](int32_t process) -> const std::string* {
-    if (process < 0 || process >= static_cast<int32_t>(fits.nodes.size())) return nullptr;
-    return &fits.nodes[process];
-  };
-  std::map<std::pair<std::string, std::string>, int64_t> node_bytes;
+  for (const auto& [nodes, bytes] : node_bytes_) {
+    auto it = fits_->node_link.find(nodes);
+    if (it == fits_->node_link.end() || bytes == 0) continue;
+    loads.push_back(ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
+                                 absl::StrCat(nodes.first, "->", nodes.second),
+                                 bytes / it->second.bytes_per_second});
+  }
+  return loads;
+}
+
+std::vector<ResourceLoad> TrafficLoads::Touched(int32_t from, int32_t to) const {
+  std::vector<ResourceLoad> loads;
+  auto pair = pairs_.find({from, to});
+  if (pair == pairs_.end()) return loads;
+  if (pair->second.bytes != 0) loads.push_back(Link(pair->first, pair->second));
+  if (sent_.contains(from)) loads.push_back(Egress(from));
+  if (received_.contains(to)) loads.push_back(Ingress(to));
+  if (from != to) {
+    auto aggregate = fits_->path_aggregate.find(pair->second.path);
+    auto bytes = path_bytes_.find(pair->second.path);
+    if (aggregate != fits_->path_aggregate.end() && bytes != path_bytes_.end()) {
+      loads.push_back(ResourceLoad{ResourceLoad::kPath, -1, -1, pair->second.path,
+                                   bytes->second / aggregate->second.bytes_per_second});
+    }
+  }
+  const std::string* from_node = NodeOf(from);
+  const std::string* to_node = NodeOf(to);
+  if (from_node != nullptr && to_node != nullptr && *from_node != *to_node) {
+    auto link = fits_->node_link.find({*from_node, *to_node});
+    auto bytes = node_bytes_.find({*from_node, *to_node});
+    if (link != fits_->node_link.end() && bytes != node_bytes_.end()) {
+      loads.push_back(ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
+                                   absl::StrCat(*from_node, "->", *to_node),
+                                   bytes->second / link->second.bytes_per_second});
+    }
+  }
+  return loads;
+}
+
+double TrafficLoads::MaxAlpha() const {
+  double alpha = 0;
+  for (const auto& [key, pair] : pairs_) {
+    if (pair.bytes != 0) alpha = std::max(alpha, pair.fit->alpha_seconds);
+  }
+  return alpha;
+}
+
+absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
+                                                         const Traffic& traffic,
+                                                         double* max_alpha) {
+  TrafficLoads loads(&fits);
   for (const PairTraffic& pair : traffic.pairs) {
-    const std::string* from = node_of(pair.from);
-    const std::string* to = node_of(pair.to);
-    if (from != nullptr && to != nullptr && *from != *to) node_bytes[{*from, *to}] += pair.bytes;
+    if (pair.bytes == 0) continue;
+    WSYNC_RETURN_IF_ERROR(loads.Add(pair.from, pair.to, pair.path, pair.bytes));
   }
-  for (const auto& [nodes, bytes] : node_bytes) {
-    auto it = fits.node_link.find(nodes);
-    if (it == fits.node_link.end()) continue;
-    consider(
-        bytes / it->second.bytes_per_second,
-        absl::StrCat("node link ", nodes.first, "->", nodes.second, " (all its pairs at once)"));
+  if (max_alpha != nullptr) *max_alpha = loads.MaxAlpha();
+  return loads.All();
+}
+
+absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic) {
+  double max_alpha = 0;
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<ResourceLoad> loads,
+                         PriceResources(fits, traffic, &max_alpha));
+  Prediction prediction;
+  const ResourceLoad* busiest = nullptr;
+  for (const ResourceLoad& load : loads) {
+    if (load.seconds > prediction.transfer_seconds) {
+      prediction.transfer_seconds = load.seconds;
+      busiest = &load;
+    }
   }
+  if (busiest != nullptr) prediction.binding = busiest->Name();
   prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
   return prediction;

@@ -104,6 +104,69 @@ struct Prediction {
   std::string binding;          // The busiest resource, e.g. "ingress of process 3".
 };
 
+// One resource of the cost model and the seconds the traffic's bytes take at its capacity.
+struct ResourceLoad {
+  enum Kind { kLink, kEgress, kIngress, kPath, kNodeLink };
+  Kind kind = kLink;
+  int32_t from = -1;  // kLink, kEgress: the sender.
+  int32_t to = -1;    // kLink, kIngress: the receiver.
+  std::string label;  // kLink, kPath: the path class; kNodeLink: "A->B".
+  double seconds = 0;
+
+  // "link 0->2 (intra_node)", "egress of process 1", "node link a->b (all its pairs at once)".
+  std::string Name() const;
+  // Identifies the resource (kind, processes, label) whatever its load.
+  using Key = std::tuple<int, int32_t, int32_t, std::string>;
+  Key key() const { return {static_cast<int>(kind), from, to, label}; }
+};
+
+// The traffic of a sync, added (and taken back) pair by pair, priced per resource under the
+// capacities Predict describes. Holds only integer sums, so adding and taking back the same
+// bytes restores the state exactly and loads are a pure function of the sums. Keeps a pointer
+// to `fits`, which must outlive it. Thread-compatible.
+class TrafficLoads {
+ public:
+  explicit TrafficLoads(const LinkFits* fits);
+
+  // Adds `bytes` (negative: takes back what was added) to the pair's. A pair whose bytes are zero
+  // loads nothing. FailedPrecondition naming the path when the pair has no fit (nothing changes).
+  absl::Status Add(int32_t from, int32_t to, absl::string_view path, int64_t bytes);
+
+  // Every resource with traffic, in a fixed order: pair links (by pair), egresses, ingresses
+  // (by process), path aggregates (by path), node links (by node pair).
+  std::vector<ResourceLoad> All() const;
+  // The resources whose load the pair's bytes change (its link, the sender's egress, the
+  // receiver's ingress, its path aggregate and node link where fitted), with their loads now.
+  std::vector<ResourceLoad> Touched(int32_t from, int32_t to) const;
+  // The largest alpha of the links with traffic.
+  double MaxAlpha() const;
+
+ private:
+  struct Pair {
+    std::string path;
+    const LinkFit* fit = nullptr;
+    int64_t bytes = 0;
+  };
+  ResourceLoad Link(const std::pair<int32_t, int32_t>& key, const Pair& pair) const;
+  ResourceLoad Egress(int32_t process) const;
+  ResourceLoad Ingress(int32_t process) const;
+  double FanRate(absl::string_view pattern, int32_t root, size_t peers) const;
+  const std::string* NodeOf(int32_t process) const;
+
+  const LinkFits* fits_;
+  std::map<std::pair<int32_t, int32_t>, Pair> pairs_;
+  std::map<int32_t, std::map<int32_t, int64_t>> sent_;      // Sender -> receiver -> bytes.
+  std::map<int32_t, std::map<int32_t, int64_t>> received_;  // Receiver -> sender -> bytes.
+  std::map<std::string, int64_t> path_bytes_;               // Between distinct processes.
+  std::map<std::pair<std::string, std::string>, int64_t> node_bytes_;
+};
+
+// Every resource the traffic uses with its load (TrafficLoads::All of its pairs); `max_alpha`
+// (when given) is set to the largest alpha of the links used. FailedPrecondition as Predict's.
+absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
+                                                         const Traffic& traffic,
+                                                         double* max_alpha = nullptr);
+
 // Capacities: a pair's link from its pair fit, else its path's; a process's egress (ingress) from
 // its fan_out (fan_in) aggregate fit of the width nearest its number of receivers (senders) when
 // it has any, else the best link it uses; all bytes between distinct processes on one path from its

@@ -1,6 +1,8 @@
 #include "calibration/link_model/link_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -210,6 +212,60 @@ TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
   ASSERT_TRUE(unshared.ok());
   EXPECT_NEAR(unshared->transfer_seconds, 0.2, 0.01);
   EXPECT_THAT(unshared->binding, Not(HasSubstr("node link")));
+}
+
+TEST(LinkModelTest, TrafficLoadsAddAndTakeBackExactly) {
+  // Random traffic on four processes of two nodes (with fans, relays and the a -> b node link
+  // fitted), added in pieces: All equals PriceResources of the summed traffic, Touched gives
+  // exactly All's loads of the resources a pair uses, and taking a piece back restores every load.
+  const absl::StatusOr<LinkFits> fits = FitLinks(KnownWithNodeLink());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int32_t> process(0, 3);
+  std::uniform_int_distribution<int64_t> bytes(1, 1 << 30);
+  const auto path = [](int32_t from, int32_t to) {
+    return from == to ? "local" : (from / 2 == to / 2 ? "intra_node" : "inter_node");
+  };
+  const auto same = [](const std::vector<ResourceLoad>& a, const std::vector<ResourceLoad>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].key() != b[i].key() || a[i].seconds != b[i].seconds) return false;
+    }
+    return true;
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    TrafficLoads loads(&*fits);
+    std::map<std::pair<int32_t, int32_t>, int64_t> sums;
+    for (int piece = 0; piece < 8; ++piece) {
+      const int32_t from = process(rng), to = process(rng);
+      const int64_t n = bytes(rng);
+      ASSERT_TRUE(loads.Add(from, to, path(from, to), n).ok());
+      sums[{from, to}] += n;
+    }
+    Traffic traffic;
+    for (const auto& [pair, n] : sums) {
+      traffic.pairs.push_back({pair.first, pair.second, path(pair.first, pair.second), n, 1});
+    }
+    const std::vector<ResourceLoad> all = loads.All();
+    EXPECT_TRUE(same(all, *PriceResources(*fits, traffic)));
+    for (const auto& [pair, n] : sums) {
+      for (const ResourceLoad& touched : loads.Touched(pair.first, pair.second)) {
+        auto it = std::find_if(all.begin(), all.end(),
+                               [&](const ResourceLoad& r) { return r.key() == touched.key(); });
+        ASSERT_NE(it, all.end()) << touched.Name();
+        EXPECT_EQ(it->seconds, touched.seconds) << touched.Name();
+      }
+    }
+    const int32_t from = process(rng), to = process(rng);
+    ASSERT_TRUE(loads.Add(from, to, path(from, to), 12345).ok());
+    EXPECT_FALSE(same(all, loads.All()));
+    ASSERT_TRUE(loads.Add(from, to, path(from, to), -12345).ok());
+    EXPECT_TRUE(same(all, loads.All()));
+  }
+  // A pair without a pair fit whose path has no fit is refused and changes nothing.
+  TrafficLoads loads(&*fits);
+  EXPECT_EQ(loads.Add(7, 8, "nvlink", 100).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(loads.All().empty());
 }
 
 TEST(LinkModelTest, SchemaOneFilesReadWithoutNodeLinks) {
