@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -246,6 +247,8 @@ std::string ResourceLoad::Name() const {
       return absl::StrCat("all ", label, " traffic at once");
     case kNodeLink:
       return absl::StrCat("node link ", label, " (all its pairs at once)");
+    case kNodeInside:
+      return absl::StrCat("all pairs inside node ", label, " at once");
   }
   return label;
 }
@@ -279,7 +282,7 @@ absl::Status TrafficLoads::Add(int32_t from, int32_t to, absl::string_view path,
   if (from != to) path_bytes_[std::string(path)] += bytes;
   const std::string* from_node = NodeOf(from);
   const std::string* to_node = NodeOf(to);
-  if (from_node != nullptr && to_node != nullptr && *from_node != *to_node) {
+  if (from_node != nullptr && to_node != nullptr && from != to) {
     node_bytes_[{*from_node, *to_node}] += bytes;
   }
   return absl::OkStatus();
@@ -359,16 +362,25 @@ std::vector<ResourceLoad> TrafficLoads::All() const {
     loads.push_back(
         ResourceLoad{ResourceLoad::kPath, -1, -1, path, bytes / it->second.bytes_per_second});
   }
-  // All traffic from one node to another at once, against what that boundary carried with every
-  // sender of the node busy.
   for (const auto& [nodes, bytes] : node_bytes_) {
-    auto it = fits_->node_link.find(nodes);
-    if (it == fits_->node_link.end() || bytes == 0) continue;
-    loads.push_back(ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
-                                 absl::StrCat(nodes.first, "->", nodes.second),
-                                 bytes / it->second.bytes_per_second});
+    if (std::optional<ResourceLoad> load = NodeLoad(nodes, bytes)) loads.push_back(*load);
   }
   return loads;
+}
+
+// All traffic from one node to another at once, against what that boundary carried with every
+// sender of the node busy; inside one node, all traffic between its distinct processes at once,
+// against what half of them carried sending to the other half.
+std::optional<ResourceLoad> TrafficLoads::NodeLoad(const std::pair<std::string, std::string>& nodes,
+                                                   int64_t bytes) const {
+  auto it = fits_->node_link.find(nodes);
+  if (it == fits_->node_link.end() || bytes == 0) return std::nullopt;
+  const double seconds = bytes / it->second.bytes_per_second;
+  if (nodes.first == nodes.second) {
+    return ResourceLoad{ResourceLoad::kNodeInside, -1, -1, nodes.first, seconds};
+  }
+  return ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
+                      absl::StrCat(nodes.first, "->", nodes.second), seconds};
 }
 
 std::vector<ResourceLoad> TrafficLoads::Touched(int32_t from, int32_t to) const {
@@ -388,13 +400,11 @@ std::vector<ResourceLoad> TrafficLoads::Touched(int32_t from, int32_t to) const 
   }
   const std::string* from_node = NodeOf(from);
   const std::string* to_node = NodeOf(to);
-  if (from_node != nullptr && to_node != nullptr && *from_node != *to_node) {
-    auto link = fits_->node_link.find({*from_node, *to_node});
-    auto bytes = node_bytes_.find({*from_node, *to_node});
-    if (link != fits_->node_link.end() && bytes != node_bytes_.end()) {
-      loads.push_back(ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
-                                   absl::StrCat(*from_node, "->", *to_node),
-                                   bytes->second / link->second.bytes_per_second});
+  if (from_node != nullptr && to_node != nullptr && from != to) {
+    if (auto bytes = node_bytes_.find({*from_node, *to_node}); bytes != node_bytes_.end()) {
+      if (std::optional<ResourceLoad> load = NodeLoad(bytes->first, bytes->second)) {
+        loads.push_back(*load);
+      }
     }
   }
   return loads;

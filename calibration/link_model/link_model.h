@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -54,7 +55,10 @@ struct LinkFits {
   // (from node, to node) what its node_link samples carried with every sender on one node
   // sending to its own receiver on the other at once (time against senders x bytes): the
   // capacity all pairs crossing that node boundary share (one NIC or link per node), which
-  // each pair alone does not show.
+  // each pair alone does not show. (A, A): what node A carried with its first half of processes
+  // sending to its second half at once: the cores and memory concurrent pairs inside a node
+  // share (a receiver copying while other processes copy or poll), which a pair alone does not
+  // show and the relay aggregate (every process both copying and sending) overstates.
   std::vector<std::string> nodes;
   std::map<std::pair<std::string, std::string>, LinkFit> node_link;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
@@ -106,14 +110,15 @@ struct Prediction {
 
 // One resource of the cost model and the seconds the traffic's bytes take at its capacity.
 struct ResourceLoad {
-  enum Kind { kLink, kEgress, kIngress, kPath, kNodeLink };
+  enum Kind { kLink, kEgress, kIngress, kPath, kNodeLink, kNodeInside };
   Kind kind = kLink;
   int32_t from = -1;  // kLink, kEgress: the sender.
   int32_t to = -1;    // kLink, kIngress: the receiver.
-  std::string label;  // kLink, kPath: the path class; kNodeLink: "A->B".
+  std::string label;  // kLink, kPath: the path class; kNodeLink: "A->B"; kNodeInside: "A".
   double seconds = 0;
 
-  // "link 0->2 (intra_node)", "egress of process 1", "node link a->b (all its pairs at once)".
+  // "link 0->2 (intra_node)", "egress of process 1", "node link a->b (all its pairs at once)",
+  // "all pairs inside node a at once".
   std::string Name() const;
   // Identifies the resource (kind, processes, label) whatever its load.
   using Key = std::tuple<int, int32_t, int32_t, std::string>;
@@ -136,7 +141,8 @@ class TrafficLoads {
   // (by process), path aggregates (by path), node links (by node pair).
   std::vector<ResourceLoad> All() const;
   // The resources whose load the pair's bytes change (its link, the sender's egress, the
-  // receiver's ingress, its path aggregate and node link where fitted), with their loads now.
+  // receiver's ingress, its path aggregate and node link or node inside where fitted), with
+  // their loads now.
   std::vector<ResourceLoad> Touched(int32_t from, int32_t to) const;
   // The largest alpha of the links with traffic.
   double MaxAlpha() const;
@@ -151,6 +157,8 @@ class TrafficLoads {
   ResourceLoad Egress(int32_t process) const;
   ResourceLoad Ingress(int32_t process) const;
   double FanRate(absl::string_view pattern, int32_t root, size_t peers) const;
+  std::optional<ResourceLoad> NodeLoad(const std::pair<std::string, std::string>& nodes,
+                                       int64_t bytes) const;
   const std::string* NodeOf(int32_t process) const;
 
   const LinkFits* fits_;
@@ -171,7 +179,8 @@ absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
 // its fan_out (fan_in) aggregate fit of the width nearest its number of receivers (senders) when
 // it has any, else the best link it uses; all bytes between distinct processes on one path from its
 // path_aggregate fit, when it has one; all bytes from processes of node A to processes of node B
-// (nodes from fits.nodes) from the node_link fit of (A, B), when it has one. FailedPrecondition
+// (nodes from fits.nodes) from the node_link fit of (A, B), when it has one, and all bytes
+// between distinct processes of node A from the node_link fit of (A, A). FailedPrecondition
 // naming the path when a pair's path has no fit.
 absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
 

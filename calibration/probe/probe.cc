@@ -89,9 +89,18 @@ absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options,
   }
   std::map<std::string, std::vector<int32_t>> members;  // Ascending processes of each node.
   for (int32_t p = 0; p < n; ++p) members[nodes[p]].push_back(p);
-  for (const auto& [from_node, senders] : members) {
-    for (const auto& [to_node, receivers] : members) {
-      if (from_node == to_node) continue;
+  for (const auto& [from_node, node_members] : members) {
+    for (const auto& [to_node, other_members] : members) {
+      // Inside one node: its first half sends to its second half.
+      const bool inside = from_node == to_node;
+      const size_t half = node_members.size() / 2;
+      if (inside && half == 0) continue;
+      const std::vector<int32_t> senders =
+          inside ? std::vector<int32_t>(node_members.begin(), node_members.begin() + half)
+                 : node_members;
+      const std::vector<int32_t> receivers =
+          inside ? std::vector<int32_t>(node_members.begin() + half, node_members.end())
+                 : other_members;
       Step step{"node_link", -1, -1, {}, "", "", {}, from_node, to_node};
       std::vector<std::string> paths;
       for (size_t i = 0; i < senders.size() && i < receivers.size(); ++i) {

@@ -17,7 +17,10 @@
 //   node_link  each ordered pair of distinct nodes (A, B): the i-th process of A sends one message
 //              to the i-th process of B, for i below the smaller node's process count, all at
 //              once (the capacity every pair crossing from A to B shares); peers = the senders
-//              (the calibration records every process's node)
+//              (the calibration records every process's node); and inside each node of at
+//              least two processes (A, A): the i-th of its first half sends to the i-th of its
+//              second half, all at once (what concurrent pairs inside a node share: its cores
+//              and memory, which a pair alone does not show)
 // A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //

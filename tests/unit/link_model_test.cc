@@ -214,6 +214,39 @@ TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
   EXPECT_THAT(unshared->binding, Not(HasSubstr("node link")));
 }
 
+TEST(LinkModelTest, PairsInsideANodeShareTheNodesCapacity) {
+  // Inside node a (processes 0 and 1 of nodes a, a, b, b), process 0 alone sending to 1 carried
+  // 6 GB/s: every pair of distinct processes inside a shares it (cores and memory), although
+  // the intra_node pair fits say 18-20 GB/s each. Local copies and bytes leaving a do not count.
+  std::mt19937_64 rng(23);
+  proto::Calibration c = KnownWithNodeLink();
+  const int first = c.samples_size();
+  AddSamples(c, rng, "node_link", -1, -1, "intra_node", 30e-6, 6e9, {0});
+  for (int i = first; i < c.samples_size(); ++i) {
+    c.mutable_samples(i)->set_from_node("a");
+    c.mutable_samples(i)->set_to_node("a");
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(c);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->node_link.at({"a", "a"}), 30e-6, 6e9);
+
+  Traffic traffic;
+  traffic.pairs.push_back({0, 1, "intra_node", 1000000000, 1});
+  traffic.pairs.push_back({1, 0, "intra_node", 500000000, 1});
+  traffic.pairs.push_back({0, 0, "local", 4000000000, 1});
+  const absl::StatusOr<Prediction> inside = Predict(*fits, traffic);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_EQ(inside->binding, "all pairs inside node a at once");
+  EXPECT_NEAR(inside->transfer_seconds, 1.5e9 / fits->node_link.at({"a", "a"}).bytes_per_second,
+              1e-9);
+  // Node b has no inside fit: its pair is priced on its own link.
+  Traffic on_b;
+  on_b.pairs.push_back({2, 3, "intra_node", 1000000000, 1});
+  const absl::StatusOr<Prediction> unshared = Predict(*fits, on_b);
+  ASSERT_TRUE(unshared.ok());
+  EXPECT_THAT(unshared->binding, Not(HasSubstr("inside")));
+}
+
 TEST(LinkModelTest, TrafficLoadsAddAndTakeBackExactly) {
   // Random traffic on four processes of two nodes (with fans, relays and the a -> b node link
   // fitted), added in pieces: All equals PriceResources of the summed traffic, Touched gives
