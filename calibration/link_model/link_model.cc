@@ -322,30 +322,22 @@ double TrafficLoads::FanRate(absl::string_view pattern, int32_t root, size_t pee
   return rate;
 }
 
-ResourceLoad TrafficLoads::Egress(int32_t process) const {
+// A root's bytes with its peers (sent: its receivers; else its senders) over its fan's
+// aggregate rate for that many peers, else over the best link it uses.
+ResourceLoad TrafficLoads::Root(int32_t process, bool sent) const {
   int64_t bytes = 0;
-  size_t receivers = 0;
+  size_t peers = 0;
   double best_link = 0;
-  for (const auto& [receiver, sent] : sent_.at(process)) {
-    bytes += sent;
-    if (receiver != process) ++receivers;
-    best_link = std::max(best_link, pairs_.at({process, receiver}).fit->bytes_per_second);
+  for (const auto& [peer, moved] : (sent ? sent_ : received_).at(process)) {
+    bytes += moved;
+    if (peer != process) ++peers;
+    const auto pair = sent ? std::make_pair(process, peer) : std::make_pair(peer, process);
+    best_link = std::max(best_link, pairs_.at(pair).fit->bytes_per_second);
   }
-  const double fan = FanRate("fan_out", process, receivers);
-  return ResourceLoad{ResourceLoad::kEgress, process, -1, "", bytes / (fan > 0 ? fan : best_link)};
-}
-
-ResourceLoad TrafficLoads::Ingress(int32_t process) const {
-  int64_t bytes = 0;
-  size_t senders = 0;
-  double best_link = 0;
-  for (const auto& [sender, received] : received_.at(process)) {
-    bytes += received;
-    if (sender != process) ++senders;
-    best_link = std::max(best_link, pairs_.at({sender, process}).fit->bytes_per_second);
-  }
-  const double fan = FanRate("fan_in", process, senders);
-  return ResourceLoad{ResourceLoad::kIngress, -1, process, "", bytes / (fan > 0 ? fan : best_link)};
+  const double fan = FanRate(sent ? "fan_out" : "fan_in", process, peers);
+  const double seconds = bytes / (fan > 0 ? fan : best_link);
+  return sent ? ResourceLoad{ResourceLoad::kEgress, process, -1, "", seconds}
+              : ResourceLoad{ResourceLoad::kIngress, -1, process, "", seconds};
 }
 
 std::vector<ResourceLoad> TrafficLoads::All() const {
@@ -353,8 +345,8 @@ std::vector<ResourceLoad> TrafficLoads::All() const {
   for (const auto& [key, pair] : pairs_) {
     if (pair.bytes != 0) loads.push_back(Link(key, pair));
   }
-  for (const auto& [process, receivers] : sent_) loads.push_back(Egress(process));
-  for (const auto& [process, senders] : received_) loads.push_back(Ingress(process));
+  for (const auto& [process, receivers] : sent_) loads.push_back(Root(process, /*sent=*/true));
+  for (const auto& [process, senders] : received_) loads.push_back(Root(process, /*sent=*/false));
   // All traffic of a path at once, against what the path carried with every process busy.
   for (const auto& [path, bytes] : path_bytes_) {
     auto it = fits_->path_aggregate.find(path);
@@ -388,8 +380,8 @@ std::vector<ResourceLoad> TrafficLoads::Touched(int32_t from, int32_t to) const 
   auto pair = pairs_.find({from, to});
   if (pair == pairs_.end()) return loads;
   if (pair->second.bytes != 0) loads.push_back(Link(pair->first, pair->second));
-  if (sent_.contains(from)) loads.push_back(Egress(from));
-  if (received_.contains(to)) loads.push_back(Ingress(to));
+  if (sent_.contains(from)) loads.push_back(Root(from, /*sent=*/true));
+  if (received_.contains(to)) loads.push_back(Root(to, /*sent=*/false));
   if (from != to) {
     auto aggregate = fits_->path_aggregate.find(pair->second.path);
     auto bytes = path_bytes_.find(pair->second.path);

@@ -154,8 +154,7 @@ class TrafficLoads {
     int64_t bytes = 0;
   };
   ResourceLoad Link(const std::pair<int32_t, int32_t>& key, const Pair& pair) const;
-  ResourceLoad Egress(int32_t process) const;
-  ResourceLoad Ingress(int32_t process) const;
+  ResourceLoad Root(int32_t process, bool sent) const;  // Its egress (sent) or ingress.
   double FanRate(absl::string_view pattern, int32_t root, size_t peers) const;
   std::optional<ResourceLoad> NodeLoad(const std::pair<std::string, std::string>& nodes,
                                        int64_t bytes) const;
