@@ -2,9 +2,9 @@
 #define WSYNC_PLANNER_COST_AWARE_POLICY_H_
 
 // cost_aware: answers all replica requests of a sync at once to lower the predicted time of the
-// whole sync under the calibrated cost model (calibration/link_model PriceResources: pair links,
-// egress, ingress, path aggregates and node links, the capacity every pair from one node to
-// another shares). Requests are taken largest first; each goes to the option that gives the
+// whole sync under the calibrated cost model (calibration/link_model TrafficLoads: pair links,
+// egress, ingress, path aggregates, node links (the capacity every pair from one node to another
+// shares) and the pairs inside a node). Requests are taken largest first; each goes to the option that gives the
 // lowest predicted time of the requests answered so far, ties to the option whose busiest
 // loaded resource finishes earliest, then to fewer parts, the cheaper path classes and the
 // lowest processes. Options: each holder alone, and for a region of at least twice
