@@ -4,9 +4,9 @@
 // cost_aware: answers all replica requests of a sync at once to lower the predicted time of the
 // whole sync under the calibrated cost model (calibration/link_model TrafficLoads: pair links,
 // egress, ingress, path aggregates, node links (the capacity every pair from one node to another
-// shares) and the pairs inside a node). Requests are taken largest first; each goes to the option that gives the
-// lowest predicted time of the requests answered so far, ties to the option whose busiest
-// loaded resource finishes earliest, then to fewer parts, the cheaper path classes and the
+// shares) and the pairs inside a node). Requests are taken largest first; each goes to the option
+// that gives the lowest predicted time of the requests answered so far, ties to the option whose
+// busiest loaded resource finishes earliest, then to fewer parts, the cheaper path classes and the
 // lowest processes. Options: each holder alone, and for a region of at least twice
 // `min_split_bytes` cuts along axis 0 over the 2..k best holders (finishing together, or equal),
 // never into parts below `min_split_bytes`. So a reader takes a replica on its own node when the
