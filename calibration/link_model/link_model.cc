@@ -158,8 +158,10 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
           return absl::InvalidArgumentError(
               absl::StrCat("calibration sample ", i, " (node_link) lacks its nodes or senders"));
         }
-        // Every sender moved `bytes` at once: the node boundary carried senders x bytes.
-        node_link[{s.from_node(), s.to_node()}].push_back({s.bytes() * s.peers_size(), seconds});
+        // Every sender moved `messages` x `bytes` at once (files before the field: one message):
+        // the node boundary carried senders x that.
+        node_link[{s.from_node(), s.to_node()}].push_back(
+            {s.bytes() * s.peers_size() * std::max(1, s.messages()), seconds});
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(),

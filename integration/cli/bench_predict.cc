@@ -275,8 +275,11 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
         Measured synced, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
                                      pair ? &*pair : nullptr, name, calibration.out, worker, cli));
     absl::FPrintF(
-        out, "  %-12s predicted %.4f s (binding %s), measured %s s -> %.4f s\n", name,
-        predicted.seconds, predicted.binding,
+        out,
+        "  %-12s predicted %.4f s = transfer %.4f + latency %.4f (binding %s), measured %s s -> "
+        "%.4f s\n",
+        name, predicted.seconds, predicted.transfer_seconds, predicted.latency_seconds,
+        predicted.binding,
         absl::StrJoin(synced.syncs, " ",
                       [](std::string* o, double v) { absl::StrAppendFormat(o, "%.4f", v); }),
         synced.seconds);

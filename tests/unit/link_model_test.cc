@@ -158,6 +158,24 @@ proto::Calibration KnownWithNodeLink() {
   return c;
 }
 
+TEST(LinkModelTest, NodeLinkCountsEverySendersBackToBackMessages) {
+  // Each of the two senders sent 4 messages of `bytes`: the boundary carried 8 x bytes in each
+  // sample's time, so the fit must recover 8 GB/s from times of 8 x bytes / 8e9, not 2 x bytes.
+  std::mt19937_64 rng(17);
+  proto::Calibration streamed = Known();
+  for (const char* node : {"a", "a", "b", "b"}) streamed.add_nodes(node);
+  const int first = streamed.samples_size();
+  AddSamples(streamed, rng, "node_link", -1, -1, "inter_node", 40e-6, 8e9 / 4, {0, 1});
+  for (int i = first; i < streamed.samples_size(); ++i) {
+    streamed.mutable_samples(i)->set_from_node("a");
+    streamed.mutable_samples(i)->set_to_node("b");
+    streamed.mutable_samples(i)->set_messages(4);
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(streamed);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->node_link.at({"a", "b"}), 40e-6, 8e9);
+}
+
 TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
   const absl::StatusOr<LinkFits> fits = FitLinks(KnownWithNodeLink());
   ASSERT_TRUE(fits.ok()) << fits.status();
