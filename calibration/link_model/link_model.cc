@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -157,8 +158,10 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
           return absl::InvalidArgumentError(
               absl::StrCat("calibration sample ", i, " (node_link) lacks its nodes or senders"));
         }
-        // Every sender moved `bytes` at once: the node boundary carried senders x bytes.
-        node_link[{s.from_node(), s.to_node()}].push_back({s.bytes() * s.peers_size(), seconds});
+        // Every sender moved `messages` x `bytes` at once (files before the field: one message):
+        // the node boundary carried senders x that.
+        node_link[{s.from_node(), s.to_node()}].push_back(
+            {s.bytes() * s.peers_size() * std::max(1, s.messages()), seconds});
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(),
@@ -234,103 +237,206 @@ absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) 
   return calibration;
 }
 
-absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic) {
-  std::map<int32_t, int64_t> egress_bytes, ingress_bytes;
-  std::map<int32_t, double> egress_capacity, ingress_capacity;
-  Prediction prediction;
-  double max_alpha = 0;
-  auto consider = [&](double seconds, std::string resource) {
-    if (seconds > prediction.transfer_seconds) {
-      prediction.transfer_seconds = seconds;
-      prediction.binding = std::move(resource);
+std::string ResourceLoad::Name() const {
+  switch (kind) {
+    case kLink:
+      return absl::StrCat("link ", from, "->", to, " (", label, ")");
+    case kEgress:
+      return absl::StrCat("egress of process ", from);
+    case kIngress:
+      return absl::StrCat("ingress of process ", to);
+    case kPath:
+      return absl::StrCat("all ", label, " traffic at once");
+    case kNodeLink:
+      return absl::StrCat("node link ", label, " (all its pairs at once)");
+    case kNodeInside:
+      return absl::StrCat("all pairs inside node ", label, " at once");
+  }
+  return label;
+}
+
+TrafficLoads::TrafficLoads(const LinkFits* fits) : fits_(fits) {}
+
+absl::Status TrafficLoads::Add(int32_t from, int32_t to, absl::string_view path, int64_t bytes) {
+  auto it = pairs_.find({from, to});
+  if (it == pairs_.end()) {
+    const LinkFit* fit = nullptr;
+    if (auto pair = fits_->by_pair.find({from, to}); pair != fits_->by_pair.end()) {
+      fit = &pair->second;
+    } else if (auto by_path = fits_->by_path.find(std::string(path));
+               by_path != fits_->by_path.end()) {
+      fit = &by_path->second;
+    } else {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the calibration has no fit for path '", path, "' (process ", from, " to ", to, ")"));
     }
+    it = pairs_.emplace(std::make_pair(from, to), Pair{std::string(path), fit, 0}).first;
+  }
+  it->second.bytes += bytes;
+  const auto settle = [](std::map<int32_t, std::map<int32_t, int64_t>>& sums, int32_t root,
+                         int32_t peer, int64_t delta) {
+    std::map<int32_t, int64_t>& peers = sums[root];
+    if ((peers[peer] += delta) == 0) peers.erase(peer);
+    if (peers.empty()) sums.erase(root);
   };
+  settle(sent_, from, to, bytes);
+  settle(received_, to, from, bytes);
+  if (from != to) path_bytes_[std::string(path)] += bytes;
+  const std::string* from_node = NodeOf(from);
+  const std::string* to_node = NodeOf(to);
+  if (from_node != nullptr && to_node != nullptr && from != to) {
+    node_bytes_[{*from_node, *to_node}] += bytes;
+  }
+  return absl::OkStatus();
+}
+
+const std::string* TrafficLoads::NodeOf(int32_t process) const {
+  if (process < 0 || process >= static_cast<int32_t>(fits_->nodes.size())) return nullptr;
+  return &fits_->nodes[process];
+}
+
+ResourceLoad TrafficLoads::Link(const std::pair<int32_t, int32_t>& key, const Pair& pair) const {
+  return ResourceLoad{ResourceLoad::kLink, key.first, key.second, pair.path,
+                      pair.bytes / pair.fit->bytes_per_second};
+}
+
+// Measured fans replace the best-link guess of a root's aggregate rate: the fan whose width is
+// nearest the number of peers the process moves bytes with (ties to the wider; the best rate
+// among equal widths). 0 when the root has no fan of that pattern.
+double TrafficLoads::FanRate(absl::string_view pattern, int32_t root, size_t peers) const {
+  double rate = 0;
+  size_t best_distance = SIZE_MAX, best_width = 0;
+  for (auto it = fits_->fan_aggregate.lower_bound(FanKey{std::string(pattern), root, {}});
+       it != fits_->fan_aggregate.end() && std::get<0>(it->first) == pattern &&
+       std::get<1>(it->first) == root && peers > 0;
+       ++it) {
+    const size_t width = std::get<2>(it->first).size();
+    const size_t distance = width > peers ? width - peers : peers - width;
+    if (distance < best_distance || (distance == best_distance && width > best_width)) {
+      best_distance = distance;
+      best_width = width;
+      rate = 0;
+    }
+    if (distance == best_distance && width == best_width) {
+      rate = std::max(rate, it->second.bytes_per_second);
+    }
+  }
+  return rate;
+}
+
+// A root's bytes with its peers (sent: its receivers; else its senders) over its fan's
+// aggregate rate for that many peers, else over the best link it uses.
+ResourceLoad TrafficLoads::Root(int32_t process, bool sent) const {
+  int64_t bytes = 0;
+  size_t peers = 0;
+  double best_link = 0;
+  for (const auto& [peer, moved] : (sent ? sent_ : received_).at(process)) {
+    bytes += moved;
+    if (peer != process) ++peers;
+    const auto pair = sent ? std::make_pair(process, peer) : std::make_pair(peer, process);
+    best_link = std::max(best_link, pairs_.at(pair).fit->bytes_per_second);
+  }
+  const double fan = FanRate(sent ? "fan_out" : "fan_in", process, peers);
+  const double seconds = bytes / (fan > 0 ? fan : best_link);
+  return sent ? ResourceLoad{ResourceLoad::kEgress, process, -1, "", seconds}
+              : ResourceLoad{ResourceLoad::kIngress, -1, process, "", seconds};
+}
+
+std::vector<ResourceLoad> TrafficLoads::All() const {
+  std::vector<ResourceLoad> loads;
+  for (const auto& [key, pair] : pairs_) {
+    if (pair.bytes != 0) loads.push_back(Link(key, pair));
+  }
+  for (const auto& [process, receivers] : sent_) loads.push_back(Root(process, /*sent=*/true));
+  for (const auto& [process, senders] : received_) loads.push_back(Root(process, /*sent=*/false));
+  // All traffic of a path at once, against what the path carried with every process busy.
+  for (const auto& [path, bytes] : path_bytes_) {
+    auto it = fits_->path_aggregate.find(path);
+    if (it == fits_->path_aggregate.end() || bytes == 0) continue;
+    loads.push_back(
+        ResourceLoad{ResourceLoad::kPath, -1, -1, path, bytes / it->second.bytes_per_second});
+  }
+  for (const auto& [nodes, bytes] : node_bytes_) {
+    if (std::optional<ResourceLoad> load = NodeLoad(nodes, bytes)) loads.push_back(*load);
+  }
+  return loads;
+}
+
+// All traffic from one node to another at once, against what that boundary carried with every
+// sender of the node busy; inside one node, all traffic between its distinct processes at once,
+// against what half of them carried sending to the other half.
+std::optional<ResourceLoad> TrafficLoads::NodeLoad(const std::pair<std::string, std::string>& nodes,
+                                                   int64_t bytes) const {
+  auto it = fits_->node_link.find(nodes);
+  if (it == fits_->node_link.end() || bytes == 0) return std::nullopt;
+  const double seconds = bytes / it->second.bytes_per_second;
+  if (nodes.first == nodes.second) {
+    return ResourceLoad{ResourceLoad::kNodeInside, -1, -1, nodes.first, seconds};
+  }
+  return ResourceLoad{ResourceLoad::kNodeLink, -1, -1,
+                      absl::StrCat(nodes.first, "->", nodes.second), seconds};
+}
+
+std::vector<ResourceLoad> TrafficLoads::Touched(int32_t from, int32_t to) const {
+  std::vector<ResourceLoad> loads;
+  auto pair = pairs_.find({from, to});
+  if (pair == pairs_.end()) return loads;
+  if (pair->second.bytes != 0) loads.push_back(Link(pair->first, pair->second));
+  if (sent_.contains(from)) loads.push_back(Root(from, /*sent=*/true));
+  if (received_.contains(to)) loads.push_back(Root(to, /*sent=*/false));
+  if (from != to) {
+    auto aggregate = fits_->path_aggregate.find(pair->second.path);
+    auto bytes = path_bytes_.find(pair->second.path);
+    if (aggregate != fits_->path_aggregate.end() && bytes != path_bytes_.end()) {
+      loads.push_back(ResourceLoad{ResourceLoad::kPath, -1, -1, pair->second.path,
+                                   bytes->second / aggregate->second.bytes_per_second});
+    }
+  }
+  const std::string* from_node = NodeOf(from);
+  const std::string* to_node = NodeOf(to);
+  if (from_node != nullptr && to_node != nullptr && from != to) {
+    if (auto bytes = node_bytes_.find({*from_node, *to_node}); bytes != node_bytes_.end()) {
+      if (std::optional<ResourceLoad> load = NodeLoad(bytes->first, bytes->second)) {
+        loads.push_back(*load);
+      }
+    }
+  }
+  return loads;
+}
+
+double TrafficLoads::MaxAlpha() const {
+  double alpha = 0;
+  for (const auto& [key, pair] : pairs_) {
+    if (pair.bytes != 0) alpha = std::max(alpha, pair.fit->alpha_seconds);
+  }
+  return alpha;
+}
+
+absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
+                                                         const Traffic& traffic,
+                                                         double* max_alpha) {
+  TrafficLoads loads(&fits);
   for (const PairTraffic& pair : traffic.pairs) {
     if (pair.bytes == 0) continue;
-    const LinkFit* fit = nullptr;
-    if (auto it = fits.by_pair.find({pair.from, pair.to}); it != fits.by_pair.end()) {
-      fit = &it->second;
-    } else if (auto path = fits.by_path.find(pair.path); path != fits.by_path.end()) {
-      fit = &path->second;
-    } else {
-      return absl::FailedPreconditionError(absl::StrCat("the calibration has no fit for path '",
-                                                        pair.path, "' (process ", pair.from, " to ",
-                                                        pair.to, ")"));
+    WSYNC_RETURN_IF_ERROR(loads.Add(pair.from, pair.to, pair.path, pair.bytes));
+  }
+  if (max_alpha != nullptr) *max_alpha = loads.MaxAlpha();
+  return loads.All();
+}
+
+absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic) {
+  double max_alpha = 0;
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<ResourceLoad> loads,
+                         PriceResources(fits, traffic, &max_alpha));
+  Prediction prediction;
+  const ResourceLoad* busiest = nullptr;
+  for (const ResourceLoad& load : loads) {
+    if (load.seconds > prediction.transfer_seconds) {
+      prediction.transfer_seconds = load.seconds;
+      busiest = &load;
     }
-    max_alpha = std::max(max_alpha, fit->alpha_seconds);
-    consider(pair.bytes / fit->bytes_per_second,
-             absl::StrCat("link ", pair.from, "->", pair.to, " (", pair.path, ")"));
-    egress_bytes[pair.from] += pair.bytes;
-    ingress_bytes[pair.to] += pair.bytes;
-    egress_capacity[pair.from] = std::max(egress_capacity[pair.from], fit->bytes_per_second);
-    ingress_capacity[pair.to] = std::max(ingress_capacity[pair.to], fit->bytes_per_second);
   }
-  // Measured fans replace the best-link guess of a root's aggregate rate: the fan whose width is
-  // nearest the number of peers the process moves bytes with (ties to the wider; the best rate
-  // among equal widths).
-  std::map<int32_t, std::set<int32_t>> receivers_of, senders_of;
-  for (const PairTraffic& pair : traffic.pairs) {
-    if (pair.bytes == 0 || pair.from == pair.to) continue;
-    receivers_of[pair.from].insert(pair.to);
-    senders_of[pair.to].insert(pair.from);
-  }
-  auto fan_rate = [&](const std::string& pattern, int32_t root, size_t peers) {
-    double rate = 0;
-    size_t best_distance = SIZE_MAX, best_width = 0;
-    for (const auto& [key, fit] : fits.fan_aggregate) {
-      if (std::get<0>(key) != pattern || std::get<1>(key) != root || peers == 0) continue;
-      const size_t width = std::get<2>(key).size();
-      const size_t distance = width > peers ? width - peers : peers - width;
-      if (distance < best_distance || (distance == best_distance && width > best_width)) {
-        best_distance = distance;
-        best_width = width;
-        rate = 0;
-      }
-      if (distance == best_distance && width == best_width) {
-        rate = std::max(rate, fit.bytes_per_second);
-      }
-    }
-    return rate;
-  };
-  for (const auto& [process, bytes] : egress_bytes) {
-    const double fan = fan_rate("fan_out", process, receivers_of[process].size());
-    const double capacity = fan > 0 ? fan : egress_capacity[process];
-    consider(bytes / capacity, absl::StrCat("egress of process ", process));
-  }
-  for (const auto& [process, bytes] : ingress_bytes) {
-    const double fan = fan_rate("fan_in", process, senders_of[process].size());
-    const double capacity = fan > 0 ? fan : ingress_capacity[process];
-    consider(bytes / capacity, absl::StrCat("ingress of process ", process));
-  }
-  // All traffic of a path at once, against what the path carried with every process busy.
-  std::map<std::string, int64_t> path_bytes;
-  for (const PairTraffic& pair : traffic.pairs) {
-    if (pair.from != pair.to) path_bytes[pair.path] += pair.bytes;
-  }
-  for (const auto& [path, bytes] : path_bytes) {
-    auto it = fits.path_aggregate.find(path);
-    if (it == fits.path_aggregate.end()) continue;
-    consider(bytes / it->second.bytes_per_second, absl::StrCat("all ", path, " traffic at once"));
-  }
-  // All traffic from one node to another at once, against what that boundary carried with every
-  // sender of the node busy.
-  const auto node_of = [&](int32_t process) -> const std::string* {
-    if (process < 0 || process >= static_cast<int32_t>(fits.nodes.size())) return nullptr;
-    return &fits.nodes[process];
-  };
-  std::map<std::pair<std::string, std::string>, int64_t> node_bytes;
-  for (const PairTraffic& pair : traffic.pairs) {
-    const std::string* from = node_of(pair.from);
-    const std::string* to = node_of(pair.to);
-    if (from != nullptr && to != nullptr && *from != *to) node_bytes[{*from, *to}] += pair.bytes;
-  }
-  for (const auto& [nodes, bytes] : node_bytes) {
-    auto it = fits.node_link.find(nodes);
-    if (it == fits.node_link.end()) continue;
-    consider(
-        bytes / it->second.bytes_per_second,
-        absl::StrCat("node link ", nodes.first, "->", nodes.second, " (all its pairs at once)"));
-  }
+  if (busiest != nullptr) prediction.binding = busiest->Name();
   prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
   return prediction;

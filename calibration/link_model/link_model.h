@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -54,7 +55,10 @@ struct LinkFits {
   // (from node, to node) what its node_link samples carried with every sender on one node
   // sending to its own receiver on the other at once (time against senders x bytes): the
   // capacity all pairs crossing that node boundary share (one NIC or link per node), which
-  // each pair alone does not show.
+  // each pair alone does not show. (A, A): what node A carried with its first half of processes
+  // sending to its second half at once: the cores and memory concurrent pairs inside a node
+  // share (a receiver copying while other processes copy or poll), which a pair alone does not
+  // show and the relay aggregate (every process both copying and sending) overstates.
   std::vector<std::string> nodes;
   std::map<std::pair<std::string, std::string>, LinkFit> node_link;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
@@ -104,11 +108,78 @@ struct Prediction {
   std::string binding;          // The busiest resource, e.g. "ingress of process 3".
 };
 
+// One resource of the cost model and the seconds the traffic's bytes take at its capacity.
+struct ResourceLoad {
+  enum Kind { kLink, kEgress, kIngress, kPath, kNodeLink, kNodeInside };
+  Kind kind = kLink;
+  int32_t from = -1;  // kLink, kEgress: the sender.
+  int32_t to = -1;    // kLink, kIngress: the receiver.
+  std::string label;  // kLink, kPath: the path class; kNodeLink: "A->B"; kNodeInside: "A".
+  double seconds = 0;
+
+  // "link 0->2 (intra_node)", "egress of process 1", "node link a->b (all its pairs at once)",
+  // "all pairs inside node a at once".
+  std::string Name() const;
+  // Identifies the resource (kind, processes, label) whatever its load.
+  using Key = std::tuple<int, int32_t, int32_t, std::string>;
+  Key key() const { return {static_cast<int>(kind), from, to, label}; }
+};
+
+// The traffic of a sync, added (and taken back) pair by pair, priced per resource under the
+// capacities Predict describes. Holds only integer sums, so adding and taking back the same
+// bytes restores the state exactly and loads are a pure function of the sums. Keeps a pointer
+// to `fits`, which must outlive it. Thread-compatible.
+class TrafficLoads {
+ public:
+  explicit TrafficLoads(const LinkFits* fits);
+
+  // Adds `bytes` (negative: takes back what was added) to the pair's. A pair whose bytes are zero
+  // loads nothing. FailedPrecondition naming the path when the pair has no fit (nothing changes).
+  absl::Status Add(int32_t from, int32_t to, absl::string_view path, int64_t bytes);
+
+  // Every resource with traffic, in a fixed order: pair links (by pair), egresses, ingresses
+  // (by process), path aggregates (by path), node links (by node pair).
+  std::vector<ResourceLoad> All() const;
+  // The resources whose load the pair's bytes change (its link, the sender's egress, the
+  // receiver's ingress, its path aggregate and node link or node inside where fitted), with
+  // their loads now.
+  std::vector<ResourceLoad> Touched(int32_t from, int32_t to) const;
+  // The largest alpha of the links with traffic.
+  double MaxAlpha() const;
+
+ private:
+  struct Pair {
+    std::string path;
+    const LinkFit* fit = nullptr;
+    int64_t bytes = 0;
+  };
+  ResourceLoad Link(const std::pair<int32_t, int32_t>& key, const Pair& pair) const;
+  ResourceLoad Root(int32_t process, bool sent) const;  // Its egress (sent) or ingress.
+  double FanRate(absl::string_view pattern, int32_t root, size_t peers) const;
+  std::optional<ResourceLoad> NodeLoad(const std::pair<std::string, std::string>& nodes,
+                                       int64_t bytes) const;
+  const std::string* NodeOf(int32_t process) const;
+
+  const LinkFits* fits_;
+  std::map<std::pair<int32_t, int32_t>, Pair> pairs_;
+  std::map<int32_t, std::map<int32_t, int64_t>> sent_;      // Sender -> receiver -> bytes.
+  std::map<int32_t, std::map<int32_t, int64_t>> received_;  // Receiver -> sender -> bytes.
+  std::map<std::string, int64_t> path_bytes_;               // Between distinct processes.
+  std::map<std::pair<std::string, std::string>, int64_t> node_bytes_;
+};
+
+// Every resource the traffic uses with its load (TrafficLoads::All of its pairs); `max_alpha`
+// (when given) is set to the largest alpha of the links used. FailedPrecondition as Predict's.
+absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
+                                                         const Traffic& traffic,
+                                                         double* max_alpha = nullptr);
+
 // Capacities: a pair's link from its pair fit, else its path's; a process's egress (ingress) from
 // its fan_out (fan_in) aggregate fit of the width nearest its number of receivers (senders) when
 // it has any, else the best link it uses; all bytes between distinct processes on one path from its
 // path_aggregate fit, when it has one; all bytes from processes of node A to processes of node B
-// (nodes from fits.nodes) from the node_link fit of (A, B), when it has one. FailedPrecondition
+// (nodes from fits.nodes) from the node_link fit of (A, B), when it has one, and all bytes
+// between distinct processes of node A from the node_link fit of (A, A). FailedPrecondition
 // naming the path when a pair's path has no fit.
 absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
 

@@ -30,6 +30,9 @@ struct Step {
   std::vector<std::pair<int32_t, int32_t>> messages;  // (sender, receiver); empty for local.
   std::string from_node;                              // node_link only.
   std::string to_node;
+  // Messages of `bytes` each sender sends to its receiver back to back, with one tag (they match
+  // in order).
+  int32_t stream = 1;
 };
 
 // The distinct paths in alphabetical order, joined by '+'.
@@ -89,10 +92,20 @@ absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options,
   }
   std::map<std::string, std::vector<int32_t>> members;  // Ascending processes of each node.
   for (int32_t p = 0; p < n; ++p) members[nodes[p]].push_back(p);
-  for (const auto& [from_node, senders] : members) {
-    for (const auto& [to_node, receivers] : members) {
-      if (from_node == to_node) continue;
+  for (const auto& [from_node, node_members] : members) {
+    for (const auto& [to_node, other_members] : members) {
+      // Inside one node: its first half sends to its second half.
+      const bool inside = from_node == to_node;
+      const size_t half = node_members.size() / 2;
+      if (inside && half == 0) continue;
+      const std::vector<int32_t> senders =
+          inside ? std::vector<int32_t>(node_members.begin(), node_members.begin() + half)
+                 : node_members;
+      const std::vector<int32_t> receivers =
+          inside ? std::vector<int32_t>(node_members.begin() + half, node_members.end())
+                 : other_members;
       Step step{"node_link", -1, -1, {}, "", "", {}, from_node, to_node};
+      if (inside) step.stream = options.node_link_messages;
       std::vector<std::string> paths;
       for (size_t i = 0; i < senders.size() && i < receivers.size(); ++i) {
         step.peers.push_back(senders[i]);
@@ -109,9 +122,10 @@ absl::StatusOr<std::vector<Step>> BuildSteps(const ProbeOptions& options,
 absl::Status CheckOptions(const ProbeOptions& options, int32_t n,
                           const std::vector<int32_t>& widths) {
   if (!options.path_of) return absl::InvalidArgumentError("ProbeOptions.path_of is required");
-  if (options.repeats < 1 || options.warmup < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("repeats must be >= 1 and warmup >= 0, not ",
-                                                   options.repeats, " and ", options.warmup));
+  if (options.repeats < 1 || options.warmup < 0 || options.node_link_messages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repeats and node_link_messages must be >= 1 and warmup >= 0, not ",
+                     options.repeats, ", ", options.node_link_messages, " and ", options.warmup));
   }
   for (const int32_t width : widths) {
     if (width < 1 || width > n - 1) {
@@ -210,10 +224,14 @@ class Prober {
     size_t next_receive = 0;
     for (const auto& [sender, receiver] : step.messages) {
       if (receiver != me_) continue;
-      WSYNC_ASSIGN_OR_RETURN(RequestId id,
-                             transport_.PostReceive(sender, MakeTag(kProbeSyncId, round, sender),
-                                                    receive_[next_receive++].data(), bytes));
-      requests.push_back(id);
+      for (int32_t m = 0; m < step.stream; ++m) {
+        // A stream lands in the receive buffers in turn (a stream's receiver has no other sender).
+        unsigned char* buffer = receive_[next_receive++ % receive_.size()].data();
+        WSYNC_ASSIGN_OR_RETURN(
+            RequestId id,
+            transport_.PostReceive(sender, MakeTag(kProbeSyncId, round, sender), buffer, bytes));
+        requests.push_back(id);
+      }
     }
     // Readiness: every receiver, its receives posted, sends an empty token to each of its
     // senders, and a sender starts once its receivers' tokens arrived. The timed span so excludes
@@ -238,10 +256,12 @@ class Prober {
     const absl::Time start = tokens_in.empty() ? receiver_start : absl::Now();
     for (const auto& [sender, receiver] : step.messages) {
       if (sender != me_) continue;
-      WSYNC_ASSIGN_OR_RETURN(
-          RequestId id,
-          transport_.PostSend(receiver, MakeTag(kProbeSyncId, round, me_), send_.data(), bytes));
-      requests.push_back(id);
+      for (int32_t m = 0; m < step.stream; ++m) {
+        WSYNC_ASSIGN_OR_RETURN(
+            RequestId id,
+            transport_.PostSend(receiver, MakeTag(kProbeSyncId, round, me_), send_.data(), bytes));
+        requests.push_back(id);
+      }
     }
     WSYNC_RETURN_IF_ERROR(transport_.WaitAll(requests, deadline));
     return absl::ToDoubleSeconds(absl::Now() - start);
@@ -269,6 +289,7 @@ proto::CalibrationSample* NewSample(proto::Calibration* calibration, const Step&
   sample->set_bytes(bytes);
   sample->set_from_node(step.from_node);
   sample->set_to_node(step.to_node);
+  if (step.pattern == "node_link") sample->set_messages(step.stream);
   return sample;
 }
 
@@ -365,6 +386,8 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
   for (const auto& [key, value] : options.settings) (*calibration.mutable_settings())[key] = value;
   (*calibration.mutable_settings())["probe.repeats"] = absl::StrCat(options.repeats);
   (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
+  (*calibration.mutable_settings())["probe.node_link_messages"] =
+      absl::StrCat(options.node_link_messages);
 
   WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<std::vector<double>>> cells,
                          prober.RunPasses(steps, sizes));

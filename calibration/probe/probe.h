@@ -17,7 +17,16 @@
 //   node_link  each ordered pair of distinct nodes (A, B): the i-th process of A sends one message
 //              to the i-th process of B, for i below the smaller node's process count, all at
 //              once (the capacity every pair crossing from A to B shares); peers = the senders
-//              (the calibration records every process's node)
+//              (the calibration records every process's node); and inside each node of at
+//              least two processes (A, A): the i-th of its first half sends to the i-th of its
+//              second half, all at once (what concurrent pairs inside a node share: its cores
+//              and memory, which a pair alone does not show). Inside a node each sender sends
+//              options.node_link_messages messages of the size back to back (all posted at
+//              once; the sample records the count as `messages`): concurrent pairs sharing cores
+//              reach their steady rate only over volumes like a sync's (hundreds of MiB per
+//              pair), which one message of the largest size does not move (TCP over loopback, 2
+//              pairs on 2 cores: 1.9-2.0 GB/s in all at 64 MiB, 2.3 GB/s at 4 x 64 MiB or one
+//              256 MiB message)
 // A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //
@@ -75,6 +84,9 @@ struct ProbeOptions {
   // Node id of every process, for the defaults above; empty: every process on one node.
   std::vector<std::string> nodes;
   int32_t relay_shift = 1;  // Relay is skipped when shift % processes == 0.
+  // Messages of each size every sender of a node_link inside a node sends back to back, >= 1
+  // (see node_link above).
+  int32_t node_link_messages = 4;
   int64_t memory_budget_bytes = kDefaultProbeMemoryBudgetBytes;
   absl::Duration step_timeout = absl::Seconds(60);  // Deadline of every collective and repeat.
   // Recorded in the calibration (e.g. UCX_TLS); the transport's name is recorded as well.

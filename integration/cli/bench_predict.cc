@@ -61,12 +61,18 @@ struct Scenario {
   std::function<std::string(int32_t process, int32_t trainers)> node;
   // Path transports of each process; `device` is its side's veth device in the netns scenario.
   std::function<std::string(int32_t process, int32_t trainers, const std::string& device)> paths;
-  bool netns = false;             // Trainers in one namespace, rollouts in the other.
+  bool netns = false;             // Node "a" in one namespace, every other node in the other.
   bool compare_policies = false;  // Also measure first_holder against cost_aware.
+
+  // The namespace of a process in the netns scenarios: 0 on node "a", else 1.
+  int Side(int32_t p, int32_t trainers) const { return node(p, trainers) == "a" ? 0 : 1; }
 };
 
 std::string OneNode(int32_t, int32_t) { return "local"; }
 std::string SideNode(int32_t p, int32_t trainers) { return p < trainers ? "a" : "b"; }
+// DP replica 0 of the trainers (the first half of the ranks, TP innermost) on node a; replica 1
+// and the rollouts on node b.
+std::string ReplicaNode(int32_t p, int32_t trainers) { return p < trainers / 2 ? "a" : "b"; }
 
 std::vector<Scenario> Scenarios() {
   const auto all = [](const std::string& spec) {
@@ -87,6 +93,10 @@ std::vector<Scenario> Scenarios() {
        two_nodes, /*netns=*/true},
       {"replicated dp2 shm", "megatron(tp=2,dp=2)", "vllm(tp=2)", "shm", OneNode, all(shm),
        /*netns=*/false, /*compare_policies=*/true},
+      // first_holder takes every shard from replica 0 across the shaped link; replica 1 is on
+      // the rollouts' node.
+      {"replicated dp2 netns", "megatron(tp=2,dp=2)", "vllm(tp=2)", "shm + tcp veth (tc)",
+       ReplicaNode, two_nodes, /*netns=*/true, /*compare_policies=*/true},
   };
 }
 
@@ -146,7 +156,7 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
   for (int32_t p = 0; p < trainers + rollouts; ++p) {
     harness::ProcessPlacement placement;
     placement.node_id = s.node(p, trainers);
-    if (pair != nullptr) placement.netns = pair->ns(p < trainers ? 0 : 1);
+    if (pair != nullptr) placement.netns = pair->ns(s.Side(p, trainers));
     placement.extra_flags = {absl::StrCat("--path_transports=", paths[p])};
     spec.placement.push_back(placement);
   }
@@ -224,7 +234,7 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
   CalibrationJob calibration;
   calibration.processes = n;
   for (int32_t p = 0; p < n; ++p) {
-    const int side = p < trainers ? 0 : 1;
+    const int side = s.Side(p, trainers);
     calibration.nodes.push_back(s.node(p, trainers));
     calibration.path_transports.push_back(
         s.paths(p, trainers, pair ? pair->device(side) : std::string()));
@@ -245,9 +255,11 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
                 fits.skipped.size());
   std::fflush(out);
 
-  const std::vector<std::string> policies =
-      s.compare_policies ? std::vector<std::string>{"first_holder", "cost_aware"}
-                         : std::vector<std::string>{"cost_aware"};
+  // Compared policies alternate which runs first, round by round.
+  std::vector<std::string> policies = s.compare_policies
+                                          ? std::vector<std::string>{"first_holder", "cost_aware"}
+                                          : std::vector<std::string>{"cost_aware"};
+  if (round % 2 == 1) std::reverse(policies.begin(), policies.end());
   for (const std::string& name : policies) {
     auto row = std::find_if(rows->begin(), rows->end(),
                             [&](const Row& r) { return r.scenario == s.name && r.policy == name; });
@@ -263,8 +275,11 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
         Measured synced, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
                                      pair ? &*pair : nullptr, name, calibration.out, worker, cli));
     absl::FPrintF(
-        out, "  %-12s predicted %.4f s (binding %s), measured %s s -> %.4f s\n", name,
-        predicted.seconds, predicted.binding,
+        out,
+        "  %-12s predicted %.4f s = transfer %.4f + latency %.4f (binding %s), measured %s s -> "
+        "%.4f s\n",
+        name, predicted.seconds, predicted.transfer_seconds, predicted.latency_seconds,
+        predicted.binding,
         absl::StrJoin(synced.syncs, " ",
                       [](std::string* o, double v) { absl::StrAppendFormat(o, "%.4f", v); }),
         synced.seconds);
@@ -293,7 +308,9 @@ std::string PredictBenchUsage() {
          "  processes, predict the sync, run it (wsync_test_worker over UCX); N rounds, the\n"
          "  scenarios interleaved within each. Prints the median round's prediction against the\n"
          "  median of all rounds' timed syncs, the relative errors (goal: median <= 15%, none\n"
-         "  > 30%) and the measured first_holder / cost_aware ratio on the replicated scenario.\n";
+         "  > 30%) and the first_holder / cost_aware ratios (measured alternating, round by\n"
+         "  round) on the replicated scenarios: shared memory, and DP replica 0 on node a with\n"
+         "  replica 1 and the rollouts on node b (two namespaces, tc-shaped veth).\n";
 }
 
 absl::Status RunPredictBench(std::FILE* out) {
@@ -352,21 +369,20 @@ absl::Status RunPredictBench(std::FILE* out) {
                   errors.size(), 100 * median, 100 * worst,
                   median <= 0.15 && worst <= 0.30 ? "goal met" : "goal NOT met");
   }
-  const Row* first = nullptr;
-  const Row* cost = nullptr;
-  for (const Row& row : rows) {
-    if (row.policy == "first_holder") first = &row;
-    if (row.policy == "cost_aware" && first != nullptr && row.scenario == first->scenario) {
-      cost = &row;
-    }
-  }
-  if (first != nullptr && cost != nullptr) {
-    absl::FPrintF(out,
-                  "%s: first_holder / cost_aware measured %.4f / %.4f s = %.2fx (predicted "
-                  "%.2fx)\n",
-                  first->scenario, first->measured(), cost->measured(),
-                  first->measured() / cost->measured(),
-                  first->predicted().seconds / cost->predicted().seconds);
+  for (const Row& first : rows) {
+    if (first.policy != "first_holder") continue;
+    auto cost = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
+      return r.scenario == first.scenario && r.policy == "cost_aware";
+    });
+    if (cost == rows.end()) continue;
+    const double measured = first.measured() / cost->measured();
+    const double predicted = first.predicted().seconds / cost->predicted().seconds;
+    absl::FPrintF(
+        out,
+        "%s: first_holder / cost_aware measured %.4f / %.4f s = %.2fx (predicted "
+        "%.2fx): cost_aware %s\n",
+        first.scenario, first.measured(), cost->measured(), measured, predicted,
+        measured > 1 && predicted > 1 ? "faster, predicted and measured" : "NOT faster in both");
   }
   absl::FPrintF(out,
                 "predicted: the median round's prediction (each round calibrates anew); measured: "

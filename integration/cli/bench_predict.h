@@ -6,7 +6,8 @@
 // veth link) it calibrates the scenario's processes (calibrate_job.h), predicts the sync with the
 // link model (plugin/prediction.h), runs the sync as real processes (wsync_test_worker over UCX),
 // and prints predicted against measured seconds with the relative error, their median and
-// maximum, and the measured first_holder / cost_aware ratio on the replicated scenario.
+// maximum, and the first_holder / cost_aware ratios (measured alternating) on the replicated
+// scenarios (shared memory; DP replica 0 across the shaped link from replica 1 and the rollouts).
 
 #include <cstdio>
 #include <string>

@@ -64,7 +64,10 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
     PrintFit(out, absl::StrCat("all ", path, " at once (relay)"), fit);
   }
   for (const auto& [nodes, fit] : fits.node_link) {
-    PrintFit(out, absl::StrCat("node link ", nodes.first, " -> ", nodes.second, " (all pairs)"),
+    PrintFit(out,
+             nodes.first == nodes.second
+                 ? absl::StrCat("inside node ", nodes.first, " (half to half)")
+                 : absl::StrCat("node link ", nodes.first, " -> ", nodes.second, " (all pairs)"),
              fit);
   }
   for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);

@@ -58,6 +58,11 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
     } else if (s.pattern() == "relay") {
       EXPECT_EQ(s.path(), PathOf((s.from() + 3) % 4, s.from()));
       EXPECT_EQ(s.send_path(), PathOf(s.from(), (s.from() + 1) % 4));
+    } else if (s.pattern() == "node_link" && s.from_node() == s.to_node()) {
+      // Inside a node, its first half sends to its second half: 0 -> 1 on a, 2 -> 3 on b.
+      EXPECT_EQ(std::vector<int32_t>(s.peers().begin(), s.peers().end()),
+                std::vector<int32_t>({s.from_node() == "a" ? 0 : 2}));
+      EXPECT_EQ(s.path(), "intra_node");
     } else if (s.pattern() == "node_link") {
       // Both processes of one node send to the other node's at once: 0 -> 2 and 1 -> 3, or back.
       const bool forward = s.from_node() == "a";
@@ -67,7 +72,8 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
       EXPECT_EQ(s.path(), "inter_node");
     }
   }
-  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2));
+  EXPECT_EQ(count,
+            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2));
   EXPECT_EQ(std::vector<std::string>(calibration->nodes().begin(), calibration->nodes().end()),
             std::vector<std::string>({"a", "a", "b", "b"}));
 

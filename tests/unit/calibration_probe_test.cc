@@ -59,6 +59,7 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
   options.nodes = {"a", "a", "b", "b"};
   options.path_of = PathOfNodes(options.nodes);
   options.fan_widths = {1, 3};
+  options.node_link_messages = 3;
   options.settings["UCX_TLS"] = "none";
   LoopbackCounters counters;
   const auto results = RunAll(n, options, &counters);
@@ -78,6 +79,7 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
   EXPECT_EQ(calibration.processes(), n);
   EXPECT_EQ(calibration.transport(), "loopback");
   EXPECT_EQ(calibration.settings().at("UCX_TLS"), "none");
+  EXPECT_EQ(calibration.settings().at("probe.node_link_messages"), "3");
 
   const int64_t sizes = 2, widths = 2;
   std::map<std::string, int64_t> count;
@@ -109,24 +111,32 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
       const int32_t p = s.from();
       EXPECT_EQ(s.path(), options.path_of((p + n - 1) % n, p));
       EXPECT_EQ(s.send_path(), options.path_of(p, (p + 1) % n));
-    } else if (s.pattern() == "node_link") {
+    } else if (s.pattern() == "node_link" && s.from_node() != s.to_node()) {
       // Every process of one node sends to its own process of the other node at once.
       const std::vector<int32_t> senders(s.peers().begin(), s.peers().end());
       EXPECT_EQ(senders,
                 s.from_node() == "a" ? std::vector<int32_t>({0, 1}) : std::vector<int32_t>({2, 3}));
-      EXPECT_NE(s.from_node(), s.to_node());
       EXPECT_EQ(s.path(), "inter_node");
+      EXPECT_EQ(s.messages(), 1);
+    } else if (s.pattern() == "node_link") {
+      // Inside a node, its first half sends to its second half: 0 -> 1 on a, 2 -> 3 on b.
+      const std::vector<int32_t> senders(s.peers().begin(), s.peers().end());
+      EXPECT_EQ(senders,
+                s.from_node() == "a" ? std::vector<int32_t>({0}) : std::vector<int32_t>({2}));
+      EXPECT_EQ(s.path(), "intra_node");
+      EXPECT_EQ(s.messages(), 3);
     } else {
       ADD_FAILURE() << "unexpected pattern " << s.pattern();
     }
   }
-  EXPECT_EQ(count, test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2));
+  EXPECT_EQ(count,
+            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2));
   EXPECT_EQ(std::vector<std::string>(calibration.nodes().begin(), calibration.nodes().end()),
             options.nodes);
 
   // Messages per repeat and size: peer n(n-1), both ways n(n-1), fans 2 n (1 + 3), relay n,
-  // node links 2 x 2.
-  const int64_t messages_per_size = n * (n - 1) * 2 + 2 * n * 4 + n + 4;
+  // node links 2 x 2, inside nodes 2 x 1 with each sender's 3 back to back.
+  const int64_t messages_per_size = n * (n - 1) * 2 + 2 * n * 4 + n + 4 + 2 * 3;
   const int64_t repeats = options.warmup + options.repeats;
   EXPECT_EQ(counters.TotalBytes(), messages_per_size * repeats * (4096 + 65536));
   EXPECT_EQ(counters.largest_message_bytes, 65536);
@@ -144,7 +154,7 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
   EXPECT_EQ(fits->both_ways.size(), static_cast<size_t>(n * (n - 1) / 2));
   EXPECT_EQ(fits->fans.size(), static_cast<size_t>(2 * n * widths));
   EXPECT_EQ(fits->relay.size(), 2u);      // (inter, intra) and (intra, inter).
-  EXPECT_EQ(fits->node_link.size(), 2u);  // a -> b and b -> a.
+  EXPECT_EQ(fits->node_link.size(), 4u);  // a -> b, b -> a, inside a, inside b.
   EXPECT_EQ(fits->nodes, options.nodes);
 }
 
@@ -216,6 +226,13 @@ TEST(CalibrationProbeTest, RefusesBadOptions) {
     EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted);
     EXPECT_THAT(result.status().message(), HasSubstr("2097152 bytes per process"));
   }
+  options.memory_budget_bytes = kDefaultProbeMemoryBudgetBytes;
+  options.node_link_messages = 0;
+  for (const auto& result : RunAll(3, options)) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr("node_link_messages must be >= 1"));
+  }
+  options.node_link_messages = 1;
   options.path_of = nullptr;
   EXPECT_EQ(RunAll(2, options)[0].status().code(), absl::StatusCode::kInvalidArgument);
 }

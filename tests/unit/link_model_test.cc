@@ -1,6 +1,8 @@
 #include "calibration/link_model/link_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -156,6 +158,24 @@ proto::Calibration KnownWithNodeLink() {
   return c;
 }
 
+TEST(LinkModelTest, NodeLinkCountsEverySendersBackToBackMessages) {
+  // Each of the two senders sent 4 messages of `bytes`: the boundary carried 8 x bytes in each
+  // sample's time, so the fit must recover 8 GB/s from times of 8 x bytes / 8e9, not 2 x bytes.
+  std::mt19937_64 rng(17);
+  proto::Calibration streamed = Known();
+  for (const char* node : {"a", "a", "b", "b"}) streamed.add_nodes(node);
+  const int first = streamed.samples_size();
+  AddSamples(streamed, rng, "node_link", -1, -1, "inter_node", 40e-6, 8e9 / 4, {0, 1});
+  for (int i = first; i < streamed.samples_size(); ++i) {
+    streamed.mutable_samples(i)->set_from_node("a");
+    streamed.mutable_samples(i)->set_to_node("b");
+    streamed.mutable_samples(i)->set_messages(4);
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(streamed);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->node_link.at({"a", "b"}), 40e-6, 8e9);
+}
+
 TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
   const absl::StatusOr<LinkFits> fits = FitLinks(KnownWithNodeLink());
   ASSERT_TRUE(fits.ok()) << fits.status();
@@ -210,6 +230,93 @@ TEST(LinkModelTest, NodeLinkIsTheCapacityAllPairsAcrossTwoNodesShare) {
   ASSERT_TRUE(unshared.ok());
   EXPECT_NEAR(unshared->transfer_seconds, 0.2, 0.01);
   EXPECT_THAT(unshared->binding, Not(HasSubstr("node link")));
+}
+
+TEST(LinkModelTest, PairsInsideANodeShareTheNodesCapacity) {
+  // Inside node a (processes 0 and 1 of nodes a, a, b, b), process 0 alone sending to 1 carried
+  // 6 GB/s: every pair of distinct processes inside a shares it (cores and memory), although
+  // the intra_node pair fits say 18-20 GB/s each. Local copies and bytes leaving a do not count.
+  std::mt19937_64 rng(23);
+  proto::Calibration c = KnownWithNodeLink();
+  const int first = c.samples_size();
+  AddSamples(c, rng, "node_link", -1, -1, "intra_node", 30e-6, 6e9, {0});
+  for (int i = first; i < c.samples_size(); ++i) {
+    c.mutable_samples(i)->set_from_node("a");
+    c.mutable_samples(i)->set_to_node("a");
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(c);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ExpectNear(fits->node_link.at({"a", "a"}), 30e-6, 6e9);
+
+  Traffic traffic;
+  traffic.pairs.push_back({0, 1, "intra_node", 1000000000, 1});
+  traffic.pairs.push_back({1, 0, "intra_node", 500000000, 1});
+  traffic.pairs.push_back({0, 0, "local", 4000000000, 1});
+  const absl::StatusOr<Prediction> inside = Predict(*fits, traffic);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_EQ(inside->binding, "all pairs inside node a at once");
+  EXPECT_NEAR(inside->transfer_seconds, 1.5e9 / fits->node_link.at({"a", "a"}).bytes_per_second,
+              1e-9);
+  // Node b has no inside fit: its pair is priced on its own link.
+  Traffic on_b;
+  on_b.pairs.push_back({2, 3, "intra_node", 1000000000, 1});
+  const absl::StatusOr<Prediction> unshared = Predict(*fits, on_b);
+  ASSERT_TRUE(unshared.ok());
+  EXPECT_THAT(unshared->binding, Not(HasSubstr("inside")));
+}
+
+TEST(LinkModelTest, TrafficLoadsAddAndTakeBackExactly) {
+  // Random traffic on four processes of two nodes (with fans, relays and the a -> b node link
+  // fitted), added in pieces: All equals PriceResources of the summed traffic, Touched gives
+  // exactly All's loads of the resources a pair uses, and taking a piece back restores every load.
+  const absl::StatusOr<LinkFits> fits = FitLinks(KnownWithNodeLink());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int32_t> process(0, 3);
+  std::uniform_int_distribution<int64_t> bytes(1, 1 << 30);
+  const auto path = [](int32_t from, int32_t to) {
+    return from == to ? "local" : (from / 2 == to / 2 ? "intra_node" : "inter_node");
+  };
+  const auto same = [](const std::vector<ResourceLoad>& a, const std::vector<ResourceLoad>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].key() != b[i].key() || a[i].seconds != b[i].seconds) return false;
+    }
+    return true;
+  };
+  for (int trial = 0; trial < 20; ++trial) {
+    TrafficLoads loads(&*fits);
+    std::map<std::pair<int32_t, int32_t>, int64_t> sums;
+    for (int piece = 0; piece < 8; ++piece) {
+      const int32_t from = process(rng), to = process(rng);
+      const int64_t n = bytes(rng);
+      ASSERT_TRUE(loads.Add(from, to, path(from, to), n).ok());
+      sums[{from, to}] += n;
+    }
+    Traffic traffic;
+    for (const auto& [pair, n] : sums) {
+      traffic.pairs.push_back({pair.first, pair.second, path(pair.first, pair.second), n, 1});
+    }
+    const std::vector<ResourceLoad> all = loads.All();
+    EXPECT_TRUE(same(all, *PriceResources(*fits, traffic)));
+    for (const auto& [pair, n] : sums) {
+      for (const ResourceLoad& touched : loads.Touched(pair.first, pair.second)) {
+        auto it = std::find_if(all.begin(), all.end(),
+                               [&](const ResourceLoad& r) { return r.key() == touched.key(); });
+        ASSERT_NE(it, all.end()) << touched.Name();
+        EXPECT_EQ(it->seconds, touched.seconds) << touched.Name();
+      }
+    }
+    const int32_t from = process(rng), to = process(rng);
+    ASSERT_TRUE(loads.Add(from, to, path(from, to), 12345).ok());
+    EXPECT_FALSE(same(all, loads.All()));
+    ASSERT_TRUE(loads.Add(from, to, path(from, to), -12345).ok());
+    EXPECT_TRUE(same(all, loads.All()));
+  }
+  // A pair without a pair fit whose path has no fit is refused and changes nothing.
+  TrafficLoads loads(&*fits);
+  EXPECT_EQ(loads.Add(7, 8, "nvlink", 100).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(loads.All().empty());
 }
 
 TEST(LinkModelTest, SchemaOneFilesReadWithoutNodeLinks) {

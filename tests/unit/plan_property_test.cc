@@ -62,7 +62,7 @@ LayoutPair PairForSeed(uint64_t seed) {
   return test::RandomLayoutPair(rng);
 }
 
-std::vector<std::unique_ptr<ReplicaPolicy>> Policies(uint64_t seed) {
+std::vector<std::unique_ptr<ReplicaPolicy>> Policies(uint64_t seed, const Job& job) {
   std::vector<std::unique_ptr<ReplicaPolicy>> policies;
   for (const char* name : {"first_holder", "local_first_least_loaded"}) {
     absl::StatusOr<std::unique_ptr<ReplicaPolicy>> policy = MakeReplicaPolicy(name);
@@ -72,11 +72,23 @@ std::vector<std::unique_ptr<ReplicaPolicy>> Policies(uint64_t seed) {
   policies.push_back(std::make_unique<test::RandomAnswersPolicy>(seed));
   // Cost-aware with links that differ by path class and a small split size, so that its splits
   // along axis 0 are exercised too.
+  // A second one also prices the job's node links (each ordered pair of nodes shares a
+  // capacity below one pair's), so that its choices balance bytes across node boundaries.
   CostAwareOptions cost_options;
   cost_options.min_split_bytes = 8;
-  policies.push_back(MakeCostAwarePolicy(
-      *FitLinks(*SyntheticCalibration("intra_node=5us,20GB/s;inter_node=20us,5GB/s")),
-      cost_options));
+  const LinkFits fits =
+      *FitLinks(*SyntheticCalibration("intra_node=5us,20GB/s;inter_node=20us,5GB/s"));
+  policies.push_back(MakeCostAwarePolicy(fits, cost_options));
+  LinkFits with_node_links = fits;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    with_node_links.nodes.push_back(absl::StrCat("n", job.NodeIndex(p)));
+  }
+  for (const std::string& from : with_node_links.nodes) {
+    for (const std::string& to : with_node_links.nodes) {
+      if (from != to) with_node_links.node_link[{from, to}] = LinkFit{20e-6, 2e9, 0, 2};
+    }
+  }
+  policies.push_back(MakeCostAwarePolicy(std::move(with_node_links), cost_options));
   return policies;
 }
 
@@ -219,7 +231,7 @@ absl::Status CheckPair(const LayoutPair& pair, uint64_t seed, Coverage* coverage
     ++coverage->with_strided_pieces;
   }
   if (HasSeveralNodes(pair)) ++coverage->with_several_nodes;
-  for (const std::unique_ptr<ReplicaPolicy>& policy : Policies(seed)) {
+  for (const std::unique_ptr<ReplicaPolicy>& policy : Policies(seed, job)) {
     WSYNC_RETURN_IF_ERROR(
         Annotate(CheckPolicy(job, shuffled, pair, *policy, coverage), policy->name()));
   }
@@ -636,7 +648,7 @@ TEST(PlanPropertyTest, RandomMultiNodePairsRelayedExactly) {
     const LayoutPair pair = test::RandomLayoutPair(rng, options);
     WSYNC_ASSIGN_OR_RETURN(const Job job, Annotate(Job::Create(pair.source, pair.target), "job"));
     ++pairs;
-    for (const std::unique_ptr<ReplicaPolicy>& policy : Policies(seed)) {
+    for (const std::unique_ptr<ReplicaPolicy>& policy : Policies(seed, job)) {
       WSYNC_RETURN_IF_ERROR(
           Annotate(CheckRelayedPlan(job, pair, *policy, &coverage), policy->name()));
     }
