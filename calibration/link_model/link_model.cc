@@ -437,7 +437,13 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
     }
   }
   if (busiest != nullptr) prediction.binding = busiest->Name();
-  prediction.latency_seconds = static_cast<double>(traffic.rounds) * max_alpha;
+  // The executor keeps kRoundsInFlight rounds posted at once, so a round's latency overlaps the
+  // bytes of its neighbours: the chain of latencies costs rounds x alpha / kRoundsInFlight and
+  // shows only where it outlasts the transfer; the first message's latency is never hidden.
+  const double latency_chain =
+      static_cast<double>(traffic.rounds) * max_alpha / static_cast<double>(kRoundsInFlight);
+  prediction.latency_seconds =
+      max_alpha + std::max(0.0, latency_chain - prediction.transfer_seconds);
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
   return prediction;
 }

@@ -7,8 +7,9 @@
 // raw samples weighted to minimise relative error, with the largest relative error of the fit at
 // those sizes. The cost model prices a
 // traffic matrix as its busiest resource (a sender's egress, a receiver's ingress, a pair's link,
-// everything one node sends another) over that resource's calibrated capacity, plus the per-round
-// latency of the slowest path used.
+// everything one node sends another) over that resource's calibrated capacity, plus the latency
+// of the slowest path used: once, and beyond that only where the chain of per-round latencies
+// (rounds x alpha over the rounds the executor keeps in flight) outlasts the transfer.
 
 #include <cstdint>
 #include <map>
@@ -101,10 +102,16 @@ struct Traffic {
   int64_t rounds = 0;  // Rounds of the busiest process.
 };
 
+// Rounds the executor keeps posted at once (round r+1 goes out before round r is waited for), so
+// per-round latencies overlap the transfer of neighbouring rounds.
+inline constexpr int64_t kRoundsInFlight = 2;
+
 struct Prediction {
   double seconds = 0;
   double transfer_seconds = 0;  // The busiest resource's bytes over its capacity.
-  double latency_seconds = 0;   // rounds x the largest alpha of the paths used.
+  // alpha + max(0, rounds x alpha / kRoundsInFlight - transfer_seconds), alpha the largest of
+  // the paths that carry bytes.
+  double latency_seconds = 0;
   std::string binding;          // The busiest resource, e.g. "ingress of process 3".
 };
 

@@ -441,7 +441,7 @@ void PrintPublished(std::FILE* out, const std::string& model) {
   }
 }
 
-// Prices the planned traffic: the busiest resource over its capacity plus the per-round latency.
+// Prices the planned traffic: the busiest resource over its capacity plus latency (Predict).
 // With --process P the traffic is P's pairs and the rounds P's schedule; otherwise every pair,
 // with each pair's segment count standing in for its messages.
 absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,

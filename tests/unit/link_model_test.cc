@@ -100,7 +100,20 @@ TEST(LinkModelTest, PredictionNamesTheBindingResource) {
   EXPECT_EQ(prediction->binding, "ingress of process 3");
   EXPECT_NEAR(prediction->transfer_seconds,
               3e9 / fits.fan_aggregate.begin()->second.bytes_per_second, 1e-9);
-  EXPECT_NEAR(prediction->latency_seconds, 10 * fits.by_path.at("inter_node").alpha_seconds, 1e-12);
+  // Bandwidth-bound: the 10 rounds' latencies hide behind the transfer but for the first one.
+  const double alpha = fits.by_path.at("inter_node").alpha_seconds;
+  ASSERT_GT(alpha, 0);
+  ASSERT_LT(10 * alpha / kRoundsInFlight, prediction->transfer_seconds);
+  EXPECT_NEAR(prediction->latency_seconds, alpha, 1e-12);
+  // Latency-bound: so many rounds that their chain outlasts the transfer; the excess shows.
+  traffic.rounds = static_cast<int64_t>(4 * prediction->transfer_seconds / alpha) + 1;
+  absl::StatusOr<Prediction> many_rounds = Predict(fits, traffic);
+  ASSERT_TRUE(many_rounds.ok());
+  EXPECT_NEAR(many_rounds->transfer_seconds, prediction->transfer_seconds, 1e-12);
+  EXPECT_NEAR(many_rounds->latency_seconds,
+              alpha + traffic.rounds * alpha / kRoundsInFlight - prediction->transfer_seconds,
+              1e-9);
+  EXPECT_GT(many_rounds->seconds, 2 * prediction->transfer_seconds);
 
   // One pair alone: its own measured link (0 -> 1 at ~20 GB/s) binds.
   Traffic one;
