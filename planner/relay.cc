@@ -76,7 +76,9 @@ std::vector<Group> FindGroups(const Job& job, const std::vector<Segment>& segmen
 }
 
 // The cost model's seconds for one group alone, direct and relayed; nullopt when the fits cannot
-// price a path the group uses.
+// price a path the group uses. A relayed group's second hop leaves only once its first has
+// landed (executor: a forward goes out in the round after its stage-1 chunks), so the two hops
+// are priced one after the other, each with its own latency.
 std::optional<std::pair<double, double>> PredictGroup(const Job& job, const LinkFits& fits,
                                                       const std::vector<Segment>& segments,
                                                       const Group& group, int32_t sender,
@@ -89,20 +91,23 @@ std::optional<std::pair<double, double>> PredictGroup(const Job& job, const Link
                                        std::string(job.PathClass(s.from.process, s.to.process)),
                                        group.bytes, 1});
   }
-  Traffic relayed;
-  relayed.rounds = 2;
-  relayed.pairs.push_back(
+  Traffic first_hop;
+  first_hop.rounds = 1;
+  first_hop.pairs.push_back(
       PairTraffic{sender, relay, std::string(job.PathClass(sender, relay)), group.bytes, 1});
+  Traffic second_hop;
+  second_hop.rounds = 1;
   for (int32_t index : group.needs) {
     const int32_t receiver = segments[index].to.process;
     if (receiver == relay) continue;
-    relayed.pairs.push_back(
+    second_hop.pairs.push_back(
         PairTraffic{relay, receiver, std::string(job.PathClass(relay, receiver)), group.bytes, 1});
   }
   absl::StatusOr<Prediction> direct_seconds = Predict(fits, direct);
-  absl::StatusOr<Prediction> relay_seconds = Predict(fits, relayed);
-  if (!direct_seconds.ok() || !relay_seconds.ok()) return std::nullopt;
-  return std::make_pair(direct_seconds->seconds, relay_seconds->seconds);
+  absl::StatusOr<Prediction> first_seconds = Predict(fits, first_hop);
+  absl::StatusOr<Prediction> second_seconds = Predict(fits, second_hop);
+  if (!direct_seconds.ok() || !first_seconds.ok() || !second_seconds.ok()) return std::nullopt;
+  return std::make_pair(direct_seconds->seconds, first_seconds->seconds + second_seconds->seconds);
 }
 
 }  // namespace

@@ -22,8 +22,9 @@
 // A receiver that needs the box twice (two buffers) keeps its second segment direct.
 //
 // Decision per group (RelayMode::kAuto): with link fits, relay when Predict (link_model) prices
-// the group alone relayed (stage-1 pair, stage-2 pairs, two rounds) below the group alone direct
-// (its pairs, one round); pipelining is assumed (the busiest resource binds). Without fits, or when
+// the group alone relayed (the stage-1 pair, then the stage-2 pairs: a forward leaves only once
+// its first hop landed, so the two hops' predictions add up) below the group alone direct (its
+// pairs, one round; the busiest resource binds). Without fits, or when
 // the fits lack a path the group uses, the bytes rule: relay when the box is at least
 // RelayOptions::min_relay_bytes (an extra hop is not worth its latency for small regions; every
 // relayed byte saves (k-1) inter-node copies).
