@@ -37,8 +37,14 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
 absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(
     const Job& job, absl::Span<const Segment> segments, bool nccl_built) const {
   const JobMemoryKinds kinds(job);
+  // UCX carries CUDA memory only when every UCX context this process made reports it.
+  const bool ucx_reports_cuda =
+      !backends_.empty() &&
+      std::all_of(backends_.begin(), backends_.end(), [](const std::unique_ptr<UcxTransport>& ucx) {
+        return ucx->CarriesCudaMemory();
+      });
   const std::vector<BackendCapabilities> available =
-      BuildCapabilities(/*ucx_reports_cuda=*/false, nccl_built);
+      BuildCapabilities(ucx_reports_cuda, nccl_built);
   std::vector<bool> exchanges(job.num_processes(), false);
   for (const Segment& s : segments) {
     if (s.from.process == process_ && s.to.process != process_) exchanges[s.to.process] = true;

@@ -33,7 +33,8 @@ class PathTransportSetup {
 
   // The choice for every peer (indexed by global process id): ChooseTransport for the path class
   // of the pair and the memory kind its messages travel in (executor/memory_kinds.h), against the
-  // backends of this build (UCX without CUDA support; NCCL when `nccl_built`). Unimplemented
+  // backends of this build (UCX carries CUDA memory only when every UCX context of this process
+  // reports it, which Debian's UCX does not; NCCL when `nccl_built`). Unimplemented
   // naming the peer, the path class and the reason when a pair this process exchanges segments
   // with (`segments`: its plan) cannot be carried. A pair that exchanges nothing gets its choice
   // when there is one and else the first UCX worker (it never carries a message), as does this

@@ -67,7 +67,8 @@ struct Registration {
   uintptr_t begin = 0;
   int64_t bytes = 0;
   ucp_mem_h memh = nullptr;  // Null for an empty range.
-  int64_t users = 0;         // Requests using `memh` that UCX may still run.
+  MemoryKind kind = MemoryKind::kHost;
+  int64_t users = 0;  // Requests using `memh` that UCX may still run.
 };
 
 // "0x" and `v` in hexadecimal.
@@ -91,6 +92,8 @@ class UcxTransportImpl final : public UcxTransport {
   int32_t process() const override { return options_.process; }
   std::string name() const override { return "ucx"; }
   std::string WorkerAddress() const override { return address_; }
+  bool CarriesCudaMemory() const override;
+  std::string MemoryTypes() const override;
 
   absl::Status ConnectPeers(const std::vector<std::string>& addresses) override;
 
@@ -183,6 +186,7 @@ class UcxTransportImpl final : public UcxTransport {
   ucp_worker_h worker_ = nullptr;  // Set once by Init; read without the lock by Abort.
   int efd_ = -1;
   std::string address_;
+  uint64_t memory_types_ = 0;  // ucp_context_query's bitmap of ucs_memory_type_t; set by Init.
 
   // Serializes every use of the worker, the context and the tables below (the worker runs in
   // UCS_THREAD_MODE_SERIALIZED). Held by the driving thread for a whole WaitAll.

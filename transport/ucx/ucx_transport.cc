@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -132,6 +133,9 @@ absl::Status UcxTransportImpl::Init() {
     return FromUcs(st, absl::StrCat("ucx: ucp_init with transports '", options_.transports,
                                     "' and devices '", options_.net_devices, "'"));
   }
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) == UCS_OK) memory_types_ = attr.memory_types;
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -198,12 +202,26 @@ std::string UcxTransportImpl::EndpointInfo(int32_t peer) {
   return out;
 }
 
+bool UcxTransportImpl::CarriesCudaMemory() const {
+  return (memory_types_ & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+std::string UcxTransportImpl::MemoryTypes() const {
+  std::vector<std::string> names;
+  for (int type = UCS_MEMORY_TYPE_HOST; type < UCS_MEMORY_TYPE_LAST; ++type) {
+    if ((memory_types_ & UCS_BIT(type)) != 0) names.push_back(ucs_memory_type_names[type]);
+  }
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
 absl::StatusOr<RegistrationId> UcxTransportImpl::RegisterMemory(void* address, int64_t bytes,
                                                                 MemoryKind kind) {
-  if (kind == MemoryKind::kCuda) {
-    return absl::UnimplementedError("ucx: only host memory can be registered, not cuda");
+  if (kind == MemoryKind::kCuda && !CarriesCudaMemory()) {
+    return absl::UnimplementedError(
+        absl::StrCat("ucx: this UCX build cannot carry cuda memory (the memory types it reports: ",
+                     MemoryTypes(), ")"));
   }
-  if (kind != MemoryKind::kHost) {
+  if (kind != MemoryKind::kHost && kind != MemoryKind::kCuda) {
     return absl::InvalidArgumentError(
         absl::StrCat("ucx: invalid memory kind ", static_cast<int>(kind)));
   }
@@ -216,13 +234,14 @@ absl::StatusOr<RegistrationId> UcxTransportImpl::RegisterMemory(void* address, i
   Registration reg;
   reg.begin = reinterpret_cast<uintptr_t>(address);
   reg.bytes = bytes;
+  reg.kind = kind;
   if (bytes > 0) {
     ucp_mem_map_params_t params{};
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                         UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     params.address = address;
     params.length = static_cast<size_t>(bytes);
-    params.memory_type = UCS_MEMORY_TYPE_HOST;
+    params.memory_type = kind == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
     const ucs_status_t st = ucp_mem_map(context_, &params, &reg.memh);
     if (st != UCS_OK) {
       return FromUcs(st, absl::StrCat("ucx: ucp_mem_map of ", bytes, " bytes at ", Hex(reg.begin)));
@@ -364,12 +383,18 @@ absl::StatusOr<RequestId> UcxTransportImpl::Post(Kind kind, int32_t peer, Messag
   s->tag = tag;
   s->bytes = bytes;
   ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.user_data = s;
-  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  // A registered range states its memory type; outside one, a context without CUDA support has
+  // host memory only, and one with it detects the type itself.
+  if (!CarriesCudaMemory()) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memory_type = UCS_MEMORY_TYPE_HOST;
+  }
   if (RegistrationId reg = Covering(data, bytes); reg != 0) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memory_type = registrations_.at(reg).kind == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA
+                                                                         : UCS_MEMORY_TYPE_HOST;
     param.memh = registrations_.at(reg).memh;
     s->registration = reg;
     ++registrations_.at(reg).users;

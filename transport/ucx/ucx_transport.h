@@ -131,6 +131,17 @@ class UcxTransport : public Transport {
   // Unavailable when UCX cannot reach a peer (naming it), Aborted after Abort.
   virtual absl::Status ConnectPeers(const std::vector<std::string>& addresses_by_process) = 0;
 
+  // Whether this context can carry CUDA memory: UCX lists CUDA among the memory types it reports
+  // (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES), i.e. it was built with CUDA support and
+  // found the CUDA libraries. Debian's UCX 1.13 is built without it. When false, RegisterMemory
+  // refuses CUDA memory (Unimplemented) and every message is host memory; when true, CUDA
+  // registrations are mapped as CUDA memory and messages in them are posted as such.
+  virtual bool CarriesCudaMemory() const = 0;
+
+  // The memory types this context reports, e.g. "host" or "host, cuda, cuda-managed" (for
+  // refusals and logs).
+  virtual std::string MemoryTypes() const = 0;
+
   // Human-readable description of the endpoint to `peer` (error handling mode and UCX's lanes,
   // i.e. the transports it selected), or an empty string without an endpoint.
   virtual std::string EndpointInfo(int32_t peer) = 0;
