@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "planner/policy.h"
@@ -198,6 +199,9 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
 
   Plan plan;
   plan.policy = policy.name();
+  // Every pair's fixed traffic, whatever options.process is: the policy's input is the same on
+  // every process.
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, FixedPairTraffic> fixed;
   for (int32_t t = 0; t < static_cast<int32_t>(target.pieces.size()); ++t) {
     const Piece& piece = target.pieces[t];
     if (Volume(piece.box) == 0) continue;
@@ -207,6 +211,9 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
         piece.box, [&](const HolderGroup& group, const Box& region) {
           if (group.pieces.size() == 1) {
             const int32_t sender = job.SourceId(source.pieces[group.pieces[0]].process);
+            FixedPairTraffic& pair = fixed[{sender, receiver}];
+            pair.bytes += Volume(region) * element_size;
+            ++pair.regions;
             if (relevant(sender, receiver)) {
               plan.segments.push_back(MakeSegment(job, group.pieces[0], t, region));
             }
@@ -217,7 +224,17 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
         });
   }
 
-  WSYNC_ASSIGN_OR_RETURN(plan.answers, policy.Choose(job, plan.requests));
+  plan.fixed_traffic.reserve(fixed.size());
+  for (const auto& [pair, traffic] : fixed) {
+    plan.fixed_traffic.push_back(traffic);
+    plan.fixed_traffic.back().from = pair.first;
+    plan.fixed_traffic.back().to = pair.second;
+  }
+  std::sort(plan.fixed_traffic.begin(), plan.fixed_traffic.end(),
+            [](const FixedPairTraffic& a, const FixedPairTraffic& b) {
+              return std::tie(a.from, a.to) < std::tie(b.from, b.to);
+            });
+  WSYNC_ASSIGN_OR_RETURN(plan.answers, policy.Choose(job, plan.requests, plan.fixed_traffic));
   if (plan.answers.size() != plan.requests.size()) {
     return absl::InvalidArgumentError(absl::StrCat("replica policy '", plan.policy, "' answered ",
                                                    plan.answers.size(), " of ",

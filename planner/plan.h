@@ -4,10 +4,11 @@
 // Planning: which region of which source buffer goes to which target buffer.
 //
 // MakePlan intersects every target piece with the source pieces through a per-parameter index,
-// turns regions with several holders into ReplicaRequests, asks the replica policy once for all of
-// them, checks every answer, emits segments, coalesces segments that continue each other and proves
-// that every target element (of the planned processes) is written exactly once. Deterministic: the
-// same job and policy give the same plan and digest on every process. Pure; thread-compatible.
+// turns regions with several holders into ReplicaRequests and sums the single-holder regions per
+// pair (the fixed traffic), asks the replica policy once for all requests, checks every answer,
+// emits segments, coalesces segments that continue each other and proves that every target
+// element (of the planned processes) is written exactly once. Deterministic: the same job and
+// policy give the same plan and digest on every process. Pure; thread-compatible.
 
 #include <cstdint>
 #include <optional>
@@ -68,15 +69,28 @@ struct ReplicaAnswer {
   friend bool operator==(const ReplicaAnswer&, const ReplicaAnswer&) = default;
 };
 
+// What one ordered (sender, receiver) pair must carry whatever the policy answers: the regions
+// of target pieces that a single source piece holds. Global process ids.
+struct FixedPairTraffic {
+  int32_t from = 0;
+  int32_t to = 0;
+  int64_t bytes = 0;
+  int64_t regions = 0;  // Single-holder regions: the pair's segments before coalescing.
+  friend bool operator==(const FixedPairTraffic&, const FixedPairTraffic&) = default;
+};
+
 // Chooses holders for all requests of a sync at once. Implementations must be deterministic and
 // use only their arguments (data every process shares). Thread-compatible.
 class ReplicaPolicy {
  public:
   virtual ~ReplicaPolicy() = default;
   virtual std::string name() const = 0;
-  // Returns one answer per request, in request order.
+  // Returns one answer per request, in request order. `fixed` is the sync's fixed traffic: every
+  // pair with single-holder regions, ascending by (from, to), the same on every process whatever
+  // PlanOptions::process is. A policy may ignore it.
   virtual absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
-      const Job& job, absl::Span<const ReplicaRequest> requests) const = 0;
+      const Job& job, absl::Span<const ReplicaRequest> requests,
+      absl::Span<const FixedPairTraffic> fixed) const = 0;
 };
 
 struct PlanOptions {
@@ -97,6 +111,9 @@ struct Plan {
   std::vector<Segment> segments;
   std::vector<ReplicaRequest> requests;
   std::vector<ReplicaAnswer> answers;
+  // The fixed traffic the policy was given (ReplicaPolicy::Choose): every pair's, on every
+  // process. A pure function of the layouts, so the digest need not cover it.
+  std::vector<FixedPairTraffic> fixed_traffic;
   std::string policy;
   // Relayed regions (relay.h), largest first. Their stage-1 and stage-2 segments are in
   // `segments`: a segment whose sender is a target process is a stage-2 forward.

@@ -23,7 +23,8 @@ class FirstHolderPolicy final : public ReplicaPolicy {
  public:
   std::string name() const override { return "first_holder"; }
   absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
-      const Job& job, absl::Span<const ReplicaRequest> requests) const override {
+      const Job& job, absl::Span<const ReplicaRequest> requests,
+      absl::Span<const FixedPairTraffic>) const override {
     std::vector<ReplicaAnswer> answers;
     answers.reserve(requests.size());
     for (const ReplicaRequest& request : requests) answers.push_back(WholeRegion(request, 0));
@@ -35,7 +36,8 @@ class LocalFirstLeastLoadedPolicy final : public ReplicaPolicy {
  public:
   std::string name() const override { return "local_first_least_loaded"; }
   absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
-      const Job& job, absl::Span<const ReplicaRequest> requests) const override {
+      const Job& job, absl::Span<const ReplicaRequest> requests,
+      absl::Span<const FixedPairTraffic>) const override {
     std::vector<int64_t> assigned(job.num_processes(), 0);
     std::vector<ReplicaAnswer> answers;
     answers.reserve(requests.size());

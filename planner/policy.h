@@ -1,11 +1,12 @@
 #ifndef WSYNC_PLANNER_POLICY_H_
 #define WSYNC_PLANNER_POLICY_H_
 
-// Built-in replica policies.
+// Built-in replica policies (both ignore the sync's fixed traffic).
 //   first_holder              every request goes to its first holder (lowest process id).
 //   local_first_least_loaded  a holder in the receiver's own process, else on its node, else any;
-//                             among those, the fewest bytes assigned so far in this sync; ties to
-//                             the lowest process id. Requests are answered in canonical order.
+//                             among those, the fewest replica bytes assigned so far in this sync;
+//                             ties to the lowest process id. Requests are answered in canonical
+//                             order.
 
 #include <memory>
 #include <string_view>

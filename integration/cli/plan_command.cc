@@ -292,6 +292,14 @@ void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run
   absl::FPrintF(out, "%-16s %d moving %s (%d B)\n", "segments", run.plan.segments.size(),
                 HumanBytes(traffic.all.bytes), traffic.all.bytes);
   absl::FPrintF(out, "%-16s %d replica requests\n", "requests", run.plan.requests.size());
+  int64_t fixed_bytes = 0, fixed_regions = 0;
+  for (const FixedPairTraffic& pair : run.plan.fixed_traffic) {
+    fixed_bytes += pair.bytes;
+    fixed_regions += pair.regions;
+  }
+  absl::FPrintF(out, "%-16s %s in %d single-holder regions over %d pairs (whole job)\n",
+                "fixed traffic", HumanBytes(fixed_bytes), fixed_regions,
+                run.plan.fixed_traffic.size());
 }
 
 void PrintSegments(std::FILE* out, const Job& job, const Plan& plan, int64_t count) {

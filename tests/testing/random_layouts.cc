@@ -548,7 +548,8 @@ std::string LayoutToString(const Layout& layout) {
 }
 
 absl::StatusOr<std::vector<ReplicaAnswer>> RandomAnswersPolicy::Choose(
-    const Job& job, absl::Span<const ReplicaRequest> requests) const {
+    const Job& job, absl::Span<const ReplicaRequest> requests,
+    absl::Span<const FixedPairTraffic>) const {
   std::vector<ReplicaAnswer> answers;
   answers.reserve(requests.size());
   for (const ReplicaRequest& request : requests) {

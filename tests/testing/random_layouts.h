@@ -61,14 +61,16 @@ std::string LayoutToString(const Layout& layout);
 // A ReplicaPolicy for tests: each request is answered, as a deterministic function of the seed and
 // of the request's content (not of its position), with either one random holder or, when the
 // region's axis-0 extent is at least 2, a cut of axis 0 into 2-4 consecutive parts with random
-// holders (consecutive parts may name the same holder). The answers always pass CheckAnswer.
+// holders (consecutive parts may name the same holder); the fixed traffic is ignored. The answers
+// always pass CheckAnswer.
 class RandomAnswersPolicy final : public ReplicaPolicy {
  public:
   explicit RandomAnswersPolicy(uint64_t seed) : seed_(seed) {}
 
   std::string name() const override { return "random_answers"; }
   absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
-      const Job& job, absl::Span<const ReplicaRequest> requests) const override;
+      const Job& job, absl::Span<const ReplicaRequest> requests,
+      absl::Span<const FixedPairTraffic> fixed) const override;
 
  private:
   uint64_t seed_;

@@ -672,11 +672,11 @@ absl::Status CheckRandomAnswers(uint64_t seed) {
   WSYNC_ASSIGN_OR_RETURN(const Plan plan, MakePlan(job, *first));
   const test::RandomAnswersPolicy policy(seed);
   WSYNC_ASSIGN_OR_RETURN(const std::vector<ReplicaAnswer> answers,
-                         policy.Choose(job, plan.requests));
+                         policy.Choose(job, plan.requests, plan.fixed_traffic));
   if (answers.size() != plan.requests.size()) return absl::InternalError("answer count");
   std::vector<ReplicaRequest> reversed(plan.requests.rbegin(), plan.requests.rend());
   WSYNC_ASSIGN_OR_RETURN(const std::vector<ReplicaAnswer> reversed_answers,
-                         policy.Choose(job, reversed));
+                         policy.Choose(job, reversed, plan.fixed_traffic));
   for (size_t r = 0; r < answers.size(); ++r) {
     WSYNC_RETURN_IF_ERROR(CheckAnswer(plan.requests[r], answers[r]));
     if (!(answers[r] == reversed_answers[answers.size() - 1 - r])) {

@@ -103,7 +103,8 @@ class FixedPolicy final : public ReplicaPolicy {
   explicit FixedPolicy(std::vector<ReplicaAnswer> answers) : answers_(std::move(answers)) {}
   std::string name() const override { return "fixed"; }
   absl::StatusOr<std::vector<ReplicaAnswer>> Choose(
-      const Job&, absl::Span<const ReplicaRequest> requests) const override {
+      const Job&, absl::Span<const ReplicaRequest> requests,
+      absl::Span<const FixedPairTraffic>) const override {
     std::vector<ReplicaAnswer> out;
     for (size_t i = 0; i < requests.size() && i < answers_.size(); ++i) out.push_back(answers_[i]);
     return out;
