@@ -2,13 +2,15 @@
 // device memory is host memory, streams run lazily, NCCL p2p between threads): random layouts
 // whose buffers are CUDA memory (all, some, or one side's) run as scheduled and write exactly what
 // the reference writes; messages between CUDA processes go over NCCL and all others over the host
-// transport; a host-only job never calls the device; CUDA buffers without a device, or with
-// verify, are refused everywhere; a failure or an abort on one process ends every process's run.
+// transport; a host-only job never calls the device; CUDA buffers without a device are refused
+// everywhere; verify checks every chunk through the device (and names a byte corrupted in device
+// memory); a failure or an abort on one process ends every process's run.
 
 #include <atomic>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
@@ -329,29 +331,114 @@ TEST(NcclExecutorTest, HostOnlyJobNeverCallsTheDevice) {
   }
 }
 
-TEST(NcclExecutorTest, CudaBuffersWithoutDeviceOrWithVerifyAreRefusedEverywhere) {
+TEST(NcclExecutorTest, CudaBuffersWithoutDeviceAreRefusedEverywhere) {
   absl::StatusOr<RandomCase> c = MakeCase(5, Placement::kRolloutsOnly);
   ASSERT_TRUE(c.ok());
-  for (const bool verify : {false, true}) {
-    HostBuffers source(c->job.source(), test::kSourceFill);
-    HostBuffers target(c->job.target(), test::kPoison);
+  HostBuffers source(c->job.source(), test::kSourceFill);
+  HostBuffers target(c->job.target(), test::kPoison);
+  FakeCudaFabric cuda;
+  RunHooks hooks;
+  hooks.device = [](int32_t, std::unique_ptr<DeviceMemory>) {
+    return std::unique_ptr<DeviceMemory>();
+  };
+  CudaRun run =
+      RunCudaBatch(c->job, c->plan.segments, StagingBudget{4096}, source, target, cuda, hooks);
+  for (int32_t p = 0; p < c->job.num_processes(); ++p) {
+    ASSERT_FALSE(run.results[p].ok()) << "process " << p;
+    // The refusing process's reason reaches every process through the agreement.
+    EXPECT_THAT(std::string(run.results[p].status().message()), HasSubstr("no device memory"));
+  }
+}
+
+// Chunks this process receives, by its schedule.
+int64_t ReceivedChunks(const ProcessSchedule& schedule) {
+  int64_t chunks = 0;
+  for (const PeerSchedule& lane : schedule.peers) {
+    if (lane.direction != Direction::kReceive) continue;
+    for (const ScheduledRound& round : lane.rounds) chunks += round.chunks;
+  }
+  return chunks;
+}
+
+// verify=true with CUDA buffers on both sides (all CUDA), on some buffers, or on the rollouts only
+// (host/CUDA pairs, each side hashing its own memory kind): every received chunk's hash equals
+// its sender's, the targets are exact and the device memory of the hash messages is freed.
+TEST(NcclExecutorTest, VerifyChecksEveryChunkWithCudaBuffers) {
+  const int64_t kBudgets[] = {256, 1024, 4096, int64_t{1} << 20};
+  const Placement kPlacements[] = {Placement::kAllCuda, Placement::kRandomBuffers,
+                                   Placement::kRolloutsOnly};
+  int64_t runs = 0, verified = 0, cuda_pair_chunks = 0;
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const Job& job = c->job;
+    const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
+    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+        ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget);
+    if (!schedules.ok()) continue;
+    HostBuffers source(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
+    HostBuffers target(job.target(), test::kPoison);
     FakeCudaFabric cuda;
     RunHooks hooks;
-    hooks.verify = verify;
-    if (!verify) {
-      hooks.device = [](int32_t, std::unique_ptr<DeviceMemory>) {
-        return std::unique_ptr<DeviceMemory>();
-      };
+    hooks.verify = true;
+    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda, hooks);
+    ++runs;
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+      const ProcessSchedule& schedule = (*schedules)[p];
+      EXPECT_EQ(run.results[p]->verified_chunks, ReceivedChunks(schedule)) << "process " << p;
+      verified += run.results[p]->verified_chunks;
+      for (const PeerSchedule& lane : schedule.peers) {
+        if (lane.direction != Direction::kReceive || lane.arena_kind != MemoryKind::kCuda) continue;
+        for (const ScheduledRound& round : lane.rounds) cuda_pair_chunks += round.chunks;
+      }
     }
-    CudaRun run =
-        RunCudaBatch(c->job, c->plan.segments, StagingBudget{4096}, source, target, cuda, hooks);
-    for (int32_t p = 0; p < c->job.num_processes(); ++p) {
-      ASSERT_FALSE(run.results[p].ok()) << "process " << p;
-      // The refusing process's reason reaches every process through the agreement.
-      EXPECT_THAT(std::string(run.results[p].status().message()),
-                  HasSubstr(verify ? "verify is not available" : "no device memory"));
-    }
+    ExpectTargetsAsTheReferenceWrites(job, c->plan.segments, source, target);
+    EXPECT_EQ(cuda.live_allocations(), 0);
   }
+  EXPECT_GT(runs, 80);
+  EXPECT_GT(verified, 0);
+  EXPECT_GT(cuda_pair_chunks, 0);  // Hash messages went over NCCL too.
+}
+
+// A byte flipped as an NCCL message lands in device memory (injected by the fake): the receiver
+// hashes what landed, through the device, and fails with DataLoss naming the sender and the chunk,
+// as the host path does.
+TEST(NcclExecutorTest, VerifyNamesAByteCorruptedInDeviceMemory) {
+  int corrupted_runs = 0;
+  for (uint64_t seed = 0; seed < 60 && corrupted_runs < 6; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    absl::StatusOr<RandomCase> c = MakeCase(seed, Placement::kAllCuda);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const Job& job = c->job;
+    const StagingBudget budget{static_cast<double>(seed % 2 == 0 ? 1024 : 1 << 20)};
+    if (!ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget).ok()) continue;
+    HostBuffers source(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
+    HostBuffers target(job.target(), test::kPoison);
+    FakeCudaFabric cuda;
+    cuda.FlipByteOfReceivedMessage(1);
+    RunHooks hooks;
+    hooks.verify = true;
+    hooks.deadline = absl::Seconds(20);
+    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda, hooks);
+    const std::vector<std::pair<int, int>> flipped = cuda.flipped_messages();
+    if (flipped.empty()) continue;  // No message between CUDA processes in this plan.
+    ASSERT_EQ(flipped.size(), 1u);
+    ++corrupted_runs;
+    const std::vector<int32_t> members = JobMemoryKinds(job).CudaProcesses();
+    const int32_t sender = members[flipped[0].first];
+    const int32_t receiver = members[flipped[0].second];
+    const absl::Status& status = run.results[receiver].status();
+    ASSERT_FALSE(status.ok()) << "process " << receiver << " accepted a corrupted byte";
+    EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("verify: chunk ")));
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat(" from process ", sender, " differs (parameter '")));
+  }
+  EXPECT_GE(corrupted_runs, 3);
 }
 
 // Fails every call after the first `healthy` copies.
