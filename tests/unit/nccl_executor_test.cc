@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
 #include "executor/schedule.h"
@@ -167,36 +168,65 @@ absl::StatusOr<RandomCase> MakeCase(uint64_t seed, Placement placement) {
   return RandomCase{std::move(*job), std::move(*plan)};
 }
 
-TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
+// One seed of the random-layout tests, placements and budgets cycling by seed: its case, schedules,
+// buffers (sources filled, targets poisoned), fabric and run.
+struct CycledRun {
+  CycledRun(RandomCase c, int64_t budget, std::vector<ProcessSchedule> all)
+      : random(std::move(c)),
+        budget_bytes(budget),
+        schedules(std::move(all)),
+        source(random.job.source(), test::kSourceFill),
+        target(random.job.target(), test::kPoison) {}
+  RandomCase random;
+  const int64_t budget_bytes;
+  const std::vector<ProcessSchedule> schedules;
+  HostBuffers source;
+  HostBuffers target;
+  FakeCudaFabric cuda;
+  CudaRun run;
+};
+
+// Runs seed `seed` with `hooks`; null when the budget is too small for a staged row (refused as
+// on hosts).
+absl::StatusOr<std::unique_ptr<CycledRun>> RunCycledCase(uint64_t seed,
+                                                         const RunHooks& hooks = {}) {
   const int64_t kBudgets[] = {256, 1024, 4096, int64_t{1} << 20};
   const Placement kPlacements[] = {Placement::kAllCuda, Placement::kRandomBuffers,
                                    Placement::kRolloutsOnly};
+  absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
+  if (!c.ok()) return c.status();
+  const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
+  absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+      ScheduleTransfers(c->job, c->plan.segments, AllProcesses(c->job), budget);
+  if (!schedules.ok()) return nullptr;
+  auto r = std::make_unique<CycledRun>(*std::move(c), kBudgets[seed % 4], *std::move(schedules));
+  WSYNC_RETURN_IF_ERROR(test::FillLogical(r->random.job.source(), 3, &r->source));
+  r->run = RunCudaBatch(r->random.job, r->random.plan.segments, budget, r->source, r->target,
+                        r->cuda, hooks);
+  return r;
+}
+
+TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
   int64_t runs = 0, cuda_direct = 0, cuda_staged = 0, cuda_arenas = 0, host_lanes_of_cuda = 0;
   int64_t kernel_launches = 0;
   for (uint64_t seed = 0; seed < 240; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
-    ASSERT_TRUE(c.ok()) << c.status();
-    const Job& job = c->job;
-    const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
-    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
-        ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget);
-    if (!schedules.ok()) continue;  // A budget too small for a staged row: refused as on hosts.
-    HostBuffers source(job.source(), test::kSourceFill);
-    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
-    HostBuffers target(job.target(), test::kPoison);
-    FakeCudaFabric cuda;
-    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda);
+    absl::StatusOr<std::unique_ptr<CycledRun>> cycled = RunCycledCase(seed);
+    ASSERT_TRUE(cycled.ok()) << cycled.status();
+    if (*cycled == nullptr) continue;
+    const CycledRun& r = **cycled;
+    const Job& job = r.random.job;
+    const CudaRun& run = r.run;
     ++runs;
     const JobMemoryKinds kinds(job);
     for (int32_t p = 0; p < job.num_processes(); ++p) {
       ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
-      const ProcessSchedule& schedule = (*schedules)[p];
+      const ProcessSchedule& schedule = r.schedules[p];
       ExpectStatsMatchSchedule(schedule, *run.results[p]);
       int64_t cuda_arena = 0;
       for (const PeerSchedule& lane : schedule.peers) {
         EXPECT_EQ(lane.arena_kind, kinds.Pair(p, lane.peer));
-        EXPECT_LE(lane.arena_bytes(), kBudgets[seed % 4]);
+        EXPECT_LE(lane.arena_bytes(), r.budget_bytes);
         if (lane.arena_kind == MemoryKind::kCuda) {
           cuda_arena += lane.arena_bytes();
           for (const ScheduledRound& round : lane.rounds) {
@@ -215,9 +245,9 @@ TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
       EXPECT_EQ(schedule.cuda_arena_bytes, cuda_arena);
       cuda_arenas += cuda_arena;
     }
-    ExpectTargetsAsTheReferenceWrites(job, c->plan.segments, source, target);
-    EXPECT_EQ(cuda.live_allocations(), 0);  // Every device arena was freed with its cache.
-    kernel_launches += cuda.kernel_launches();
+    ExpectTargetsAsTheReferenceWrites(job, r.random.plan.segments, r.source, r.target);
+    EXPECT_EQ(r.cuda.live_allocations(), 0);  // Every device arena was freed with its cache.
+    kernel_launches += r.cuda.kernel_launches();
   }
   EXPECT_GT(runs, 160);
   EXPECT_GT(cuda_direct, 0);  // Every path was exercised.
@@ -364,39 +394,28 @@ int64_t ReceivedChunks(const ProcessSchedule& schedule) {
 // (host/CUDA pairs, each side hashing its own memory kind): every received chunk's hash equals
 // its sender's, the targets are exact and the device memory of the hash messages is freed.
 TEST(NcclExecutorTest, VerifyChecksEveryChunkWithCudaBuffers) {
-  const int64_t kBudgets[] = {256, 1024, 4096, int64_t{1} << 20};
-  const Placement kPlacements[] = {Placement::kAllCuda, Placement::kRandomBuffers,
-                                   Placement::kRolloutsOnly};
   int64_t runs = 0, verified = 0, cuda_pair_chunks = 0;
   for (uint64_t seed = 0; seed < 120; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
-    ASSERT_TRUE(c.ok()) << c.status();
-    const Job& job = c->job;
-    const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
-    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
-        ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget);
-    if (!schedules.ok()) continue;
-    HostBuffers source(job.source(), test::kSourceFill);
-    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
-    HostBuffers target(job.target(), test::kPoison);
-    FakeCudaFabric cuda;
     RunHooks hooks;
     hooks.verify = true;
-    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda, hooks);
+    absl::StatusOr<std::unique_ptr<CycledRun>> cycled = RunCycledCase(seed, hooks);
+    ASSERT_TRUE(cycled.ok()) << cycled.status();
+    if (*cycled == nullptr) continue;
+    const CycledRun& r = **cycled;
     ++runs;
-    for (int32_t p = 0; p < job.num_processes(); ++p) {
-      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
-      const ProcessSchedule& schedule = (*schedules)[p];
-      EXPECT_EQ(run.results[p]->verified_chunks, ReceivedChunks(schedule)) << "process " << p;
-      verified += run.results[p]->verified_chunks;
+    for (int32_t p = 0; p < r.random.job.num_processes(); ++p) {
+      ASSERT_TRUE(r.run.results[p].ok()) << "process " << p << ": " << r.run.results[p].status();
+      const ProcessSchedule& schedule = r.schedules[p];
+      EXPECT_EQ(r.run.results[p]->verified_chunks, ReceivedChunks(schedule)) << "process " << p;
+      verified += r.run.results[p]->verified_chunks;
       for (const PeerSchedule& lane : schedule.peers) {
         if (lane.direction != Direction::kReceive || lane.arena_kind != MemoryKind::kCuda) continue;
         for (const ScheduledRound& round : lane.rounds) cuda_pair_chunks += round.chunks;
       }
     }
-    ExpectTargetsAsTheReferenceWrites(job, c->plan.segments, source, target);
-    EXPECT_EQ(cuda.live_allocations(), 0);
+    ExpectTargetsAsTheReferenceWrites(r.random.job, r.random.plan.segments, r.source, r.target);
+    EXPECT_EQ(r.cuda.live_allocations(), 0);
   }
   EXPECT_GT(runs, 80);
   EXPECT_GT(verified, 0);
