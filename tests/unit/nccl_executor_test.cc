@@ -4,12 +4,14 @@
 // the reference writes; messages between CUDA processes go over NCCL and all others over the host
 // transport; a host-only job never calls the device; CUDA buffers without a device are refused
 // everywhere; verify checks every chunk through the device (and names a byte corrupted in device
-// memory); a failure or an abort on one process ends every process's run.
+// memory); a failure or an abort on one process ends every process's run, and so does a process
+// lost mid-transfer (the coordinator's notice, LossWatch, PeerLost aborting the communicator).
 
 #include <atomic>
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
@@ -23,7 +25,9 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
+#include "tests/unit/control_job.h"
 #include "tests/unit/fake_cuda_fabric.h"
+#include "transport/control/loss_watch.h"
 #include "transport/loopback/loopback.h"
 #include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/nccl_transport.h"
@@ -64,6 +68,10 @@ struct RunHooks {
   bool verify = false;
   // Process p's own segments (its own plan); empty: the batch's segments for every process.
   std::function<std::vector<Segment>(int32_t)> segments_of;
+  // Process p's Group instead of the loopback fabric's (e.g. a ControlClient).
+  std::function<Group*(int32_t)> group;
+  // Made just before the process's run and destroyed right after it (e.g. a LossWatch).
+  std::function<std::shared_ptr<void>(int32_t, Transport&)> during_run;
 };
 
 struct CudaRun {
@@ -141,8 +149,11 @@ CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments, Stagi
       options.verify = hooks.verify;
       const absl::Time start = absl::Now();
       const std::vector<Segment> mine = hooks.segments_of ? hooks.segments_of(p) : segments;
+      std::shared_ptr<void> during = hooks.during_run ? hooks.during_run(p, **transport) : nullptr;
+      Group& members = hooks.group ? *hooks.group(p) : **group;
       run.results[p] =
-          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
+          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, members, options);
+      during.reset();
       run.elapsed[p] = absl::Now() - start;
     });
   }
@@ -559,6 +570,75 @@ TEST_F(NcclFailureTest, AbortOfOneProcessFailsItsNcclPeersAtOnce) {
       EXPECT_FALSE(run.results[p].ok()) << "process " << p;
     }
   }
+}
+
+// Device memory whose first copy closes the process's control connection and then blocks for
+// `dead_for`: the process dies in the middle of its transfer (before its first pack is sent).
+class DyingDevice final : public DeviceMemory {
+ public:
+  DyingDevice(std::unique_ptr<DeviceMemory> inner, ControlClient& client, absl::Duration dead_for)
+      : inner_(std::move(inner)), client_(client), dead_for_(dead_for) {}
+  MemoryKind kind() const override { return MemoryKind::kCuda; }
+  absl::StatusOr<void*> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(void* memory) override { inner_->Free(memory); }
+  absl::Status CopyStridedAsync(void*, absl::Span<const int64_t>, const void*,
+                                absl::Span<const int64_t>, absl::Span<const int64_t>,
+                                int64_t) override {
+    client_.Abort(absl::UnavailableError("killed by the test"));
+    absl::SleepFor(dead_for_);
+    return absl::UnavailableError("the dead process woke up");
+  }
+  absl::Status Synchronize(absl::Time deadline) override { return inner_->Synchronize(deadline); }
+
+ private:
+  std::unique_ptr<DeviceMemory> inner_;
+  ControlClient& client_;
+  const absl::Duration dead_for_;
+};
+
+// The sender dies mid-transfer: its control connection closes, it posts nothing more, and NCCL
+// reports nothing of it. The coordinator's loss notice reaches the others, whose LossWatch calls
+// Transport::PeerLost, which aborts the NCCL communicator (ncclCommAbort): the processes waiting
+// for the sender fail within seconds of a 30 s deadline, and the first to hear names it.
+TEST_F(NcclFailureTest, ALostProcessAbortsTheCommunicatorWellBeforeTheDeadline) {
+  const Job& job = case_->job;
+  int32_t trainers = 0;
+  for (int32_t p = 0; p < job.num_processes(); ++p) trainers += job.IsSource(p) ? 1 : 0;
+  control_testing::Job control =
+      control_testing::StartJob(trainers, job.num_processes() - trainers,
+                                control_testing::Options(trainers, job.num_processes() - trainers));
+  ASSERT_EQ(static_cast<int32_t>(control.clients.size()), job.num_processes());
+  constexpr absl::Duration kDeadFor = absl::Seconds(6);
+  RunHooks hooks;
+  hooks.deadline = absl::Seconds(30);
+  hooks.group = [&](int32_t p) -> Group* { return control.clients[p].get(); };
+  hooks.during_run = [&](int32_t p, Transport& transport) -> std::shared_ptr<void> {
+    if (p == sender_) return nullptr;
+    return std::make_shared<LossWatch>(*control.clients[p],
+                                       [&transport](int32_t lost, const absl::Status& reason) {
+                                         transport.PeerLost(lost, reason);
+                                       });
+  };
+  hooks.device = [&](int32_t p,
+                     std::unique_ptr<DeviceMemory> inner) -> std::unique_ptr<DeviceMemory> {
+    if (p != sender_) return inner;
+    return std::make_unique<DyingDevice>(std::move(inner), *control.clients[p], kDeadFor);
+  };
+  CudaRun run = RunWith(hooks);
+  int failed = 0, naming = 0;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    if (p == sender_) continue;
+    SCOPED_TRACE(testing::Message() << "process " << p << ": " << run.results[p].status());
+    EXPECT_LT(run.elapsed[p], kDeadFor - absl::Seconds(1));  // Not the deadline, nor the sender.
+    if (run.results[p].ok()) continue;
+    ++failed;
+    const std::string message(run.results[p].status().message());
+    naming += absl::StrContains(message, absl::StrCat("process ", sender_, " (")) &&
+              absl::StrContains(message, "was lost: disconnected");
+  }
+  EXPECT_GT(failed, 0);  // The processes waiting for the sender did not report success.
+  EXPECT_GT(naming, 0) << "no process named the lost one";
+  EXPECT_GE(cuda_.aborts(), 1);  // PeerLost over NCCL aborts the communicator.
 }
 
 TEST_F(NcclFailureTest, DeviceArenaAllocationFailureIsRefusedNotCrashed) {
