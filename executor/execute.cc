@@ -29,10 +29,6 @@ using executor_internal::Work;
 // holding CUDA memory was given a DeviceMemory.
 absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Segment> segments,
                           const LocalBuffers& buffers, const ExecuteOptions& options) {
-  if (work.any_cuda && options.verify) {
-    return absl::UnimplementedError(
-        "verify is not available for a job with CUDA buffers (the chunk hashes read host memory)");
-  }
   if (work.relay_arena_kind == MemoryKind::kCuda && options.device == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "process ", work.process,
@@ -55,6 +51,12 @@ absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Seg
   return absl::OkStatus();
 }
 
+// The host memory a verifying run hashes CUDA regions in (verify.h): the staging budget, at most
+// 1 MiB.
+int64_t VerifyBounceBytes(int64_t budget_bytes) {
+  return std::min<int64_t>(budget_bytes, int64_t{1} << 20);
+}
+
 class Run {
  public:
   Run(const Job& job, absl::Span<const Segment> segments, Work& work, const LocalBuffers& buffers,
@@ -71,7 +73,7 @@ class Run {
           [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
             return BufferAddress(end, offset, element_size);
           },
-          options.sync_id);
+          options.sync_id, options.device, VerifyBounceBytes(work.budget_bytes), options.deadline);
     }
   }
 
@@ -171,11 +173,14 @@ class Run {
         received.emplace_back(lane, index);
       }
       WSYNC_RETURN_IF_ERROR(Unpack(received));
-      if (verifier_) {
-        for (const auto& [lane, index] : received) verifier_->HashReceived(lane, index);
-      }
-      // Device unpacks of round r read arena slots that the deferred posts below may receive into.
+      // Device unpacks of round r read arena slots that the deferred posts below may receive into,
+      // and write the host memory the verifier hashes.
       WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
+      if (verifier_) {
+        for (const auto& [lane, index] : received) {
+          WSYNC_RETURN_IF_ERROR(verifier_->HashReceived(lane, index));
+        }
+      }
       WSYNC_RETURN_IF_ERROR(PrepareNext(deferred));
     }
     return absl::OkStatus();
@@ -473,7 +478,7 @@ class Run {
     RequestId request;
     WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
     if (sending) {
-      if (verifier_) verifier_->HashSent(lane_index, index);
+      if (verifier_) WSYNC_RETURN_IF_ERROR(verifier_->HashSent(lane_index, index));
       int64_t bytes = message.bytes;
       if (failpoint::Evaluate("truncate") == failpoint::Action::kFail) {
         bytes -= (work_.chunks[message.chunks.back()].bytes + 1) / 2;  // Half the last chunk.

@@ -61,8 +61,9 @@ struct ExecuteOptions {
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
   // End-to-end integrity (verify.h): every chunk sent to a peer is hashed (xxh3-64) by its sender
   // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
-  // naming the peer and the chunk. Local copies are not hashed. Refused (Unimplemented) for a job
-  // with CUDA buffers: the hashes read host memory.
+  // naming the peer and the chunk. Local copies are not hashed. CUDA regions are hashed through
+  // `device` (copied stream-ordered into one host bounce buffer of at most min(budget, 1 MiB)),
+  // with the same hashes as host memory, so host and CUDA sides check each other.
   bool verify = false;
   // Optional, caller-owned: incremented by the messages of earlier syncs this run rejected
   // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run

@@ -5,13 +5,20 @@
 // sender over the chunk's elements in its weight buffers as it posts them, and by the receiver over
 // the chunk's elements as they landed in its weight buffers; both hash the elements in row-major
 // order of the chunk's box, so staging, packing and strides do not change a correct chunk's hash.
+// A region in CUDA memory is hashed by copying it (stream-ordered through the run's DeviceMemory,
+// so after every unpack or copy enqueued before it) in row-major pieces into one host bounce buffer
+// and hashing there: the same hash as the host path, so host and CUDA sides verify each other, in
+// at most `bounce_bytes` of host memory.
 //
 // Transport: after its rounds, a sender posts one extra message to each receiving peer, tagged
 // with the sync id, the reserved round kVerifyRound and the sender, carrying
 // [sync id, hash of chunk 0, hash of chunk 1, ...] in the lane's canonical chunk order (the order
 // both sides derive from BuildWork). Receivers post the matching receives before the first round
 // and compare once every round completed. A lane that would need round kVerifyRound for data is
-// refused.
+// refused. Between two CUDA processes (a lane of kind kCuda) the hash message travels in device
+// memory like the lane's data (NCCL carries only device memory and matches a pair's messages in
+// posting order): the receive is posted in Finish, after the lane's last data receive, and both
+// sides copy the hashes between host and a small device area.
 //
 // Private to the executor (like work.h). Not thread-safe: used by the executing thread only.
 
@@ -24,6 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "executor/work.h"
+#include "transport/device_memory.h"
 #include "transport/transport.h"
 
 namespace wsync::executor_internal {
@@ -35,6 +43,23 @@ inline constexpr int64_t kVerifyRound = kMaxRounds - 1;
 // `element_size` bytes), fed in row-major order: equal to Xxh3 of the packed region.
 uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape, int64_t element_size);
 
+// A region in device memory, for HashDeviceRegions.
+struct DeviceRegion {
+  const void* base = nullptr;
+  Dims strides;
+  Dims shape;
+  int64_t element_size = 1;
+};
+
+// The HashRegion of every region (into `hashes`, in order), for regions in memory `device` can
+// copy from: each region is cut into row-major pieces of at most bounce.size() bytes, copied with
+// device.CopyStridedAsync into `bounce` (packed, several pieces per fill) and fed to xxh3 after
+// device.Synchronize(deadline). The copies follow whatever was enqueued on the device before.
+// InvalidArgument when `bounce` cannot hold one element; the device's error otherwise.
+absl::Status HashDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegion> regions,
+                               absl::Span<char> bounce, absl::Time deadline,
+                               absl::Span<uint64_t> hashes);
+
 class ChunkVerifier {
  public:
   // Where an endpoint's element `offset` lies in this process's memory (a weight buffer or the
@@ -42,21 +67,27 @@ class ChunkVerifier {
   using AddressOf =
       std::function<const char*(const Endpoint& end, int64_t offset, int64_t element_size)>;
 
-  // `work` and `segments` must outlive the verifier.
+  // `work`, `segments` and `device` must outlive the verifier. `device` (null in a host-only job)
+  // copies CUDA regions and hash messages; `bounce_bytes` bounds the host memory that CUDA regions
+  // are hashed in; `deadline` bounds every wait for the device.
   ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                AddressOf address_of, uint64_t sync_id);
+                AddressOf address_of, uint64_t sync_id, DeviceMemory* device = nullptr,
+                int64_t bounce_bytes = 0, absl::Time deadline = absl::InfiniteFuture());
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
 
-  // Posts the receive of every sending peer's hash message. Before the first round.
-  // InvalidArgument when a lane has a message at round kVerifyRound.
+  // Posts the receive of every sending peer's hash message over host memory (CUDA lanes: in
+  // Finish). Before the first round. InvalidArgument when a lane has a message at round
+  // kVerifyRound; the device's error when its area for CUDA hash messages cannot be allocated.
   absl::Status Start(Transport& transport);
   // Hashes the chunks of message `message` of send lane `lane` from this process's source memory.
-  void HashSent(int32_t lane, int32_t message);
+  // The device's error when a CUDA region cannot be copied.
+  absl::Status HashSent(int32_t lane, int32_t message);
   // Hashes the chunks of message `message` of receive lane `lane` as they landed in the target
-  // memory (after any unpack).
-  void HashReceived(int32_t lane, int32_t message);
+  // memory: call after the message's unpacks completed (a device unpack into host memory is
+  // synchronised first; copies of CUDA regions follow it on the device anyway).
+  absl::Status HashReceived(int32_t lane, int32_t message);
   // Sends every receiving peer the hashes of what this process sent it, waits until `deadline`
   // for the hashes of every sending peer, and compares chunk by chunk. DataLoss naming the peer
   // and the first chunk that differs (parameter, segment box, chunk index) on a mismatch; the
@@ -71,8 +102,13 @@ class ChunkVerifier {
   int64_t hashed_chunks() const { return hashed_; }
 
  private:
-  uint64_t HashChunk(const Chunk& chunk, bool sending) const;
+  // Appends the hashes of the chunks of `message` of `lane` to local_[lane].
+  absl::Status HashMessage(int32_t lane, int32_t message, bool sending);
   absl::Status Compare(int32_t lane);
+  // Where lane `lane`'s hash message lies in device_area_ (CUDA lanes only).
+  char* DeviceSlot(size_t lane) const { return device_area_ + device_offset_[lane]; }
+  // Copies `count` hashes between host and device memory and waits for the copy.
+  absl::Status CopyHashes(void* dst, const void* src, size_t count);
 
   const Job& job_;
   const Work& work_;
@@ -85,6 +121,12 @@ class ChunkVerifier {
   std::vector<std::vector<uint64_t>> remote_;
   std::vector<size_t> expected_;  // Per lane: 1 + its chunks.
   std::vector<RequestId> pending_;
+  DeviceMemory* device_;
+  const int64_t bounce_bytes_;
+  const absl::Time deadline_;
+  std::vector<char> bounce_;            // Allocated when a CUDA region is first hashed.
+  char* device_area_ = nullptr;         // The hash messages of CUDA lanes, freed by the destructor.
+  std::vector<int64_t> device_offset_;  // Per lane, bytes into device_area_.
   int64_t checked_ = 0;
   int64_t hashed_ = 0;
 };

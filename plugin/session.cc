@@ -19,6 +19,7 @@
 #include "plugin/transport_setup.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
+#include "transport/control/loss_watch.h"
 #include "transport/selector/selector.h"
 
 namespace wsync {
@@ -556,6 +557,13 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   };
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
   if (outcome.ok()) {
+    // A process lost meanwhile (the coordinator's notice, within a round trip of its connection
+    // ending) fails this process's requests with it at once (NCCL: the communicator is aborted and
+    // re-formed by the next sync), so the sync fails now naming it instead of at the deadline.
+    LossWatch watch(*client_, [this](int32_t process, const absl::Status& reason) {
+      absl::MutexLock lock(&handles_mu_);
+      if (transport_ != nullptr) transport_->PeerLost(process, reason);
+    });
     stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
                              StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
                              *transport_, *client_, options);

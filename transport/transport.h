@@ -91,6 +91,15 @@ class Transport {
   // thread.
   virtual void Abort(const absl::Status& reason) = 0;
 
+  // Process `peer` is known to be dead (the control plane saw its connection end): fails this
+  // endpoint's outstanding requests with it, and its later ones until the peer is connected again,
+  // with Unavailable(reason), so that a wait blocked on it returns now instead of at its deadline.
+  // Requests with other peers are left alone where the backend can single the peer out (UCX); the
+  // default aborts the whole endpoint (Abort: permanent), which is what a backend whose operations
+  // cannot be cancelled one by one must do (NCCL: ncclCommAbort). Idempotent, callable from any
+  // thread.
+  virtual void PeerLost(int32_t peer, const absl::Status& reason) { Abort(reason); }
+
   // Rejects the messages that arrived for this process from one of the kStaleSyncWindow syncs
   // before `sync_id` and were never matched (delayed, or replayed): each is consumed into scratch
   // memory and dropped, writing nothing the caller owns, and counted. Returns how many this call

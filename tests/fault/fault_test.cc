@@ -80,6 +80,9 @@ struct FaultJob {
   double pause_before_decide_s = 0;
   bool verify_hashes = false;  // wsync's verify=true (ExecuteOptions::verify).
   bool check_elements = true;  // The rollouts' element-by-element check (the worker's --verify).
+  // How long the coordinator outlives the last RESULT line (for the workers' closing barrier);
+  // default D + 1 s.
+  std::optional<double> coordinator_linger_s;
   // Called with the workers' outputs (by global id) while they run; returns true when the test
   // should kill the coordinator now (once).
   std::function<bool(const std::vector<std::string>&)> kill_coordinator_when;
@@ -175,7 +178,7 @@ FaultRun RunFaultJob(const FaultJob& job) {
     }
     if (all_done) {
       // Let the workers finish their last call (a barrier after success) before it goes.
-      absl::SleepFor(absl::Seconds(job.deadline_s) + absl::Seconds(1));
+      absl::SleepFor(absl::Seconds(job.coordinator_linger_s.value_or(job.deadline_s + 1)));
       kill(*pid, SIGTERM);
       coordinator_gone = true;
     }
@@ -254,6 +257,50 @@ TEST(FaultTest, KillRolloutMidSync) {
     ASSERT_EQ(run.results[p].size(), 2u) << Describe(run, p);
     EXPECT_FALSE(run.results[p][1].ok);
     EXPECT_LE(run.results[p][1].total_s, job.deadline_s + 2 + kSlackSeconds);
+  }
+}
+
+// A rollout (at its second receive post) or a trainer (at its second send post) is killed, with
+// a long deadline (30 s). UCX over shared memory may report nothing of a dead peer (a receive from
+// it just waits), but the coordinator sees the connection end and tells every other process,
+// whose LossWatch fails its requests with the dead one (Transport::PeerLost). Every survivor's
+// sync fails within a few seconds, naming it, instead of at the deadline; the next sync fails at
+// once (the job lost a process for good). The bound is one against waiting for the deadline, not a
+// benchmark.
+TEST(FaultTest, KilledProcessFailsEverySurvivorLongBeforeTheDeadline) {
+  struct Victim {
+    int process;
+    std::string failpoint;
+    std::string name;
+  };
+  // Named as "process 3 (rollout rank 1, ...)" by the notice, or as "send to process 3 (tag ...)"
+  // where UCX's shared memory reported the failed send first.
+  for (const Victim& victim :
+       {Victim{3, "recv:kill@2", "process 3 ("}, Victim{1, "send:kill@2", "process 1 ("}}) {
+    SCOPED_TRACE(victim.name);
+    FaultJob job;
+    job.deadline_s = 30;
+    job.coordinator_linger_s = 1;  // Survivors with failed versions exit without a barrier.
+    job.failpoints[victim.process] = victim.failpoint;
+    job.expected_dead = {victim.process};
+    FaultRun run = RunFaultJob(job);
+    ASSERT_EQ(run.workers.size(), 4u);
+    EXPECT_EQ(run.workers[victim.process].term_signal, SIGKILL) << Describe(run, victim.process);
+    constexpr double kFewSeconds = 5.0;
+    for (int p = 0; p < kTrainers + kRollouts; ++p) {
+      if (p == victim.process) continue;
+      SCOPED_TRACE(Describe(run, p));
+      EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
+      ASSERT_EQ(run.results[p].size(), 2u);
+      const SyncResult& first = run.results[p][0];
+      EXPECT_EQ(first.version, 1);
+      EXPECT_FALSE(first.ok);
+      EXPECT_TRUE(absl::StrContains(first.error, victim.name))
+          << "the error does not name the lost process: " << first.error;
+      EXPECT_LT(first.total_s, kFewSeconds) << first.error;
+      EXPECT_FALSE(run.results[p][1].ok);
+      EXPECT_LT(run.results[p][1].total_s, kFewSeconds) << run.results[p][1].error;
+    }
   }
 }
 

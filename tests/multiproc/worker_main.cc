@@ -44,6 +44,7 @@
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
+#include "transport/control/loss_watch.h"
 #include "transport/selector/selector.h"
 
 ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
@@ -312,9 +313,17 @@ absl::Status Run() {
     const CpuTimes cpu_start = ProcessCpuTimes();
     wire.Reset();
     Marker(absl::StrCat("PHASE transfer version=", version));
-    absl::StatusOr<TransferStats> stats =
-        ExecuteTransfers(job, plan.segments, endpoints, StagingBudget{absl::GetFlag(FLAGS_budget)},
-                         me, buffers, wire, *client, options);
+    absl::StatusOr<TransferStats> stats = absl::UnknownError("not run");
+    {
+      // A process lost during the transfer fails the requests with it at once (as the session
+      // does): the coordinator's notice instead of the deadline.
+      LossWatch watch(*client, [&transport](int32_t process, const absl::Status& reason) {
+        transport->PeerLost(process, reason);
+      });
+      stats = ExecuteTransfers(job, plan.segments, endpoints,
+                               StagingBudget{absl::GetFlag(FLAGS_budget)}, me, buffers, wire,
+                               *client, options);
+    }
     const double call_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
     const CpuTimes cpu = ProcessCpuTimes() - cpu_start;
     absl::Status outcome = stats.status();

@@ -46,6 +46,9 @@ class ForwardingTransport : public Transport {
     return inner_->WaitAll(requests, deadline);
   }
   void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+  void PeerLost(int32_t peer, const absl::Status& reason) override {
+    inner_->PeerLost(peer, reason);
+  }
   int64_t DiscardStaleMessages(uint64_t sync_id) override {
     return inner_->DiscardStaleMessages(sync_id);
   }

@@ -1,17 +1,22 @@
 // The control plane's collectives over rounds: many rounds of every kind, the numbering after a
-// deadline, and a replacement joining a running job after the process it replaces was lost.
+// deadline, a replacement joining a running job after the process it replaces was lost, and the
+// loss notices every live process gets at once (WatchLosses, LossWatch).
 
+#include <atomic>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
+#include "transport/control/loss_watch.h"
 
 namespace wsync {
 namespace {
@@ -86,6 +91,86 @@ TEST(CoordinatorTest, AReplacementForALostProcessJoinsTheRunningJob) {
   }
   EXPECT_FALSE(job.clients[2]->TakeRosterUpdate().has_value());
   EXPECT_EQ(job.coordinator->counters().replaced, 1);
+}
+
+// A process whose connection ends after the rendezvous: every other process is told at once and
+// unasked, naming it and why; WatchLosses reads the notice between calls, and a call that meets one
+// records it (it is neither lost nor mistaken for an answer).
+TEST(CoordinatorTest, EveryLiveProcessIsToldOfALostProcessAtOnce) {
+  Job job = StartJob(2, 2, Options(2, 2));
+  const absl::Time closed = absl::Now();
+  job.clients[3].reset();  // Rollout rank 1's connection ends.
+  for (int id : {0, 1}) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (job.clients[id]->loss_count() == 0 && absl::Now() < give_up) {
+      ASSERT_TRUE(job.clients[id]->WatchLosses(absl::Now() + absl::Milliseconds(100), -1).ok());
+    }
+    const std::vector<LossNotice> notices = job.clients[id]->LossesSince(0);
+    ASSERT_EQ(notices.size(), 1u) << "process " << id;
+    EXPECT_EQ(notices[0].process, 3);
+    EXPECT_THAT(notices[0].reason,
+                HasSubstr("process 3 (rollout rank 1, node node-r0) was lost: "));
+    EXPECT_TRUE(job.clients[id]->LossesSince(1).empty());
+  }
+  EXPECT_LT(absl::Now() - closed, absl::Seconds(5));  // A bound against a hang, not a benchmark.
+  // Process 2 watched nothing: its next call meets the notice, records it, and fails naming it.
+  absl::Status barrier = job.clients[2]->Barrier(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(absl::IsUnavailable(barrier)) << barrier;
+  EXPECT_THAT(barrier.message(), HasSubstr("process 3 (rollout rank 1"));
+  ASSERT_EQ(job.clients[2]->loss_count(), 1u);
+  EXPECT_EQ(job.clients[2]->LossesSince(0)[0].process, 3);
+}
+
+// A LossWatch reports each process lost after it started, once: one lost while its owner waits in
+// a collective that the lost process never joins (the call reads the notice, the watch reports
+// it), and one lost while no call runs (the watch reads the notice itself); a loss from before a
+// watch started is not reported by it.
+TEST(LossWatchTest, ReportsEachProcessLostAfterItStartedOnce) {
+  Job job = StartJob(2, 2, Options(2, 2));
+  absl::Mutex mu;
+  std::vector<std::pair<int32_t, std::string>> reported;
+  auto record = [&](int32_t process, const absl::Status& reason) {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(absl::IsUnavailable(reason)) << reason;
+    reported.emplace_back(process, std::string(reason.message()));
+  };
+  auto reported_count = [&] {
+    absl::MutexLock lock(&mu);
+    return reported.size();
+  };
+  auto wait_for = [&](size_t count) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (reported_count() < count && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  };
+  {
+    LossWatch watch(*job.clients[0], record);
+    std::thread lose([&] {
+      absl::SleepFor(absl::Milliseconds(200));
+      job.clients[2].reset();  // Rollout rank 0, while process 0 waits in its call.
+    });
+    absl::Status call = job.clients[0]->Barrier(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(absl::IsUnavailable(call)) << call;
+    lose.join();
+    wait_for(1);
+    EXPECT_EQ(watch.reported(), 1);
+  }
+  {
+    LossWatch watch(*job.clients[0], record);
+    absl::SleepFor(kLossWatchPeriod * 2);  // Process 2 was lost before: not reported again.
+    EXPECT_EQ(reported_count(), 1u);
+    job.clients[3].reset();  // No call runs on process 0: the watch reads the notice itself.
+    wait_for(2);
+    absl::SleepFor(kLossWatchPeriod * 2);
+    EXPECT_EQ(watch.reported(), 1);
+  }
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(reported.size(), 2u);
+  EXPECT_EQ(reported[0].first, 2);
+  EXPECT_THAT(reported[0].second, HasSubstr("process 2 (rollout rank 0, node node-r0) was lost"));
+  EXPECT_EQ(reported[1].first, 3);
+  EXPECT_THAT(reported[1].second, HasSubstr("process 3 (rollout rank 1, node node-r0) was lost"));
 }
 
 }  // namespace

@@ -50,6 +50,8 @@ struct FakeCudaFabric::State {
   int64_t allocated = 0;
   int64_t peak = 0;
   int fail_malloc_after = 0;
+  int flip_received_after = 0;
+  std::vector<std::pair<int, int>> flipped;  // (sender, receiver) ranks.
   std::map<int64_t, Stream> streams;
   std::map<int64_t, Event> events;
   std::map<int64_t, Comm> comms;
@@ -271,6 +273,10 @@ class FakeApi final : public NcclApi {
         }
         std::memcpy(op.data, queue.front().data(), op.bytes);
         queue.pop_front();
+        if (op.bytes > 0 && s->flip_received_after > 0 && --s->flip_received_after == 0) {
+          static_cast<char*>(op.data)[op.bytes / 2] ^= 0x20;
+          s->flipped.emplace_back(op.peer, rank);
+        }
       }
       return true;
     });
@@ -359,6 +365,16 @@ int64_t FakeCudaFabric::peak_allocated_bytes() const {
 void FakeCudaFabric::FailMallocAfter(int k) {
   absl::MutexLock lock(&state_->mu);
   state_->fail_malloc_after = k;
+}
+
+void FakeCudaFabric::FlipByteOfReceivedMessage(int k) {
+  absl::MutexLock lock(&state_->mu);
+  state_->flip_received_after = k;
+}
+
+std::vector<std::pair<int, int>> FakeCudaFabric::flipped_messages() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->flipped;
 }
 
 void FakeCudaFabric::FailCommunicators() {

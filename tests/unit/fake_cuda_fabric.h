@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "transport/nccl/nccl_api.h"
 
@@ -45,6 +47,11 @@ class FakeCudaFabric {
   // Every communicator formed so far reports an asynchronous error (CommAsyncError: Internal,
   // "injected") from now on; communicators formed later are healthy.
   void FailCommunicators();
+  // Flips one byte (the middle one) of the k-th non-empty NCCL message received from now on, as it
+  // lands in the receiver's device memory (k = 1: the next one); 0: none. The (sender, receiver)
+  // ranks of each flipped message, in order.
+  void FlipByteOfReceivedMessage(int k);
+  std::vector<std::pair<int, int>> flipped_messages() const;
   // Communicators aborted so far, over all ranks; copy kernel launches (the fake runs the kernel
   // as a host strided copy in stream order).
   int aborts() const;

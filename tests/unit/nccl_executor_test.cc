@@ -2,14 +2,19 @@
 // device memory is host memory, streams run lazily, NCCL p2p between threads): random layouts
 // whose buffers are CUDA memory (all, some, or one side's) run as scheduled and write exactly what
 // the reference writes; messages between CUDA processes go over NCCL and all others over the host
-// transport; a host-only job never calls the device; CUDA buffers without a device, or with
-// verify, are refused everywhere; a failure or an abort on one process ends every process's run.
+// transport; a host-only job never calls the device; CUDA buffers without a device are refused
+// everywhere; verify checks every chunk through the device (and names a byte corrupted in device
+// memory); a failure or an abort on one process ends every process's run, and so does a process
+// lost mid-transfer (the coordinator's notice, LossWatch, PeerLost aborting the communicator).
 
 #include <atomic>
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
 #include "executor/schedule.h"
@@ -20,7 +25,9 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
+#include "tests/unit/control_job.h"
 #include "tests/unit/fake_cuda_fabric.h"
+#include "transport/control/loss_watch.h"
 #include "transport/loopback/loopback.h"
 #include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/nccl_transport.h"
@@ -61,6 +68,10 @@ struct RunHooks {
   bool verify = false;
   // Process p's own segments (its own plan); empty: the batch's segments for every process.
   std::function<std::vector<Segment>(int32_t)> segments_of;
+  // Process p's Group instead of the loopback fabric's (e.g. a ControlClient).
+  std::function<Group*(int32_t)> group;
+  // Made just before the process's run and destroyed right after it (e.g. a LossWatch).
+  std::function<std::shared_ptr<void>(int32_t, Transport&)> during_run;
 };
 
 struct CudaRun {
@@ -138,8 +149,11 @@ CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments, Stagi
       options.verify = hooks.verify;
       const absl::Time start = absl::Now();
       const std::vector<Segment> mine = hooks.segments_of ? hooks.segments_of(p) : segments;
+      std::shared_ptr<void> during = hooks.during_run ? hooks.during_run(p, **transport) : nullptr;
+      Group& members = hooks.group ? *hooks.group(p) : **group;
       run.results[p] =
-          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
+          ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, members, options);
+      during.reset();
       run.elapsed[p] = absl::Now() - start;
     });
   }
@@ -165,36 +179,65 @@ absl::StatusOr<RandomCase> MakeCase(uint64_t seed, Placement placement) {
   return RandomCase{std::move(*job), std::move(*plan)};
 }
 
-TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
+// One seed of the random-layout tests, placements and budgets cycling by seed: its case, schedules,
+// buffers (sources filled, targets poisoned), fabric and run.
+struct CycledRun {
+  CycledRun(RandomCase c, int64_t budget, std::vector<ProcessSchedule> all)
+      : random(std::move(c)),
+        budget_bytes(budget),
+        schedules(std::move(all)),
+        source(random.job.source(), test::kSourceFill),
+        target(random.job.target(), test::kPoison) {}
+  RandomCase random;
+  const int64_t budget_bytes;
+  const std::vector<ProcessSchedule> schedules;
+  HostBuffers source;
+  HostBuffers target;
+  FakeCudaFabric cuda;
+  CudaRun run;
+};
+
+// Runs seed `seed` with `hooks`; null when the budget is too small for a staged row (refused as
+// on hosts).
+absl::StatusOr<std::unique_ptr<CycledRun>> RunCycledCase(uint64_t seed,
+                                                         const RunHooks& hooks = {}) {
   const int64_t kBudgets[] = {256, 1024, 4096, int64_t{1} << 20};
   const Placement kPlacements[] = {Placement::kAllCuda, Placement::kRandomBuffers,
                                    Placement::kRolloutsOnly};
+  absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
+  if (!c.ok()) return c.status();
+  const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
+  absl::StatusOr<std::vector<ProcessSchedule>> schedules =
+      ScheduleTransfers(c->job, c->plan.segments, AllProcesses(c->job), budget);
+  if (!schedules.ok()) return nullptr;
+  auto r = std::make_unique<CycledRun>(*std::move(c), kBudgets[seed % 4], *std::move(schedules));
+  WSYNC_RETURN_IF_ERROR(test::FillLogical(r->random.job.source(), 3, &r->source));
+  r->run = RunCudaBatch(r->random.job, r->random.plan.segments, budget, r->source, r->target,
+                        r->cuda, hooks);
+  return r;
+}
+
+TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
   int64_t runs = 0, cuda_direct = 0, cuda_staged = 0, cuda_arenas = 0, host_lanes_of_cuda = 0;
   int64_t kernel_launches = 0;
   for (uint64_t seed = 0; seed < 240; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    absl::StatusOr<RandomCase> c = MakeCase(seed, kPlacements[seed % 3]);
-    ASSERT_TRUE(c.ok()) << c.status();
-    const Job& job = c->job;
-    const StagingBudget budget{static_cast<double>(kBudgets[seed % 4])};
-    absl::StatusOr<std::vector<ProcessSchedule>> schedules =
-        ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget);
-    if (!schedules.ok()) continue;  // A budget too small for a staged row: refused as on hosts.
-    HostBuffers source(job.source(), test::kSourceFill);
-    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
-    HostBuffers target(job.target(), test::kPoison);
-    FakeCudaFabric cuda;
-    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda);
+    absl::StatusOr<std::unique_ptr<CycledRun>> cycled = RunCycledCase(seed);
+    ASSERT_TRUE(cycled.ok()) << cycled.status();
+    if (*cycled == nullptr) continue;
+    const CycledRun& r = **cycled;
+    const Job& job = r.random.job;
+    const CudaRun& run = r.run;
     ++runs;
     const JobMemoryKinds kinds(job);
     for (int32_t p = 0; p < job.num_processes(); ++p) {
       ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
-      const ProcessSchedule& schedule = (*schedules)[p];
+      const ProcessSchedule& schedule = r.schedules[p];
       ExpectStatsMatchSchedule(schedule, *run.results[p]);
       int64_t cuda_arena = 0;
       for (const PeerSchedule& lane : schedule.peers) {
         EXPECT_EQ(lane.arena_kind, kinds.Pair(p, lane.peer));
-        EXPECT_LE(lane.arena_bytes(), kBudgets[seed % 4]);
+        EXPECT_LE(lane.arena_bytes(), r.budget_bytes);
         if (lane.arena_kind == MemoryKind::kCuda) {
           cuda_arena += lane.arena_bytes();
           for (const ScheduledRound& round : lane.rounds) {
@@ -213,9 +256,9 @@ TEST(NcclExecutorTest, CudaMemoryRunsAsScheduledAndExact) {
       EXPECT_EQ(schedule.cuda_arena_bytes, cuda_arena);
       cuda_arenas += cuda_arena;
     }
-    ExpectTargetsAsTheReferenceWrites(job, c->plan.segments, source, target);
-    EXPECT_EQ(cuda.live_allocations(), 0);  // Every device arena was freed with its cache.
-    kernel_launches += cuda.kernel_launches();
+    ExpectTargetsAsTheReferenceWrites(job, r.random.plan.segments, r.source, r.target);
+    EXPECT_EQ(r.cuda.live_allocations(), 0);  // Every device arena was freed with its cache.
+    kernel_launches += r.cuda.kernel_launches();
   }
   EXPECT_GT(runs, 160);
   EXPECT_GT(cuda_direct, 0);  // Every path was exercised.
@@ -329,29 +372,103 @@ TEST(NcclExecutorTest, HostOnlyJobNeverCallsTheDevice) {
   }
 }
 
-TEST(NcclExecutorTest, CudaBuffersWithoutDeviceOrWithVerifyAreRefusedEverywhere) {
+TEST(NcclExecutorTest, CudaBuffersWithoutDeviceAreRefusedEverywhere) {
   absl::StatusOr<RandomCase> c = MakeCase(5, Placement::kRolloutsOnly);
   ASSERT_TRUE(c.ok());
-  for (const bool verify : {false, true}) {
-    HostBuffers source(c->job.source(), test::kSourceFill);
-    HostBuffers target(c->job.target(), test::kPoison);
-    FakeCudaFabric cuda;
-    RunHooks hooks;
-    hooks.verify = verify;
-    if (!verify) {
-      hooks.device = [](int32_t, std::unique_ptr<DeviceMemory>) {
-        return std::unique_ptr<DeviceMemory>();
-      };
-    }
-    CudaRun run =
-        RunCudaBatch(c->job, c->plan.segments, StagingBudget{4096}, source, target, cuda, hooks);
-    for (int32_t p = 0; p < c->job.num_processes(); ++p) {
-      ASSERT_FALSE(run.results[p].ok()) << "process " << p;
-      // The refusing process's reason reaches every process through the agreement.
-      EXPECT_THAT(std::string(run.results[p].status().message()),
-                  HasSubstr(verify ? "verify is not available" : "no device memory"));
-    }
+  HostBuffers source(c->job.source(), test::kSourceFill);
+  HostBuffers target(c->job.target(), test::kPoison);
+  FakeCudaFabric cuda;
+  RunHooks hooks;
+  hooks.device = [](int32_t, std::unique_ptr<DeviceMemory>) {
+    return std::unique_ptr<DeviceMemory>();
+  };
+  CudaRun run =
+      RunCudaBatch(c->job, c->plan.segments, StagingBudget{4096}, source, target, cuda, hooks);
+  for (int32_t p = 0; p < c->job.num_processes(); ++p) {
+    ASSERT_FALSE(run.results[p].ok()) << "process " << p;
+    // The refusing process's reason reaches every process through the agreement.
+    EXPECT_THAT(std::string(run.results[p].status().message()), HasSubstr("no device memory"));
   }
+}
+
+// Chunks this process receives, by its schedule.
+int64_t ReceivedChunks(const ProcessSchedule& schedule) {
+  int64_t chunks = 0;
+  for (const PeerSchedule& lane : schedule.peers) {
+    if (lane.direction != Direction::kReceive) continue;
+    for (const ScheduledRound& round : lane.rounds) chunks += round.chunks;
+  }
+  return chunks;
+}
+
+// verify=true with CUDA buffers on both sides (all CUDA), on some buffers, or on the rollouts only
+// (host/CUDA pairs, each side hashing its own memory kind): every received chunk's hash equals
+// its sender's, the targets are exact and the device memory of the hash messages is freed.
+TEST(NcclExecutorTest, VerifyChecksEveryChunkWithCudaBuffers) {
+  int64_t runs = 0, verified = 0, cuda_pair_chunks = 0;
+  for (uint64_t seed = 0; seed < 120; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    RunHooks hooks;
+    hooks.verify = true;
+    absl::StatusOr<std::unique_ptr<CycledRun>> cycled = RunCycledCase(seed, hooks);
+    ASSERT_TRUE(cycled.ok()) << cycled.status();
+    if (*cycled == nullptr) continue;
+    const CycledRun& r = **cycled;
+    ++runs;
+    for (int32_t p = 0; p < r.random.job.num_processes(); ++p) {
+      ASSERT_TRUE(r.run.results[p].ok()) << "process " << p << ": " << r.run.results[p].status();
+      const ProcessSchedule& schedule = r.schedules[p];
+      EXPECT_EQ(r.run.results[p]->verified_chunks, ReceivedChunks(schedule)) << "process " << p;
+      verified += r.run.results[p]->verified_chunks;
+      for (const PeerSchedule& lane : schedule.peers) {
+        if (lane.direction != Direction::kReceive || lane.arena_kind != MemoryKind::kCuda) continue;
+        for (const ScheduledRound& round : lane.rounds) cuda_pair_chunks += round.chunks;
+      }
+    }
+    ExpectTargetsAsTheReferenceWrites(r.random.job, r.random.plan.segments, r.source, r.target);
+    EXPECT_EQ(r.cuda.live_allocations(), 0);
+  }
+  EXPECT_GT(runs, 80);
+  EXPECT_GT(verified, 0);
+  EXPECT_GT(cuda_pair_chunks, 0);  // Hash messages went over NCCL too.
+}
+
+// A byte flipped as an NCCL message lands in device memory (injected by the fake): the receiver
+// hashes what landed, through the device, and fails with DataLoss naming the sender and the chunk,
+// as the host path does.
+TEST(NcclExecutorTest, VerifyNamesAByteCorruptedInDeviceMemory) {
+  int corrupted_runs = 0;
+  for (uint64_t seed = 0; seed < 60 && corrupted_runs < 6; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    absl::StatusOr<RandomCase> c = MakeCase(seed, Placement::kAllCuda);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const Job& job = c->job;
+    const StagingBudget budget{static_cast<double>(seed % 2 == 0 ? 1024 : 1 << 20)};
+    if (!ScheduleTransfers(job, c->plan.segments, AllProcesses(job), budget).ok()) continue;
+    HostBuffers source(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source).ok());
+    HostBuffers target(job.target(), test::kPoison);
+    FakeCudaFabric cuda;
+    cuda.FlipByteOfReceivedMessage(1);
+    RunHooks hooks;
+    hooks.verify = true;
+    hooks.deadline = absl::Seconds(20);
+    CudaRun run = RunCudaBatch(job, c->plan.segments, budget, source, target, cuda, hooks);
+    const std::vector<std::pair<int, int>> flipped = cuda.flipped_messages();
+    if (flipped.empty()) continue;  // No message between CUDA processes in this plan.
+    ASSERT_EQ(flipped.size(), 1u);
+    ++corrupted_runs;
+    const std::vector<int32_t> members = JobMemoryKinds(job).CudaProcesses();
+    const int32_t sender = members[flipped[0].first];
+    const int32_t receiver = members[flipped[0].second];
+    const absl::Status& status = run.results[receiver].status();
+    ASSERT_FALSE(status.ok()) << "process " << receiver << " accepted a corrupted byte";
+    EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("verify: chunk ")));
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat(" from process ", sender, " differs (parameter '")));
+  }
+  EXPECT_GE(corrupted_runs, 3);
 }
 
 // Fails every call after the first `healthy` copies.
@@ -453,6 +570,75 @@ TEST_F(NcclFailureTest, AbortOfOneProcessFailsItsNcclPeersAtOnce) {
       EXPECT_FALSE(run.results[p].ok()) << "process " << p;
     }
   }
+}
+
+// Device memory whose first copy closes the process's control connection and then blocks for
+// `dead_for`: the process dies in the middle of its transfer (before its first pack is sent).
+class DyingDevice final : public DeviceMemory {
+ public:
+  DyingDevice(std::unique_ptr<DeviceMemory> inner, ControlClient& client, absl::Duration dead_for)
+      : inner_(std::move(inner)), client_(client), dead_for_(dead_for) {}
+  MemoryKind kind() const override { return MemoryKind::kCuda; }
+  absl::StatusOr<void*> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(void* memory) override { inner_->Free(memory); }
+  absl::Status CopyStridedAsync(void*, absl::Span<const int64_t>, const void*,
+                                absl::Span<const int64_t>, absl::Span<const int64_t>,
+                                int64_t) override {
+    client_.Abort(absl::UnavailableError("killed by the test"));
+    absl::SleepFor(dead_for_);
+    return absl::UnavailableError("the dead process woke up");
+  }
+  absl::Status Synchronize(absl::Time deadline) override { return inner_->Synchronize(deadline); }
+
+ private:
+  std::unique_ptr<DeviceMemory> inner_;
+  ControlClient& client_;
+  const absl::Duration dead_for_;
+};
+
+// The sender dies mid-transfer: its control connection closes, it posts nothing more, and NCCL
+// reports nothing of it. The coordinator's loss notice reaches the others, whose LossWatch calls
+// Transport::PeerLost, which aborts the NCCL communicator (ncclCommAbort): the processes waiting
+// for the sender fail within seconds of a 30 s deadline, and the first to hear names it.
+TEST_F(NcclFailureTest, ALostProcessAbortsTheCommunicatorWellBeforeTheDeadline) {
+  const Job& job = case_->job;
+  int32_t trainers = 0;
+  for (int32_t p = 0; p < job.num_processes(); ++p) trainers += job.IsSource(p) ? 1 : 0;
+  control_testing::Job control =
+      control_testing::StartJob(trainers, job.num_processes() - trainers,
+                                control_testing::Options(trainers, job.num_processes() - trainers));
+  ASSERT_EQ(static_cast<int32_t>(control.clients.size()), job.num_processes());
+  constexpr absl::Duration kDeadFor = absl::Seconds(6);
+  RunHooks hooks;
+  hooks.deadline = absl::Seconds(30);
+  hooks.group = [&](int32_t p) -> Group* { return control.clients[p].get(); };
+  hooks.during_run = [&](int32_t p, Transport& transport) -> std::shared_ptr<void> {
+    if (p == sender_) return nullptr;
+    return std::make_shared<LossWatch>(*control.clients[p],
+                                       [&transport](int32_t lost, const absl::Status& reason) {
+                                         transport.PeerLost(lost, reason);
+                                       });
+  };
+  hooks.device = [&](int32_t p,
+                     std::unique_ptr<DeviceMemory> inner) -> std::unique_ptr<DeviceMemory> {
+    if (p != sender_) return inner;
+    return std::make_unique<DyingDevice>(std::move(inner), *control.clients[p], kDeadFor);
+  };
+  CudaRun run = RunWith(hooks);
+  int failed = 0, naming = 0;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    if (p == sender_) continue;
+    SCOPED_TRACE(testing::Message() << "process " << p << ": " << run.results[p].status());
+    EXPECT_LT(run.elapsed[p], kDeadFor - absl::Seconds(1));  // Not the deadline, nor the sender.
+    if (run.results[p].ok()) continue;
+    ++failed;
+    const std::string message(run.results[p].status().message());
+    naming += absl::StrContains(message, absl::StrCat("process ", sender_, " (")) &&
+              absl::StrContains(message, "was lost: disconnected");
+  }
+  EXPECT_GT(failed, 0);  // The processes waiting for the sender did not report success.
+  EXPECT_GT(naming, 0) << "no process named the lost one";
+  EXPECT_GE(cuda_.aborts(), 1);  // PeerLost over NCCL aborts the communicator.
 }
 
 TEST_F(NcclFailureTest, DeviceArenaAllocationFailureIsRefusedNotCrashed) {

@@ -1,5 +1,6 @@
 #include "transport/control/client.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -176,6 +177,7 @@ absl::Status ControlClient::Broken(const absl::Status& cause) {
 }
 
 absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Time deadline) {
+  absl::MutexLock io(&io_mu_);
   if (aborted_.load() || !broken_.ok()) return Broken(broken_);
   if (join_attempted_) {
     return absl::FailedPreconditionError(absl::StrCat(Prefix(), "Join may be called only once"));
@@ -202,6 +204,10 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
     }
     if (got->has_reject()) {
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
+    }
+    if (got->has_lost()) {  // A replacement may hear of another loss before its roster.
+      WSYNC_RETURN_IF_ERROR(RecordLoss(got->lost()));
+      continue;
     }
     if (!got->has_roster()) {
       return Broken(absl::InternalError(
@@ -248,6 +254,7 @@ absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) {
 }
 
 std::optional<Roster> ControlClient::TakeRosterUpdate() {
+  absl::MutexLock io(&io_mu_);
   std::optional<Roster> update = std::move(roster_update_);
   roster_update_.reset();
   return update;
@@ -302,6 +309,10 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
                          absl::StrCat(name, "the coordinator closed the connection: ")));
     }
+    if (got->has_lost()) {
+      if (absl::Status recorded = RecordLoss(got->lost()); !recorded.ok()) return recorded;
+      continue;
+    }
     if (got->has_roster()) {  // A replacement joined: its new address, for the transport.
       absl::StatusOr<Roster> update = ReadRoster(*got->mutable_roster());
       if (!update.ok()) return Broken(update.status());
@@ -323,6 +334,7 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
 
 absl::StatusOr<std::vector<std::string>> ControlClient::AllGather(absl::string_view payload,
                                                                   absl::Time deadline) {
+  absl::MutexLock io(&io_mu_);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_ALL_GATHER);
   c.set_payload(std::string(payload));
@@ -339,6 +351,7 @@ absl::StatusOr<std::vector<std::string>> ControlClient::AllGather(absl::string_v
 
 absl::StatusOr<std::string> ControlClient::Broadcast(int32_t root, absl::string_view payload,
                                                      absl::Time deadline) {
+  absl::MutexLock io(&io_mu_);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_BROADCAST);
   if (root < 0 || root >= size()) {
@@ -361,17 +374,84 @@ absl::StatusOr<std::string> ControlClient::Broadcast(int32_t root, absl::string_
 }
 
 absl::Status ControlClient::Barrier(absl::Time deadline) {
+  absl::MutexLock io(&io_mu_);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_BARRIER);
   return Collective(std::move(c), deadline).status();
 }
 
 absl::Status ControlClient::Decide(bool ok, absl::string_view reason, absl::Time deadline) {
+  absl::MutexLock io(&io_mu_);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_DECIDE);
   c.set_ok(ok);
   if (!ok) c.set_reason(TruncateText(reason, kMaxReasonBytes));
   return Collective(std::move(c), deadline).status();
+}
+
+size_t ControlClient::loss_count() const {
+  absl::MutexLock lock(&loss_mu_);
+  return losses_.size();
+}
+
+std::vector<LossNotice> ControlClient::LossesSince(size_t first) const {
+  absl::MutexLock lock(&loss_mu_);
+  if (first >= losses_.size()) return {};
+  return std::vector<LossNotice>(losses_.begin() + static_cast<ptrdiff_t>(first), losses_.end());
+}
+
+absl::Status ControlClient::RecordLoss(const control::Lost& lost) {
+  if (lost.process() < 0 || lost.process() >= size() ||
+      static_cast<int64_t>(lost.reason().size()) > kMaxReasonBytes) {
+    return Broken(
+        absl::InternalError(absl::StrCat(Prefix(), "protocol error: a loss notice out of range")));
+  }
+  absl::MutexLock lock(&loss_mu_);
+  losses_.push_back(LossNotice{lost.process(), lost.reason()});
+  return absl::OkStatus();
+}
+
+absl::Status ControlClient::WatchLosses(absl::Time until, int wake_fd) {
+  if (aborted_.load()) return absl::AbortedError(absl::StrCat(Prefix(), "aborted"));
+  pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  const int ready = poll(fds, wake_fd >= 0 ? 2 : 1, PollTimeoutMs(until));
+  if (ready <= 0 || fds[0].revents == 0 || (wake_fd >= 0 && fds[1].revents != 0)) {
+    return absl::OkStatus();  // Nothing came (or EINTR), or the caller was woken.
+  }
+  if (!io_mu_.TryLock()) {
+    // A call is reading the connection and records what came; look again shortly.
+    absl::SleepFor(absl::Milliseconds(2));
+    return absl::OkStatus();
+  }
+  absl::Status status = joined_ ? ReadUnasked() : absl::OkStatus();
+  io_mu_.Unlock();
+  return status;
+}
+
+absl::Status ControlClient::ReadUnasked() {
+  if (aborted_.load() || !broken_.ok()) return Broken(broken_);
+  for (;;) {
+    absl::StatusOr<bool> complete = reader_.ReadSome(fd_.get());
+    if (!complete.ok()) {
+      return Broken(Wrap(complete.status(), absl::StrCat(Prefix(), "lost the coordinator: ")));
+    }
+    if (!*complete) return absl::OkStatus();
+    absl::StatusOr<control::Frame> frame = reader_.TakeFrame();
+    if (!frame.ok()) return Broken(Wrap(frame.status(), Prefix()));
+    if (frame->has_lost()) {
+      WSYNC_RETURN_IF_ERROR(RecordLoss(frame->lost()));
+    } else if (frame->has_roster()) {
+      absl::StatusOr<Roster> update = ReadRoster(*frame->mutable_roster());
+      if (!update.ok()) return update.status();
+      roster_update_ = *std::move(update);
+    } else if (frame->has_reject()) {
+      return Broken(Wrap(StatusFromWire(frame->reject().code(), frame->reject().reason()),
+                         absl::StrCat(Prefix(), "the coordinator closed the connection: ")));
+    } else if (!frame->has_result() || frame->result().number() >= next_number_) {
+      return Broken(absl::InternalError(
+          absl::StrCat(Prefix(), "protocol error: unexpected frame from the coordinator")));
+    }  // Else the late answer of an earlier call: dropped, as a call would.
+  }
 }
 
 void ControlClient::Abort(const absl::Status& reason) {

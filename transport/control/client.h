@@ -18,8 +18,15 @@
 // A call that finds the connection broken (closed, refused, protocol error) fails at once with
 // that error; the client is then finished. Error messages never contain the secret.
 //
+// Loss notices: once a process's connection ends after the rendezvous, the coordinator tells every
+// other process at once, unasked (control.proto: Lost). Calls record the notices they read on the
+// way; between calls WatchLosses reads them (loss_watch.h runs it on a thread of its own while a
+// sync moves data).
+//
 // Thread safety: one call at a time (thread-compatible), except Abort, which any thread may call
-// at any time. The client owns its socket and runs no threads.
+// at any time, loss_count and LossesSince (any thread), and WatchLosses, which one other thread
+// may run while a call is in progress (it then leaves the connection to the call). The client owns
+// its socket and runs no threads.
 
 #include <atomic>
 #include <cstdint>
@@ -93,6 +100,13 @@ struct Roster {
   }
 };
 
+// A process the coordinator reported lost: its global id and the coordinator's text ("process 3
+// (rollout rank 1, node n) was lost: disconnected").
+struct LossNotice {
+  int32_t process = 0;
+  std::string reason;
+};
+
 class ControlClient : public Group {
  public:
   // Connects and authenticates. InvalidArgument for bad options; Unauthenticated when the
@@ -137,6 +151,19 @@ class ControlClient : public Group {
   // other processes' collectives fail at once naming this process. Idempotent; any thread.
   void Abort(const absl::Status& reason);
 
+  // Loss notices received so far (by calls or WatchLosses), and those from index `first` on, in
+  // the order they came. Any thread.
+  size_t loss_count() const;
+  std::vector<LossNotice> LossesSince(size_t first) const;
+
+  // Waits until `until`, until `wake_fd` (optional, -1: none) is readable, or until the
+  // coordinator sent something, and reads what it sent unasked: loss notices (recorded), rosters
+  // of replacements (TakeRosterUpdate), late answers of earlier calls (dropped). When a call is in
+  // progress it reads nothing (the call records the notices). Errors: the connection is unusable
+  // (lost coordinator, protocol error, Abort); later calls then fail the same way. Reads nothing
+  // before Join succeeded. May run on another thread than the calls (see the class comment).
+  absl::Status WatchLosses(absl::Time until, int wake_fd);
+
  private:
   ControlClient() = default;
 
@@ -150,6 +177,11 @@ class ControlClient : public Group {
   // The error to return once the connection is unusable: Abort's reason if aborted, else `cause`
   // (remembered for later calls).
   absl::Status Broken(const absl::Status& cause);
+  // Reads every whole frame the socket has now (io_mu_ held, no call in progress): see WatchLosses.
+  absl::Status ReadUnasked();
+  // Records a Lost frame; a protocol error (Broken) for a process out of range or an oversized
+  // reason.
+  absl::Status RecordLoss(const control::Lost& lost);
   std::string Prefix() const;
 
   ControlClientOptions options_;
@@ -165,6 +197,13 @@ class ControlClient : public Group {
   uint64_t next_number_ = 0;
   std::optional<Roster> roster_update_;
   absl::Status broken_;
+
+  // Held by every call for its whole run, and by WatchLosses while it reads (so the connection's
+  // reader, writer and the fields above have one user at a time).
+  absl::Mutex io_mu_;
+
+  mutable absl::Mutex loss_mu_;
+  std::vector<LossNotice> losses_ ABSL_GUARDED_BY(loss_mu_);
 
   std::atomic<bool> aborted_{false};
   mutable absl::Mutex abort_mu_;

@@ -312,6 +312,7 @@ void Coordinator::Impl::Detach(Connection& c, absl::string_view why) {
       absl::MutexLock lock(&mu_);
       ++counters_.lost;
     }
+    NoticeLoss(id);
     OnProcessLost(id);
   } else if (p.joined) {
     // Before the roster a process may leave and its rank join again.
@@ -320,6 +321,22 @@ void Coordinator::Impl::Detach(Connection& c, absl::string_view why) {
     std::string().swap(p.manifest);
     std::string().swap(p.address);
     std::string().swap(p.metadata);
+  }
+}
+
+void Coordinator::Impl::NoticeLoss(int32_t id) {
+  control::Frame frame;
+  control::Lost* lost = frame.mutable_lost();
+  lost->set_process(id);
+  lost->set_reason(TruncateText(
+      absl::StrCat(Describe(id), " was lost: ", processes_[id].lost_reason), kMaxReasonBytes));
+  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  if (!encoded.ok()) return;  // A notice is small; the cap cannot refuse it.
+  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  for (int32_t q = 0; q < world_; ++q) {
+    const Connection* c = processes_[q].connection;
+    if (q == id || c == nullptr || c->closing || c->gone || c->phase != Phase::kJoined) continue;
+    processes_[q].connection->writer.Enqueue(shared);
   }
 }
 

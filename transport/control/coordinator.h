@@ -35,8 +35,10 @@
 // process that contributes to it later gets that failure at once, so every process sees the same
 // outcome of every round and all stay in step. A Decide fails (Aborted) as soon as one process
 // says not ok, naming it and its reason to every process. A process whose connection ends after the
-// roster is lost for good (the job cannot complete another round with it): every open round, and
-// every later one, fails at once (Unavailable) naming it. Calls of different kinds (or Broadcast
+// roster is lost for good (the job cannot complete another round with it): every other joined
+// process gets a Lost notice at once, unasked ("process 3 (rollout rank 1, node n) was lost:
+// disconnected"), so that one moving data with it can stop waiting; every open round, and every
+// later one, fails at once (Unavailable) naming it. Calls of different kinds (or Broadcast
 // roots) in one round fail the round for all. At most max_open_rounds rounds are kept; the oldest
 // is then failed and forgotten.
 //

@@ -134,6 +134,8 @@ class Coordinator::Impl {
   void Refuse(Connection& c, RefusalReason reason, const absl::Status& status, absl::Time now);
   void Drop(Connection& c, absl::string_view why);
   void Detach(Connection& c, absl::string_view why);
+  // Tells every other joined process, unasked, that process `id` was lost (control.proto: Lost).
+  void NoticeLoss(int32_t id);
   void FlushAll();
   void Sweep(absl::Time now);
   void Shutdown();

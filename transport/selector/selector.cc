@@ -377,4 +377,9 @@ void RoutedTransport::Abort(const absl::Status& reason) {
   for (auto& backend : backends_) backend->Abort(reason);
 }
 
+void RoutedTransport::PeerLost(int32_t peer, const absl::Status& reason) {
+  if (peer < 0 || static_cast<size_t>(peer) >= route_.size()) return;
+  backends_[route_[peer]]->PeerLost(peer, reason);
+}
+
 }  // namespace wsync

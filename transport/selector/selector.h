@@ -113,6 +113,8 @@ class RoutedTransport final : public Transport {
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  // Tells the backend that carries `peer`'s messages (ignored for a peer out of range).
+  void PeerLost(int32_t peer, const absl::Status& reason) override;
   int64_t DiscardStaleMessages(uint64_t sync_id) override;
 
   // Replaces backend `index` (e.g. an NCCL communicator re-formed after an abort). Requests still

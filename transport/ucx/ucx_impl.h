@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -118,6 +119,11 @@ class UcxTransportImpl final : public UcxTransport {
 
   void Abort(const absl::Status& reason) override;
 
+  // Records the loss and wakes the driving thread, which treats it as UCX's own report of the
+  // peer's failure (HandleFailures: its endpoint is closed, its requests fail, later posts to it
+  // fail until ConnectPeers connects it again).
+  void PeerLost(int32_t peer, const absl::Status& reason) override;
+
  private:
   static void OnSendDone(void* /*request*/, ucs_status_t status,
                          void* user_data) ABSL_NO_THREAD_SAFETY_ANALYSIS;
@@ -135,6 +141,9 @@ class UcxTransportImpl final : public UcxTransport {
 
   // Fails every unfinished request with the abort status and closes every endpoint. Idempotent.
   void AbortNow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
+
+  // Marks the peers PeerLost named since the last call as failed, for HandleFailures.
+  void TakeLostPeers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
   std::vector<Slot*> PendingSlots() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
@@ -203,6 +212,8 @@ class UcxTransportImpl final : public UcxTransport {
   absl::Mutex abort_mu_;
   std::atomic<bool> abort_requested_{false};
   absl::Status abort_status_ ABSL_GUARDED_BY(abort_mu_);
+  std::atomic<bool> lost_requested_{false};
+  std::vector<std::pair<int32_t, absl::Status>> lost_peers_ ABSL_GUARDED_BY(abort_mu_);
 };
 
 }  // namespace wsync::ucx_internal

@@ -131,6 +131,35 @@ void UcxTransportImpl::Abort(const absl::Status& reason) {
   AbortNow();
 }
 
+void UcxTransportImpl::PeerLost(int32_t peer, const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&abort_mu_);
+    lost_peers_.emplace_back(peer, reason);
+    lost_requested_.store(true, std::memory_order_release);
+  }
+  if (worker_ != nullptr) ucp_worker_signal(worker_);  // Wakes a WaitAll sleeping in poll().
+}
+
+void UcxTransportImpl::TakeLostPeers() {
+  if (!lost_requested_.load(std::memory_order_acquire)) return;
+  std::vector<std::pair<int32_t, absl::Status>> lost;
+  {
+    absl::MutexLock lock(&abort_mu_);
+    lost.swap(lost_peers_);
+    lost_requested_.store(false, std::memory_order_release);
+  }
+  for (const auto& [process, reason] : lost) {
+    if (process < 0 || static_cast<size_t>(process) >= peers_.size()) continue;
+    Peer& peer = *peers_[process];
+    if (!peer.failure.ok()) continue;
+    peer.failure =
+        absl::UnavailableError(absl::StrCat("ucx: peer process ", process, " is gone (",
+                                            reason.message(), "); ConnectPeers connects it again"));
+    peer.failure_pending = true;
+    failures_pending_ = true;
+  }
+}
+
 void UcxTransportImpl::OnSendDone(void* /*request*/, ucs_status_t status, void* user_data) {
   Slot* s = static_cast<Slot*>(user_data);
   s->owner->Complete(*s, status, nullptr);
@@ -307,6 +336,7 @@ unsigned UcxTransportImpl::Progress() {
     total += n;
     if (n == 0) break;
   }
+  TakeLostPeers();
   HandleFailures();
   for (size_t i = 0; i < closing_.size();) {
     if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
@@ -334,7 +364,10 @@ void UcxTransportImpl::Sleep(absl::Time until, absl::Duration cap) {
     absl::SleepFor(std::min(left, absl::Microseconds(50)));
     return;
   }
-  if (abort_requested_.load(std::memory_order_acquire)) return;
+  if (abort_requested_.load(std::memory_order_acquire) ||
+      lost_requested_.load(std::memory_order_acquire)) {
+    return;
+  }
   pollfd pfd{efd_, POLLIN, 0};
   const int ms = static_cast<int>(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(left + absl::Microseconds(999))));

@@ -24,7 +24,9 @@
 // (tcp, verbs). When UCX reports a peer failed, its endpoint is closed, this process's
 // outstanding requests with the peer fail with Unavailable naming it, and so does every later
 // post with it until ConnectPeers connects it again (no automatic reconnect: in UCX 1.13 a new tcp
-// endpoint to a peer whose old connection is still failing can hit an internal assertion). UCX
+// endpoint to a peer whose old connection is still failing can hit an internal assertion).
+// PeerLost (any thread: the control plane saw the peer die) has the same effect over any
+// transport, shared memory included. UCX
 // 1.13's shared-memory transports (posix, sysv, cma, self) have no peer failure handler, so with
 // ErrorHandling::kAuto endpoints over them use UCP_ERR_HANDLING_MODE_NONE and a dead peer there
 // shows only as a deadline. A peer whose worker is destroyed is detected over tcp at once; one that

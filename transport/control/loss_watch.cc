@@ -1,0 +1,43 @@
+#include "transport/control/loss_watch.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+
+namespace wsync {
+
+LossWatch::LossWatch(ControlClient& client, OnLoss on_loss)
+    : client_(client),
+      on_loss_(std::move(on_loss)),
+      first_(client.loss_count()),
+      wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+LossWatch::~LossWatch() {
+  stop_.store(true);
+  const uint64_t one = 1;
+  if (wake_.valid()) (void)!write(wake_.get(), &one, sizeof(one));
+  thread_.join();
+}
+
+void LossWatch::Run() {
+  size_t next = first_;
+  while (!stop_.load()) {
+    // Without an eventfd (out of descriptors) the destructor waits one period at most.
+    const absl::Status watching = client_.WatchLosses(absl::Now() + kLossWatchPeriod, wake_.get());
+    for (const LossNotice& notice : client_.LossesSince(next)) {
+      ++next;
+      if (notice.process == client_.process()) continue;
+      reported_.fetch_add(1);  // Before the action, which may end the owner's transfer.
+      on_loss_(notice.process, absl::UnavailableError(notice.reason));
+    }
+    if (!watching.ok()) return;  // Nothing more can come; the owner's next call says why.
+  }
+}
+
+}  // namespace wsync

@@ -1,0 +1,62 @@
+#ifndef WSYNC_TRANSPORT_CONTROL_LOSS_WATCH_H_
+#define WSYNC_TRANSPORT_CONTROL_LOSS_WATCH_H_
+
+// Turns the coordinator's loss notices (client.h: LossNotice) into an action while a sync moves
+// data, when nobody else reads the control connection: from construction to destruction a thread
+// of its own waits on the client (ControlClient::WatchLosses) and calls on_loss(process,
+// Unavailable(notice)) once for every process lost after construction, other than this one. The
+// caller typically fails its transport's requests with that process (Transport::PeerLost), so that
+// a sync blocked on a dead peer fails within a round trip of the coordinator seeing the connection
+// end (NCCL, and UCX over shared memory, would otherwise wait for the deadline).
+//
+// The owner keeps using the client meanwhile (one call at a time, as client.h says); the watch
+// reads the connection only between those calls, and a call records the notices it reads, which
+// the watch then reports within kLossWatchPeriod. A connection that became unusable ends the
+// watching (the owner's next call reports why).
+//
+// Thread safety: on_loss runs on the watch's thread and must be safe against whatever the owner
+// does meanwhile. The client must outlive the watch. Destruction wakes and joins the thread at
+// once.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "transport/control/client.h"
+#include "transport/control/socket.h"
+
+namespace wsync {
+
+// How long a loss notice that a call read (not the watch) may wait to be reported.
+inline constexpr absl::Duration kLossWatchPeriod = absl::Milliseconds(250);
+
+class LossWatch {
+ public:
+  using OnLoss = std::function<void(int32_t process, const absl::Status& reason)>;
+
+  LossWatch(ControlClient& client, OnLoss on_loss);
+  ~LossWatch();
+  LossWatch(const LossWatch&) = delete;
+  LossWatch& operator=(const LossWatch&) = delete;
+
+  // Processes reported to on_loss so far (counted as on_loss is called).
+  int reported() const { return reported_.load(); }
+
+ private:
+  void Run();
+
+  ControlClient& client_;
+  const OnLoss on_loss_;
+  const size_t first_;  // Notices before this index came before the watch.
+  UniqueFd wake_;       // An eventfd the destructor writes to.
+  std::atomic<bool> stop_{false};
+  std::atomic<int> reported_{0};
+  std::thread thread_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CONTROL_LOSS_WATCH_H_
