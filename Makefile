@@ -93,10 +93,11 @@ ASAN_ENV := $(SANITIZER_ENV) ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_
 TSAN_ENV := $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp
 
 # $(call sanitizer_test,BUILD_DIR,SANITIZER,ENV): configure, build and run the sanitizer labels.
-# Without the NCCL backend: the uninstrumented libcudart and libnccl it links leave a garbage
-# dynamic-TLS entry that crashes LeakSanitizer's exit-time scan (tests/sanitizers/README.md).
+# With the NCCL backend when CUDA is found (WSYNC_WITH_NCCL=AUTO): only libwsync_cuda.so links the
+# uninstrumented libcudart and libnccl, and no test process loads it but cuda_module_test's
+# (tests/sanitizers/README.md).
 define sanitizer_test
-	cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DWSYNC_SANITIZE=$(2) -DWSYNC_WITH_NCCL=OFF
+	cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DWSYNC_SANITIZE=$(2)
 	cmake --build $(1) -j$(JOBS)
 	$(3) ctest --test-dir $(1) --output-on-failure -L '$(SANITIZER_LABELS)' -LE '$(EXCLUDED_LABELS)' \
 	  -E '$(SANITIZER_EXCLUDED_TESTS)'

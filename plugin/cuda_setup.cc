@@ -11,6 +11,7 @@
 
 #if WSYNC_HAVE_NCCL
 #include "transport/nccl/cuda_device_memory.h"
+#include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_transport.h"
 #endif
 
@@ -21,8 +22,11 @@ constexpr absl::string_view kYes = "ok:";
 constexpr absl::string_view kNo = "no:";
 
 #if WSYNC_HAVE_NCCL
-std::unique_ptr<NcclApi> MakeApi(const NcclApiFactory& factory) {
-  return factory ? factory() : MakeRealNcclApi();
+// The factory's API, or the real one from the CUDA module (loaded on first use: Unimplemented
+// naming the module when it cannot be).
+absl::StatusOr<std::unique_ptr<NcclApi>> MakeApi(const NcclApiFactory& factory) {
+  if (factory) return factory();
+  return LoadRealNcclApi();
 }
 #endif
 
@@ -50,7 +54,8 @@ absl::StatusOr<std::string> UniqueIdIfRoot(const std::vector<int32_t>& members, 
                                            const NcclApiFactory& factory) {
   if (members.empty() || members.front() != process) return std::string();
 #if WSYNC_HAVE_NCCL
-  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id, NcclTransport::NewUniqueId(*MakeApi(factory)));
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
+  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id, NcclTransport::NewUniqueId(*api));
   return id.ToBytes();
 #else
   return absl::UnimplementedError("this build has no NCCL");
@@ -68,13 +73,14 @@ absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int
   const std::string mine =
       verdict.ok() ? absl::StrCat(kYes, unique_id) : absl::StrCat(kNo, verdict.message());
   WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine, deadline));
-  if (!verdict.ok()) return verdict;
+  // A refusing process fails like the others: its own "no" is in `all`.
   for (int32_t p = 0; p < static_cast<int32_t>(all.size()); ++p) {
     if (absl::StartsWith(all[p], kNo)) {
       return absl::UnimplementedError(absl::StrCat(
           "process ", p, " cannot move the job's CUDA memory: ", all[p].substr(kNo.size())));
     }
   }
+  if (!verdict.ok()) return verdict;  // Not reached: `all` holds this process's "no".
   if (std::find(members.begin(), members.end(), process) == members.end()) {
     return std::unique_ptr<Transport>();
   }
@@ -87,8 +93,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int
   options.unique_id = id;
   options.device = device;
   options.connect_deadline = deadline;
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> nccl,
-                         NcclTransport::Create(options, MakeApi(factory)));
+                         NcclTransport::Create(options, std::move(api)));
   return std::unique_ptr<Transport>(std::move(nccl));
 #else
   return absl::UnimplementedError("this build has no NCCL");
@@ -110,8 +117,10 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int 
   std::string unique_id;
   if (verdict.ok() && kinds.Process(process) == MemoryKind::kCuda) {
 #if WSYNC_HAVE_NCCL
+    absl::StatusOr<std::unique_ptr<NcclApi>> api = MakeApi(factory);
     absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> memory =
-        CudaDeviceMemory::Create(MakeApi(factory), device);
+        api.ok() ? CudaDeviceMemory::Create(std::move(*api), device)
+                 : absl::StatusOr<std::unique_ptr<CudaDeviceMemory>>(api.status());
     if (memory.ok()) {
       connection.device = std::move(*memory);
     } else {

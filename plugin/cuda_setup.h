@@ -9,11 +9,14 @@
 // in which the NCCL root also carries the communicator's unique id. The communicator's members are
 // the job's CUDA processes (when there are at least two), in ascending global id; the root is the
 // first. A verdict is "no" when this process's transport routes were refused (selector), when it
-// holds CUDA buffers and the build has no NCCL, or when its device cannot be used ("no CUDA
-// device"). Any "no" fails every process's connect with the refusing process's reason
-// (Unimplemented, WSYNC_UNSUPPORTED at the C ABI) before a communicator is formed, so nobody waits
-// in ncclCommInitRank for a process that gave up. Otherwise each member forms the communicator
-// (NcclTransport::Create, bounded by the connect deadline).
+// holds CUDA buffers and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which
+// links libcudart and libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device
+// cannot be used ("no CUDA device"). Only processes holding CUDA buffers load the module, so a
+// host-only process never maps the CUDA libraries. Any "no" fails the connect of every process,
+// the refusing ones included, with the same error: Unimplemented (WSYNC_UNSUPPORTED at the C ABI)
+// naming the first refusing process and its reason, before a communicator is formed, so nobody
+// waits in ncclCommInitRank for a process that gave up. Otherwise each member forms the
+// communicator (NcclTransport::Create, bounded by the connect deadline).
 
 #include <cstdint>
 #include <functional>
@@ -28,7 +31,8 @@
 namespace wsync {
 
 class NcclApi;
-// Makes the NcclApi the session calls (empty: the real CUDA runtime and NCCL); tests pass a fake.
+// Makes the NcclApi the session calls (empty: the real one of the CUDA module, loaded on first use:
+// transport/nccl/cuda_module.h); tests pass a fake.
 using NcclApiFactory = std::function<std::unique_ptr<NcclApi>()>;
 
 // Whether this build has the NCCL backend.

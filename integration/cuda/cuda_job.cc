@@ -16,6 +16,7 @@
 #include "plugin/session.h"
 #include "tests/testing/reference.h"
 #include "transport/nccl/cuda_device_memory.h"
+#include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace wsync {
@@ -26,7 +27,8 @@ namespace {
 class Device {
  public:
   static absl::StatusOr<std::unique_ptr<Device>> Create(int device) {
-    auto d = std::unique_ptr<Device>(new Device(device));
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
+    auto d = std::unique_ptr<Device>(new Device(std::move(api), device));
     WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*d->api_, device, "a CUDA job"));
     WSYNC_RETURN_IF_ERROR(d->api_->SetDevice(device));
     WSYNC_ASSIGN_OR_RETURN(d->stream_, d->api_->StreamCreate());
@@ -61,7 +63,7 @@ class Device {
   }
 
  private:
-  explicit Device(int device) : api_(MakeRealNcclApi()), device_(device) {}
+  Device(std::unique_ptr<NcclApi> api, int device) : api_(std::move(api)), device_(device) {}
   std::unique_ptr<NcclApi> api_;
   const int device_;
   CudaStream stream_ = nullptr;
@@ -150,7 +152,7 @@ absl::Status RunProcess(const CudaJobOptions& options, Role role, int32_t rank, 
 absl::StatusOr<CudaJobResult> RunCudaJob(const CudaJobOptions& options) {
   CudaJobResult result;
   {
-    std::unique_ptr<NcclApi> api = MakeRealNcclApi();
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
     WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*api, 0, "a CUDA job"));
     result.devices = api->DeviceCount();
   }

@@ -27,6 +27,7 @@
 #include "tests/gpu/gpu_count.h"
 #include "tests/testing/reference.h"
 #include "transport/nccl/cuda_copy.h"
+#include "transport/nccl/nccl_api_real.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace wsync {

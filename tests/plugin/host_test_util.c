@@ -49,6 +49,13 @@ const wsync_plugin_v1_t* LoadPlugin(const char* path) {
 wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int port,
                                const char* job_id, double deadline_seconds, float* weights, int dim,
                                int step) {
+  return InitSquareJobIn(api, is_trainer, port, job_id, deadline_seconds, weights, dim,
+                         WSYNC_MEMORY_HOST, step);
+}
+
+wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, int port,
+                                 const char* job_id, double deadline_seconds, float* weights,
+                                 int dim, wsync_memory_kind_t kind, int step) {
   wsync_config_t config;
   memset(&config, 0, sizeof(config));
   config.struct_size = sizeof(config);
@@ -67,8 +74,7 @@ wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int
   const int64_t origin[2] = {0, 0};
   const int64_t strides[2] = {dim, 1};
   const uint64_t bytes = (uint64_t)dim * (uint64_t)dim * sizeof(float);
-  if (CheckCall(api, session,
-                api->register_buffer(session, 1, weights, bytes, WSYNC_MEMORY_HOST, 0),
+  if (CheckCall(api, session, api->register_buffer(session, 1, weights, bytes, kind, 0),
                 "register_buffer", step, __LINE__) &&
       CheckCall(api, session, api->declare_parameter(session, "w", "fp32", 2, shape),
                 "declare_parameter", step, __LINE__) &&

@@ -30,6 +30,11 @@ wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int
                                const char* job_id, double deadline_seconds, float* weights, int dim,
                                int step);
 
+/* InitSquareJob with `weights` registered as memory of `kind` (device 0 for WSYNC_MEMORY_CUDA). */
+wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, int port,
+                                 const char* job_id, double deadline_seconds, float* weights,
+                                 int dim, wsync_memory_kind_t kind, int step);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago; 0 when none could be found. */
 int FreePort(void);
 

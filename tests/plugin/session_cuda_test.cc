@@ -188,7 +188,8 @@ TEST_F(SessionCudaTest, NoCudaDeviceIsRefusedEverywhereWithTheReason) {
   test::FakeCudaFabric no_gpu(/*devices=*/0);
   std::vector<Process> processes =
       MakeJob("cuda-none", "", MemoryKind::kHost, MemoryKind::kCuda, no_gpu);
-  ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kOk, "no CUDA device");
+  ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
+                          "no CUDA device");
 }
 
 }  // namespace

@@ -96,42 +96,6 @@ int64_t CountCopies2D(absl::Span<const int64_t> dst_strides, absl::Span<const in
   return count;
 }
 
-bool CudaCopyKernelsBuilt() {
-#ifdef WSYNC_CUDA_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
-
-absl::Status CopyStridedKernelAsync(CudaStream stream, void* dst,
-                                    absl::Span<const int64_t> dst_strides, const void* src,
-                                    absl::Span<const int64_t> src_strides,
-                                    absl::Span<const int64_t> shape, int64_t element_size) {
-#ifdef WSYNC_CUDA_KERNELS
-  if (dst_strides.size() != shape.size() || src_strides.size() != shape.size() ||
-      shape.size() > static_cast<size_t>(kMaxKernelAxes)) {
-    return absl::InvalidArgumentError(absl::StrCat("strided copy kernel: ", shape.size(),
-                                                   " axes with ", dst_strides.size(), " and ",
-                                                   src_strides.size(), " strides"));
-  }
-  if (element_size != 1 && element_size != 2 && element_size != 4 && element_size != 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("strided copy kernel: element size ", element_size, " is not 1, 2, 4 or 8"));
-  }
-  const int error =
-      LaunchStridedCopy(dst, dst_strides.data(), src, src_strides.data(), shape.data(),
-                        static_cast<int>(shape.size()), element_size, stream);
-  if (error != 0) {
-    return absl::InternalError(
-        absl::StrCat("strided copy kernel launch failed: cudaError ", error));
-  }
-  return absl::OkStatus();
-#else
-  return absl::UnimplementedError("this build has no CUDA copy kernels (nvcc was not found)");
-#endif
-}
-
 absl::Status CopyStridedAsync(NcclApi& api, CudaStream stream, void* dst,
                               absl::Span<const int64_t> dst_strides, const void* src,
                               absl::Span<const int64_t> src_strides,

@@ -9,9 +9,9 @@
 // element is a row of one element (correct for any geometry, slow for element-wise transposes).
 //
 // The general case: when a geometry needs more than kMaxCopies2D 2-D copies and the NcclApi has the
-// copy kernel (the real one when nvcc was found at configure time, compiled for sm_80 and sm_90;
-// NcclApi::HasCopyKernel), CopyStridedAsync launches that kernel once instead (element sizes 1, 2,
-// 4, 8; up to 8 axes).
+// copy kernel (the real one of libwsync_cuda.so when nvcc was found at configure time, compiled for
+// sm_80 and sm_90; NcclApi::HasCopyKernel), CopyStridedAsync launches that kernel once instead
+// (element sizes 1, 2, 4, 8; up to 8 axes).
 
 #include <cstdint>
 
@@ -22,15 +22,6 @@
 namespace wsync {
 
 inline constexpr int64_t kMaxCopies2D = 16;
-
-// Whether this build has the CUDA copy kernel.
-bool CudaCopyKernelsBuilt();
-
-// The kernel alone (Unimplemented without it): one launch for any geometry.
-absl::Status CopyStridedKernelAsync(CudaStream stream, void* dst,
-                                    absl::Span<const int64_t> dst_strides, const void* src,
-                                    absl::Span<const int64_t> src_strides,
-                                    absl::Span<const int64_t> shape, int64_t element_size);
 
 // Copies the region `shape` of elements of `element_size` bytes from `src` (element strides
 // `src_strides`) to `dst` (element strides `dst_strides`) on `stream`. The regions must not

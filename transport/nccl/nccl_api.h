@@ -4,8 +4,10 @@
 // The few NCCL and CUDA runtime calls the NCCL backend makes, behind a small interface so that the
 // backend's bookkeeping (round grouping, tag order, deadlines, abort) is tested against a fake on
 // machines without a GPU. This header does not include <nccl.h> or the CUDA headers: handles are
-// opaque pointers and results are absl::Status. RealNcclApi (nccl_api_real.cc, the only file that
-// includes <nccl.h> and <cuda_runtime_api.h>) calls the libraries directly.
+// opaque pointers and results are absl::Status. The real API (nccl_api_real.h, the only code that
+// includes <nccl.h> and <cuda_runtime_api.h>) lives in the module libwsync_cuda.so, which links
+// libcudart and libnccl; the rest of wsync reaches it through cuda_module.h (LoadRealNcclApi), so
+// that a process maps the CUDA libraries only once it needs them.
 //
 // Non-blocking NCCL: communicators are created with config.blocking = 0, so NCCL calls return at
 // once; a call whose work continues in the background returns "in progress" (false below), and
@@ -96,9 +98,6 @@ class NcclApi {
   virtual absl::Status Recv(void* data, size_t bytes, int peer, NcclComm comm,
                             CudaStream stream) = 0;
 };
-
-// The NCCL and CUDA libraries themselves (libnccl, libcudart), linked directly.
-std::unique_ptr<NcclApi> MakeRealNcclApi();
 
 }  // namespace wsync
 

@@ -1,4 +1,6 @@
-// The only file of wsync that includes <nccl.h> and the CUDA runtime header.
+// The only file of wsync that includes <nccl.h> and the CUDA runtime header (see nccl_api_real.h).
+
+#include "transport/nccl/nccl_api_real.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -8,8 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
-#include "transport/nccl/cuda_copy.h"
-#include "transport/nccl/nccl_api.h"
+#include "transport/nccl/cuda_copy_kernel.h"
 
 namespace wsync {
 namespace {
@@ -44,6 +45,35 @@ absl::StatusOr<bool> NcclProgress(ncclResult_t result, const char* call, ncclCom
   if (result == ncclSuccess) return true;
   if (result == ncclInProgress) return false;
   return NcclError(result, call, comm);
+}
+
+// One launch of the strided copy kernel (cuda_copy_kernel.cu) for any geometry; Unimplemented in
+// a build without it (nvcc not found at configure time).
+absl::Status CopyStridedKernelAsync(CudaStream stream, void* dst,
+                                    absl::Span<const int64_t> dst_strides, const void* src,
+                                    absl::Span<const int64_t> src_strides,
+                                    absl::Span<const int64_t> shape, int64_t element_size) {
+#ifdef WSYNC_CUDA_KERNELS
+  if (dst_strides.size() != shape.size() || src_strides.size() != shape.size() ||
+      shape.size() > static_cast<size_t>(kMaxKernelAxes)) {
+    return absl::InvalidArgumentError(absl::StrCat("strided copy kernel: ", shape.size(),
+                                                   " axes with ", dst_strides.size(), " and ",
+                                                   src_strides.size(), " strides"));
+  }
+  if (element_size != 1 && element_size != 2 && element_size != 4 && element_size != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("strided copy kernel: element size ", element_size, " is not 1, 2, 4 or 8"));
+  }
+  const int error =
+      LaunchStridedCopy(dst, dst_strides.data(), src, src_strides.data(), shape.data(),
+                        static_cast<int>(shape.size()), element_size, stream);
+  if (error != 0) {
+    return CudaError(static_cast<cudaError_t>(error), "strided copy kernel launch");
+  }
+  return absl::OkStatus();
+#else
+  return absl::UnimplementedError("this build has no CUDA copy kernels (nvcc was not found)");
+#endif
 }
 
 class RealNcclApi final : public NcclApi {
@@ -118,7 +148,13 @@ class RealNcclApi final : public NcclApi {
     return absl::OkStatus();
   }
 
-  bool HasCopyKernel() override { return CudaCopyKernelsBuilt(); }
+  bool HasCopyKernel() override {
+#ifdef WSYNC_CUDA_KERNELS
+    return true;
+#else
+    return false;
+#endif
+  }
   absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides, const void* src,
                                absl::Span<const int64_t> src_strides,
                                absl::Span<const int64_t> shape, int64_t element_size,
@@ -228,16 +264,6 @@ class RealNcclApi final : public NcclApi {
 };
 
 }  // namespace
-
-absl::StatusOr<NcclUniqueId> NcclUniqueId::FromBytes(const std::string& serialized) {
-  NcclUniqueId id;
-  if (serialized.size() != id.bytes.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("an NCCL unique id is ", id.bytes.size(), " bytes, not ", serialized.size()));
-  }
-  std::memcpy(id.bytes.data(), serialized.data(), id.bytes.size());
-  return id;
-}
 
 std::unique_ptr<NcclApi> MakeRealNcclApi() { return std::make_unique<RealNcclApi>(); }
 
