@@ -174,6 +174,11 @@ class FakeApi final : public NcclApi {
     const Dims from(src_strides.begin(), src_strides.end());
     const Dims extent(shape.begin(), shape.end());
     absl::MutexLock lock(&s_->mu);
+    // A kernel dereferences its pointers on the device: pageable host memory is out of its reach
+    // (a real launch would fault), so the fake refuses it.
+    if (!s_->IsDevice(dst) || !s_->IsDevice(src)) {
+      return absl::InternalError("fake: copy kernel launched on host memory");
+    }
     ++s_->kernel_launches;
     s_->Enqueue(Id(stream), [=] {
       CopyStrided(dst, to, src, from, extent, element_size);

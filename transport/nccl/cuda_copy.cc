@@ -96,6 +96,15 @@ int64_t CountCopies2D(absl::Span<const int64_t> dst_strides, absl::Span<const in
   return count;
 }
 
+namespace {
+bool BothOnDevice(NcclApi& api, const void* dst, const void* src) {
+  absl::StatusOr<MemoryKind> dst_kind = api.PointerKind(dst);
+  absl::StatusOr<MemoryKind> src_kind = api.PointerKind(src);
+  return dst_kind.ok() && src_kind.ok() && *dst_kind == MemoryKind::kCuda &&
+         *src_kind == MemoryKind::kCuda;
+}
+}  // namespace
+
 absl::Status CopyStridedAsync(NcclApi& api, CudaStream stream, void* dst,
                               absl::Span<const int64_t> dst_strides, const void* src,
                               absl::Span<const int64_t> src_strides,
@@ -104,8 +113,11 @@ absl::Status CopyStridedAsync(NcclApi& api, CudaStream stream, void* dst,
   if (plan.empty) return absl::OkStatus();
   int64_t copies = 1;
   for (const Axis& axis : plan.outer) copies *= axis.extent;
+  // The kernel only between device pointers: it cannot reach pageable host memory, which
+  // cudaMemcpy2DAsync copies through the copy engines.
   if (api.HasCopyKernel() && copies > kMaxCopies2D && shape.size() <= kMaxKernelAxes &&
-      (element_size == 1 || element_size == 2 || element_size == 4 || element_size == 8)) {
+      (element_size == 1 || element_size == 2 || element_size == 4 || element_size == 8) &&
+      BothOnDevice(api, dst, src)) {
     return api.CopyKernelAsync(dst, dst_strides, src, src_strides, shape, element_size, stream);
   }
   std::vector<int64_t> index(plan.outer.size(), 0);

@@ -11,7 +11,8 @@
 // The general case: when a geometry needs more than kMaxCopies2D 2-D copies and the NcclApi has the
 // copy kernel (the real one of libwsync_cuda.so when nvcc was found at configure time, compiled for
 // sm_80 and sm_90; NcclApi::HasCopyKernel), CopyStridedAsync launches that kernel once instead
-// (element sizes 1, 2, 4, 8; up to 8 axes).
+// (element sizes 1, 2, 4, 8; up to 8 axes) when both pointers are device memory
+// (NcclApi::PointerKind): a copy to or from host memory always goes through cudaMemcpy2DAsync.
 
 #include <cstdint>
 
