@@ -24,6 +24,10 @@ ABSL_FLAG(std::string, secret_file, "", "File holding the job secret (mode 0600)
 ABSL_FLAG(std::string, secret_env, "", "Environment variable holding the job secret.");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once listening.");
 ABSL_FLAG(double, rendezvous_timeout_s, 600, "Seconds every process has to join.");
+ABSL_FLAG(int32_t, heartbeat_interval_ms, 250,
+          "Milliseconds between heartbeats; 0: none, and no silence limit.");
+ABSL_FLAG(double, silence_limit_s, 3,
+          "Seconds of silence (no frame, not even a heartbeat) after which a process is lost.");
 
 namespace wsync::cli {
 namespace {
@@ -44,6 +48,8 @@ absl::Status Serve() {
   options.num_trainers = absl::GetFlag(FLAGS_trainers);
   options.num_rollouts = absl::GetFlag(FLAGS_rollouts);
   options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.silence_limit = absl::Seconds(absl::GetFlag(FLAGS_silence_limit_s));
 
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
   sigset_t stop;

@@ -1,9 +1,11 @@
 // Real processes under faults: a coordinator (`wsync coordinator`) and wsync_test_worker trainers
 // and rollouts (tests/multiproc/worker_main.cc) moving qwen2.5-tiny from megatron(tp=2) to
 // vllm(tp=2) over UCX shared memory with a short deadline D. One process is killed or stopped at a
-// failpoint (WSYNC_FAILPOINTS, common/failpoint.h) or the coordinator is killed by the test, and
-// every surviving process must report an error naming the lost process (or the coordinator)
-// within D + 2 s of the sync's start; never a hang. The bounds are hang bounds with generous slack,
+// failpoint (WSYNC_FAILPOINTS, common/failpoint.h) or the coordinator is killed or stopped by the
+// test, and every surviving process must report an error naming the lost process (or the
+// coordinator) within D + 2 s of the sync's start, or, with a long D, within a few seconds of the
+// loss (a close at once; a frozen process or coordinator after the 3 s silence limit of the
+// control plane's heartbeats); never a hang. The bounds are hang bounds with generous slack,
 // not performance measures. Every test is bounded by ProcessesSpec::timeout and the ctest TIMEOUT.
 
 #include <signal.h>
@@ -84,8 +86,12 @@ struct FaultJob {
   // default D + 1 s.
   std::optional<double> coordinator_linger_s;
   // Called with the workers' outputs (by global id) while they run; returns true when the test
-  // should kill the coordinator now (once).
+  // should kill the coordinator now (once), with coordinator_signal. SIGSTOP freezes it without
+  // closing its connections (a silent host); it is SIGKILLed once the workers finished.
   std::function<bool(const std::vector<std::string>&)> kill_coordinator_when;
+  int coordinator_signal = SIGKILL;
+  // The coordinator's --silence_limit_s; unset: its default (3 s).
+  std::optional<double> silence_limit_s;
 };
 
 struct FaultRun {
@@ -131,7 +137,8 @@ FaultRun RunFaultJob(const FaultJob& job) {
               "--port",
               absl::StrCat(*port),
               "--rendezvous_timeout_s",
-              "60"};
+              "60",
+              absl::StrCat("--silence_limit_s=", job.silence_limit_s.value_or(3))};
     }
     const int p = ids[index - 1];
     const bool trainer = p < kTrainers;
@@ -164,10 +171,10 @@ FaultRun RunFaultJob(const FaultJob& job) {
     if (!pid) return;
     std::vector<std::string> by_id(workers);
     for (size_t i = 0; i < ids.size(); ++i) by_id[ids[i]] = outputs[i + 1];
-    if (job.kill_coordinator_when && job.kill_coordinator_when(by_id)) {
-      kill(*pid, SIGKILL);
+    if (!run.coordinator_killed && job.kill_coordinator_when && job.kill_coordinator_when(by_id)) {
+      kill(*pid, job.coordinator_signal);
       run.coordinator_killed = absl::Now();
-      coordinator_gone = true;
+      coordinator_gone = job.coordinator_signal == SIGKILL;
       return;
     }
     bool all_done = true;
@@ -176,7 +183,10 @@ FaultRun RunFaultJob(const FaultJob& job) {
       std::vector<SyncResult> results = Results(by_id[p]);
       if (results.empty() || results.back().version < job.versions) all_done = false;
     }
-    if (all_done) {
+    if (all_done && run.coordinator_killed) {
+      kill(*pid, SIGKILL);  // Stopped by the test: SIGTERM would stay pending.
+      coordinator_gone = true;
+    } else if (all_done) {
       // Let the workers finish their last call (a barrier after success) before it goes.
       absl::SleepFor(absl::Seconds(job.coordinator_linger_s.value_or(job.deadline_s + 1)));
       kill(*pid, SIGTERM);
@@ -304,6 +314,37 @@ TEST(FaultTest, KilledProcessFailsEverySurvivorLongBeforeTheDeadline) {
   }
 }
 
+// A silent host: rollout rank 1 SIGSTOPs itself at its second receive post (frozen, its
+// connections open; continued after 12 s), with a 30 s deadline and the coordinator's default
+// 3 s silence limit. The coordinator hears nothing from it (no heartbeat) and takes it as lost:
+// every survivor's sync fails within a few seconds, naming it and the silence, instead of at the
+// deadline; the next sync fails at once. The frozen process, once continued, fails too (its
+// coordinator connection was closed), and nobody hangs.
+TEST(FaultTest, FrozenProcessIsLostForSilenceLongBeforeTheDeadline) {
+  FaultJob job;
+  job.deadline_s = 30;
+  job.coordinator_linger_s = 1;
+  job.failpoints[3] = "recv:stop=12s@2";
+  FaultRun run = RunFaultJob(job);
+  ASSERT_EQ(run.workers.size(), 4u);
+  constexpr double kFewSeconds = 10.0;  // Silence limit 3 s, plus slack for a loaded machine.
+  for (int p = 0; p < kTrainers + kRollouts; ++p) {
+    SCOPED_TRACE(Describe(run, p));
+    EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
+    ASSERT_EQ(run.results[p].size(), 2u);
+    const SyncResult& first = run.results[p][0];
+    EXPECT_EQ(first.version, 1);
+    EXPECT_FALSE(first.ok);
+    EXPECT_FALSE(run.results[p][1].ok);
+    if (p == 3) continue;
+    std::printf("process %d: version 1 failed after %.3f s (deadline 30 s)\n", p, first.total_s);
+    EXPECT_TRUE(absl::StrContains(first.error, "process 3 (")) << first.error;
+    EXPECT_TRUE(absl::StrContains(first.error, "silent for")) << first.error;
+    EXPECT_LT(first.total_s, kFewSeconds) << first.error;
+    EXPECT_LT(run.results[p][1].total_s, kFewSeconds) << run.results[p][1].error;
+  }
+}
+
 TEST(FaultTest, KillTrainerMidSync) {
   FaultJob job;
   job.failpoints[1] = "send:kill@2";  // Trainer rank 1, at its second send post.
@@ -314,7 +355,8 @@ TEST(FaultTest, KillTrainerMidSync) {
   ExpectSurvivorsReport(run, job, 1, {"process 1", "trainer rank 1"});
 }
 
-// Rollout rank 1 stops itself for 3 D at its second receive post of version 1 and is continued.
+// Rollout rank 1 stops itself for 3 D (below the coordinator's silence limit, raised to 30 s here)
+// at its second receive post of version 1 and is continued.
 // Everyone fails version 1 (the stopped process included: it applies nothing from it). While it is
 // stopped the others fail each sync at D naming it. Once it resumes it catches up at once: its
 // calls to collective rounds the others already failed fail immediately (the coordinator fails a
@@ -324,6 +366,7 @@ TEST(FaultTest, KillTrainerMidSync) {
 TEST(FaultTest, StopRolloutForThreeDeadlinesThenContinue) {
   FaultJob job;
   job.versions = 5;
+  job.silence_limit_s = 30;  // Stopped for less than the silence limit: not lost, it catches up.
   job.failpoints[3] = absl::StrCat("recv:stop=", 3 * kDeadlineSeconds, "s@2");
   FaultRun run = RunFaultJob(job);
   ASSERT_EQ(run.workers.size(), 4u);
@@ -371,6 +414,40 @@ bool AllPrinted(const std::vector<std::string>& outputs, const std::set<int>& sk
     if (!skip.count(static_cast<int>(p)) && !absl::StrContains(outputs[p], marker)) return false;
   }
   return true;
+}
+
+// The coordinator is killed (its connections close) or stopped (frozen: they stay open, and only
+// its silence tells) while every process is in version 1's transfer, which trainer rank 1 holds
+// up by sleeping 12 s at its second send post (deadline 30 s). The others fail within a few seconds
+// with an error naming the coordinator: those moving data through their LossWatch (every peer
+// counts as lost), those waiting in the commit decision through the call itself.
+TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
+  for (int signal : {SIGKILL, SIGSTOP}) {
+    SCOPED_TRACE(signal == SIGKILL ? "killed" : "stopped");
+    FaultJob job;
+    job.deadline_s = 30;
+    job.versions = 1;
+    job.failpoints[1] = "send:delay=12s@2";
+    job.coordinator_signal = signal;
+    job.kill_coordinator_when = [&](const std::vector<std::string>& outputs) {
+      return AllPrinted(outputs, {}, "PHASE transfer version=1");
+    };
+    FaultRun run = RunFaultJob(job);
+    ASSERT_TRUE(run.coordinator_killed.has_value()) << "the workers never reached the transfer";
+    constexpr double kFewSeconds = 10.0;  // 3 s of silence (SIGSTOP) plus slack.
+    for (int p = 0; p < kTrainers + kRollouts; ++p) {
+      SCOPED_TRACE(Describe(run, p));
+      EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
+      ASSERT_EQ(run.results[p].size(), 1u);
+      const SyncResult& first = run.results[p][0];
+      EXPECT_FALSE(first.ok) << "committed without the coordinator";
+      if (p == 1) continue;  // Asleep in the failpoint for 12 s.
+      std::printf("%s coordinator: process %d failed after %.3f s (deadline 30 s): %s\n",
+                  signal == SIGKILL ? "killed" : "stopped", p, first.total_s, first.error.c_str());
+      EXPECT_TRUE(absl::StrContains(first.error, "coordinator")) << first.error;
+      EXPECT_LT(first.total_s, kFewSeconds) << first.error;
+    }
+  }
 }
 
 TEST(FaultTest, KillCoordinatorDuringRendezvous) {

@@ -11,10 +11,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
+#include "transport/control/framing.h"
+#include "transport/control/protocol.h"
+#include "transport/control/socket.h"
 
 namespace wsync::control_testing {
 
@@ -84,6 +89,38 @@ inline Job StartJob(int32_t trainers, int32_t rollouts, CoordinatorOptions optio
   });
   return job;
 }
+
+// A Hello built by hand, for replays, bad fields and processes that go silent. `heartbeats`: it
+// offers heartbeats (and then never sends any unless the test does).
+inline control::Frame MakeHello(absl::string_view secret, absl::string_view nonce, ControlRole role,
+                                int32_t rank, int role_value = 0, bool heartbeats = false) {
+  control::Frame frame;
+  control::Hello* h = frame.mutable_hello();
+  h->set_protocol_version(kControlProtocolVersion);
+  h->set_job_id(kJob);
+  h->set_role(static_cast<control::Role>(role_value != 0 ? role_value : int(RoleToProto(role))));
+  h->set_rank(rank);
+  h->set_node_id("manual-node");
+  const std::string client_nonce(kNonceBytes, 'c');
+  h->set_client_nonce(client_nonce);
+  h->set_mac(HelloMac(secret, nonce, client_nonce, kJob, role, rank, "manual-node"));
+  h->set_heartbeats(heartbeats);
+  return frame;
+}
+
+// A raw connection to the coordinator, driven frame by frame.
+struct Raw {
+  explicit Raw(int port) {
+    absl::StatusOr<UniqueFd> c = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(2));
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) fd = *std::move(c);
+  }
+  absl::StatusOr<control::Frame> Read() {
+    return ReadFrame(fd.get(), reader, absl::Now() + absl::Seconds(3));
+  }
+  UniqueFd fd;
+  FrameReader reader{kDefaultMaxFrameBytes};
+};
 
 }  // namespace wsync::control_testing
 

@@ -37,8 +37,10 @@ using control_testing::ClientOptions;
 using control_testing::Job;
 using control_testing::kJob;
 using control_testing::kSecret;
+using control_testing::MakeHello;
 using control_testing::Options;
 using control_testing::Parallel;
+using control_testing::Raw;
 using control_testing::StartJob;
 using ::testing::AllOf;
 using ::testing::AnyOf;
@@ -395,36 +397,6 @@ TEST(CoordinatorTest, DifferentCollectivesInOneRoundFailEveryProcess) {
     EXPECT_TRUE(job.clients[id]->Barrier(deadline).ok());
   });
 }
-
-// A Hello built by hand, for replays and bad fields.
-control::Frame MakeHello(absl::string_view secret, absl::string_view nonce, ControlRole role,
-                         int32_t rank, int role_value = 0) {
-  control::Frame frame;
-  control::Hello* h = frame.mutable_hello();
-  h->set_protocol_version(kControlProtocolVersion);
-  h->set_job_id(kJob);
-  h->set_role(static_cast<control::Role>(role_value != 0 ? role_value : int(RoleToProto(role))));
-  h->set_rank(rank);
-  h->set_node_id("manual-node");
-  const std::string client_nonce(kNonceBytes, 'c');
-  h->set_client_nonce(client_nonce);
-  h->set_mac(HelloMac(secret, nonce, client_nonce, kJob, role, rank, "manual-node"));
-  return frame;
-}
-
-// A raw connection to the coordinator, driven frame by frame.
-struct Raw {
-  explicit Raw(int port) {
-    absl::StatusOr<UniqueFd> c = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(2));
-    EXPECT_TRUE(c.ok()) << c.status();
-    if (c.ok()) fd = *std::move(c);
-  }
-  absl::StatusOr<control::Frame> Read() {
-    return ReadFrame(fd.get(), reader, absl::Now() + absl::Seconds(3));
-  }
-  UniqueFd fd;
-  FrameReader reader{kDefaultMaxFrameBytes};
-};
 
 // The coordinator's refusal, read after the challenge.
 absl::Status RefusalOf(Raw& raw) {

@@ -1,6 +1,7 @@
 #include "transport/control/client.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/failpoint.h"
 #include "common/status.h"
@@ -34,7 +36,14 @@ absl::Status Wrap(const absl::Status& status, absl::string_view context) {
 
 }  // namespace
 
-ControlClient::~ControlClient() { WipeSecret(options_.secret); }
+ControlClient::~ControlClient() {
+  if (keepalive_.joinable()) {
+    const uint64_t one = 1;
+    (void)!write(stop_fd_.get(), &one, sizeof(one));
+    keepalive_.join();
+  }
+  WipeSecret(options_.secret);
+}
 
 std::string ControlClient::Prefix() const {
   if (process_ >= 0) {
@@ -84,7 +93,17 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
     client->writer_ = FrameWriter();
     bool retry = false;
     absl::Status handshake = client->Handshake(deadline, &retry);
-    if (handshake.ok()) return client;
+    if (handshake.ok()) {
+      if (client->heartbeat_interval_ > absl::ZeroDuration()) {
+        client->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        client->notice_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        if (!client->stop_fd_.valid() || !client->notice_fd_.valid()) {
+          return absl::InternalError(absl::StrCat(client->Prefix(), "eventfd failed"));
+        }
+        client->keepalive_ = std::thread([c = client.get()] { c->KeepAlive(); });
+      }
+      return client;
+    }
     client->fd_.Reset();
     const absl::Time now = absl::Now();
     if (!retry || now >= deadline) return handshake;
@@ -123,6 +142,7 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   hello->set_rank(options_.rank);
   hello->set_node_id(options_.node_id);
   hello->set_client_nonce(client_nonce);
+  hello->set_heartbeats(options_.heartbeats);
   hello->set_mac(HelloMac(options_.secret, nonce, client_nonce, options_.job_id, options_.role,
                           options_.rank, options_.node_id));
   if (absl::Status sent = WriteFrame(fd, writer_, hello_frame, kHandshakeFrameBytes, deadline);
@@ -152,10 +172,16 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   const int64_t trainers = welcome.num_trainers();
   const int64_t rollouts = welcome.num_rollouts();
   const int64_t count = options_.role == ControlRole::kTrainer ? trainers : rollouts;
+  const int64_t interval_ms = welcome.heartbeat_interval_ms();
+  const int64_t limit_ms = welcome.silence_limit_ms();
+  const bool heartbeats_consistent = interval_ms == 0 ? limit_ms == 0
+                                                      : options_.heartbeats && interval_ms > 0 &&
+                                                            limit_ms >= 2 * interval_ms &&
+                                                            limit_ms <= int64_t{86400000};
   if (trainers < 0 || rollouts < 0 || trainers + rollouts > kMaxControlProcesses ||
       options_.rank >= count ||
       welcome.process() != GlobalProcessId(options_.role, options_.rank, trainers) ||
-      !CheckFrameCap(welcome.max_frame_bytes()).ok()) {
+      !CheckFrameCap(welcome.max_frame_bytes()).ok() || !heartbeats_consistent) {
     return absl::FailedPreconditionError(
         absl::StrCat(Prefix(), "the coordinator sent an inconsistent welcome"));
   }
@@ -163,14 +189,17 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   num_rollouts_ = static_cast<int32_t>(rollouts);
   coordinator_max_frame_bytes_ = welcome.max_frame_bytes();
   process_ = welcome.process();
+  heartbeat_interval_ = absl::Milliseconds(interval_ms);
+  silence_limit_ = absl::Milliseconds(limit_ms);
   reader_.set_max_frame_bytes(options_.max_frame_bytes);
+  reader_.set_progress_counter(&bytes_heard_);
   return absl::OkStatus();
 }
 
 absl::Status ControlClient::Broken(const absl::Status& cause) {
-  if (aborted_.load()) {
-    absl::MutexLock lock(&abort_mu_);
-    return absl::AbortedError(absl::StrCat(Prefix(), "aborted: ", abort_reason_.message()));
+  if (closed_.load()) {
+    absl::MutexLock lock(&close_mu_);
+    return close_reason_;
   }
   if (broken_.ok()) broken_ = cause;
   return broken_;
@@ -178,7 +207,7 @@ absl::Status ControlClient::Broken(const absl::Status& cause) {
 
 absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Time deadline) {
   absl::MutexLock io(&io_mu_);
-  if (aborted_.load() || !broken_.ok()) return Broken(broken_);
+  if (closed_.load() || !broken_.ok()) return Broken(broken_);
   if (join_attempted_) {
     return absl::FailedPreconditionError(absl::StrCat(Prefix(), "Join may be called only once"));
   }
@@ -189,10 +218,12 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
   join->set_address(request.address);
   join->set_metadata(request.metadata);
   const int fd = fd_.get();
-  if (absl::Status sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
-      !sent.ok()) {
-    return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join: ")));
+  absl::Status sent;
+  {
+    absl::MutexLock write(&write_mu_);
+    sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
   }
+  if (!sent.ok()) return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join: ")));
   frame.Clear();
   for (;;) {
     absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
@@ -205,6 +236,7 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
     if (got->has_reject()) {
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
     }
+    if (got->has_heartbeat()) continue;
     if (got->has_lost()) {  // A replacement may hear of another loss before its roster.
       WSYNC_RETURN_IF_ERROR(RecordLoss(got->lost()));
       continue;
@@ -263,7 +295,7 @@ std::optional<Roster> ControlClient::TakeRosterUpdate() {
 absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute contribute,
                                                           absl::Time deadline) {
   const absl::string_view kind = CollectiveName(contribute.kind());
-  if (aborted_.load()) return Broken(broken_);
+  if (closed_.load()) return Broken(broken_);
   if (!joined_) {
     return absl::FailedPreconditionError(absl::StrCat(Prefix(), kind, " before a successful Join"));
   }
@@ -289,17 +321,21 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
   }
   const int fd = fd_.get();
   if (absl::Status fp = failpoint::Check("control"); !fp.ok()) return Broken(Wrap(fp, name));
-  if (absl::Status sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
-      !sent.ok()) {
+  absl::Status sent;
+  {
+    absl::MutexLock write(&write_mu_);
+    sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
+  }
+  if (!sent.ok()) {
     // On a deadline the unsent rest stays queued and goes out first on the next call.
-    if (absl::IsDeadlineExceeded(sent) && !aborted_.load()) return Wrap(sent, name);
+    if (absl::IsDeadlineExceeded(sent) && !closed_.load()) return Wrap(sent, name);
     return Broken(Wrap(sent, name));
   }
   if (!local.ok()) return local;
   for (;;) {
     absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
     if (!got.ok()) {
-      if (absl::IsDeadlineExceeded(got.status()) && !aborted_.load()) {
+      if (absl::IsDeadlineExceeded(got.status()) && !closed_.load()) {
         return absl::DeadlineExceededError(
             absl::StrCat(name, "no answer from the coordinator before the deadline"));
       }
@@ -309,6 +345,7 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
                          absl::StrCat(name, "the coordinator closed the connection: ")));
     }
+    if (got->has_heartbeat()) continue;
     if (got->has_lost()) {
       if (absl::Status recorded = RecordLoss(got->lost()); !recorded.ok()) return recorded;
       continue;
@@ -406,16 +443,29 @@ absl::Status ControlClient::RecordLoss(const control::Lost& lost) {
     return Broken(
         absl::InternalError(absl::StrCat(Prefix(), "protocol error: a loss notice out of range")));
   }
-  absl::MutexLock lock(&loss_mu_);
-  losses_.push_back(LossNotice{lost.process(), lost.reason()});
+  {
+    absl::MutexLock lock(&loss_mu_);
+    losses_.push_back(LossNotice{lost.process(), lost.reason()});
+  }
+  const uint64_t one = 1;
+  if (notice_fd_.valid()) (void)!write(notice_fd_.get(), &one, sizeof(one));
   return absl::OkStatus();
 }
 
 absl::Status ControlClient::WatchLosses(absl::Time until, int wake_fd) {
-  if (aborted_.load()) return absl::AbortedError(absl::StrCat(Prefix(), "aborted"));
-  pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-  const int ready = poll(fds, wake_fd >= 0 ? 2 : 1, PollTimeoutMs(until));
-  if (ready <= 0 || fds[0].revents == 0 || (wake_fd >= 0 && fds[1].revents != 0)) {
+  if (closed_.load()) {
+    absl::MutexLock lock(&close_mu_);
+    return close_reason_;
+  }
+  // Negative descriptors (no heartbeat thread, no wake_fd) are ignored by poll.
+  pollfd fds[3] = {{fd_.get(), POLLIN, 0}, {notice_fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  const int ready = poll(fds, 3, PollTimeoutMs(until));
+  if (fds[1].revents != 0) {  // The heartbeat thread recorded a notice: the caller looks now.
+    uint64_t count = 0;
+    (void)!read(notice_fd_.get(), &count, sizeof(count));
+    return absl::OkStatus();
+  }
+  if (ready <= 0 || fds[0].revents == 0 || fds[2].revents != 0) {
     return absl::OkStatus();  // Nothing came (or EINTR), or the caller was woken.
   }
   if (!io_mu_.TryLock()) {
@@ -429,7 +479,7 @@ absl::Status ControlClient::WatchLosses(absl::Time until, int wake_fd) {
 }
 
 absl::Status ControlClient::ReadUnasked() {
-  if (aborted_.load() || !broken_.ok()) return Broken(broken_);
+  if (closed_.load() || !broken_.ok()) return Broken(broken_);
   for (;;) {
     absl::StatusOr<bool> complete = reader_.ReadSome(fd_.get());
     if (!complete.ok()) {
@@ -438,7 +488,9 @@ absl::Status ControlClient::ReadUnasked() {
     if (!*complete) return absl::OkStatus();
     absl::StatusOr<control::Frame> frame = reader_.TakeFrame();
     if (!frame.ok()) return Broken(Wrap(frame.status(), Prefix()));
-    if (frame->has_lost()) {
+    if (frame->has_heartbeat()) {
+      // Liveness only (counted as it arrived).
+    } else if (frame->has_lost()) {
       WSYNC_RETURN_IF_ERROR(RecordLoss(frame->lost()));
     } else if (frame->has_roster()) {
       absl::StatusOr<Roster> update = ReadRoster(*frame->mutable_roster());
@@ -455,14 +507,78 @@ absl::Status ControlClient::ReadUnasked() {
 }
 
 void ControlClient::Abort(const absl::Status& reason) {
+  Close(absl::AbortedError(
+      absl::StrCat(Prefix(), "aborted: ", reason.ok() ? "aborted" : reason.message())));
+}
+
+void ControlClient::Close(const absl::Status& reason) {
   {
-    absl::MutexLock lock(&abort_mu_);
-    if (aborted_.load()) return;
-    abort_reason_ = reason.ok() ? absl::AbortedError("aborted") : reason;
-    aborted_.store(true);
+    absl::MutexLock lock(&close_mu_);
+    if (closed_.load()) return;
+    close_reason_ = reason;
+    closed_.store(true);
   }
   // Wakes a call blocked in poll; the descriptor itself is closed only by the destructor.
   if (fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
+}
+
+void ControlClient::SendHeartbeat() {
+  // A call writing a frame holds the lock: its bytes tell the coordinator this process is alive.
+  if (!write_mu_.TryLock()) return;
+  if (writer_.empty()) {
+    control::Frame frame;
+    frame.mutable_heartbeat();
+    absl::StatusOr<std::string> encoded = EncodeFrame(frame, coordinator_max_frame_bytes_);
+    if (encoded.ok()) writer_.Enqueue(std::make_shared<const std::string>(*std::move(encoded)));
+  }
+  // Never waits: what the socket does not take now goes with the next heartbeat or call; a
+  // failed connection shows on the reading side.
+  (void)writer_.Flush(fd_.get());
+  write_mu_.Unlock();
+}
+
+void ControlClient::KeepAlive() {
+  absl::Time heard_at = absl::Now();  // The Welcome just came.
+  int64_t heard_bytes = bytes_heard_.load();
+  absl::Time next_beat = heard_at + heartbeat_interval_;
+  bool poll_connection = true;
+  while (!closed_.load()) {
+    pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
+    const int ready = poll(fds, 2, PollTimeoutMs(std::min(next_beat, heard_at + silence_limit_)));
+    if (ready > 0 && fds[0].revents != 0) return;  // The destructor.
+    const absl::Time now = absl::Now();
+    poll_connection = true;
+    if (ready > 0 && fds[1].revents != 0) {
+      heard_at = now;  // Something arrived (or the end, which the read below reports).
+      if (io_mu_.TryLock()) {
+        const absl::Status read = ReadUnasked();
+        io_mu_.Unlock();
+        if (!read.ok()) {
+          // The connection is unusable (the calls report why): close it, so that the coordinator
+          // takes this process as lost now instead of after the silence limit.
+          shutdown(fd_.get(), SHUT_RDWR);
+          return;
+        }
+      } else {
+        poll_connection = false;  // A call holds the connection and reads; look at the next beat.
+      }
+    }
+    if (const int64_t bytes = bytes_heard_.load(); bytes != heard_bytes) {
+      heard_bytes = bytes;
+      heard_at = now;
+    }
+    if (now - heard_at >= silence_limit_) {
+      Close(absl::UnavailableError(absl::StrFormat(
+          "%slost the coordinator: nothing arrived from it for %.1f s (the silence limit is "
+          "%.1f s)",
+          Prefix(), absl::ToDoubleSeconds(now - heard_at), absl::ToDoubleSeconds(silence_limit_))));
+      return;
+    }
+    if (now >= next_beat) {
+      SendHeartbeat();
+      next_beat = now + heartbeat_interval_;
+    }
+  }
 }
 
 }  // namespace wsync

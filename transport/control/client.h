@@ -23,16 +23,27 @@
 // way; between calls WatchLosses reads them (loss_watch.h runs it on a thread of its own while a
 // sync moves data).
 //
+// Heartbeats (coordinator.h): when the coordinator asks for them in its Welcome, the client runs a
+// thread of its own from Connect to destruction. It sends a Heartbeat every interval (also while a
+// call blocks or the owner moves data: a process is silent only when it is frozen or cut off),
+// reads what the coordinator sends unasked while no call holds the connection (loss notices are
+// recorded at once), and when nothing at all arrived from the coordinator for the silence limit it
+// closes the connection: the call in progress and every later one fail with Unavailable ("lost the
+// coordinator: nothing arrived from it for 3.0 s"), and so does WatchLosses (LossWatch then fails
+// the transfers with every peer).
+//
 // Thread safety: one call at a time (thread-compatible), except Abort, which any thread may call
 // at any time, loss_count and LossesSince (any thread), and WatchLosses, which one other thread
 // may run while a call is in progress (it then leaves the connection to the call). The client owns
-// its socket and runs no threads.
+// its socket; the heartbeat thread writes to it only between the calls' frames and reads only
+// while no call holds the connection.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -64,6 +75,9 @@ struct ControlClientOptions {
   // handshake.
   absl::Duration connect_timeout = absl::Seconds(60);
   int64_t max_frame_bytes = kDefaultMaxFrameBytes;  // Cap on frames this client reads.
+  // Offer heartbeats in the Hello (see the class comment). False: behave as a client from before
+  // heartbeats (none sent, none expected, never timed out by the coordinator).
+  bool heartbeats = true;
 };
 
 struct JoinRequest {
@@ -151,17 +165,19 @@ class ControlClient : public Group {
   // other processes' collectives fail at once naming this process. Idempotent; any thread.
   void Abort(const absl::Status& reason);
 
-  // Loss notices received so far (by calls or WatchLosses), and those from index `first` on, in
-  // the order they came. Any thread.
+  // Loss notices received so far (by calls, WatchLosses or the heartbeat thread), and those from
+  // index `first` on, in the order they came. Any thread.
   size_t loss_count() const;
   std::vector<LossNotice> LossesSince(size_t first) const;
 
-  // Waits until `until`, until `wake_fd` (optional, -1: none) is readable, or until the
-  // coordinator sent something, and reads what it sent unasked: loss notices (recorded), rosters
-  // of replacements (TakeRosterUpdate), late answers of earlier calls (dropped). When a call is in
-  // progress it reads nothing (the call records the notices). Errors: the connection is unusable
-  // (lost coordinator, protocol error, Abort); later calls then fail the same way. Reads nothing
-  // before Join succeeded. May run on another thread than the calls (see the class comment).
+  // Waits until `until`, until `wake_fd` (optional, -1: none) is readable, until the coordinator
+  // sent something, or until the heartbeat thread recorded a loss notice, and reads what the
+  // coordinator sent unasked: loss notices (recorded), rosters of replacements (TakeRosterUpdate),
+  // late answers of earlier calls (dropped), heartbeats. When a call is in progress it reads
+  // nothing (the call records the notices). Errors: the connection is unusable (lost coordinator,
+  // closed or silent; protocol error; Aborted after Abort); later calls then fail the same way.
+  // Reads nothing before Join succeeded. May run on another thread than the calls (see the class
+  // comment).
   absl::Status WatchLosses(absl::Time until, int wake_fd);
 
  private:
@@ -182,6 +198,12 @@ class ControlClient : public Group {
   // Records a Lost frame; a protocol error (Broken) for a process out of range or an oversized
   // reason.
   absl::Status RecordLoss(const control::Lost& lost);
+  // Fails the current and every later call with `reason` and shuts the socket down (Abort, and a
+  // silent coordinator). The first reason stays.
+  void Close(const absl::Status& reason);
+  // The heartbeat thread (see the class comment) and its sending step.
+  void KeepAlive();
+  void SendHeartbeat();
   std::string Prefix() const;
 
   ControlClientOptions options_;
@@ -197,17 +219,30 @@ class ControlClient : public Group {
   uint64_t next_number_ = 0;
   std::optional<Roster> roster_update_;
   absl::Status broken_;
+  // Agreed in the Welcome; zero: no heartbeats.
+  absl::Duration heartbeat_interval_ = absl::ZeroDuration();
+  absl::Duration silence_limit_ = absl::ZeroDuration();
 
-  // Held by every call for its whole run, and by WatchLosses while it reads (so the connection's
-  // reader, writer and the fields above have one user at a time).
+  // Held by every call for its whole run, and by WatchLosses and the heartbeat thread while they
+  // read (so the connection's reader and the fields above have one user at a time).
   absl::Mutex io_mu_;
+  // Held while writing writer_ to the socket: by a call (inside io_mu_) for each frame it sends,
+  // and by the heartbeat thread (TryLock only) for a heartbeat, so frames never interleave.
+  absl::Mutex write_mu_;
+
+  // Bytes received from the coordinator (reader_'s progress counter), sampled by the heartbeat
+  // thread to see that the coordinator is alive.
+  std::atomic<int64_t> bytes_heard_{0};
+  UniqueFd stop_fd_;    // eventfd: the destructor stops the heartbeat thread.
+  UniqueFd notice_fd_;  // eventfd: the heartbeat thread recorded a loss notice (wakes WatchLosses).
+  std::thread keepalive_;
 
   mutable absl::Mutex loss_mu_;
   std::vector<LossNotice> losses_ ABSL_GUARDED_BY(loss_mu_);
 
-  std::atomic<bool> aborted_{false};
-  mutable absl::Mutex abort_mu_;
-  absl::Status abort_reason_ ABSL_GUARDED_BY(abort_mu_);
+  std::atomic<bool> closed_{false};  // By Close: Abort or a silent coordinator.
+  mutable absl::Mutex close_mu_;
+  absl::Status close_reason_ ABSL_GUARDED_BY(close_mu_);
 };
 
 }  // namespace wsync

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
@@ -125,6 +126,9 @@ absl::Time Coordinator::Impl::NextDeadline() const {
       next = std::min(next, c->handshake_deadline);
     } else {
       next = std::min(next, c->frame_deadline);
+      if (c->heartbeats) {
+        next = std::min({next, c->next_heartbeat, c->last_heard + options_.silence_limit});
+      }
     }
   }
   return next;
@@ -143,6 +147,8 @@ void Coordinator::Impl::HandleTimers(absl::Time now) {
              absl::DeadlineExceededError(absl::StrCat("control: a frame was not completed within ",
                                                       Millis(options_.frame_timeout))),
              now);
+    } else if (c->heartbeats) {
+      KeepAlive(*c, now);
     }
   }
   if (!rendezvous_done_ && !rendezvous_failed_ && now >= rendezvous_deadline_) {
@@ -162,6 +168,37 @@ void Coordinator::Impl::HandleTimers(absl::Time now) {
   while (!expiries_.empty() && std::get<0>(*expiries_.begin()) <= now) {
     const auto [when, number, id] = *expiries_.begin();
     ExpireContributor(number, id);  // Removes the entry.
+  }
+}
+
+void Coordinator::Impl::KeepAlive(Connection& c, absl::Time now) {
+  const absl::Duration silent = now - c.last_heard;
+  if (silent >= options_.silence_limit) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.silent;
+    }
+    // A frozen host's connection never closes: close it as if it had, so that its process is lost
+    // the same way (and, should it wake up, it learns why instead of talking on as if in the job).
+    SendReject(c,
+               absl::UnavailableError(absl::StrFormat(
+                   "control: nothing arrived from this process for %.1f s (the silence limit "
+                   "is %.1f s); the coordinator took it as lost",
+                   absl::ToDoubleSeconds(silent), absl::ToDoubleSeconds(options_.silence_limit))));
+    c.closing = true;
+    c.close_deadline = now + options_.close_timeout;
+    Detach(c, absl::StrFormat("silent for %.1f s (no frame, not even a heartbeat)",
+                              absl::ToDoubleSeconds(silent)));
+    return;
+  }
+  if (now >= c.next_heartbeat) {
+    // Anything queued already tells the peer that the coordinator is alive.
+    if (c.writer.empty()) {
+      control::Frame frame;
+      frame.mutable_heartbeat();
+      Send(c, frame);
+    }
+    c.next_heartbeat = now + options_.heartbeat_interval;
   }
 }
 
@@ -219,6 +256,7 @@ void Coordinator::Impl::AcceptAll(absl::Time now) {
 }
 
 void Coordinator::Impl::ReadFrom(Connection& c, absl::Time now) {
+  c.last_heard = now;  // Called when bytes (or the end) arrived: either way the peer is not silent.
   for (int i = 0; i < kMaxFramesPerTurn && !c.closing && !c.gone; ++i) {
     absl::StatusOr<bool> complete = c.reader.ReadSome(c.fd.get());
     if (!complete.ok()) {
@@ -250,6 +288,9 @@ void Coordinator::Impl::ReadFrom(Connection& c, absl::Time now) {
 
 void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time now) {
   const control::Frame::KindCase kind = frame.kind_case();
+  if (c.phase != Phase::kHandshake && kind == control::Frame::kHeartbeat) {
+    return;  // Liveness only, recorded as it arrived (ReadFrom); allowed in every later state.
+  }
   if (c.phase == Phase::kHandshake && kind == control::Frame::kHello) {
     HandleHello(c, frame.hello(), now);
   } else if (c.phase == Phase::kWelcomed && kind == control::Frame::kJoin) {
@@ -439,6 +480,11 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   c.phase = Phase::kWelcomed;
   c.handshake_deadline = absl::InfiniteFuture();
   c.reader.set_max_frame_bytes(options_.max_frame_bytes);
+  c.heartbeats = hello.heartbeats() && options_.heartbeat_interval > absl::ZeroDuration();
+  if (c.heartbeats) {
+    c.last_heard = now;
+    c.next_heartbeat = now + options_.heartbeat_interval;
+  }
   {
     absl::MutexLock lock(&mu_);
     ++counters_.welcomed;
@@ -450,6 +496,10 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   welcome->set_num_rollouts(options_.num_rollouts);
   welcome->set_max_frame_bytes(options_.max_frame_bytes);
   welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id, id));
+  if (c.heartbeats) {
+    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(options_.silence_limit));
+  }
   Send(c, frame);
 }
 
@@ -614,6 +664,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       options.frame_timeout <= absl::ZeroDuration() ||
       options.close_timeout <= absl::ZeroDuration()) {
     return invalid("timeouts must be positive");
+  }
+  if (options.heartbeat_interval < absl::ZeroDuration() ||
+      (options.heartbeat_interval > absl::ZeroDuration() &&
+       (options.heartbeat_interval < absl::Milliseconds(1) ||
+        options.silence_limit < 2 * options.heartbeat_interval))) {
+    return invalid(
+        "heartbeat_interval must be 0 (no heartbeats) or at least 1 ms, and silence_limit at "
+        "least twice heartbeat_interval");
   }
   if (options.max_pending_connections < 1 || options.max_open_rounds < 1) {
     return invalid("max_pending_connections and max_open_rounds must be at least 1");

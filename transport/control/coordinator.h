@@ -42,6 +42,16 @@
 // roots) in one round fail the round for all. At most max_open_rounds rounds are kept; the oldest
 // is then failed and forgotten.
 //
+// Heartbeats: a process whose Hello offers them (every ControlClient does) is told the
+// coordinator's heartbeat_interval and silence_limit in its Welcome. From then on each side sends a
+// Heartbeat frame every interval while nothing else is queued to the other, and the coordinator
+// takes a welcomed process from which nothing at all arrived for silence_limit (a frozen or
+// partitioned host: its connection never closes) as if its connection had ended: it is closed with
+// Reject(Unavailable), and after the roster the process is lost exactly as above ("process 3
+// (rollout rank 1, node n) was lost: silent for 3.0 s"), within silence_limit plus one poll turn.
+// Heartbeats are ignored wherever they arrive after the Welcome (mid-collective included). A
+// process that did not offer heartbeats (an older client) gets none and is never timed out.
+//
 // Thread safety: Start, Stop and the accessors may be called from any thread. The coordinator
 // serves every connection from one thread with poll, so no connection can block another.
 
@@ -86,6 +96,7 @@ struct CoordinatorCounters {
   int64_t welcomed = 0;  // Hellos accepted.
   int64_t joined = 0;    // Joins accepted.
   int64_t lost = 0;      // Processes whose connection ended after the roster was sent.
+  int64_t silent = 0;    // Welcomed processes closed for silence (after the roster, also lost).
   int64_t replaced = 0;  // Replacements admitted for lost processes (also counted in joined).
   int64_t rounds_completed = 0;
   int64_t rounds_failed = 0;  // Counted once per round, whatever the number of processes told.
@@ -114,6 +125,11 @@ struct CoordinatorOptions {
   absl::Duration frame_timeout = absl::Seconds(60);
   // A connection being refused or closed gets this long to take its Reject frame.
   absl::Duration close_timeout = absl::Seconds(1);
+  // See "Heartbeats" above. Zero heartbeat_interval: none (no silence limit either). Otherwise
+  // silence_limit must be at least 2 * heartbeat_interval; a few intervals leave room for a loaded
+  // machine's scheduling delays.
+  absl::Duration heartbeat_interval = absl::Milliseconds(250);
+  absl::Duration silence_limit = absl::Seconds(3);
 
   int64_t max_frame_bytes = kDefaultMaxFrameBytes;
   int64_t max_handshake_frame_bytes = int64_t{64} << 10;

@@ -91,6 +91,11 @@ class Coordinator::Impl {
     bool closing = false;  // Reads stop; closed once the writer drains or at close_deadline.
     absl::Time close_deadline = absl::InfiniteFuture();
     bool gone = false;  // Closed at the end of this turn.
+    // Heartbeats agreed in the handshake; then the last time anything arrived from the peer, and
+    // when the next heartbeat to it is due.
+    bool heartbeats = false;
+    absl::Time last_heard = absl::InfiniteFuture();
+    absl::Time next_heartbeat = absl::InfiniteFuture();
   };
 
   struct Process {
@@ -136,6 +141,8 @@ class Coordinator::Impl {
   void Detach(Connection& c, absl::string_view why);
   // Tells every other joined process, unasked, that process `id` was lost (control.proto: Lost).
   void NoticeLoss(int32_t id);
+  // Heartbeats due now, and the closing of connections silent for the limit.
+  void KeepAlive(Connection& c, absl::Time now);
   void FlushAll();
   void Sweep(absl::Time now);
   void Shutdown();

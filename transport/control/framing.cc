@@ -88,6 +88,7 @@ absl::StatusOr<bool> FrameReader::ReadSome(int fd) {
                                               body_bytes_ < 0 ? kFrameHeaderBytes : body_bytes_,
                                               body_bytes_ < 0 ? " header bytes" : " body bytes"));
     }
+    if (progress_ != nullptr) progress_->fetch_add(got, std::memory_order_relaxed);
     if (body_bytes_ < 0) {
       header_read_ += got;
       if (header_read_ < kFrameHeaderBytes) continue;

@@ -19,6 +19,7 @@
 //
 // Thread safety: a reader or writer is used by one thread at a time.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -64,6 +65,11 @@ class FrameReader {
   // true.
   absl::StatusOr<control::Frame> TakeFrame();
 
+  // Every byte ReadSome receives from now on is also added to `*counter` (relaxed), which another
+  // thread may read to see that the peer is sending (a liveness check). Null: none. The counter
+  // must outlive the reader's use.
+  void set_progress_counter(std::atomic<int64_t>* counter) { progress_ = counter; }
+
   // True when part of a frame (some header or body bytes) has arrived.
   bool mid_frame() const { return header_read_ > 0; }
   // Bytes reserved for the current body: 0 until a header within the cap arrived.
@@ -76,6 +82,7 @@ class FrameReader {
   int64_t body_bytes_ = -1;  // -1 until the header is complete.
   int64_t body_read_ = 0;
   std::string body_;
+  std::atomic<int64_t>* progress_ = nullptr;
 };
 
 class FrameWriter {

@@ -36,7 +36,18 @@ void LossWatch::Run() {
       reported_.fetch_add(1);  // Before the action, which may end the owner's transfer.
       on_loss_(notice.process, absl::UnavailableError(notice.reason));
     }
-    if (!watching.ok()) return;  // Nothing more can come; the owner's next call says why.
+    if (!watching.ok()) {
+      // Nothing more can come. Unless the owner aborted, the coordinator is lost (closed, silent,
+      // or talking nonsense): no sync can complete without it, so every peer counts as lost.
+      if (absl::IsAborted(watching)) return;
+      const absl::Status lost = absl::UnavailableError(watching.message());
+      for (int32_t process = 0; process < client_.size() && !stop_.load(); ++process) {
+        if (process == client_.process()) continue;
+        reported_.fetch_add(1);
+        on_loss_(process, lost);
+      }
+      return;
+    }
   }
 }
 

@@ -9,10 +9,16 @@
 // a sync blocked on a dead peer fails within a round trip of the coordinator seeing the connection
 // end (NCCL, and UCX over shared memory, would otherwise wait for the deadline).
 //
+// When the connection to the coordinator becomes unusable (it closed: the coordinator died; or the
+// coordinator was silent for its silence limit, client.h: heartbeats; or a protocol error), no
+// sync can complete any more, so the watch calls on_loss(process, Unavailable(the client's error,
+// which names the coordinator)) for every process other than this one, and ends: a sync in flight
+// fails within a round trip of the close, or at the silence limit, instead of at its deadline. Not
+// after the owner's own Abort (the owner is failing the sync already).
+//
 // The owner keeps using the client meanwhile (one call at a time, as client.h says); the watch
 // reads the connection only between those calls, and a call records the notices it reads, which
-// the watch then reports within kLossWatchPeriod. A connection that became unusable ends the
-// watching (the owner's next call reports why).
+// the watch then reports at once (heartbeats on) or within kLossWatchPeriod (off).
 //
 // Thread safety: on_loss runs on the watch's thread and must be safe against whatever the owner
 // does meanwhile. The client must outlive the watch. Destruction wakes and joins the thread at
@@ -42,7 +48,7 @@ class LossWatch {
   LossWatch(const LossWatch&) = delete;
   LossWatch& operator=(const LossWatch&) = delete;
 
-  // Processes reported to on_loss so far (counted as on_loss is called).
+  // on_loss calls so far (counted before each call).
   int reported() const { return reported_.load(); }
 
  private:
