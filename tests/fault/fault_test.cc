@@ -254,6 +254,29 @@ void ExpectSurvivorsReport(const FaultRun& run, const FaultJob& job, int lost,
   }
 }
 
+// With a long deadline: every process but `lost` ran two versions and none hung; version 1 failed
+// within `bound_s` with an error containing each of `words`, and version 2 failed within it too.
+void ExpectSurvivorsFailFast(const FaultRun& run, int lost, const std::vector<std::string>& words,
+                             double bound_s) {
+  for (int p = 0; p < kTrainers + kRollouts; ++p) {
+    if (p == lost) continue;
+    SCOPED_TRACE(Describe(run, p));
+    EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
+    ASSERT_EQ(run.results[p].size(), 2u);
+    const SyncResult& first = run.results[p][0];
+    EXPECT_EQ(first.version, 1);
+    EXPECT_FALSE(first.ok);
+    std::printf("process %d: version 1 failed after %.3f s\n", p, first.total_s);
+    for (const std::string& word : words) {
+      EXPECT_TRUE(absl::StrContains(first.error, word))
+          << "the error does not name the lost process: " << first.error;
+    }
+    EXPECT_LT(first.total_s, bound_s) << first.error;
+    EXPECT_FALSE(run.results[p][1].ok);
+    EXPECT_LT(run.results[p][1].total_s, bound_s) << run.results[p][1].error;
+  }
+}
+
 TEST(FaultTest, KillRolloutMidSync) {
   FaultJob job;
   job.failpoints[3] = "recv:kill@2";  // Rollout rank 1, at its second receive post.
@@ -296,26 +319,12 @@ TEST(FaultTest, KilledProcessFailsEverySurvivorLongBeforeTheDeadline) {
     FaultRun run = RunFaultJob(job);
     ASSERT_EQ(run.workers.size(), 4u);
     EXPECT_EQ(run.workers[victim.process].term_signal, SIGKILL) << Describe(run, victim.process);
-    constexpr double kFewSeconds = 5.0;
-    for (int p = 0; p < kTrainers + kRollouts; ++p) {
-      if (p == victim.process) continue;
-      SCOPED_TRACE(Describe(run, p));
-      EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
-      ASSERT_EQ(run.results[p].size(), 2u);
-      const SyncResult& first = run.results[p][0];
-      EXPECT_EQ(first.version, 1);
-      EXPECT_FALSE(first.ok);
-      EXPECT_TRUE(absl::StrContains(first.error, victim.name))
-          << "the error does not name the lost process: " << first.error;
-      EXPECT_LT(first.total_s, kFewSeconds) << first.error;
-      EXPECT_FALSE(run.results[p][1].ok);
-      EXPECT_LT(run.results[p][1].total_s, kFewSeconds) << run.results[p][1].error;
-    }
+    ExpectSurvivorsFailFast(run, victim.process, {victim.name}, /*bound_s=*/5.0);
   }
 }
 
 // A silent host: rollout rank 1 SIGSTOPs itself at its second receive post (frozen, its
-// connections open; continued after 12 s), with a 30 s deadline and the coordinator's default
+// connections open; continued after 8 s), with a 30 s deadline and the coordinator's default
 // 3 s silence limit. The coordinator hears nothing from it (no heartbeat) and takes it as lost:
 // every survivor's sync fails within a few seconds, naming it and the silence, instead of at the
 // deadline; the next sync fails at once. The frozen process, once continued, fails too (its
@@ -324,25 +333,16 @@ TEST(FaultTest, FrozenProcessIsLostForSilenceLongBeforeTheDeadline) {
   FaultJob job;
   job.deadline_s = 30;
   job.coordinator_linger_s = 1;
-  job.failpoints[3] = "recv:stop=12s@2";
+  job.failpoints[3] = "recv:stop=8s@2";
   FaultRun run = RunFaultJob(job);
   ASSERT_EQ(run.workers.size(), 4u);
-  constexpr double kFewSeconds = 10.0;  // Silence limit 3 s, plus slack for a loaded machine.
-  for (int p = 0; p < kTrainers + kRollouts; ++p) {
-    SCOPED_TRACE(Describe(run, p));
-    EXPECT_FALSE(run.workers[p].killed) << "process " << p << " hung";
-    ASSERT_EQ(run.results[p].size(), 2u);
-    const SyncResult& first = run.results[p][0];
-    EXPECT_EQ(first.version, 1);
-    EXPECT_FALSE(first.ok);
-    EXPECT_FALSE(run.results[p][1].ok);
-    if (p == 3) continue;
-    std::printf("process %d: version 1 failed after %.3f s (deadline 30 s)\n", p, first.total_s);
-    EXPECT_TRUE(absl::StrContains(first.error, "process 3 (")) << first.error;
-    EXPECT_TRUE(absl::StrContains(first.error, "silent for")) << first.error;
-    EXPECT_LT(first.total_s, kFewSeconds) << first.error;
-    EXPECT_LT(run.results[p][1].total_s, kFewSeconds) << run.results[p][1].error;
-  }
+  // Silence limit 3 s, plus slack for a loaded machine.
+  ExpectSurvivorsFailFast(run, 3, {"process 3 (", "silent for"}, /*bound_s=*/10.0);
+  SCOPED_TRACE(Describe(run, 3));
+  EXPECT_FALSE(run.workers[3].killed) << "the frozen process hung once continued";
+  ASSERT_EQ(run.results[3].size(), 2u);
+  EXPECT_FALSE(run.results[3][0].ok) << "the frozen process committed without the job";
+  EXPECT_FALSE(run.results[3][1].ok);
 }
 
 TEST(FaultTest, KillTrainerMidSync) {
@@ -418,7 +418,7 @@ bool AllPrinted(const std::vector<std::string>& outputs, const std::set<int>& sk
 
 // The coordinator is killed (its connections close) or stopped (frozen: they stay open, and only
 // its silence tells) while every process is in version 1's transfer, which trainer rank 1 holds
-// up by sleeping 12 s at its second send post (deadline 30 s). The others fail within a few seconds
+// up by sleeping 8 s at its second send post (deadline 30 s). The others fail within a few seconds
 // with an error naming the coordinator: those moving data through their LossWatch (every peer
 // counts as lost), those waiting in the commit decision through the call itself.
 TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
@@ -427,7 +427,7 @@ TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
     FaultJob job;
     job.deadline_s = 30;
     job.versions = 1;
-    job.failpoints[1] = "send:delay=12s@2";
+    job.failpoints[1] = "send:delay=8s@2";
     job.coordinator_signal = signal;
     job.kill_coordinator_when = [&](const std::vector<std::string>& outputs) {
       return AllPrinted(outputs, {}, "PHASE transfer version=1");
@@ -441,7 +441,7 @@ TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
       ASSERT_EQ(run.results[p].size(), 1u);
       const SyncResult& first = run.results[p][0];
       EXPECT_FALSE(first.ok) << "committed without the coordinator";
-      if (p == 1) continue;  // Asleep in the failpoint for 12 s.
+      if (p == 1) continue;  // Asleep in the failpoint for 8 s.
       std::printf("%s coordinator: process %d failed after %.3f s (deadline 30 s): %s\n",
                   signal == SIGKILL ? "killed" : "stopped", p, first.total_s, first.error.c_str());
       EXPECT_TRUE(absl::StrContains(first.error, "coordinator")) << first.error;
