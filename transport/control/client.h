@@ -129,6 +129,7 @@ class ControlClient : public Group {
   // handshake completed within connect_timeout.
   static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(ControlClientOptions options);
 
+  // Stops and joins the heartbeat thread, then closes the connection.
   ~ControlClient() override;
   ControlClient(const ControlClient&) = delete;
   ControlClient& operator=(const ControlClient&) = delete;
