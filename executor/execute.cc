@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -99,9 +101,11 @@ class Run {
     }
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
-    slot_last_round_.assign(work_.lanes.size(), {-1, -1});
+    slot_busy_.assign(work_.lanes.size(), {false, false});
+    lockstep_ = transport_.NeedsRoundOrder();
+    in_flight_.assign(work_.lanes.size(), {});
     if (status.ok() && verifier_) status = verifier_->Start(transport_);
-    if (status.ok()) status = RunRounds(rounds);
+    if (status.ok()) status = lockstep_ ? RunRounds(rounds) : RunLanes();
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
@@ -115,6 +119,13 @@ class Run {
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
       }
+      std::vector<RequestId> in_flight;
+      for (const std::deque<InFlight>& lane : in_flight_) {
+        for (const InFlight& message : lane) {
+          if (!message.done) in_flight.push_back(message.request);
+        }
+      }
+      if (!in_flight.empty()) transport_.WaitAll(in_flight, grace).IgnoreError();
       // No device copy may write after the run returned.
       SynchronizeDevice(std::max(grace, absl::Now() + absl::Seconds(1))).IgnoreError();
       return status;
@@ -153,7 +164,7 @@ class Run {
         if (next == nullptr) continue;
         const Lane& l = work_.lanes[lane];
         if (!(l.forwarding && l.direction == Direction::kSend) &&
-            (next->direct || slot_last_round_[lane][next->slot] < r)) {
+            (next->direct || !slot_busy_[lane][next->slot])) {
           ready.push_back(lane);
         } else {
           deferred.push_back(lane);
@@ -162,28 +173,129 @@ class Run {
       WSYNC_RETURN_IF_ERROR(PrepareNext(ready));
       WSYNC_RETURN_IF_ERROR(transport_.WaitAll(pending_[r], options_.deadline));
       pending_[r].clear();
-      completed_rounds_ = r + 1;
       std::vector<std::pair<int32_t, int32_t>> received;  // (lane, message index)
       for (int32_t lane = 0; lane < lanes; ++lane) {
-        const Message* message = InRound(lane, completed, r);
-        if (message == nullptr) continue;
-        const int32_t index = completed[lane]++;
-        if (work_.lanes[lane].direction != Direction::kReceive) continue;
-        stats_.received_bytes += message->bytes;  // Completed: every byte of it arrived.
-        received.emplace_back(lane, index);
+        if (InRound(lane, completed, r) == nullptr) continue;
+        Completed(lane, completed[lane]++, received);
       }
-      WSYNC_RETURN_IF_ERROR(Unpack(received));
-      // Device unpacks of round r read arena slots that the deferred posts below may receive into,
-      // and write the host memory the verifier hashes.
-      WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
-      if (verifier_) {
-        for (const auto& [lane, index] : received) {
-          WSYNC_RETURN_IF_ERROR(verifier_->HashReceived(lane, index));
-        }
-      }
+      // Device unpacks of round r read arena slots that the deferred posts below may receive into.
+      WSYNC_RETURN_IF_ERROR(Land(received));
       WSYNC_RETURN_IF_ERROR(PrepareNext(deferred));
     }
     return absl::OkStatus();
+  }
+
+  // Each pair advances on its own: a lane keeps up to kLaneMessagesInFlight messages posted, the
+  // next going out as soon as one completes and its slot is free, so a slow pair (a shaped link)
+  // does not hold back the rounds of fast ones (shared memory) as lockstep rounds do. A
+  // forwarding send of round r waits until every receive lane of this process completed its
+  // messages of rounds before r (what it forwards arrived by then). Messages complete, unpack and
+  // verify in lane order.
+  absl::Status RunLanes() {
+    constexpr int32_t kLaneMessagesInFlight = 2;
+    const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
+    std::vector<int32_t> completed(lanes, 0);  // Next message of each lane to complete.
+    std::vector<RequestId> waited;
+    std::vector<std::pair<int32_t, size_t>> waited_at;  // (lane, position in its in-flight list)
+    std::vector<size_t> finished;
+    for (;;) {
+      // Post until no lane may post more; PrepareNext posts one message per ready lane.
+      bool unfinished = false;
+      for (;;) {
+        const std::vector<int32_t> ready =
+            LanesReady(completed, kLaneMessagesInFlight, &unfinished);
+        if (ready.empty()) break;
+        WSYNC_RETURN_IF_ERROR(PrepareNext(ready));
+      }
+      if (!unfinished) return absl::OkStatus();
+
+      waited.clear();
+      waited_at.clear();
+      for (int32_t lane = 0; lane < lanes; ++lane) {
+        for (size_t i = 0; i < in_flight_[lane].size(); ++i) {
+          if (in_flight_[lane][i].done) continue;
+          waited.push_back(in_flight_[lane][i].request);
+          waited_at.emplace_back(lane, i);
+        }
+      }
+      if (waited.empty()) {
+        return absl::InternalError(
+            absl::StrCat("process ", work_.process, ": lanes unfinished with nothing in flight"));
+      }
+      finished.clear();
+      const absl::Status waited_status = transport_.WaitAny(waited, options_.deadline, &finished);
+      for (size_t position : finished) {
+        const auto& [lane, i] = waited_at[position];
+        in_flight_[lane][i].done = true;
+      }
+      if (absl::IsDeadlineExceeded(waited_status) && finished.empty()) {
+        // WaitAll past the deadline cancels them all and names the peers they wait for.
+        const absl::Status named = transport_.WaitAll(waited, options_.deadline);
+        for (std::deque<InFlight>& lane : in_flight_) lane.clear();
+        return named.ok() ? waited_status : named;
+      }
+      WSYNC_RETURN_IF_ERROR(waited_status);
+
+      std::vector<std::pair<int32_t, int32_t>> received;  // (lane, message index)
+      for (int32_t lane = 0; lane < lanes; ++lane) {
+        while (!in_flight_[lane].empty() && in_flight_[lane].front().done) {
+          in_flight_[lane].pop_front();
+          Completed(lane, completed[lane]++, received);
+        }
+      }
+      WSYNC_RETURN_IF_ERROR(Land(received));  // Later receives may land in the slots it reads.
+    }
+  }
+
+  // Message `index` of `lane` completed: its slot is free once unpacked (Land), and a receive
+  // is added to `received`.
+  void Completed(int32_t lane, int32_t index, std::vector<std::pair<int32_t, int32_t>>& received) {
+    const Message& message = work_.lanes[lane].messages[index];
+    if (!message.direct) slot_busy_[lane][message.slot] = false;
+    if (work_.lanes[lane].direction != Direction::kReceive) return;
+    stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
+    received.emplace_back(lane, index);
+  }
+
+  // Unpacks the completed receives (lane, message index), waits for their device copies (which
+  // read arena slots later receives may land in, and write the host memory the verifier hashes)
+  // and verifies them.
+  absl::Status Land(absl::Span<const std::pair<int32_t, int32_t>> received) {
+    WSYNC_RETURN_IF_ERROR(Unpack(received));
+    WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
+    if (verifier_) {
+      for (const auto& [lane, index] : received) {
+        WSYNC_RETURN_IF_ERROR(verifier_->HashReceived(lane, index));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // RunLanes: the lanes whose next message may be posted now (fewer than `in_flight` of theirs
+  // posted and not completed, its slot free, and for a forwarding send every receive lane past
+  // the rounds before its round). Sets `unfinished` when a lane has messages left to complete.
+  std::vector<int32_t> LanesReady(const std::vector<int32_t>& completed, int32_t in_flight,
+                                  bool* unfinished) const {
+    const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
+    int32_t landed = std::numeric_limits<int32_t>::max();
+    for (int32_t lane = 0; lane < lanes; ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (l.direction == Direction::kReceive && completed[lane] < std::ssize(l.messages)) {
+        landed = std::min(landed, l.messages[completed[lane]].round);
+      }
+    }
+    std::vector<int32_t> ready;
+    for (int32_t lane = 0; lane < lanes; ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (completed[lane] < std::ssize(l.messages)) *unfinished = true;
+      const int32_t index = posted_[lane];
+      if (index == std::ssize(l.messages) || index - completed[lane] >= in_flight) continue;
+      const Message& next = l.messages[index];
+      if (l.forwarding && l.direction == Direction::kSend && next.round > landed) continue;
+      if (!next.direct && slot_busy_[lane][next.slot]) continue;
+      ready.push_back(lane);
+    }
+    return ready;
   }
 
   // After a failure: tells every peer still waiting for a message of this process that it will
@@ -380,8 +492,7 @@ class Run {
     for (int32_t index = first; index < static_cast<int32_t>(l.messages.size()); ++index) {
       const Message& message = l.messages[index];
       if (message.direct) continue;
-      const bool free =
-          message.slot != busy_slot && slot_last_round_[lane][message.slot] < completed_rounds_;
+      const bool free = message.slot != busy_slot && !slot_busy_[lane][message.slot];
       const bool host_chunk = message.chunks.size() == 1 &&
                               work_.chunks[message.chunks[0]].from_kind == MemoryKind::kHost;
       return free && host_chunk ? index : -1;
@@ -471,7 +582,7 @@ class Run {
       stats_.direct_bytes += message.bytes;
     } else {
       data = SlotAddress(lane_index, message);
-      slot_last_round_[lane_index][message.slot] = r;
+      slot_busy_[lane_index][message.slot] = true;
       stats_.staged_bytes += message.bytes;
     }
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
@@ -489,7 +600,11 @@ class Run {
     } else {
       WSYNC_ASSIGN_OR_RETURN(request, transport_.PostReceive(lane.peer, tag, data, message.bytes));
     }
-    pending_[r].push_back(request);
+    if (lockstep_) {
+      pending_[r].push_back(request);
+    } else {
+      in_flight_[lane_index].push_back({request, false});
+    }
     ++posted_[lane_index];
     return absl::OkStatus();
   }
@@ -531,12 +646,19 @@ class Run {
   std::vector<char*> arenas_;    // Per lane; memory owned by a cache.
   char* relay_arena_ = nullptr;  // Memory owned by a cache.
   int64_t arena_bytes_ = 0;
-  std::vector<std::vector<RequestId>> pending_;  // Posted requests by round.
+  struct InFlight {
+    RequestId request = 0;
+    bool done = false;  // Finished (and released) while an earlier message of its lane was not.
+  };
+  bool lockstep_ = false;  // The transport needs round order: RunRounds, else RunLanes.
+  std::vector<std::vector<RequestId>> pending_;  // RunRounds: posted requests by round.
+  std::vector<std::deque<InFlight>> in_flight_;  // RunLanes: per lane, posted, oldest first.
   std::vector<int32_t> posted_;        // Per lane: messages posted, the index of the next one.
   std::vector<int32_t> packed_ahead_;  // Per lane: the staged send last packed ahead, or -1.
-  int32_t completed_rounds_ = 0;       // Rounds whose requests have all completed.
-  std::vector<std::array<int32_t, 2>> slot_last_round_;  // Per lane and slot.
-  std::unique_ptr<ChunkVerifier> verifier_;              // With options.verify only.
+  // Per lane and arena slot: a posted message uses it (until it completed, and for a receive
+  // until it was unpacked).
+  std::vector<std::array<bool, 2>> slot_busy_;
+  std::unique_ptr<ChunkVerifier> verifier_;  // With options.verify only.
   const JobMemoryKinds kinds_{job_};
   bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
 };

@@ -16,10 +16,16 @@
 //   into the weight buffer in place; any other message is packed into / unpacked from the arena.
 // - Messages: per (sender, receiver) pair, chunks in canonical order; a chunk of more than 64 KiB
 //   that is direct on either side travels alone; smaller chunks are packed together up to
-//   budget/2 bytes. Message i of a pair is round i; round r of every pair is in flight at once.
+//   budget/2 bytes. Message i of a pair is round i. Over a transport that needs round order
+//   (Transport::NeedsRoundOrder: NCCL) the rounds run in lockstep, round r+1 posted while round
+//   r completes; over any other each pair advances on its own with up to two messages posted,
+//   so a slow pair (a shaped link) does not hold back the rounds of fast ones (shared memory).
+//   Either way both ends post the same messages under the same rounds and tags.
 // - Relays (planner/relay.h): a pair whose sender is a rollout process forwards (stage 2). Its
 //   message goes in the round after every chunk it forwards has arrived at the relay (stage 1),
 //   and after the pair's previous message, so forwarding round r overlaps receiving round r+1.
+//   Pair by pair, a forward of round r goes out once every receive lane of the relay completed
+//   its messages of rounds before r.
 //   A box the relay only forwards lands in its relay arena, which must fit in the budget.
 // - Arenas: a peer direction stages at most its largest staged message; it gets two slots (so the
 //   pack of round r+1 and the unpack of round r-1 overlap round r) when two fit in the budget,

@@ -1,5 +1,10 @@
 #include "transport/transport.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
 namespace wsync {
 
 MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender) {
@@ -12,6 +17,33 @@ MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender) {
 bool IsStaleTag(MessageTag tag, uint64_t sync_id) {
   const uint64_t behind = ((sync_id & 0xffffffu) - (tag.value >> 40)) & 0xffffffu;
   return behind >= 1 && behind <= kStaleSyncWindow;
+}
+
+absl::Status Transport::WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                                std::vector<size_t>* finished) {
+  constexpr absl::Duration kSpin = absl::Microseconds(50);
+  constexpr absl::Duration kMaxPause = absl::Microseconds(50);
+  const absl::Time start = absl::Now();
+  for (;;) {
+    absl::Status failure;
+    bool any = false;
+    for (size_t i = 0; i < requests.size() && failure.ok(); ++i) {
+      absl::StatusOr<bool> done = Test(requests[i]);
+      if (!done.ok() || *done) {
+        finished->push_back(i);
+        any = true;
+      }
+      if (!done.ok()) failure = done.status();
+    }
+    if (any || requests.empty()) return failure;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("process ", process(), ": none of ",
+                                                      requests.size(),
+                                                      " requests finished by the deadline"));
+    }
+    if (now - start >= kSpin) absl::SleepFor(std::min(kMaxPause, deadline - now));
+  }
 }
 
 }  // namespace wsync

@@ -85,6 +85,21 @@ class Transport {
   // its error is returned after the others are cancelled. Either way every id is released.
   virtual absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) = 0;
 
+  // Waits until at least one of `requests` finished or `deadline` passes. Appends to `finished`
+  // the positions (in `requests`) of those that finished, each released whether it succeeded or
+  // failed, and returns the error of the first that failed, else OK. At the deadline with none
+  // finished: DeadlineExceeded, nothing released. What is still in flight stays posted (the
+  // caller waits for it again, or cancels it with WaitAll). The default polls Test, spinning for
+  // 50 us and then pausing up to 50 us between passes; backends with a wakeup event override it.
+  virtual absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                               std::vector<size_t>* finished);
+
+  // Whether every process must post its messages in the executor's global round order, round by
+  // round: true where a backend runs the operations of one communicator in issue order (NCCL,
+  // one stream), so that a process running ahead on one peer could block a round another process
+  // needs. The executor then runs in lockstep rounds; otherwise each pair advances on its own.
+  virtual bool NeedsRoundOrder() const { return false; }
+
   // Fails every outstanding and future request of this endpoint with `reason` (Aborted), and the
   // collectives of this process's Group. Peers learn of it either at once (their requests with
   // this process fail) or at their deadline; both are allowed. Idempotent, callable from any

@@ -102,8 +102,8 @@ struct Traffic {
   int64_t rounds = 0;  // Rounds of the busiest process.
 };
 
-// Rounds the executor keeps posted at once (round r+1 goes out before round r is waited for), so
-// per-round latencies overlap the transfer of neighbouring rounds.
+// Messages the executor keeps posted per peer pair (over NCCL: rounds, round r+1 going out before
+// round r is waited for), so per-round latencies overlap the transfer of neighbouring rounds.
 inline constexpr int64_t kRoundsInFlight = 2;
 
 struct Prediction {

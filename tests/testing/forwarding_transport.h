@@ -45,6 +45,11 @@ class ForwardingTransport : public Transport {
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
     return inner_->WaitAll(requests, deadline);
   }
+  absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                       std::vector<size_t>* finished) override {
+    return inner_->WaitAny(requests, deadline, finished);
+  }
+  bool NeedsRoundOrder() const override { return inner_->NeedsRoundOrder(); }
   void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
   void PeerLost(int32_t peer, const absl::Status& reason) override {
     inner_->PeerLost(peer, reason);

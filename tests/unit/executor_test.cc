@@ -2,9 +2,11 @@
 // used, the budget is enforced, and processes agree before any byte moves.
 
 #include <map>
+#include <memory>
 #include <random>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -12,6 +14,7 @@
 #include "planner/builders.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
+#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "transport/loopback/loopback.h"
@@ -26,6 +29,18 @@ using test::ExpectTargetsAsTheReferenceWrites;
 using test::HostBuffers;
 using ::testing::HasSubstr;
 
+// The transport of a backend that needs round order (as NCCL does): the executor runs lockstep
+// rounds over it.
+class LockstepTransport final : public test::ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  bool NeedsRoundOrder() const override { return true; }
+};
+
+// Wraps process p's transport, or returns it as it is.
+using WrapTransport =
+    std::function<std::unique_ptr<Transport>(int32_t p, std::unique_ptr<Transport> transport)>;
+
 struct BatchRun {
   std::vector<absl::StatusOr<TransferStats>> results;
   LoopbackCounters counters;
@@ -39,7 +54,8 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
                   const std::function<uint64_t(int32_t)>& digest_of = {},
                   int32_t drop_buffer_of = -1,
                   const std::function<std::vector<Segment>(int32_t)>& segments_of = {},
-                  bool verify = false) {
+                  bool verify = false, const WrapTransport& wrap = {},
+                  absl::Duration deadline = absl::Seconds(60)) {
   LoopbackFabric fabric(job.num_processes());
   BatchRun run;
   run.results.resize(job.num_processes(), absl::UnknownError("not run"));
@@ -53,12 +69,13 @@ BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, StagingB
         run.results[p] = transport.ok() ? group.status() : transport.status();
         return;
       }
+      if (wrap) *transport = wrap(p, *std::move(transport));
       LocalBuffers buffers = test::BuffersOf(job, p, source, target);
       if (p == drop_buffer_of && !buffers.empty()) buffers.erase(buffers.begin());
       ExecuteOptions options;
       options.sync_id = 7;
       options.plan_digest = digest_of ? digest_of(p) : 42;
-      options.deadline = absl::Now() + absl::Seconds(60);
+      options.deadline = absl::Now() + deadline;
       options.verify = verify;
       const std::vector<Segment> mine = segments_of ? segments_of(p) : segments;
       run.results[p] =
@@ -97,7 +114,13 @@ TEST(ExecutorTest, ScheduleIsWhatRunsAndRunsAreExact) {
     HostBuffers source(job->source(), test::kSourceFill);
     ASSERT_TRUE(test::FillLogical(job->source(), 3, &source).ok());
     HostBuffers target(job->target(), test::kPoison);
-    BatchRun run = RunBatch(*job, plan->segments, budget, source, target);
+    // Odd seeds run in lockstep rounds (a transport that needs round order), even ones lane by
+    // lane: both are exact and run the schedule.
+    const WrapTransport lockstep = [](int32_t, std::unique_ptr<Transport> inner) {
+      return std::unique_ptr<Transport>(std::make_unique<LockstepTransport>(std::move(inner)));
+    };
+    BatchRun run = RunBatch(*job, plan->segments, budget, source, target, {}, -1, {}, false,
+                            seed % 2 == 1 ? lockstep : WrapTransport());
     if (!schedules.ok()) {
       // A budget too small for some staged row: execution refuses it the same way, everywhere.
       ++refused;
@@ -532,6 +555,122 @@ TEST(ExecutorTest, LocalRejectionFailsEveryProcessWithTheReason) {
                           "address"));
   }
   EXPECT_EQ(run.counters.TotalBytes(), 0);
+}
+
+// Process `receiver`'s transport reports no request with `slow_peer` finished until `others`
+// requests with other peers have: a pair that cannot move (a saturated link) while the others
+// can. Requests that finish meanwhile are held back and reported afterwards.
+class SlowPeerTransport final : public test::ForwardingTransport {
+ public:
+  SlowPeerTransport(std::unique_ptr<Transport> inner, int32_t slow_peer, int64_t others)
+      : ForwardingTransport(std::move(inner)), slow_peer_(slow_peer), others_(others) {}
+
+  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                     int64_t bytes) override {
+    return Remember(peer, ForwardingTransport::PostSend(peer, tag, data, bytes));
+  }
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    return Remember(peer, ForwardingTransport::PostReceive(peer, tag, data, bytes));
+  }
+  absl::StatusOr<bool> Test(RequestId request) override {
+    const bool slow = slow_.contains(request);
+    if (slow && others_finished_ < others_) {
+      if (!held_.contains(request)) {
+        absl::StatusOr<bool> done = ForwardingTransport::Test(request);
+        if (!done.ok()) return done;
+        if (*done) held_.insert(request);
+      }
+      return false;
+    }
+    if (held_.erase(request) > 0) return true;
+    absl::StatusOr<bool> done = ForwardingTransport::Test(request);
+    if (done.ok() && *done && !slow) ++others_finished_;
+    return done;
+  }
+  absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                       std::vector<size_t>* finished) override {
+    return Transport::WaitAny(requests, deadline, finished);  // Polls Test above.
+  }
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
+    std::vector<RequestId> left(requests.begin(), requests.end());
+    while (!left.empty() && absl::Now() < deadline) {
+      std::vector<size_t> finished;
+      absl::Status status = WaitAny(left, deadline, &finished);
+      for (auto it = finished.rbegin(); it != finished.rend(); ++it) left.erase(left.begin() + *it);
+      if (!status.ok() && !absl::IsDeadlineExceeded(status)) return status;
+    }
+    if (left.empty()) return absl::OkStatus();
+    for (RequestId request : left) held_.erase(request);
+    ForwardingTransport::WaitAll(left, deadline).IgnoreError();  // Cancels them.
+    return absl::DeadlineExceededError(absl::StrCat(left.size(), " requests missed the deadline"));
+  }
+
+ private:
+  absl::StatusOr<RequestId> Remember(int32_t peer, absl::StatusOr<RequestId> request) {
+    if (request.ok() && peer == slow_peer_) slow_.insert(*request);
+    return request;
+  }
+
+  const int32_t slow_peer_;
+  const int64_t others_;
+  int64_t others_finished_ = 0;
+  absl::flat_hash_set<RequestId> slow_;  // Requests with slow_peer_.
+  absl::flat_hash_set<RequestId> held_;  // Finished, not yet reported.
+};
+
+// Two trainers each hold half the rows of one tensor that one rollout needs whole, 16 messages
+// per pair. With the pair from trainer 0 unable to move until the rollout received everything
+// from trainer 1, the executor (each pair advancing on its own) still completes the sync exactly;
+// in lockstep rounds (a transport that needs round order) the rollout's round 0 waits on trainer
+// 0 and the sync misses its deadline.
+TEST(ExecutorTest, ASlowPairDoesNotHoldBackTheOthers) {
+  LayoutBuilder source(Role::kTrainer);
+  LayoutBuilder target(Role::kRollout);
+  const Dims shape{64, 16};
+  const int32_t w = source.AddParam("w", DType::kFloat32, shape);
+  for (int32_t t = 0; t < 2; ++t) {
+    source.AddProcess("n");
+    const Box half = SplitBox(shape, 0, 2, t);
+    source.AddPackedPiece(w, t, source.AddBuffer(t, Volume(half) * 4), half, 0);
+  }
+  const int32_t whole = target.AddParam("w", DType::kFloat32, shape);
+  target.AddProcess("n");
+  target.AddPackedPiece(whole, 0, target.AddBuffer(0, Volume(shape) * 4), WholeBox(shape), 0);
+  const Job job = *Job::Create(std::move(source).Build(), std::move(target).Build());
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const StagingBudget budget{256};  // 128-byte chunks: two rows each, 16 per trainer.
+  const ProcessSchedule rollout =
+      *ScheduleTransfers(job, plan.segments, AllProcesses(job), budget, 2);
+  const PeerSchedule* fast = FindLane(rollout, 1, Direction::kReceive);
+  ASSERT_NE(fast, nullptr);
+  ASSERT_EQ(fast->rounds.size(), 16u);
+  ASSERT_EQ(FindLane(rollout, 0, Direction::kReceive)->rounds.size(), 16u);
+
+  for (const bool lockstep : {false, true}) {
+    SCOPED_TRACE(lockstep ? "lockstep rounds" : "lanes");
+    const WrapTransport wrap = [&](int32_t p, std::unique_ptr<Transport> inner) {
+      if (lockstep) inner = std::make_unique<LockstepTransport>(std::move(inner));
+      if (p != 2) return inner;
+      return std::unique_ptr<Transport>(std::make_unique<SlowPeerTransport>(
+          std::move(inner), /*slow_peer=*/0, std::ssize(fast->rounds)));
+    };
+    HostBuffers source_buffers(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 3, &source_buffers).ok());
+    HostBuffers target_buffers(job.target(), test::kPoison);
+    BatchRun run = RunBatch(job, plan.segments, budget, source_buffers, target_buffers, {}, -1, {},
+                            false, wrap, lockstep ? absl::Seconds(1) : absl::Seconds(60));
+    if (lockstep) {
+      EXPECT_EQ(run.results[2].status().code(), absl::StatusCode::kDeadlineExceeded)
+          << run.results[2].status();
+      continue;
+    }
+    for (int32_t p = 0; p < 3; ++p) {
+      ASSERT_TRUE(run.results[p].ok()) << "process " << p << ": " << run.results[p].status();
+    }
+    ExpectStatsMatchSchedule(rollout, *run.results[2]);
+    EXPECT_TRUE(test::CheckLogical(job.target(), target_buffers, 3).ok());
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wait_any_checks.h"
 
 namespace wsync {
 namespace {
@@ -44,6 +45,14 @@ std::vector<uint8_t> Pattern(int64_t bytes, uint32_t seed) {
   std::vector<uint8_t> v(bytes);
   for (int64_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>((seed * 131 + i * 7) >> 1);
   return v;
+}
+
+// The default Transport::WaitAny (polling Test) keeps its contract over loopback.
+TEST(LoopbackTest, WaitAnyReturnsTheFirstFinishedAndLeavesTheRestPosted) {
+  LoopbackFabric fabric(2);
+  std::unique_ptr<Transport> sender = MustConnect(fabric, 0);
+  std::unique_ptr<Transport> receiver = MustConnect(fabric, 1);
+  test::ExpectWaitAnyContract(*sender, *receiver);
 }
 
 TEST(LoopbackTest, SendBeforeReceiveAndReceiveBeforeSend) {

@@ -150,6 +150,7 @@ class CudaOnlyBackend final : public test::ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   std::string name() const override { return "cuda-only"; }
+  bool NeedsRoundOrder() const override { return true; }
   absl::StatusOr<RegistrationId> RegisterMemory(void*, int64_t, MemoryKind kind) override {
     if (kind != MemoryKind::kCuda) return absl::UnimplementedError("cuda-only: host refused");
     ++registered;
@@ -181,6 +182,8 @@ TEST(RoutedTransportTest, RegistersEachMemoryKindWithTheBackendsThatCarryIt) {
   EXPECT_TRUE(routed->DeregisterMemory(*device).ok());
   EXPECT_TRUE(routed->DeregisterMemory(*host).ok());
   EXPECT_EQ(cuda->registered, 0);
+  // One backend that needs round order (as NCCL does) puts the whole routed transport in lockstep.
+  EXPECT_TRUE(routed->NeedsRoundOrder());
 
   LoopbackFabric c(1);
   std::vector<std::unique_ptr<Transport>> host_only;
@@ -188,6 +191,7 @@ TEST(RoutedTransportTest, RegistersEachMemoryKindWithTheBackendsThatCarryIt) {
   auto plain = *RoutedTransport::Create(0, std::move(host_only), {0});
   EXPECT_EQ(plain->RegisterMemory(memory, 64, MemoryKind::kCuda).status().code(),
             absl::StatusCode::kUnimplemented);
+  EXPECT_FALSE(plain->NeedsRoundOrder());
 }
 
 // Transport choice per (path class, memory kind), with capability checks (issue 8).

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wait_any_checks.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
@@ -276,6 +277,13 @@ TEST_P(UcxTest, SizeMismatchFailsTheReceiveWithBothSizes) {
       EXPECT_EQ(out[c.receive], 0xee) << "written past the posted receive";
     }
   }
+}
+
+// UCX's WaitAny (sleeping on the worker's wakeup event) keeps Transport::WaitAny's contract.
+TEST_P(UcxTest, WaitAnyReturnsTheFirstFinishedAndLeavesTheRestPosted) {
+  auto job = MakeJob(2);
+  ASSERT_EQ(job.size(), 2);
+  test::ExpectWaitAnyContract(*job[0], *job[1]);
 }
 
 TEST_P(UcxTest, DeadlineCancelsAReceiveWhoseBufferStaysUntouched) {

@@ -104,6 +104,8 @@ class NcclTransport final : public Transport {
                                         int64_t bytes) override;
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
+  // NCCL runs a communicator's operations in issue order on one stream.
+  bool NeedsRoundOrder() const override { return true; }
   void Abort(const absl::Status& reason) override;
 
   // Issues the recorded operations as one group now (Test and WaitAll do it when needed).

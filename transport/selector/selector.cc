@@ -302,6 +302,31 @@ absl::StatusOr<bool> RoutedTransport::Test(RequestId request) {
   return done;
 }
 
+absl::Status RoutedTransport::WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                                      std::vector<size_t>* finished) {
+  std::vector<RequestId> inner;
+  inner.reserve(requests.size());
+  int32_t backend = -1;
+  for (RequestId request : requests) {
+    auto it = requests_.find(request);
+    if (it == requests_.end() || (backend >= 0 && it->second.backend != backend)) {
+      return Transport::WaitAny(requests, deadline, finished);  // Polls Test, which names it.
+    }
+    backend = it->second.backend;
+    inner.push_back(it->second.request);
+  }
+  if (backend < 0) return Transport::WaitAny(requests, deadline, finished);
+  const size_t first = finished->size();
+  const absl::Status status = backends_[backend]->WaitAny(inner, deadline, finished);
+  for (size_t i = first; i < finished->size(); ++i) requests_.erase(requests[(*finished)[i]]);
+  return status;
+}
+
+bool RoutedTransport::NeedsRoundOrder() const {
+  return std::any_of(backends_.begin(), backends_.end(),
+                     [](const auto& backend) { return backend->NeedsRoundOrder(); });
+}
+
 absl::Status RoutedTransport::WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) {
   // Per backend, the backend's ids of the requests still in flight.
   std::vector<std::vector<RequestId>> pending(backends_.size());

@@ -112,6 +112,12 @@ class RoutedTransport final : public Transport {
                                         int64_t bytes) override;
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
+  // Waits in the backend's own WaitAny when every request is on one backend (UCX sleeps on its
+  // wakeup event); requests on several backends are polled in turn (Transport::WaitAny).
+  absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                       std::vector<size_t>* finished) override;
+  // True when any backend needs it (a sync that mixes NCCL and UCX runs in lockstep rounds).
+  bool NeedsRoundOrder() const override;
   void Abort(const absl::Status& reason) override;
   // Tells the backend that carries `peer`'s messages (ignored for a peer out of range).
   void PeerLost(int32_t peer, const absl::Status& reason) override;

@@ -115,6 +115,10 @@ class UcxTransportImpl final : public UcxTransport {
 
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
 
+  // Transport::WaitAny, sleeping on the worker's wakeup event (as WaitAll) after idle_spin.
+  absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                       std::vector<size_t>* finished) override;
+
   int64_t DiscardStaleMessages(uint64_t sync_id) override;
 
   void Abort(const absl::Status& reason) override;

@@ -109,6 +109,39 @@ absl::Status UcxTransportImpl::WaitAll(absl::Span<const RequestId> requests, abs
   return absl::OkStatus();
 }
 
+absl::Status UcxTransportImpl::WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                                       std::vector<size_t>* finished) {
+  absl::MutexLock lock(&drive_mu_);
+  absl::Time active = absl::Now();  // When progress last did something.
+  for (;;) {
+    if (abort_requested_.load(std::memory_order_acquire)) AbortNow();
+    if (Progress() > 0) active = absl::Now();
+    absl::Status failure;
+    bool any = false;
+    for (size_t i = 0; i < requests.size() && failure.ok(); ++i) {
+      auto it = slots_.find(requests[i]);
+      if (it == slots_.end()) {
+        failure = UnknownRequest(requests[i]);
+      } else if (it->second->done) {
+        failure = std::move(it->second->status);
+        slots_.erase(it);
+      } else {
+        continue;
+      }
+      finished->push_back(i);
+      any = true;
+    }
+    if (any || requests.empty()) return failure;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("ucx: process ", options_.process,
+                                                      ": none of ", requests.size(),
+                                                      " requests finished by the deadline"));
+    }
+    if (now - active >= options_.idle_spin) Sleep(deadline, options_.max_sleep);
+  }
+}
+
 int64_t UcxTransportImpl::DiscardStaleMessages(uint64_t sync_id) {
   absl::MutexLock lock(&drive_mu_);
   Progress();
