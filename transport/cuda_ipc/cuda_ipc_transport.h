@@ -1,0 +1,94 @@
+#ifndef WSYNC_TRANSPORT_CUDA_IPC_CUDA_IPC_TRANSPORT_H_
+#define WSYNC_TRANSPORT_CUDA_IPC_CUDA_IPC_TRANSPORT_H_
+
+// A Transport for CUDA memory between processes of one node, over CUDA IPC: the receiver maps the
+// sender's device allocation (cudaIpcOpenMemHandle) and copies from it on its own stream. It is
+// what carries two processes that share one GPU (NCCL refuses two ranks on one device), and pairs
+// on different GPUs of one node (the copy goes over NVLink / PCIe peer access).
+//
+// Protocol, per message (a pull): the sender's PostSend sends the receiver a descriptor (the IPC
+// handle of the allocation holding `data`, the offset of `data` in it, `bytes`) over the
+// messenger, a host-memory Transport to the same peers owned by this transport (a UCX worker of its
+// own in the session). The receiver's PostReceive posts a receive for that descriptor; once it
+// arrived, the receiver opens the handle (cached per handle until destruction), checks the size
+// (a different size fails the receive with InvalidArgument naming the peer and both sizes, as the
+// Transport contract asks), copies the bytes on its stream, records an event, and when the event
+// completed the receive completes and an acknowledgement goes back; the send completes when the
+// acknowledgement arrived (so the sender's memory is not read after its send completed). Empty
+// messages travel as descriptors and acknowledgements without a copy. On the messenger a message
+// of round r uses round 2r (descriptor, from the sender) and 2r + 1 (acknowledgement, from the
+// receiver), with the sender bits of whoever sends it; rounds at or above kMaxRounds / 2 are
+// refused with InvalidArgument.
+//
+// Memory: CUDA memory only (posts whose pointer CUDA reports as host memory, and RegisterMemory
+// of host memory, are refused with Unimplemented). Any allocation made by cudaMalloc can be
+// sent, registered or not: the allocation's base and size come from the driver, and handles are
+// cached per allocation (RegisterMemory precomputes them). Sends to self copy locally.
+//
+// Deadlines and failures: every wait polls the messenger and the events, so it returns by its
+// deadline. A deadline or failure cancels the messenger's requests; a copy already issued is
+// waited for (bounded by the copy itself, not by a peer) before the call returns, so receive memory
+// is not written after its request was released. PeerLost, Abort and DiscardStaleMessages are
+// forwarded to the messenger; Abort fails every outstanding and later request.
+//
+// Threads: as Transport: one driving thread; Abort and PeerLost from any thread.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "transport/nccl/nccl_api.h"
+#include "transport/transport.h"
+
+namespace wsync {
+
+struct CudaIpcOptions {
+  // Global id of this process (the messenger's process too).
+  int32_t process = 0;
+  // CUDA device of this process's buffers.
+  int device = 0;
+  // Poll pause bound while waiting.
+  absl::Duration max_poll_pause = absl::Microseconds(100);
+};
+
+class CudaIpcTransport final : public Transport {
+ public:
+  // Sets the device, creates the copy stream. `api` makes the CUDA calls (the CUDA module's real
+  // one, or a test fake); `messenger` carries descriptors and acknowledgements (host memory) and
+  // must have `options.process` as its process. InvalidArgument when it has another.
+  static absl::StatusOr<std::unique_ptr<CudaIpcTransport>> Create(
+      CudaIpcOptions options, std::unique_ptr<NcclApi> api, std::unique_ptr<Transport> messenger);
+  ~CudaIpcTransport() override;
+
+  int32_t process() const override;
+  std::string name() const override { return "cuda_ipc"; }
+  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
+                                                MemoryKind kind) override;
+  absl::Status DeregisterMemory(RegistrationId id) override;
+  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
+                                     int64_t bytes) override;
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override;
+  absl::StatusOr<bool> Test(RequestId request) override;
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
+  void Abort(const absl::Status& reason) override;
+  void PeerLost(int32_t peer, const absl::Status& reason) override;
+  int64_t DiscardStaleMessages(uint64_t sync_id) override;
+
+  // The host transport carrying descriptors (the session reconnects it when a peer is replaced).
+  Transport& messenger();
+
+ private:
+  class Impl;
+  explicit CudaIpcTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TRANSPORT_CUDA_IPC_CUDA_IPC_TRANSPORT_H_
