@@ -10,6 +10,7 @@
 #include "executor/memory_kinds.h"
 
 #if WSYNC_HAVE_NCCL
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_transport.h"
@@ -41,13 +42,6 @@ bool NcclBuilt() {
 }
 
 namespace {
-
-// The communicator's members: the job's CUDA processes when there are at least two.
-std::vector<int32_t> NcclMembers(const JobMemoryKinds& kinds) {
-  std::vector<int32_t> members = kinds.CudaProcesses();
-  if (members.size() < 2) members.clear();
-  return members;
-}
 
 // A new unique id when this process is the communicator's root ("" otherwise).
 absl::StatusOr<std::string> UniqueIdIfRoot(const std::vector<int32_t>& members, int32_t process,
@@ -104,15 +98,13 @@ absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int
 
 }  // namespace
 
-bool HasNcclCommunicator(const Job& job) { return !NcclMembers(JobMemoryKinds(job)).empty(); }
-
-absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int device,
-                                           const absl::Status& routes, Group& group,
-                                           absl::Time deadline, const NcclApiFactory& factory) {
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int32_t>& members,
+                                           int32_t process, int device, const absl::Status& routes,
+                                           Group& group, absl::Time deadline,
+                                           const NcclApiFactory& factory) {
   CudaConnection connection;
   const JobMemoryKinds kinds(job);
   if (!kinds.any_cuda()) return connection;
-  const std::vector<int32_t> members = NcclMembers(kinds);
   absl::Status verdict = routes;
   std::string unique_id;
   if (verdict.ok() && kinds.Process(process) == MemoryKind::kCuda) {
@@ -145,13 +137,29 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int 
   return connection;
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job, int32_t process, int device,
-                                                      Group& group, absl::Time deadline,
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const std::vector<int32_t>& members,
+                                                      int32_t process, int device, Group& group,
+                                                      absl::Time deadline,
                                                       const NcclApiFactory& factory) {
-  const std::vector<int32_t> members = NcclMembers(JobMemoryKinds(job));
   absl::StatusOr<std::string> id = UniqueIdIfRoot(members, process, factory);
   return ExchangeAndForm(members, process, device, id.status(), id.ok() ? *id : "", group, deadline,
                          factory);
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeCudaIpc(int32_t process, int device,
+                                                       std::unique_ptr<Transport> messenger,
+                                                       const NcclApiFactory& factory) {
+#if WSYNC_HAVE_NCCL
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
+  CudaIpcOptions options;
+  options.process = process;
+  options.device = device;
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<CudaIpcTransport> cuda_ipc,
+                         CudaIpcTransport::Create(options, std::move(api), std::move(messenger)));
+  return std::unique_ptr<Transport>(std::move(cuda_ipc));
+#else
+  return absl::UnimplementedError("this build has no CUDA IPC backend (no CUDA/NCCL at configure)");
+#endif
 }
 
 }  // namespace wsync

@@ -7,20 +7,23 @@
 // after planning, on every process (host-only ones too, so the numbering of collectives stays the
 // same everywhere; a job without CUDA buffers runs none): an AllGather of each process's verdict,
 // in which the NCCL root also carries the communicator's unique id. The communicator's members are
-// the job's CUDA processes (when there are at least two), in ascending global id; the root is the
-// first. A verdict is "no" when this process's transport routes were refused (selector), when it
-// holds CUDA buffers and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which
-// links libcudart and libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device
-// cannot be used ("no CUDA device"). Only processes holding CUDA buffers load the module, so a
-// host-only process never maps the CUDA libraries. Any "no" fails the connect of every process,
-// the refusing ones included, with the same error: Unimplemented (WSYNC_UNSUPPORTED at the C ABI)
-// naming the first refusing process and its reason, before a communicator is formed, so nobody
-// waits in ncclCommInitRank for a process that gave up. Otherwise each member forms the
-// communicator (NcclTransport::Create, bounded by the connect deadline).
+// the CUDA processes that exchange CUDA memory over a path class routed to NCCL
+// (PathTransportSetup::NcclMembers: by default the pairs on different nodes; pairs within a node
+// go over CUDA IPC, transport/cuda_ipc), in ascending global id; the root is the first. A verdict
+// is "no" when this process's transport routes were refused (selector), when it holds CUDA buffers
+// and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which links libcudart and
+// libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device cannot be used ("no
+// CUDA device"). Only processes holding CUDA buffers load the module, so a host-only process never
+// maps the CUDA libraries. Any "no" fails the connect of every process, the refusing ones included,
+// with the same error: Unimplemented (WSYNC_UNSUPPORTED at the C ABI) naming the first refusing
+// process and its reason, before a communicator is formed, so nobody waits in ncclCommInitRank for
+// a process that gave up. Otherwise each member forms the communicator (NcclTransport::Create,
+// bounded by the connect deadline).
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -44,22 +47,28 @@ struct CudaConnection {
 };
 
 // Runs the collective described above over `group` (skipped for a job without CUDA buffers) and
-// returns what this process needs. `routes` is this process's routing verdict (contributed as
-// "no" when it is an error); `device` the CUDA device of its buffers.
-absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, int32_t process, int device,
-                                           const absl::Status& routes, Group& group,
-                                           absl::Time deadline, const NcclApiFactory& factory);
+// returns what this process needs. `members` are the communicator's (empty: none); `routes` is
+// this process's routing verdict (contributed as "no" when it is an error); `device` the CUDA
+// device of its buffers.
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int32_t>& members,
+                                           int32_t process, int device, const absl::Status& routes,
+                                           Group& group, absl::Time deadline,
+                                           const NcclApiFactory& factory);
 
-// Whether the job forms an NCCL communicator (at least two CUDA processes).
-bool HasNcclCommunicator(const Job& job);
+// The CUDA IPC backend of this process (transport/cuda_ipc) over `messenger`, with the factory's
+// API (the CUDA module's when empty). Unimplemented in a build without NCCL.
+absl::StatusOr<std::unique_ptr<Transport>> MakeCudaIpc(int32_t process, int device,
+                                                       std::unique_ptr<Transport> messenger,
+                                                       const NcclApiFactory& factory);
 
 // A new communicator after a failed sync (NCCL cannot cancel one operation, so a failure aborts
 // the communicator): the same collective, every process taking part (the root contributes a new
 // unique id), and the new NcclTransport on each member (nullptr on the others). Every process of
 // such a job calls it at the same point: at the start of the sync after one whose commit decision
 // failed (the decision is the same everywhere).
-absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job, int32_t process, int device,
-                                                      Group& group, absl::Time deadline,
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const std::vector<int32_t>& members,
+                                                      int32_t process, int device, Group& group,
+                                                      absl::Time deadline,
                                                       const NcclApiFactory& factory);
 
 }  // namespace wsync

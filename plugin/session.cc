@@ -434,12 +434,18 @@ absl::Status Session::ConnectOnce() {
   // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
   absl::StatusOr<std::vector<TransportChoice>> routes =
       setup.ChooseRoutes(*job_, plan_.segments, NcclBuilt());
+  nccl_members_ = setup.NcclMembers(*job_, NcclBuilt());
   WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
-                         ConnectCuda(*job_, process_, cuda_device_, routes.status(), *client_,
-                                     deadline, config_.nccl_api));
+                         ConnectCuda(*job_, nccl_members_, process_, cuda_device_, routes.status(),
+                                     *client_, deadline, config_.nccl_api));
   WSYNC_RETURN_IF_ERROR(routes.status());
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         std::move(setup).Connect(*job_, bundles, *routes, std::move(cuda.nccl)));
+  const PathTransportSetup::CudaIpcFactory make_cuda_ipc =
+      [this](std::unique_ptr<Transport> messenger) {
+        return MakeCudaIpc(process_, cuda_device_, std::move(messenger), config_.nccl_api);
+      };
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<RoutedTransport> transport,
+      std::move(setup).Connect(*job_, bundles, *routes, std::move(cuda.nccl), make_cuda_ipc));
   {
     absl::MutexLock lock(&handles_mu_);
     transport_ = std::move(transport);
@@ -448,7 +454,6 @@ absl::Status Session::ConnectOnce() {
     arenas_ = std::make_unique<ArenaCache>();  // Arenas of an earlier device go first.
     device_ = std::move(cuda.device);
   }
-  nccl_job_ = HasNcclCommunicator(*job_);
   nccl_reform_pending_ = false;
   for (size_t b = 0; b < part_.buffers.size(); ++b) {
     buffers_[part_.buffers[b].id] = buffer_addresses_[b];
@@ -585,7 +590,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       last_stats_ = *stats;
       last_stats_version_ = version;
     }
-    nccl_reform_pending_ = nccl_job_ && !outcome.ok();
+    nccl_reform_pending_ = !nccl_members_.empty() && !outcome.ok();
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -602,7 +607,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
 absl::Status Session::ReformNcclBackend(absl::Time deadline) {
   WSYNC_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> nccl,
-      ReformNccl(*job_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
+      ReformNccl(nccl_members_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
   if (nccl == nullptr) return absl::OkStatus();  // Not a member.
   absl::MutexLock lock(&handles_mu_);            // Abort must not run while the backend is swapped.
   for (int32_t b = 0; transport_->backend(b) != nullptr; ++b) {

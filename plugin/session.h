@@ -179,9 +179,10 @@ class Session {
   std::unique_ptr<Job> job_;
   Plan plan_;
   int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
-  // The job has an NCCL communicator (set at connect), and the last sync's decision failed, so the
-  // next sync starts by re-forming it (plugin/cuda_setup.h: ReformNccl). Sync path only.
-  bool nccl_job_ = false;
+  // The members of the job's NCCL communicator (set at connect; empty: none), and whether the last
+  // sync's decision failed, so the next sync starts by re-forming it (plugin/cuda_setup.h:
+  // ReformNccl). Sync path only.
+  std::vector<int32_t> nccl_members_;
   bool nccl_reform_pending_ = false;
   // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
   // declared before arenas_, which may hold device arenas it allocated.

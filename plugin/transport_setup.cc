@@ -5,7 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/memory_kinds.h"
+#include "transport/forwarding_transport.h"
 #include "transport/selector/addresses.pb.h"
+
+#if WSYNC_HAVE_NCCL
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#endif
 
 namespace wsync {
 
@@ -16,7 +21,7 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
   setup.paths_ = std::move(paths);
   proto::AddressBundle bundle;
   for (const TransportChoice& choice : setup.paths_.Distinct()) {
-    if (choice.backend == "nccl") continue;
+    if (choice.backend == "nccl" || choice.backend == "cuda_ipc") continue;
     setup.choices_.push_back(choice);
     if (choice.backend != "ucx") {
       return absl::InvalidArgumentError(
@@ -34,17 +39,46 @@ absl::StatusOr<PathTransportSetup> PathTransportSetup::Create(int32_t process,
   return setup;
 }
 
-absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(
-    const Job& job, absl::Span<const Segment> segments, bool nccl_built) const {
-  const JobMemoryKinds kinds(job);
+int32_t PathTransportSetup::MessengerIndex() const {
+  const auto fallback = std::find(choices_.begin(), choices_.end(), paths_.fallback);
+  if (fallback != choices_.end()) return static_cast<int32_t>(fallback - choices_.begin());
+  return choices_.empty() ? -1 : 0;
+}
+
+std::vector<BackendCapabilities> PathTransportSetup::Capabilities(bool nccl_built) const {
   // UCX carries CUDA memory only when every UCX context this process made reports it.
   const bool ucx_reports_cuda =
       !backends_.empty() &&
       std::all_of(backends_.begin(), backends_.end(), [](const std::unique_ptr<UcxTransport>& ucx) {
         return ucx->CarriesCudaMemory();
       });
-  const std::vector<BackendCapabilities> available =
-      BuildCapabilities(ucx_reports_cuda, nccl_built);
+  // CUDA IPC lives in the same CUDA module as NCCL and needs a UCX worker for its descriptors.
+  return BuildCapabilities(ucx_reports_cuda, nccl_built, nccl_built && MessengerIndex() >= 0);
+}
+
+std::vector<int32_t> PathTransportSetup::NcclMembers(const Job& job, bool nccl_built) const {
+  const std::vector<BackendCapabilities> available = Capabilities(nccl_built);
+  const std::vector<int32_t> cuda = JobMemoryKinds(job).CudaProcesses();
+  std::vector<int32_t> members;
+  for (int32_t p : cuda) {
+    for (int32_t q : cuda) {
+      if (p == q) continue;
+      absl::StatusOr<TransportChoice> choice =
+          ChooseTransport(paths_, job.PathClass(p, q), MemoryKind::kCuda, available);
+      if (choice.ok() && choice->backend == "nccl") {
+        members.push_back(p);
+        break;
+      }
+    }
+  }
+  if (members.size() < 2) members.clear();
+  return members;
+}
+
+absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(
+    const Job& job, absl::Span<const Segment> segments, bool nccl_built) const {
+  const JobMemoryKinds kinds(job);
+  const std::vector<BackendCapabilities> available = Capabilities(nccl_built);
   std::vector<bool> exchanges(job.num_processes(), false);
   for (const Segment& s : segments) {
     if (s.from.process == process_ && s.to.process != process_) exchanges[s.to.process] = true;
@@ -71,8 +105,11 @@ absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(
 
 absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
     const Job& job, const std::vector<std::string>& bundles,
-    const std::vector<TransportChoice>& routes, std::unique_ptr<Transport> nccl) && {
-  if (!routes.empty()) return std::move(*this).ConnectRoutes(routes, bundles, std::move(nccl));
+    const std::vector<TransportChoice>& routes, std::unique_ptr<Transport> nccl,
+    const CudaIpcFactory& make_cuda_ipc) && {
+  if (!routes.empty()) {
+    return std::move(*this).ConnectRoutes(routes, bundles, std::move(nccl), make_cuda_ipc);
+  }
   return std::move(*this).Connect(
       [&job](int32_t from, int32_t to) { return std::string(job.PathClass(from, to)); }, bundles);
 }
@@ -84,18 +121,21 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::Connect(
   for (int32_t p = 0; p < static_cast<int32_t>(bundles.size()); ++p) {
     routes[p] = paths_.For(path_class(process_, p));
   }
-  return std::move(*this).ConnectRoutes(routes, bundles, nullptr);
+  return std::move(*this).ConnectRoutes(routes, bundles, nullptr, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::ConnectRoutes(
     const std::vector<TransportChoice>& routes, const std::vector<std::string>& bundles,
-    std::unique_ptr<Transport> nccl) && {
+    std::unique_ptr<Transport> nccl, const CudaIpcFactory& make_cuda_ipc) && {
   const int32_t processes = static_cast<int32_t>(bundles.size());
   if (static_cast<int32_t>(routes.size()) != processes) {
     return absl::InvalidArgumentError(
         absl::StrCat(routes.size(), " routes for ", processes, " processes"));
   }
   const int32_t nccl_index = static_cast<int32_t>(choices_.size());
+  const int32_t cuda_ipc_index = nccl_index + (nccl != nullptr ? 1 : 0);
+  const int32_t messenger = MessengerIndex();
+  bool any_cuda_ipc = false;
   std::vector<int32_t> route(processes);
   std::vector<std::vector<std::string>> peers_of(choices_.size(),
                                                  std::vector<std::string>(processes));
@@ -114,6 +154,17 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::ConnectRout
       route[p] = nccl_index;
       continue;
     }
+    if (routes[p].backend == "cuda_ipc") {
+      if (!make_cuda_ipc || messenger < 0) {
+        return absl::UnimplementedError(
+            absl::StrCat("process ", process_, " routes process ", p, " over CUDA IPC but has no ",
+                         messenger < 0 ? "UCX worker for its descriptors" : "CUDA IPC backend"));
+      }
+      route[p] = cuda_ipc_index;
+      peers_of[messenger][p] = bundle.addresses(messenger);
+      any_cuda_ipc = true;
+      continue;
+    }
     const auto choice = std::find(choices_.begin(), choices_.end(), routes[p]);
     if (choice == choices_.end()) {
       return absl::InvalidArgumentError(absl::StrCat("process ", process_, " has no worker for ",
@@ -129,8 +180,33 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> PathTransportSetup::ConnectRout
     routed.push_back(std::move(backends_[b]));
   }
   if (nccl != nullptr) routed.push_back(std::move(nccl));
+  if (any_cuda_ipc) {
+    // The messenger is borrowed: the routed transport destroys its backends last to first.
+    WSYNC_ASSIGN_OR_RETURN(
+        std::unique_ptr<Transport> cuda_ipc,
+        make_cuda_ipc(std::make_unique<ForwardingTransport>(*routed[messenger])));
+    routed.push_back(std::move(cuda_ipc));
+  }
   return RoutedTransport::Create(process_, std::move(routed), std::move(route));
 }
+
+namespace {
+
+// Whether `peer`'s messages go over backend `b` or over a CUDA IPC backend whose messenger is
+// backend `b`.
+bool ReachedThrough(const RoutedTransport& transport, int32_t peer, int32_t b) {
+  const int32_t route = transport.RouteOf(peer);
+  if (route == b) return true;
+#if WSYNC_HAVE_NCCL
+  if (auto* cuda_ipc = dynamic_cast<CudaIpcTransport*>(transport.backend(route))) {
+    auto* messenger = dynamic_cast<ForwardingTransport*>(&cuda_ipc->messenger());
+    return messenger != nullptr && &messenger->inner() == transport.backend(b);
+  }
+#endif
+  return false;
+}
+
+}  // namespace
 
 absl::Status PathTransportSetup::Reconnect(RoutedTransport& transport,
                                            const std::vector<std::string>& bundles) {
@@ -140,7 +216,7 @@ absl::Status PathTransportSetup::Reconnect(RoutedTransport& transport,
     if (ucx == nullptr) continue;
     std::vector<std::string> addresses(processes);
     for (int32_t p = 0; p < processes; ++p) {
-      if (transport.RouteOf(p) != b) continue;
+      if (!ReachedThrough(transport, p, b)) continue;
       proto::AddressBundle bundle;
       if (!bundle.ParseFromString(bundles[p]) || bundle.addresses_size() <= b) {
         return absl::InvalidArgumentError(

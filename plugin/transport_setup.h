@@ -25,7 +25,8 @@ namespace wsync {
 class PathTransportSetup {
  public:
   // Starts the UCX workers of the UCX choices (an "nccl" choice needs none: its communicator is
-  // formed at connect, plugin/cuda_setup.h). InvalidArgument for any other backend.
+  // formed at connect, plugin/cuda_setup.h; nor does "cuda_ipc": its descriptors travel over the
+  // fallback's UCX worker, or the first one). InvalidArgument for any other backend.
   static absl::StatusOr<PathTransportSetup> Create(int32_t process, PathTransports paths);
 
   // What this process publishes at rendezvous (an AddressBundle, one address per UCX choice).
@@ -43,15 +44,28 @@ class PathTransportSetup {
                                                             absl::Span<const Segment> segments,
                                                             bool nccl_built) const;
 
+  // The members of the job's NCCL communicator: the CUDA processes that exchange CUDA memory with
+  // another CUDA process over a path class this configuration routes to NCCL (ChooseTransport as
+  // in ChooseRoutes, for every pair), in ascending global id; empty when fewer than two. Every
+  // process of a job computes the same list (the same configuration and build everywhere; a
+  // process with another configuration is refused at Connect).
+  std::vector<int32_t> NcclMembers(const Job& job, bool nccl_built) const;
+
+  // Makes the CUDA IPC backend over `messenger` (a borrowed UCX worker of this setup) when a route
+  // names "cuda_ipc" (plugin/cuda_setup.h: MakeCudaIpc).
+  using CudaIpcFactory = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
+      std::unique_ptr<Transport> messenger)>;
+
   // Routes every peer by `routes` (from ChooseRoutes; host choices for every peer when empty),
   // connects each UCX worker to its peers from their published bundles (indexed by global process
-  // id) and returns the routed transport: the UCX workers, then `nccl` (required when a route
-  // names it). The setup is spent. InvalidArgument when a peer published a bundle of another
-  // configuration.
+  // id; the messenger worker also to the CUDA IPC peers) and returns the routed transport: the UCX
+  // workers, then `nccl` (required when a route names it), then the CUDA IPC backend made by
+  // `make_cuda_ipc` (required when a route names it). The setup is spent. InvalidArgument when a
+  // peer published a bundle of another configuration.
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
       const Job& job, const std::vector<std::string>& bundles,
-      const std::vector<TransportChoice>& routes = {},
-      std::unique_ptr<Transport> nccl = nullptr) &&;
+      const std::vector<TransportChoice>& routes = {}, std::unique_ptr<Transport> nccl = nullptr,
+      const CudaIpcFactory& make_cuda_ipc = nullptr) &&;
   // Host memory only, with each peer's path class from `path_class(this process, peer)`, for
   // callers that have no Job (the link calibration).
   absl::StatusOr<std::unique_ptr<RoutedTransport>> Connect(
@@ -61,8 +75,8 @@ class PathTransportSetup {
   // Points a transport made by Connect at the peers' current bundles (a replacement process took
   // a rank and published new addresses): each UCX worker reconnects to the peers whose address
   // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
-  // configuration. The NCCL communicator is not re-formed (a replaced CUDA process is not
-  // supported).
+  // configuration. The CUDA IPC backend's messenger is its UCX worker, reconnected with it. The
+  // NCCL communicator is not re-formed here.
   static absl::Status Reconnect(RoutedTransport& transport,
                                 const std::vector<std::string>& bundles);
 
@@ -71,7 +85,12 @@ class PathTransportSetup {
   PathTransports paths_;
   absl::StatusOr<std::unique_ptr<RoutedTransport>> ConnectRoutes(
       const std::vector<TransportChoice>& routes, const std::vector<std::string>& bundles,
-      std::unique_ptr<Transport> nccl) &&;
+      std::unique_ptr<Transport> nccl, const CudaIpcFactory& make_cuda_ipc) &&;
+  // The backends this build and setup have (BuildCapabilities).
+  std::vector<BackendCapabilities> Capabilities(bool nccl_built) const;
+  // The UCX worker (index into backends_) that carries CUDA IPC descriptors: the fallback's when
+  // it is a UCX choice, else the first; -1 without any.
+  int32_t MessengerIndex() const;
 
   std::vector<TransportChoice> choices_;  // The UCX choices, one worker each.
   std::vector<std::unique_ptr<UcxTransport>> backends_;

@@ -21,21 +21,28 @@
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(int32_t, sync_syncs);
 ABSL_FLAG(std::string, memory, "host",
-          "Where the weights live: host (UCX contestants) or cuda (GPU only: NCCL, against "
-          "cudaMemcpy device-to-device).");
+          "Where the weights live: host (UCX contestants) or cuda (GPU only: CUDA IPC or NCCL, "
+          "against cudaMemcpy device-to-device).");
 ABSL_FLAG(std::string, cuda_from, "megatron(tp=1)", "Trainer layout of --memory cuda.");
 ABSL_FLAG(std::string, cuda_to, "vllm(tp=1)", "Rollout layout of --memory cuda.");
+ABSL_FLAG(std::string, cuda_path_transports, "",
+          "Path transports of --memory cuda (empty: CUDA IPC within the node; "
+          "\"intra_node=nccl\": NCCL).");
+ABSL_FLAG(bool, cuda_forked, false,
+          "--memory cuda: each process of the job a forked OS process instead of a thread.");
 
 namespace wsync::cli {
 
 std::string CudaSyncBenchUsage() {
   return "wsync bench sync --memory cuda [--model M] [--cuda_from L] [--cuda_to L]\n"
-         "                 [--sync_syncs K]\n"
+         "                 [--sync_syncs K] [--cuda_path_transports SPEC] [--cuda_forked]\n"
          "  GPU only (fails at once with \"no CUDA device\" elsewhere). Runs M (default\n"
          "  qwen2.5-0.5b) from L (megatron(tp=1)) to L (vllm(tp=1)) with every buffer in CUDA\n"
-         "  memory (process p on GPU p % GPUs; with fewer GPUs than processes the trainers keep\n"
-         "  host memory, as NCCL refuses two ranks on one GPU), processes as threads driving the\n"
-         "  plugin session: one sync with every rollout element checked, then K timed syncs.\n"
+         "  memory (process p on GPU p % GPUs), over CUDA IPC by default (SPEC\n"
+         "  \"intra_node=nccl\": NCCL; with fewer GPUs than processes the trainers then keep\n"
+         "  host memory, as NCCL refuses two ranks on one GPU), processes as threads (or forked\n"
+         "  OS processes) driving the plugin session: one sync with every rollout element\n"
+         "  checked, then K timed syncs.\n"
          "  Prints GB/s per rollout against cudaMemcpy device-to-device of the same bytes on the\n"
          "  rollout's GPU, as a ratio.\n";
 }
@@ -48,6 +55,8 @@ absl::Status RunCudaSyncBench(std::FILE* out) {
   options.to = absl::GetFlag(FLAGS_cuda_to);
   options.syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
   options.verify = true;
+  options.path_transports = absl::GetFlag(FLAGS_cuda_path_transports);
+  options.forked_processes = absl::GetFlag(FLAGS_cuda_forked);
   absl::FPrintF(out, "wsync bench sync --memory cuda: %s %s -> %s, %d timed syncs\n", options.model,
                 options.from, options.to, options.syncs);
   WSYNC_ASSIGN_OR_RETURN(CudaJobResult job, RunCudaJob(options));

@@ -1,12 +1,22 @@
 #include "integration/cuda/cuda_job.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "integration/harness/launcher.h"
@@ -18,6 +28,7 @@
 #include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_api.h"
+#include "transport/selector/selector.h"
 
 namespace wsync {
 namespace {
@@ -147,37 +158,151 @@ absl::Status RunProcess(const CudaJobOptions& options, Role role, int32_t rank, 
   return absl::OkStatus();
 }
 
+// A ProcessResult as one line of text, for a forked process's pipe, and back.
+std::string EncodeResult(const ProcessResult& result) {
+  return absl::StrCat(static_cast<int>(result.status.code()), "\t",
+                      absl::CEscape(result.status.message()), "\t", result.received_bytes, "\t",
+                      result.checked_bytes, "\t", absl::StrJoin(result.seconds, ","));
+}
+
+ProcessResult DecodeResult(absl::string_view text) {
+  ProcessResult result;
+  const std::vector<std::string> fields = absl::StrSplit(text, '\t');
+  int code = 0;
+  std::string message;
+  if (fields.size() != 5 || !absl::SimpleAtoi(fields[0], &code) ||
+      !absl::CUnescape(fields[1], &message) ||
+      !absl::SimpleAtoi(fields[2], &result.received_bytes) ||
+      !absl::SimpleAtoi(fields[3], &result.checked_bytes)) {
+    result.status = absl::InternalError(
+        absl::StrCat("the forked process died or sent an unreadable result: '", text, "'"));
+    return result;
+  }
+  result.status = absl::Status(static_cast<absl::StatusCode>(code), message);
+  for (absl::string_view second : absl::StrSplit(fields[4], ',', absl::SkipEmpty())) {
+    double value = 0;
+    if (absl::SimpleAtod(second, &value)) result.seconds.push_back(value);
+  }
+  return result;
+}
+
+// Starts `body` in a forked child, which writes the line `body` returns into a pipe and exits;
+// `read_end` is the pipe's end for FinishChild.
+template <typename Body>
+absl::StatusOr<pid_t> StartChild(Body body, int& read_end) {
+  int fds[2];
+  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string line = body();
+    size_t written = 0;
+    while (written < line.size()) {
+      const ssize_t n = write(fds[1], line.data() + written, line.size() - written);
+      if (n <= 0) break;
+      written += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  read_end = fds[0];
+  return pid;
+}
+
+// What the child wrote (empty when it died before writing), once it exited.
+std::string FinishChild(pid_t pid, int read_end) {
+  std::string text;
+  char chunk[4096];
+  ssize_t n = 0;
+  while ((n = read(read_end, chunk, sizeof(chunk))) > 0) text.append(chunk, static_cast<size_t>(n));
+  close(read_end);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return text;
+}
+
+// CUDA devices of this machine; in a forked child when `fork` (so this process stays free of CUDA).
+absl::StatusOr<int> CountDevices(bool fork) {
+  auto count = []() -> absl::StatusOr<int> {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
+    WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*api, 0, "a CUDA job"));
+    return api->DeviceCount();
+  };
+  if (!fork) return count();
+  int read_end = -1;
+  WSYNC_ASSIGN_OR_RETURN(pid_t pid, StartChild(
+                                        [&] {
+                                          ProcessResult probe;
+                                          absl::StatusOr<int> devices = count();
+                                          probe.status = devices.status();
+                                          probe.received_bytes = devices.ok() ? *devices : 0;
+                                          return EncodeResult(probe);
+                                        },
+                                        read_end));
+  const ProcessResult probe = DecodeResult(FinishChild(pid, read_end));
+  WSYNC_RETURN_IF_ERROR(probe.status);
+  return static_cast<int>(probe.received_bytes);
+}
+
 }  // namespace
 
 absl::StatusOr<CudaJobResult> RunCudaJob(const CudaJobOptions& options) {
   CudaJobResult result;
-  {
-    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
-    WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*api, 0, "a CUDA job"));
-    result.devices = api->DeviceCount();
-  }
+  WSYNC_ASSIGN_OR_RETURN(result.devices, CountDevices(options.forked_processes));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, options.from));
   WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, options.to));
+  WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(options.path_transports));
   const auto trainers = static_cast<int32_t>(from.processes.size());
   const auto rollouts = static_cast<int32_t>(to.processes.size());
-  const bool cuda_trainers = options.all_cuda || trainers + rollouts <= result.devices;
-  result.placement = cuda_trainers ? "cuda->cuda (nccl)" : "host->cuda (ucx, rollouts stage)";
+  // The job's pairs are all on one node: intra_node decides the backend of CUDA pairs.
+  const TransportChoice& intra = paths.For("intra_node");
+  const bool explicit_intra = paths.by_path.count("intra_node") > 0 || paths.fallback_given;
+  const std::string backend = explicit_intra ? intra.backend : "cuda_ipc";
+  const bool cuda_trainers =
+      options.all_cuda || backend != "nccl" || trainers + rollouts <= result.devices;
+  const std::string how = options.forked_processes ? "processes" : "threads";
+  result.placement = cuda_trainers ? absl::StrCat("cuda->cuda (", backend, ", ", how, ")")
+                                   : absl::StrCat("host->cuda (ucx, rollouts stage, ", how, ")");
   for (const BufferInfo& buffer : to.buffers) result.rollout_buffer_bytes += buffer.bytes;
   WSYNC_ASSIGN_OR_RETURN(int port, harness::PickFreePort());
   if (getenv(kSecretEnv) == nullptr) setenv(kSecretEnv, "cuda-job-secret-0123456789", 0);
   std::vector<ProcessResult> processes(trainers + rollouts);
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < trainers + rollouts; ++p) {
-    threads.emplace_back([&, p] {
-      const bool trainer = p < trainers;
-      const MemoryKind kind = trainer && !cuda_trainers ? MemoryKind::kHost : MemoryKind::kCuda;
-      processes[p].status =
-          RunProcess(options, trainer ? Role::kTrainer : Role::kRollout, trainer ? p : p - trainers,
-                     trainers, rollouts, port, p % std::max(result.devices, 1), kind, processes[p]);
-    });
+  auto run = [&](int32_t p) {
+    const bool trainer = p < trainers;
+    const MemoryKind kind = trainer && !cuda_trainers ? MemoryKind::kHost : MemoryKind::kCuda;
+    processes[p].status =
+        RunProcess(options, trainer ? Role::kTrainer : Role::kRollout, trainer ? p : p - trainers,
+                   trainers, rollouts, port, p % std::max(result.devices, 1), kind, processes[p]);
+  };
+  if (options.forked_processes) {
+    std::vector<std::pair<pid_t, int>> children;
+    for (int32_t p = 0; p < trainers + rollouts; ++p) {
+      int read_end = -1;
+      absl::StatusOr<pid_t> pid = StartChild(
+          [&] {
+            run(p);
+            return EncodeResult(processes[p]);
+          },
+          read_end);
+      if (!pid.ok()) {
+        for (const auto& [started, fd] : children) kill(started, SIGKILL);
+        for (const auto& [started, fd] : children) FinishChild(started, fd);
+        return pid.status();
+      }
+      children.emplace_back(*pid, read_end);
+    }
+    for (int32_t p = 0; p < trainers + rollouts; ++p) {
+      processes[p] = DecodeResult(FinishChild(children[p].first, children[p].second));
+    }
+  } else {
+    std::vector<std::thread> threads;
+    for (int32_t p = 0; p < trainers + rollouts; ++p) threads.emplace_back(run, p);
+    for (std::thread& thread : threads) thread.join();
   }
-  for (std::thread& thread : threads) thread.join();
   for (int32_t p = 0; p < trainers + rollouts; ++p) {
     if (!processes[p].status.ok()) {
       return absl::Status(processes[p].status.code(),

@@ -6,12 +6,14 @@
 // `wsync bench sync --memory cuda` times and what the gpu test GpuSessionTest checks. Needs a GPU
 // and the NCCL backend (built only with WSYNC_HAVE_NCCL).
 //
-// Placement: process p's CUDA buffers are on device p % devices. NCCL refuses two ranks of one
-// communicator on one device ("Duplicate GPU detected"), so when the job has more processes than
-// the machine has GPUs the trainers keep their weights in host memory (trainer -> rollout pairs
-// then travel in host memory over UCX and the rollouts stage them into device memory,
-// executor/memory_kinds.h); with a GPU per process every buffer is CUDA memory and every pair goes
-// over NCCL. CudaJobResult::placement says which ran.
+// Placement: process p's CUDA buffers are on device p % devices, every buffer in CUDA memory, and
+// the pairs (all on one node) go over CUDA IPC, the default within a node (transport/cuda_ipc;
+// threads of one process use each other's device pointers directly, forked processes map them).
+// With `path_transports` routing intra_node to NCCL: NCCL refuses two ranks of one communicator on
+// one device ("Duplicate GPU detected"), so when the job has more processes than the machine has
+// GPUs the trainers keep their weights in host memory (trainer -> rollout pairs then travel in host
+// memory over UCX and the rollouts stage them into device memory, executor/memory_kinds.h), unless
+// `all_cuda`. CudaJobResult::placement says which ran.
 
 #include <cstdint>
 #include <string>
@@ -29,14 +31,20 @@ struct CudaJobOptions {
   int32_t syncs = 3;   // Timed syncs after the verified one.
   bool verify = true;  // The first sync checks every element of every rollout buffer.
   absl::Duration deadline = absl::Seconds(120);
-  std::string path_transports;  // Session path_transports; empty: NCCL for CUDA, UCX for host.
-  // Every buffer in CUDA memory even when processes share a GPU (NCCL then refuses the
-  // communicator: the gpu test of that refusal).
+  // Session path_transports; empty: CUDA IPC for CUDA pairs (one node), UCX for host ones.
+  std::string path_transports;
+  // With intra_node routed to NCCL: every buffer in CUDA memory even when processes share a GPU
+  // (NCCL then refuses the communicator: the gpu test of that refusal).
   bool all_cuda = false;
+  // Each process of the job a forked child of the caller instead of a thread (CUDA IPC then maps
+  // the peers' allocations, as between an RL trainer and a colocated rollout engine). The caller
+  // must not have initialised CUDA (a forked child cannot use it then).
+  bool forked_processes = false;
 };
 
 struct CudaJobResult {
-  std::string placement;                 // "cuda->cuda (nccl)" or "host->cuda (ucx)".
+  // "cuda->cuda (cuda_ipc, threads)", "cuda->cuda (nccl, processes)", "host->cuda (ucx, ...)".
+  std::string placement;
   int32_t devices = 0;                   // GPUs seen.
   int64_t rollout_bytes = 0;             // Received per sync by the busiest rollout process.
   int64_t verified_elements_bytes = 0;   // Bytes of rollout buffers checked (0: not verified).

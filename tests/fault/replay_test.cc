@@ -20,9 +20,9 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
-#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -35,7 +35,7 @@ Job RowsToColumns() { return test::RowsToColumnsJob(); }
 
 // Forwards to a Transport and records the (peer, tag, bytes) of every send posted through it, so
 // that a test can replay a past sync's messages exactly as the executor tagged them.
-class RecordingTransport final : public test::ForwardingTransport {
+class RecordingTransport final : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   struct Sent {

@@ -50,12 +50,17 @@ for b in gpu_nccl_test gpu_session_test; do
   "$BUILD_DIR/tests/gpu/$b" 2>&1 | grep -E 'rollout:|survivor:|^\[  (PASSED|FAILED)' || true
 done
 
-echo "== wsync bench sync --memory cuda"
-if "$BUILD_DIR/integration/cli/wsync" bench sync --memory cuda; then
-  summary+=("PASS wsync bench sync --memory cuda")
-else
-  summary+=("FAIL wsync bench sync --memory cuda"); status=1
-fi
+# CUDA IPC between threads (direct device pointers), between forked processes (mapped
+# allocations), and NCCL (with one GPU the trainers then keep host memory: placement printed).
+for flags in "" "--cuda_forked" "--cuda_path_transports=intra_node=nccl"; do
+  echo "== wsync bench sync --memory cuda $flags"
+  # shellcheck disable=SC2086
+  if "$BUILD_DIR/integration/cli/wsync" bench sync --memory cuda $flags; then
+    summary+=("PASS wsync bench sync --memory cuda $flags")
+  else
+    summary+=("FAIL wsync bench sync --memory cuda $flags"); status=1
+  fi
+done
 
 echo "== summary"
 printf '  %s\n' "${summary[@]}"

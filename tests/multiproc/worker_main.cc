@@ -40,11 +40,11 @@
 #include "planner/policy.h"
 #include "plugin/prediction.h"
 #include "plugin/transport_setup.h"
-#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/control/loss_watch.h"
+#include "transport/forwarding_transport.h"
 #include "transport/selector/selector.h"
 
 ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
@@ -92,7 +92,7 @@ namespace {
 
 // Passes every call to `inner` and counts the bytes of each send and receive it posts, by peer,
 // so a worker reports what crossed each path class on the wire (a relay's forwards included).
-class CountingTransport final : public test::ForwardingTransport {
+class CountingTransport final : public ForwardingTransport {
  public:
   CountingTransport(Transport& inner, int32_t processes)
       : ForwardingTransport(inner), sent_(processes, 0), received_(processes, 0) {}

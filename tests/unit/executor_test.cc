@@ -14,9 +14,9 @@
 #include "planner/builders.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
-#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -31,7 +31,7 @@ using ::testing::HasSubstr;
 
 // The transport of a backend that needs round order (as NCCL does): the executor runs lockstep
 // rounds over it.
-class LockstepTransport final : public test::ForwardingTransport {
+class LockstepTransport final : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   bool NeedsRoundOrder() const override { return true; }
@@ -560,7 +560,7 @@ TEST(ExecutorTest, LocalRejectionFailsEveryProcessWithTheReason) {
 // Process `receiver`'s transport reports no request with `slow_peer` finished until `others`
 // requests with other peers have: a pair that cannot move (a saturated link) while the others
 // can. Requests that finish meanwhile are held back and reported afterwards.
-class SlowPeerTransport final : public test::ForwardingTransport {
+class SlowPeerTransport final : public ForwardingTransport {
  public:
   SlowPeerTransport(std::unique_ptr<Transport> inner, int32_t slow_peer, int64_t others)
       : ForwardingTransport(std::move(inner)), slow_peer_(slow_peer), others_(others) {}

@@ -23,11 +23,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/executor_checks.h"
-#include "tests/testing/forwarding_transport.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/loss_watch.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -42,7 +42,7 @@ constexpr absl::Duration kBound = absl::Seconds(5);
 
 // The `die_at`-th receive this process posts closes its control connection and then blocks until
 // `release`: a process that died mid-transfer. Everything else passes through.
-class DyingTransport final : public test::ForwardingTransport {
+class DyingTransport final : public ForwardingTransport {
  public:
   DyingTransport(Transport& inner, ControlClient& client, int die_at, absl::Notification& release)
       : ForwardingTransport(inner), client_(client), die_at_(die_at), release_(release) {}

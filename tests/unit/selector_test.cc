@@ -4,7 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/forwarding_transport.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync {
@@ -146,7 +146,7 @@ TEST(RoutedTransportTest, RefusesBadRoutes) {
 }
 
 // A backend that carries CUDA memory only (like NCCL), forwarding messages to a loopback.
-class CudaOnlyBackend final : public test::ForwardingTransport {
+class CudaOnlyBackend final : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   std::string name() const override { return "cuda-only"; }
@@ -197,23 +197,26 @@ TEST(RoutedTransportTest, RegistersEachMemoryKindWithTheBackendsThatCarryIt) {
 // Transport choice per (path class, memory kind), with capability checks (issue 8).
 TEST(ChooseTransportTest, DefaultsByMemoryKind) {
   const PathTransports paths = *ParsePathTransports("");
-  const auto with_nccl = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true);
+  const auto with_nccl =
+      BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true, /*cuda_ipc_built=*/false);
   EXPECT_EQ(ChooseTransport(paths, "intra_node", MemoryKind::kCuda, with_nccl)->backend, "nccl");
   EXPECT_EQ(ChooseTransport(paths, "intra_node", MemoryKind::kHost, with_nccl)->backend, "ucx");
   // Without NCCL, a UCX that reports CUDA support carries CUDA memory.
-  const auto cuda_ucx = BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/false);
+  const auto cuda_ucx =
+      BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/false, /*cuda_ipc_built=*/false);
   EXPECT_EQ(ChooseTransport(paths, "inter_node", MemoryKind::kCuda, cuda_ucx)->backend, "ucx");
 }
 
 TEST(ChooseTransportTest, RefusesCudaWithoutABackendThatReachesIt) {
-  const auto plain = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/false);
+  const auto plain =
+      BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/false, /*cuda_ipc_built=*/false);
   absl::StatusOr<TransportChoice> none =
       ChooseTransport(*ParsePathTransports(""), "intra_node", MemoryKind::kCuda, plain);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(none.status().message()),
               HasSubstr("this UCX build reports no CUDA memory support"));
   // An explicit UCX choice for CUDA memory on a UCX without CUDA support is refused with why.
-  const auto with_nccl = BuildCapabilities(false, true);
+  const auto with_nccl = BuildCapabilities(false, true, false);
   absl::StatusOr<TransportChoice> ucx = ChooseTransport(*ParsePathTransports("intra_node=ucx:sm"),
                                                         "intra_node", MemoryKind::kCuda, with_nccl);
   EXPECT_EQ(ucx.status().code(), absl::StatusCode::kUnimplemented);
@@ -235,7 +238,8 @@ TEST(ChooseTransportTest, RefusesCudaWithoutABackendThatReachesIt) {
 TEST(ChooseTransportTest, ExplicitMixedMappingPerPathClass) {
   const PathTransports paths = *ParsePathTransports("intra_node=nccl;inter_node=ucx:tcp");
   EXPECT_FALSE(paths.fallback_given);
-  const auto cuda_ucx = BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/true);
+  const auto cuda_ucx =
+      BuildCapabilities(/*ucx_reports_cuda=*/true, /*nccl_built=*/true, /*cuda_ipc_built=*/false);
   absl::StatusOr<std::vector<TransportChoice>> choices = ChooseTransports(
       paths,
       {PathUse{"intra_node", MemoryKind::kCuda}, PathUse{"inter_node", MemoryKind::kCuda},
@@ -248,8 +252,51 @@ TEST(ChooseTransportTest, ExplicitMixedMappingPerPathClass) {
   EXPECT_EQ((*choices)[3].backend, "ucx");
   // The same mapping with a UCX that has no CUDA support fails at the inter_node use.
   absl::StatusOr<std::vector<TransportChoice>> refused = ChooseTransports(
-      paths, {PathUse{"inter_node", MemoryKind::kCuda}}, BuildCapabilities(false, true));
+      paths, {PathUse{"inter_node", MemoryKind::kCuda}}, BuildCapabilities(false, true, false));
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'inter_node' carries cuda"));
+}
+
+// CUDA IPC: the default for CUDA memory within a node when built; never across nodes.
+TEST(ChooseTransportTest, CudaIpcWithinANodeNcclAcross) {
+  const auto all = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true,
+                                     /*cuda_ipc_built=*/true);
+  const PathTransports defaults = *ParsePathTransports("");
+  EXPECT_EQ(ChooseTransport(defaults, "intra_node", MemoryKind::kCuda, all)->backend, "cuda_ipc");
+  EXPECT_EQ(ChooseTransport(defaults, "local", MemoryKind::kCuda, all)->backend, "cuda_ipc");
+  EXPECT_EQ(ChooseTransport(defaults, "inter_node", MemoryKind::kCuda, all)->backend, "nccl");
+  EXPECT_EQ(ChooseTransport(defaults, "intra_node", MemoryKind::kHost, all)->backend, "ucx");
+  // Without NCCL, a class leaving the node has no default for CUDA memory.
+  const auto ipc_only = BuildCapabilities(false, false, true);
+  absl::StatusOr<TransportChoice> across =
+      ChooseTransport(defaults, "inter_node", MemoryKind::kCuda, ipc_only);
+  EXPECT_EQ(across.status().code(), absl::StatusCode::kUnimplemented);
+  // Explicit choices: NCCL within a node is kept; CUDA IPC across nodes or for host memory is
+  // refused with the reason.
+  EXPECT_EQ(
+      ChooseTransport(*ParsePathTransports("intra_node=nccl"), "intra_node", MemoryKind::kCuda, all)
+          ->backend,
+      "nccl");
+  absl::StatusOr<TransportChoice> ipc_across = ChooseTransport(
+      *ParsePathTransports("inter_node=cuda_ipc"), "inter_node", MemoryKind::kCuda, all);
+  EXPECT_EQ(ipc_across.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(ipc_across.status().message()),
+              HasSubstr("'cuda_ipc', which reaches only processes of the same node"));
+  absl::StatusOr<TransportChoice> ipc_host =
+      ChooseTransport(*ParsePathTransports("*=cuda_ipc"), "intra_node", MemoryKind::kHost, all);
+  EXPECT_EQ(ipc_host.status().code(), absl::StatusCode::kUnimplemented);
+  // CUDA IPC configured in a build without it.
+  absl::StatusOr<TransportChoice> not_built =
+      ChooseTransport(*ParsePathTransports("intra_node=cuda_ipc"), "intra_node", MemoryKind::kCuda,
+                      BuildCapabilities(false, true, false));
+  EXPECT_THAT(std::string(not_built.status().message()),
+              HasSubstr("backend 'cuda_ipc', which this build does not have"));
+  // Settings are refused for the backends that take none.
+  EXPECT_EQ(ParsePathTransports("intra_node=cuda_ipc:sm").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePathTransports("inter_node=nccl@eth0").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParsePathTransports("intra_node=cuda_ipc,inter_node=nccl")->For("intra_node").backend,
+            "cuda_ipc");
 }
 
 }  // namespace

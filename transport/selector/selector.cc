@@ -66,10 +66,16 @@ absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
       value = value.substr(0, colon);
     }
     choice.backend = std::string(value);
-    if (choice.backend != "ucx" && choice.backend != "nccl" && choice.backend != "loopback") {
+    if (choice.backend != "ucx" && choice.backend != "nccl" && choice.backend != "cuda_ipc" &&
+        choice.backend != "loopback") {
       return absl::InvalidArgumentError(absl::StrCat("path transport entry '", entry,
                                                      "' names unknown backend '", choice.backend,
-                                                     "' (known: ucx, nccl, loopback)"));
+                                                     "' (known: ucx, nccl, cuda_ipc, loopback)"));
+    }
+    if ((choice.backend == "nccl" || choice.backend == "cuda_ipc") &&
+        (!choice.transports.empty() || !choice.net_devices.empty())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path transport entry '", entry, "': backend '", choice.backend, "' takes no settings"));
     }
     if (path == "*") {
       result.fallback = std::move(choice);
@@ -82,16 +88,26 @@ absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
   return result;
 }
 
-std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built) {
+bool IsSameNodePathClass(absl::string_view path_class) {
+  return path_class == "local" || path_class == "intra_node";
+}
+
+std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built,
+                                                   bool cuda_ipc_built) {
   std::vector<BackendCapabilities> result;
+  if (cuda_ipc_built) {
+    result.push_back(BackendCapabilities{"cuda_ipc", false, true, true,
+                                         "CUDA IPC carries CUDA memory within one node only"});
+  }
   if (nccl_built) {
-    result.push_back(BackendCapabilities{"nccl", false, true, "NCCL carries CUDA memory only"});
+    result.push_back(
+        BackendCapabilities{"nccl", false, true, false, "NCCL carries CUDA memory only"});
   }
   result.push_back(
-      BackendCapabilities{"ucx", true, ucx_reports_cuda,
+      BackendCapabilities{"ucx", true, ucx_reports_cuda, false,
                           ucx_reports_cuda ? "" : "this UCX build reports no CUDA memory support"});
-  result.push_back(
-      BackendCapabilities{"loopback", true, false, "loopback is in-process, host memory only"});
+  result.push_back(BackendCapabilities{"loopback", true, false, false,
+                                       "loopback is in-process, host memory only"});
   return result;
 }
 
@@ -107,6 +123,10 @@ const BackendCapabilities* FindBackend(absl::Span<const BackendCapabilities> ava
 
 bool Carries(const BackendCapabilities& caps, MemoryKind kind) {
   return kind == MemoryKind::kCuda ? caps.cuda_memory : caps.host_memory;
+}
+
+bool Reaches(const BackendCapabilities& caps, absl::string_view path_class) {
+  return !caps.same_node_only || IsSameNodePathClass(path_class);
 }
 
 std::string AvailableNames(absl::Span<const BackendCapabilities> available, MemoryKind kind) {
@@ -125,10 +145,10 @@ absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
   const auto entry = paths.by_path.find(std::string(path_class));
   const bool explicit_choice = entry != paths.by_path.end() || paths.fallback_given;
   if (!explicit_choice && kind == MemoryKind::kCuda) {
-    // Default for CUDA memory: NCCL, else a UCX that reports CUDA support.
-    for (absl::string_view backend : {"nccl", "ucx"}) {
+    // Default for CUDA memory: CUDA IPC within a node, NCCL, else a UCX that reports CUDA support.
+    for (absl::string_view backend : {"cuda_ipc", "nccl", "ucx"}) {
       const BackendCapabilities* caps = FindBackend(available, backend);
-      if (caps != nullptr && caps->cuda_memory) {
+      if (caps != nullptr && caps->cuda_memory && Reaches(*caps, path_class)) {
         TransportChoice choice;
         choice.backend = std::string(backend);
         return choice;
@@ -160,6 +180,11 @@ absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
         caps->note.empty() ? "" : absl::StrCat(" (", caps->note, ")"), "; backends for ",
         MemoryKindName(kind), " memory here: ", AvailableNames(available, kind)));
   }
+  if (!Reaches(*caps, path_class)) {
+    return absl::UnimplementedError(
+        absl::StrCat("path class '", path_class, "' is configured for backend '", choice.backend,
+                     "', which reaches only processes of the same node (", caps->note, ")"));
+  }
   return choice;
 }
 
@@ -189,6 +214,10 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> RoutedTransport::Create(
   routed->backends_ = std::move(backends);
   routed->route_ = std::move(route);
   return routed;
+}
+
+RoutedTransport::~RoutedTransport() {
+  while (!backends_.empty()) backends_.pop_back();
 }
 
 std::string RoutedTransport::name() const {

@@ -54,24 +54,32 @@ absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec);
 // What a backend of this build, on this machine, can carry. Filled at connect time from runtime
 // checks (UCX: whether the context reports CUDA memory support; NCCL: whether it was built).
 struct BackendCapabilities {
-  std::string backend;  // "ucx", "nccl", "loopback".
+  std::string backend;  // "ucx", "nccl", "cuda_ipc", "loopback".
   bool host_memory = false;
   bool cuda_memory = false;
+  // Reaches only processes of this node (path classes "local" and "intra_node"): CUDA IPC.
+  bool same_node_only = false;
   // Why a memory kind is missing, for refusals, e.g. "this UCX build has no CUDA support".
   std::string note;
 };
 
 // The backends of a build: UCX (host memory; CUDA memory when `ucx_reports_cuda`), NCCL (CUDA
-// memory) when `nccl_built`, loopback (host memory, in-process tests).
-std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built);
+// memory) when `nccl_built`, CUDA IPC (CUDA memory within a node) when `cuda_ipc_built` (it needs
+// the CUDA module and a UCX worker for its descriptors), loopback (host memory, in-process tests).
+std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built,
+                                                   bool cuda_ipc_built);
+
+// Whether `path_class` joins processes of one node ("local", "intra_node").
+bool IsSameNodePathClass(absl::string_view path_class);
 
 // The transport for messages of `kind` memory over `path_class`. An entry for the class, or a
 // given fallback ('*'), is the user's explicit choice and is used as is (for both memory kinds);
 // otherwise host memory goes over the fallback (UCX) and CUDA memory over the first available
-// backend that carries it, NCCL before UCX. A choice whose backend is not in `available` or cannot
-// carry `kind` is refused with Unimplemented (WSYNC_UNSUPPORTED at the C ABI) naming the path
-// class, the memory kind, the backend and the reason, so that connect fails before any byte
-// moves.
+// backend that carries it: within a node CUDA IPC, then NCCL, then UCX; across nodes NCCL, then
+// UCX. A choice whose backend is not in `available`, cannot carry `kind`, or reaches only this
+// node while the class leaves it (CUDA IPC for "inter_node") is refused with Unimplemented
+// (WSYNC_UNSUPPORTED at the C ABI) naming the path class, the memory kind, the backend and the
+// reason, so that connect fails before any byte moves.
 absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
                                                 absl::string_view path_class, MemoryKind kind,
                                                 absl::Span<const BackendCapabilities> available);
@@ -100,6 +108,9 @@ class RoutedTransport final : public Transport {
   static absl::StatusOr<std::unique_ptr<RoutedTransport>> Create(
       int32_t process, std::vector<std::unique_ptr<Transport>> backends,
       std::vector<int32_t> route);
+  // Destroys the backends last to first, so that a backend may borrow an earlier one (the CUDA IPC
+  // backend's messenger is a UCX worker listed before it).
+  ~RoutedTransport() override;
 
   int32_t process() const override { return process_; }
   std::string name() const override;

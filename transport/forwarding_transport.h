@@ -1,9 +1,11 @@
-#ifndef WSYNC_TESTS_TESTING_FORWARDING_TRANSPORT_H_
-#define WSYNC_TESTS_TESTING_FORWARDING_TRANSPORT_H_
+#ifndef WSYNC_TRANSPORT_FORWARDING_TRANSPORT_H_
+#define WSYNC_TRANSPORT_FORWARDING_TRANSPORT_H_
 
-// A Transport that passes every call to another one: the base of the test decorators that watch
-// or change a few calls (record sends, count bytes, refuse a memory kind) and must forward all the
-// others, DiscardStaleMessages included. Thread safety: that of the inner transport.
+// A Transport that passes every call to another one: a borrowed transport handed to an owner
+// that wants a unique_ptr (the CUDA IPC backend's messenger is the session's UCX worker), and the
+// base of decorators that watch or change a few calls (record sends, count bytes, refuse a memory
+// kind) and must forward all the others, DiscardStaleMessages included. Thread safety: that of the
+// inner transport.
 
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,7 @@
 #include "absl/types/span.h"
 #include "transport/transport.h"
 
-namespace wsync::test {
+namespace wsync {
 
 class ForwardingTransport : public Transport {
  public:
@@ -58,11 +60,14 @@ class ForwardingTransport : public Transport {
     return inner_->DiscardStaleMessages(sync_id);
   }
 
+  // The transport every call goes to.
+  Transport& inner() const { return *inner_; }
+
  private:
   std::unique_ptr<Transport> owned_;  // Null when the inner transport is borrowed.
   Transport* inner_;
 };
 
-}  // namespace wsync::test
+}  // namespace wsync
 
-#endif  // WSYNC_TESTS_TESTING_FORWARDING_TRANSPORT_H_
+#endif  // WSYNC_TRANSPORT_FORWARDING_TRANSPORT_H_
