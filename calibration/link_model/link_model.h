@@ -112,7 +112,7 @@ struct Prediction {
   // alpha + max(0, rounds x alpha / kRoundsInFlight - transfer_seconds), alpha the largest of
   // the paths that carry bytes.
   double latency_seconds = 0;
-  std::string binding;          // The busiest resource, e.g. "ingress of process 3".
+  std::string binding;  // The busiest resource, e.g. "ingress of process 3".
 };
 
 // One resource of the cost model and the seconds the traffic's bytes take at its capacity.

@@ -409,7 +409,9 @@ TEST(CostAwarePropertyTest, NamedMoeLayoutsNeverPredictedSlowerThanFirstHolder) 
   std::cout << "jobs " << tally.jobs << ", with requests " << tally.with_requests
             << ", with fixed traffic too " << tally.with_fixed_traffic
             << ", cost_aware strictly faster " << tally.faster << "\n";
-  if (tally.jobs >= 50) EXPECT_GT(tally.with_requests, tally.jobs / 5);
+  if (tally.jobs >= 50) {
+    EXPECT_GT(tally.with_requests, tally.jobs / 5);
+  }
 }
 
 // Planned alone (PlanOptions::process), every process gets the whole job's fixed traffic, answers

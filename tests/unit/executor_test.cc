@@ -243,7 +243,9 @@ TEST(ExecutorTest, RelayedPlansRunAsScheduledOnEveryProcess) {
       }
     }
     // With verify the fabric also carries the hash messages (verify.h).
-    if (!verify) EXPECT_EQ(inter_node, plan->inter_node_bytes);
+    if (!verify) {
+      EXPECT_EQ(inter_node, plan->inter_node_bytes);
+    }
     EXPECT_EQ(saved, plan->inter_node_bytes_without_relay - plan->inter_node_bytes);
     ExpectTargetsAsTheReferenceWrites(*job, plan->segments, source, target);
   }
@@ -407,7 +409,9 @@ TEST(ExecutorTest, LargeSegmentsAreChunkedAndSmallOnesPackedTogether) {
                                 WholeBox({16}), 16 * ((i * 7) % 1000));
   }
   const Job many = *Job::Create(std::move(small_source).Build(), std::move(small_target).Build());
-  const Plan many_plan = *MakePlan(many, *MakeFirstHolderPolicy(), PlanOptions{.coalesce = false});
+  const Plan many_plan =
+      *MakePlan(many, *MakeFirstHolderPolicy(),
+                PlanOptions{.process = std::nullopt, .coalesce = false, .relay = {}});
   const ProcessSchedule packed =
       *ScheduleTransfers(many, many_plan.segments, AllProcesses(many), StagingBudget{4096}, 0);
   EXPECT_EQ(packed.chunks, 1000);

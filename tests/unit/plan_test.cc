@@ -162,7 +162,9 @@ TEST(PlanTest, CoalescesSegmentsThatContinueEachOther) {
   const Plan merged = MustPlan(*job, *MakeFirstHolderPolicy());
   ASSERT_EQ(merged.segments.size(), 1u);
   EXPECT_EQ(merged.segments[0].box, WholeBox({8, 8}));
-  const Plan separate = MustPlan(*job, *MakeFirstHolderPolicy(), PlanOptions{.coalesce = false});
+  const Plan separate =
+      MustPlan(*job, *MakeFirstHolderPolicy(),
+               PlanOptions{.process = std::nullopt, .coalesce = false, .relay = {}});
   EXPECT_EQ(separate.segments.size(), 2u);
   EXPECT_EQ(merged.digest, separate.digest);  // Same inputs and answers.
   EXPECT_NE(merged.segments_digest, separate.segments_digest);
@@ -175,7 +177,8 @@ TEST(PlanTest, OneProcessPlanIsTheFullPlanFilteredWithTheSameDigest) {
   const auto policy = MakeLocalFirstLeastLoadedPolicy();
   const Plan full = MustPlan(*job, *policy);
   for (int32_t p = 0; p < job->num_processes(); ++p) {
-    const Plan mine = MustPlan(*job, *policy, PlanOptions{.process = p});
+    const Plan mine =
+        MustPlan(*job, *policy, PlanOptions{.process = p, .coalesce = true, .relay = {}});
     std::vector<Segment> expected;
     for (const Segment& s : full.segments) {
       if (s.from.process == p || s.to.process == p) expected.push_back(s);
@@ -184,8 +187,11 @@ TEST(PlanTest, OneProcessPlanIsTheFullPlanFilteredWithTheSameDigest) {
     EXPECT_EQ(mine.digest, full.digest);
     EXPECT_EQ(mine.answers, full.answers);
   }
-  EXPECT_THAT(std::string(MakePlan(*job, *policy, PlanOptions{.process = 99}).status().message()),
-              HasSubstr("process 99 is not in the job"));
+  EXPECT_THAT(
+      std::string(MakePlan(*job, *policy, PlanOptions{.process = 99, .coalesce = true, .relay = {}})
+                      .status()
+                      .message()),
+      HasSubstr("process 99 is not in the job"));
 }
 
 TEST(PlanTest, DigestIgnoresListingOrderAndSeesChanges) {
