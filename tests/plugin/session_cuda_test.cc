@@ -1,8 +1,9 @@
 // The session with CUDA buffers, every process a thread, against a fake of CUDA and NCCL
-// (tests/unit/fake_cuda_fabric.h: device memory is host memory): the NCCL unique id travels
-// through the control plane at connect, CUDA pairs go over NCCL and host pairs over UCX in the
-// same syncs, every rollout element is checked, and configurations that cannot work are refused
-// at connect on every process with the reason (Unimplemented: WSYNC_UNSUPPORTED).
+// (tests/unit/fake_cuda_fabric.h: device memory is host memory): CUDA pairs within a node go over
+// CUDA IPC by default, over NCCL when configured or across nodes (the unique id travels through
+// the control plane at connect), host pairs over UCX, all in the same syncs; every rollout element
+// is checked, and configurations that cannot work are refused at connect on every process with the
+// reason (Unimplemented: WSYNC_UNSUPPORTED).
 
 #include <barrier>
 #include <thread>
@@ -32,8 +33,10 @@ class SessionCudaTest : public ::testing::Test {
     return MakeJob(job, paths, {trainers, trainers, rollouts, rollouts}, cuda);
   }
   // The same with the memory kind of each process (trainer 0, trainer 1, rollout 0, rollout 1).
+  // `nodes`: each process's node id (empty: all on one node).
   std::vector<Process> MakeJob(const std::string& job, const std::string& paths,
-                               const std::vector<MemoryKind>& kinds, test::FakeCudaFabric& cuda) {
+                               const std::vector<MemoryKind>& kinds, test::FakeCudaFabric& cuda,
+                               const std::vector<std::string>& nodes = {}) {
     const int port = test::FreeLoopbackPort();
     std::vector<Process> processes;
     for (const Role role : {Role::kTrainer, Role::kRollout}) {
@@ -42,6 +45,7 @@ class SessionCudaTest : public ::testing::Test {
             test::TinyJobConfig(role, rank, port, job, "WSYNC_SESSION_CUDA_TEST_SECRET");
         config.deadline = absl::Seconds(20);
         config.path_transports = paths;
+        if (!nodes.empty()) config.node_id = nodes[processes.size()];
         config.nccl_api = [&cuda] { return cuda.Api(); };
         const MemoryKind kind = kinds[processes.size()];
         processes.push_back(test::MakeTinySessionProcess(config, kind));
@@ -90,10 +94,25 @@ class SessionCudaTest : public ::testing::Test {
   }
 };
 
+// Within a node CUDA pairs go over CUDA IPC by default: the rollouts map the trainers' fake
+// allocations (at other addresses: tests/unit/fake_cuda_fabric.h) and copy on their streams.
+TEST_F(SessionCudaTest, CudaBuffersWithinANodeSyncOverCudaIpcEveryElementChecked) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-ipc", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  const std::vector<absl::Status> results = Run(processes, 3);
+  for (size_t p = 0; p < results.size(); ++p)
+    EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+  EXPECT_EQ(processes[2].session->State().first, 3);
+  const std::string metrics = processes[2].session->MetricsText();
+  EXPECT_THAT(metrics, HasSubstr("transport=\"cuda_ipc\""));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("transport=\"nccl\"")));
+}
+
 TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
   test::FakeCudaFabric cuda;
   std::vector<Process> processes =
-      MakeJob("cuda-all", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+      MakeJob("cuda-all", "intra_node=nccl", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   const std::vector<absl::Status> results = Run(processes, 3);
   for (size_t p = 0; p < results.size(); ++p)
     EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
@@ -111,7 +130,7 @@ TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
 TEST_F(SessionCudaTest, ASyncAfterACommunicatorFailureReformsItAndCommits) {
   test::FakeCudaFabric cuda;
   std::vector<Process> processes =
-      MakeJob("cuda-reform", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+      MakeJob("cuda-reform", "intra_node=nccl", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   std::vector<absl::Status> connected(4), failed(4), recovered(4);
   std::barrier synced(4, [&]() noexcept { cuda.FailCommunicators(); });
   std::vector<std::thread> threads;
@@ -160,7 +179,7 @@ TEST_F(SessionCudaTest, HostTrainersAndCudaRolloutsMixTransports) {
 TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
   test::FakeCudaFabric cuda;
   std::vector<Process> processes =
-      MakeJob("cuda-both", "",
+      MakeJob("cuda-both", "intra_node=nccl",
               {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda, MemoryKind::kCuda}, cuda);
   const std::vector<absl::Status> results = Run(processes, 2);
   for (size_t p = 0; p < results.size(); ++p) {
@@ -174,6 +193,39 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
                         "transport=\"ucx\"}"));
   EXPECT_EQ(processes[2].session->State().first, 2);
   EXPECT_EQ(processes[3].session->State().first, 2);
+}
+
+// Three backends in the same syncs: trainer 0 on node a, the others on node b, all CUDA but
+// trainer 1 (host). Trainer 0 -> rollouts cross nodes over NCCL (its communicator: the CUDA
+// processes with a pair across nodes), trainer 1 -> rollouts go over UCX in host memory, and the
+// CUDA pairs within node b (none exchange bytes here but the routes exist) over CUDA IPC.
+TEST_F(SessionCudaTest, NcclAcrossNodesCudaIpcWithinAndUcxForHostInOneJob) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-three", "",
+              {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda, MemoryKind::kCuda}, cuda,
+              {"a", "b", "b", "b"});
+  const std::vector<absl::Status> results = Run(processes, 2);
+  for (size_t p = 0; p < results.size(); ++p) {
+    EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+  }
+  for (int p : {2, 3}) {
+    const std::string metrics = processes[p].session->MetricsText();
+    EXPECT_THAT(metrics, HasSubstr("path_class=\"inter_node\",transport=\"nccl\""));
+    EXPECT_THAT(metrics, HasSubstr("path_class=\"intra_node\",transport=\"ucx\""));
+    EXPECT_EQ(processes[p].session->State().first, 2);
+  }
+}
+
+// CUDA IPC configured for the class that leaves the node is refused at connect on every process,
+// with the reason.
+TEST_F(SessionCudaTest, CudaIpcConfiguredAcrossNodesIsRefusedEverywhere) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-ipc-across", "inter_node=cuda_ipc", MemoryKind::kCuda, MemoryKind::kCuda, cuda,
+              {"a", "a", "b", "b"});
+  ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
+                          "reaches only processes of the same node");
 }
 
 TEST_F(SessionCudaTest, CudaOverAUcxWithoutCudaSupportIsRefusedEverywhere) {
