@@ -76,6 +76,9 @@ class CudaIpcTransport final : public Transport {
                                         int64_t bytes) override;
   absl::StatusOr<bool> Test(RequestId request) override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
+  // One progress pass over every request per poll (the default would make one per request).
+  absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
+                       std::vector<size_t>* finished) override;
   void Abort(const absl::Status& reason) override;
   void PeerLost(int32_t peer, const absl::Status& reason) override;
   int64_t DiscardStaleMessages(uint64_t sync_id) override;

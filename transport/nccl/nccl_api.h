@@ -76,6 +76,39 @@ class NcclApi {
     return absl::UnimplementedError("this NcclApi has no strided copy kernel");
   }
 
+  // --- CUDA IPC (transport/cuda_ipc) ---
+  // The defaults say this API has none (Unimplemented).
+  // The cudaMalloc allocation holding `pointer` (the driver's cuMemGetAddressRange, reached
+  // through the runtime's driver entry point so that nothing links libcuda).
+  struct Allocation {
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  virtual absl::StatusOr<Allocation> AllocationRange(const void* pointer) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // cudaIpcGetMemHandle of the allocation starting at `allocation_base`: kIpcHandleBytes opaque
+  // bytes another process of the node opens with IpcOpenMemHandle. A new allocation at a freed
+  // one's address gets a different handle.
+  static constexpr size_t kIpcHandleBytes = 64;
+  virtual absl::StatusOr<std::string> IpcGetMemHandle(void* allocation_base) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // cudaIpcOpenMemHandle (cudaIpcMemLazyEnablePeerAccess) of a handle from another process: the
+  // allocation's base as mapped in this process (on the current device's context). Opening a
+  // handle of this process itself fails. Each successful open is closed with IpcCloseMemHandle.
+  virtual absl::StatusOr<void*> IpcOpenMemHandle(const std::string& handle) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  virtual absl::Status IpcCloseMemHandle(void* mapped_base) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // The 16-byte UUID of CUDA device `device` (cudaGetDeviceProperties): equal in two processes
+  // exactly when they use the same GPU.
+  virtual absl::StatusOr<std::string> DeviceUuid(int device) {
+    return absl::UnimplementedError("this NcclApi cannot tell device UUIDs");
+  }
+
   // --- NCCL ---
   virtual absl::StatusOr<NcclUniqueId> GetUniqueId() = 0;
   // ncclCommInitRankConfig with config.blocking = 0. Returns the communicator at once; it is ready

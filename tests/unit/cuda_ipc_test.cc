@@ -1,0 +1,383 @@
+// The CUDA IPC backend against FakeCudaFabric (device memory in memfds, IPC handles mapped at
+// other addresses, lazy streams) with a loopback messenger: random messages between 2-4 processes
+// (threads) land byte for byte where the reference puts them; sizes, deadlines, peer loss, abort,
+// host memory and round limits fail as the contract says; a send completes only once its
+// receiver copied; each allocation's handle is opened once per receiver.
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/fake_cuda_fabric.h"
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/loopback/loopback.h"
+
+namespace wsync {
+namespace {
+
+using test::FakeCudaFabric;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// `n` CUDA IPC transports, processes 0..n-1, over one fake and one loopback messenger fabric.
+struct Job {
+  explicit Job(int32_t n) : messengers(n) {
+    for (int32_t p = 0; p < n; ++p) {
+      CudaIpcOptions options;
+      options.process = p;
+      absl::StatusOr<std::unique_ptr<Transport>> messenger = messengers.Connect(p);
+      EXPECT_TRUE(messenger.ok()) << messenger.status();
+      absl::StatusOr<std::unique_ptr<CudaIpcTransport>> t =
+          CudaIpcTransport::Create(options, cuda.Api(), std::move(*messenger));
+      EXPECT_TRUE(t.ok()) << t.status();
+      transports.push_back(std::move(*t));
+    }
+  }
+  // A device allocation of `bytes` filled with `seed`-derived bytes.
+  char* Allocate(int64_t bytes, uint64_t seed) {
+    absl::StatusOr<void*> memory = api->Malloc(bytes);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    char* data = static_cast<char*>(*memory);
+    std::mt19937_64 rng(seed);
+    for (int64_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(rng());
+    allocations.push_back(data);
+    return data;
+  }
+  ~Job() {
+    transports.clear();
+    for (char* memory : allocations) EXPECT_TRUE(api->Free(memory).ok());
+  }
+  CudaIpcTransport& operator[](int32_t p) { return *transports[p]; }
+
+  FakeCudaFabric cuda;
+  std::unique_ptr<NcclApi> api = cuda.Api();
+  LoopbackFabric messengers;
+  std::vector<std::unique_ptr<CudaIpcTransport>> transports;
+  std::vector<char*> allocations;
+};
+
+struct Message {
+  int32_t from, to;
+  int64_t round;
+  const char* source;
+  char* destination;
+  int64_t bytes;
+};
+
+// Random messages between 2-4 processes: random allocations, offsets and sizes (empty messages
+// and self-sends included, several messages of one pair in one round sometimes), rounds
+// ascending; each process posts its part in message order and waits (WaitAll or WaitAny). Every
+// byte of every destination allocation is checked against a host reference.
+TEST(CudaIpcTest, RandomMessagesLandWhereTheReferencePutsThem) {
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    std::mt19937_64 rng(seed);
+    const int32_t n = 2 + static_cast<int32_t>(rng() % 3);
+    Job job(n);
+    struct Region {
+      char* memory;
+      int64_t bytes;
+      std::string reference;
+      int64_t cursor = 0;  // Destination bytes handed out so far.
+    };
+    // Per process: allocations that send and allocations that receive (sources never change).
+    std::vector<std::vector<Region>> sources(n), destinations(n);
+    for (int32_t p = 0; p < n; ++p) {
+      for (auto* regions : {&sources[p], &destinations[p]}) {
+        const int count = 1 + static_cast<int>(rng() % 3);
+        for (int a = 0; a < count; ++a) {
+          const int64_t bytes = 1 + static_cast<int64_t>(rng() % 20000);
+          char* memory = job.Allocate(bytes, rng());
+          regions->push_back(Region{memory, bytes, std::string(memory, bytes)});
+        }
+      }
+    }
+    std::vector<Message> messages;
+    int64_t round = static_cast<int64_t>(rng() % 1000);
+    const int count = 5 + static_cast<int>(rng() % 40);
+    for (int m = 0; m < count; ++m) {
+      if (rng() % 3 != 0) round += 1 + static_cast<int64_t>(rng() % 50000);
+      round = std::min(round, kMaxRounds / 2 - 1);
+      const int32_t from = static_cast<int32_t>(rng() % n);
+      const int32_t to = rng() % 5 == 0 ? from : static_cast<int32_t>(rng() % n);
+      const Region& src = sources[from][rng() % sources[from].size()];
+      Region& dst = destinations[to][rng() % destinations[to].size()];
+      const int64_t room = dst.bytes - dst.cursor;
+      int64_t bytes = rng() % 6 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 4096);
+      bytes = std::min({bytes, room, src.bytes});
+      const int64_t src_offset = static_cast<int64_t>(rng() % (src.bytes - bytes + 1));
+      const int64_t skip = static_cast<int64_t>(rng() % (room - bytes + 1)) / 4;
+      const int64_t dst_offset = dst.cursor + skip;
+      dst.cursor = dst_offset + bytes;
+      std::memcpy(dst.reference.data() + dst_offset, src.reference.data() + src_offset, bytes);
+      messages.push_back(
+          Message{from, to, round, src.memory + src_offset, dst.memory + dst_offset, bytes});
+    }
+    const bool use_wait_any = seed % 2 == 0;
+    std::vector<absl::Status> results(n);
+    std::vector<std::thread> threads;
+    for (int32_t p = 0; p < n; ++p) {
+      threads.emplace_back([&, p] {
+        std::vector<RequestId> ids;
+        for (const Message& m : messages) {
+          const MessageTag tag = MakeTag(7, m.round, m.from);
+          if (m.from == p) {
+            absl::StatusOr<RequestId> id = job[p].PostSend(m.to, tag, m.source, m.bytes);
+            if (!id.ok()) return void(results[p] = id.status());
+            ids.push_back(*id);
+          }
+          if (m.to == p) {
+            absl::StatusOr<RequestId> id = job[p].PostReceive(m.from, tag, m.destination, m.bytes);
+            if (!id.ok()) return void(results[p] = id.status());
+            ids.push_back(*id);
+          }
+        }
+        const absl::Time deadline = absl::Now() + absl::Seconds(60);
+        if (!use_wait_any) return void(results[p] = job[p].WaitAll(ids, deadline));
+        while (!ids.empty()) {
+          std::vector<size_t> finished;
+          absl::Status status = job[p].WaitAny(ids, deadline, &finished);
+          if (!status.ok()) {
+            job[p].WaitAll(ids, absl::InfinitePast()).IgnoreError();
+            return void(results[p] = status);
+          }
+          std::vector<RequestId> left;
+          for (size_t i = 0; i < ids.size(); ++i) {
+            if (std::find(finished.begin(), finished.end(), i) == finished.end()) {
+              left.push_back(ids[i]);
+            }
+          }
+          ids = std::move(left);
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int32_t p = 0; p < n; ++p) EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+    for (int32_t p = 0; p < n; ++p) {
+      for (const Region& r : destinations[p]) {
+        ASSERT_EQ(std::string(r.memory, r.bytes), r.reference) << "process " << p;
+      }
+    }
+  }
+}
+
+TEST(CudaIpcTest, SendCompletesOnlyAfterTheReceiverCopied) {
+  Job job(2);
+  char* source = job.Allocate(4096, 1);
+  char* destination = job.Allocate(4096, 2);
+  const std::string expected(source + 100, 1000);
+  const MessageTag tag = MakeTag(1, 3, 0);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, tag, destination + 50, 1000);
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, tag, source + 100, 1000);
+  ASSERT_TRUE(receive.ok() && send.ok());
+  // The descriptor is delivered (loopback copies at the second post), but process 1 has not
+  // copied yet: the send must not complete, however often it is tested.
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<bool> done = job[0].Test(*send);
+    ASSERT_TRUE(done.ok()) << done.status();
+    ASSERT_FALSE(*done);
+  }
+  ASSERT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(std::string(destination + 50, 1000), expected);
+}
+
+TEST(CudaIpcTest, SizeMismatchFailsNamingThePeerAndBothSizes) {
+  Job job(2);
+  char* source = job.Allocate(256, 1);
+  char* destination = job.Allocate(256, 2);
+  const std::string before(destination, 256);
+  const MessageTag tag = MakeTag(1, 0, 0);
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, tag, source, 100);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, tag, destination, 64);
+  ASSERT_TRUE(receive.ok() && send.ok());
+  const absl::Status received = job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(received.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(received.message(), AllOf(HasSubstr("process 0"), HasSubstr("100"), HasSubstr("64")));
+  const absl::Status sent = job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(sent.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sent.message(), AllOf(HasSubstr("process 1"), HasSubstr("100"), HasSubstr("64")));
+  EXPECT_EQ(std::string(destination, 256), before);  // Nothing copied.
+}
+
+TEST(CudaIpcTest, DeadlineWhenThePeerNeverPostsNamesThePeer) {
+  Job job(3);
+  char* memory = job.Allocate(1024, 1);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(2, MakeTag(1, 0, 2), memory, 10);
+  absl::StatusOr<RequestId> send = job[0].PostSend(2, MakeTag(1, 0, 0), memory + 100, 10);
+  ASSERT_TRUE(receive.ok() && send.ok());
+  for (auto [p, id, peer] : {std::tuple{1, *receive, 2}, std::tuple{0, *send, 2}}) {
+    const absl::Time start = absl::Now();
+    const absl::Status status = job[p].WaitAll({id}, start + absl::Milliseconds(300));
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("process ", peer)));
+    EXPECT_GE(took, absl::Milliseconds(300));
+    EXPECT_LT(took, absl::Seconds(5));
+    EXPECT_EQ(job[p].Test(id).status().code(), absl::StatusCode::kNotFound);  // Released.
+  }
+}
+
+TEST(CudaIpcTest, WaitAnyReturnsAtItsDeadlineReleasingNothing) {
+  Job job(2);
+  char* memory = job.Allocate(64, 1);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, MakeTag(2, 1, 0), memory, 8);
+  ASSERT_TRUE(receive.ok());
+  std::vector<size_t> finished;
+  const absl::Status status =
+      job[1].WaitAny({*receive}, absl::Now() + absl::Milliseconds(50), &finished);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(finished.empty());
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, MakeTag(2, 1, 0), memory + 32, 8);
+  ASSERT_TRUE(send.ok());
+  EXPECT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(std::string(memory, 8), std::string(memory + 32, 8));
+}
+
+// A wait blocked on a peer ends promptly, far before its deadline, when the peer is lost or the
+// transport aborted; later posts fail after Abort.
+TEST(CudaIpcTest, PeerLostAndAbortEndInFlightWaitsPromptly) {
+  for (const bool abort : {false, true}) {
+    SCOPED_TRACE(abort ? "abort" : "peer lost");
+    Job job(2);
+    char* memory = job.Allocate(1024, 1);
+    absl::StatusOr<RequestId> receive = job[1].PostReceive(0, MakeTag(1, 0, 0), memory, 10);
+    absl::StatusOr<RequestId> send = job[1].PostSend(0, MakeTag(1, 0, 1), memory + 100, 10);
+    ASSERT_TRUE(receive.ok() && send.ok());
+    std::thread killer([&] {
+      absl::SleepFor(absl::Milliseconds(100));
+      if (abort) {
+        job[1].Abort(absl::CancelledError("test abort"));
+      } else {
+        job[1].PeerLost(0, absl::UnavailableError("process 0 died"));
+      }
+    });
+    const absl::Time start = absl::Now();
+    const absl::Status status = job[1].WaitAll({*receive, *send}, start + absl::Seconds(60));
+    killer.join();
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    if (abort) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+      EXPECT_EQ(job[1].PostReceive(0, MakeTag(1, 1, 0), memory, 10).status().code(),
+                absl::StatusCode::kAborted);
+    }
+  }
+}
+
+TEST(CudaIpcTest, AKilledSenderFailsTheReceiveWithUnavailable) {
+  Job job(2);
+  char* memory = job.Allocate(1024, 1);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, MakeTag(1, 0, 0), memory, 10);
+  ASSERT_TRUE(receive.ok());
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    job.messengers.Kill(0);
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status status = job[1].WaitAll({*receive}, start + absl::Seconds(60));
+  killer.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("process 0"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(CudaIpcTest, HostMemoryIsRefused) {
+  Job job(2);
+  std::vector<char> host(64);
+  EXPECT_EQ(job[0].PostSend(1, MakeTag(1, 0, 0), host.data(), 8).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(job[0].PostReceive(1, MakeTag(1, 0, 1), host.data(), 8).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(job[0].RegisterMemory(host.data(), 64, MemoryKind::kHost).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(job[0].RegisterMemory(host.data(), 64, MemoryKind::kCuda).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(CudaIpcTest, RoundsFromHalfTheTagRangeAreRefused) {
+  Job job(2);
+  char* memory = job.Allocate(64, 1);
+  const absl::StatusOr<RequestId> refused =
+      job[0].PostSend(1, MakeTag(1, kMaxRounds / 2, 0), memory, 8);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job[1].PostReceive(0, MakeTag(1, kMaxRounds - 1, 0), memory, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const MessageTag last = MakeTag(1, kMaxRounds / 2 - 1, 0);
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, last, memory, 8);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, last, memory + 16, 8);
+  ASSERT_TRUE(send.ok() && receive.ok());
+  EXPECT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(std::string(memory, 8), std::string(memory + 16, 8));
+}
+
+// Each receiver opens a sender's allocation once, whatever the number of messages and syncs,
+// and closes it when destroyed; a registered range's handle is made once, at registration.
+TEST(CudaIpcTest, HandlesAreOpenedOncePerAllocation) {
+  auto job = std::make_unique<Job>(3);
+  char* a = job->Allocate(8192, 1);
+  char* b = job->Allocate(8192, 2);
+  char* destination = job->Allocate(1 << 16, 3);
+  absl::StatusOr<RegistrationId> registered =
+      (*job)[0].RegisterMemory(b + 64, 4096, MemoryKind::kCuda);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(job->cuda.ipc_handles_made(), 1);
+  int64_t landed = 0;
+  for (uint64_t sync = 1; sync <= 3; ++sync) {
+    for (int32_t receiver : {1, 2}) {
+      std::vector<RequestId> sends, receives;
+      for (int m = 0; m < 6; ++m) {
+        const char* source = (m % 2 == 0 ? a : b + 64) + 100 * m;
+        const MessageTag tag = MakeTag(sync, m, 0);
+        receives.push_back(*(*job)[receiver].PostReceive(0, tag, destination + landed, 50));
+        sends.push_back(*(*job)[0].PostSend(receiver, tag, source, 50));
+        landed += 50;
+      }
+      ASSERT_TRUE((*job)[receiver].WaitAll(receives, absl::Now() + absl::Seconds(10)).ok());
+      ASSERT_TRUE((*job)[0].WaitAll(sends, absl::Now() + absl::Seconds(10)).ok());
+      for (int m = 0; m < 6; ++m) {
+        const char* source = (m % 2 == 0 ? a : b + 64) + 100 * m;
+        ASSERT_EQ(std::string(destination + landed - 50 * (6 - m), 50), std::string(source, 50));
+      }
+    }
+  }
+  EXPECT_EQ(job->cuda.ipc_opens(), 4);  // Two allocations, two receivers.
+  EXPECT_EQ(job->cuda.ipc_closes(), 0);
+  // Sends from `a` (unregistered) ask for its handle each time; sends from `b` never.
+  EXPECT_EQ(job->cuda.ipc_handles_made(), 1 + 3 * 2 * 3);
+  EXPECT_TRUE((*job)[0].DeregisterMemory(*registered).ok());
+  EXPECT_EQ((*job)[0].DeregisterMemory(*registered).code(), absl::StatusCode::kNotFound);
+  FakeCudaFabric& cuda = job->cuda;
+  job->transports.clear();
+  EXPECT_EQ(cuda.ipc_closes(), 4);
+}
+
+TEST(CudaIpcTest, AMessengerOfAnotherProcessIsRefused) {
+  FakeCudaFabric cuda;
+  LoopbackFabric messengers(2);
+  CudaIpcOptions options;
+  options.process = 0;
+  absl::StatusOr<std::unique_ptr<CudaIpcTransport>> t =
+      CudaIpcTransport::Create(options, cuda.Api(), *messengers.Connect(1));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::unique_ptr<CudaIpcTransport>> good =
+      CudaIpcTransport::Create(options, cuda.Api(), *messengers.Connect(0));
+  ASSERT_TRUE(good.ok());
+  EXPECT_EQ((*good)->name(), "cuda_ipc");
+  EXPECT_EQ((*good)->process(), 0);
+  EXPECT_EQ((*good)->messenger().process(), 0);
+}
+
+}  // namespace
+}  // namespace wsync
