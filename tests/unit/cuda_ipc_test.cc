@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/loopback/loopback.h"
@@ -377,6 +378,27 @@ TEST(CudaIpcTest, AMessengerOfAnotherProcessIsRefused) {
   EXPECT_EQ((*good)->name(), "cuda_ipc");
   EXPECT_EQ((*good)->process(), 0);
   EXPECT_EQ((*good)->messenger().process(), 0);
+}
+
+// Two forked processes, each with its own fake (handles name the sender's memfd by pid, so the
+// receiver maps it through /proc), descriptors over UCX shared memory: every byte checked.
+absl::StatusOr<std::unique_ptr<NcclApi>> ChildFakeApi() {
+  static FakeCudaFabric* fabric = new FakeCudaFabric();  // One per child; never freed.
+  return fabric->Api();
+}
+
+TEST(CudaIpcForkTest, TwoProcessesOverUcxSharedMemoryEveryByteChecked) {
+  test::IpcPairOptions options;
+  options.make_api = ChildFakeApi;
+  EXPECT_EQ(test::RunIpcPair(options), (std::vector<int>{0, 0}));
+}
+
+TEST(CudaIpcForkTest, AKilledSenderFailsTheReceiverByItsDeadline) {
+  test::IpcPairOptions options;
+  options.make_api = ChildFakeApi;
+  options.kill_sender = true;
+  options.receive_timeout = absl::Seconds(2);
+  EXPECT_EQ(test::RunIpcPair(options), (std::vector<int>{128 + SIGKILL, 0}));
 }
 
 }  // namespace

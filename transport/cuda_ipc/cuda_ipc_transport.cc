@@ -438,8 +438,8 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
     source = *mapped + d.offset;
   }
   WSYNC_ASSIGN_OR_RETURN(CudaEvent event, TakeEventLocked());
-  const auto width = static_cast<size_t>(d.bytes);
-  absl::Status issued = api_->Memcpy2DAsync(request.data, width, source, width, width, 1, stream_);
+  absl::Status issued =
+      api_->MemcpyAsync(request.data, source, static_cast<size_t>(d.bytes), stream_);
   if (issued.ok()) issued = api_->EventRecord(event, stream_);
   if (!issued.ok()) {
     // Nothing recorded after a failed copy: the event stays out of the pool.

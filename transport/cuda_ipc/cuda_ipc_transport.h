@@ -10,26 +10,40 @@
 // handle of the allocation holding `data`, the offset of `data` in it, `bytes`) over the
 // messenger, a host-memory Transport to the same peers owned by this transport (a UCX worker of its
 // own in the session). The receiver's PostReceive posts a receive for that descriptor; once it
-// arrived, the receiver opens the handle (cached per handle until destruction), checks the size
-// (a different size fails the receive with InvalidArgument naming the peer and both sizes, as the
-// Transport contract asks), copies the bytes on its stream, records an event, and when the event
-// completed the receive completes and an acknowledgement goes back; the send completes when the
-// acknowledgement arrived (so the sender's memory is not read after its send completed). Empty
-// messages travel as descriptors and acknowledgements without a copy. On the messenger a message
-// of round r uses round 2r (descriptor, from the sender) and 2r + 1 (acknowledgement, from the
-// receiver), with the sender bits of whoever sends it; rounds at or above kMaxRounds / 2 are
-// refused with InvalidArgument.
+// arrived, the receiver opens the handle (cached per handle until destruction), checks the size,
+// copies the bytes on its stream (MemcpyAsync), records an event, and when the event completed
+// the receive completes and an acknowledgement goes back; the send completes when the
+// acknowledgement arrived (so the sender's memory is not read after its send completed). A
+// different size fails the receive with InvalidArgument naming the peer and both sizes, copies
+// nothing, and the acknowledgement says so: the send fails likewise. Empty messages travel as
+// descriptors and acknowledgements without a copy. Sends to self travel the same way, the
+// descriptor carrying the address itself (no IPC handle). On the messenger a message of round r
+// uses round 2r (descriptor) and 2r + 1 (acknowledgement) of the caller's sync id, with the sender
+// bits of whoever sends it (the caller's sender bits are replaced); rounds at or above
+// kMaxRounds / 2 are refused with InvalidArgument. Receives of one peer with equal tags
+// acknowledge in posting order, so equal-tag messages pair in order as the contract asks. Pairs
+// advance on their own (NeedsRoundOrder is false).
 //
 // Memory: CUDA memory only (posts whose pointer CUDA reports as host memory, and RegisterMemory
 // of host memory, are refused with Unimplemented). Any allocation made by cudaMalloc can be
-// sent, registered or not: the allocation's base and size come from the driver, and handles are
-// cached per allocation (RegisterMemory precomputes them). Sends to self copy locally.
+// sent, registered or not: the allocation's base and size come from the driver
+// (AllocationRange). A registered range's handle is made once, at RegisterMemory; a send outside
+// registrations asks for its allocation's handle at each post (cudaIpcGetMemHandle is cheap, and
+// a new allocation at a freed one's address gets a new handle, so nothing stale is sent). The
+// receiver opens each distinct handle once and closes it at destruction. Limits: a sender must
+// keep an allocation it sent from alive while receivers that opened it live (CUDA leaves freeing
+// an exported allocation before its importers closed it undefined); memory without a legacy IPC
+// handle (cuMemCreate / VMM allocations, e.g. PyTorch's expandable segments) fails its post with
+// CUDA's error.
 //
 // Deadlines and failures: every wait polls the messenger and the events, so it returns by its
 // deadline. A deadline or failure cancels the messenger's requests; a copy already issued is
 // waited for (bounded by the copy itself, not by a peer) before the call returns, so receive memory
 // is not written after its request was released. PeerLost, Abort and DiscardStaleMessages are
-// forwarded to the messenger; Abort fails every outstanding and later request.
+// forwarded to the messenger (a request waiting on the messenger then fails with its error; a
+// receive whose copy was already issued still completes: its bytes are all in); Abort also fails
+// every outstanding and later request of this transport (Aborted). The destructor gives
+// acknowledgements already posted up to one second to leave, then cancels everything.
 //
 // Threads: as Transport: one driving thread; Abort and PeerLost from any thread.
 

@@ -65,6 +65,12 @@ class NcclApi {
   // cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream).
   virtual absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                                      size_t width, size_t height, CudaStream stream) = 0;
+  // cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream): one contiguous copy of any size
+  // (Memcpy2DAsync's pitch is bounded by the device's maximum pitch). The default is
+  // Memcpy2DAsync with one row, for fakes.
+  virtual absl::Status MemcpyAsync(void* dst, const void* src, size_t bytes, CudaStream stream) {
+    return Memcpy2DAsync(dst, bytes, src, bytes, bytes, 1, stream);
+  }
   // The strided copy kernel (cuda_copy.h: CopyStridedKernelAsync) on `stream`, when this API has
   // one: the real API when nvcc built it, a fake that implements it on the host. The defaults say
   // there is none (cuda_copy then uses Memcpy2DAsync only).

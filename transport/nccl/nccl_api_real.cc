@@ -215,6 +215,12 @@ class RealNcclApi final : public NcclApi {
     return absl::OkStatus();
   }
 
+  absl::Status MemcpyAsync(void* dst, const void* src, size_t bytes, CudaStream stream) override {
+    WSYNC_CUDA_CALL(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+
   bool HasCopyKernel() override {
 #ifdef WSYNC_CUDA_KERNELS
     return true;
