@@ -293,6 +293,22 @@ TEST(CudaIpcTest, AKilledSenderFailsTheReceiveWithUnavailable) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// DiscardStaleMessages reaches the messenger: a descriptor of an earlier sync is dropped, so a
+// late receive of that sync never sees it.
+TEST(CudaIpcTest, StaleDescriptorsAreDiscarded) {
+  Job job(2);
+  char* memory = job.Allocate(64, 1);
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, MakeTag(1, 4, 0), memory, 8);
+  ASSERT_TRUE(send.ok());
+  EXPECT_EQ(job[1].DiscardStaleMessages(2), 1);
+  absl::StatusOr<RequestId> receive = job[1].PostReceive(0, MakeTag(1, 4, 0), memory + 32, 8);
+  ASSERT_TRUE(receive.ok());
+  EXPECT_EQ(job[1].WaitAll({*receive}, absl::Now() + absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(job[0].WaitAll({*send}, absl::Now() + absl::Milliseconds(100)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(CudaIpcTest, HostMemoryIsRefused) {
   Job job(2);
   std::vector<char> host(64);
