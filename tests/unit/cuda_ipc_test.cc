@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/forwarding_transport.h"
 #include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
@@ -189,6 +190,67 @@ TEST(CudaIpcTest, SendCompletesOnlyAfterTheReceiverCopied) {
   ASSERT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
   ASSERT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
   EXPECT_EQ(std::string(destination + 50, 1000), expected);
+}
+
+// A messenger whose first posted receive looks unfinished to its first Test: the descriptor of an
+// earlier receive is seen after that of a later one with the same tag, as happens between threads.
+class WithholdingMessenger final : public test::ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    absl::StatusOr<RequestId> id = ForwardingTransport::PostReceive(peer, tag, data, bytes);
+    if (id.ok() && first_ == 0) first_ = *id;
+    return id;
+  }
+  absl::StatusOr<bool> Test(RequestId request) override {
+    if (request == first_ && !withheld_) {
+      withheld_ = true;
+      return false;
+    }
+    return ForwardingTransport::Test(request);
+  }
+
+ private:
+  RequestId first_ = 0;
+  bool withheld_ = false;
+};
+
+// Two messages of one pair with equal tags: the receiver acknowledges them in posting order even
+// when the later descriptor is seen first, so the sender's first send does not complete on the
+// second receive's acknowledgement while its own bytes are still to be read.
+TEST(CudaIpcTest, EqualTagsAcknowledgeInPostingOrder) {
+  FakeCudaFabric cuda;
+  std::unique_ptr<NcclApi> api = cuda.Api();
+  LoopbackFabric messengers(2);
+  CudaIpcOptions options;
+  auto sender = CudaIpcTransport::Create(options, cuda.Api(), *messengers.Connect(0));
+  options.process = 1;
+  auto receiver = CudaIpcTransport::Create(
+      options, cuda.Api(), std::make_unique<WithholdingMessenger>(*messengers.Connect(1)));
+  ASSERT_TRUE(sender.ok() && receiver.ok());
+  char* memory = static_cast<char*>(*api->Malloc(4096));
+  for (int i = 0; i < 4096; ++i) memory[i] = static_cast<char>(i * 7 + 1);
+  const std::string first(memory, 100), second(memory + 100, 100);
+  const MessageTag tag = MakeTag(3, 9, 0);
+  const RequestId r1 = *(*receiver)->PostReceive(0, tag, memory + 1000, 100);
+  const RequestId r2 = *(*receiver)->PostReceive(0, tag, memory + 2000, 100);
+  const RequestId s1 = *(*sender)->PostSend(1, tag, memory, 100);
+  const RequestId s2 = *(*sender)->PostSend(1, tag, memory + 100, 100);
+  EXPECT_FALSE(*(*receiver)->Test(r2));  // Waits for r1, whose descriptor looked late.
+  absl::StatusOr<bool> first_sent = (*sender)->Test(s1);
+  ASSERT_TRUE(first_sent.ok());
+  EXPECT_FALSE(*first_sent) << "the first send completed before its bytes were read";
+  if (*first_sent) std::memset(memory, 0, 100);  // What a caller may do once a send completed.
+  EXPECT_TRUE((*receiver)->WaitAll({r1, r2}, absl::Now() + absl::Seconds(10)).ok());
+  const std::vector<RequestId> sends =
+      *first_sent ? std::vector<RequestId>{s2} : std::vector<RequestId>{s1, s2};
+  EXPECT_TRUE((*sender)->WaitAll(sends, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(std::string(memory + 1000, 100), first);
+  EXPECT_EQ(std::string(memory + 2000, 100), second);
+  sender->reset();
+  receiver->reset();
+  EXPECT_TRUE(api->Free(memory).ok());
 }
 
 TEST(CudaIpcTest, SizeMismatchFailsNamingThePeerAndBothSizes) {
