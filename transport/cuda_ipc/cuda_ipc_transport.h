@@ -34,7 +34,9 @@
 // keep an allocation it sent from alive while receivers that opened it live (CUDA leaves freeing
 // an exported allocation before its importers closed it undefined); memory without a legacy IPC
 // handle (cuMemCreate / VMM allocations, e.g. PyTorch's expandable segments) fails its post with
-// CUDA's error.
+// CUDA's error. Ordering: the receiver's copy is not ordered after the sender's streams, so a
+// sender's bytes must be complete (its device work synchronised) when it posts the send, as with
+// NCCL on its own stream; a receive completes only after its copy finished on the device.
 //
 // Deadlines and failures: every wait polls the messenger and the events, so it returns by its
 // deadline. A deadline or failure cancels the messenger's requests; a copy already issued is
