@@ -16,11 +16,13 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/gpu_count.h"
 #include "tests/testing/forwarding_transport.h"
 #include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/loopback/loopback.h"
+#include "transport/nccl/cuda_module.h"
 
 namespace wsync {
 namespace {
@@ -456,6 +458,22 @@ TEST(CudaIpcTest, AMessengerOfAnotherProcessIsRefused) {
   EXPECT_EQ((*good)->name(), "cuda_ipc");
   EXPECT_EQ((*good)->process(), 0);
   EXPECT_EQ((*good)->messenger().process(), 0);
+}
+
+// The real module's IPC calls on a machine without a GPU: errors, never a crash (the driver entry
+// point lookup included). Skipped where a GPU exists (CUDA stays out of the gtest process there).
+TEST(CudaIpcRealApiTest, IpcCallsFailCleanlyWithoutAGpu) {
+  if (test::GpuCount() > 0) GTEST_SKIP() << "a GPU is present; gpu_cuda_ipc_test covers it";
+  absl::StatusOr<std::unique_ptr<NcclApi>> api = LoadRealNcclApi();
+  ASSERT_TRUE(api.ok()) << api.status();
+  ASSERT_EQ((*api)->DeviceCount(), 0);
+  int host = 0;
+  EXPECT_FALSE((*api)->AllocationRange(&host).ok());
+  EXPECT_FALSE((*api)->IpcGetMemHandle(&host).ok());
+  EXPECT_FALSE((*api)->IpcOpenMemHandle(std::string(NcclApi::kIpcHandleBytes, '\0')).ok());
+  EXPECT_EQ((*api)->IpcOpenMemHandle("short").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE((*api)->IpcCloseMemHandle(&host).ok());
+  EXPECT_FALSE((*api)->DeviceUuid(0).ok());
 }
 
 // Two forked processes, each with its own fake (handles name the sender's memfd by pid, so the
