@@ -444,6 +444,42 @@ TEST(CudaIpcTest, HandlesAreOpenedOncePerAllocation) {
   EXPECT_EQ(cuda.ipc_closes(), 4);
 }
 
+// A sender that frees a buffer and allocates a new one between syncs: the receiver opens the new
+// allocation's handle (never a stale mapping of the old one) and, at the sync boundary after the
+// old one went unused for a sync, closes the old mapping.
+TEST(CudaIpcTest, MappingsUnusedForASyncCloseAtTheSyncBoundary) {
+  Job job(2);
+  char* destination = job.Allocate(4096, 1);
+  std::unique_ptr<NcclApi>& api = job.api;
+  char* old_source = static_cast<char*>(*api->Malloc(1024));
+  std::memset(old_source, 'o', 1024);
+  auto transfer = [&](uint64_t sync, const char* source) {
+    EXPECT_EQ(job[1].DiscardStaleMessages(sync), 0);
+    const MessageTag tag = MakeTag(sync, 0, 0);
+    absl::StatusOr<RequestId> receive = job[1].PostReceive(0, tag, destination, 64);
+    absl::StatusOr<RequestId> send = job[0].PostSend(1, tag, source, 64);
+    ASSERT_TRUE(receive.ok() && send.ok());
+    ASSERT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
+    ASSERT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(std::string(destination, 64), std::string(source, 64));
+  };
+  transfer(1, old_source);
+  EXPECT_EQ(job.cuda.ipc_opens(), 1);
+  ASSERT_TRUE(api->Free(old_source).ok());
+  char* new_source = job.Allocate(1024, 2);  // Often at the freed address, with a new handle.
+  transfer(2, new_source);
+  EXPECT_EQ(job.cuda.ipc_opens(), 2);
+  EXPECT_EQ(job.cuda.ipc_closes(), 0);  // Sync 1 is the one before sync 2.
+  transfer(3, new_source);
+  EXPECT_EQ(job.cuda.ipc_opens(), 2);
+  EXPECT_EQ(job.cuda.ipc_closes(), 1);  // The old allocation's mapping, unused in syncs 2 and 3.
+  transfer(4, new_source);
+  EXPECT_EQ(job.cuda.ipc_closes(), 1);  // Used by sync 3, the one before.
+  transfer(6, new_source);  // Sync 5 copied nothing: closed at sync 6's start, opened again.
+  EXPECT_EQ(job.cuda.ipc_closes(), 2);
+  EXPECT_EQ(job.cuda.ipc_opens(), 3);
+}
+
 TEST(CudaIpcTest, AMessengerOfAnotherProcessIsRefused) {
   FakeCudaFabric cuda;
   LoopbackFabric messengers(2);

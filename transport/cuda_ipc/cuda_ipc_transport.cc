@@ -61,6 +61,7 @@ class CudaIpcTransport::Impl {
   absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
                        std::vector<size_t>* finished);
   void Abort(const absl::Status& reason);
+  int64_t DiscardStaleMessages(uint64_t sync_id);
 
  private:
   enum class Direction : uint8_t { kSend, kReceive };
@@ -91,6 +92,11 @@ class CudaIpcTransport::Impl {
     int64_t allocation_bytes;
     std::string handle;
   };
+  // An opened handle: its base in this process and the last sync (24 bits) that copied from it.
+  struct Mapping {
+    char* base;
+    uint64_t last_sync;
+  };
   // An acknowledgement sent after its receive was released.
   struct PendingAck {
     RequestId messenger_request;
@@ -109,8 +115,9 @@ class CudaIpcTransport::Impl {
   void ProgressReceiveLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The descriptor of `request` arrived: checks it and issues the copy (or completes).
   absl::Status StartCopyLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The mapping of `handle` in this process, opened on first use.
-  absl::StatusOr<char*> MappingLocked(const std::string& handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The mapping of `handle` in this process, opened on first use; marks it used by `sync`.
+  absl::StatusOr<char*> MappingLocked(const std::string& handle, uint64_t sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendAckLocked(const Request& request, bool size_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(Request& request, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Done (true), in flight (false) or failed (its error); releases nothing.
@@ -139,7 +146,7 @@ class CudaIpcTransport::Impl {
   RequestId next_request_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<RegistrationId, Registration> registrations_ ABSL_GUARDED_BY(mu_);
   RegistrationId next_registration_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::string, char*> mappings_ ABSL_GUARDED_BY(mu_);  // Handle -> mapped base.
+  std::map<std::string, Mapping> mappings_ ABSL_GUARDED_BY(mu_);  // By handle.
   std::vector<PendingAck> pending_acks_ ABSL_GUARDED_BY(mu_);
   // Wire buffers of cancelled messenger sends: the messenger may still read them until it is
   // destroyed.
@@ -177,7 +184,9 @@ CudaIpcTransport::Impl::~Impl() {
   messenger_.reset();  // Before the buffers it may still read.
   pending_acks_.clear();
   cancelled_wires_.clear();
-  for (const auto& [handle, mapped] : mappings_) api_->IpcCloseMemHandle(mapped).IgnoreError();
+  for (const auto& [handle, mapping] : mappings_) {
+    api_->IpcCloseMemHandle(mapping.base).IgnoreError();
+  }
   for (CudaEvent event : free_events_) api_->EventDestroy(event).IgnoreError();
   if (stream_ != nullptr) api_->StreamDestroy(stream_).IgnoreError();
 }
@@ -429,7 +438,8 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   WSYNC_RETURN_IF_ERROR(api_->SetDevice(options_.device));
   const char* source = reinterpret_cast<const char*>(static_cast<uintptr_t>(d.source_address));
   if (request.peer != options_.process) {
-    absl::StatusOr<char*> mapped = MappingLocked(std::string(d.handle, sizeof(d.handle)));
+    absl::StatusOr<char*> mapped =
+        MappingLocked(std::string(d.handle, sizeof(d.handle)), TagSync(request.tag));
     if (!mapped.ok()) {
       return absl::Status(mapped.status().code(),
                           absl::StrCat(What(request), ": cannot open the sender's allocation: ",
@@ -452,12 +462,35 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<char*> CudaIpcTransport::Impl::MappingLocked(const std::string& handle) {
+absl::StatusOr<char*> CudaIpcTransport::Impl::MappingLocked(const std::string& handle,
+                                                            uint64_t sync) {
   auto it = mappings_.find(handle);
-  if (it != mappings_.end()) return it->second;
-  WSYNC_ASSIGN_OR_RETURN(void* mapped, api_->IpcOpenMemHandle(handle));
-  mappings_.emplace(handle, static_cast<char*>(mapped));
-  return static_cast<char*>(mapped);
+  if (it == mappings_.end()) {
+    WSYNC_ASSIGN_OR_RETURN(void* mapped, api_->IpcOpenMemHandle(handle));
+    it = mappings_.emplace(handle, Mapping{static_cast<char*>(mapped), sync}).first;
+  }
+  it->second.last_sync = sync;
+  return it->second.base;
+}
+
+int64_t CudaIpcTransport::Impl::DiscardStaleMessages(uint64_t sync_id) {
+  absl::MutexLock lock(&mu_);
+  bool copying = false;
+  for (const auto& [id, request] : requests_) copying |= request.copy_event != nullptr;
+  if (!copying) {
+    // A sender's allocation that neither this sync nor the one before copied from is closed: a
+    // sender that freed it (and maybe allocated anew) gets its memory back.
+    for (auto it = mappings_.begin(); it != mappings_.end();) {
+      const uint64_t behind = ((sync_id & 0xffffffu) - it->second.last_sync) & 0xffffffu;
+      if (behind < 2) {
+        ++it;
+        continue;
+      }
+      api_->IpcCloseMemHandle(it->second.base).IgnoreError();
+      it = mappings_.erase(it);
+    }
+  }
+  return messenger_->DiscardStaleMessages(sync_id);
 }
 
 absl::StatusOr<CudaEvent> CudaIpcTransport::Impl::TakeEventLocked() {
@@ -682,7 +715,7 @@ void CudaIpcTransport::PeerLost(int32_t peer, const absl::Status& reason) {
   impl_->messenger().PeerLost(peer, reason);
 }
 int64_t CudaIpcTransport::DiscardStaleMessages(uint64_t sync_id) {
-  return impl_->messenger().DiscardStaleMessages(sync_id);
+  return impl_->DiscardStaleMessages(sync_id);
 }
 
 }  // namespace wsync

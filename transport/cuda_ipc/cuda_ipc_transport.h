@@ -30,9 +30,13 @@
 // (AllocationRange). A registered range's handle is made once, at RegisterMemory; a send outside
 // registrations asks for its allocation's handle at each post (cudaIpcGetMemHandle is cheap, and
 // a new allocation at a freed one's address gets a new handle, so nothing stale is sent). The
-// receiver opens each distinct handle once and closes it at destruction. Limits: a sender must
-// keep an allocation it sent from alive while receivers that opened it live (CUDA leaves freeing
-// an exported allocation before its importers closed it undefined); memory without a legacy IPC
+// receiver opens each distinct handle once and keeps it open while it is used: at a sync boundary
+// (DiscardStaleMessages(sync_id), which the executor calls at the start and end of each run) with
+// no copy in flight, handles that neither sync `sync_id` nor the one before copied from are
+// closed, so that mappings of allocations a sender freed and replaced do not accumulate; the rest
+// close at destruction. Limits: a sender must keep an allocation alive while a receiver may still
+// copy from it (CUDA leaves freeing an exported allocation before its importers closed it
+// undefined); memory without a legacy IPC
 // handle (cuMemCreate / VMM allocations, e.g. PyTorch's expandable segments) fails its post with
 // CUDA's error. Ordering: the receiver's copy is not ordered after the sender's streams, so a
 // sender's bytes must be complete (its device work synchronised) when it posts the send, as with
@@ -42,10 +46,11 @@
 // deadline. A deadline or failure cancels the messenger's requests; a copy already issued is
 // waited for (bounded by the copy itself, not by a peer) before the call returns, so receive memory
 // is not written after its request was released. PeerLost, Abort and DiscardStaleMessages are
-// forwarded to the messenger (a request waiting on the messenger then fails with its error; a
-// receive whose copy was already issued still completes: its bytes are all in); Abort also fails
-// every outstanding and later request of this transport (Aborted). The destructor gives
-// acknowledgements already posted up to one second to leave, then cancels everything.
+// forwarded to the messenger (DiscardStaleMessages after closing unused handles, above; a request
+// waiting on the messenger then fails with its error; a receive whose copy was already issued
+// still completes: its bytes are all in); Abort also fails every outstanding and later request
+// of this transport (Aborted). The destructor gives acknowledgements already posted up to one
+// second to leave, then cancels everything.
 //
 // Threads: as Transport: one driving thread; Abort and PeerLost from any thread.
 
