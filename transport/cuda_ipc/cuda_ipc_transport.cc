@@ -82,6 +82,7 @@ class CudaIpcTransport::Impl {
     RequestId descriptor_request = 0;
     RequestId ack_request = 0;
     CudaEvent copy_event = nullptr;  // Set while the receive's copy runs.
+    bool descriptor_sent = false;    // A send's descriptor send completed successfully.
     bool done = false;
     absl::Status failure;
   };
@@ -367,7 +368,10 @@ void CudaIpcTransport::Impl::ProgressSendLocked(Request& request) {
                               absl::StrCat(What(request), ": ", finished.status().message())));
       return;
     }
-    if (*finished) *messenger_request = 0;
+    if (*finished) {
+      *messenger_request = 0;
+      if (messenger_request == &request.descriptor_request) request.descriptor_sent = true;
+    }
   }
   if (request.ack_request != 0 || request.descriptor_request != 0) return;
   const Ack& ack = request.wire->ack;
@@ -542,8 +546,9 @@ void CudaIpcTransport::Impl::ReleaseLocked(RequestId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& request = it->second;
-  // A send's descriptor still in flight may be read by the messenger after the cancel.
-  const bool keep_wire = request.direction == Direction::kSend && request.descriptor_request != 0;
+  // A send's descriptor that did not complete may still be read by the messenger (after a cancel
+  // or a failure) until the messenger is destroyed.
+  const bool keep_wire = request.direction == Direction::kSend && !request.descriptor_sent;
   CancelMessengerLocked({request.descriptor_request, request.ack_request});
   if (request.copy_event != nullptr) {
     AwaitCopyLocked(request.copy_event);
