@@ -312,6 +312,29 @@ TEST(CudaIpcTest, WaitAnyReturnsAtItsDeadlineReleasingNothing) {
   EXPECT_EQ(std::string(memory, 8), std::string(memory + 32, 8));
 }
 
+// WaitAny reports a failed request with its position and error, and leaves the others posted.
+TEST(CudaIpcTest, WaitAnyReportsAFailureByPosition) {
+  Job job(2);
+  char* memory = job.Allocate(256, 1);
+  absl::StatusOr<RequestId> never = job[1].PostReceive(0, MakeTag(2, 1, 0), memory, 8);
+  absl::StatusOr<RequestId> mismatched = job[1].PostReceive(0, MakeTag(2, 2, 0), memory + 8, 8);
+  absl::StatusOr<RequestId> send = job[0].PostSend(1, MakeTag(2, 2, 0), memory + 64, 16);
+  ASSERT_TRUE(never.ok() && mismatched.ok() && send.ok());
+  std::vector<size_t> finished;
+  const absl::Status status =
+      job[1].WaitAny({*never, *mismatched}, absl::Now() + absl::Seconds(10), &finished);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(finished, std::vector<size_t>{1});
+  EXPECT_EQ(job[1].Test(*mismatched).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<bool> still = job[1].Test(*never);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_FALSE(*still);
+  EXPECT_EQ(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job[1].WaitAll({*never}, absl::InfinitePast()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 // A wait blocked on a peer ends promptly, far before its deadline, when the peer is lost or the
 // transport aborted; later posts fail after Abort.
 TEST(CudaIpcTest, PeerLostAndAbortEndInFlightWaitsPromptly) {
