@@ -37,6 +37,10 @@ struct Ack {
   int64_t receive_bytes = 0;
 };
 
+// Acknowledgements travel with this bit of the 24-bit sync id flipped, so that they never meet a
+// descriptor (or any message of a sync within kStaleSyncWindow) whatever the round.
+constexpr uint64_t kAckSyncBit = uint64_t{1} << 23;
+
 uint64_t TagSync(MessageTag tag) { return tag.value >> 40; }
 int64_t TagRound(MessageTag tag) { return static_cast<int64_t>((tag.value >> 16) & 0xffffffu); }
 
@@ -284,12 +288,6 @@ absl::StatusOr<RequestId> CudaIpcTransport::Impl::PostLocked(Direction direction
   const std::string what = What(request);
   if (peer < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": no such process"));
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative size ", bytes));
-  const int64_t round = TagRound(tag);
-  if (round >= kMaxRounds / 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": rounds at or above ", kMaxRounds / 2,
-                     " are refused (the messenger uses two rounds per round)"));
-  }
   if (bytes > 0) {
     WSYNC_ASSIGN_OR_RETURN(MemoryKind kind, api_->PointerKind(data));
     if (kind != MemoryKind::kCuda) {
@@ -301,8 +299,8 @@ absl::StatusOr<RequestId> CudaIpcTransport::Impl::PostLocked(Direction direction
   }
   const int32_t sender = direction == Direction::kSend ? options_.process : peer;
   const int32_t receiver = direction == Direction::kSend ? peer : options_.process;
-  const MessageTag descriptor_tag = MakeTag(TagSync(tag), 2 * round, sender);
-  const MessageTag ack_tag = MakeTag(TagSync(tag), 2 * round + 1, receiver);
+  const MessageTag descriptor_tag = MakeTag(TagSync(tag), TagRound(tag), sender);
+  const MessageTag ack_tag = MakeTag(TagSync(tag) ^ kAckSyncBit, TagRound(tag), receiver);
   Wire& wire = *request.wire;
   if (direction == Direction::kSend) {
     wire.descriptor.bytes = bytes;
@@ -509,7 +507,7 @@ void CudaIpcTransport::Impl::SendAckLocked(const Request& request, bool size_mis
   ack->size_mismatch = size_mismatch ? 1 : 0;
   ack->receive_bytes = request.bytes;
   const MessageTag ack_tag =
-      MakeTag(TagSync(request.tag), 2 * TagRound(request.tag) + 1, options_.process);
+      MakeTag(TagSync(request.tag) ^ kAckSyncBit, TagRound(request.tag), options_.process);
   absl::StatusOr<RequestId> sent =
       messenger_->PostSend(request.peer, ack_tag, ack.get(), sizeof(Ack));
   // A refused acknowledgement (the peer is lost, or this transport aborted) leaves the sender to

@@ -10,19 +10,21 @@
 // handle of the allocation holding `data`, the offset of `data` in it, `bytes`) over the
 // messenger, a host-memory Transport to the same peers owned by this transport (a UCX worker of its
 // own in the session). The receiver's PostReceive posts a receive for that descriptor; once it
-// arrived, the receiver opens the handle (cached per handle until destruction), checks the size,
+// arrived, the receiver opens the handle (cached per handle, see Memory), checks the size,
 // copies the bytes on its stream (MemcpyAsync), records an event, and when the event completed
 // the receive completes and an acknowledgement goes back; the send completes when the
 // acknowledgement arrived (so the sender's memory is not read after its send completed). A
 // different size fails the receive with InvalidArgument naming the peer and both sizes, copies
 // nothing, and the acknowledgement says so: the send fails likewise. Empty messages travel as
 // descriptors and acknowledgements without a copy. Sends to self travel the same way, the
-// descriptor carrying the address itself (no IPC handle). On the messenger a message of round r
-// uses round 2r (descriptor) and 2r + 1 (acknowledgement) of the caller's sync id, with the sender
-// bits of whoever sends it (the caller's sender bits are replaced); rounds at or above
-// kMaxRounds / 2 are refused with InvalidArgument. Receives of one peer with equal tags
-// acknowledge in posting order, so equal-tag messages pair in order as the contract asks. Pairs
-// advance on their own (NeedsRoundOrder is false).
+// descriptor carrying the address itself (no IPC handle). On the messenger the descriptor of a
+// message of sync s and round r travels with tag (s, r, sender) and its acknowledgement with tag
+// (s with bit 23 flipped, r, receiver): every round is usable (the executor's verification uses
+// the last one, kMaxRounds - 1), and acknowledgements never meet descriptors or messages of a sync
+// DiscardStaleMessages looks at (so a late acknowledgement nobody waits for is not discarded;
+// it is 16 bytes). The caller's sender bits are replaced by the actual sender's. Receives of one
+// peer with equal tags acknowledge in posting order, so equal-tag messages pair in order as the
+// contract asks. Pairs advance on their own (NeedsRoundOrder is false).
 //
 // Memory: CUDA memory only (posts whose pointer CUDA reports as host memory, and RegisterMemory
 // of host memory, are refused with Unimplemented). Any allocation made by cudaMalloc can be
