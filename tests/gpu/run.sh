@@ -19,14 +19,16 @@ fi
 
 echo "== configure and build (${BUILD_DIR})"
 if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_WITH_NCCL=ON >/dev/null ||
-   ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test gpu_session_test nccl_test \
-       nccl_executor_test session_cuda_test wsync wsync_plugin wsync_cuda cuda_module_test; then
+   ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test gpu_session_test \
+       gpu_cuda_ipc_test nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test \
+       session_cuda_test wsync \
+       wsync_plugin wsync_cuda cuda_module_test; then
   echo "run.sh: build failed" >&2
   exit 1
 fi
 
 echo "== unit tests of the NCCL backend (fake NcclApi) and of loading libwsync_cuda.so"
-for t in nccl_test nccl_executor_test session_cuda_test needed_test cuda_module_test; do
+for t in nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test session_cuda_test needed_test cuda_module_test; do
   if ctest --test-dir "$BUILD_DIR" --output-on-failure -R "^${t}\$"; then
     summary+=("PASS $t (unit)")
   else
@@ -46,8 +48,8 @@ for t in $gpu_tests; do
   summary+=("$result $t ($((SECONDS - start)) s)")
 done
 # The test binaries print per-test lines (bytes verified, placement, abort latency); show them.
-for b in gpu_nccl_test gpu_session_test; do
-  "$BUILD_DIR/tests/gpu/$b" 2>&1 | grep -E 'rollout:|survivor:|^\[  (PASSED|FAILED)' || true
+for b in gpu_nccl_test gpu_session_test gpu_cuda_ipc_test; do
+  "$BUILD_DIR/tests/gpu/$b" 2>&1 | grep -E 'rollout:|survivor:|process [01]:|^\[  (PASSED|FAILED)' || true
 done
 
 # CUDA IPC between threads (direct device pointers), between forked processes (mapped

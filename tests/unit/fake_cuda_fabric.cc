@@ -1,5 +1,10 @@
 #include "tests/unit/fake_cuda_fabric.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -18,6 +23,25 @@ namespace {
 
 void* Handle(int64_t id) { return reinterpret_cast<void*>(static_cast<uintptr_t>(id)); }
 int64_t Id(const void* handle) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(handle)); }
+
+// What a fake IPC handle carries (the rest of its 64 bytes is zero).
+struct IpcHandleFields {
+  char magic[8];
+  int64_t pid;
+  int64_t fd;
+  int64_t bytes;
+  int64_t serial;
+};
+static_assert(sizeof(IpcHandleFields) <= NcclApi::kIpcHandleBytes);
+constexpr char kIpcMagic[8] = {'w', 's', 'f', 'a', 'k', 'e', 'i', 'p'};
+
+// Bytes mapped for an allocation of `bytes` (whole pages, at least one).
+size_t MappedBytes(size_t bytes) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return std::max<size_t>(1, (bytes + page - 1) / page) * page;
+}
+
+std::string MemfdName(int64_t serial) { return absl::StrCat("wsync-fake-cuda-", serial); }
 
 }  // namespace
 
@@ -43,10 +67,29 @@ struct FakeCudaFabric::State {
     std::map<std::pair<int, int>, std::deque<std::string>> mailbox;  // (from, to) rank.
   };
 
+  struct Allocation {
+    int64_t bytes = 0;
+    int fd = -1;  // The memfd backing it.
+    int64_t serial = 0;
+  };
+
+  ~State() {
+    for (const auto& [memory, allocation] : allocations) {
+      munmap(memory, MappedBytes(allocation.bytes));
+      close(allocation.fd);
+    }
+    for (const auto& [memory, bytes] : ipc_mappings) munmap(memory, MappedBytes(bytes));
+  }
+
   absl::Mutex mu;
   int devices = 1;
   std::map<uintptr_t, int64_t> device_ranges;  // Start -> bytes.
-  std::map<void*, int64_t> allocations;
+  std::map<void*, Allocation> allocations;
+  std::map<void*, int64_t> ipc_mappings;  // Opened handles: mapped base -> bytes.
+  int64_t next_serial = 1;
+  int64_t ipc_handles_made = 0;
+  int64_t ipc_opens = 0;
+  int64_t ipc_closes = 0;
   int64_t allocated = 0;
   int64_t peak = 0;
   int fail_malloc_after = 0;
@@ -72,13 +115,17 @@ struct FakeCudaFabric::State {
     stream.items.push_back(std::move(item));
     ++stream.enqueued;
   }
-  bool IsDevice(const void* pointer) const {
+  // The device range holding `pointer`, or device_ranges.end().
+  std::map<uintptr_t, int64_t>::const_iterator RangeOf(const void* pointer) const {
     const auto address = reinterpret_cast<uintptr_t>(pointer);
     auto it = device_ranges.upper_bound(address);
-    if (it == device_ranges.begin()) return false;
+    if (it == device_ranges.begin()) return device_ranges.end();
     --it;
-    return address < it->first + static_cast<uintptr_t>(it->second);
+    // An empty range holds its own address.
+    const auto end = it->first + static_cast<uintptr_t>(std::max<int64_t>(it->second, 1));
+    return address < end ? it : device_ranges.end();
   }
+  bool IsDevice(const void* pointer) const { return RangeOf(pointer) != device_ranges.end(); }
 };
 
 namespace {
@@ -104,10 +151,22 @@ class FakeApi final : public NcclApi {
     if (s_->fail_malloc_after > 0 && --s_->fail_malloc_after == 0) {
       return absl::ResourceExhaustedError(absl::StrCat("fake cudaMalloc of ", bytes, " bytes"));
     }
-    const size_t rounded = (bytes + 255) / 256 * 256;
-    void* memory = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
-    std::memset(memory, 0xEE, rounded);  // Device memory is never zeroed.
-    s_->allocations[memory] = static_cast<int64_t>(bytes);
+    // A memfd, so that IpcOpenMemHandle can map the same memory elsewhere (and in other
+    // processes, through /proc/<pid>/fd).
+    const int64_t serial = s_->next_serial++;
+    const int fd = memfd_create(MemfdName(serial).c_str(), MFD_CLOEXEC);
+    if (fd < 0) return absl::InternalError(absl::StrCat("fake cudaMalloc: memfd_create: ", errno));
+    const size_t mapped = MappedBytes(bytes);
+    void* memory = MAP_FAILED;
+    if (ftruncate(fd, static_cast<off_t>(mapped)) == 0) {
+      memory = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (memory == MAP_FAILED) {
+      close(fd);
+      return absl::ResourceExhaustedError(absl::StrCat("fake cudaMalloc of ", bytes, " bytes"));
+    }
+    std::memset(memory, 0xEE, mapped);  // Device memory is never zeroed.
+    s_->allocations[memory] = State::Allocation{static_cast<int64_t>(bytes), fd, serial};
     s_->device_ranges[reinterpret_cast<uintptr_t>(memory)] = static_cast<int64_t>(bytes);
     s_->allocated += static_cast<int64_t>(bytes);
     s_->peak = std::max(s_->peak, s_->allocated);
@@ -117,11 +176,94 @@ class FakeApi final : public NcclApi {
     absl::MutexLock lock(&s_->mu);
     auto it = s_->allocations.find(memory);
     if (it == s_->allocations.end()) return absl::InvalidArgumentError("fake cudaFree: unknown");
-    s_->allocated -= it->second;
+    s_->allocated -= it->second.bytes;
+    munmap(memory, MappedBytes(it->second.bytes));
+    close(it->second.fd);
     s_->allocations.erase(it);
     s_->device_ranges.erase(reinterpret_cast<uintptr_t>(memory));
-    std::free(memory);
     return absl::OkStatus();
+  }
+
+  // CUDA IPC over memfds: a handle names (pid, fd, bytes, serial) of the allocation's memfd, and
+  // opening it maps the same pages at another address (through /proc/<pid>/fd/<fd>), so bytes
+  // read through a wrong base or offset are wrong bytes, and it works across processes.
+  absl::StatusOr<Allocation> AllocationRange(const void* pointer) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->RangeOf(pointer);
+    if (it == s_->device_ranges.end()) {
+      return absl::InvalidArgumentError("fake cuMemGetAddressRange: not device memory");
+    }
+    return Allocation{reinterpret_cast<void*>(it->first), static_cast<size_t>(it->second)};
+  }
+  absl::StatusOr<std::string> IpcGetMemHandle(void* allocation_base) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->allocations.find(allocation_base);
+    if (it == s_->allocations.end()) {
+      return absl::InvalidArgumentError(
+          "fake cudaIpcGetMemHandle: not the base of a cudaMalloc allocation");
+    }
+    IpcHandleFields fields{};
+    std::memcpy(fields.magic, kIpcMagic, sizeof(kIpcMagic));
+    fields.pid = getpid();
+    fields.fd = it->second.fd;
+    fields.bytes = it->second.bytes;
+    fields.serial = it->second.serial;
+    std::string handle(kIpcHandleBytes, '\0');
+    std::memcpy(handle.data(), &fields, sizeof(fields));
+    ++s_->ipc_handles_made;
+    return handle;
+  }
+  absl::StatusOr<void*> IpcOpenMemHandle(const std::string& handle) override {
+    IpcHandleFields fields{};
+    if (handle.size() != kIpcHandleBytes) {
+      return absl::InvalidArgumentError("fake cudaIpcOpenMemHandle: not a 64-byte handle");
+    }
+    std::memcpy(&fields, handle.data(), sizeof(fields));
+    if (std::memcmp(fields.magic, kIpcMagic, sizeof(kIpcMagic)) != 0) {
+      return absl::InvalidArgumentError("fake cudaIpcOpenMemHandle: not a fake handle");
+    }
+    const std::string path = absl::StrCat("/proc/", fields.pid, "/fd/", fields.fd);
+    // The fd must still be the allocation's memfd (a freed allocation's fd number may be reused).
+    char target[256] = {};
+    const ssize_t length = readlink(path.c_str(), target, sizeof(target) - 1);
+    const std::string expected = absl::StrCat("/memfd:", MemfdName(fields.serial), " ");
+    if (length <= 0 || std::string(target, length).rfind(expected, 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fake cudaIpcOpenMemHandle: the allocation of ", path, " is gone (", target, ")"));
+    }
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return absl::InternalError(absl::StrCat("fake cudaIpcOpenMemHandle: open ", path));
+    void* memory =
+        mmap(nullptr, MappedBytes(fields.bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (memory == MAP_FAILED) return absl::InternalError("fake cudaIpcOpenMemHandle: mmap");
+    absl::MutexLock lock(&s_->mu);
+    s_->ipc_mappings[memory] = fields.bytes;
+    s_->device_ranges[reinterpret_cast<uintptr_t>(memory)] = fields.bytes;
+    ++s_->ipc_opens;
+    return memory;
+  }
+  absl::Status IpcCloseMemHandle(void* mapped_base) override {
+    absl::MutexLock lock(&s_->mu);
+    auto it = s_->ipc_mappings.find(mapped_base);
+    if (it == s_->ipc_mappings.end()) {
+      return absl::InvalidArgumentError("fake cudaIpcCloseMemHandle: not an opened handle");
+    }
+    munmap(mapped_base, MappedBytes(it->second));
+    s_->device_ranges.erase(reinterpret_cast<uintptr_t>(mapped_base));
+    s_->ipc_mappings.erase(it);
+    ++s_->ipc_closes;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> DeviceUuid(int device) override {
+    absl::MutexLock lock(&s_->mu);
+    if (device < 0 || device >= s_->devices) {
+      return absl::InvalidArgumentError(absl::StrCat("fake: no device ", device));
+    }
+    std::string uuid(16, '\0');
+    std::memcpy(uuid.data(), "fakegpu", 7);
+    uuid[15] = static_cast<char>(device);
+    return uuid;
   }
   absl::StatusOr<CudaStream> StreamCreate() override { return Create(&State::streams); }
   absl::Status StreamDestroy(CudaStream stream) override {
@@ -390,6 +532,21 @@ void FakeCudaFabric::FailCommunicators() {
 int64_t FakeCudaFabric::kernel_launches() const {
   absl::MutexLock lock(&state_->mu);
   return state_->kernel_launches;
+}
+
+int64_t FakeCudaFabric::ipc_handles_made() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->ipc_handles_made;
+}
+
+int64_t FakeCudaFabric::ipc_opens() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->ipc_opens;
+}
+
+int64_t FakeCudaFabric::ipc_closes() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->ipc_closes;
 }
 
 int FakeCudaFabric::aborts() const {

@@ -3,8 +3,15 @@
 
 // A fake of the CUDA runtime and NCCL calls of NcclApi for threads of one process playing the
 // processes of a job, with device memory implemented as host memory:
-// - Malloc is an aligned host allocation; host memory a test declares with AddDeviceRange counts
-//   as device memory too; PointerKind answers kCuda inside either, kHost elsewhere.
+// - Malloc maps a memfd of whole pages; host memory a test declares with AddDeviceRange counts as
+//   device memory too; PointerKind answers kCuda inside either (and inside opened IPC handles),
+//   kHost elsewhere; AllocationRange answers the Malloc allocation or declared range.
+// - CUDA IPC: IpcGetMemHandle (Malloc allocations only) encodes (pid, fd, bytes, serial) of the
+//   memfd; IpcOpenMemHandle maps the same pages at a different address through
+//   /proc/<pid>/fd/<fd>, so a wrong base or offset reads wrong bytes, and handles work across
+//   forked processes (each process uses its own copy of the fabric). Unlike CUDA, a process may
+//   open its own handles (threads stand in for processes). A handle of a freed allocation fails to
+//   open. Opens and closes are counted.
 // - The strided copy kernel (NcclApi::CopyKernelAsync) is a host strided copy.
 // - Streams are queues run lazily: Memcpy2DAsync and each NCCL group are enqueued and run only
 //   when an event recorded after them is queried (or the communicator polled), in order. A caller
@@ -56,6 +63,10 @@ class FakeCudaFabric {
   // as a host strided copy in stream order).
   int aborts() const;
   int64_t kernel_launches() const;
+  // IpcGetMemHandle calls, IpcOpenMemHandle successes and IpcCloseMemHandle successes so far.
+  int64_t ipc_handles_made() const;
+  int64_t ipc_opens() const;
+  int64_t ipc_closes() const;
 
   struct State;
 

@@ -65,6 +65,12 @@ class NcclApi {
   // cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream).
   virtual absl::Status Memcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                                      size_t width, size_t height, CudaStream stream) = 0;
+  // cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream): one contiguous copy of any size
+  // (Memcpy2DAsync's pitch is bounded by the device's maximum pitch). The default is
+  // Memcpy2DAsync with one row, for fakes.
+  virtual absl::Status MemcpyAsync(void* dst, const void* src, size_t bytes, CudaStream stream) {
+    return Memcpy2DAsync(dst, bytes, src, bytes, bytes, 1, stream);
+  }
   // The strided copy kernel (cuda_copy.h: CopyStridedKernelAsync) on `stream`, when this API has
   // one: the real API when nvcc built it, a fake that implements it on the host. The defaults say
   // there is none (cuda_copy then uses Memcpy2DAsync only).
@@ -74,6 +80,39 @@ class NcclApi {
                                        absl::Span<const int64_t> shape, int64_t element_size,
                                        CudaStream stream) {
     return absl::UnimplementedError("this NcclApi has no strided copy kernel");
+  }
+
+  // --- CUDA IPC (transport/cuda_ipc) ---
+  // The defaults say this API has none (Unimplemented).
+  // The cudaMalloc allocation holding `pointer` (the driver's cuMemGetAddressRange, reached
+  // through the runtime's driver entry point so that nothing links libcuda).
+  struct Allocation {
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  virtual absl::StatusOr<Allocation> AllocationRange(const void* pointer) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // cudaIpcGetMemHandle of the allocation starting at `allocation_base`: kIpcHandleBytes opaque
+  // bytes another process of the node opens with IpcOpenMemHandle. A new allocation at a freed
+  // one's address gets a different handle.
+  static constexpr size_t kIpcHandleBytes = 64;
+  virtual absl::StatusOr<std::string> IpcGetMemHandle(void* allocation_base) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // cudaIpcOpenMemHandle (cudaIpcMemLazyEnablePeerAccess) of a handle from another process: the
+  // allocation's base as mapped in this process (on the current device's context). Opening a
+  // handle of this process itself fails. Each successful open is closed with IpcCloseMemHandle.
+  virtual absl::StatusOr<void*> IpcOpenMemHandle(const std::string& handle) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  virtual absl::Status IpcCloseMemHandle(void* mapped_base) {
+    return absl::UnimplementedError("this NcclApi has no CUDA IPC");
+  }
+  // The 16-byte UUID of CUDA device `device` (cudaGetDeviceProperties): equal in two processes
+  // exactly when they use the same GPU.
+  virtual absl::StatusOr<std::string> DeviceUuid(int device) {
+    return absl::UnimplementedError("this NcclApi cannot tell device UUIDs");
   }
 
   // --- NCCL ---

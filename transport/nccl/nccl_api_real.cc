@@ -2,10 +2,12 @@
 
 #include "transport/nccl/nccl_api_real.h"
 
+#include <cuda.h>  // Driver types only: cuMemGetAddressRange is reached through the runtime.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -76,8 +78,73 @@ absl::Status CopyStridedKernelAsync(CudaStream stream, void* dst,
 #endif
 }
 
+// cuMemGetAddressRange (v2) from the driver the runtime loaded, found once; nullptr when the
+// driver does not provide it. Linking libcuda would put it in the module's DT_NEEDED.
+using GetAddressRangeFunction = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+GetAddressRangeFunction DriverGetAddressRange() {
+  static GetAddressRangeFunction function = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+    // Version 12000 selects the v2 ABI (64-bit CUdeviceptr, size_t size).
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &found, 12000, cudaEnableDefault,
+                                         &result) == cudaSuccess &&
+        result == cudaDriverEntryPointSuccess) {
+      function = reinterpret_cast<GetAddressRangeFunction>(found);
+    } else {
+      cudaGetLastError();
+    }
+  });
+  return function;
+}
+
 class RealNcclApi final : public NcclApi {
  public:
+  absl::StatusOr<Allocation> AllocationRange(const void* pointer) override {
+    GetAddressRangeFunction get_range = DriverGetAddressRange();
+    if (get_range == nullptr) {
+      return absl::UnimplementedError("the CUDA driver provides no cuMemGetAddressRange");
+    }
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    if (CUresult r = get_range(&base, &bytes, reinterpret_cast<CUdeviceptr>(pointer));
+        r != CUDA_SUCCESS) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuMemGetAddressRange failed with CUresult ", static_cast<int>(r),
+                       ": the pointer is not in a cudaMalloc allocation of the current context"));
+    }
+    return Allocation{reinterpret_cast<void*>(base), bytes};
+  }
+  absl::StatusOr<std::string> IpcGetMemHandle(void* allocation_base) override {
+    cudaIpcMemHandle_t handle;
+    WSYNC_CUDA_CALL(cudaIpcGetMemHandle(&handle, allocation_base));
+    static_assert(sizeof(handle.reserved) == kIpcHandleBytes);
+    return std::string(handle.reserved, sizeof(handle.reserved));
+  }
+  absl::StatusOr<void*> IpcOpenMemHandle(const std::string& bytes) override {
+    cudaIpcMemHandle_t handle;
+    if (bytes.size() != sizeof(handle.reserved)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a CUDA IPC handle has ", sizeof(handle.reserved), " bytes, not ", bytes.size()));
+    }
+    std::memcpy(handle.reserved, bytes.data(), bytes.size());
+    void* mapped = nullptr;
+    WSYNC_CUDA_CALL(cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess));
+    return mapped;
+  }
+  absl::Status IpcCloseMemHandle(void* mapped_base) override {
+    WSYNC_CUDA_CALL(cudaIpcCloseMemHandle(mapped_base));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> DeviceUuid(int device) override {
+    cudaDeviceProp properties;
+    std::memset(&properties, 0, sizeof(properties));
+    WSYNC_CUDA_CALL(cudaGetDeviceProperties(&properties, device));
+    static_assert(sizeof(properties.uuid.bytes) == 16);
+    return std::string(properties.uuid.bytes, sizeof(properties.uuid.bytes));
+  }
+
   int DeviceCount() override {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -145,6 +212,12 @@ class RealNcclApi final : public NcclApi {
                              size_t width, size_t height, CudaStream stream) override {
     WSYNC_CUDA_CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
                                       cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+
+  absl::Status MemcpyAsync(void* dst, const void* src, size_t bytes, CudaStream stream) override {
+    WSYNC_CUDA_CALL(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
     return absl::OkStatus();
   }
 
