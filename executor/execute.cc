@@ -75,7 +75,11 @@ class Run {
           [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
             return BufferAddress(end, offset, element_size);
           },
-          options.sync_id, options.device, VerifyBounceBytes(work.budget_bytes), options.deadline);
+          options.sync_id, options.device, VerifyBounceBytes(work.budget_bytes), options.deadline,
+          // Kept in the cache after the lanes' arenas and the relay arena.
+          [this](int64_t bytes) {
+            return Arenas().GetDevice(*options_.device, work_.lanes.size() + 1, bytes);
+          });
     }
   }
 
@@ -378,8 +382,11 @@ class Run {
     if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
 
+  // The caller's arena cache, or this run's own.
+  ArenaCache& Arenas() { return options_.arenas != nullptr ? *options_.arenas : fresh_arenas_; }
+
   absl::Status AllocateArenas() {
-    ArenaCache* cache = options_.arenas != nullptr ? options_.arenas : &fresh_arenas_;
+    ArenaCache* cache = &Arenas();
     arenas_.assign(work_.lanes.size(), nullptr);
     auto get = [&](size_t lane, int64_t bytes, MemoryKind kind) -> absl::StatusOr<char*> {
       arena_bytes_ += bytes;

@@ -176,7 +176,7 @@ absl::Status HashDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegi
 
 ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
                              AddressOf address_of, uint64_t sync_id, DeviceMemory* device,
-                             int64_t bounce_bytes, absl::Time deadline)
+                             int64_t bounce_bytes, absl::Time deadline, DeviceArea device_area)
     : job_(job),
       work_(work),
       segments_(segments),
@@ -187,6 +187,7 @@ ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const 
       device_(device),
       bounce_bytes_(bounce_bytes),
       deadline_(deadline),
+      device_area_source_(std::move(device_area)),
       device_offset_(work.lanes.size(), -1) {
   for (size_t lane = 0; lane < work.lanes.size(); ++lane) {
     size_t chunks = 0;
@@ -198,7 +199,7 @@ ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const 
 }
 
 ChunkVerifier::~ChunkVerifier() {
-  if (device_area_ != nullptr) device_->Free(device_area_);
+  if (owns_device_area_) device_->Free(device_area_);
 }
 
 absl::Status ChunkVerifier::Start(Transport& transport) {
@@ -212,8 +213,13 @@ absl::Status ChunkVerifier::Start(Transport& transport) {
     if (device_ == nullptr) {
       return absl::FailedPreconditionError("verify: CUDA lanes need device memory");
     }
-    WSYNC_ASSIGN_OR_RETURN(void* area, device_->Allocate(device_bytes));
-    device_area_ = static_cast<char*>(area);
+    if (device_area_source_) {
+      WSYNC_ASSIGN_OR_RETURN(device_area_, device_area_source_(device_bytes));
+    } else {
+      WSYNC_ASSIGN_OR_RETURN(void* area, device_->Allocate(device_bytes));
+      device_area_ = static_cast<char*>(area);
+      owns_device_area_ = true;
+    }
   }
   for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
     const Lane& l = work_.lanes[lane];

@@ -67,12 +67,20 @@ class ChunkVerifier {
   using AddressOf =
       std::function<const char*(const Endpoint& end, int64_t offset, int64_t element_size)>;
 
+  // Device memory of at least `bytes` bytes for the hash messages of CUDA lanes, owned by the
+  // caller and kept across syncs (an arena of the session's ArenaCache): a peer over CUDA IPC maps
+  // it, and memory a peer mapped must not be freed under it.
+  using DeviceArea = std::function<absl::StatusOr<char*>(int64_t bytes)>;
+
   // `work`, `segments` and `device` must outlive the verifier. `device` (null in a host-only job)
-  // copies CUDA regions and hash messages; `bounce_bytes` bounds the host memory that CUDA regions
-  // are hashed in; `deadline` bounds every wait for the device.
+  // copies CUDA regions and hash messages; `device_area` gives the memory of the hash messages of
+  // CUDA lanes (empty: the verifier allocates it from `device` and frees it when destroyed);
+  // `bounce_bytes` bounds the host memory that CUDA regions are hashed in; `deadline` bounds every
+  // wait for the device.
   ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
                 AddressOf address_of, uint64_t sync_id, DeviceMemory* device = nullptr,
-                int64_t bounce_bytes = 0, absl::Time deadline = absl::InfiniteFuture());
+                int64_t bounce_bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
+                DeviceArea device_area = nullptr);
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
@@ -124,8 +132,10 @@ class ChunkVerifier {
   DeviceMemory* device_;
   const int64_t bounce_bytes_;
   const absl::Time deadline_;
-  std::vector<char> bounce_;            // Allocated when a CUDA region is first hashed.
-  char* device_area_ = nullptr;         // The hash messages of CUDA lanes, freed by the destructor.
+  std::vector<char> bounce_;  // Allocated when a CUDA region is first hashed.
+  DeviceArea device_area_source_;
+  char* device_area_ = nullptr;    // The hash messages of CUDA lanes.
+  bool owns_device_area_ = false;  // Allocated from device_ (no source): freed by the destructor.
   std::vector<int64_t> device_offset_;  // Per lane, bytes into device_area_.
   int64_t checked_ = 0;
   int64_t hashed_ = 0;

@@ -150,10 +150,14 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
     path.path_class = std::string(job_->PathClass(process_, peer.peer));
     path.transport = "default";
     const Transport* backend = transport_ != nullptr ? transport_->BackendFor(peer.peer) : nullptr;
-    if (backend != nullptr && backend->name() == "nccl") {
-      path.transport = "nccl";  // CUDA pairs (executor/memory_kinds.h), whatever the class maps to.
+    if (backend != nullptr && (backend->name() == "nccl" || backend->name() == "cuda_ipc")) {
+      // CUDA pairs (executor/memory_kinds.h), whatever the class maps to.
+      path.transport = backend->name();
     } else if (paths.ok()) {
-      const TransportChoice& choice = paths->For(path.path_class);
+      const TransportChoice* chosen = &paths->For(path.path_class);
+      // Host pairs of a class mapped to a CUDA-only backend use the fallback (selector.h).
+      if (chosen->backend == "nccl" || chosen->backend == "cuda_ipc") chosen = &paths->fallback;
+      const TransportChoice& choice = *chosen;
       path.transport = choice.transports.empty()
                            ? choice.backend
                            : absl::StrCat(choice.backend, ":", choice.transports);

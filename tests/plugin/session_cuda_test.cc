@@ -195,26 +195,27 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
   EXPECT_EQ(processes[3].session->State().first, 2);
 }
 
-// Three backends in the same syncs: trainer 0 on node a, the others on node b, all CUDA but
-// trainer 1 (host). Trainer 0 -> rollouts cross nodes over NCCL (its communicator: the CUDA
-// processes with a pair across nodes), trainer 1 -> rollouts go over UCX in host memory, and the
-// CUDA pairs within node b (none exchange bytes here but the routes exist) over CUDA IPC.
-TEST_F(SessionCudaTest, NcclAcrossNodesCudaIpcWithinAndUcxForHostInOneJob) {
+// NCCL and CUDA IPC in the same syncs: trainer 0 on node a, the others on node b, all CUDA.
+// Trainer 0 -> rollout 0 crosses nodes over NCCL (the communicator: the CUDA processes with a pair
+// across nodes, all four here) while trainer 1 -> rollout 1 stays in node b over CUDA IPC; the
+// routed transport runs both in lockstep rounds (NCCL needs round order).
+TEST_F(SessionCudaTest, NcclAcrossNodesAndCudaIpcWithinInOneJob) {
   test::FakeCudaFabric cuda;
-  std::vector<Process> processes =
-      MakeJob("cuda-three", "",
-              {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda, MemoryKind::kCuda}, cuda,
-              {"a", "b", "b", "b"});
+  std::vector<Process> processes = MakeJob(
+      "cuda-two", "", {MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda},
+      cuda, {"a", "b", "b", "b"});
   const std::vector<absl::Status> results = Run(processes, 2);
   for (size_t p = 0; p < results.size(); ++p) {
     EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
   }
-  for (int p : {2, 3}) {
-    const std::string metrics = processes[p].session->MetricsText();
-    EXPECT_THAT(metrics, HasSubstr("path_class=\"inter_node\",transport=\"nccl\""));
-    EXPECT_THAT(metrics, HasSubstr("path_class=\"intra_node\",transport=\"ucx\""));
-    EXPECT_EQ(processes[p].session->State().first, 2);
-  }
+  EXPECT_THAT(processes[2].session->MetricsText(),
+              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"inter_node\","
+                        "transport=\"nccl\"}"));
+  EXPECT_THAT(processes[3].session->MetricsText(),
+              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
+                        "transport=\"cuda_ipc\"}"));
+  EXPECT_GT(cuda.ipc_opens(), 0);
+  for (int p : {2, 3}) EXPECT_EQ(processes[p].session->State().first, 2) << p;
 }
 
 // CUDA IPC configured for the class that leaves the node is refused at connect on every process,
@@ -222,7 +223,8 @@ TEST_F(SessionCudaTest, NcclAcrossNodesCudaIpcWithinAndUcxForHostInOneJob) {
 TEST_F(SessionCudaTest, CudaIpcConfiguredAcrossNodesIsRefusedEverywhere) {
   test::FakeCudaFabric cuda;
   std::vector<Process> processes =
-      MakeJob("cuda-ipc-across", "inter_node=cuda_ipc", MemoryKind::kCuda, MemoryKind::kCuda, cuda,
+      MakeJob("cuda-ipc-across", "inter_node=cuda_ipc",
+              {MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda}, cuda,
               {"a", "a", "b", "b"});
   ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
                           "reaches only processes of the same node");

@@ -21,10 +21,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_count.h"
-#include "tests/testing/forwarding_transport.h"
 #include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 #include "transport/nccl/cuda_module.h"
 
@@ -200,7 +200,7 @@ TEST(CudaIpcTest, SendCompletesOnlyAfterTheReceiverCopied) {
 
 // A messenger whose first posted receive looks unfinished to its first Test: the descriptor of an
 // earlier receive is seen after that of a later one with the same tag, as happens between threads.
-class WithholdingMessenger final : public test::ForwardingTransport {
+class WithholdingMessenger final : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
@@ -514,6 +514,29 @@ TEST(CudaIpcTest, MappingsUnusedForASyncCloseAtTheSyncBoundary) {
   transfer(6, new_source);  // Sync 5 copied nothing: closed at sync 6's start, opened again.
   EXPECT_EQ(job.cuda.ipc_closes(), 2);
   EXPECT_EQ(job.cuda.ipc_opens(), 3);
+}
+
+// Threads of one OS process standing in for processes, with an API that (like CUDA) cannot open
+// handles this OS process made: the receiver copies from the sender's own address, opening
+// nothing, and every byte lands.
+TEST(CudaIpcTest, PeersOfThisOsProcessAreReadAtTheirOwnAddresses) {
+  Job job(2);
+  job.cuda.set_opens_own_ipc_handles(false);
+  char* source = job.Allocate(4096, 1);
+  char* destination = job.Allocate(4096, 2);
+  for (int i = 0; i < 4096; ++i) source[i] = static_cast<char>(i * 7 + 3);
+  std::memset(destination, 0, 4096);
+  for (int round = 0; round < 3; ++round) {
+    const MessageTag tag = MakeTag(1, round, 0);
+    const int64_t offset = 1000 * round;
+    absl::StatusOr<RequestId> receive = job[1].PostReceive(0, tag, destination + offset + 5, 999);
+    absl::StatusOr<RequestId> send = job[0].PostSend(1, tag, source + offset, 999);
+    ASSERT_TRUE(receive.ok() && send.ok());
+    ASSERT_TRUE(job[1].WaitAll({*receive}, absl::Now() + absl::Seconds(10)).ok());
+    ASSERT_TRUE(job[0].WaitAll({*send}, absl::Now() + absl::Seconds(10)).ok());
+    EXPECT_EQ(std::string(destination + offset + 5, 999), std::string(source + offset, 999));
+  }
+  EXPECT_EQ(job.cuda.ipc_opens(), 0);
 }
 
 TEST(CudaIpcTest, AMessengerOfAnotherProcessIsRefused) {

@@ -28,9 +28,10 @@ int64_t Id(const void* handle) { return static_cast<int64_t>(reinterpret_cast<ui
 struct IpcHandleFields {
   char magic[8];
   int64_t pid;
-  int64_t fd;
+  int64_t fd;  // -1: a declared range (AddDeviceRange) at `address`, in process `pid` only.
   int64_t bytes;
   int64_t serial;
+  uint64_t address;
 };
 static_assert(sizeof(IpcHandleFields) <= NcclApi::kIpcHandleBytes);
 constexpr char kIpcMagic[8] = {'w', 's', 'f', 'a', 'k', 'e', 'i', 'p'};
@@ -90,6 +91,8 @@ struct FakeCudaFabric::State {
   int64_t ipc_handles_made = 0;
   int64_t ipc_opens = 0;
   int64_t ipc_closes = 0;
+  bool opens_own_ipc_handles = true;
+  std::map<void*, int64_t> declared_opens;  // Opened handles of declared ranges: open count.
   int64_t allocated = 0;
   int64_t peak = 0;
   int fail_malloc_after = 0;
@@ -198,13 +201,23 @@ class FakeApi final : public NcclApi {
   absl::StatusOr<std::string> IpcGetMemHandle(void* allocation_base) override {
     absl::MutexLock lock(&s_->mu);
     auto it = s_->allocations.find(allocation_base);
-    if (it == s_->allocations.end()) {
-      return absl::InvalidArgumentError(
-          "fake cudaIpcGetMemHandle: not the base of a cudaMalloc allocation");
-    }
     IpcHandleFields fields{};
     std::memcpy(fields.magic, kIpcMagic, sizeof(kIpcMagic));
     fields.pid = getpid();
+    if (it == s_->allocations.end()) {
+      auto range = s_->device_ranges.find(reinterpret_cast<uintptr_t>(allocation_base));
+      if (range == s_->device_ranges.end() || s_->ipc_mappings.count(allocation_base) != 0) {
+        return absl::InvalidArgumentError(
+            "fake cudaIpcGetMemHandle: not the base of a cudaMalloc allocation");
+      }
+      fields.fd = -1;
+      fields.bytes = range->second;
+      fields.address = range->first;
+      std::string handle(kIpcHandleBytes, '\0');
+      std::memcpy(handle.data(), &fields, sizeof(fields));
+      ++s_->ipc_handles_made;
+      return handle;
+    }
     fields.fd = it->second.fd;
     fields.bytes = it->second.bytes;
     fields.serial = it->second.serial;
@@ -221,6 +234,23 @@ class FakeApi final : public NcclApi {
     std::memcpy(&fields, handle.data(), sizeof(fields));
     if (std::memcmp(fields.magic, kIpcMagic, sizeof(kIpcMagic)) != 0) {
       return absl::InvalidArgumentError("fake cudaIpcOpenMemHandle: not a fake handle");
+    }
+    if (fields.pid == getpid() || fields.fd < 0) {
+      absl::MutexLock lock(&s_->mu);
+      if (!s_->opens_own_ipc_handles) {
+        return absl::InvalidArgumentError(
+            "fake cudaIpcOpenMemHandle: a handle of this process (CUDA cannot open those)");
+      }
+      if (fields.fd < 0) {
+        if (fields.pid != getpid()) {
+          return absl::InvalidArgumentError(
+              "fake cudaIpcOpenMemHandle: a declared range of another process");
+        }
+        void* address = reinterpret_cast<void*>(static_cast<uintptr_t>(fields.address));
+        ++s_->declared_opens[address];
+        ++s_->ipc_opens;
+        return address;
+      }
     }
     const std::string path = absl::StrCat("/proc/", fields.pid, "/fd/", fields.fd);
     // The fd must still be the allocation's memfd (a freed allocation's fd number may be reused).
@@ -245,6 +275,12 @@ class FakeApi final : public NcclApi {
   }
   absl::Status IpcCloseMemHandle(void* mapped_base) override {
     absl::MutexLock lock(&s_->mu);
+    if (auto declared = s_->declared_opens.find(mapped_base);
+        declared != s_->declared_opens.end()) {
+      if (--declared->second == 0) s_->declared_opens.erase(declared);
+      ++s_->ipc_closes;
+      return absl::OkStatus();
+    }
     auto it = s_->ipc_mappings.find(mapped_base);
     if (it == s_->ipc_mappings.end()) {
       return absl::InvalidArgumentError("fake cudaIpcCloseMemHandle: not an opened handle");
@@ -308,6 +344,10 @@ class FakeApi final : public NcclApi {
 
   // The kernel as a host strided copy, run in stream order like the copies.
   bool HasCopyKernel() override { return true; }
+  bool OpensOwnIpcHandles() const override {
+    absl::MutexLock lock(&s_->mu);
+    return s_->opens_own_ipc_handles;
+  }
   absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides, const void* src,
                                absl::Span<const int64_t> src_strides,
                                absl::Span<const int64_t> shape, int64_t element_size,
@@ -547,6 +587,11 @@ int64_t FakeCudaFabric::ipc_opens() const {
 int64_t FakeCudaFabric::ipc_closes() const {
   absl::MutexLock lock(&state_->mu);
   return state_->ipc_closes;
+}
+
+void FakeCudaFabric::set_opens_own_ipc_handles(bool opens) {
+  absl::MutexLock lock(&state_->mu);
+  state_->opens_own_ipc_handles = opens;
 }
 
 int FakeCudaFabric::aborts() const {

@@ -6,12 +6,14 @@
 // - Malloc maps a memfd of whole pages; host memory a test declares with AddDeviceRange counts as
 //   device memory too; PointerKind answers kCuda inside either (and inside opened IPC handles),
 //   kHost elsewhere; AllocationRange answers the Malloc allocation or declared range.
-// - CUDA IPC: IpcGetMemHandle (Malloc allocations only) encodes (pid, fd, bytes, serial) of the
+// - CUDA IPC: IpcGetMemHandle of a Malloc allocation encodes (pid, fd, bytes, serial) of the
 //   memfd; IpcOpenMemHandle maps the same pages at a different address through
 //   /proc/<pid>/fd/<fd>, so a wrong base or offset reads wrong bytes, and handles work across
-//   forked processes (each process uses its own copy of the fabric). Unlike CUDA, a process may
-//   open its own handles (threads stand in for processes). A handle of a freed allocation fails to
-//   open. Opens and closes are counted.
+//   forked processes (each process uses its own copy of the fabric). A range declared with
+//   AddDeviceRange gets a handle of its address, which opens (at that address) only in this OS
+//   process. Unlike CUDA, a process may open its own handles (threads stand in for processes)
+//   unless set_opens_own_ipc_handles(false). A handle of a freed allocation fails to open. Opens
+//   and closes are counted.
 // - The strided copy kernel (NcclApi::CopyKernelAsync) is a host strided copy.
 // - Streams are queues run lazily: Memcpy2DAsync and each NCCL group are enqueued and run only
 //   when an event recorded after them is queried (or the communicator polled), in order. A caller
@@ -67,6 +69,10 @@ class FakeCudaFabric {
   int64_t ipc_handles_made() const;
   int64_t ipc_opens() const;
   int64_t ipc_closes() const;
+  // Whether the fake opens IPC handles made in this OS process (default true, unlike CUDA, so that
+  // threads standing in for processes map each other's allocations). False makes it answer like
+  // CUDA: the CUDA IPC transport then reads peers of this OS process at their own addresses.
+  void set_opens_own_ipc_handles(bool opens);
 
   struct State;
 

@@ -265,6 +265,15 @@ TEST(ChooseTransportTest, CudaIpcWithinANodeNcclAcross) {
   EXPECT_EQ(ChooseTransport(defaults, "local", MemoryKind::kCuda, all)->backend, "cuda_ipc");
   EXPECT_EQ(ChooseTransport(defaults, "inter_node", MemoryKind::kCuda, all)->backend, "nccl");
   EXPECT_EQ(ChooseTransport(defaults, "intra_node", MemoryKind::kHost, all)->backend, "ucx");
+  // A class mapped to a CUDA-only backend carries its host pairs over the fallback.
+  EXPECT_EQ(ChooseTransport(*ParsePathTransports("intra_node=nccl;*=ucx:sm"), "intra_node",
+                            MemoryKind::kHost, all)
+                .value(),
+            (TransportChoice{"ucx", "sm", ""}));
+  EXPECT_EQ(ChooseTransport(*ParsePathTransports("intra_node=cuda_ipc"), "intra_node",
+                            MemoryKind::kHost, all)
+                ->backend,
+            "ucx");
   // Without NCCL, a class leaving the node has no default for CUDA memory.
   const auto ipc_only = BuildCapabilities(false, false, true);
   absl::StatusOr<TransportChoice> across =

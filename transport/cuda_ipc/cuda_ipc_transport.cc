@@ -1,5 +1,7 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -22,7 +24,7 @@ constexpr uint32_t kAckMagic = 0x77636131;         // "wca1"
 // What the sender tells the receiver, over the messenger. Both processes run the same build.
 struct Descriptor {
   uint32_t magic = kDescriptorMagic;
-  uint32_t reserved = 0;
+  int32_t sender_pid = 0;        // The sender's OS process (getpid).
   int64_t bytes = 0;             // The message's size.
   int64_t offset = 0;            // Of the message in its allocation.
   int64_t allocation_bytes = 0;  // Of the allocation the handle names.
@@ -304,6 +306,7 @@ absl::StatusOr<RequestId> CudaIpcTransport::Impl::PostLocked(Direction direction
   Wire& wire = *request.wire;
   if (direction == Direction::kSend) {
     wire.descriptor.bytes = bytes;
+    wire.descriptor.sender_pid = getpid();
     wire.descriptor.source_address = reinterpret_cast<uintptr_t>(data);
     if (bytes > 0 && peer != options_.process) {
       absl::Status described = DescribeSourceLocked(data, bytes, wire.descriptor);
@@ -439,7 +442,10 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   }
   WSYNC_RETURN_IF_ERROR(api_->SetDevice(options_.device));
   const char* source = reinterpret_cast<const char*>(static_cast<uintptr_t>(d.source_address));
-  if (request.peer != options_.process) {
+  // A peer in this OS process (threads standing in for processes) is read at its own address:
+  // CUDA cannot open an IPC handle in the process that made it.
+  const bool same_os_process = d.sender_pid == getpid() && !api_->OpensOwnIpcHandles();
+  if (request.peer != options_.process && !same_os_process) {
     absl::StatusOr<char*> mapped =
         MappingLocked(std::string(d.handle, sizeof(d.handle)), TagSync(request.tag));
     if (!mapped.ok()) {

@@ -17,7 +17,10 @@
 // different size fails the receive with InvalidArgument naming the peer and both sizes, copies
 // nothing, and the acknowledgement says so: the send fails likewise. Empty messages travel as
 // descriptors and acknowledgements without a copy. Sends to self travel the same way, the
-// descriptor carrying the address itself (no IPC handle). On the messenger the descriptor of a
+// descriptor carrying the address itself (no IPC handle); so does a peer in this OS process
+// (threads standing in for processes: the descriptor names the sender's OS process, and CUDA
+// cannot open a handle in the process that made it) unless the API opens its own handles (a
+// fake's threads, NcclApi::OpensOwnIpcHandles). On the messenger the descriptor of a
 // message of sync s and round r travels with tag (s, r, sender) and its acknowledgement with tag
 // (s with bit 23 flipped, r, receiver): every round is usable (the executor's verification uses
 // the last one, kMaxRounds - 1), and acknowledgements never meet descriptors or messages of a sync
@@ -37,10 +40,11 @@
 // no copy in flight, handles that neither sync `sync_id` nor the one before copied from are
 // closed, so that mappings of allocations a sender freed and replaced do not accumulate; the rest
 // close at destruction. Limits: a sender must keep an allocation alive while a receiver may still
-// copy from it (CUDA leaves freeing an exported allocation before its importers closed it
-// undefined); memory without a legacy IPC
-// handle (cuMemCreate / VMM allocations, e.g. PyTorch's expandable segments) fails its post with
-// CUDA's error. Ordering: the receiver's copy is not ordered after the sender's streams, so a
+// have it mapped (CUDA leaves freeing an exported allocation before its importers closed it
+// undefined): the session sends only from its weights and from device memory it keeps for the
+// session (arenas and the verifier's hash area live in its ArenaCache); memory without a legacy
+// IPC handle (cuMemCreate / VMM allocations, e.g. PyTorch's expandable segments) fails its post
+// with CUDA's error. Ordering: the receiver's copy is not ordered after the sender's streams, so a
 // sender's bytes must be complete (its device work synchronised) when it posts the send, as with
 // NCCL on its own stream; a receive completes only after its copy finished on the device.
 //

@@ -106,6 +106,10 @@ class NcclApi {
   virtual absl::StatusOr<void*> IpcOpenMemHandle(const std::string& handle) {
     return absl::UnimplementedError("this NcclApi has no CUDA IPC");
   }
+  // Whether IpcOpenMemHandle opens handles this OS process made (CUDA: no; a fake whose threads
+  // stand in for processes may). When not, the CUDA IPC transport reads a peer of its own OS
+  // process at the peer's address.
+  virtual bool OpensOwnIpcHandles() const { return false; }
   virtual absl::Status IpcCloseMemHandle(void* mapped_base) {
     return absl::UnimplementedError("this NcclApi has no CUDA IPC");
   }

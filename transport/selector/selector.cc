@@ -165,8 +165,16 @@ absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
                      notes.empty() ? "no backend" : absl::StrJoin(notes, "; "),
                      "); build with NCCL (WSYNC_WITH_NCCL) or use a UCX with CUDA support"));
   }
-  const TransportChoice& choice = entry != paths.by_path.end() ? entry->second : paths.fallback;
-  const BackendCapabilities* caps = FindBackend(available, choice.backend);
+  const TransportChoice* chosen = entry != paths.by_path.end() ? &entry->second : &paths.fallback;
+  const BackendCapabilities* caps = FindBackend(available, chosen->backend);
+  if (kind == MemoryKind::kHost && entry != paths.by_path.end() && caps != nullptr &&
+      caps->cuda_memory && !caps->host_memory) {
+    // A class mapped to a CUDA-only backend (nccl, cuda_ipc) names its CUDA pairs' transport; its
+    // host pairs use the fallback.
+    chosen = &paths.fallback;
+    caps = FindBackend(available, chosen->backend);
+  }
+  const TransportChoice& choice = *chosen;
   if (caps == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("path class '", path_class, "' is configured for backend '", choice.backend,

@@ -73,8 +73,10 @@ std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool n
 bool IsSameNodePathClass(absl::string_view path_class);
 
 // The transport for messages of `kind` memory over `path_class`. An entry for the class, or a
-// given fallback ('*'), is the user's explicit choice and is used as is (for both memory kinds);
-// otherwise host memory goes over the fallback (UCX) and CUDA memory over the first available
+// given fallback ('*'), is the user's explicit choice and is used as is (for both memory kinds,
+// except that host memory on a class whose entry names a CUDA-only backend, nccl or cuda_ipc,
+// uses the fallback); otherwise host memory goes over the fallback (UCX) and CUDA memory over the
+// first available
 // backend that carries it: within a node CUDA IPC, then NCCL, then UCX; across nodes NCCL, then
 // UCX. A choice whose backend is not in `available`, cannot carry `kind`, or reaches only this
 // node while the class leaves it (CUDA IPC for "inter_node") is refused with Unimplemented
