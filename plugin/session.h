@@ -150,8 +150,12 @@ class Session {
   absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
-  // ReformNccl and the swap of the routed transport's NCCL backend.
-  absl::Status ReformNcclBackend(absl::Time deadline);
+  // The CUDA collective at the start of a sync (plugin/cuda_setup.h): a replacement's deferred
+  // ConnectCuda (its device memory and communicator), or ReformNccl on the others.
+  absl::Status RunCudaCollective(absl::Time deadline);
+  // Swaps the routed transport's NCCL backend for `nccl` (the old one is aborted: a member of its
+  // communicator may be gone).
+  absl::Status ReplaceNcclBackend(std::unique_ptr<Transport> nccl);
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
   // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
   // (after its decision); publishes the version and state.
@@ -179,10 +183,18 @@ class Session {
   std::unique_ptr<Job> job_;
   Plan plan_;
   int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
-  // The job has an NCCL communicator (set at connect), and the last sync's decision failed, so the
-  // next sync starts by re-forming it (plugin/cuda_setup.h: ReformNccl). Sync path only.
+  // The job has CUDA buffers, and an NCCL communicator (both set at connect). The next sync starts
+  // with the CUDA collective (plugin/cuda_setup.h) on every process of the job, at the same point
+  // after the trigger: after a sync whose decision failed in a job with a communicator (it may
+  // have been aborted), after one whose CUDA collective failed (the same outcome everywhere), and
+  // at a replacement's first sync, which the others meet on taking the roster that admitted it.
+  // Sync path only.
+  bool cuda_job_ = false;
   bool nccl_job_ = false;
-  bool nccl_reform_pending_ = false;
+  bool cuda_collective_pending_ = false;
+  // A replacement process's verdict (its transport routes) for the ConnectCuda it runs at its first
+  // sync instead of at connect; cleared once that collective succeeded. Sync path only.
+  std::optional<absl::Status> cuda_deferred_;
   // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
   // declared before arenas_, which may hold device arenas it allocated.
   std::unique_ptr<DeviceMemory> device_;

@@ -61,8 +61,8 @@ class PathTransportSetup {
   // Points a transport made by Connect at the peers' current bundles (a replacement process took
   // a rank and published new addresses): each UCX worker reconnects to the peers whose address
   // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
-  // configuration. The NCCL communicator is not re-formed (a replaced CUDA process is not
-  // supported).
+  // configuration. The NCCL communicator is not re-formed here (the session re-forms it right
+  // after, in the same sync: plugin/cuda_setup.h, NcclBackendFormedAtFirstSync).
   static absl::Status Reconnect(RoutedTransport& transport,
                                 const std::vector<std::string>& bundles);
 
