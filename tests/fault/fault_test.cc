@@ -453,6 +453,13 @@ TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
       std::printf("%s coordinator: process %d failed after %.3f s (deadline 30 s): %s\n",
                   signal == SIGKILL ? "killed" : "stopped", p, first.total_s, first.error.c_str());
       EXPECT_TRUE(absl::StrContains(first.error, "coordinator")) << first.error;
+      // A transfer failed by the LossWatch blames the coordinator, not the peer it was moving
+      // data with (which is alive).
+      if (absl::StrContains(first.error, "ucx:")) {
+        EXPECT_TRUE(absl::StrContains(first.error, "stopped because the coordinator was lost"))
+            << first.error;
+        EXPECT_FALSE(absl::StrContains(first.error, "is gone")) << first.error;
+      }
       EXPECT_LT(first.total_s, kFewSeconds) << first.error;
     }
   }

@@ -327,7 +327,8 @@ TEST(HeartbeatTest, ACoordinatorThatGoesAwayFailsTheWatchWithEveryPeerAtOnce) {
   EXPECT_THAT(reports.processes, UnorderedElementsAre(1, 2));
   for (const absl::Status& reason : reports.reasons) {
     EXPECT_TRUE(absl::IsUnavailable(reason)) << reason;
-    EXPECT_THAT(reason.message(), HasSubstr("coordinator"));
+    EXPECT_TRUE(IsCoordinatorLoss(reason)) << reason;
+    EXPECT_THAT(reason.message(), HasSubstr("the coordinator was lost: control:"));
   }
   const absl::Time call = absl::Now();
   absl::Status barrier = job.clients[0]->Barrier(absl::Now() + kLongDeadline);

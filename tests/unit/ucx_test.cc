@@ -441,6 +441,33 @@ TEST_P(UcxTest, PeerFailureEndsTheWaitWithAnErrorOrTheDeadline) {
   }
 }
 
+// PeerLost fails the requests with the peer at once; the error says whether the peer was lost or
+// the coordinator was (then every peer is reported, though it may be alive).
+TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
+  for (bool coordinator : {false, true}) {
+    SCOPED_TRACE(coordinator ? "coordinator lost" : "peer lost");
+    auto job = MakeJob(2);
+    ASSERT_EQ(job.size(), 2);
+    std::vector<uint8_t> buf(64, 0);
+    auto r = job[0]->PostReceive(1, MakeTag(15, 1, 1), buf.data(), buf.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    job[0]->PeerLost(1, coordinator
+                            ? CoordinatorLoss("control: lost the coordinator: connection closed")
+                            : absl::UnavailableError("process 1 (rollout rank 0) was lost"));
+    const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
+    EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
+    if (coordinator) {
+      EXPECT_THAT(waited.message(),
+                  HasSubstr("ucx: messages with process 1 stopped because the coordinator was "
+                            "lost: control: lost the coordinator: connection closed"));
+      EXPECT_THAT(waited.message(), ::testing::Not(HasSubstr("is gone")));
+    } else {
+      EXPECT_THAT(waited.message(), HasSubstr("ucx: peer process 1 is gone (process 1 (rollout "
+                                              "rank 0) was lost); ConnectPeers connects it again"));
+    }
+  }
+}
+
 TEST_P(UcxTest, DestructionWithOutstandingRequestsIsBounded) {
   auto job = MakeJob(2);
   ASSERT_EQ(job.size(), 2);

@@ -185,9 +185,12 @@ void UcxTransportImpl::TakeLostPeers() {
     if (process < 0 || static_cast<size_t>(process) >= peers_.size()) continue;
     Peer& peer = *peers_[process];
     if (!peer.failure.ok()) continue;
-    peer.failure =
-        absl::UnavailableError(absl::StrCat("ucx: peer process ", process, " is gone (",
-                                            reason.message(), "); ConnectPeers connects it again"));
+    peer.failure = absl::UnavailableError(IsCoordinatorLoss(reason)
+                                              ? absl::StrCat("ucx: messages with process ", process,
+                                                             " stopped because ", reason.message())
+                                              : absl::StrCat("ucx: peer process ", process,
+                                                             " is gone (", reason.message(),
+                                                             "); ConnectPeers connects it again"));
     peer.failure_pending = true;
     failures_pending_ = true;
   }
