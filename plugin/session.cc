@@ -80,6 +80,19 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   if (config.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the deadline must be positive");
   }
+  const CoordinatorOptions defaults;
+  if (config.heartbeat_interval == absl::ZeroDuration()) {
+    config.heartbeat_interval = defaults.heartbeat_interval;
+  }
+  if (config.silence_limit == absl::ZeroDuration()) config.silence_limit = defaults.silence_limit;
+  if (config.heartbeat_interval < absl::Milliseconds(1) ||
+      config.silence_limit < 2 * config.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the heartbeat interval must be at least 1 ms and the silence limit at least twice it, "
+        "got ",
+        absl::FormatDuration(config.heartbeat_interval), " and ",
+        absl::FormatDuration(config.silence_limit)));
+  }
   WSYNC_RETURN_IF_ERROR(CheckSessionPolicyName(config.replica_policy));
   WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
   if (config.node_id.empty()) config.node_id = HostName();
@@ -382,6 +395,8 @@ absl::Status Session::ConnectOnce() {
     options.address = config_.coordinator_host;
     options.port = config_.coordinator_port;
     options.rendezvous_timeout = config_.deadline;
+    options.heartbeat_interval = config_.heartbeat_interval;
+    options.silence_limit = config_.silence_limit;
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
                            Coordinator::Start(std::move(options)));
     coordinator_port_ = coordinator->port();
@@ -708,6 +723,12 @@ void Session::Abort(const absl::Status& reason) {
   absl::MutexLock lock(&handles_mu_);
   if (client_ != nullptr) client_->Abort(reason);
   if (transport_ != nullptr) transport_->Abort(reason);
+}
+
+std::pair<absl::Duration, absl::Duration> Session::CoordinatorHeartbeats() const {
+  absl::MutexLock lock(&handles_mu_);
+  if (client_ == nullptr) return {absl::ZeroDuration(), absl::ZeroDuration()};
+  return {client_->heartbeat_interval(), client_->silence_limit()};
 }
 
 std::pair<int64_t, SessionState> Session::State() const {

@@ -76,6 +76,11 @@ struct SessionConfig {
   std::string calibration_file;
   // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
   bool verify = false;
+  // The hosted coordinator's heartbeats (host_coordinator only; transport/control/README.md):
+  // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
+  // least twice the interval (Create refuses others with InvalidArgument).
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  absl::Duration silence_limit = absl::ZeroDuration();
   // The CUDA runtime and NCCL calls of a job with CUDA buffers (plugin/cuda_setup.h); empty: the
   // real libraries. Tests pass a fake.
   NcclApiFactory nccl_api;
@@ -109,6 +114,9 @@ class Session {
   const Layout& part() const { return part_; }
   // Host coordinator only: the port it listens on (after Connect started it).
   int32_t coordinator_port() const { return coordinator_port_; }
+  // The heartbeat interval and silence limit the job's coordinator announced to this process
+  // (zero: none; both zero before Connect). Any thread.
+  std::pair<absl::Duration, absl::Duration> CoordinatorHeartbeats() const;
   // The metrics exporter's port (Create starts it when metrics_address is set; 0: none) and URL.
   int32_t metrics_port() const { return metrics_->exporter_port(); }
   std::string metrics_url() const { return metrics_->exporter_url(); }
@@ -175,7 +183,7 @@ class Session {
   // Set by Connect and released by DropConnection, both under handles_mu_ on the caller's thread
   // (or in Finalize once the sync threads ended); Abort reads them under handles_mu_ from any
   // thread. The sync path uses them without the lock: only those two functions change them.
-  absl::Mutex handles_mu_;
+  mutable absl::Mutex handles_mu_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
