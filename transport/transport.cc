@@ -20,7 +20,8 @@ constexpr absl::string_view kCoordinatorLossPayload = "wsync.dev/coordinator_los
 }  // namespace
 
 absl::Status CoordinatorLoss(absl::string_view detail) {
-  absl::Status status = absl::UnavailableError(absl::StrCat("the coordinator was lost: ", detail));
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("this process lost its connection to the coordinator: ", detail));
   status.SetPayload(kCoordinatorLossPayload, absl::Cord("1"));
   return status;
 }

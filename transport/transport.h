@@ -52,8 +52,9 @@ inline constexpr uint64_t kStaleSyncWindow = 16;
 bool IsStaleTag(MessageTag tag, uint64_t sync_id);
 
 // The reason PeerLost gets for every peer when the coordinator itself was lost (LossWatch: no
-// sync can complete without it, though the peers may be alive): Unavailable("the coordinator was
-// lost: <detail>"), marked so that IsCoordinatorLoss tells it apart from a lost peer.
+// sync can complete without it, though the peers may be alive): Unavailable("this process lost
+// its connection to the coordinator: <detail>"), marked so that IsCoordinatorLoss tells it apart
+// from a lost peer.
 absl::Status CoordinatorLoss(absl::string_view detail);
 bool IsCoordinatorLoss(const absl::Status& reason);
 

@@ -456,7 +456,8 @@ TEST(FaultTest, LostCoordinatorFailsEveryTransferLongBeforeTheDeadline) {
       // A transfer failed by the LossWatch blames the coordinator, not the peer it was moving
       // data with (which is alive).
       if (absl::StrContains(first.error, "ucx:")) {
-        EXPECT_TRUE(absl::StrContains(first.error, "stopped because the coordinator was lost"))
+        EXPECT_TRUE(absl::StrContains(
+            first.error, "stopped because this process lost its connection to the coordinator"))
             << first.error;
         EXPECT_FALSE(absl::StrContains(first.error, "is gone")) << first.error;
       }

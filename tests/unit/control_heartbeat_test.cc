@@ -328,7 +328,8 @@ TEST(HeartbeatTest, ACoordinatorThatGoesAwayFailsTheWatchWithEveryPeerAtOnce) {
   for (const absl::Status& reason : reports.reasons) {
     EXPECT_TRUE(absl::IsUnavailable(reason)) << reason;
     EXPECT_TRUE(IsCoordinatorLoss(reason)) << reason;
-    EXPECT_THAT(reason.message(), HasSubstr("the coordinator was lost: control:"));
+    EXPECT_THAT(reason.message(),
+                HasSubstr("this process lost its connection to the coordinator: control:"));
   }
   const absl::Time call = absl::Now();
   absl::Status barrier = job.clients[0]->Barrier(absl::Now() + kLongDeadline);

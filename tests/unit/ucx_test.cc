@@ -458,8 +458,9 @@ TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
     EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
     if (coordinator) {
       EXPECT_THAT(waited.message(),
-                  HasSubstr("ucx: messages with process 1 stopped because the coordinator was "
-                            "lost: control: lost the coordinator: connection closed"));
+                  HasSubstr("ucx: messages with process 1 stopped because this process lost "
+                            "its connection to the coordinator: control: lost the coordinator: "
+                            "connection closed"));
       EXPECT_THAT(waited.message(), ::testing::Not(HasSubstr("is gone")));
     } else {
       EXPECT_THAT(waited.message(), HasSubstr("ucx: peer process 1 is gone (process 1 (rollout "
