@@ -1,3 +1,6 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -19,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/wait_any_checks.h"
+#include "transport/ucx/ucx_impl.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
@@ -467,6 +471,33 @@ TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
                                               "rank 0) was lost); ConnectPeers connects it again"));
     }
   }
+}
+
+// A peer whose process has exited (its pid, from its address, is gone) fails its requests within
+// the check period, before UCX's progress runs anything queued for it (over shared memory UCX
+// would abort this process on a CMA copy from an exited process).
+TEST_P(UcxTest, APeerWhoseProcessExitedFailsItsRequests) {
+  auto job = MakeJob(2);
+  ASSERT_EQ(job.size(), 2);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // Reaped: kill(child, 0) now fails with ESRCH.
+  std::string exited = job[1]->WorkerAddress();
+  int32_t pid = 0;
+  uint64_t pid_namespace = 0;
+  ASSERT_TRUE(ucx_internal::ParseProcessTrailer(exited, &pid, &pid_namespace));
+  EXPECT_EQ(pid, getpid());
+  exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
+  exited += ucx_internal::ProcessTrailer(child, pid_namespace);
+  ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
+  std::vector<uint8_t> buf(64, 0);
+  auto r = job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
+  EXPECT_THAT(waited.message(),
+              HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
 }
 
 TEST_P(UcxTest, DestructionWithOutstandingRequestsIsBounded) {

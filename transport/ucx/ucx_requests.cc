@@ -1,10 +1,12 @@
 // UcxTransportImpl (ucx_impl.h): waiting, completion, cancelling, abort and progress.
 
 #include <poll.h>
+#include <signal.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <string>
 #include <utility>
 #include <vector>
@@ -365,7 +367,31 @@ void UcxTransportImpl::HandleFailures() {
   }
 }
 
+void UcxTransportImpl::FailExitedPeers() {
+  constexpr absl::Duration kExitedPeerCheckPeriod = absl::Milliseconds(250);
+  const absl::Time now = absl::Now();
+  if (now - exited_peers_checked_ < kExitedPeerCheckPeriod) return;
+  exited_peers_checked_ = now;
+  if (pid_namespace_ == 0) return;
+  for (auto& peer : peers_) {
+    if (peer->ep == nullptr || !peer->failure.ok() || peer->process == options_.process ||
+        peer->pid <= 0 || peer->pid_namespace != pid_namespace_) {
+      continue;
+    }
+    if (kill(peer->pid, 0) == 0 || errno != ESRCH) continue;
+    peer->failure = absl::UnavailableError(
+        absl::StrCat("ucx: peer process ", peer->process, " (pid ", peer->pid,
+                     ") has exited; ConnectPeers connects it again"));
+    peer->failure_pending = true;
+    failures_pending_ = true;
+  }
+}
+
 unsigned UcxTransportImpl::Progress() {
+  // Before UCX runs anything queued for them (a resumed process may find its peers gone).
+  TakeLostPeers();
+  FailExitedPeers();
+  HandleFailures();
   unsigned total = 0;
   for (int i = 0; i < kProgressBurst; ++i) {
     const unsigned n = ucp_worker_progress(worker_);

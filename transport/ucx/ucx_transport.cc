@@ -2,10 +2,13 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -150,8 +153,41 @@ absl::Status UcxTransportImpl::Init() {
   if (st != UCS_OK) return FromUcs(st, "ucx: ucp_worker_get_address");
   address_.assign(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
+  pid_namespace_ = OwnPidNamespace();
+  address_ += ProcessTrailer(static_cast<int32_t>(getpid()), pid_namespace_);
   if (ucp_worker_get_efd(worker_, &efd_) != UCS_OK) efd_ = -1;  // Then WaitAll sleeps briefly.
   return absl::OkStatus();
+}
+
+namespace {
+constexpr char kTrailerMagic[4] = {'w', 's', 'p', 'd'};
+constexpr size_t kTrailerBytes = sizeof(uint64_t) + sizeof(int32_t) + sizeof(kTrailerMagic);
+}  // namespace
+
+std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace) {
+  std::string trailer(kTrailerBytes, '\0');
+  std::memcpy(trailer.data(), &pid_namespace, sizeof(pid_namespace));
+  std::memcpy(trailer.data() + sizeof(pid_namespace), &pid, sizeof(pid));
+  std::memcpy(trailer.data() + sizeof(pid_namespace) + sizeof(pid), kTrailerMagic,
+              sizeof(kTrailerMagic));
+  return trailer;
+}
+
+bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace) {
+  if (address.size() < kTrailerBytes ||
+      std::memcmp(address.data() + address.size() - sizeof(kTrailerMagic), kTrailerMagic,
+                  sizeof(kTrailerMagic)) != 0) {
+    return false;
+  }
+  const char* trailer = address.data() + address.size() - kTrailerBytes;
+  std::memcpy(pid_namespace, trailer, sizeof(*pid_namespace));
+  std::memcpy(pid, trailer + sizeof(*pid_namespace), sizeof(*pid));
+  return true;
+}
+
+uint64_t OwnPidNamespace() {
+  struct stat ns {};
+  return stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<uint64_t>(ns.st_ino) : 0;
 }
 
 absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addresses) {
@@ -178,6 +214,10 @@ absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addr
     CloseEndpoint(peer, absl::UnavailableError(absl::StrCat(
                             "ucx: ConnectPeers replaced the endpoint to process ", p)));
     peer.address = std::move(address);
+    if (!ParseProcessTrailer(peer.address, &peer.pid, &peer.pid_namespace)) {
+      peer.pid = 0;
+      peer.pid_namespace = 0;
+    }
     peer.failure = absl::OkStatus();
     peer.failure_pending = false;
     if (!peer.address.empty()) WSYNC_RETURN_IF_ERROR(Endpoint(peer).status());
