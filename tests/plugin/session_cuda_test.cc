@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,6 +24,12 @@ namespace {
 
 using ::testing::HasSubstr;
 using Process = test::TinySessionProcess;
+
+// The series of a rollout's bytes received over `path_class` and `transport`.
+std::string ReceivedBytesMetric(absl::string_view path_class, absl::string_view transport) {
+  return absl::StrCat("wsync_bytes_received_total{role=\"rollout\",path_class=\"", path_class,
+                      "\",transport=\"", transport, "\"}");
+}
 
 class SessionCudaTest : public ::testing::Test {
  protected:
@@ -241,11 +248,9 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
     EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
   }
   EXPECT_THAT(processes[2].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"nccl\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
   EXPECT_THAT(processes[3].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"ucx\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "ucx")));
   EXPECT_EQ(processes[2].session->State().first, 2);
   EXPECT_EQ(processes[3].session->State().first, 2);
 }
@@ -281,8 +286,7 @@ TEST_F(SessionCudaTest, ACudaRolloutReplacementJoinsTheCommunicatorAndGetsEveryE
   ReplacementConnectsAndSyncCommits(processes, 3, 3);
   EXPECT_GT(processes[3].session->LastStats().stats.received_bytes, 0);
   EXPECT_THAT(processes[3].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"nccl\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
   // And the job goes on: one more sync over the new communicator.
   for (const absl::Status& s :
        On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, 4); })) {
@@ -337,11 +341,9 @@ TEST_F(SessionCudaTest, AHostReplacementInACudaJobKeepsTheCollectivesInStep) {
                              cuda, node_ids_);
   ReplacementConnectsAndSyncCommits(processes, 1, 3);
   EXPECT_THAT(processes[3].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"inter_node\","
-                        "transport=\"ucx:sm,cma,self\"}"));
+              HasSubstr(ReceivedBytesMetric("inter_node", "ucx:sm,cma,self")));
   EXPECT_THAT(processes[2].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"nccl\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
 }
 
 }  // namespace
