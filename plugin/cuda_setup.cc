@@ -165,23 +165,22 @@ class NcclStandIn final : public Transport {
     return absl::UnimplementedError("the NCCL communicator is not formed yet");
   }
   absl::Status DeregisterMemory(RegistrationId) override { return absl::OkStatus(); }
-  absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag, const void*, int64_t) override {
-    return NotFormed(peer);
+  absl::StatusOr<RequestId> PostSend(int32_t, MessageTag, const void*, int64_t) override {
+    return NotFormed();
   }
-  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag, void*, int64_t) override {
-    return NotFormed(peer);
+  absl::StatusOr<RequestId> PostReceive(int32_t, MessageTag, void*, int64_t) override {
+    return NotFormed();
   }
-  absl::StatusOr<bool> Test(RequestId) override { return NotFormed(-1); }
+  absl::StatusOr<bool> Test(RequestId) override { return NotFormed(); }
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time) override {
-    return requests.empty() ? absl::OkStatus() : NotFormed(-1);
+    return requests.empty() ? absl::OkStatus() : NotFormed();
   }
   void Abort(const absl::Status&) override {}
 
  private:
-  absl::Status NotFormed(int32_t peer) const {
-    return absl::FailedPreconditionError(absl::StrCat("process ", process_,
-                                                      " has no NCCL communicator (to process ",
-                                                      peer, ") before its first sync forms it"));
+  absl::Status NotFormed() const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "process ", process_, " has no NCCL communicator before its first sync forms it"));
   }
   int32_t process_;
 };
