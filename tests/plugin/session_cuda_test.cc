@@ -294,37 +294,52 @@ TEST_F(SessionCudaTest, ACudaRolloutReplacementJoinsTheCommunicatorAndGetsEveryE
   }
 }
 
-// A replacement that cannot move CUDA memory (no device) connects, and its "no" fails its first
-// sync on every process with its reason, long before the deadline; once it is gone, another
-// replacement joins and the next sync commits.
+// A replacement that cannot move CUDA memory connects, and its "no" fails its first sync on every
+// process with its reason, long before the deadline: first one without a CUDA device, then one
+// whose path configuration sends CUDA pairs over a UCX without CUDA support (it has no transport
+// at all). Once each is gone, the next sync fails naming it; then a good replacement joins and
+// the next sync commits.
 TEST_F(SessionCudaTest, ARefusedCudaReplacementFailsTheSyncEverywhereAndAnotherMayJoin) {
   test::FakeCudaFabric cuda;
   test::FakeCudaFabric no_gpu(/*devices=*/0);
   std::vector<Process> processes =
       MakeJob("cuda-refused", kOverNccl, MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   ConnectSyncAndLose(processes, 3, "process 3 (rollout rank 1");
-  processes[3] =
-      MakeProcess("cuda-refused", kOverNccl, Role::kRollout, 1, MemoryKind::kCuda, no_gpu);
-  ASSERT_TRUE(processes[3].session->Connect().ok()) << processes[3].session->LastError();
-  const absl::Time started = absl::Now();
-  const std::vector<absl::Status> refused =
-      On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, 3); });
-  EXPECT_LT(absl::Now() - started, absl::Seconds(10));  // The deadline is 20 s.
-  for (int p = 0; p < 4; ++p) {
-    EXPECT_EQ(refused[p].code(), absl::StatusCode::kUnimplemented) << p << ": " << refused[p];
-    EXPECT_THAT(refused[p].message(),
-                HasSubstr("process 3 cannot move the job's CUDA memory: no CUDA device"))
-        << p;
+  struct Refusal {
+    std::string paths;
+    test::FakeCudaFabric* fabric;
+    std::string reason;
+  };
+  int64_t version = 3;
+  for (const Refusal& refusal : {Refusal{kOverNccl, &no_gpu, "no CUDA device"},
+                                 Refusal{"intra_node=ucx:sm,cma,self;*=ucx:sm,cma,self", &cuda,
+                                         "this UCX build reports no CUDA memory support"}}) {
+    SCOPED_TRACE(refusal.reason);
+    processes[3] = MakeProcess("cuda-refused", refusal.paths, Role::kRollout, 1, MemoryKind::kCuda,
+                               *refusal.fabric);
+    ASSERT_TRUE(processes[3].session->Connect().ok()) << processes[3].session->LastError();
+    const absl::Time started = absl::Now();
+    const std::vector<absl::Status> refused =
+        On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, version); });
+    EXPECT_LT(absl::Now() - started, absl::Seconds(10));  // The deadline is 20 s.
+    for (int p = 0; p < 4; ++p) {
+      EXPECT_EQ(refused[p].code(), absl::StatusCode::kUnimplemented) << p << ": " << refused[p];
+      EXPECT_THAT(refused[p].message(), HasSubstr("process 3 cannot move the job's CUDA memory"))
+          << p;
+      EXPECT_THAT(refused[p].message(), HasSubstr(refusal.reason)) << p;
+    }
+    EXPECT_EQ(processes[2].session->State(), std::make_pair(int64_t{1}, SessionState::kDirty));
+    EXPECT_EQ(processes[3].session->State(), std::make_pair(int64_t{-1}, SessionState::kDirty));
+    processes[3].session->Finalize();
+    const std::vector<absl::Status> lost_again =
+        On({0, 1, 2}, [&](int p) { return SyncChecked(processes[p], p, version + 1); });
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_TRUE(absl::IsUnavailable(lost_again[p])) << lost_again[p];
+    }
+    version += 2;
   }
-  EXPECT_EQ(processes[2].session->State(), std::make_pair(int64_t{1}, SessionState::kDirty));
-  EXPECT_EQ(processes[3].session->State(), std::make_pair(int64_t{-1}, SessionState::kDirty));
-
-  processes[3].session->Finalize();
-  const std::vector<absl::Status> lost_again =
-      On({0, 1, 2}, [&](int p) { return SyncChecked(processes[p], p, 4); });
-  for (int p = 0; p < 3; ++p) EXPECT_TRUE(absl::IsUnavailable(lost_again[p])) << lost_again[p];
   processes[3] = MakeProcess("cuda-refused", kOverNccl, Role::kRollout, 1, MemoryKind::kCuda, cuda);
-  ReplacementConnectsAndSyncCommits(processes, 3, 5);
+  ReplacementConnectsAndSyncCommits(processes, 3, version);
 }
 
 // Trainer 1 holds host memory (on another node, its pairs over UCX) in a job whose other processes
