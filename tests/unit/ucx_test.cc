@@ -473,31 +473,40 @@ TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
   }
 }
 
-// A peer whose process has exited (its pid, from its address, is gone) fails its requests within
-// the check period, before UCX's progress runs anything queued for it (over shared memory UCX
-// would abort this process on a CMA copy from an exited process).
+// A peer whose process has exited (its pid, from its address, is gone, or a zombie not yet
+// reaped) fails its requests within the check period, before UCX's progress runs anything queued
+// for it (over shared memory UCX would abort this process on a CMA copy from an exited process).
 TEST_P(UcxTest, APeerWhoseProcessExitedFailsItsRequests) {
-  auto job = MakeJob(2);
-  ASSERT_EQ(job.size(), 2);
-  const pid_t child = fork();
-  if (child == 0) _exit(0);
-  ASSERT_GT(child, 0);
-  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // Reaped: kill(child, 0) now fails with ESRCH.
-  std::string exited = job[1]->WorkerAddress();
-  int32_t pid = 0;
-  uint64_t pid_namespace = 0;
-  ASSERT_TRUE(ucx_internal::ParseProcessTrailer(exited, &pid, &pid_namespace));
-  EXPECT_EQ(pid, getpid());
-  exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
-  exited += ucx_internal::ProcessTrailer(child, pid_namespace);
-  ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
-  std::vector<uint8_t> buf(64, 0);
-  auto r = job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
-  ASSERT_TRUE(r.ok()) << r.status();
-  const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
-  EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
-  EXPECT_THAT(waited.message(),
-              HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
+  for (bool reaped : {false, true}) {
+    SCOPED_TRACE(reaped ? "reaped" : "zombie");
+    auto job = MakeJob(2);
+    ASSERT_EQ(job.size(), 2);
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    ASSERT_GT(child, 0);
+    if (reaped) {
+      ASSERT_EQ(waitpid(child, nullptr, 0), child);  // kill(child, 0) now fails with ESRCH.
+    } else {
+      siginfo_t info{};  // Waits for the exit and leaves the child a zombie.
+      ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+    }
+    std::string exited = job[1]->WorkerAddress();
+    int32_t pid = 0;
+    uint64_t pid_namespace = 0;
+    ASSERT_TRUE(ucx_internal::ParseProcessTrailer(exited, &pid, &pid_namespace));
+    EXPECT_EQ(pid, getpid());
+    exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
+    exited += ucx_internal::ProcessTrailer(child, pid_namespace);
+    ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
+    std::vector<uint8_t> buf(64, 0);
+    auto r = job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
+    EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
+    EXPECT_THAT(waited.message(),
+                HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
+    if (!reaped) EXPECT_EQ(waitpid(child, nullptr, 0), child);
+  }
 }
 
 TEST_P(UcxTest, DestructionWithOutstandingRequestsIsBounded) {

@@ -87,6 +87,8 @@ absl::Status FromUcs(ucs_status_t status, absl::string_view what);
 std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace);
 // The trailer of a published address; false when it has none (then nothing is known).
 bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace);
+// Whether process `pid` (of this pid namespace) has exited: it is gone, or a zombie.
+bool ProcessHasExited(int32_t pid);
 // The pid namespace of this process (0 when unknown).
 uint64_t OwnPidNamespace();
 
@@ -205,9 +207,9 @@ class UcxTransportImpl final : public UcxTransport {
 
   // At most every kExitedPeerCheckPeriod (so at once after this process was stopped, or idle
   // between syncs): fails the peers in this pid namespace whose process has exited (kill(pid, 0):
-  // ESRCH) for HandleFailures, which Progress runs before UCX's progress. Without error handling
-  // (shared memory) UCX 1.13 takes a CMA copy from or to an exited process as a fatal error and
-  // aborts this process; a resumed process must not be killed by wsync.
+  // ESRCH, or a zombie) for HandleFailures, which Progress runs before UCX's progress. Without
+  // error handling (shared memory) UCX 1.13 takes a CMA copy from or to an exited process as a
+  // fatal error and aborts this process; a resumed process must not be killed by wsync.
   void FailExitedPeers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
   // Sleeps until the worker has an event, `until`, or `cap` (zero: max_sleep), whichever is first.

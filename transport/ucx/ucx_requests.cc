@@ -1,12 +1,10 @@
 // UcxTransportImpl (ucx_impl.h): waiting, completion, cancelling, abort and progress.
 
 #include <poll.h>
-#include <signal.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <string>
 #include <utility>
 #include <vector>
@@ -378,7 +376,7 @@ void UcxTransportImpl::FailExitedPeers() {
         peer->pid <= 0 || peer->pid_namespace != pid_namespace_) {
       continue;
     }
-    if (kill(peer->pid, 0) == 0 || errno != ESRCH) continue;
+    if (!ProcessHasExited(peer->pid)) continue;
     peer->failure = absl::UnavailableError(
         absl::StrCat("ucx: peer process ", peer->process, " (pid ", peer->pid,
                      ") has exited; ConnectPeers connects it again"));

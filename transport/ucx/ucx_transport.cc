@@ -1,5 +1,6 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -7,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -183,6 +186,18 @@ bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_
   std::memcpy(pid_namespace, trailer, sizeof(*pid_namespace));
   std::memcpy(pid, trailer + sizeof(*pid_namespace), sizeof(*pid));
   return true;
+}
+
+bool ProcessHasExited(int32_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  // A zombie (exited, not yet reaped by its parent) still answers kill(), but its memory is gone.
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t name_end = line.rfind(')');  // The command name may hold spaces and parentheses.
+  if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
+  const char state = line[name_end + 2];
+  return state == 'Z' || state == 'X';
 }
 
 uint64_t OwnPidNamespace() {
