@@ -81,15 +81,16 @@ std::string Hex(uint64_t v);
 std::string Describe(const Slot& s);
 // `status` as an absl::Status prefixed with `what`, by kind of failure.
 absl::Status FromUcs(ucs_status_t status, absl::string_view what);
-// What this backend appends to UCX's worker address: the process's pid and pid namespace (the
-// inode of /proc/self/ns/pid, 0 when unknown), so that peers can tell whether it has exited. UCX
-// reads its address by its own encoding and ignores the bytes after it.
+// What this backend appends to UCX's worker address: the process's pid and pid namespace (a hash
+// of the host's boot id and the inode of /proc/self/ns/pid, 0 when unknown), so that peers of the
+// same namespace on the same host can tell whether it has exited. UCX reads its address by its own
+// encoding and ignores the bytes after it.
 std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace);
 // The trailer of a published address; false when it has none (then nothing is known).
 bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace);
 // Whether process `pid` (of this pid namespace) has exited: it is gone, or a zombie.
 bool ProcessHasExited(int32_t pid);
-// The pid namespace of this process (0 when unknown).
+// The pid namespace of this process, as the trailer gives it (0 when unknown).
 uint64_t OwnPidNamespace();
 
 // True when every entry of a UCX_TLS list is a shared-memory or self transport, none of which

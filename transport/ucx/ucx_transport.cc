@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
+#include "common/hash.h"
 #include "common/status.h"
 #include "transport/ucx/ucx_impl.h"
 
@@ -201,8 +202,17 @@ bool ProcessHasExited(int32_t pid) {
 }
 
 uint64_t OwnPidNamespace() {
+  // The namespace's inode identifies it on one host only (the initial one has the same number on
+  // every host), so the host's boot id goes into the identity too.
   struct stat ns {};
-  return stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<uint64_t>(ns.st_ino) : 0;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (stat("/proc/self/ns/pid", &ns) != 0 || !std::getline(boot, boot_id) || boot_id.empty()) {
+    return 0;
+  }
+  const std::string identity = absl::StrCat(boot_id, "/", ns.st_ino);
+  const uint64_t id = Xxh3(identity.data(), identity.size());
+  return id == 0 ? 1 : id;
 }
 
 absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addresses) {
