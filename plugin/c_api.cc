@@ -21,6 +21,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -273,6 +274,16 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   }
   if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
   config.verify = c.verify != 0;
+  for (const auto& [name, seconds, duration] :
+       {std::tuple{"heartbeat_interval_seconds", c.heartbeat_interval_seconds,
+                   &config.heartbeat_interval},
+        std::tuple{"silence_limit_seconds", c.silence_limit_seconds, &config.silence_limit}}) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be a finite number of seconds, at least 0 (0: the default), got ", seconds));
+    }
+    *duration = absl::Seconds(seconds);
+  }
   return config;
 }
 

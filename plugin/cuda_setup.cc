@@ -162,4 +162,41 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeCudaIpc(int32_t process, int devi
 #endif
 }
 
+namespace {
+
+class NcclStandIn final : public Transport {
+ public:
+  explicit NcclStandIn(int32_t process) : process_(process) {}
+  int32_t process() const override { return process_; }
+  std::string name() const override { return "nccl"; }
+  absl::StatusOr<RegistrationId> RegisterMemory(void*, int64_t, MemoryKind) override {
+    return absl::UnimplementedError("the NCCL communicator is not formed yet");
+  }
+  absl::Status DeregisterMemory(RegistrationId) override { return absl::OkStatus(); }
+  absl::StatusOr<RequestId> PostSend(int32_t, MessageTag, const void*, int64_t) override {
+    return NotFormed();
+  }
+  absl::StatusOr<RequestId> PostReceive(int32_t, MessageTag, void*, int64_t) override {
+    return NotFormed();
+  }
+  absl::StatusOr<bool> Test(RequestId) override { return NotFormed(); }
+  absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time) override {
+    return requests.empty() ? absl::OkStatus() : NotFormed();
+  }
+  void Abort(const absl::Status&) override {}
+
+ private:
+  absl::Status NotFormed() const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "process ", process_, " has no NCCL communicator before its first sync forms it"));
+  }
+  int32_t process_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> NcclBackendFormedAtFirstSync(int32_t process) {
+  return std::make_unique<NcclStandIn>(process);
+}
+
 }  // namespace wsync

@@ -3,7 +3,8 @@
 
 // The CUDA part of a session's connect, compiled with or without NCCL (WSYNC_HAVE_NCCL).
 //
-// A job with CUDA buffers (executor/memory_kinds.h) runs one extra collective at connect, right
+// A job with CUDA buffers (executor/memory_kinds.h) runs one extra collective at connect (a
+// replacement process: at its first sync, see NcclBackendFormedAtFirstSync), right
 // after planning, on every process (host-only ones too, so the numbering of collectives stays the
 // same everywhere; a job without CUDA buffers runs none): an AllGather of each process's verdict,
 // in which the NCCL root also carries the communicator's unique id. The communicator's members are
@@ -70,6 +71,14 @@ absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const std::vector<int32_t>
                                                       int32_t process, int device, Group& group,
                                                       absl::Time deadline,
                                                       const NcclApiFactory& factory);
+
+// A replacement process (admitted for a lost one after the roster) cannot run ConnectCuda's
+// collective at connect: the running processes are not in a collective then. It routes its NCCL
+// peers to this stand-in instead (named "nccl"; carries no memory kind: Unimplemented; every
+// send and receive fails with FailedPrecondition) and runs ConnectCuda at the start of its first
+// sync, where every running process, having taken the roster that admitted it, calls ReformNccl
+// (the same collective, at the same point); the communicator formed there replaces the stand-in.
+std::unique_ptr<Transport> NcclBackendFormedAtFirstSync(int32_t process);
 
 }  // namespace wsync
 

@@ -10,6 +10,7 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "executor/agreement.h"
+#include "executor/memory_kinds.h"
 #include "executor/schedule.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
@@ -78,6 +79,19 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   }
   if (config.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the deadline must be positive");
+  }
+  const CoordinatorOptions defaults;
+  if (config.heartbeat_interval == absl::ZeroDuration()) {
+    config.heartbeat_interval = defaults.heartbeat_interval;
+  }
+  if (config.silence_limit == absl::ZeroDuration()) config.silence_limit = defaults.silence_limit;
+  if (config.heartbeat_interval < absl::Milliseconds(1) ||
+      config.silence_limit < 2 * config.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the heartbeat interval must be at least 1 ms and the silence limit at least twice it, "
+        "got ",
+        absl::FormatDuration(config.heartbeat_interval), " and ",
+        absl::FormatDuration(config.silence_limit)));
   }
   WSYNC_RETURN_IF_ERROR(CheckSessionPolicyName(config.replica_policy));
   WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
@@ -354,6 +368,7 @@ absl::Status Session::Connect() {
     plan_ = Plan{};
     endpoints_ = Endpoints{};
     buffers_.clear();
+    cuda_deferred_.reset();
   }
   return status;
 }
@@ -384,6 +399,8 @@ absl::Status Session::ConnectOnce() {
     options.address = config_.coordinator_host;
     options.port = config_.coordinator_port;
     options.rendezvous_timeout = config_.deadline;
+    options.heartbeat_interval = config_.heartbeat_interval;
+    options.silence_limit = config_.silence_limit;
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
                            Coordinator::Start(std::move(options)));
     coordinator_port_ = coordinator->port();
@@ -438,19 +455,32 @@ absl::Status Session::ConnectOnce() {
   // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
   absl::StatusOr<std::vector<TransportChoice>> routes =
       setup.ChooseRoutes(*job_, plan_.segments, NcclBuilt());
+  cuda_job_ = JobMemoryKinds(*job_).any_cuda();
   nccl_members_ = setup.NcclMembers(*job_, NcclBuilt());
-  WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
-                         ConnectCuda(*job_, nccl_members_, process_, cuda_device_, routes.status(),
-                                     *client_, deadline, config_.nccl_api));
-  WSYNC_RETURN_IF_ERROR(routes.status());
-  const PathTransportSetup::CudaIpcFactory make_cuda_ipc =
-      [this](std::unique_ptr<Transport> messenger) {
-        return MakeCudaIpc(process_, cuda_device_, std::move(messenger), config_.nccl_api);
-      };
-  WSYNC_ASSIGN_OR_RETURN(
-      std::unique_ptr<RoutedTransport> transport,
-      std::move(setup).Connect(*job_, bundles, *routes, std::move(cuda.nccl), make_cuda_ipc));
-  {
+  CudaConnection cuda;
+  // A roster of a later epoch answers the Join of a replacement (the job's first roster has epoch
+  // 0): it defers the CUDA collective to its first sync (NcclBackendFormedAtFirstSync), and keeps
+  // a refusal of its routes as its verdict there, so that the sync fails everywhere with it.
+  if (roster.epoch > 0 && cuda_job_) {
+    cuda_deferred_ = routes.status();
+    const bool member =
+        std::find(nccl_members_.begin(), nccl_members_.end(), process_) != nccl_members_.end();
+    if (routes.ok() && member) cuda.nccl = NcclBackendFormedAtFirstSync(process_);
+  } else {
+    WSYNC_ASSIGN_OR_RETURN(
+        cuda, ConnectCuda(*job_, nccl_members_, process_, cuda_device_, routes.status(), *client_,
+                          deadline, config_.nccl_api));
+    WSYNC_RETURN_IF_ERROR(routes.status());
+  }
+  cuda_collective_pending_ = cuda_deferred_.has_value();
+  if (routes.ok()) {  // Otherwise a refused replacement: its first sync fails with its routes.
+    const PathTransportSetup::CudaIpcFactory make_cuda_ipc =
+        [this](std::unique_ptr<Transport> messenger) {
+          return MakeCudaIpc(process_, cuda_device_, std::move(messenger), config_.nccl_api);
+        };
+    WSYNC_ASSIGN_OR_RETURN(
+        std::unique_ptr<RoutedTransport> transport,
+        std::move(setup).Connect(*job_, bundles, *routes, std::move(cuda.nccl), make_cuda_ipc));
     absl::MutexLock lock(&handles_mu_);
     transport_ = std::move(transport);
   }
@@ -458,9 +488,9 @@ absl::Status Session::ConnectOnce() {
     arenas_ = std::make_unique<ArenaCache>();  // Arenas of an earlier device go first.
     device_ = std::move(cuda.device);
   }
-  nccl_reform_pending_ = false;
   for (size_t b = 0; b < part_.buffers.size(); ++b) {
     buffers_[part_.buffers[b].id] = buffer_addresses_[b];
+    if (transport_ == nullptr) continue;
     absl::Status registered =
         transport_
             ->RegisterMemory(buffer_addresses_[b], part_.buffers[b].bytes, part_.buffers[b].kind)
@@ -525,17 +555,22 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
     return absl::DataLossError("trainer rank 0 sent an unreadable version");
   }
   absl::Status outcome;
-  // A replacement process took a lost one's rank: reach it at its new addresses.
+  // A replacement process took a lost one's rank: reach it at its new addresses, and, in a job
+  // with CUDA buffers, meet its first CUDA collective.
+  bool cuda_collective = cuda_collective_pending_;
   if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
     std::vector<std::string> bundles;
     for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
-    outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+    if (transport_ != nullptr) outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+    cuda_collective = cuda_collective || cuda_job_;
   }
-  // After a failed sync every process of a job with an NCCL communicator re-forms it here, at
-  // the same point (the failed decision was the same everywhere); a failure fails this sync.
-  if (nccl_reform_pending_) {
-    absl::Status reform = ReformNcclBackend(absl::Now() + config_.deadline);
-    if (outcome.ok()) outcome = reform;
+  // Every process runs it here or none does (see cuda_collective_pending_); a failure fails this
+  // sync (after the collective, so that the numbering stays the same everywhere).
+  bool cuda_collective_failed = false;
+  if (cuda_collective) {
+    absl::Status formed = RunCudaCollective(absl::Now() + config_.deadline);
+    cuda_collective_failed = !formed.ok();
+    if (outcome.ok()) outcome = formed;
   }
   if (outcome.ok() && own_version && *own_version != version) {
     outcome = WithErrorKind(absl::FailedPreconditionError(
@@ -594,7 +629,9 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       last_stats_ = *stats;
       last_stats_version_ = version;
     }
-    nccl_reform_pending_ = !nccl_members_.empty() && !outcome.ok();
+    cuda_collective_pending_ =
+        cuda_deferred_.has_value() ||
+        (!outcome.ok() && (!nccl_members_.empty() || cuda_collective_failed));
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -608,15 +645,31 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   return outcome;
 }
 
-absl::Status Session::ReformNcclBackend(absl::Time deadline) {
+absl::Status Session::RunCudaCollective(absl::Time deadline) {
+  if (cuda_deferred_) {
+    WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
+                           ConnectCuda(*job_, nccl_members_, process_, cuda_device_,
+                                       *cuda_deferred_, *client_, deadline, config_.nccl_api));
+    cuda_deferred_.reset();
+    if (cuda.device != nullptr) {
+      arenas_ = std::make_unique<ArenaCache>();
+      device_ = std::move(cuda.device);
+    }
+    return cuda.nccl == nullptr ? absl::OkStatus() : ReplaceNcclBackend(std::move(cuda.nccl));
+  }
   WSYNC_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> nccl,
       ReformNccl(nccl_members_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
   if (nccl == nullptr) return absl::OkStatus();  // Not a member.
-  absl::MutexLock lock(&handles_mu_);            // Abort must not run while the backend is swapped.
-  for (int32_t b = 0; transport_->backend(b) != nullptr; ++b) {
-    if (transport_->backend(b)->name() == "nccl")
-      return transport_->ReplaceBackend(b, std::move(nccl));
+  return ReplaceNcclBackend(std::move(nccl));
+}
+
+absl::Status Session::ReplaceNcclBackend(std::unique_ptr<Transport> nccl) {
+  absl::MutexLock lock(&handles_mu_);  // Abort must not run while the backend is swapped.
+  for (int32_t b = 0; transport_ != nullptr && transport_->backend(b) != nullptr; ++b) {
+    if (transport_->backend(b)->name() != "nccl") continue;
+    transport_->backend(b)->Abort(absl::AbortedError("the NCCL communicator was re-formed"));
+    return transport_->ReplaceBackend(b, std::move(nccl));
   }
   return absl::InternalError("this process has no NCCL backend to re-form");
 }
@@ -683,6 +736,12 @@ void Session::Abort(const absl::Status& reason) {
   absl::MutexLock lock(&handles_mu_);
   if (client_ != nullptr) client_->Abort(reason);
   if (transport_ != nullptr) transport_->Abort(reason);
+}
+
+std::pair<absl::Duration, absl::Duration> Session::CoordinatorHeartbeats() const {
+  absl::MutexLock lock(&handles_mu_);
+  if (client_ == nullptr) return {absl::ZeroDuration(), absl::ZeroDuration()};
+  return {client_->heartbeat_interval(), client_->silence_limit()};
 }
 
 std::pair<int64_t, SessionState> Session::State() const {

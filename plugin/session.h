@@ -76,6 +76,11 @@ struct SessionConfig {
   std::string calibration_file;
   // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
   bool verify = false;
+  // The hosted coordinator's heartbeats (host_coordinator only; transport/control/README.md):
+  // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
+  // least twice the interval (Create refuses others with InvalidArgument).
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  absl::Duration silence_limit = absl::ZeroDuration();
   // The CUDA runtime and NCCL calls of a job with CUDA buffers (plugin/cuda_setup.h); empty: the
   // real libraries. Tests pass a fake.
   NcclApiFactory nccl_api;
@@ -109,6 +114,9 @@ class Session {
   const Layout& part() const { return part_; }
   // Host coordinator only: the port it listens on (after Connect started it).
   int32_t coordinator_port() const { return coordinator_port_; }
+  // The heartbeat interval and silence limit the job's coordinator announced to this process
+  // (zero: none; both zero before Connect). Any thread.
+  std::pair<absl::Duration, absl::Duration> CoordinatorHeartbeats() const;
   // The metrics exporter's port (Create starts it when metrics_address is set; 0: none) and URL.
   int32_t metrics_port() const { return metrics_->exporter_port(); }
   std::string metrics_url() const { return metrics_->exporter_url(); }
@@ -150,8 +158,12 @@ class Session {
   absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
-  // ReformNccl and the swap of the routed transport's NCCL backend.
-  absl::Status ReformNcclBackend(absl::Time deadline);
+  // The CUDA collective at the start of a sync (plugin/cuda_setup.h): a replacement's deferred
+  // ConnectCuda (its device memory and communicator), or ReformNccl on the others.
+  absl::Status RunCudaCollective(absl::Time deadline);
+  // Swaps the routed transport's NCCL backend for `nccl` (the old one is aborted: a member of its
+  // communicator may be gone).
+  absl::Status ReplaceNcclBackend(std::unique_ptr<Transport> nccl);
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
   // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
   // (after its decision); publishes the version and state.
@@ -171,7 +183,7 @@ class Session {
   // Set by Connect and released by DropConnection, both under handles_mu_ on the caller's thread
   // (or in Finalize once the sync threads ended); Abort reads them under handles_mu_ from any
   // thread. The sync path uses them without the lock: only those two functions change them.
-  absl::Mutex handles_mu_;
+  mutable absl::Mutex handles_mu_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
@@ -179,11 +191,19 @@ class Session {
   std::unique_ptr<Job> job_;
   Plan plan_;
   int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
-  // The members of the job's NCCL communicator (set at connect; empty: none), and whether the last
-  // sync's decision failed, so the next sync starts by re-forming it (plugin/cuda_setup.h:
-  // ReformNccl). Sync path only.
+  // The job has CUDA buffers, and the members of its NCCL communicator (empty: none; both set at
+  // connect). The next sync starts
+  // with the CUDA collective (plugin/cuda_setup.h) on every process of the job, at the same point
+  // after the trigger: after a sync whose decision failed in a job with a communicator (it may
+  // have been aborted), after one whose CUDA collective failed (the same outcome everywhere), and
+  // at a replacement's first sync, which the others meet on taking the roster that admitted it.
+  // Sync path only.
+  bool cuda_job_ = false;
   std::vector<int32_t> nccl_members_;
-  bool nccl_reform_pending_ = false;
+  bool cuda_collective_pending_ = false;
+  // A replacement process's verdict (its transport routes) for the ConnectCuda it runs at its first
+  // sync instead of at connect; cleared once that collective succeeded. Sync path only.
+  std::optional<absl::Status> cuda_deferred_;
   // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
   // declared before arenas_, which may hold device arenas it allocated.
   std::unique_ptr<DeviceMemory> device_;

@@ -76,7 +76,8 @@ class PathTransportSetup {
   // a rank and published new addresses): each UCX worker reconnects to the peers whose address
   // changed or whose endpoint failed and keeps the others. InvalidArgument for a bundle of another
   // configuration. The CUDA IPC backend's messenger is its UCX worker, reconnected with it. The
-  // NCCL communicator is not re-formed here.
+  // NCCL communicator is not re-formed here (the session re-forms it right after, in the same
+  // sync: plugin/cuda_setup.h, NcclBackendFormedAtFirstSync).
   static absl::Status Reconnect(RoutedTransport& transport,
                                 const std::vector<std::string>& bundles);
 

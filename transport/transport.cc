@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -12,6 +13,21 @@ MessageTag MakeTag(uint64_t sync_id, int64_t round, int32_t sender) {
   const uint64_t round_bits = static_cast<uint64_t>(round) & 0xffffffu;
   const uint64_t sender_bits = static_cast<uint32_t>(sender) & 0xffffu;
   return MessageTag{(sync_bits << 40) | (round_bits << 16) | sender_bits};
+}
+
+namespace {
+constexpr absl::string_view kCoordinatorLossPayload = "wsync.dev/coordinator_loss";
+}  // namespace
+
+absl::Status CoordinatorLoss(absl::string_view detail) {
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("this process lost its connection to the coordinator: ", detail));
+  status.SetPayload(kCoordinatorLossPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsCoordinatorLoss(const absl::Status& reason) {
+  return reason.GetPayload(kCoordinatorLossPayload).has_value();
 }
 
 bool IsStaleTag(MessageTag tag, uint64_t sync_id) {

@@ -51,6 +51,13 @@ inline constexpr uint64_t kStaleSyncWindow = 16;
 // the tag keeps).
 bool IsStaleTag(MessageTag tag, uint64_t sync_id);
 
+// The reason PeerLost gets for every peer when the coordinator itself was lost (LossWatch: no
+// sync can complete without it, though the peers may be alive): Unavailable("this process lost
+// its connection to the coordinator: <detail>"), marked so that IsCoordinatorLoss tells it apart
+// from a lost peer.
+absl::Status CoordinatorLoss(absl::string_view detail);
+bool IsCoordinatorLoss(const absl::Status& reason);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -113,6 +120,8 @@ class Transport {
   // default aborts the whole endpoint (Abort: permanent), which is what a backend whose operations
   // cannot be cancelled one by one must do (NCCL: ncclCommAbort). Idempotent, callable from any
   // thread.
+  // When the control plane lost the coordinator instead, every peer is reported with a reason
+  // made by CoordinatorLoss (below): the peer may be alive, and backends word their errors so.
   virtual void PeerLost(int32_t peer, const absl::Status& reason) { Abort(reason); }
 
   // Rejects the messages that arrived for this process from one of the kStaleSyncWindow syncs

@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -208,6 +209,34 @@ static void CheckInitArguments(const wsync_plugin_v1_t* api) {
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
   config.deadline_seconds = -1;
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "deadline");
+
+  /* The hosted coordinator's heartbeats: 0 is the default; anything else must be a finite
+   * positive number of seconds, the interval at least 1 ms, the limit at least twice it. */
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.heartbeat_interval_seconds = -0.25;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT,
+                "heartbeat_interval_seconds");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.silence_limit_seconds = NAN;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT,
+                "silence_limit_seconds");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.silence_limit_seconds = INFINITY;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT,
+                "silence_limit_seconds");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.silence_limit_seconds = 0.4; /* Below twice the default interval (0.25 s). */
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "twice");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.heartbeat_interval_seconds = 0.0001;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "at least 1 ms");
+  CHECK(session == NULL);
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.heartbeat_interval_seconds = 0.05;
+  config.silence_limit_seconds = 0.5;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
 
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
   config.secret_file = "/nonexistent";

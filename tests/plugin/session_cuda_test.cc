@@ -2,13 +2,18 @@
 // (tests/unit/fake_cuda_fabric.h: device memory is host memory): CUDA pairs within a node go over
 // CUDA IPC by default, over NCCL when configured or across nodes (the unique id travels through
 // the control plane at connect), host pairs over UCX, all in the same syncs; every rollout element
-// is checked, and configurations that cannot work are refused at connect on every process with the
-// reason (Unimplemented: WSYNC_UNSUPPORTED).
+// is checked, configurations that cannot work are refused at connect on every process with the
+// reason (Unimplemented: WSYNC_UNSUPPORTED), and a replacement of a lost process (CUDA or host)
+// joins the communicator at its first sync.
 
 #include <barrier>
+#include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/plugin/tiny_session.h"
@@ -20,6 +25,12 @@ namespace {
 
 using ::testing::HasSubstr;
 using Process = test::TinySessionProcess;
+
+// The series of a rollout's bytes received over `path_class` and `transport`.
+std::string ReceivedBytesMetric(absl::string_view path_class, absl::string_view transport) {
+  return absl::StrCat("wsync_bytes_received_total{role=\"rollout\",path_class=\"", path_class,
+                      "\",transport=\"", transport, "\"}");
+}
 
 class SessionCudaTest : public ::testing::Test {
  protected:
@@ -35,28 +46,37 @@ class SessionCudaTest : public ::testing::Test {
   // The same with the memory kind of each process (trainer 0, trainer 1, rollout 0, rollout 1).
   // `nodes`: each process's node id (empty: all on one node).
   std::vector<Process> MakeJob(const std::string& job, const std::string& paths,
-                               const std::vector<MemoryKind>& kinds, test::FakeCudaFabric& cuda,
-                               const std::vector<std::string>& nodes = {}) {
-    const int port = test::FreeLoopbackPort();
+                               const std::vector<MemoryKind>& kinds, test::FakeCudaFabric& cuda) {
+    port_ = test::FreeLoopbackPort();
     std::vector<Process> processes;
     for (const Role role : {Role::kTrainer, Role::kRollout}) {
       for (int32_t rank = 0; rank < 2; ++rank) {
-        SessionConfig config =
-            test::TinyJobConfig(role, rank, port, job, "WSYNC_SESSION_CUDA_TEST_SECRET");
-        config.deadline = absl::Seconds(20);
-        config.path_transports = paths;
-        if (!nodes.empty()) config.node_id = nodes[processes.size()];
-        config.nccl_api = [&cuda] { return cuda.Api(); };
-        const MemoryKind kind = kinds[processes.size()];
-        processes.push_back(test::MakeTinySessionProcess(config, kind));
-        if (kind == MemoryKind::kCuda) {
-          for (const BufferInfo& buffer : processes.back().part.buffers) {
-            cuda.AddDeviceRange(processes.back().memory->data({rank, buffer.id}), buffer.bytes);
-          }
-        }
+        processes.push_back(
+            MakeProcess(job, paths, role, rank, kinds[processes.size()], cuda, node_ids_));
       }
     }
     return processes;
+  }
+  // One process of the job MakeJob made last (on its port), on node `node_ids[role rank]` of the
+  // role when given (else "local").
+  Process MakeProcess(const std::string& job, const std::string& paths, Role role, int32_t rank,
+                      MemoryKind kind, test::FakeCudaFabric& cuda,
+                      const std::map<std::pair<Role, int32_t>, std::string>& node_ids = {}) {
+    SessionConfig config =
+        test::TinyJobConfig(role, rank, port_, job, "WSYNC_SESSION_CUDA_TEST_SECRET");
+    config.deadline = absl::Seconds(20);
+    config.path_transports = paths;
+    config.nccl_api = [&cuda] { return cuda.Api(); };
+    if (const auto node = node_ids.find({role, rank}); node != node_ids.end()) {
+      config.node_id = node->second;
+    }
+    Process process = test::MakeTinySessionProcess(config, kind);
+    if (kind == MemoryKind::kCuda) {
+      for (const BufferInfo& buffer : process.part.buffers) {
+        cuda.AddDeviceRange(process.memory->data({rank, buffer.id}), buffer.bytes);
+      }
+    }
+    return process;
   }
 
   // Connects every process and runs `versions` verified syncs; the status of each process.
@@ -92,6 +112,65 @@ class SessionCudaTest : public ::testing::Test {
       EXPECT_EQ(processes[p].session->State().second, SessionState::kRegistered) << p;
     }
   }
+
+  // Runs `call(p)` for each p of `ids`, each in a thread of its own; the status of each (OK for
+  // the others).
+  static std::vector<absl::Status> On(const std::vector<int>& ids,
+                                      const std::function<absl::Status(int)>& call) {
+    std::vector<absl::Status> results(4);
+    std::vector<std::thread> threads;
+    for (int p : ids) threads.emplace_back([&, p] { results[p] = call(p); });
+    for (std::thread& thread : threads) thread.join();
+    return results;
+  }
+  // Sync `version` on process p (0, 1: trainers, which fill it first; 2, 3: rollouts, which then
+  // check every element).
+  static absl::Status SyncChecked(Process& me, int p, int64_t version) {
+    if (p < 2) WSYNC_RETURN_IF_ERROR(test::FillLogical(me.part, version, me.memory.get()));
+    WSYNC_RETURN_IF_ERROR(me.session->Sync(version));
+    return p >= 2 ? test::CheckLogical(me.part, *me.memory, version) : absl::OkStatus();
+  }
+  // Connects all four processes and syncs version 1; then process `lost` is finalized (the
+  // coordinator loses it) and version 2 fails on the others at once, naming it.
+  static void ConnectSyncAndLose(std::vector<Process>& processes, int lost,
+                                 const std::string& lost_name) {
+    for (const absl::Status& s : On({0, 1, 2, 3}, [&](int p) {
+           WSYNC_RETURN_IF_ERROR(processes[p].session->Connect());
+           return SyncChecked(processes[p], p, 1);
+         })) {
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    processes[lost].session->Finalize();
+    std::vector<int> others;
+    for (int p = 0; p < 4; ++p) {
+      if (p != lost) others.push_back(p);
+    }
+    const absl::Time lost_at = absl::Now();
+    const std::vector<absl::Status> failed =
+        On(others, [&](int p) { return SyncChecked(processes[p], p, 2); });
+    for (int p : others) {
+      EXPECT_TRUE(absl::IsUnavailable(failed[p])) << p << ": " << failed[p];
+      EXPECT_THAT(failed[p].message(), HasSubstr(lost_name)) << p;
+    }
+    EXPECT_LT(absl::Now() - lost_at, absl::Seconds(5));
+  }
+  // Connects the replacement `processes[p]` and syncs `version` everywhere: it commits on every
+  // process, every rollout element checked.
+  static void ReplacementConnectsAndSyncCommits(std::vector<Process>& processes, int p,
+                                                int64_t version) {
+    ASSERT_TRUE(processes[p].session->Connect().ok()) << processes[p].session->LastError();
+    EXPECT_EQ(processes[p].session->State(), std::make_pair(int64_t{-1}, SessionState::kIdle));
+    for (const absl::Status& s :
+         On({0, 1, 2, 3}, [&](int q) { return SyncChecked(processes[q], q, version); })) {
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    for (int q = 0; q < 4; ++q) {
+      EXPECT_EQ(processes[q].session->State(), std::make_pair(version, SessionState::kIdle)) << q;
+    }
+  }
+
+  int port_ = 0;
+  std::map<std::pair<Role, int32_t>, std::string> node_ids_;  // MakeJob's; empty: all "local".
 };
 
 // Within a node CUDA pairs go over CUDA IPC by default: the rollouts map the trainers' fake
@@ -186,11 +265,9 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
     EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
   }
   EXPECT_THAT(processes[2].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"nccl\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
   EXPECT_THAT(processes[3].session->MetricsText(),
-              HasSubstr("wsync_bytes_received_total{role=\"rollout\",path_class=\"intra_node\","
-                        "transport=\"ucx\"}"));
+              HasSubstr(ReceivedBytesMetric("intra_node", "ucx")));
   EXPECT_EQ(processes[2].session->State().first, 2);
   EXPECT_EQ(processes[3].session->State().first, 2);
 }
@@ -201,9 +278,12 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
 // routed transport runs both in lockstep rounds (NCCL needs round order).
 TEST_F(SessionCudaTest, NcclAcrossNodesAndCudaIpcWithinInOneJob) {
   test::FakeCudaFabric cuda;
-  std::vector<Process> processes = MakeJob(
-      "cuda-two", "", {MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda},
-      cuda, {"a", "b", "b", "b"});
+  node_ids_ = {{{Role::kTrainer, 0}, "a"},
+               {{Role::kTrainer, 1}, "b"},
+               {{Role::kRollout, 0}, "b"},
+               {{Role::kRollout, 1}, "b"}};
+  std::vector<Process> processes =
+      MakeJob("cuda-two", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   const std::vector<absl::Status> results = Run(processes, 2);
   for (size_t p = 0; p < results.size(); ++p) {
     EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
@@ -222,10 +302,12 @@ TEST_F(SessionCudaTest, NcclAcrossNodesAndCudaIpcWithinInOneJob) {
 // with the reason.
 TEST_F(SessionCudaTest, CudaIpcConfiguredAcrossNodesIsRefusedEverywhere) {
   test::FakeCudaFabric cuda;
+  node_ids_ = {{{Role::kTrainer, 0}, "a"},
+               {{Role::kTrainer, 1}, "a"},
+               {{Role::kRollout, 0}, "b"},
+               {{Role::kRollout, 1}, "b"}};
   std::vector<Process> processes =
-      MakeJob("cuda-ipc-across", "inter_node=cuda_ipc",
-              {MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda, MemoryKind::kCuda}, cuda,
-              {"a", "a", "b", "b"});
+      MakeJob("cuda-ipc-across", "inter_node=cuda_ipc", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
                           "reaches only processes of the same node");
 }
@@ -244,6 +326,114 @@ TEST_F(SessionCudaTest, NoCudaDeviceIsRefusedEverywhereWithTheReason) {
       MakeJob("cuda-none", "", MemoryKind::kHost, MemoryKind::kCuda, no_gpu);
   ExpectRefusedEverywhere(processes, Run(processes, 1), absl::StatusCode::kUnimplemented,
                           "no CUDA device");
+}
+
+// Explicitly over NCCL for same-node CUDA pairs (the default for them may be another backend).
+constexpr char kOverNccl[] = "intra_node=nccl;*=ucx:sm,cma,self";
+
+// A CUDA rollout is lost and replaced: the replacement runs its CUDA collective (its device memory,
+// its verdict) at its first sync, where every running process re-forms the communicator on taking
+// the roster that admitted it; that sync moves every byte to it over NCCL and commits.
+TEST_F(SessionCudaTest, ACudaRolloutReplacementJoinsTheCommunicatorAndGetsEveryElement) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-replace", kOverNccl, MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  ConnectSyncAndLose(processes, 3, "process 3 (rollout rank 1");
+  processes[3] = MakeProcess("cuda-replace", kOverNccl, Role::kRollout, 1, MemoryKind::kCuda, cuda);
+  ReplacementConnectsAndSyncCommits(processes, 3, 3);
+  EXPECT_GT(processes[3].session->LastStats().stats.received_bytes, 0);
+  EXPECT_THAT(processes[3].session->MetricsText(),
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
+  // And the job goes on: one more sync over the new communicator.
+  for (const absl::Status& s :
+       On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, 4); })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// The same over CUDA IPC (the default within a node): the running processes reconnect their UCX
+// messenger to the replacement's new address, and the replacement maps the trainers' allocations.
+TEST_F(SessionCudaTest, ACudaRolloutReplacementIsReachedOverCudaIpc) {
+  test::FakeCudaFabric cuda;
+  std::vector<Process> processes =
+      MakeJob("cuda-ipc-replace", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  ConnectSyncAndLose(processes, 3, "process 3 (rollout rank 1");
+  processes[3] = MakeProcess("cuda-ipc-replace", "", Role::kRollout, 1, MemoryKind::kCuda, cuda);
+  ReplacementConnectsAndSyncCommits(processes, 3, 3);
+  EXPECT_GT(processes[3].session->LastStats().stats.received_bytes, 0);
+  EXPECT_THAT(processes[3].session->MetricsText(),
+              HasSubstr(ReceivedBytesMetric("intra_node", "cuda_ipc")));
+  for (const absl::Status& s :
+       On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, 4); })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// A replacement that cannot move CUDA memory connects, and its "no" fails its first sync on every
+// process with its reason, long before the deadline: first one without a CUDA device, then one
+// whose path configuration sends CUDA pairs over a UCX without CUDA support (it has no transport
+// at all). Once each is gone, the next sync fails naming it; then a good replacement joins and
+// the next sync commits.
+TEST_F(SessionCudaTest, ARefusedCudaReplacementFailsTheSyncEverywhereAndAnotherMayJoin) {
+  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric no_gpu(/*devices=*/0);
+  std::vector<Process> processes =
+      MakeJob("cuda-refused", kOverNccl, MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  ConnectSyncAndLose(processes, 3, "process 3 (rollout rank 1");
+  struct Refusal {
+    std::string paths;
+    test::FakeCudaFabric* fabric;
+    std::string reason;
+  };
+  int64_t version = 3;
+  for (const Refusal& refusal : {Refusal{kOverNccl, &no_gpu, "no CUDA device"},
+                                 Refusal{"intra_node=ucx:sm,cma,self;*=ucx:sm,cma,self", &cuda,
+                                         "this UCX build reports no CUDA memory support"}}) {
+    SCOPED_TRACE(refusal.reason);
+    processes[3] = MakeProcess("cuda-refused", refusal.paths, Role::kRollout, 1, MemoryKind::kCuda,
+                               *refusal.fabric);
+    ASSERT_TRUE(processes[3].session->Connect().ok()) << processes[3].session->LastError();
+    const absl::Time started = absl::Now();
+    const std::vector<absl::Status> refused =
+        On({0, 1, 2, 3}, [&](int p) { return SyncChecked(processes[p], p, version); });
+    EXPECT_LT(absl::Now() - started, absl::Seconds(10));  // The deadline is 20 s.
+    for (int p = 0; p < 4; ++p) {
+      EXPECT_EQ(refused[p].code(), absl::StatusCode::kUnimplemented) << p << ": " << refused[p];
+      EXPECT_THAT(refused[p].message(), HasSubstr("process 3 cannot move the job's CUDA memory"))
+          << p;
+      EXPECT_THAT(refused[p].message(), HasSubstr(refusal.reason)) << p;
+    }
+    EXPECT_EQ(processes[2].session->State(), std::make_pair(int64_t{1}, SessionState::kDirty));
+    EXPECT_EQ(processes[3].session->State(), std::make_pair(int64_t{-1}, SessionState::kDirty));
+    processes[3].session->Finalize();
+    const std::vector<absl::Status> lost_again =
+        On({0, 1, 2}, [&](int p) { return SyncChecked(processes[p], p, version + 1); });
+    for (int p = 0; p < 3; ++p) {
+      EXPECT_TRUE(absl::IsUnavailable(lost_again[p])) << lost_again[p];
+    }
+    version += 2;
+  }
+  processes[3] = MakeProcess("cuda-refused", kOverNccl, Role::kRollout, 1, MemoryKind::kCuda, cuda);
+  ReplacementConnectsAndSyncCommits(processes, 3, version);
+}
+
+// Trainer 1 holds host memory (on another node, its pairs over UCX) in a job whose other processes
+// share an NCCL communicator: its replacement takes no part in the communicator but still runs the
+// CUDA collective at its first sync, with the others, who re-form it there.
+TEST_F(SessionCudaTest, AHostReplacementInACudaJobKeepsTheCollectivesInStep) {
+  test::FakeCudaFabric cuda;
+  node_ids_ = {{{Role::kTrainer, 1}, "other"}};
+  const std::vector<MemoryKind> kinds = {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda,
+                                         MemoryKind::kCuda};
+  std::vector<Process> processes = MakeJob("cuda-host-replace", kOverNccl, kinds, cuda);
+  ConnectSyncAndLose(processes, 1, "process 1 (trainer rank 1");
+  processes[1] = MakeProcess("cuda-host-replace", kOverNccl, Role::kTrainer, 1, MemoryKind::kHost,
+                             cuda, node_ids_);
+  ReplacementConnectsAndSyncCommits(processes, 1, 3);
+  EXPECT_THAT(processes[3].session->MetricsText(),
+              HasSubstr(ReceivedBytesMetric("inter_node", "ucx:sm,cma,self")));
+  EXPECT_THAT(processes[2].session->MetricsText(),
+              HasSubstr(ReceivedBytesMetric("intra_node", "nccl")));
 }
 
 }  // namespace

@@ -119,6 +119,37 @@ TEST_F(SessionTest, AReplacementProcessJoinsTheRunningJobAndIsBroughtToTheCurren
   }
 }
 
+// The hosting trainer's heartbeat settings reach its coordinator, which announces them to every
+// process in its Welcome; the others' own settings are not used.
+TEST_F(SessionTest, TheHostingSessionsHeartbeatSettingsReachTheCoordinator) {
+  const int port = test::FreeLoopbackPort();
+  std::vector<Process> processes;
+  for (const Role role : {Role::kTrainer, Role::kRollout}) {
+    for (int r = 0; r < 2; ++r) {
+      SessionConfig config =
+          test::TinyJobConfig(role, r, port, "heartbeats", "WSYNC_SESSION_TEST_SECRET");
+      config.deadline = absl::Seconds(20);
+      config.heartbeat_interval = processes.empty() ? absl::Milliseconds(40) : absl::Seconds(1);
+      config.silence_limit = processes.empty() ? absl::Milliseconds(1500) : absl::Seconds(9);
+      processes.push_back(test::MakeTinySessionProcess(config));
+    }
+  }
+  EXPECT_EQ(processes[0].session->CoordinatorHeartbeats(),
+            std::make_pair(absl::ZeroDuration(), absl::ZeroDuration()));
+  std::vector<absl::Status> results(4);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < 4; ++p) {
+    threads.emplace_back([&, p] { results[p] = processes[p].session->Connect(); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < 4; ++p) {
+    ASSERT_TRUE(results[p].ok()) << p << ": " << results[p];
+    EXPECT_EQ(processes[p].session->CoordinatorHeartbeats(),
+              std::make_pair(absl::Milliseconds(40), absl::Milliseconds(1500)))
+        << p;
+  }
+}
+
 TEST_F(SessionTest, TrainerTriggeredModeCallsTheCallbacksAroundEverySync) {
   const int port = test::FreeLoopbackPort();
   std::vector<Process> processes;
@@ -212,6 +243,16 @@ TEST_F(SessionTest, CreateRefusesBadConfigurations) {
   bad.num_rollouts = 1;
   EXPECT_THAT(std::string(Session::Create(bad).status().message()),
               HasSubstr("only trainer rank 0 may host"));
+  bad = config;
+  bad.silence_limit = absl::Milliseconds(400);  // Below twice the default interval (250 ms).
+  EXPECT_THAT(std::string(Session::Create(bad).status().message()),
+              HasSubstr("the silence limit at least twice it"));
+  bad = config;
+  bad.heartbeat_interval = absl::Microseconds(100);
+  EXPECT_EQ(Session::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = config;
+  bad.heartbeat_interval = -absl::Seconds(1);
+  EXPECT_EQ(Session::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
   bad = config;
   bad.secret = SecretSource::Environment("WSYNC_SESSION_TEST_NO_SUCH_VARIABLE");
   EXPECT_EQ(Session::Create(bad).status().code(), absl::StatusCode::kNotFound);

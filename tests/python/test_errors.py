@@ -102,6 +102,16 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(error[0], "AUTHENTICATION", error)
         self.assertIn("secret", error[1])
         self.assertEqual(_error(lambda: wsync.Session("referee"))[0], "INVALID_ARGUMENT")
+        error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
+                                             secret=SECRET, silence_limit_seconds=-1))
+        self.assertEqual(error[0], "INVALID_ARGUMENT", error)
+        self.assertIn("silence_limit_seconds", error[1])
+        error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
+                                             secret=SECRET, heartbeat_interval_seconds=2))
+        self.assertEqual(error[0], "INVALID_ARGUMENT", error)  # Above half the 3 s default limit.
+        self.assertIn("twice", error[1])
+        wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
+                      heartbeat_interval_seconds=0.1, silence_limit_seconds=1).finalize()
         session = wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET)
         with session:
             self.assertEqual(session.state()[0], wsync.State.REGISTERED)

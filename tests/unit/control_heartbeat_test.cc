@@ -327,7 +327,9 @@ TEST(HeartbeatTest, ACoordinatorThatGoesAwayFailsTheWatchWithEveryPeerAtOnce) {
   EXPECT_THAT(reports.processes, UnorderedElementsAre(1, 2));
   for (const absl::Status& reason : reports.reasons) {
     EXPECT_TRUE(absl::IsUnavailable(reason)) << reason;
-    EXPECT_THAT(reason.message(), HasSubstr("coordinator"));
+    EXPECT_TRUE(IsCoordinatorLoss(reason)) << reason;
+    EXPECT_THAT(reason.message(),
+                HasSubstr("this process lost its connection to the coordinator: control:"));
   }
   const absl::Time call = absl::Now();
   absl::Status barrier = job.clients[0]->Barrier(absl::Now() + kLongDeadline);

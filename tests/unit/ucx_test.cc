@@ -1,3 +1,6 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -19,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/wait_any_checks.h"
+#include "transport/ucx/ucx_impl.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
@@ -438,6 +442,78 @@ TEST_P(UcxTest, PeerFailureEndsTheWaitWithAnErrorOrTheDeadline) {
       // internal endpoint for the connection) alive, so then only the deadline is certain.
       EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
     }
+  }
+}
+
+// PeerLost fails the requests with the peer at once; the error says whether the peer was lost or
+// the coordinator was (then every peer is reported, though it may be alive).
+TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
+  for (bool coordinator : {false, true}) {
+    SCOPED_TRACE(coordinator ? "coordinator lost" : "peer lost");
+    auto job = MakeJob(2);
+    ASSERT_EQ(job.size(), 2);
+    std::vector<uint8_t> buf(64, 0);
+    auto r = job[0]->PostReceive(1, MakeTag(15, 1, 1), buf.data(), buf.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    job[0]->PeerLost(1, coordinator
+                            ? CoordinatorLoss("control: lost the coordinator: connection closed")
+                            : absl::UnavailableError("process 1 (rollout rank 0) was lost"));
+    const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
+    EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
+    if (coordinator) {
+      EXPECT_THAT(waited.message(),
+                  HasSubstr("ucx: messages with process 1 stopped because this process lost "
+                            "its connection to the coordinator: control: lost the coordinator: "
+                            "connection closed"));
+      EXPECT_THAT(waited.message(), ::testing::Not(HasSubstr("is gone")));
+    } else {
+      EXPECT_THAT(waited.message(), HasSubstr("ucx: peer process 1 is gone (process 1 (rollout "
+                                              "rank 0) was lost); ConnectPeers connects it again"));
+    }
+  }
+}
+
+// A peer whose process has exited (its pid, from its address, is gone, or a zombie not yet
+// reaped) fails its requests within the check period, before UCX's progress runs anything queued
+// for it (over shared memory UCX would abort this process on a CMA copy from an exited process).
+TEST_P(UcxTest, APeerWhoseProcessExitedFailsItsRequests) {
+  for (bool reaped : {false, true}) {
+    SCOPED_TRACE(reaped ? "reaped" : "zombie");
+    auto job = MakeJob(2);
+    ASSERT_EQ(job.size(), 2);
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    ASSERT_GT(child, 0);
+    if (reaped) {
+      ASSERT_EQ(waitpid(child, nullptr, 0), child);  // kill(child, 0) now fails with ESRCH.
+    } else {
+      siginfo_t info{};  // Waits for the exit and leaves the child a zombie.
+      ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+    }
+    std::string exited = job[1]->WorkerAddress();
+    int32_t pid = 0;
+    uint64_t pid_namespace = 0;
+    ASSERT_TRUE(ucx_internal::ParseProcessTrailer(exited, &pid, &pid_namespace));
+    EXPECT_EQ(pid, getpid());
+    exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
+    exited += ucx_internal::ProcessTrailer(child, pid_namespace);
+    ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
+    std::vector<uint8_t> buf(64, 0);
+    auto r = job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
+    EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
+    EXPECT_THAT(waited.message(),
+                HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
+    if (!reaped) EXPECT_EQ(waitpid(child, nullptr, 0), child);
+    if (!reaped) continue;
+    // The same pid in another pid namespace (or on another host) says nothing: not checked.
+    exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
+    exited += ucx_internal::ProcessTrailer(child, pid_namespace + 1);
+    ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
+    r = job[0]->PostReceive(1, MakeTag(16, 2, 1), buf.data(), buf.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(absl::IsDeadlineExceeded(job[0]->WaitAll({*r}, In(absl::Milliseconds(600)))));
   }
 }
 

@@ -139,6 +139,9 @@ class ControlClient : public Group {
   int32_t size() const override { return num_trainers_ + num_rollouts_; }
   int32_t num_trainers() const { return num_trainers_; }
   int32_t num_rollouts() const { return num_rollouts_; }
+  // The coordinator's heartbeat interval and silence limit from its Welcome (zero: no heartbeats).
+  absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
+  absl::Duration silence_limit() const { return silence_limit_; }
 
   // Sends this process's join data and waits for everyone's. Once per client (FailedPrecondition
   // otherwise). DeadlineExceeded listing the missing (role, rank)s when the coordinator's

@@ -40,7 +40,7 @@ void LossWatch::Run() {
       // Nothing more can come. Unless the owner aborted, the coordinator is lost (closed, silent,
       // or talking nonsense): no sync can complete without it, so every peer counts as lost.
       if (absl::IsAborted(watching)) return;
-      const absl::Status lost = absl::UnavailableError(watching.message());
+      const absl::Status lost = CoordinatorLoss(watching.message());
       for (int32_t process = 0; process < client_.size() && !stop_.load(); ++process) {
         if (process == client_.process()) continue;
         reported_.fetch_add(1);

@@ -11,8 +11,8 @@
 //
 // When the connection to the coordinator becomes unusable (it closed: the coordinator died; or the
 // coordinator was silent for its silence limit, client.h: heartbeats; or a protocol error), no
-// sync can complete any more, so the watch calls on_loss(process, Unavailable(the client's error,
-// which names the coordinator)) for every process other than this one, and ends: a sync in flight
+// sync can complete any more, so the watch calls on_loss(process, CoordinatorLoss(the client's
+// error): transport/transport.h) for every process other than this one, and ends: a sync in flight
 // fails within a round trip of the close, or at the silence limit, instead of at its deadline. Not
 // after the owner's own Abort (the owner is failing the sync already).
 //

@@ -62,6 +62,9 @@ struct Peer {
   // Not OK once UCX reported the peer failed; sticky until ConnectPeers connects it again.
   absl::Status failure;
   bool failure_pending = false;  // `failure` was set by the error callback and not handled yet.
+  // From the address's trailer (ProcessTrailer): the peer's pid and pid namespace (0: unknown).
+  int32_t pid = 0;
+  uint64_t pid_namespace = 0;
 };
 
 struct Registration {
@@ -78,6 +81,18 @@ std::string Hex(uint64_t v);
 std::string Describe(const Slot& s);
 // `status` as an absl::Status prefixed with `what`, by kind of failure.
 absl::Status FromUcs(ucs_status_t status, absl::string_view what);
+// What this backend appends to UCX's worker address: the process's pid and pid namespace (a hash
+// of the host's boot id and the inode of /proc/self/ns/pid, 0 when unknown), so that peers of the
+// same namespace on the same host can tell whether it has exited. UCX reads its address by its own
+// encoding and ignores the bytes after it.
+std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace);
+// The trailer of a published address; false when it has none (then nothing is known).
+bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace);
+// Whether process `pid` (of this pid namespace) has exited: it is gone, or a zombie.
+bool ProcessHasExited(int32_t pid);
+// The pid namespace of this process, as the trailer gives it (0 when unknown).
+uint64_t OwnPidNamespace();
+
 // True when every entry of a UCX_TLS list is a shared-memory or self transport, none of which
 // has a peer failure handler in UCX 1.13.
 bool OnlySharedMemory(absl::string_view transports);
@@ -191,6 +206,13 @@ class UcxTransportImpl final : public UcxTransport {
   // One burst of UCX progress plus the bookkeeping after it; returns UCX's event count.
   unsigned Progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
+  // At most every kExitedPeerCheckPeriod (so at once after this process was stopped, or idle
+  // between syncs): fails the peers in this pid namespace whose process has exited (kill(pid, 0):
+  // ESRCH, or a zombie) for HandleFailures, which Progress runs before UCX's progress. Without
+  // error handling (shared memory) UCX 1.13 takes a CMA copy from or to an exited process as a
+  // fatal error and aborts this process; a resumed process must not be killed by wsync.
+  void FailExitedPeers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
+
   // Sleeps until the worker has an event, `until`, or `cap` (zero: max_sleep), whichever is first.
   void Sleep(absl::Time until, absl::Duration cap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
@@ -198,7 +220,9 @@ class UcxTransportImpl final : public UcxTransport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;  // Set once by Init; read without the lock by Abort.
   int efd_ = -1;
-  std::string address_;
+  std::string address_;         // UCX's worker address, then this process's ProcessTrailer.
+  uint64_t pid_namespace_ = 0;  // Of this process (0: unknown); set by Init.
+  absl::Time exited_peers_checked_ ABSL_GUARDED_BY(drive_mu_) = absl::InfinitePast();
   uint64_t memory_types_ = 0;  // ucp_context_query's bitmap of ucs_memory_type_t; set by Init.
 
   // Serializes every use of the worker, the context and the tables below (the worker runs in

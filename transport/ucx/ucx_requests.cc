@@ -185,9 +185,12 @@ void UcxTransportImpl::TakeLostPeers() {
     if (process < 0 || static_cast<size_t>(process) >= peers_.size()) continue;
     Peer& peer = *peers_[process];
     if (!peer.failure.ok()) continue;
-    peer.failure =
-        absl::UnavailableError(absl::StrCat("ucx: peer process ", process, " is gone (",
-                                            reason.message(), "); ConnectPeers connects it again"));
+    peer.failure = absl::UnavailableError(IsCoordinatorLoss(reason)
+                                              ? absl::StrCat("ucx: messages with process ", process,
+                                                             " stopped because ", reason.message())
+                                              : absl::StrCat("ucx: peer process ", process,
+                                                             " is gone (", reason.message(),
+                                                             "); ConnectPeers connects it again"));
     peer.failure_pending = true;
     failures_pending_ = true;
   }
@@ -362,7 +365,31 @@ void UcxTransportImpl::HandleFailures() {
   }
 }
 
+void UcxTransportImpl::FailExitedPeers() {
+  constexpr absl::Duration kExitedPeerCheckPeriod = absl::Milliseconds(250);
+  const absl::Time now = absl::Now();
+  if (now - exited_peers_checked_ < kExitedPeerCheckPeriod) return;
+  exited_peers_checked_ = now;
+  if (pid_namespace_ == 0) return;
+  for (auto& peer : peers_) {
+    if (peer->ep == nullptr || !peer->failure.ok() || peer->process == options_.process ||
+        peer->pid <= 0 || peer->pid_namespace != pid_namespace_) {
+      continue;
+    }
+    if (!ProcessHasExited(peer->pid)) continue;
+    peer->failure = absl::UnavailableError(
+        absl::StrCat("ucx: peer process ", peer->process, " (pid ", peer->pid,
+                     ") has exited; ConnectPeers connects it again"));
+    peer->failure_pending = true;
+    failures_pending_ = true;
+  }
+}
+
 unsigned UcxTransportImpl::Progress() {
+  // Before UCX runs anything queued for them (a resumed process may find its peers gone).
+  TakeLostPeers();
+  FailExitedPeers();
+  HandleFailures();
   unsigned total = 0;
   for (int i = 0; i < kProgressBurst; ++i) {
     const unsigned n = ucp_worker_progress(worker_);

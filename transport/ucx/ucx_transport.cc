@@ -1,11 +1,17 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
+#include "common/hash.h"
 #include "common/status.h"
 #include "transport/ucx/ucx_impl.h"
 
@@ -150,8 +157,62 @@ absl::Status UcxTransportImpl::Init() {
   if (st != UCS_OK) return FromUcs(st, "ucx: ucp_worker_get_address");
   address_.assign(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(worker_, address);
+  pid_namespace_ = OwnPidNamespace();
+  address_ += ProcessTrailer(static_cast<int32_t>(getpid()), pid_namespace_);
   if (ucp_worker_get_efd(worker_, &efd_) != UCS_OK) efd_ = -1;  // Then WaitAll sleeps briefly.
   return absl::OkStatus();
+}
+
+namespace {
+constexpr char kTrailerMagic[4] = {'w', 's', 'p', 'd'};
+constexpr size_t kTrailerBytes = sizeof(uint64_t) + sizeof(int32_t) + sizeof(kTrailerMagic);
+}  // namespace
+
+std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace) {
+  std::string trailer(kTrailerBytes, '\0');
+  std::memcpy(trailer.data(), &pid_namespace, sizeof(pid_namespace));
+  std::memcpy(trailer.data() + sizeof(pid_namespace), &pid, sizeof(pid));
+  std::memcpy(trailer.data() + sizeof(pid_namespace) + sizeof(pid), kTrailerMagic,
+              sizeof(kTrailerMagic));
+  return trailer;
+}
+
+bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace) {
+  if (address.size() < kTrailerBytes ||
+      std::memcmp(address.data() + address.size() - sizeof(kTrailerMagic), kTrailerMagic,
+                  sizeof(kTrailerMagic)) != 0) {
+    return false;
+  }
+  const char* trailer = address.data() + address.size() - kTrailerBytes;
+  std::memcpy(pid_namespace, trailer, sizeof(*pid_namespace));
+  std::memcpy(pid, trailer + sizeof(*pid_namespace), sizeof(*pid));
+  return true;
+}
+
+bool ProcessHasExited(int32_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  // A zombie (exited, not yet reaped by its parent) still answers kill(), but its memory is gone.
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t name_end = line.rfind(')');  // The command name may hold spaces and parentheses.
+  if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
+  const char state = line[name_end + 2];
+  return state == 'Z' || state == 'X';
+}
+
+uint64_t OwnPidNamespace() {
+  // The namespace's inode identifies it on one host only (the initial one has the same number on
+  // every host), so the host's boot id goes into the identity too.
+  struct stat ns {};
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (stat("/proc/self/ns/pid", &ns) != 0 || !std::getline(boot, boot_id) || boot_id.empty()) {
+    return 0;
+  }
+  const std::string identity = absl::StrCat(boot_id, "/", ns.st_ino);
+  const uint64_t id = Xxh3(identity.data(), identity.size());
+  return id == 0 ? 1 : id;
 }
 
 absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addresses) {
@@ -178,6 +239,10 @@ absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addr
     CloseEndpoint(peer, absl::UnavailableError(absl::StrCat(
                             "ucx: ConnectPeers replaced the endpoint to process ", p)));
     peer.address = std::move(address);
+    if (!ParseProcessTrailer(peer.address, &peer.pid, &peer.pid_namespace)) {
+      peer.pid = 0;
+      peer.pid_namespace = 0;
+    }
     peer.failure = absl::OkStatus();
     peer.failure_pending = false;
     if (!peer.address.empty()) WSYNC_RETURN_IF_ERROR(Endpoint(peer).status());

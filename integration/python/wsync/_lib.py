@@ -88,6 +88,8 @@ class Config(ctypes.Structure):
         ("metrics_address", ctypes.c_char_p),
         ("calibration_file", ctypes.c_char_p),
         ("verify", ctypes.c_int32),
+        ("heartbeat_interval_seconds", ctypes.c_double),
+        ("silence_limit_seconds", ctypes.c_double),
     ]
 
 

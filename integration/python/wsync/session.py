@@ -60,7 +60,9 @@ class Session:
     ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
     secret (the job secret itself: written to a private 0600 file for init, then removed) or
     secret_file or secret_env, node_id, staging_budget_bytes, deadline_seconds, replica_policy,
-    path_transports, verify (end-to-end xxh3 per chunk, checked before the commit).
+    path_transports, verify (end-to-end xxh3 per chunk, checked before the commit),
+    heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
+    0: 0.25 s and 3 s).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -69,7 +71,8 @@ class Session:
                  coordinator=None, coordinator_host=None, coordinator_port=0,
                  host_coordinator=False, secret=None, secret_file=None, secret_env=None,
                  node_id=None, staging_budget_bytes=0.0, deadline_seconds=0.0,
-                 replica_policy=None, path_transports=None, verify=False):
+                 replica_policy=None, path_transports=None, verify=False,
+                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -93,6 +96,8 @@ class Session:
         config.replica_policy = _bytes(replica_policy)
         config.path_transports = _bytes(path_transports)
         config.verify = 1 if verify else 0
+        config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
+        config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         secret_dir = None
         try:
             if secret is not None:

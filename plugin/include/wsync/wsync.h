@@ -101,6 +101,13 @@ typedef struct wsync_config {
                                       by its sender and by its receiver over what landed; a
                                       mismatch fails the sync on every process (the receiver votes
                                       no naming the peer and chunk). Default 0 (off). */
+  double heartbeat_interval_seconds; /* host_coordinator only (ignored elsewhere): the hosted
+                                        coordinator's heartbeat interval, default 0.25 (at least
+                                        0.001), and ... */
+  double silence_limit_seconds;    /* ... the silence after which it takes a process as lost
+                                      (SIGSTOP, a hung host), default 3; at least twice the
+                                      interval. Negative, NaN or infinite values, or a limit below
+                                      twice the interval: WSYNC_INVALID_ARGUMENT. */
 } wsync_config_t;
 
 /* What the last sync of this process did. */
