@@ -33,12 +33,19 @@
 namespace wsync {
 namespace {
 
+// The factory's API, or the CUDA module's real one.
+absl::StatusOr<std::unique_ptr<NcclApi>> MakeApi(const NcclApiFactory& factory) {
+  if (factory) return factory();
+  return LoadRealNcclApi();
+}
+
 // Device memory and blocking copies over the CUDA runtime calls of an NcclApi, on the calling
 // thread's device (set by Create).
 class Device {
  public:
-  static absl::StatusOr<std::unique_ptr<Device>> Create(int device) {
-    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
+  static absl::StatusOr<std::unique_ptr<Device>> Create(int device,
+                                                        const NcclApiFactory& factory = nullptr) {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
     auto d = std::unique_ptr<Device>(new Device(std::move(api), device));
     WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*d->api_, device, "a CUDA job"));
     WSYNC_RETURN_IF_ERROR(d->api_->SetDevice(device));
@@ -110,10 +117,11 @@ absl::Status RunProcess(const CudaJobOptions& options, Role role, int32_t rank, 
   config.node_id = "local";
   config.deadline = options.deadline;
   config.path_transports = options.path_transports;
+  config.nccl_api = options.api;
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::Create(config));
   std::unique_ptr<Device> gpu;
   if (kind == MemoryKind::kCuda) {
-    WSYNC_ASSIGN_OR_RETURN(gpu, Device::Create(device));
+    WSYNC_ASSIGN_OR_RETURN(gpu, Device::Create(device, options.api));
   }
   // The logical values live on the host; CUDA buffers get them by copy (and give them back).
   test::HostBuffers host(part, test::kPoison);
@@ -225,9 +233,9 @@ std::string FinishChild(pid_t pid, int read_end) {
 }
 
 // CUDA devices of this machine; in a forked child when `fork` (so this process stays free of CUDA).
-absl::StatusOr<int> CountDevices(bool fork) {
-  auto count = []() -> absl::StatusOr<int> {
-    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, LoadRealNcclApi());
+absl::StatusOr<int> CountDevices(bool fork, const NcclApiFactory& factory) {
+  auto count = [&factory]() -> absl::StatusOr<int> {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
     WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*api, 0, "a CUDA job"));
     return api->DeviceCount();
   };
@@ -251,7 +259,7 @@ absl::StatusOr<int> CountDevices(bool fork) {
 
 absl::StatusOr<CudaJobResult> RunCudaJob(const CudaJobOptions& options) {
   CudaJobResult result;
-  WSYNC_ASSIGN_OR_RETURN(result.devices, CountDevices(options.forked_processes));
+  WSYNC_ASSIGN_OR_RETURN(result.devices, CountDevices(options.forked_processes, options.api));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, options.from));
   WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, options.to));

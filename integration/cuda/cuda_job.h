@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "plugin/cuda_setup.h"
 
 namespace wsync {
 
@@ -40,6 +41,9 @@ struct CudaJobOptions {
   // the peers' allocations, as between an RL trainer and a colocated rollout engine). The caller
   // must not have initialised CUDA (a forked child cannot use it then).
   bool forked_processes = false;
+  // The CUDA calls of the job (devices, copies, the session's NCCL and CUDA IPC); empty: the CUDA
+  // module's real API. Tests pass a fake (tests/unit/fake_cuda_fabric.h).
+  NcclApiFactory api;
 };
 
 struct CudaJobResult {

@@ -21,14 +21,15 @@ echo "== configure and build (${BUILD_DIR})"
 if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_WITH_NCCL=ON >/dev/null ||
    ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test gpu_session_test \
        gpu_cuda_ipc_test nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test \
-       session_cuda_test wsync \
+       cuda_job_test session_cuda_test wsync \
        wsync_plugin wsync_cuda cuda_module_test; then
   echo "run.sh: build failed" >&2
   exit 1
 fi
 
 echo "== unit tests of the NCCL backend (fake NcclApi) and of loading libwsync_cuda.so"
-for t in nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test session_cuda_test needed_test cuda_module_test; do
+for t in nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test cuda_job_test \
+    session_cuda_test needed_test cuda_module_test; do
   if ctest --test-dir "$BUILD_DIR" --output-on-failure -R "^${t}\$"; then
     summary+=("PASS $t (unit)")
   else
