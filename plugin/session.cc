@@ -724,12 +724,26 @@ std::optional<absl::Status> Session::SyncTest() {
 }
 
 void Session::BackgroundLoop() {
-  // A failed sync leaves this rollout dirty and the loop waits for the next trigger; it ends when
-  // the session is finalized or the job's control connection is gone.
+  // A failed sync leaves this rollout dirty and the loop waits for the next trigger (after a lost
+  // process, once it was replaced); it ends when the session is finalized or the job's control
+  // connection is gone.
   while (!finalizing_) {
     absl::Status status = Remember(RunStep(std::nullopt));
-    if (finalizing_ || absl::IsUnavailable(status)) return;
+    if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
   }
+}
+
+bool Session::AwaitReplacement() {
+  while (!finalizing_) {
+    // An unusable connection (the coordinator lost, closed or silent; Abort) ends the loop.
+    if (!client_->WatchLosses(absl::Now(), -1).ok()) return false;
+    if (client_->loss_count() <= losses_replaced_ || client_->HasRosterUpdate()) {
+      losses_replaced_ = client_->loss_count();
+      return true;
+    }
+    if (!client_->WatchLosses(absl::Now() + absl::Milliseconds(100), -1).ok()) return false;
+  }
+  return false;
 }
 
 void Session::Abort(const absl::Status& reason) {

@@ -158,6 +158,12 @@ class Session {
   absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
                        const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
+  // BackgroundLoop after a sync failed with Unavailable: true to go on with the next sync (a
+  // replacement for every process lost so far joined, or none was lost), false to end (the
+  // session finalizes, or the control connection is gone). While a lost process is not replaced,
+  // this rollout takes part in no collective, so that its numbering does not run ahead of the
+  // trainers' (it catches up through the rounds they failed meanwhile, which fail at once).
+  bool AwaitReplacement();
   // The CUDA collective at the start of a sync (plugin/cuda_setup.h): a replacement's deferred
   // ConnectCuda (its device memory and communicator), or ReformNccl on the others.
   absl::Status RunCudaCollective(absl::Time deadline);
@@ -215,6 +221,7 @@ class Session {
   std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
   BeforeUpdate before_update_;
   AfterUpdate after_update_;
+  size_t losses_replaced_ = 0;      // Loss notices answered by a replacement (background thread).
   bool trainer_triggered_ = false;  // set_update_callbacks was called: the background thread runs.
   std::thread background_;
   std::thread sync_thread_;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -206,6 +207,87 @@ TEST_F(SessionTest, TrainerTriggeredModeCallsTheCallbacksAroundEverySync) {
   }
   EXPECT_EQ(processes[2].session->State().first, 3);
   EXPECT_EQ(processes[2].session->Sync(4).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Trainer-triggered rollouts survive a lost peer: rollout 1 dies after version 1, the trainers'
+// sync 2 fails naming it, and rollout 0's background thread, instead of ending, waits (taking part
+// in no collective) until a replacement joined; the trainers' sync 3 then commits on all four, the
+// replacement also trainer-triggered, and both rollouts hold version 3's elements.
+TEST_F(SessionTest, TrainerTriggeredRolloutsOutliveALostPeerAndMeetItsReplacement) {
+  const int port = test::FreeLoopbackPort();
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "bg-loss"));
+  for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "bg-loss"));
+  absl::Mutex mu;
+  std::map<int, std::vector<std::pair<int64_t, absl::Status>>> after;  // Per rollout.
+  auto callbacks = [&](int p) {
+    Process* me = &processes[p];
+    return me->session->SetUpdateCallbacks(
+        [](int64_t) {},
+        [&, p, me](int64_t v, const absl::Status& status) {
+          absl::Status checked =
+              status.ok() ? test::CheckLogical(me->part, *me->memory, v) : status;
+          absl::MutexLock lock(&mu);
+          after[p].emplace_back(v, checked);
+        });
+  };
+  // Waits (bounded) until rollout `p` reported version `v`; its outcome.
+  auto reported = [&](int p, int64_t v) -> absl::Status {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      {
+        absl::MutexLock lock(&mu);
+        for (const auto& [version, status] : after[p]) {
+          if (version == v) return status;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("rollout ", p, " never reported ", v));
+  };
+  for (int p = 2; p < 4; ++p) ASSERT_TRUE(callbacks(p).ok());
+  auto trainers_sync = [&](int64_t v) {
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> threads;
+    for (int p = 0; p < 2; ++p) {
+      threads.emplace_back([&, p] {
+        results[p] = test::FillLogical(processes[p].part, v, processes[p].memory.get());
+        if (results[p].ok()) results[p] = processes[p].session->Sync(v);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    return results;
+  };
+  {
+    std::vector<absl::Status> connected(4);
+    std::vector<std::thread> threads;
+    for (int p = 0; p < 4; ++p) {
+      threads.emplace_back([&, p] { connected[p] = processes[p].session->Connect(); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int p = 0; p < 4; ++p) ASSERT_TRUE(connected[p].ok()) << p << ": " << connected[p];
+  }
+  for (const absl::Status& s : trainers_sync(1)) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(reported(2, 1).ok());
+
+  processes[3].session->Finalize();
+  for (const absl::Status& s : trainers_sync(2)) {
+    EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("process 3 (rollout rank 1"));
+  }
+  {
+    absl::MutexLock lock(&mu);  // A failed trigger reaches no callback; a failed sync reports it.
+    for (const auto& [version, status] : after[2]) EXPECT_TRUE(version != 2 || !status.ok());
+  }
+
+  processes[3] = MakeProcess(Role::kRollout, 1, port, "bg-loss");
+  ASSERT_TRUE(callbacks(3).ok());
+  ASSERT_TRUE(processes[3].session->Connect().ok()) << processes[3].session->LastError();
+  for (const absl::Status& s : trainers_sync(3)) EXPECT_TRUE(s.ok()) << s;
+  for (int p : {2, 3}) {
+    EXPECT_TRUE(reported(p, 3).ok()) << p << ": " << reported(p, 3);
+    EXPECT_EQ(processes[p].session->State(), std::make_pair(int64_t{3}, SessionState::kIdle)) << p;
+  }
 }
 
 TEST_F(SessionTest, WrongStateCallsAreRefusedWithTheirKind) {

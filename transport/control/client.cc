@@ -292,6 +292,11 @@ std::optional<Roster> ControlClient::TakeRosterUpdate() {
   return update;
 }
 
+bool ControlClient::HasRosterUpdate() {
+  absl::MutexLock io(&io_mu_);
+  return roster_update_.has_value();
+}
+
 absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute contribute,
                                                           absl::Time deadline) {
   const absl::string_view kind = CollectiveName(contribute.kind());

@@ -164,6 +164,8 @@ class ControlClient : public Group {
   // lost process (its new transport address; Roster::epoch counts replacements); nullopt when
   // none came. Collectives receive it; this only hands it over.
   std::optional<Roster> TakeRosterUpdate();
+  // Whether such a roster is waiting to be taken. Any thread.
+  bool HasRosterUpdate();
 
   // Fails the current and every later call with Aborted(reason) and closes the connection, so the
   // other processes' collectives fail at once naming this process. Idempotent; any thread.
