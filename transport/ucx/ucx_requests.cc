@@ -167,7 +167,7 @@ void UcxTransportImpl::Abort(const absl::Status& reason) {
 void UcxTransportImpl::PeerLost(int32_t peer, const absl::Status& reason) {
   {
     absl::MutexLock lock(&abort_mu_);
-    lost_peers_.emplace_back(peer, reason);
+    lost_peers_.push_back(LostPeer{peer, std::string(reason.message()), IsCoordinatorLoss(reason)});
     lost_requested_.store(true, std::memory_order_release);
   }
   if (worker_ != nullptr) ucp_worker_signal(worker_);  // Wakes a WaitAll sleeping in poll().
@@ -175,22 +175,22 @@ void UcxTransportImpl::PeerLost(int32_t peer, const absl::Status& reason) {
 
 void UcxTransportImpl::TakeLostPeers() {
   if (!lost_requested_.load(std::memory_order_acquire)) return;
-  std::vector<std::pair<int32_t, absl::Status>> lost;
+  std::vector<LostPeer> lost;
   {
     absl::MutexLock lock(&abort_mu_);
     lost.swap(lost_peers_);
     lost_requested_.store(false, std::memory_order_release);
   }
-  for (const auto& [process, reason] : lost) {
+  for (const LostPeer& report : lost) {
+    const int32_t process = report.process;
     if (process < 0 || static_cast<size_t>(process) >= peers_.size()) continue;
     Peer& peer = *peers_[process];
     if (!peer.failure.ok()) continue;
-    peer.failure = absl::UnavailableError(IsCoordinatorLoss(reason)
-                                              ? absl::StrCat("ucx: messages with process ", process,
-                                                             " stopped because ", reason.message())
-                                              : absl::StrCat("ucx: peer process ", process,
-                                                             " is gone (", reason.message(),
-                                                             "); ConnectPeers connects it again"));
+    peer.failure = absl::UnavailableError(
+        report.coordinator_loss ? absl::StrCat("ucx: messages with process ", process,
+                                               " stopped because ", report.reason)
+                                : absl::StrCat("ucx: peer process ", process, " is gone (",
+                                               report.reason, "); ConnectPeers connects it again"));
     peer.failure_pending = true;
     failures_pending_ = true;
   }
