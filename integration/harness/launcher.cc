@@ -16,10 +16,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -289,26 +291,64 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spe
   return results;
 }
 
-absl::StatusOr<int> PickFreePort(const std::string& address) {
+namespace {
+
+// Binds a TCP socket to `address`:`port` (0: the kernel picks) and releases it; returns the
+// port that was bound, or the errno of the failure as a negative number.
+int BindAndRelease(in_addr address, int port) {
   sockaddr_in socket_address = {};
   socket_address.sin_family = AF_INET;
-  socket_address.sin_port = 0;
-  if (inet_pton(AF_INET, address.c_str(), &socket_address.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not an IPv4 address"));
-  }
+  socket_address.sin_port = htons(static_cast<uint16_t>(port));
+  socket_address.sin_addr = address;
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: errno ", errno));
+  if (fd < 0) return -errno;
   socklen_t length = sizeof(socket_address);
   const bool bound =
       bind(fd, reinterpret_cast<sockaddr*>(&socket_address), sizeof(socket_address)) == 0 &&
       getsockname(fd, reinterpret_cast<sockaddr*>(&socket_address), &length) == 0;
   const int error = errno;
   close(fd);
-  if (!bound) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind a port on ", address, ": errno ", error));
+  return bound ? static_cast<int>(ntohs(socket_address.sin_port)) : -error;
+}
+
+// The lowest port of the kernel's ephemeral range, or 0 when it cannot be read.
+int EphemeralRangeStart() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  int high = 0;
+  if (!(range >> low >> high)) return 0;
+  return low;
+}
+
+}  // namespace
+
+absl::StatusOr<int> PickFreePort(const std::string& address) {
+  in_addr parsed = {};
+  if (inet_pton(AF_INET, address.c_str(), &parsed) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not an IPv4 address"));
   }
-  return static_cast<int>(ntohs(socket_address.sin_port));
+  constexpr int kLowestPort = 10000;
+  constexpr int kAttempts = 64;
+  const int ephemeral_start = EphemeralRangeStart();
+  if (ephemeral_start > kLowestPort + kAttempts) {
+    static absl::Mutex mutex(absl::kConstInit);
+    static absl::BitGen* generator = nullptr;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      int candidate = 0;
+      {
+        absl::MutexLock lock(&mutex);
+        if (generator == nullptr) generator = new absl::BitGen();
+        candidate = absl::Uniform(*generator, kLowestPort, ephemeral_start);
+      }
+      if (BindAndRelease(parsed, candidate) == candidate) return candidate;
+    }
+  }
+  const int port = BindAndRelease(parsed, 0);
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind a port on ", address, ": errno ", -port));
+  }
+  return port;
 }
 
 std::optional<NetnsPair> NetnsPair::Create(std::string* reason) {

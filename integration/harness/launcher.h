@@ -98,9 +98,12 @@ struct ProcessResult {
 // by process.
 absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spec);
 
-// A TCP port on `address` (a literal IPv4 address) that was free a moment ago: bound to port 0,
-// read back and released. For a process that must listen on a port chosen before it starts;
-// another process may take the port meanwhile, which that process's start then reports.
+// A TCP port on `address` (a literal IPv4 address) that was free a moment ago (bound and
+// released), for a process that must listen on a port chosen before it starts. The port is drawn
+// at random below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so neither a
+// bind to port 0 nor an outgoing connection, of this process or another, can take it between the
+// pick and the listen; another explicit bind still can, which that listen then reports. Where the
+// range leaves no room below it, the kernel picks (bind to port 0).
 absl::StatusOr<int> PickFreePort(const std::string& address = "127.0.0.1");
 
 // Two network namespaces joined by a veth pair, with addresses 10.231.<n>.1 and .2; removed on

@@ -7,11 +7,13 @@ binary (wsync_test_worker must be built next to it, as `make build` does).
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from harness import free_ports  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "integration", "bench")
@@ -20,9 +22,8 @@ LIMITS = ["perftest-shm", "perftest-tcp", "memcpy"]
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    port, = free_ports(1)
+    return port
 
 
 # A 4x6 parameter split by rows over two trainers and by columns over two rollouts (strided

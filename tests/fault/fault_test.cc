@@ -408,7 +408,9 @@ TEST(FaultTest, StopRolloutForThreeDeadlinesThenContinue) {
   // versions (one per D while it was stopped) end right before the first it committed.
   for (int p = 0; p < 3; ++p) {
     for (const SyncResult& r : run.results[p]) {
-      if (r.version < first_ok) EXPECT_FALSE(r.ok) << "process " << p << " version " << r.version;
+      if (r.version < first_ok) {
+        EXPECT_FALSE(r.ok) << "process " << p << " version " << r.version;
+      }
     }
   }
 }

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from harness import free_ports  # noqa: E402
 
 FAMILIES = [
     "wsync_syncs_total", "wsync_sync_duration_seconds", "wsync_last_sync_duration_seconds",
@@ -51,9 +53,8 @@ def fail(message):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    port, = free_ports(1)
+    return port
 
 
 # Loopback only: never through a proxy from the environment (http_proxy and the like).

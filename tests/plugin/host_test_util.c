@@ -5,10 +5,13 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 int test_passed = 0;
@@ -86,21 +89,48 @@ wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, i
   return NULL;
 }
 
-int FreePort(void) {
+/* Binds a TCP socket to 127.0.0.1:`port` (0: the kernel picks) and releases it; returns the
+ * port bound, or 0. */
+static int BindLoopbackAndRelease(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   struct sockaddr_in address;
   memset(&address, 0, sizeof(address));
   address.sin_family = AF_INET;
+  address.sin_port = htons((uint16_t)port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof(address);
-  int port = 0;
+  int bound = 0;
   if (bind(fd, (struct sockaddr*)&address, sizeof(address)) == 0 &&
       getsockname(fd, (struct sockaddr*)&address, &length) == 0) {
-    port = ntohs(address.sin_port);
+    bound = ntohs(address.sin_port);
   }
   close(fd);
-  return port;
+  return bound;
+}
+
+/* Drawn below the ephemeral range (net.ipv4.ip_local_port_range), as harness::PickFreePort
+ * does: no bind to port 0 and no outgoing connection can take the port before it is listened
+ * on. */
+int FreePort(void) {
+  enum { kLowestPort = 10000, kAttempts = 64 };
+  int ephemeral_start = 0;
+  int ephemeral_end = 0;
+  FILE* range = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (range != NULL) {
+    if (fscanf(range, "%d %d", &ephemeral_start, &ephemeral_end) != 2) ephemeral_start = 0;
+    fclose(range);
+  }
+  if (ephemeral_start > kLowestPort + kAttempts) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    unsigned int seed = (unsigned int)getpid() * 2654435761u ^ (unsigned int)now.tv_nsec;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      const int candidate = kLowestPort + rand_r(&seed) % (ephemeral_start - kLowestPort);
+      if (BindLoopbackAndRelease(candidate) == candidate) return candidate;
+    }
+  }
+  return BindLoopbackAndRelease(0);
 }
 
 int UsePrivateDevShm(void) {

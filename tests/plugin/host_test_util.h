@@ -35,7 +35,8 @@ wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, i
                                  const char* job_id, double deadline_seconds, float* weights,
                                  int dim, wsync_memory_kind_t kind, int step);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago; 0 when none could be found. */
+/* A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range where there is
+ * room; 0 when none could be found. */
 int FreePort(void);
 
 /* Gives this process (and the children it forks later) its own empty /dev/shm: a private mount

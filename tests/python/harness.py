@@ -4,6 +4,7 @@ threads) and collects what each returns, with a deadline."""
 import multiprocessing
 import os
 import queue
+import random
 import socket
 import sys
 import time
@@ -23,15 +24,38 @@ setup_path()
 
 
 def free_ports(n):
-    sockets, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
+    """n distinct TCP ports on 127.0.0.1 that were free a moment ago, drawn below the kernel's
+    ephemeral range (as harness::PickFreePort does), so that no bind to port 0 and no outgoing
+    connection takes one before the process meant to listen on it does."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_start = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_start = 0
+    lowest = 10000
+    ports = []
+    rng = random.SystemRandom()
+    for _ in range(64 * n):
+        if len(ports) == n or ephemeral_start <= lowest + 64:
+            break
+        candidate = rng.randrange(lowest, ephemeral_start)
+        if candidate not in ports and _bindable(candidate):
+            ports.append(candidate)
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] not in ports:
+                ports.append(s.getsockname()[1])
     return ports
+
+
+def _bindable(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _child(fn, index, args, results):
