@@ -8,9 +8,11 @@
 // lost mid-transfer (the coordinator's notice, LossWatch, PeerLost aborting the communicator).
 
 #include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -527,6 +529,7 @@ class NcclFailureTest : public ::testing::Test {
     return RunCudaBatch(case_->job, case_->plan.segments, StagingBudget{1024}, *source_, *target_,
                         cuda_, hooks);
   }
+  CudaRun RunWithDyingSender(absl::Duration dead_for, const std::function<bool(int32_t)>& watching);
 
   int32_t sender_ = -1;
   std::unique_ptr<RandomCase> case_;
@@ -596,24 +599,24 @@ class DyingDevice final : public DeviceMemory {
   const absl::Duration dead_for_;
 };
 
-// The sender dies mid-transfer: its control connection closes, it posts nothing more, and NCCL
-// reports nothing of it. The coordinator's loss notice reaches the others, whose LossWatch calls
-// Transport::PeerLost, which aborts the NCCL communicator (ncclCommAbort): the processes waiting
-// for the sender fail within seconds of a 30 s deadline, and the first to hear names it.
-TEST_F(NcclFailureTest, ALostProcessAbortsTheCommunicatorWellBeforeTheDeadline) {
+// Runs the job with `sender_` dying mid-transfer (DyingDevice: its control connection closes, it
+// posts nothing more, and NCCL reports nothing of it) and a LossWatch on each process `watching`
+// selects: the coordinator's loss notice reaches them, and PeerLost aborts their NCCL
+// communicator (ncclCommAbort). Returns each process's result and time.
+CudaRun NcclFailureTest::RunWithDyingSender(absl::Duration dead_for,
+                                            const std::function<bool(int32_t)>& watching) {
   const Job& job = case_->job;
   int32_t trainers = 0;
   for (int32_t p = 0; p < job.num_processes(); ++p) trainers += job.IsSource(p) ? 1 : 0;
   control_testing::Job control =
       control_testing::StartJob(trainers, job.num_processes() - trainers,
                                 control_testing::Options(trainers, job.num_processes() - trainers));
-  ASSERT_EQ(static_cast<int32_t>(control.clients.size()), job.num_processes());
-  constexpr absl::Duration kDeadFor = absl::Seconds(6);
+  EXPECT_EQ(static_cast<int32_t>(control.clients.size()), job.num_processes());
   RunHooks hooks;
   hooks.deadline = absl::Seconds(30);
   hooks.group = [&](int32_t p) -> Group* { return control.clients[p].get(); };
   hooks.during_run = [&](int32_t p, Transport& transport) -> std::shared_ptr<void> {
-    if (p == sender_) return nullptr;
+    if (p == sender_ || !watching(p)) return nullptr;
     return std::make_shared<LossWatch>(*control.clients[p],
                                        [&transport](int32_t lost, const absl::Status& reason) {
                                          transport.PeerLost(lost, reason);
@@ -622,23 +625,68 @@ TEST_F(NcclFailureTest, ALostProcessAbortsTheCommunicatorWellBeforeTheDeadline) 
   hooks.device = [&](int32_t p,
                      std::unique_ptr<DeviceMemory> inner) -> std::unique_ptr<DeviceMemory> {
     if (p != sender_) return inner;
-    return std::make_unique<DyingDevice>(std::move(inner), *control.clients[p], kDeadFor);
+    return std::make_unique<DyingDevice>(std::move(inner), *control.clients[p], dead_for);
   };
-  CudaRun run = RunWith(hooks);
-  int failed = 0, naming = 0;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
+  return RunWith(hooks);
+}
+
+// Every process watches. The processes waiting for the sender fail within seconds of a 30 s
+// deadline. Each failure names the lost process (it heard of the loss while waiting) or is its
+// communicator's remote error: whichever process hears first aborts its communicator, which
+// fails its NCCL peers' outstanding requests at once, and when that process had nothing
+// outstanding (a trainer done with its sends) nobody's own notice comes first.
+TEST_F(NcclFailureTest, ALostProcessAbortsTheCommunicatorWellBeforeTheDeadline) {
+  constexpr absl::Duration kDeadFor = absl::Seconds(6);
+  CudaRun run = RunWithDyingSender(kDeadFor, [](int32_t) { return true; });
+  int failed = 0;
+  for (int32_t p = 0; p < case_->job.num_processes(); ++p) {
     if (p == sender_) continue;
     SCOPED_TRACE(testing::Message() << "process " << p << ": " << run.results[p].status());
     EXPECT_LT(run.elapsed[p], kDeadFor - absl::Seconds(1));  // Not the deadline, nor the sender.
     if (run.results[p].ok()) continue;
     ++failed;
     const std::string message(run.results[p].status().message());
+    const bool names_the_lost_one =
+        absl::StrContains(message, absl::StrCat("process ", sender_, " (")) &&
+        absl::StrContains(message, "was lost: disconnected");
+    const bool aborted_by_a_peer =
+        absl::StrContains(message, absl::StrCat("NCCL communicator of process ", p, " failed")) &&
+        absl::StrContains(message, "a peer's communicator was aborted");
+    EXPECT_TRUE(names_the_lost_one || aborted_by_a_peer);
+  }
+  EXPECT_GT(failed, 0);          // The processes waiting for the sender did not report success.
+  EXPECT_GE(cuda_.aborts(), 1);  // PeerLost over NCCL aborts the communicator.
+}
+
+// Only the processes that receive from the sender watch: the first to hear is waiting for it
+// (nobody else aborts first), so its failure names the lost process.
+TEST_F(NcclFailureTest, AProcessWaitingForTheLostOneNamesIt) {
+  absl::StatusOr<std::vector<ProcessSchedule>> schedules = ScheduleTransfers(
+      case_->job, case_->plan.segments, AllProcesses(case_->job), StagingBudget{1024});
+  ASSERT_TRUE(schedules.ok()) << schedules.status();
+  absl::flat_hash_set<int32_t> receivers;
+  for (const ProcessSchedule& schedule : *schedules) {
+    for (const PeerSchedule& lane : schedule.peers) {
+      if (lane.direction == Direction::kReceive && lane.peer == sender_) {
+        receivers.insert(schedule.process);
+      }
+    }
+  }
+  ASSERT_FALSE(receivers.empty());
+  constexpr absl::Duration kDeadFor = absl::Seconds(6);
+  CudaRun run =
+      RunWithDyingSender(kDeadFor, [&receivers](int32_t p) { return receivers.contains(p); });
+  int naming = 0;
+  std::string outcomes;
+  for (int32_t p : receivers) {
+    absl::StrAppend(&outcomes, "\n  process ", p, ": ", run.results[p].status().ToString());
+    EXPECT_LT(run.elapsed[p], kDeadFor - absl::Seconds(1)) << "process " << p;
+    EXPECT_FALSE(run.results[p].ok()) << "process " << p;
+    const std::string message(run.results[p].status().message());
     naming += absl::StrContains(message, absl::StrCat("process ", sender_, " (")) &&
               absl::StrContains(message, "was lost: disconnected");
   }
-  EXPECT_GT(failed, 0);  // The processes waiting for the sender did not report success.
-  EXPECT_GT(naming, 0) << "no process named the lost one";
-  EXPECT_GE(cuda_.aborts(), 1);  // PeerLost over NCCL aborts the communicator.
+  EXPECT_GT(naming, 0) << "no process named the lost one (sender " << sender_ << ")" << outcomes;
 }
 
 TEST_F(NcclFailureTest, DeviceArenaAllocationFailureIsRefusedNotCrashed) {
