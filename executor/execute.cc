@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
-#include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/cpu_time.h"
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "executor/agreement.h"
 #include "executor/copy.h"
+#include "executor/lane_progress.h"
 #include "executor/memory_kinds.h"
 #include "executor/verify.h"
 #include "executor/work.h"
@@ -24,6 +25,7 @@ namespace {
 using executor_internal::Chunk;
 using executor_internal::ChunkVerifier;
 using executor_internal::Lane;
+using executor_internal::LaneProgress;
 using executor_internal::Message;
 using executor_internal::Work;
 
@@ -106,8 +108,16 @@ class Run {
     stats_.rounds = rounds;
     pending_.assign(rounds, {});
     slot_busy_.assign(work_.lanes.size(), {false, false});
+    last_staged_.assign(work_.lanes.size(), -1);
+    due_.assign(work_.lanes.size(), {});
+    for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+      const std::vector<Message>& messages = work_.lanes[lane].messages;
+      for (int32_t index = 0; index < std::ssize(messages); ++index) {
+        if (!messages[index].direct) last_staged_[lane] = index;
+      }
+      UpdateLookAhead(lane);
+    }
     lockstep_ = transport_.NeedsRoundOrder();
-    in_flight_.assign(work_.lanes.size(), {});
     if (status.ok() && verifier_) status = verifier_->Start(transport_);
     if (status.ok()) status = lockstep_ ? RunRounds(rounds) : RunLanes();
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
@@ -123,13 +133,10 @@ class Run {
       for (std::vector<RequestId>& requests : pending_) {
         if (!requests.empty()) transport_.WaitAll(requests, grace).IgnoreError();
       }
-      std::vector<RequestId> in_flight;
-      for (const std::deque<InFlight>& lane : in_flight_) {
-        for (const InFlight& message : lane) {
-          if (!message.done) in_flight.push_back(message.request);
-        }
+      if (progress_) {
+        const std::vector<RequestId> in_flight = progress_->Outstanding();
+        if (!in_flight.empty()) transport_.WaitAll(in_flight, grace).IgnoreError();
       }
-      if (!in_flight.empty()) transport_.WaitAll(in_flight, grace).IgnoreError();
       // No device copy may write after the run returned.
       SynchronizeDevice(std::max(grace, absl::Now() + absl::Seconds(1))).IgnoreError();
       return status;
@@ -194,59 +201,40 @@ class Run {
   // does not hold back the rounds of fast ones (shared memory) as lockstep rounds do. A
   // forwarding send of round r waits until every receive lane of this process completed its
   // messages of rounds before r (what it forwards arrived by then). Messages complete, unpack and
-  // verify in lane order.
+  // verify in lane order. The bookkeeping (lane_progress.h) costs O(log lanes) per message at most.
   absl::Status RunLanes() {
     constexpr int32_t kLaneMessagesInFlight = 2;
-    const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
-    std::vector<int32_t> completed(lanes, 0);  // Next message of each lane to complete.
-    std::vector<RequestId> waited;
-    std::vector<std::pair<int32_t, size_t>> waited_at;  // (lane, position in its in-flight list)
+    progress_.emplace(work_, static_cast<int32_t>(stats_.rounds), kLaneMessagesInFlight);
+    LaneProgress& progress = *progress_;
     std::vector<size_t> finished;
+    std::vector<std::pair<int32_t, int32_t>> received;  // (lane, message index)
     for (;;) {
       // Post until no lane may post more; PrepareNext posts one message per ready lane.
-      bool unfinished = false;
       for (;;) {
-        const std::vector<int32_t> ready =
-            LanesReady(completed, kLaneMessagesInFlight, &unfinished);
+        const std::vector<int32_t>& ready = progress.Ready(posted_, slot_busy_);
         if (ready.empty()) break;
         WSYNC_RETURN_IF_ERROR(PrepareNext(ready));
       }
-      if (!unfinished) return absl::OkStatus();
-
-      waited.clear();
-      waited_at.clear();
-      for (int32_t lane = 0; lane < lanes; ++lane) {
-        for (size_t i = 0; i < in_flight_[lane].size(); ++i) {
-          if (in_flight_[lane][i].done) continue;
-          waited.push_back(in_flight_[lane][i].request);
-          waited_at.emplace_back(lane, i);
-        }
-      }
-      if (waited.empty()) {
+      if (!progress.unfinished()) return absl::OkStatus();
+      if (progress.waited().empty()) {
         return absl::InternalError(
             absl::StrCat("process ", work_.process, ": lanes unfinished with nothing in flight"));
       }
       finished.clear();
-      const absl::Status waited_status = transport_.WaitAny(waited, options_.deadline, &finished);
-      for (size_t position : finished) {
-        const auto& [lane, i] = waited_at[position];
-        in_flight_[lane][i].done = true;
-      }
+      const absl::Status waited_status =
+          transport_.WaitAny(progress.waited(), options_.deadline, &finished);
+      progress.Finished(finished);
       if (absl::IsDeadlineExceeded(waited_status) && finished.empty()) {
         // WaitAll past the deadline cancels them all and names the peers they wait for.
-        const absl::Status named = transport_.WaitAll(waited, options_.deadline);
-        for (std::deque<InFlight>& lane : in_flight_) lane.clear();
+        const absl::Status named = transport_.WaitAll(progress.Outstanding(), options_.deadline);
+        progress.Clear();
         return named.ok() ? waited_status : named;
       }
       WSYNC_RETURN_IF_ERROR(waited_status);
 
-      std::vector<std::pair<int32_t, int32_t>> received;  // (lane, message index)
-      for (int32_t lane = 0; lane < lanes; ++lane) {
-        while (!in_flight_[lane].empty() && in_flight_[lane].front().done) {
-          in_flight_[lane].pop_front();
-          Completed(lane, completed[lane]++, received);
-        }
-      }
+      received.clear();
+      progress.CompleteInOrder(
+          [&](int32_t lane, int32_t index) { Completed(lane, index, received); });
       WSYNC_RETURN_IF_ERROR(Land(received));  // Later receives may land in the slots it reads.
     }
   }
@@ -255,7 +243,10 @@ class Run {
   // is added to `received`.
   void Completed(int32_t lane, int32_t index, std::vector<std::pair<int32_t, int32_t>>& received) {
     const Message& message = work_.lanes[lane].messages[index];
-    if (!message.direct) slot_busy_[lane][message.slot] = false;
+    if (!message.direct) {
+      slot_busy_[lane][message.slot] = false;
+      UpdateLookAhead(lane);
+    }
     if (work_.lanes[lane].direction != Direction::kReceive) return;
     stats_.received_bytes += message.bytes;  // Completed: every byte of it arrived.
     received.emplace_back(lane, index);
@@ -273,33 +264,6 @@ class Run {
       }
     }
     return absl::OkStatus();
-  }
-
-  // RunLanes: the lanes whose next message may be posted now (fewer than `in_flight` of theirs
-  // posted and not completed, its slot free, and for a forwarding send every receive lane past
-  // the rounds before its round). Sets `unfinished` when a lane has messages left to complete.
-  std::vector<int32_t> LanesReady(const std::vector<int32_t>& completed, int32_t in_flight,
-                                  bool* unfinished) const {
-    const int32_t lanes = static_cast<int32_t>(work_.lanes.size());
-    int32_t landed = std::numeric_limits<int32_t>::max();
-    for (int32_t lane = 0; lane < lanes; ++lane) {
-      const Lane& l = work_.lanes[lane];
-      if (l.direction == Direction::kReceive && completed[lane] < std::ssize(l.messages)) {
-        landed = std::min(landed, l.messages[completed[lane]].round);
-      }
-    }
-    std::vector<int32_t> ready;
-    for (int32_t lane = 0; lane < lanes; ++lane) {
-      const Lane& l = work_.lanes[lane];
-      if (completed[lane] < std::ssize(l.messages)) *unfinished = true;
-      const int32_t index = posted_[lane];
-      if (index == std::ssize(l.messages) || index - completed[lane] >= in_flight) continue;
-      const Message& next = l.messages[index];
-      if (l.forwarding && l.direction == Direction::kSend && next.round > landed) continue;
-      if (!next.direct && slot_busy_[lane][next.slot]) continue;
-      ready.push_back(lane);
-    }
-    return ready;
   }
 
   // After a failure: tells every peer still waiting for a message of this process that it will
@@ -484,6 +448,21 @@ class Run {
     return absl::OkStatus();
   }
 
+  // Keeps `lane` in look_ahead_lanes_ while PackableAhead may find a message of it: a sending
+  // lane that is not forwarding, with a host arena, a staged message not posted yet and a free
+  // arena slot. Called whenever the lane posts or completes a message.
+  void UpdateLookAhead(int32_t lane) {
+    const Lane& l = work_.lanes[lane];
+    bool free_slot = false;
+    for (int32_t slot = 0; slot < l.slots; ++slot) free_slot |= !slot_busy_[lane][slot];
+    if (l.direction == Direction::kSend && !l.forwarding && l.kind == MemoryKind::kHost &&
+        posted_[lane] <= last_staged_[lane] && free_slot) {
+      look_ahead_lanes_.insert(lane);
+    } else {
+      look_ahead_lanes_.erase(lane);
+    }
+  }
+
   // The first staged send of `lane` from message `first` on (the lane's messages before `first`
   // are posted by now), when it may be packed now, ahead of its round: the lane is a sending lane
   // that is not forwarding (what it forwards may not have arrived), none of its messages from
@@ -514,22 +493,18 @@ class Run {
   // sends to different peers are packed in one pass over its rows even when the peers' lanes
   // send them in different rounds (a peer's lane may carry a few more small messages). Only
   // messages of one chunk are matched (chunks over kSmallChunkBytes travel alone; smaller ones
-  // gain little from a shared pass), which keeps the matching linear in the lanes.
+  // gain little from a shared pass), and only lanes with a free slot and a staged send left are
+  // looked at (look_ahead_lanes_), which keeps a call's cost in the lanes it posts and those.
   absl::Status PrepareNext(absl::Span<const int32_t> lanes) {
     std::vector<StridedCopy> packs;
     std::vector<std::pair<int32_t, int32_t>> packed;  // (lane, message index)
-    // Per lane: where a look-ahead starts (after the message posted now) and the slot that
-    // message fills, if any. A lane that packs a message due now looks no further: its next staged
-    // send would line up with its own rows, not with another peer's.
-    std::vector<int32_t> first(posted_.begin(), posted_.end());
-    std::vector<int32_t> busy_slot(work_.lanes.size(), -1);
-    std::vector<bool> packs_due(work_.lanes.size(), false);
-    std::vector<StridedCopy> due_alone;  // The packs of due messages of one chunk.
+    ++prepare_calls_;                                 // Marks the entries of due_ this call sets.
+    std::vector<StridedCopy> due_alone;               // The packs of due messages of one chunk.
     for (int32_t lane : lanes) {
       const int32_t index = posted_[lane];
       const Message& message = work_.lanes[lane].messages[index];
-      first[lane] = index + 1;
-      busy_slot[lane] = message.slot;
+      DueLane& due_lane = due_[lane];
+      due_lane = {prepare_calls_, index + 1, message.slot, false};
       if (message.direct || work_.lanes[lane].direction != Direction::kSend ||
           packed_ahead_[lane] == index) {
         continue;
@@ -537,18 +512,21 @@ class Run {
       const size_t before = packs.size();
       WSYNC_RETURN_IF_ERROR(AppendPacks(lane, index, packs));
       packed.emplace_back(lane, index);
-      packs_due[lane] = true;
+      due_lane.packs = true;
       if (message.chunks.size() == 1 && packs.size() > before) due_alone.push_back(packs.back());
     }
     if (!due_alone.empty()) {
-      for (int32_t lane = 0; lane < static_cast<int32_t>(work_.lanes.size()); ++lane) {
-        if (packs_due[lane]) continue;
-        const int32_t index = PackableAhead(lane, first[lane], busy_slot[lane]);
+      for (int32_t lane : look_ahead_lanes_) {  // Ascending; the others have nothing to pack.
+        const DueLane& due_lane = due_[lane];
+        const bool is_due = due_lane.call == prepare_calls_;
+        if (is_due && due_lane.packs) continue;
+        const int32_t index = is_due ? PackableAhead(lane, due_lane.first, due_lane.busy_slot)
+                                     : PackableAhead(lane, posted_[lane], -1);
         if (index < 0) continue;
         const size_t at = packs.size();
         WSYNC_RETURN_IF_ERROR(AppendPacks(lane, index, packs));  // Host to host: appended.
         if (std::none_of(due_alone.begin(), due_alone.end(),
-                         [&](const StridedCopy& due) { return ShareAPass(packs[at], due); })) {
+                         [&](const StridedCopy& alone) { return ShareAPass(packs[at], alone); })) {
           packs.resize(at);
           continue;
         }
@@ -610,9 +588,10 @@ class Run {
     if (lockstep_) {
       pending_[r].push_back(request);
     } else {
-      in_flight_[lane_index].push_back({request, false});
+      progress_->Posted(lane_index, index, request);
     }
     ++posted_[lane_index];
+    UpdateLookAhead(lane_index);
     return absl::OkStatus();
   }
 
@@ -653,18 +632,30 @@ class Run {
   std::vector<char*> arenas_;    // Per lane; memory owned by a cache.
   char* relay_arena_ = nullptr;  // Memory owned by a cache.
   int64_t arena_bytes_ = 0;
-  struct InFlight {
-    RequestId request = 0;
-    bool done = false;  // Finished (and released) while an earlier message of its lane was not.
-  };
   bool lockstep_ = false;  // The transport needs round order: RunRounds, else RunLanes.
   std::vector<std::vector<RequestId>> pending_;  // RunRounds: posted requests by round.
-  std::vector<std::deque<InFlight>> in_flight_;  // RunLanes: per lane, posted, oldest first.
+  std::optional<LaneProgress> progress_;         // RunLanes: what is in flight, what may post.
   std::vector<int32_t> posted_;        // Per lane: messages posted, the index of the next one.
   std::vector<int32_t> packed_ahead_;  // Per lane: the staged send last packed ahead, or -1.
   // Per lane and arena slot: a posted message uses it (until it completed, and for a receive
   // until it was unpacked).
   std::vector<std::array<bool, 2>> slot_busy_;
+  std::vector<int32_t> last_staged_;  // Per lane: the index of its last staged message, or -1.
+  // The lanes PackableAhead may find a message of (UpdateLookAhead), so that looking ahead does
+  // not pass over every lane.
+  absl::btree_set<int32_t> look_ahead_lanes_;
+  // PrepareNext, per lane whose message it posts: where a look-ahead starts (after that message),
+  // the slot that message fills, if any, and whether it is a staged send packed now. A lane that
+  // packs a message due now looks no further: its next staged send would line up with its own
+  // rows, not with another peer's. Valid in the call numbered `call` only.
+  struct DueLane {
+    int64_t call = -1;
+    int32_t first = 0;
+    int32_t busy_slot = -1;
+    bool packs = false;
+  };
+  std::vector<DueLane> due_;
+  int64_t prepare_calls_ = 0;
   std::unique_ptr<ChunkVerifier> verifier_;  // With options.verify only.
   const JobMemoryKinds kinds_{job_};
   bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
