@@ -4,10 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/memory_kinds.h"
+#include "plugin/nccl_communicators.h"
+#include "transport/selector/selector.h"
 
 #if WSYNC_HAVE_NCCL
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
@@ -43,54 +46,118 @@ bool NcclBuilt() {
 
 namespace {
 
-// A new unique id when this process is the communicator's root ("" otherwise).
-absl::StatusOr<std::string> UniqueIdIfRoot(const std::vector<int32_t>& members, int32_t process,
-                                           const NcclApiFactory& factory) {
-  if (members.empty() || members.front() != process) return std::string();
+// Fails with the first "no" of a gathered collective (every process, the refusing ones included,
+// returns the same error); `what` says what the refusing process could not do.
+absl::Status FirstRefusal(const std::vector<std::string>& all, absl::string_view what) {
+  for (int32_t p = 0; p < static_cast<int32_t>(all.size()); ++p) {
+    if (absl::StartsWith(all[p], kNo)) {
+      return absl::UnimplementedError(
+          absl::StrCat("process ", p, " ", what, ": ", all[p].substr(kNo.size())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The identity of this process's GPU for PlanNcclCommunicators: its node and the device's UUID
+// ("" for a process without CUDA buffers: it is in no NCCL pair).
+absl::StatusOr<std::string> GpuIdentity(const Job& job, int32_t process, int device,
+                                        const NcclApiFactory& factory) {
+  if (JobMemoryKinds(job).Process(process) != MemoryKind::kCuda) return std::string();
 #if WSYNC_HAVE_NCCL
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
-  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id, NcclTransport::NewUniqueId(*api));
-  return id.ToBytes();
+  WSYNC_ASSIGN_OR_RETURN(std::string uuid, api->DeviceUuid(device));
+  return absl::StrCat("node ", job.processes()[process].node_id, ", GPU ",
+                      absl::BytesToHexString(uuid));
 #else
   return absl::UnimplementedError("this build has no NCCL");
 #endif
 }
 
-// The collective of the header comment: contributes `verdict` (with `unique_id` when OK), fails
-// with the first "no", then forms the communicator on its members (nullptr for the others).
-absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int32_t>& members,
-                                                           int32_t process, int device,
-                                                           const absl::Status& verdict,
-                                                           const std::string& unique_id,
-                                                           Group& group, absl::Time deadline,
-                                                           const NcclApiFactory& factory) {
+// The collective of the header comment, in two AllGathers: each process's verdict with its GPU
+// identity (any "no" fails everyone), then, once every process planned the same communicators,
+// the unique ids of the communicators each process roots (a root that cannot make one fails
+// everyone). Then every member forms its communicators in ascending order (so two processes
+// sharing two communicators wait for each other in the same one), nullptr for a process in none.
+absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(
+    const Job& job, const std::vector<NcclPair>& pairs, int32_t process, int device,
+    const absl::Status& verdict, const std::string& gpu_identity, Group& group, absl::Time deadline,
+    const NcclApiFactory& factory) {
   const std::string mine =
-      verdict.ok() ? absl::StrCat(kYes, unique_id) : absl::StrCat(kNo, verdict.message());
+      verdict.ok() ? absl::StrCat(kYes, gpu_identity) : absl::StrCat(kNo, verdict.message());
   WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> all, group.AllGather(mine, deadline));
-  // A refusing process fails like the others: its own "no" is in `all`.
-  for (int32_t p = 0; p < static_cast<int32_t>(all.size()); ++p) {
-    if (absl::StartsWith(all[p], kNo)) {
-      return absl::UnimplementedError(absl::StrCat(
-          "process ", p, " cannot move the job's CUDA memory: ", all[p].substr(kNo.size())));
+  WSYNC_RETURN_IF_ERROR(FirstRefusal(all, "cannot move the job's CUDA memory"));
+  WSYNC_RETURN_IF_ERROR(verdict);  // Not reached: `all` holds this process's "no".
+  std::vector<std::string> gpu_of(all.size());
+  for (size_t p = 0; p < all.size(); ++p) gpu_of[p] = all[p].substr(kYes.size());
+  WSYNC_ASSIGN_OR_RETURN(const NcclCommunicators communicators,
+                         PlanNcclCommunicators(pairs, gpu_of));
+  if (communicators.members.empty()) return std::unique_ptr<Transport>();
+  std::string rooted_ids;
+  absl::Status made;
+#if WSYNC_HAVE_NCCL
+  for (const std::vector<int32_t>& members : communicators.members) {
+    if (members.front() != process || !made.ok()) continue;
+    absl::StatusOr<std::unique_ptr<NcclApi>> api = MakeApi(factory);
+    absl::StatusOr<NcclUniqueId> id =
+        api.ok() ? NcclTransport::NewUniqueId(**api) : absl::StatusOr<NcclUniqueId>(api.status());
+    if (id.ok()) {
+      absl::StrAppend(&rooted_ids, id->ToBytes());
+    } else {
+      made = id.status();
     }
   }
-  if (!verdict.ok()) return verdict;  // Not reached: `all` holds this process's "no".
-  if (std::find(members.begin(), members.end(), process) == members.end()) {
-    return std::unique_ptr<Transport>();
-  }
+#else
+  made = absl::UnimplementedError("this build has no NCCL");
+#endif
+  WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                         group.AllGather(made.ok() ? absl::StrCat(kYes, rooted_ids)
+                                                   : absl::StrCat(kNo, made.message()),
+                                         deadline));
+  WSYNC_RETURN_IF_ERROR(FirstRefusal(ids, "cannot make an NCCL unique id"));
 #if WSYNC_HAVE_NCCL
-  WSYNC_ASSIGN_OR_RETURN(NcclUniqueId id,
-                         NcclUniqueId::FromBytes(all[members.front()].substr(kYes.size())));
-  NcclOptions options;
-  options.process = process;
-  options.members = members;
-  options.unique_id = id;
-  options.device = device;
-  options.connect_deadline = deadline;
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> nccl,
-                         NcclTransport::Create(options, std::move(api)));
-  return std::unique_ptr<Transport>(std::move(nccl));
+  std::vector<std::unique_ptr<Transport>> formed;
+  std::vector<int32_t> route(job.num_processes(), 0);
+  std::vector<int32_t> local_index(communicators.members.size(), -1);
+  for (size_t c = 0; c < communicators.members.size(); ++c) {
+    const std::vector<int32_t>& members = communicators.members[c];
+    if (std::find(members.begin(), members.end(), process) == members.end()) continue;
+    const int32_t root = members.front();
+    size_t rank_among_rooted = 0;
+    for (size_t earlier = 0; earlier < c; ++earlier) {
+      rank_among_rooted += communicators.members[earlier].front() == root ? 1 : 0;
+    }
+    const std::string& root_ids = ids[root];
+    const size_t at = kYes.size() + rank_among_rooted * sizeof(NcclUniqueId::bytes);
+    if (root_ids.size() < at + sizeof(NcclUniqueId::bytes)) {
+      return absl::InternalError(absl::StrCat("process ", root, " sent ", root_ids.size(),
+                                              " bytes of NCCL unique ids, too few"));
+    }
+    WSYNC_ASSIGN_OR_RETURN(
+        NcclUniqueId id, NcclUniqueId::FromBytes(root_ids.substr(at, sizeof(NcclUniqueId::bytes))));
+    NcclOptions options;
+    options.process = process;
+    options.members = members;
+    options.unique_id = id;
+    options.device = device;
+    options.connect_deadline = deadline;
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclTransport> nccl,
+                           NcclTransport::Create(options, std::move(api)));
+    local_index[c] = static_cast<int32_t>(formed.size());
+    formed.push_back(std::move(nccl));
+  }
+  if (formed.empty()) return std::unique_ptr<Transport>();
+  if (formed.size() == 1) return std::move(formed.front());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [a, b] = pairs[i];
+    if (a == process || b == process) {
+      route[a == process ? b : a] = local_index[communicators.of_pair[i]];
+    }
+  }
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<RoutedTransport> several,
+      RoutedTransport::Create(process, std::move(formed), std::move(route), "nccl"));
+  return std::unique_ptr<Transport>(std::move(several));
 #else
   return absl::UnimplementedError("this build has no NCCL");
 #endif
@@ -98,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ExchangeAndForm(const std::vector<int
 
 }  // namespace
 
-absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int32_t>& members,
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<NcclPair>& pairs,
                                            int32_t process, int device, const absl::Status& routes,
                                            Group& group, absl::Time deadline,
                                            const NcclApiFactory& factory) {
@@ -106,7 +173,7 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int
   const JobMemoryKinds kinds(job);
   if (!kinds.any_cuda()) return connection;
   absl::Status verdict = routes;
-  std::string unique_id;
+  std::string gpu_identity;
   if (verdict.ok() && kinds.Process(process) == MemoryKind::kCuda) {
 #if WSYNC_HAVE_NCCL
     absl::StatusOr<std::unique_ptr<NcclApi>> api = MakeApi(factory);
@@ -119,11 +186,11 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int
       verdict = memory.status();
     }
     if (verdict.ok()) {
-      absl::StatusOr<std::string> id = UniqueIdIfRoot(members, process, factory);
-      if (id.ok()) {
-        unique_id = *id;
+      absl::StatusOr<std::string> identity = GpuIdentity(job, process, device, factory);
+      if (identity.ok()) {
+        gpu_identity = *identity;
       } else {
-        verdict = id.status();
+        verdict = identity.status();
       }
     }
 #else
@@ -132,18 +199,19 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int
         "(WSYNC_WITH_NCCL=OFF, or CUDA/NCCL not found at configure time)");
 #endif
   }
-  WSYNC_ASSIGN_OR_RETURN(connection.nccl, ExchangeAndForm(members, process, device, verdict,
-                                                          unique_id, group, deadline, factory));
+  WSYNC_ASSIGN_OR_RETURN(connection.nccl, ExchangeAndForm(job, pairs, process, device, verdict,
+                                                          gpu_identity, group, deadline, factory));
   return connection;
 }
 
-absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const std::vector<int32_t>& members,
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job,
+                                                      const std::vector<NcclPair>& pairs,
                                                       int32_t process, int device, Group& group,
                                                       absl::Time deadline,
                                                       const NcclApiFactory& factory) {
-  absl::StatusOr<std::string> id = UniqueIdIfRoot(members, process, factory);
-  return ExchangeAndForm(members, process, device, id.status(), id.ok() ? *id : "", group, deadline,
-                         factory);
+  absl::StatusOr<std::string> identity = GpuIdentity(job, process, device, factory);
+  return ExchangeAndForm(job, pairs, process, device, identity.status(),
+                         identity.ok() ? *identity : "", group, deadline, factory);
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> MakeCudaIpc(int32_t process, int device,

@@ -4,22 +4,27 @@
 // The CUDA part of a session's connect, compiled with or without NCCL (WSYNC_HAVE_NCCL).
 //
 // A job with CUDA buffers (executor/memory_kinds.h) runs one extra collective at connect (a
-// replacement process: at its first sync, see NcclBackendFormedAtFirstSync), right
-// after planning, on every process (host-only ones too, so the numbering of collectives stays the
-// same everywhere; a job without CUDA buffers runs none): an AllGather of each process's verdict,
-// in which the NCCL root also carries the communicator's unique id. The communicator's members are
-// the CUDA processes that exchange CUDA memory over a path class routed to NCCL
-// (PathTransportSetup::NcclMembers: by default the pairs on different nodes; pairs within a node
-// go over CUDA IPC, transport/cuda_ipc), in ascending global id; the root is the first. A verdict
-// is "no" when this process's transport routes were refused (selector), when it holds CUDA buffers
-// and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which links libcudart and
-// libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device cannot be used ("no
-// CUDA device"). Only processes holding CUDA buffers load the module, so a host-only process never
-// maps the CUDA libraries. Any "no" fails the connect of every process, the refusing ones included,
-// with the same error: Unimplemented (WSYNC_UNSUPPORTED at the C ABI) naming the first refusing
-// process and its reason, before a communicator is formed, so nobody waits in ncclCommInitRank for
-// a process that gave up. Otherwise each member forms the communicator (NcclTransport::Create,
-// bounded by the connect deadline).
+// replacement process: at its first sync, see NcclBackendFormedAtFirstSync), right after
+// planning, on every process (host-only ones too, so the numbering of collectives stays the same
+// everywhere; a job without CUDA buffers runs none), made of two AllGathers. The first carries
+// each process's verdict and the identity of its GPU (node and device UUID). The NCCL pairs are
+// the pairs of CUDA processes that exchange CUDA memory over a path class routed to NCCL
+// (PathTransportSetup::NcclPairs: by default the pairs on different nodes; pairs within a node go
+// over CUDA IPC, transport/cuda_ipc); from them and the identities every process computes the same
+// communicators (plugin/nccl_communicators.h: one over all their processes, or, where processes
+// share a GPU as in colocated jobs, several with no two processes of one GPU in any). The second
+// carries the unique ids of the communicators each process roots (the first member of each).
+// A verdict is "no" when this process's transport routes were refused (selector), when it holds
+// CUDA buffers and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which links
+// libcudart and libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device cannot
+// be used ("no CUDA device"). Only processes holding CUDA buffers load the module, so a host-only
+// process never maps the CUDA libraries. Any "no", a pair of processes on one GPU (Unimplemented:
+// NCCL cannot connect them) or a root that cannot make a unique id fails the connect of every
+// process, the refusing ones included, with the same error (WSYNC_UNSUPPORTED at the C ABI) naming
+// the process and its reason, before a communicator is formed, so nobody waits in
+// ncclCommInitRank for a process that gave up. Otherwise each member forms its communicators
+// (NcclTransport::Create, in ascending order, bounded by the connect deadline); a member of
+// several gets them as one "nccl" backend routing each peer to the communicator of its pair.
 
 #include <cstdint>
 #include <functional>
@@ -29,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "planner/job.h"
+#include "plugin/nccl_communicators.h"
 #include "transport/device_memory.h"
 #include "transport/transport.h"
 
@@ -48,10 +54,10 @@ struct CudaConnection {
 };
 
 // Runs the collective described above over `group` (skipped for a job without CUDA buffers) and
-// returns what this process needs. `members` are the communicator's (empty: none); `routes` is
+// returns what this process needs. `pairs` are the job's NCCL pairs (empty: none); `routes` is
 // this process's routing verdict (contributed as "no" when it is an error); `device` the CUDA
 // device of its buffers.
-absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<int32_t>& members,
+absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<NcclPair>& pairs,
                                            int32_t process, int device, const absl::Status& routes,
                                            Group& group, absl::Time deadline,
                                            const NcclApiFactory& factory);
@@ -62,12 +68,13 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeCudaIpc(int32_t process, int devi
                                                        std::unique_ptr<Transport> messenger,
                                                        const NcclApiFactory& factory);
 
-// A new communicator after a failed sync (NCCL cannot cancel one operation, so a failure aborts
-// the communicator): the same collective, every process taking part (the root contributes a new
-// unique id), and the new NcclTransport on each member (nullptr on the others). Every process of
+// New communicators after a failed sync (NCCL cannot cancel one operation, so a failure aborts
+// the communicator): the same collective, every process taking part (the roots contribute new
+// unique ids), and the new NCCL backend on each member (nullptr on the others). Every process of
 // such a job calls it at the same point: at the start of the sync after one whose commit decision
 // failed (the decision is the same everywhere).
-absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const std::vector<int32_t>& members,
+absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job,
+                                                      const std::vector<NcclPair>& pairs,
                                                       int32_t process, int device, Group& group,
                                                       absl::Time deadline,
                                                       const NcclApiFactory& factory);

@@ -456,19 +456,20 @@ absl::Status Session::ConnectOnce() {
   absl::StatusOr<std::vector<TransportChoice>> routes =
       setup.ChooseRoutes(*job_, plan_.segments, NcclBuilt());
   cuda_job_ = JobMemoryKinds(*job_).any_cuda();
-  nccl_members_ = setup.NcclMembers(*job_, NcclBuilt());
+  nccl_pairs_ = setup.NcclPairs(*job_, NcclBuilt());
   CudaConnection cuda;
   // A roster of a later epoch answers the Join of a replacement (the job's first roster has epoch
   // 0): it defers the CUDA collective to its first sync (NcclBackendFormedAtFirstSync), and keeps
   // a refusal of its routes as its verdict there, so that the sync fails everywhere with it.
   if (roster.epoch > 0 && cuda_job_) {
     cuda_deferred_ = routes.status();
-    const bool member =
-        std::find(nccl_members_.begin(), nccl_members_.end(), process_) != nccl_members_.end();
+    const bool member = std::any_of(nccl_pairs_.begin(), nccl_pairs_.end(), [this](NcclPair pair) {
+      return pair.first == process_ || pair.second == process_;
+    });
     if (routes.ok() && member) cuda.nccl = NcclBackendFormedAtFirstSync(process_);
   } else {
     WSYNC_ASSIGN_OR_RETURN(
-        cuda, ConnectCuda(*job_, nccl_members_, process_, cuda_device_, routes.status(), *client_,
+        cuda, ConnectCuda(*job_, nccl_pairs_, process_, cuda_device_, routes.status(), *client_,
                           deadline, config_.nccl_api));
     WSYNC_RETURN_IF_ERROR(routes.status());
   }
@@ -629,9 +630,8 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       last_stats_ = *stats;
       last_stats_version_ = version;
     }
-    cuda_collective_pending_ =
-        cuda_deferred_.has_value() ||
-        (!outcome.ok() && (!nccl_members_.empty() || cuda_collective_failed));
+    cuda_collective_pending_ = cuda_deferred_.has_value() ||
+                               (!outcome.ok() && (!nccl_pairs_.empty() || cuda_collective_failed));
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -648,8 +648,8 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
 absl::Status Session::RunCudaCollective(absl::Time deadline) {
   if (cuda_deferred_) {
     WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
-                           ConnectCuda(*job_, nccl_members_, process_, cuda_device_,
-                                       *cuda_deferred_, *client_, deadline, config_.nccl_api));
+                           ConnectCuda(*job_, nccl_pairs_, process_, cuda_device_, *cuda_deferred_,
+                                       *client_, deadline, config_.nccl_api));
     cuda_deferred_.reset();
     if (cuda.device != nullptr) {
       arenas_ = std::make_unique<ArenaCache>();
@@ -659,7 +659,7 @@ absl::Status Session::RunCudaCollective(absl::Time deadline) {
   }
   WSYNC_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> nccl,
-      ReformNccl(nccl_members_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
+      ReformNccl(*job_, nccl_pairs_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
   if (nccl == nullptr) return absl::OkStatus();  // Not a member.
   return ReplaceNcclBackend(std::move(nccl));
 }

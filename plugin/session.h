@@ -205,7 +205,7 @@ class Session {
   // at a replacement's first sync, which the others meet on taking the roster that admitted it.
   // Sync path only.
   bool cuda_job_ = false;
-  std::vector<int32_t> nccl_members_;
+  std::vector<NcclPair> nccl_pairs_;
   bool cuda_collective_pending_ = false;
   // A replacement process's verdict (its transport routes) for the ConnectCuda it runs at its first
   // sync instead of at connect; cleared once that collective succeeded. Sync path only.

@@ -56,23 +56,18 @@ std::vector<BackendCapabilities> PathTransportSetup::Capabilities(bool nccl_buil
   return BuildCapabilities(ucx_reports_cuda, nccl_built, nccl_built && MessengerIndex() >= 0);
 }
 
-std::vector<int32_t> PathTransportSetup::NcclMembers(const Job& job, bool nccl_built) const {
+std::vector<NcclPair> PathTransportSetup::NcclPairs(const Job& job, bool nccl_built) const {
   const std::vector<BackendCapabilities> available = Capabilities(nccl_built);
   const std::vector<int32_t> cuda = JobMemoryKinds(job).CudaProcesses();
-  std::vector<int32_t> members;
-  for (int32_t p : cuda) {
-    for (int32_t q : cuda) {
-      if (p == q) continue;
+  std::vector<NcclPair> pairs;
+  for (size_t i = 0; i < cuda.size(); ++i) {
+    for (size_t j = i + 1; j < cuda.size(); ++j) {
       absl::StatusOr<TransportChoice> choice =
-          ChooseTransport(paths_, job.PathClass(p, q), MemoryKind::kCuda, available);
-      if (choice.ok() && choice->backend == "nccl") {
-        members.push_back(p);
-        break;
-      }
+          ChooseTransport(paths_, job.PathClass(cuda[i], cuda[j]), MemoryKind::kCuda, available);
+      if (choice.ok() && choice->backend == "nccl") pairs.emplace_back(cuda[i], cuda[j]);
     }
   }
-  if (members.size() < 2) members.clear();
-  return members;
+  return pairs;
 }
 
 absl::StatusOr<std::vector<TransportChoice>> PathTransportSetup::ChooseRoutes(

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "planner/job.h"
 #include "planner/plan.h"
+#include "plugin/nccl_communicators.h"
 #include "transport/selector/selector.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -44,12 +45,12 @@ class PathTransportSetup {
                                                             absl::Span<const Segment> segments,
                                                             bool nccl_built) const;
 
-  // The members of the job's NCCL communicator: the CUDA processes that exchange CUDA memory with
-  // another CUDA process over a path class this configuration routes to NCCL (ChooseTransport as
-  // in ChooseRoutes, for every pair), in ascending global id; empty when fewer than two. Every
+  // The job's NCCL pairs: each pair of CUDA processes whose path class this configuration routes
+  // CUDA memory over to NCCL (ChooseTransport as in ChooseRoutes), in ascending order. Every
   // process of a job computes the same list (the same configuration and build everywhere; a
-  // process with another configuration is refused at Connect).
-  std::vector<int32_t> NcclMembers(const Job& job, bool nccl_built) const;
+  // process with another configuration is refused at Connect). The communicators that carry them
+  // are planned at connect (plugin/cuda_setup.h).
+  std::vector<NcclPair> NcclPairs(const Job& job, bool nccl_built) const;
 
   // Makes the CUDA IPC backend over `messenger` (a borrowed UCX worker of this setup) when a route
   // names "cuda_ipc" (plugin/cuda_setup.h: MakeCudaIpc).

@@ -70,13 +70,25 @@ class SessionCudaTest : public ::testing::Test {
     if (const auto node = node_ids.find({role, rank}); node != node_ids.end()) {
       config.node_id = node->second;
     }
-    Process process = test::MakeTinySessionProcess(config, kind);
+    const auto device = device_ids_.find({role, rank});
+    Process process = test::MakeTinySessionProcess(
+        config, kind, device == device_ids_.end() ? 0 : device->second);
     if (kind == MemoryKind::kCuda) {
       for (const BufferInfo& buffer : process.part.buffers) {
         cuda.AddDeviceRange(process.memory->data({rank, buffer.id}), buffer.bytes);
       }
     }
     return process;
+  }
+
+  // Puts every process on a GPU of its own (devices 0 to 3 of `cuda`), which NCCL pairs within a
+  // node need, and makes `cuda` refuse a communicator with two ranks on one device, as NCCL does.
+  void OneGpuPerProcess(test::FakeCudaFabric& cuda) {
+    device_ids_ = {{{Role::kTrainer, 0}, 0},
+                   {{Role::kTrainer, 1}, 1},
+                   {{Role::kRollout, 0}, 2},
+                   {{Role::kRollout, 1}, 3}};
+    cuda.set_refuses_duplicate_devices(true);
   }
 
   // Connects every process and runs `versions` verified syncs; the status of each process.
@@ -171,6 +183,7 @@ class SessionCudaTest : public ::testing::Test {
 
   int port_ = 0;
   std::map<std::pair<Role, int32_t>, std::string> node_ids_;  // MakeJob's; empty: all "local".
+  std::map<std::pair<Role, int32_t>, int> device_ids_;  // MakeProcess's CUDA device; absent: 0.
 };
 
 // Within a node CUDA pairs go over CUDA IPC by default: the rollouts map the trainers' fake
@@ -189,7 +202,8 @@ TEST_F(SessionCudaTest, CudaBuffersWithinANodeSyncOverCudaIpcEveryElementChecked
 }
 
 TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   std::vector<Process> processes =
       MakeJob("cuda-all", "intra_node=nccl", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   const std::vector<absl::Status> results = Run(processes, 3);
@@ -207,7 +221,8 @@ TEST_F(SessionCudaTest, CudaBuffersSyncOverNcclEveryElementChecked) {
 // A communicator failure fails the sync on every process (NCCL aborts the communicator); the
 // next sync starts by forming a new one through the control plane and moves every byte again.
 TEST_F(SessionCudaTest, ASyncAfterACommunicatorFailureReformsItAndCommits) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   std::vector<Process> processes =
       MakeJob("cuda-reform", "intra_node=nccl", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   std::vector<absl::Status> connected(4), failed(4), recovered(4);
@@ -256,7 +271,8 @@ TEST_F(SessionCudaTest, HostTrainersAndCudaRolloutsMixTransports) {
 // messages into device memory). (One process driving both backends in one round: the executor's
 // random-placement test in tests/unit/nccl_executor_test.cc.)
 TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   std::vector<Process> processes =
       MakeJob("cuda-both", "intra_node=nccl",
               {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda, MemoryKind::kCuda}, cuda);
@@ -270,6 +286,49 @@ TEST_F(SessionCudaTest, OneJobRunsNcclAndUcxPairsInTheSameSyncs) {
               HasSubstr(ReceivedBytesMetric("intra_node", "ucx")));
   EXPECT_EQ(processes[2].session->State().first, 2);
   EXPECT_EQ(processes[3].session->State().first, 2);
+}
+
+// A colocated job on two nodes: on each node a trainer and a rollout share one GPU, the rollout
+// holding the other trainer's shard, so every rollout byte crosses nodes over NCCL. NCCL refuses a
+// communicator with two ranks on one GPU (the fabric does too), so the job forms several, each of
+// the four pairs across nodes in one holding no two processes of a GPU (here four of two ranks
+// each: no larger one exists). Pairs within a node would go over CUDA IPC.
+TEST_F(SessionCudaTest, ColocatedProcessesOnTwoNodesSyncOverSeveralCommunicators) {
+  test::FakeCudaFabric cuda(/*devices=*/2);
+  cuda.set_refuses_duplicate_devices(true);
+  node_ids_ = {{{Role::kTrainer, 0}, "a"},
+               {{Role::kRollout, 1}, "a"},
+               {{Role::kTrainer, 1}, "b"},
+               {{Role::kRollout, 0}, "b"}};
+  device_ids_ = {{{Role::kTrainer, 0}, 0},
+                 {{Role::kRollout, 1}, 0},
+                 {{Role::kTrainer, 1}, 1},
+                 {{Role::kRollout, 0}, 1}};
+  std::vector<Process> processes =
+      MakeJob("cuda-colocated", "", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  const std::vector<absl::Status> results = Run(processes, 3);
+  for (size_t p = 0; p < results.size(); ++p) {
+    EXPECT_TRUE(results[p].ok()) << p << ": " << results[p];
+  }
+  for (int p : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << "rollout " << p - 2);
+    EXPECT_THAT(processes[p].session->MetricsText(),
+                HasSubstr(ReceivedBytesMetric("inter_node", "nccl")));
+    EXPECT_EQ(processes[p].session->State().first, 3);
+  }
+  EXPECT_EQ(cuda.aborts(), 0);
+}
+
+// Two processes on one GPU whose pair is routed to NCCL cannot be connected by any communicator:
+// every process's connect is refused naming them, before a communicator is formed.
+TEST_F(SessionCudaTest, NcclBetweenProcessesOfOneGpuIsRefusedEverywhere) {
+  test::FakeCudaFabric cuda;
+  cuda.set_refuses_duplicate_devices(true);
+  std::vector<Process> processes =
+      MakeJob("cuda-one-gpu", "intra_node=nccl", MemoryKind::kCuda, MemoryKind::kCuda, cuda);
+  const std::vector<absl::Status> results = Run(processes, 1);
+  ExpectRefusedEverywhere(processes, results, absl::StatusCode::kUnimplemented,
+                          "processes 0 and 1 exchange CUDA memory over NCCL but share one GPU");
 }
 
 // NCCL and CUDA IPC in the same syncs: trainer 0 on node a, the others on node b, all CUDA.
@@ -335,7 +394,8 @@ constexpr char kOverNccl[] = "intra_node=nccl;*=ucx:sm,cma,self";
 // its verdict) at its first sync, where every running process re-forms the communicator on taking
 // the roster that admitted it; that sync moves every byte to it over NCCL and commits.
 TEST_F(SessionCudaTest, ACudaRolloutReplacementJoinsTheCommunicatorAndGetsEveryElement) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   std::vector<Process> processes =
       MakeJob("cuda-replace", kOverNccl, MemoryKind::kCuda, MemoryKind::kCuda, cuda);
   ConnectSyncAndLose(processes, 3, "process 3 (rollout rank 1");
@@ -375,7 +435,8 @@ TEST_F(SessionCudaTest, ACudaRolloutReplacementIsReachedOverCudaIpc) {
 // at all). Once each is gone, the next sync fails naming it; then a good replacement joins and
 // the next sync commits.
 TEST_F(SessionCudaTest, ARefusedCudaReplacementFailsTheSyncEverywhereAndAnotherMayJoin) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   test::FakeCudaFabric no_gpu(/*devices=*/0);
   std::vector<Process> processes =
       MakeJob("cuda-refused", kOverNccl, MemoryKind::kCuda, MemoryKind::kCuda, cuda);
@@ -421,7 +482,8 @@ TEST_F(SessionCudaTest, ARefusedCudaReplacementFailsTheSyncEverywhereAndAnotherM
 // share an NCCL communicator: its replacement takes no part in the communicator but still runs the
 // CUDA collective at its first sync, with the others, who re-form it there.
 TEST_F(SessionCudaTest, AHostReplacementInACudaJobKeepsTheCollectivesInStep) {
-  test::FakeCudaFabric cuda;
+  test::FakeCudaFabric cuda(/*devices=*/4);
+  OneGpuPerProcess(cuda);
   node_ids_ = {{{Role::kTrainer, 1}, "other"}};
   const std::vector<MemoryKind> kinds = {MemoryKind::kCuda, MemoryKind::kHost, MemoryKind::kCuda,
                                          MemoryKind::kCuda};

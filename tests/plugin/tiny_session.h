@@ -49,10 +49,11 @@ inline SessionConfig TinyJobConfig(Role role, int32_t rank, int port, const std:
   return config;
 }
 
-// Creates the session and declares the process's buffers (of memory `kind`; CUDA buffers on
-// device 0), parameters and pieces through it.
+// Creates the session and declares the process's buffers (of memory `kind`, on `device` when
+// CUDA), parameters and pieces through it.
 inline TinySessionProcess MakeTinySessionProcess(const SessionConfig& config,
-                                                 MemoryKind kind = MemoryKind::kHost) {
+                                                 MemoryKind kind = MemoryKind::kHost,
+                                                 int device = 0) {
   TinySessionProcess process;
   absl::StatusOr<std::unique_ptr<Session>> session = Session::Create(config);
   EXPECT_TRUE(session.ok()) << session.status();
@@ -66,7 +67,7 @@ inline TinySessionProcess MakeTinySessionProcess(const SessionConfig& config,
   for (const BufferInfo& buffer : process.part.buffers) {
     EXPECT_TRUE(process.session
                     ->RegisterBuffer(buffer.id, process.memory->data({rank, buffer.id}),
-                                     buffer.bytes, kind, 0)
+                                     buffer.bytes, kind, device)
                     .ok());
   }
   for (const ParamInfo& param : process.part.params) {

@@ -32,13 +32,13 @@ CudaJobOptions TinyJob(test::FakeCudaFabric& cuda) {
   return options;
 }
 
-void ExpectEveryRolloutElementChecked(const absl::StatusOr<CudaJobResult>& job) {
+void ExpectEveryRolloutElementChecked(const absl::StatusOr<CudaJobResult>& job, int devices = 1) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_GT(job->rollout_buffer_bytes, 0);
   EXPECT_EQ(job->verified_elements_bytes, job->rollout_buffer_bytes);
   EXPECT_GT(job->rollout_bytes, 0);
   EXPECT_EQ(job->transfer_seconds.size(), 2u);
-  EXPECT_EQ(job->devices, 1);
+  EXPECT_EQ(job->devices, devices);
 }
 
 TEST(CudaJobTest, TwoForkedProcessesSharingADeviceSyncOverCudaIpc) {
@@ -47,7 +47,9 @@ TEST(CudaJobTest, TwoForkedProcessesSharingADeviceSyncOverCudaIpc) {
   options.forked_processes = true;
   absl::StatusOr<CudaJobResult> job = RunCudaJob(options);
   ExpectEveryRolloutElementChecked(job);
-  if (job.ok()) EXPECT_EQ(job->placement, "cuda->cuda (cuda_ipc, processes)");
+  if (job.ok()) {
+    EXPECT_EQ(job->placement, "cuda->cuda (cuda_ipc, processes)");
+  }
 }
 
 TEST(CudaJobTest, ThreadsOfOneProcessReadEachOtherOverCudaIpcWithoutOpeningHandles) {
@@ -55,7 +57,9 @@ TEST(CudaJobTest, ThreadsOfOneProcessReadEachOtherOverCudaIpcWithoutOpeningHandl
   cuda.set_opens_own_ipc_handles(false);
   absl::StatusOr<CudaJobResult> job = RunCudaJob(TinyJob(cuda));
   ExpectEveryRolloutElementChecked(job);
-  if (job.ok()) EXPECT_EQ(job->placement, "cuda->cuda (cuda_ipc, threads)");
+  if (job.ok()) {
+    EXPECT_EQ(job->placement, "cuda->cuda (cuda_ipc, threads)");
+  }
   EXPECT_EQ(cuda.ipc_opens(), 0);
 }
 
@@ -66,12 +70,30 @@ TEST(CudaJobTest, NcclWhenConfigured) {
   // One device, two processes: the trainer keeps host memory (NCCL refuses two ranks on a GPU).
   absl::StatusOr<CudaJobResult> staged = RunCudaJob(options);
   ExpectEveryRolloutElementChecked(staged);
-  if (staged.ok()) EXPECT_THAT(staged->placement, HasSubstr("host->cuda (ucx"));
-  // Forced into CUDA memory (the fake's NCCL, unlike NCCL, takes two ranks on one device).
+  if (staged.ok()) {
+    EXPECT_THAT(staged->placement, HasSubstr("host->cuda (ucx"));
+  }
+  // Forced into CUDA memory: no communicator can hold two ranks of one device (NCCL refuses them,
+  // and so does the fabric here), so connect is refused naming the GPU (the gpu test
+  // TwoNcclRanksOnOneGpuAreRefusedWithinTheDeadline, on the fake).
+  cuda.set_refuses_duplicate_devices(true);
+  options.all_cuda = true;
+  absl::StatusOr<CudaJobResult> refused = RunCudaJob(options);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("share one GPU"));
+}
+
+TEST(CudaJobTest, NcclBetweenTwoDevicesInCudaMemory) {
+  test::FakeCudaFabric cuda(/*devices=*/2);
+  cuda.set_refuses_duplicate_devices(true);
+  CudaJobOptions options = TinyJob(cuda);
+  options.path_transports = "intra_node=nccl";
   options.all_cuda = true;
   absl::StatusOr<CudaJobResult> direct = RunCudaJob(options);
-  ExpectEveryRolloutElementChecked(direct);
-  if (direct.ok()) EXPECT_EQ(direct->placement, "cuda->cuda (nccl, threads)");
+  ExpectEveryRolloutElementChecked(direct, /*devices=*/2);
+  if (direct.ok()) {
+    EXPECT_EQ(direct->placement, "cuda->cuda (nccl, threads)");
+  }
 }
 
 }  // namespace

@@ -63,6 +63,7 @@ struct FakeCudaFabric::State {
   struct Clique {
     int nranks = 0;
     std::set<int> joined;
+    std::map<int, int> device_of_rank;
     bool aborted = false;
     std::string error;
     std::map<std::pair<int, int>, std::deque<std::string>> mailbox;  // (from, to) rank.
@@ -92,6 +93,7 @@ struct FakeCudaFabric::State {
   int64_t ipc_opens = 0;
   int64_t ipc_closes = 0;
   bool opens_own_ipc_handles = true;
+  bool refuses_duplicate_devices = false;
   std::map<void*, int64_t> declared_opens;  // Opened handles of declared ranges: open count.
   int64_t allocated = 0;
   int64_t peak = 0;
@@ -147,6 +149,7 @@ class FakeApi final : public NcclApi {
     if (device < 0 || device >= s_->devices) {
       return absl::InvalidArgumentError(absl::StrCat("fake: no device ", device));
     }
+    device_ = device;
     return absl::OkStatus();
   }
   absl::StatusOr<void*> Malloc(size_t bytes) override {
@@ -386,6 +389,13 @@ class FakeApi final : public NcclApi {
       return absl::InvalidArgumentError(absl::StrCat("fake: rank ", rank, " joined twice"));
     }
     clique.nranks = nranks;
+    for (const auto& [other, device] : clique.device_of_rank) {
+      if (s_->refuses_duplicate_devices && device == device_ && clique.error.empty()) {
+        clique.error = absl::StrCat("fake ncclInvalidUsage: Duplicate GPU detected: rank ", other,
+                                    " and rank ", rank, " both on device ", device);
+      }
+    }
+    clique.device_of_rank[rank] = device_;
     const int64_t handle = s_->next_handle++;
     s_->comms[handle] = State::Comm{id.ToBytes(), rank};
     return Handle(handle);
@@ -519,6 +529,7 @@ class FakeApi final : public NcclApi {
   std::shared_ptr<State> s_;
   bool in_group_ = false;
   std::vector<Operation> group_;
+  int device_ = 0;  // The current device (SetDevice) of the thread using this API.
 };
 
 }  // namespace
@@ -562,6 +573,11 @@ void FakeCudaFabric::FlipByteOfReceivedMessage(int k) {
 std::vector<std::pair<int, int>> FakeCudaFabric::flipped_messages() const {
   absl::MutexLock lock(&state_->mu);
   return state_->flipped;
+}
+
+void FakeCudaFabric::set_refuses_duplicate_devices(bool refuses) {
+  absl::MutexLock lock(&state_->mu);
+  state_->refuses_duplicate_devices = refuses;
 }
 
 void FakeCudaFabric::FailCommunicators() {

@@ -73,6 +73,11 @@ class FakeCudaFabric {
   // threads standing in for processes map each other's allocations). False makes it answer like
   // CUDA: the CUDA IPC transport then reads peers of this OS process at their own addresses.
   void set_opens_own_ipc_handles(bool opens);
+  // Whether a communicator with two ranks on one device fails to form, as NCCL's does ("Duplicate
+  // GPU detected": every rank's CommAsyncError reports it). Default false: tests of threads
+  // standing in for processes put every rank on device 0. The device of a rank is the last
+  // SetDevice of the API it joined through.
+  void set_refuses_duplicate_devices(bool refuses);
 
   struct State;
 

@@ -209,7 +209,8 @@ absl::StatusOr<std::vector<TransportChoice>> ChooseTransports(
 }
 
 absl::StatusOr<std::unique_ptr<RoutedTransport>> RoutedTransport::Create(
-    int32_t process, std::vector<std::unique_ptr<Transport>> backends, std::vector<int32_t> route) {
+    int32_t process, std::vector<std::unique_ptr<Transport>> backends, std::vector<int32_t> route,
+    std::string name) {
   if (backends.empty()) return absl::InvalidArgumentError("a routed transport needs a backend");
   for (size_t peer = 0; peer < route.size(); ++peer) {
     if (route[peer] < 0 || route[peer] >= static_cast<int32_t>(backends.size())) {
@@ -219,6 +220,7 @@ absl::StatusOr<std::unique_ptr<RoutedTransport>> RoutedTransport::Create(
   }
   auto routed = std::unique_ptr<RoutedTransport>(new RoutedTransport());
   routed->process_ = process;
+  routed->name_ = std::move(name);
   routed->backends_ = std::move(backends);
   routed->route_ = std::move(route);
   return routed;
@@ -229,6 +231,7 @@ RoutedTransport::~RoutedTransport() {
 }
 
 std::string RoutedTransport::name() const {
+  if (!name_.empty()) return name_;
   std::vector<std::string> names;
   for (const auto& backend : backends_) names.push_back(backend->name());
   return absl::StrCat("routed(", absl::StrJoin(names, ","), ")");

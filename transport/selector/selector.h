@@ -106,10 +106,12 @@ absl::StatusOr<std::vector<TransportChoice>> ChooseTransports(
 // or with the first other error. Thread safety as Transport.
 class RoutedTransport final : public Transport {
  public:
-  // `route` is indexed by peer process id; every entry must index `backends`.
+  // `route` is indexed by peer process id; every entry must index `backends`. `name`: what name()
+  // answers when not empty (several NCCL communicators routed as one backend answer "nccl");
+  // otherwise "routed(<each backend's name>)".
   static absl::StatusOr<std::unique_ptr<RoutedTransport>> Create(
-      int32_t process, std::vector<std::unique_ptr<Transport>> backends,
-      std::vector<int32_t> route);
+      int32_t process, std::vector<std::unique_ptr<Transport>> backends, std::vector<int32_t> route,
+      std::string name = "");
   // Destroys the backends last to first, so that a backend may borrow an earlier one (the CUDA IPC
   // backend's messenger is a UCX worker listed before it).
   ~RoutedTransport() override;
@@ -158,6 +160,7 @@ class RoutedTransport final : public Transport {
   absl::StatusOr<RequestId> Remember(int32_t backend, absl::StatusOr<RequestId> request);
 
   int32_t process_ = 0;
+  std::string name_;
   std::vector<std::unique_ptr<Transport>> backends_;
   std::vector<int32_t> route_;
   std::map<RequestId, Routed> requests_;
