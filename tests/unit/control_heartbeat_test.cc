@@ -6,7 +6,10 @@
 // deadline, naming the coordinator. Time bounds are hang bounds with slack for a loaded machine.
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -195,6 +198,69 @@ TEST(HeartbeatTest, ProcessesIdleOrBlockedForManySilenceLimitsStayInTheJob) {
   EXPECT_EQ(counters.lost, 0);
   EXPECT_EQ(counters.rounds_completed, 3);
   EXPECT_EQ(counters.rounds_failed, 0);
+}
+
+// The child of the stall test: a job of two trainers and a rollout with heartbeats, all in this
+// process. Writes a byte to `ready_fd` once joined, waits for a byte on `go_fd` (the parent stops
+// and continues this process in between), gives the watchers a few silence limits to misjudge the
+// stall, then checks that nobody was taken as lost. Returns the exit status (0: nobody was).
+int RunJobThroughAStall(int ready_fd, int go_fd) {
+  Job job = StartJob(2, 1, FastOptions(2, 1));
+  char byte = 'r';
+  if (write(ready_fd, &byte, 1) != 1 || read(go_fd, &byte, 1) != 1) return 2;
+  absl::SleepFor(3 * kLimit);
+  int failures = 0;
+  for (int id = 0; id < 3; ++id) {
+    if (job.clients[id]->loss_count() != 0) {
+      std::fprintf(stderr, "process %d recorded %zu losses\n", id, job.clients[id]->loss_count());
+      ++failures;
+    }
+  }
+  std::vector<absl::Status> barriers(3);
+  Parallel(3,
+           [&](int id) { barriers[id] = job.clients[id]->Barrier(absl::Now() + kLongDeadline); });
+  for (int id = 0; id < 3; ++id) {
+    if (!barriers[id].ok()) {
+      std::fprintf(stderr, "process %d: %s\n", id, barriers[id].ToString().c_str());
+      ++failures;
+    }
+  }
+  const CoordinatorCounters counters = job.coordinator->counters();
+  if (counters.silent != 0 || counters.lost != 0) {
+    std::fprintf(stderr, "the coordinator took %lld as silent, %lld as lost\n",
+                 static_cast<long long>(counters.silent), static_cast<long long>(counters.lost));
+    ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// A stall of the whole job (coordinator and clients in one process, stopped with SIGSTOP for four
+// silence limits, as an overloaded machine or a paused VM stalls them) is not silence: when the
+// process continues, every watcher has waited past its silence limit, but none of them heard
+// nothing while it was there to hear, so nobody is lost and the next Barrier completes.
+TEST(HeartbeatTest, AStallOfTheWholeJobIsNotTakenForSilence) {
+  int ready[2];
+  int go[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(RunJobThroughAStall(ready[1], go[0]));
+  close(ready[1]);
+  close(go[0]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  absl::SleepFor(4 * kLimit);
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  ASSERT_EQ(write(go[1], &byte, 1), 1);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  close(ready[0]);
+  close(go[1]);
 }
 
 // A client from before heartbeats (it does not offer them) gets none and is never timed out.

@@ -37,6 +37,7 @@ using control_testing::ClientOptions;
 using control_testing::Job;
 using control_testing::kJob;
 using control_testing::kSecret;
+using control_testing::kShortHandshakeTimeout;
 using control_testing::MakeHello;
 using control_testing::Options;
 using control_testing::Parallel;
@@ -48,6 +49,8 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kWrongSecret[] = "incorrect-donkey-battery-staple-7";
+// How long a reply may take beyond its due time on a loaded machine (a hang bound).
+constexpr absl::Duration kReplyWait = absl::Seconds(5);
 
 // Every error message a test saw; the last test checks that no secret leaked into any of them.
 absl::Mutex messages_mu;
@@ -398,9 +401,9 @@ TEST(CoordinatorTest, DifferentCollectivesInOneRoundFailEveryProcess) {
   });
 }
 
-// The coordinator's refusal, read after the challenge.
-absl::Status RefusalOf(Raw& raw) {
-  absl::StatusOr<control::Frame> f = raw.Read();
+// The coordinator's refusal, read after the challenge, waiting at most `wait`.
+absl::Status RefusalOf(Raw& raw, absl::Duration wait = absl::Seconds(3)) {
+  absl::StatusOr<control::Frame> f = raw.Read(wait);
   if (!f.ok()) return f.status();
   if (!f->has_reject()) return absl::InternalError("no reject");
   return Seen(StatusFromWire(f->reject().code(), f->reject().reason()));
@@ -408,6 +411,7 @@ absl::Status RefusalOf(Raw& raw) {
 
 TEST(CoordinatorTest, HostileConnectionsAreRefusedWhileGoodProcessesJoin) {
   CoordinatorOptions options = Options(1, 1);
+  options.handshake_timeout = kShortHandshakeTimeout;
   absl::StatusOr<std::unique_ptr<Coordinator>> started = Coordinator::Start(options);
   ASSERT_TRUE(started.ok()) << started.status();
   Coordinator& coordinator = **started;
@@ -509,7 +513,7 @@ TEST(CoordinatorTest, HostileConnectionsAreRefusedWhileGoodProcessesJoin) {
   // The half-open connection got its challenge and is closed once its handshake time is up.
   absl::StatusOr<control::Frame> challenge = half_open.Read();
   ASSERT_TRUE(challenge.ok() && challenge->has_challenge());
-  EXPECT_TRUE(absl::IsDeadlineExceeded(RefusalOf(half_open)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(RefusalOf(half_open, kShortHandshakeTimeout + kReplyWait)));
 
   const CoordinatorCounters counters = coordinator.counters();
   EXPECT_EQ(counters.Refused(RefusalReason::kAuthenticationFailed), 2);  // Replay, wrong secret.
@@ -527,13 +531,15 @@ TEST(CoordinatorTest, HostileConnectionsAreRefusedWhileGoodProcessesJoin) {
 TEST(CoordinatorTest, TooManyHalfOpenConnectionsDelayButDoNotStopAGoodProcess) {
   CoordinatorOptions options = Options(1, 0);
   options.max_pending_connections = 2;
+  options.handshake_timeout = kShortHandshakeTimeout;
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
   ASSERT_TRUE(c.ok());
   Raw a((*c)->port()), b((*c)->port());
   absl::SleepFor(absl::Milliseconds(50));
   // Refused while both slots are taken, retried, and admitted once they time out.
-  absl::StatusOr<std::unique_ptr<ControlClient>> client =
-      ControlClient::Connect(ClientOptions((*c)->port(), ControlRole::kTrainer, 0));
+  ControlClientOptions good = ClientOptions((*c)->port(), ControlRole::kTrainer, 0);
+  good.connect_timeout = 2 * kShortHandshakeTimeout + kReplyWait;
+  absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(good);
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_GE((*c)->counters().Refused(RefusalReason::kTooManyConnections), 1);
   EXPECT_TRUE((*client)->Join(JoinRequest{}, absl::Now() + absl::Seconds(2)).ok());

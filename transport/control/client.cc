@@ -549,9 +549,13 @@ void ControlClient::KeepAlive() {
   bool poll_connection = true;
   while (!closed_.load()) {
     pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
-    const int ready = poll(fds, 2, PollTimeoutMs(std::min(next_beat, heard_at + silence_limit_)));
+    const absl::Time wake = std::min(next_beat, heard_at + silence_limit_);
+    const int ready = poll(fds, 2, PollTimeoutMs(wake));
     if (ready > 0 && fds[0].revents != 0) return;  // The destructor.
     const absl::Time now = absl::Now();
+    // Woken late, this thread (or its host) stalled: silence counts only time it was there to
+    // hear. A silence check that was itself due by `wake` still fails below.
+    if (now > wake) heard_at += now - wake;
     poll_connection = true;
     if (ready > 0 && fds[1].revents != 0) {
       heard_at = now;  // Something arrived (or the end, which the read below reports).
