@@ -108,6 +108,52 @@ struct Reports {
   absl::Time first_at;
 };
 
+// A coordinator by hand for one trainer (rank 0) of a job of one trainer and one rollout: accepts
+// on `listener`, runs the handshake (heartbeats every kInterval, `silence_limit`) and the
+// rendezvous, and leaves the connection in `connection` once the roster was sent (invalid when a
+// check failed). The rollout never connects; the roster names it.
+void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* connection,
+                        FrameReader* reader) {
+  ASSERT_TRUE(PollOne(listener, POLLIN, absl::Now() + absl::Seconds(5)).ok());
+  UniqueFd c(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  ASSERT_TRUE(c.valid());
+  const std::string nonce(kNonceBytes, 'n');
+  control::Frame frame;
+  frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
+  frame.mutable_challenge()->set_nonce(nonce);
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), *reader);
+  ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
+  const bool heartbeats = hello->hello().heartbeats();
+  frame.Clear();
+  control::Welcome* welcome = frame.mutable_welcome();
+  welcome->set_process(0);
+  welcome->set_num_trainers(1);
+  welcome->set_num_rollouts(1);
+  welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
+  welcome->set_mac(WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, 0));
+  if (heartbeats) {
+    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
+    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(silence_limit));
+  }
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), *reader);
+  ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
+  frame.Clear();
+  control::Roster* roster = frame.mutable_roster();
+  roster->set_num_trainers(1);
+  roster->set_num_rollouts(1);
+  roster->add_blobs("manifest");
+  for (int32_t id = 0; id < 2; ++id) {
+    control::RosterEntry* entry = roster->add_processes();
+    entry->set_process(id);
+    entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
+    entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
+  }
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  *connection = std::move(c);
+}
+
 // Rollout rank 0 (by hand) offers heartbeats, joins, and then sends nothing while keeping its
 // connection open. The coordinator takes it as lost after the silence limit: the trainer blocked in
 // a Barrier fails naming it and the silence, the other trainer's LossWatch reports it, and the
@@ -293,42 +339,10 @@ TEST(HeartbeatTest, ASilentCoordinatorFailsTheCallInFlightAndTheWatchNamingIt) {
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::atomic<int> heartbeats{0};
   std::thread fake([&] {
-    ASSERT_TRUE(PollOne(listener->get(), POLLIN, absl::Now() + absl::Seconds(5)).ok());
-    UniqueFd c(accept4(listener->get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    ASSERT_TRUE(c.valid());
     FrameReader reader(kDefaultMaxFrameBytes);
-    const std::string nonce(kNonceBytes, 'n');
-    control::Frame frame;
-    frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
-    frame.mutable_challenge()->set_nonce(nonce);
-    ASSERT_TRUE(Write(c.get(), frame).ok());
-    absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), reader);
-    ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
-    EXPECT_TRUE(hello->hello().heartbeats());
-    frame.Clear();
-    control::Welcome* welcome = frame.mutable_welcome();
-    welcome->set_process(0);
-    welcome->set_num_trainers(1);
-    welcome->set_num_rollouts(1);
-    welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
-    welcome->set_mac(WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, 0));
-    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
-    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(kCoordinatorLimit));
-    ASSERT_TRUE(Write(c.get(), frame).ok());
-    absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), reader);
-    ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
-    frame.Clear();
-    control::Roster* roster = frame.mutable_roster();
-    roster->set_num_trainers(1);
-    roster->set_num_rollouts(1);
-    roster->add_blobs("manifest");
-    for (int32_t id = 0; id < 2; ++id) {
-      control::RosterEntry* entry = roster->add_processes();
-      entry->set_process(id);
-      entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
-      entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
-    }
-    ASSERT_TRUE(Write(c.get(), frame).ok());
+    UniqueFd c;
+    ServeUpToTheRoster(listener->get(), kCoordinatorLimit, &c, &reader);
+    if (!c.valid()) return;
     // Silent from here on; reads until the client gives up on it and closes.
     for (;;) {
       absl::StatusOr<control::Frame> got = ReadFrame(c.get(), reader, absl::Now() + kLongDeadline);
@@ -370,6 +384,42 @@ TEST(HeartbeatTest, ASilentCoordinatorFailsTheCallInFlightAndTheWatchNamingIt) {
   absl::Status later = (*client)->Barrier(absl::Now() + kLongDeadline);
   EXPECT_TRUE(absl::IsUnavailable(later)) << later;
   EXPECT_THAT(later.message(), HasSubstr("lost the coordinator"));
+}
+
+// A coordinator (by hand) that dies with the connection reset (SO_LINGER 0) after the roster: the
+// next call fails naming the coordinator, whether the reset shows first on its write (usual on
+// loopback: the reset has arrived before the call) or on its read. No heartbeats, so that only the
+// call touches the connection.
+TEST(HeartbeatTest, ACoordinatorThatResetsTheConnectionFailsTheNextCallNamingIt) {
+  int port = 0;
+  absl::StatusOr<UniqueFd> listener = ListenTcp("127.0.0.1", 0, false, &port);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::Notification reset;
+  std::thread fake([&] {
+    FrameReader reader(kDefaultMaxFrameBytes);
+    UniqueFd c;
+    ServeUpToTheRoster(listener->get(), kLimit, &c, &reader);
+    if (c.valid()) {
+      const linger abort_on_close{1, 0};
+      EXPECT_EQ(setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close)),
+                0);
+      c.Reset();
+    }
+    reset.Notify();
+  });
+  ControlClientOptions options = ClientOptions(port, ControlRole::kTrainer, 0);
+  options.heartbeats = false;
+  absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(JoinRequest{}, absl::Now() + absl::Seconds(5)).ok());
+  reset.WaitForNotification();
+  fake.join();
+  for (int call = 0; call < 2; ++call) {  // The later call fails the same way.
+    const absl::Status barrier = (*client)->Barrier(absl::Now() + kLongDeadline);
+    EXPECT_TRUE(absl::IsUnavailable(barrier)) << barrier;
+    EXPECT_THAT(std::string(barrier.message()),
+                HasSubstr("Barrier #0: lost the coordinator: connection lost ("));
+  }
 }
 
 // A coordinator that goes away (stopped here; killed, its connections close the same way) while
