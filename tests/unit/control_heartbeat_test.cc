@@ -6,7 +6,10 @@
 // deadline, naming the coordinator. Time bounds are hang bounds with slack for a loaded machine.
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -105,6 +108,52 @@ struct Reports {
   absl::Time first_at;
 };
 
+// A coordinator by hand for one trainer (rank 0) of a job of one trainer and one rollout: accepts
+// on `listener`, runs the handshake (heartbeats every kInterval, `silence_limit`) and the
+// rendezvous, and leaves the connection in `connection` once the roster was sent (invalid when a
+// check failed). The rollout never connects; the roster names it.
+void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* connection,
+                        FrameReader* reader) {
+  ASSERT_TRUE(PollOne(listener, POLLIN, absl::Now() + absl::Seconds(5)).ok());
+  UniqueFd c(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+  ASSERT_TRUE(c.valid());
+  const std::string nonce(kNonceBytes, 'n');
+  control::Frame frame;
+  frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
+  frame.mutable_challenge()->set_nonce(nonce);
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), *reader);
+  ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
+  const bool heartbeats = hello->hello().heartbeats();
+  frame.Clear();
+  control::Welcome* welcome = frame.mutable_welcome();
+  welcome->set_process(0);
+  welcome->set_num_trainers(1);
+  welcome->set_num_rollouts(1);
+  welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
+  welcome->set_mac(WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, 0));
+  if (heartbeats) {
+    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
+    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(silence_limit));
+  }
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), *reader);
+  ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
+  frame.Clear();
+  control::Roster* roster = frame.mutable_roster();
+  roster->set_num_trainers(1);
+  roster->set_num_rollouts(1);
+  roster->add_blobs("manifest");
+  for (int32_t id = 0; id < 2; ++id) {
+    control::RosterEntry* entry = roster->add_processes();
+    entry->set_process(id);
+    entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
+    entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
+  }
+  ASSERT_TRUE(Write(c.get(), frame).ok());
+  *connection = std::move(c);
+}
+
 // Rollout rank 0 (by hand) offers heartbeats, joins, and then sends nothing while keeping its
 // connection open. The coordinator takes it as lost after the silence limit: the trainer blocked in
 // a Barrier fails naming it and the silence, the other trainer's LossWatch reports it, and the
@@ -197,6 +246,69 @@ TEST(HeartbeatTest, ProcessesIdleOrBlockedForManySilenceLimitsStayInTheJob) {
   EXPECT_EQ(counters.rounds_failed, 0);
 }
 
+// The child of the stall test: a job of two trainers and a rollout with heartbeats, all in this
+// process. Writes a byte to `ready_fd` once joined, waits for a byte on `go_fd` (the parent stops
+// and continues this process in between), gives the watchers a few silence limits to misjudge the
+// stall, then checks that nobody was taken as lost. Returns the exit status (0: nobody was).
+int RunJobThroughAStall(int ready_fd, int go_fd) {
+  Job job = StartJob(2, 1, FastOptions(2, 1));
+  char byte = 'r';
+  if (write(ready_fd, &byte, 1) != 1 || read(go_fd, &byte, 1) != 1) return 2;
+  absl::SleepFor(3 * kLimit);
+  int failures = 0;
+  for (int id = 0; id < 3; ++id) {
+    if (job.clients[id]->loss_count() != 0) {
+      std::fprintf(stderr, "process %d recorded %zu losses\n", id, job.clients[id]->loss_count());
+      ++failures;
+    }
+  }
+  std::vector<absl::Status> barriers(3);
+  Parallel(3,
+           [&](int id) { barriers[id] = job.clients[id]->Barrier(absl::Now() + kLongDeadline); });
+  for (int id = 0; id < 3; ++id) {
+    if (!barriers[id].ok()) {
+      std::fprintf(stderr, "process %d: %s\n", id, barriers[id].ToString().c_str());
+      ++failures;
+    }
+  }
+  const CoordinatorCounters counters = job.coordinator->counters();
+  if (counters.silent != 0 || counters.lost != 0) {
+    std::fprintf(stderr, "the coordinator took %lld as silent, %lld as lost\n",
+                 static_cast<long long>(counters.silent), static_cast<long long>(counters.lost));
+    ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// A stall of the whole job (coordinator and clients in one process, stopped with SIGSTOP for four
+// silence limits, as an overloaded machine or a paused VM stalls them) is not silence: when the
+// process continues, every watcher has waited past its silence limit, but none of them heard
+// nothing while it was there to hear, so nobody is lost and the next Barrier completes.
+TEST(HeartbeatTest, AStallOfTheWholeJobIsNotTakenForSilence) {
+  int ready[2];
+  int go[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(RunJobThroughAStall(ready[1], go[0]));
+  close(ready[1]);
+  close(go[0]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  absl::SleepFor(4 * kLimit);
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  ASSERT_EQ(write(go[1], &byte, 1), 1);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  close(ready[0]);
+  close(go[1]);
+}
+
 // A client from before heartbeats (it does not offer them) gets none and is never timed out.
 TEST(HeartbeatTest, AClientWithoutHeartbeatsIsNeverTimedOut) {
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Start(FastOptions(1, 1));
@@ -227,42 +339,10 @@ TEST(HeartbeatTest, ASilentCoordinatorFailsTheCallInFlightAndTheWatchNamingIt) {
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::atomic<int> heartbeats{0};
   std::thread fake([&] {
-    ASSERT_TRUE(PollOne(listener->get(), POLLIN, absl::Now() + absl::Seconds(5)).ok());
-    UniqueFd c(accept4(listener->get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    ASSERT_TRUE(c.valid());
     FrameReader reader(kDefaultMaxFrameBytes);
-    const std::string nonce(kNonceBytes, 'n');
-    control::Frame frame;
-    frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
-    frame.mutable_challenge()->set_nonce(nonce);
-    ASSERT_TRUE(Write(c.get(), frame).ok());
-    absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), reader);
-    ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
-    EXPECT_TRUE(hello->hello().heartbeats());
-    frame.Clear();
-    control::Welcome* welcome = frame.mutable_welcome();
-    welcome->set_process(0);
-    welcome->set_num_trainers(1);
-    welcome->set_num_rollouts(1);
-    welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
-    welcome->set_mac(WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, 0));
-    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
-    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(kCoordinatorLimit));
-    ASSERT_TRUE(Write(c.get(), frame).ok());
-    absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), reader);
-    ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
-    frame.Clear();
-    control::Roster* roster = frame.mutable_roster();
-    roster->set_num_trainers(1);
-    roster->set_num_rollouts(1);
-    roster->add_blobs("manifest");
-    for (int32_t id = 0; id < 2; ++id) {
-      control::RosterEntry* entry = roster->add_processes();
-      entry->set_process(id);
-      entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
-      entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
-    }
-    ASSERT_TRUE(Write(c.get(), frame).ok());
+    UniqueFd c;
+    ServeUpToTheRoster(listener->get(), kCoordinatorLimit, &c, &reader);
+    if (!c.valid()) return;
     // Silent from here on; reads until the client gives up on it and closes.
     for (;;) {
       absl::StatusOr<control::Frame> got = ReadFrame(c.get(), reader, absl::Now() + kLongDeadline);
@@ -304,6 +384,42 @@ TEST(HeartbeatTest, ASilentCoordinatorFailsTheCallInFlightAndTheWatchNamingIt) {
   absl::Status later = (*client)->Barrier(absl::Now() + kLongDeadline);
   EXPECT_TRUE(absl::IsUnavailable(later)) << later;
   EXPECT_THAT(later.message(), HasSubstr("lost the coordinator"));
+}
+
+// A coordinator (by hand) that dies with the connection reset (SO_LINGER 0) after the roster: the
+// next call fails naming the coordinator, whether the reset shows first on its write (usual on
+// loopback: the reset has arrived before the call) or on its read. No heartbeats, so that only the
+// call touches the connection.
+TEST(HeartbeatTest, ACoordinatorThatResetsTheConnectionFailsTheNextCallNamingIt) {
+  int port = 0;
+  absl::StatusOr<UniqueFd> listener = ListenTcp("127.0.0.1", 0, false, &port);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::Notification reset;
+  std::thread fake([&] {
+    FrameReader reader(kDefaultMaxFrameBytes);
+    UniqueFd c;
+    ServeUpToTheRoster(listener->get(), kLimit, &c, &reader);
+    if (c.valid()) {
+      const linger abort_on_close{1, 0};
+      EXPECT_EQ(setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close)),
+                0);
+      c.Reset();
+    }
+    reset.Notify();
+  });
+  ControlClientOptions options = ClientOptions(port, ControlRole::kTrainer, 0);
+  options.heartbeats = false;
+  absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Join(JoinRequest{}, absl::Now() + absl::Seconds(5)).ok());
+  reset.WaitForNotification();
+  fake.join();
+  for (int call = 0; call < 2; ++call) {  // The later call fails the same way.
+    const absl::Status barrier = (*client)->Barrier(absl::Now() + kLongDeadline);
+    EXPECT_TRUE(absl::IsUnavailable(barrier)) << barrier;
+    EXPECT_THAT(std::string(barrier.message()),
+                HasSubstr("Barrier #0: lost the coordinator: connection lost ("));
+  }
 }
 
 // A coordinator that goes away (stopped here; killed, its connections close the same way) while

@@ -223,7 +223,12 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
     absl::MutexLock write(&write_mu_);
     sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
   }
-  if (!sent.ok()) return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join: ")));
+  if (!sent.ok()) {
+    // As below: a connection that failed under the write means the coordinator is gone.
+    const bool lost = !absl::IsDeadlineExceeded(sent);
+    return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join",
+                                          lost ? ", lost the coordinator: " : ": ")));
+  }
   frame.Clear();
   for (;;) {
     absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
@@ -334,7 +339,9 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
   if (!sent.ok()) {
     // On a deadline the unsent rest stays queued and goes out first on the next call.
     if (absl::IsDeadlineExceeded(sent) && !closed_.load()) return Wrap(sent, name);
-    return Broken(Wrap(sent, name));
+    // The connection failed under the write (reset, or closed by the coordinator's death): named
+    // like a failed read, whichever of the two notices first.
+    return Broken(Wrap(sent, absl::StrCat(name, "lost the coordinator: ")));
   }
   if (!local.ok()) return local;
   for (;;) {
@@ -549,9 +556,13 @@ void ControlClient::KeepAlive() {
   bool poll_connection = true;
   while (!closed_.load()) {
     pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
-    const int ready = poll(fds, 2, PollTimeoutMs(std::min(next_beat, heard_at + silence_limit_)));
+    const absl::Time wake = std::min(next_beat, heard_at + silence_limit_);
+    const int ready = poll(fds, 2, PollTimeoutMs(wake));
     if (ready > 0 && fds[0].revents != 0) return;  // The destructor.
     const absl::Time now = absl::Now();
+    // Woken late, this thread (or its host) stalled: silence counts only time it was there to
+    // hear. A silence check that was itself due by `wake` still fails below.
+    if (now > wake) heard_at += now - wake;
     poll_connection = true;
     if (ready > 0 && fds[1].revents != 0) {
       heard_at = now;  // Something arrived (or the end, which the read below reports).

@@ -30,7 +30,8 @@
 // recorded at once), and when nothing at all arrived from the coordinator for the silence limit it
 // closes the connection: the call in progress and every later one fail with Unavailable ("lost the
 // coordinator: nothing arrived from it for 3.0 s"), and so does WatchLosses (LossWatch then fails
-// the transfers with every peer).
+// the transfers with every peer). A stall of that thread itself (it woke later than it asked to)
+// does not count as the coordinator's silence.
 //
 // Thread safety: one call at a time (thread-compatible), except Abort, which any thread may call
 // at any time, loss_count and LossesSince (any thread), and WatchLosses, which one other thread

@@ -98,6 +98,7 @@ void Coordinator::Impl::Run() {
     if (stop_.load()) break;
     if (ready < 0 && errno != EINTR) absl::SleepFor(absl::Milliseconds(10));
     const absl::Time after = absl::Now();
+    if (wake != absl::InfiniteFuture() && after > wake) DiscountOwnStall(after - wake);
     if (ready > 0) {
       if (fds[1].revents & POLLIN) AcceptAll(after);
       for (size_t i = 0; i < polled.size(); ++i) {
@@ -168,6 +169,15 @@ void Coordinator::Impl::HandleTimers(absl::Time now) {
   while (!expiries_.empty() && std::get<0>(*expiries_.begin()) <= now) {
     const auto [when, number, id] = *expiries_.begin();
     ExpireContributor(number, id);  // Removes the entry.
+  }
+}
+
+void Coordinator::Impl::DiscountOwnStall(absl::Duration late) {
+  // The peers' bytes of that time, if any, are read in this turn before any silence is judged; a
+  // check that was itself due by `wake` still fails the peer in this turn (now - last_heard stays
+  // at least silence_limit).
+  for (const auto& c : connections_) {
+    if (c->heartbeats && c->last_heard != absl::InfiniteFuture()) c->last_heard += late;
   }
 }
 

@@ -49,6 +49,8 @@
 // partitioned host: its connection never closes) as if its connection had ended: it is closed with
 // Reject(Unavailable), and after the roster the process is lost exactly as above ("process 3
 // (rollout rank 1, node n) was lost: silent for 3.0 s"), within silence_limit plus one poll turn.
+// Silence counts only time the coordinator was there to hear: when its own thread (or host)
+// stalled, waking later than it asked poll to, the stall does not count against any process.
 // Heartbeats are ignored wherever they arrive after the Welcome (mid-collective included). A
 // process that did not offer heartbeats (an older client) gets none and is never timed out.
 //

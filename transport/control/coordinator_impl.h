@@ -143,6 +143,10 @@ class Coordinator::Impl {
   void NoticeLoss(int32_t id);
   // Heartbeats due now, and the closing of connections silent for the limit.
   void KeepAlive(Connection& c, absl::Time now);
+  // The loop woke `late` after the time it asked poll for (its own thread or host stalled):
+  // silence counts only time the coordinator was there to hear, so every heartbeating
+  // connection's last_heard moves forward by `late`.
+  void DiscountOwnStall(absl::Duration late);
   void FlushAll();
   void Sweep(absl::Time now);
   void Shutdown();
