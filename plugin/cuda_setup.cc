@@ -58,11 +58,17 @@ absl::Status FirstRefusal(const std::vector<std::string>& all, absl::string_view
   return absl::OkStatus();
 }
 
-// The identity of this process's GPU for PlanNcclCommunicators: its node and the device's UUID
-// ("" for a process without CUDA buffers: it is in no NCCL pair).
-absl::StatusOr<std::string> GpuIdentity(const Job& job, int32_t process, int device,
+// The identity of this process's GPU for PlanNcclCommunicators: its node and the device's UUID;
+// "" for a process in no NCCL pair (PlanNcclCommunicators reads no other identity), which then
+// queries no device.
+absl::StatusOr<std::string> GpuIdentity(const Job& job, const std::vector<NcclPair>& pairs,
+                                        int32_t process, int device,
                                         const NcclApiFactory& factory) {
-  if (JobMemoryKinds(job).Process(process) != MemoryKind::kCuda) return std::string();
+  if (std::none_of(pairs.begin(), pairs.end(), [process](const NcclPair& pair) {
+        return pair.first == process || pair.second == process;
+      })) {
+    return std::string();
+  }
 #if WSYNC_HAVE_NCCL
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
   WSYNC_ASSIGN_OR_RETURN(std::string uuid, api->DeviceUuid(device));
@@ -186,7 +192,7 @@ absl::StatusOr<CudaConnection> ConnectCuda(const Job& job, const std::vector<Ncc
       verdict = memory.status();
     }
     if (verdict.ok()) {
-      absl::StatusOr<std::string> identity = GpuIdentity(job, process, device, factory);
+      absl::StatusOr<std::string> identity = GpuIdentity(job, pairs, process, device, factory);
       if (identity.ok()) {
         gpu_identity = *identity;
       } else {
@@ -209,7 +215,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ReformNccl(const Job& job,
                                                       int32_t process, int device, Group& group,
                                                       absl::Time deadline,
                                                       const NcclApiFactory& factory) {
-  absl::StatusOr<std::string> identity = GpuIdentity(job, process, device, factory);
+  absl::StatusOr<std::string> identity = GpuIdentity(job, pairs, process, device, factory);
   return ExchangeAndForm(job, pairs, process, device, identity.status(),
                          identity.ok() ? *identity : "", group, deadline, factory);
 }
