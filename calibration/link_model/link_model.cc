@@ -126,6 +126,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   // Relays whose receive and send share a path: the processes timed, and (bytes, seconds).
   std::map<std::string, std::set<int32_t>> relay_processes;
   std::map<std::string, Points> relay_same_path;
+  std::map<std::pair<int32_t, int32_t>, std::string> pair_path;
   for (int i = 0; i < calibration.samples_size(); ++i) {
     const proto::CalibrationSample& s = calibration.samples(i);
     if (s.seconds_size() == 0 || s.bytes() <= 0) {
@@ -138,6 +139,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
         by_path[s.path()].push_back(point);
         if (s.pattern() == "peer" && s.from() >= 0 && s.to() >= 0) {
           by_pair[{s.from(), s.to()}].push_back(point);
+          pair_path[{s.from(), s.to()}] = s.path();
         }
       } else if (s.pattern() == "both_ways") {
         both_ways[{std::min(s.from(), s.to()), std::max(s.from(), s.to())}].push_back(point);
@@ -178,6 +180,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   fits.nodes.assign(calibration.nodes().begin(), calibration.nodes().end());
   WSYNC_RETURN_IF_ERROR(FitAll(by_path, &fits.by_path, "path fit"));
   WSYNC_RETURN_IF_ERROR(FitAll(by_pair, &fits.by_pair, "pair fit", &fits.skipped));
+  for (const auto& [pair, fit] : fits.by_pair) fits.pair_path[pair] = pair_path[pair];
   WSYNC_RETURN_IF_ERROR(FitAll(both_ways, &fits.both_ways, "both-ways fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(fans, &fits.fans, "fan fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(aggregate, &fits.fan_aggregate, "fan aggregate fit", &fits.skipped));
@@ -255,18 +258,34 @@ std::string ResourceLoad::Name() const {
   return label;
 }
 
+namespace {
+
+// The pair's own fit when it was measured on `path` (or its path is not recorded), else nullptr.
+const LinkFit* PairFit(const LinkFits& fits, int32_t from, int32_t to, absl::string_view path) {
+  auto pair = fits.by_pair.find({from, to});
+  if (pair == fits.by_pair.end()) return nullptr;
+  auto measured = fits.pair_path.find({from, to});
+  if (measured != fits.pair_path.end() && measured->second != path) return nullptr;
+  return &pair->second;
+}
+
+}  // namespace
+
+bool CanPrice(const LinkFits& fits, int32_t from, int32_t to, absl::string_view path) {
+  return PairFit(fits, from, to, path) != nullptr || fits.by_path.contains(std::string(path));
+}
+
 TrafficLoads::TrafficLoads(const LinkFits* fits) : fits_(fits) {}
 
 absl::Status TrafficLoads::Add(int32_t from, int32_t to, absl::string_view path, int64_t bytes) {
   auto it = pairs_.find({from, to});
   if (it == pairs_.end()) {
-    const LinkFit* fit = nullptr;
-    if (auto pair = fits_->by_pair.find({from, to}); pair != fits_->by_pair.end()) {
-      fit = &pair->second;
-    } else if (auto by_path = fits_->by_path.find(std::string(path));
-               by_path != fits_->by_path.end()) {
+    const LinkFit* fit = PairFit(*fits_, from, to, path);
+    if (auto by_path = fits_->by_path.find(std::string(path));
+        fit == nullptr && by_path != fits_->by_path.end()) {
       fit = &by_path->second;
-    } else {
+    }
+    if (fit == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the calibration has no fit for path '", path, "' (process ", from, " to ", to, ")"));
     }
@@ -445,6 +464,22 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
   prediction.latency_seconds =
       max_alpha + std::max(0.0, latency_chain - prediction.transfer_seconds);
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
+  return prediction;
+}
+
+absl::StatusOr<Prediction> PredictPriced(const LinkFits& fits, const Traffic& traffic) {
+  Traffic priced;
+  priced.rounds = traffic.rounds;
+  std::map<std::string, int64_t> unpriced;
+  for (const PairTraffic& pair : traffic.pairs) {
+    if (CanPrice(fits, pair.from, pair.to, pair.path)) {
+      priced.pairs.push_back(pair);
+    } else if (pair.bytes != 0) {
+      unpriced[pair.path] += pair.bytes;
+    }
+  }
+  WSYNC_ASSIGN_OR_RETURN(Prediction prediction, Predict(fits, priced));
+  prediction.unpriced_bytes = std::move(unpriced);
   return prediction;
 }
 

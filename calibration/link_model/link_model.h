@@ -43,7 +43,11 @@ using FanKey = std::tuple<std::string, int32_t, std::vector<int32_t>>;
 
 struct LinkFits {
   std::map<std::string, LinkFit> by_path;  // "peer" and "local" samples by path class.
-  std::map<std::pair<int32_t, int32_t>, LinkFit> by_pair;    // "peer", per ordered pair.
+  std::map<std::pair<int32_t, int32_t>, LinkFit> by_pair;  // "peer", per ordered pair.
+  // The path class each by_pair fit was measured on. A traffic pair takes its pair fit only on
+  // that path (a calibration's processes need not sit where a job's do); a pair fit without an
+  // entry here applies on any path.
+  std::map<std::pair<int32_t, int32_t>, std::string> pair_path;
   std::map<std::pair<int32_t, int32_t>, LinkFit> both_ways;  // Per pair, from < to.
   std::map<FanKey, LinkFit> fans;           // Per message: the fan's time against message bytes.
   std::map<FanKey, LinkFit> fan_aggregate;  // The root's rate: time against all the fan's bytes.
@@ -113,6 +117,10 @@ struct Prediction {
   // the paths that carry bytes.
   double latency_seconds = 0;
   std::string binding;  // The busiest resource, e.g. "ingress of process 3".
+  // PredictPriced only: bytes by path class of the pairs left out because neither the pair nor
+  // its path class has a fit. Empty when every pair was priced; otherwise the seconds above
+  // cover only the rest of the traffic (a lower bound of the whole).
+  std::map<std::string, int64_t> unpriced_bytes;
 };
 
 // One resource of the cost model and the seconds the traffic's bytes take at its capacity.
@@ -189,6 +197,13 @@ absl::StatusOr<std::vector<ResourceLoad>> PriceResources(const LinkFits& fits,
 // between distinct processes of node A from the node_link fit of (A, A). FailedPrecondition
 // naming the path when a pair's path has no fit.
 absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic);
+
+// Whether Predict can price the pair: it has a pair fit measured on `path`, or `path` has a fit.
+bool CanPrice(const LinkFits& fits, int32_t from, int32_t to, absl::string_view path);
+
+// Predict over the pairs CanPrice accepts; the others' bytes go to unpriced_bytes by path class.
+// Traffic of no priceable pair predicts 0 s.
+absl::StatusOr<Prediction> PredictPriced(const LinkFits& fits, const Traffic& traffic);
 
 }  // namespace wsync
 

@@ -380,5 +380,68 @@ TEST(LinkModelTest, SyntheticCalibrationStatesLinkConstants) {
               HasSubstr("cannot read '1parsec'"));
 }
 
+// The calibration of one node: a local copy and intra_node pairs, nothing between nodes.
+proto::Calibration OneNode() {
+  std::mt19937_64 rng(11);
+  proto::Calibration c;
+  c.set_schema_version(kCalibrationSchemaVersion);
+  c.set_processes(2);
+  AddSamples(c, rng, "local", 0, 0, "local", 2e-6, 50e9);
+  AddSamples(c, rng, "peer", 0, 1, "intra_node", 10e-6, 20e9);
+  return c;
+}
+
+TEST(LinkModelTest, PredictPricedLeavesOutAndNamesPathsWithoutFits) {
+  const absl::StatusOr<LinkFits> fits = FitLinks(OneNode());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  Traffic intra;
+  intra.pairs = {{0, 1, "intra_node", 1 << 28, 4}};
+  intra.rounds = 4;
+  Traffic mixed = intra;
+  mixed.pairs.push_back({2, 3, "inter_node", 3 << 28, 4});
+  mixed.pairs.push_back({3, 2, "inter_node", 1 << 20, 1});
+  mixed.pairs.push_back({4, 5, "nvlink", 7, 1});
+
+  // Predict refuses the mixed traffic; PredictPriced prices the intra_node pair exactly as
+  // Predict prices it alone and names the rest by path class with its bytes.
+  EXPECT_EQ(Predict(*fits, mixed).status().code(), absl::StatusCode::kFailedPrecondition);
+  const absl::StatusOr<Prediction> alone = Predict(*fits, intra);
+  const absl::StatusOr<Prediction> priced = PredictPriced(*fits, mixed);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE(priced.ok()) << priced.status();
+  EXPECT_GT(priced->seconds, 0);
+  EXPECT_EQ(priced->seconds, alone->seconds);
+  EXPECT_EQ(priced->binding, alone->binding);
+  EXPECT_TRUE(alone->unpriced_bytes.empty());
+  EXPECT_EQ(priced->unpriced_bytes,
+            (std::map<std::string, int64_t>{{"inter_node", (3 << 28) + (1 << 20)}, {"nvlink", 7}}));
+
+  // Nothing priceable: 0 s, everything named.
+  Traffic none;
+  none.pairs = {{2, 3, "inter_node", 1000, 1}};
+  const absl::StatusOr<Prediction> nothing = PredictPriced(*fits, none);
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_EQ(nothing->seconds, 0);
+  EXPECT_EQ(nothing->unpriced_bytes.at("inter_node"), 1000);
+}
+
+TEST(LinkModelTest, PairFitsApplyOnlyOnThePathTheyWereMeasuredOn) {
+  const absl::StatusOr<LinkFits> fits = FitLinks(OneNode());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->pair_path.at({0, 1}), "intra_node");
+  // Processes 0 and 1 shared a node in the calibration; in a job that puts them on two nodes
+  // their pair fit does not price the inter_node pair.
+  EXPECT_TRUE(CanPrice(*fits, 0, 1, "intra_node"));
+  EXPECT_FALSE(CanPrice(*fits, 0, 1, "inter_node"));
+  EXPECT_FALSE(CanPrice(*fits, 1, 0, "inter_node"));
+  EXPECT_TRUE(CanPrice(*fits, 5, 6, "intra_node"));  // The path fit.
+  TrafficLoads loads(&*fits);
+  EXPECT_EQ(loads.Add(0, 1, "inter_node", 100).code(), absl::StatusCode::kFailedPrecondition);
+  // A pair fit without a recorded path applies on any path.
+  LinkFits stated = *fits;
+  stated.pair_path.clear();
+  EXPECT_TRUE(CanPrice(stated, 0, 1, "inter_node"));
+}
+
 }  // namespace
 }  // namespace wsync
