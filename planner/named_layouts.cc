@@ -65,6 +65,12 @@ const std::vector<KindInfo>& Kinds() {
   return *kinds;
 }
 
+// Placement keys every kind takes: processes per node, and colocation with the other side.
+constexpr absl::string_view kPpnKey = "ppn";
+constexpr absl::string_view kColocatedKey = "colocated";
+
+bool IsPlacementKey(absl::string_view key) { return key == kPpnKey || key == kColocatedKey; }
+
 absl::Status SpecError(absl::string_view spec, absl::string_view reason) {
   return absl::InvalidArgumentError(absl::StrCat("layout \"", spec, "\": ", reason));
 }
@@ -105,9 +111,11 @@ absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
     if (eq != absl::string_view::npos) {
       key = std::string(arg.substr(0, eq));
       value = arg.substr(eq + 1);
-      if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end()) {
+      if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end() &&
+          !IsPlacementKey(key)) {
         return SpecError(spec, absl::StrCat("unknown key \"", key, "\" for ", parsed.kind,
-                                            "; expected ", absl::StrJoin(info->keys, ", ")));
+                                            "; expected ", absl::StrJoin(info->keys, ", "), ", ",
+                                            kPpnKey, " or ", kColocatedKey));
       }
     } else if (arg.empty()) {
       return SpecError(spec, "empty argument");
@@ -121,7 +129,12 @@ absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
       return SpecError(spec, absl::StrCat("key \"", key, "\" given twice"));
     }
     int64_t number = 0;
-    if (!absl::SimpleAtoi(value, &number) || number <= 0) {
+    if (key == kColocatedKey) {
+      if (value != "0" && value != "1") {
+        return SpecError(spec, absl::StrCat(key, " must be 0 or 1, got \"", value, "\""));
+      }
+      number = value == "1" ? 1 : 0;
+    } else if (!absl::SimpleAtoi(value, &number) || number <= 0) {
       return SpecError(spec, absl::StrCat(key, " must be a positive integer, got \"", value, "\""));
     }
     if (number > kMaxProcesses) {
@@ -130,6 +143,17 @@ absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
     parsed.args.emplace_back(std::move(key), number);
   }
   return parsed;
+}
+
+NamedPlacement PlacementOf(const ParsedSpec& parsed) {
+  NamedPlacement placement;
+  if (std::optional<int64_t> ppn = parsed.Get(kPpnKey)) {
+    placement.procs_per_node = static_cast<int32_t>(*ppn);
+  }
+  if (std::optional<int64_t> colocated = parsed.Get(kColocatedKey)) {
+    placement.colocated = *colocated == 1;
+  }
+  return placement;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,8 +254,9 @@ absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view 
 
 void AddProcesses(LayoutBuilder& builder, int64_t count, const NamedLayoutOptions& options,
                   absl::string_view default_prefix) {
-  const std::string prefix =
-      options.node_prefix.empty() ? std::string(default_prefix) : options.node_prefix;
+  const std::string prefix = options.colocated             ? std::string(kColocatedNodePrefix)
+                             : options.node_prefix.empty() ? std::string(default_prefix)
+                                                           : options.node_prefix;
   for (int64_t p = 0; p < count; ++p) {
     builder.AddProcess(absl::StrCat(prefix, p / options.procs_per_node));
   }
@@ -551,13 +576,22 @@ Layout BuildFsdp(const ModelSpec& model, int32_t n, const NamedLayoutOptions& op
 
 }  // namespace
 
+absl::StatusOr<NamedPlacement> ParseNamedPlacement(absl::string_view spec) {
+  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
+  return PlacementOf(parsed);
+}
+
 absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_view spec,
-                                        const NamedLayoutOptions& options) {
+                                        const NamedLayoutOptions& given) {
+  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
+  NamedLayoutOptions options = given;
+  const NamedPlacement placement = PlacementOf(parsed);
+  options.procs_per_node = placement.procs_per_node.value_or(options.procs_per_node);
+  options.colocated = placement.colocated.value_or(options.colocated);
   if (options.procs_per_node <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("procs_per_node must be positive, got ", options.procs_per_node));
   }
-  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
   WSYNC_RETURN_IF_ERROR(CheckModel(model));
   auto get = [&](absl::string_view key, int64_t fallback) {
     return static_cast<int32_t>(parsed.Get(key).value_or(fallback));
@@ -586,6 +620,36 @@ absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_vie
     return BuildVllm(model, c, options);
   }
   return BuildFsdp(model, get("n", 1), options);
+}
+
+absl::StatusOr<NamedJobLayouts> BuildNamedJobLayouts(const ModelSpec& model,
+                                                     absl::string_view source_spec,
+                                                     absl::string_view target_spec,
+                                                     const NamedLayoutOptions& options) {
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement source, ParseNamedPlacement(source_spec));
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement target, ParseNamedPlacement(target_spec));
+  if (source.colocated.has_value() && target.colocated.has_value() &&
+      *source.colocated != *target.colocated) {
+    return absl::InvalidArgumentError(absl::StrCat("layouts \"", source_spec, "\" and \"",
+                                                   target_spec, "\" disagree on colocated"));
+  }
+  NamedLayoutOptions both = options;
+  both.colocated = source.colocated.value_or(target.colocated.value_or(options.colocated));
+  if (both.colocated) {
+    // Rank r of each side on node r / ppn, GPU r % ppn: one ppn for both sides.
+    if (source.procs_per_node && target.procs_per_node &&
+        *source.procs_per_node != *target.procs_per_node) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "colocated layouts \"", source_spec, "\" and \"", target_spec,
+          "\" need the same ppn, got ", *source.procs_per_node, " and ", *target.procs_per_node));
+    }
+    both.procs_per_node =
+        source.procs_per_node.value_or(target.procs_per_node.value_or(options.procs_per_node));
+  }
+  NamedJobLayouts pair;
+  WSYNC_ASSIGN_OR_RETURN(pair.source, BuildNamedLayout(model, source_spec, both));
+  WSYNC_ASSIGN_OR_RETURN(pair.target, BuildNamedLayout(model, target_spec, both));
+  return pair;
 }
 
 }  // namespace wsync

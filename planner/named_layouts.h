@@ -38,10 +38,23 @@
 //                                      Any other ep is refused; ep must divide E.
 // Keys may be omitted (megatron's dp defaults to ep, every other key to 1); "fsdp(4)" is
 // "fsdp(n=4)"; spaces are ignored. Padded vocabulary rows belong to no parameter but occupy
-// buffer space. Processes are placed `procs_per_node` to a node with node ids "<prefix><node>".
+// buffer space.
+//
+// Placement, keys every kind takes:
+//   ppn=K        processes (GPUs) per node (default NamedLayoutOptions::procs_per_node, 8);
+//                rank r is on node r / K.
+//   colocated=1  the trainer and rollout sides share nodes, as colocated engines place them:
+//                rank r of each side on node "node<r / K>" (GPU r % K there), so rollout rank r
+//                sits with trainer rank r. A layout records nodes, not GPUs: a same-GPU pair's
+//                path class is intra_node. colocated=0 (the default): each side on nodes of its
+//                own, "trainer-node<i>" and "rollout-node<i>" (or NamedLayoutOptions::node_prefix).
+// Colocation is a property of the pair: BuildNamedJobLayouts applies a colocated key or a ppn
+// given on one side of a colocated pair to both; BuildNamedLayout places one side as its own
+// keys and the options say.
 // Refusals are InvalidArgument: a malformed spec, an unknown kind or key, a non-positive size, or
 // sizes the model's shapes do not divide.
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -51,14 +64,40 @@
 
 namespace wsync {
 
+// The node ids of colocated layouts: "node0", "node1", ...
+inline constexpr absl::string_view kColocatedNodePrefix = "node";
+
+// Defaults of the placement keys, and what the specs do not say.
 struct NamedLayoutOptions {
   int32_t procs_per_node = 8;
   std::string node_prefix;  // Default: "trainer-node" or "rollout-node" by role.
+  bool colocated = false;   // Nodes "node<i>" on both sides (overrides node_prefix).
   MemoryKind memory = MemoryKind::kHost;
 };
 
+// The placement keys a spec gives (nullopt: not given). InvalidArgument as BuildNamedLayout.
+struct NamedPlacement {
+  std::optional<int32_t> procs_per_node;
+  std::optional<bool> colocated;
+};
+absl::StatusOr<NamedPlacement> ParseNamedPlacement(absl::string_view spec);
+
 absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_view spec,
                                         const NamedLayoutOptions& options = {});
+
+struct NamedJobLayouts {
+  Layout source;  // The trainer side.
+  Layout target;  // The rollout side.
+};
+
+// Both sides of a job, placed together: colocated when either spec says colocated=1 (then with
+// one ppn, that of the spec that gives it, else options.procs_per_node), each side on its own
+// nodes otherwise. InvalidArgument, besides BuildNamedLayout's refusals, when the specs give
+// different colocated values, or different ppn for a colocated pair.
+absl::StatusOr<NamedJobLayouts> BuildNamedJobLayouts(const ModelSpec& model,
+                                                     absl::string_view source_spec,
+                                                     absl::string_view target_spec,
+                                                     const NamedLayoutOptions& options = {});
 
 }  // namespace wsync
 
