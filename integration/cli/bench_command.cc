@@ -270,7 +270,7 @@ absl::Status RunExecutorBench(std::FILE* out) {
 }  // namespace
 
 std::string BenchUsage() {
-  return "wsync bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
+  return "usage: wsync bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
          "                     [--repeats K] [--policy P]\n"
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"

@@ -87,7 +87,8 @@ absl::Status Serve() {
 }  // namespace
 
 std::string CoordinatorUsage() {
-  return "wsync coordinator --job J --trainers T --rollouts R (--secret_file F | --secret_env V)\n"
+  return "usage: wsync coordinator --job J --trainers T --rollouts R (--secret_file F | "
+         "--secret_env V)\n"
          "                  [--address A] [--port P] [--port_file F] [--rendezvous_timeout_s S]\n"
          "  Runs the job's coordinator until SIGINT or SIGTERM.\n";
 }

@@ -475,10 +475,6 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
   return all_verified ? 0 : 1;
 }
 
-bool IsHelpArg(absl::string_view arg) {
-  return arg == "--help" || arg == "-h" || arg == "help" || arg == "--helpfull";
-}
-
 }  // namespace
 
 std::string DemoUsage() {
@@ -508,12 +504,6 @@ std::string DemoUsage() {
 }
 
 int DemoMain(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (IsHelpArg(argv[i])) {
-      absl::PrintF("%s", DemoUsage());
-      return 0;
-    }
-  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     absl::FPrintF(stderr, "wsync demo: unexpected argument '%s'\n\n%s", positional[1], DemoUsage());

@@ -27,31 +27,65 @@ std::string Usage() {
       "  calibrate  write or show a calibration file\n"
       "  coordinator  run a job's coordinator\n"
       "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"
-      "  help   print this message\n"
+      "  help   print this message; `wsync help COMMAND` or `wsync COMMAND --help`: its usage\n"
       "\n",
       PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage(), "\n",
       CalibrateUsage());
 }
 
-bool IsHelp(absl::string_view arg) { return arg == "help" || arg == "--help" || arg == "-h"; }
+// Words that ask for help, as a command or among a command's arguments.
+bool IsHelp(absl::string_view arg) {
+  return arg == "help" || arg == "--help" || arg == "-h" || arg == "--helpfull" ||
+         arg == "--helpshort";
+}
 
+struct Command {
+  absl::string_view name;
+  std::string (*usage)();
+  int (*main)(int argc, char** argv);
+};
+
+constexpr Command kCommands[] = {
+    {"plan", PlanUsage, PlanMain},
+    {"bench", BenchUsage, BenchMain},
+    {"coordinator", CoordinatorUsage, CoordinatorMain},
+    {"demo", DemoUsage, DemoMain},
+    {"calibrate", CalibrateUsage, CalibrateMain},
+};
+
+const Command* FindCommand(absl::string_view name) {
+  for (const Command& command : kCommands) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+// `wsync help [COMMAND]`, `wsync COMMAND --help` (or -h, help, --helpfull anywhere among its
+// arguments): the command's usage on stdout and exit 0, before any flag is parsed, the same for
+// every command.
 int Main(int argc, char** argv) {
   if (argc < 2) {
     absl::FPrintF(stderr, "%s", Usage());
     return 2;
   }
-  const absl::string_view command = argv[1];
-  if (IsHelp(command)) {
-    absl::PrintF("%s", Usage());
+  const absl::string_view name = argv[1];
+  if (IsHelp(name)) {
+    const Command* command = argc > 2 ? FindCommand(argv[2]) : nullptr;
+    absl::PrintF("%s", command != nullptr ? command->usage() : Usage());
     return 0;
   }
-  if (command == "plan") return PlanMain(argc - 1, argv + 1);
-  if (command == "bench") return BenchMain(argc - 1, argv + 1);
-  if (command == "coordinator") return CoordinatorMain(argc - 1, argv + 1);
-  if (command == "demo") return DemoMain(argc - 1, argv + 1);
-  if (command == "calibrate") return CalibrateMain(argc - 1, argv + 1);
-  absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", command, Usage());
-  return 2;
+  const Command* command = FindCommand(name);
+  if (command == nullptr) {
+    absl::FPrintF(stderr, "wsync: unknown command '%s'\n\n%s", name, Usage());
+    return 2;
+  }
+  for (int i = 2; i < argc; ++i) {
+    if (IsHelp(argv[i])) {
+      absl::PrintF("%s", command->usage());
+      return 0;
+    }
+  }
+  return command->main(argc - 1, argv + 1);
 }
 
 }  // namespace
