@@ -169,6 +169,15 @@ SessionMetrics::SessionMetrics(absl::string_view role)
                     .Register(r)
                     .Add({});
   predicted_->Set(std::numeric_limits<double>::quiet_NaN());
+  unpriced_ = &BuildGauge()
+                   .Name("wsync_sync_unpriced_bytes")
+                   .Help(
+                       "Bytes per sync the prediction leaves out: on path classes the "
+                       "calibration has no fit for (NaN: no prediction)")
+                   .Labels(base)
+                   .Register(r)
+                   .Add({});
+  unpriced_->Set(std::numeric_limits<double>::quiet_NaN());
   rounds_ = &BuildGauge()
                  .Name("wsync_rounds")
                  .Help("Rounds of the last sync")
@@ -464,6 +473,11 @@ void SessionMetrics::RecordRejected(absl::string_view reason, int64_t count) {
   }
   if (index == rejected_.size()) index = rejected_.size() - 1;  // "other".
   rejected_[index]->Increment(static_cast<double>(count));
+}
+
+void SessionMetrics::SetUnpricedBytes(std::optional<int64_t> bytes) {
+  unpriced_->Set(bytes.has_value() ? static_cast<double>(*bytes)
+                                   : std::numeric_limits<double>::quiet_NaN());
 }
 
 void SessionMetrics::SetPlanInterNodeBytes(int64_t with_relay, int64_t without_relay) {

@@ -15,7 +15,11 @@
 //   wsync_sync_duration_seconds                   histogram of sync durations, 1 ms .. 10 min
 //   wsync_last_sync_duration_seconds              the last sync's duration
 //   wsync_sync_predicted_seconds                  the cost model's prediction for the last sync
-//                                                 (NaN while there is none: no calibration)
+//                                                 (NaN while there is none: no calibration);
+//                                                 with unpriced bytes, of the priced part only
+//   wsync_sync_unpriced_bytes                     bytes per sync the prediction leaves out: on
+//                                                 path classes the calibration has no fit for
+//                                                 (0: all priced; NaN: no prediction)
 //   wsync_rounds                                  rounds of the last sync
 //   wsync_rounds_total                            rounds over all syncs
 //   wsync_bytes_sent_total{path_class,transport}  bytes sent to peers
@@ -152,6 +156,8 @@ class SessionMetrics {
   // Adds `count` rejected messages; `reason` is one of kRejectedMessageReasons, else "other".
   void RecordRejected(absl::string_view reason, int64_t count);
   void SetPlanDigest(const std::string& hex);
+  // Bytes per sync the prediction leaves out (nullopt: no prediction, the gauge becomes NaN).
+  void SetUnpricedBytes(std::optional<int64_t> bytes);
   // Plan::inter_node_bytes and Plan::inter_node_bytes_without_relay (planner/plan.h).
   void SetPlanInterNodeBytes(int64_t with_relay, int64_t without_relay);
   // The calibration's time; the age is computed at each exposition. InfinitePast clears it.
@@ -171,6 +177,7 @@ class SessionMetrics {
   prometheus::Histogram* duration_;
   prometheus::Gauge* last_duration_;
   prometheus::Gauge* predicted_;
+  prometheus::Gauge* unpriced_;
   prometheus::Gauge* rounds_;
   prometheus::Counter* rounds_total_;
   prometheus::Family<prometheus::Counter>* bytes_sent_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "planner/cost_aware_policy.h"
+#include "planner/job.h"
 #include "planner/policy.h"
 #include "transport/control/client.h"
 
@@ -110,7 +111,41 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
   for (const ProcessSchedule& schedule : schedules) {
     traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
   }
-  return Predict(fits, traffic);
+  return PredictPriced(fits, traffic);
+}
+
+std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
+                                absl::string_view out) {
+  bool inter_node = false;
+  for (const auto& [path, bytes] : unpriced) {
+    if (path == kPathInterNode) {
+      inter_node = true;
+    } else if (path != kPathIntraNode && path != kPathLocal) {
+      return std::string();
+    }
+  }
+  // Two nodes of two processes each measure every class: local, intra_node and inter_node.
+  if (inter_node) {
+    return absl::StrCat("wsync calibrate --processes 4 --nodes a,a,b,b --netns --out ", out,
+                        " (as root: nodes a and b in two network namespaces joined by a veth)");
+  }
+  return absl::StrCat("wsync calibrate --processes 4 --out ", out);
+}
+
+std::string UnpricedNote(const Prediction& prediction) {
+  if (prediction.unpriced_bytes.empty()) return std::string();
+  std::string note = "not priced:";
+  for (const auto& [path, bytes] : prediction.unpriced_bytes) {
+    absl::StrAppendFormat(&note, " %s %d B", path, bytes);
+  }
+  absl::StrAppend(&note, " (no fit for ",
+                  prediction.unpriced_bytes.size() == 1 ? "that path class" : "those path classes",
+                  " in the calibration); ");
+  const std::string command = CalibrateCommandFor(prediction.unpriced_bytes);
+  absl::StrAppend(&note, command.empty() ? "state its links with: wsync calibrate --synthetic "
+                                           "'PATH=ALPHA,BANDWIDTH;...' --out FILE"
+                                         : absl::StrCat("measure with: ", command));
+  return note;
 }
 
 std::string PredictionLine(const std::optional<Prediction>& prediction,
@@ -119,11 +154,14 @@ std::string PredictionLine(const std::optional<Prediction>& prediction,
     return "predicted time: needs calibration (calibration_file on trainer rank 0)";
   }
   if (!prediction.has_value()) return "predicted time: none (the plan could not be priced)";
+  const std::string note = UnpricedNote(*prediction);
   return absl::StrFormat(
-      "predicted time %.6f s (transfer %.6f s + latency %.6f s; calibration of %s), binding "
-      "resource: %s",
-      prediction->seconds, prediction->transfer_seconds, prediction->latency_seconds,
-      calibration.transport, prediction->binding);
+      "predicted time %.6f s%s (transfer %.6f s + latency %.6f s; calibration of %s), binding "
+      "resource: %s%s",
+      prediction->seconds, note.empty() ? "" : " for the priced traffic only",
+      prediction->transfer_seconds, prediction->latency_seconds, calibration.transport,
+      prediction->binding.empty() ? std::string("none") : prediction->binding,
+      note.empty() ? "" : absl::StrCat("; ", note));
 }
 
 }  // namespace wsync

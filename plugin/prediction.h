@@ -13,6 +13,7 @@
 // plans) priced by the link model (calibration/link_model Predict): seconds and binding resource.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,12 +60,24 @@ Traffic PlanTraffic(const Job& job, const Plan& plan);
 
 // The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
 // the session plans them) and prices them, with the rounds of the busiest process's schedule
-// under `budget` for the latency term.
+// under `budget` for the latency term. Pairs on a path class the calibration has no fit for are
+// left out and named (PredictPriced, Prediction::unpriced_bytes).
 absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
                                        const LinkFits& fits, StagingBudget budget,
                                        const RelayOptions& relay = RelayOptions{});
 
-// "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not.
+// The `wsync calibrate` command, writing `out`, that measures every path class in `unpriced` on
+// one machine ("local", "intra_node", "inter_node"); empty when some class is none of these (no
+// command measures it; `wsync calibrate --synthetic` can state it).
+std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
+                                absl::string_view out = "FILE");
+
+// "" when the prediction priced everything, else "not priced: inter_node 942.38 MiB (no fit in
+// the calibration); measure it with: wsync calibrate ...".
+std::string UnpricedNote(const Prediction& prediction);
+
+// "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not; a
+// partial prediction says so and ends with UnpricedNote.
 std::string PredictionLine(const std::optional<Prediction>& prediction,
                            const SharedCalibration& calibration);
 

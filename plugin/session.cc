@@ -188,6 +188,12 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
   metrics_->BindPaths(bytes);
   metrics_->SetPlanDigest(DigestHex(plan_.digest));
   metrics_->SetPlanInterNodeBytes(plan_.inter_node_bytes, plan_.inter_node_bytes_without_relay);
+  std::optional<int64_t> unpriced;
+  if (prediction_.has_value()) {
+    unpriced = 0;
+    for (const auto& [path, bytes] : prediction_->unpriced_bytes) *unpriced += bytes;
+  }
+  metrics_->SetUnpricedBytes(unpriced);
 }
 
 void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
