@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <set>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -16,11 +18,15 @@
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "integration/cli/calibrate_job.h"
+#include "integration/harness/launcher.h"
 
 ABSL_FLAG(std::string, synthetic, "",
           "Link constants, e.g. 'intra_node=5us,200GB/s;inter_node=20us,25GB/s'.");
 ABSL_FLAG(std::string, out, "", "Write the calibration to this file.");
 ABSL_FLAG(std::string, show, "", "Print the fits of this calibration file.");
+ABSL_FLAG(bool, netns, false,
+          "With --nodes naming two nodes: each node's processes in a network namespace of its "
+          "own, the two joined by a veth, so inter_node pairs cross a network link (root).");
 ABSL_DECLARE_FLAG(int32_t, probe_worker);
 ABSL_DECLARE_FLAG(int32_t, processes);
 ABSL_DECLARE_FLAG(std::string, nodes);
@@ -93,6 +99,31 @@ absl::StatusOr<CalibrationJob> JobFromFlags(const std::string& path) {
   return job;
 }
 
+// --netns: the processes of job.nodes[0]'s node in namespace 0 of `net`, the others in namespace
+// 1; shared memory inside a node and TCP over the veth between them, unless --path_transports
+// says otherwise. InvalidArgument unless --nodes names exactly two nodes.
+absl::Status PlaceInNamespaces(const harness::NetnsPair& net, CalibrationJob& job) {
+  const std::set<std::string> distinct(job.nodes.begin(), job.nodes.end());
+  if (distinct.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--netns needs --nodes naming two nodes, e.g. a,a,b,b; got '",
+                     absl::StrJoin(job.nodes, ","), "'"));
+  }
+  const std::string given = job.path_transports[0];
+  job.path_transports.clear();
+  for (const std::string& node : job.nodes) {
+    const int side = node == job.nodes[0] ? 0 : 1;
+    job.netns.push_back(net.ns(side));
+    job.path_transports.push_back(
+        !given.empty() ? given
+                       : absl::StrCat("local=ucx:sm,cma,self;intra_node=ucx:sm,cma,self;"
+                                      "inter_node=ucx:tcp@",
+                                      net.device(side)));
+  }
+  job.coordinator_address = net.address(0);
+  return absl::OkStatus();
+}
+
 absl::Status Run(std::FILE* out) {
   const std::string synthetic = absl::GetFlag(FLAGS_synthetic);
   const std::string path = absl::GetFlag(FLAGS_out);
@@ -107,12 +138,26 @@ absl::Status Run(std::FILE* out) {
   }
   if (absl::GetFlag(FLAGS_probe_worker) >= 0) return RunCalibrationWorker();
   if (absl::GetFlag(FLAGS_processes) > 0 && !path.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const CalibrationJob job, JobFromFlags(path));
+    WSYNC_ASSIGN_OR_RETURN(CalibrationJob job, JobFromFlags(path));
+    // Removes the namespaces when the job is done.
+    std::string reason;
+    const std::optional<harness::NetnsPair> net =
+        absl::GetFlag(FLAGS_netns) ? harness::NetnsPair::Create(&reason) : std::nullopt;
+    if (absl::GetFlag(FLAGS_netns)) {
+      if (!net) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--netns: cannot create network namespaces (run as root): ", reason));
+      }
+      WSYNC_RETURN_IF_ERROR(PlaceInNamespaces(*net, job));
+    }
     char self[4096];
     const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
-    absl::FPrintF(out, "calibrating %d processes (nodes %s, transports '%s')...\n", job.processes,
-                  absl::StrJoin(job.nodes, ","), job.path_transports[0]);
+    absl::FPrintF(
+        out, "calibrating %d processes (nodes %s%s, transports '%s')...\n", job.processes,
+        absl::StrJoin(job.nodes, ","), net ? ", two network namespaces" : "",
+        absl::StrJoin(std::set<std::string>(job.path_transports.begin(), job.path_transports.end()),
+                      "' / '"));
     std::fflush(out);
     WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
                            RunCalibrationJob(job, std::string(self, n)));
@@ -134,12 +179,18 @@ absl::Status Run(std::FILE* out) {
 }  // namespace
 
 std::string CalibrateUsage() {
-  return "wsync calibrate --processes N [--nodes a,a,b,b] [--path_transports SPEC]\n"
+  return "usage: wsync calibrate --processes N [--nodes a,a,b,b [--netns]] [--path_transports "
+         "SPEC]\n"
          "                [--probe_sizes 4K,1M,...] [--probe_repeats R] [--fan_widths 1,2] --out "
          "FILE\n"
          "  Measures the links of N local processes over UCX (calibration/probe), writes the raw\n"
-         "  samples and prints the fits.\n"
-         "wsync calibrate --synthetic 'PATH=ALPHA,BANDWIDTH;...' --out FILE | --show FILE\n"
+         "  samples and prints the fits. Path classes follow --nodes: processes of one node are\n"
+         "  intra_node, of different nodes inter_node (default: all on one node). --netns (root)\n"
+         "  puts the two nodes in two network namespaces joined by a veth: inter_node pairs then\n"
+         "  cross a network link (TCP), intra_node pairs use shared memory. One machine measures\n"
+         "  every class a plan uses: wsync calibrate --processes 4 --nodes a,a,b,b --netns --out "
+         "F\n"
+         "usage: wsync calibrate --synthetic 'PATH=ALPHA,BANDWIDTH;...' --out FILE | --show FILE\n"
          "  Writes a calibration of stated link constants, or prints a saved one's fits.\n";
 }
 

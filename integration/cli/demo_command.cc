@@ -108,6 +108,7 @@ struct ProcessReport {
   std::map<int64_t, StepReport> steps;  // By version.
   std::vector<std::string> schedule;
   std::optional<double> predicted_seconds;  // From the schedule report, with a calibration.
+  std::string unpriced;  // The report's "not priced: ..." note: the prediction is partial.
 };
 
 ProcessReport ParseOutput(absl::string_view text) {
@@ -127,6 +128,9 @@ ProcessReport ParseOutput(absl::string_view text) {
         number = number.substr(0, number.find(' '));
         double seconds = 0;
         if (absl::SimpleAtod(number, &seconds)) report.predicted_seconds = seconds;
+      }
+      if (const size_t at = line.find("not priced: "); at != absl::string_view::npos) {
+        report.unpriced = std::string(line.substr(at));
       }
       continue;
     }
@@ -263,8 +267,17 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
   if (request.layers > 0) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, request.layers));
   }
-  WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, request.from));
-  WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, request.to));
+  WSYNC_ASSIGN_OR_RETURN(NamedJobLayouts layouts,
+                         BuildNamedJobLayouts(model, request.from, request.to));
+  const Layout& from = layouts.source;
+  const Layout& to = layouts.target;
+  // With a placement key in either spec every process reports its node of the layouts (nodes
+  // simulated on this machine: path classes, plan and prediction follow them); without, all
+  // report this machine's host name, as processes of one machine do.
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement from_placement, ParseNamedPlacement(request.from));
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement to_placement, ParseNamedPlacement(request.to));
+  const bool placed = from_placement.procs_per_node || from_placement.colocated ||
+                      to_placement.procs_per_node || to_placement.colocated;
   if (from.role != Role::kTrainer || to.role != Role::kRollout) {
     return absl::InvalidArgumentError(
         absl::StrCat("--from must be a trainer layout and --to a rollout layout; got a ",
@@ -344,6 +357,10 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
         absl::StrCat("--library=", request.library),
     };
     if (p == 0) argv.push_back("--host_coordinator");
+    if (placed) {
+      argv.push_back(absl::StrCat(
+          "--node_id=", trainer ? from.processes[p].node_id : to.processes[p - trainers].node_id));
+    }
     if (request.corrupt_step > 0) {
       argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));
     }
@@ -435,9 +452,15 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
   bool all_verified = all_exited_ok;
   std::string predicted = "n/a: no calibration";
   if (!request.calibration.empty()) {
-    predicted = reports.empty() || !reports[0].predicted_seconds.has_value()
-                    ? "n/a: not priced"
-                    : absl::StrFormat("%.3f", *reports[0].predicted_seconds);
+    if (reports.empty() || !reports[0].predicted_seconds.has_value()) {
+      predicted = "n/a: not priced";
+    } else if (reports[0].unpriced.empty()) {
+      predicted = absl::StrFormat("%.3f", *reports[0].predicted_seconds);
+    } else {  // A lower bound: the priced part of the traffic.
+      predicted = *reports[0].predicted_seconds > 0
+                      ? absl::StrFormat(">=%.3f", *reports[0].predicted_seconds)
+                      : std::string("n/a: not priced");
+    }
   }
   for (int64_t v = 1; v <= request.steps; ++v) {
     const StepSummary s = Summarize(reports, trainers, v);
@@ -464,6 +487,10 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
       "received\nby all rollouts per second; direct and staged: bytes as the rollouts received "
       "them; arena peak:\nthe largest process's staging arenas; predicted: the plugin's "
       "prediction of the sync's seconds\nfrom --calibration (the same plan every step).\n");
+  if (!reports.empty() && !reports[0].unpriced.empty()) {
+    absl::PrintF("predicted: >= covers only the traffic the calibration prices; %s\n",
+                 reports[0].unpriced);
+  }
   absl::PrintF("%s\n", request.metrics ? "metrics: served at the URLs above while the processes ran"
                                        : "metrics: off (--metrics to export them)");
   absl::PrintF("%s in %.1f s\n",
@@ -490,6 +517,9 @@ std::string DemoUsage() {
          "  --model     default qwen2.5-0.5b (`wsync plan --help` lists the models)\n"
          "  --from      trainer layout, default megatron(tp=2) (separate q/k/v, gate/up)\n"
          "  --to        rollout layout, default vllm(tp=2) (fused qkv_proj, gate_up_proj)\n"
+         "              with a placement key (ppn=K, colocated=0|1; `wsync plan --help`) in\n"
+         "              either, processes report the layouts' nodes (simulated on this machine),\n"
+         "              else all report this machine's host name\n"
          "  --trainers, --rollouts  process counts; default (and they must equal) the layouts'\n"
          "  --steps     default 5\n"
          "  --tls       UCX transports of every path, default sm,cma,self (shared memory)\n"

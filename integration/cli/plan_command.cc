@@ -33,6 +33,7 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/cli/plan_pricing.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
 #include "planner/layout.h"
@@ -57,6 +58,9 @@ ABSL_FLAG(std::string, simulate, "",
 ABSL_FLAG(std::string, calibration, "",
           "A calibration file (wsync calibrate --out); prices the plan's traffic with it.");
 ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto.");
+ABSL_FLAG(bool, require_prediction, false,
+          "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
+          "uses.");
 
 namespace wsync::cli {
 namespace {
@@ -130,13 +134,16 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request,
   Stopwatch watch;
 
   WSYNC_ASSIGN_OR_RETURN(run.model, WithContext(GetModel(request.model), "--model"));
-  WSYNC_ASSIGN_OR_RETURN(Layout source,
-                         WithContext(BuildNamedLayout(run.model, request.from), "--from"));
-  WSYNC_ASSIGN_OR_RETURN(Layout target,
-                         WithContext(BuildNamedLayout(run.model, request.to), "--to"));
+  NamedLayoutOptions placement;
+  if (request.procs_per_node > 0) placement.procs_per_node = request.procs_per_node;
+  WSYNC_ASSIGN_OR_RETURN(
+      NamedJobLayouts layouts,
+      WithContext(BuildNamedJobLayouts(run.model, request.from, request.to, placement),
+                  "--from/--to"));
   run.build = {watch.Lap(), ResidentBytes()};
 
-  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
+  WSYNC_ASSIGN_OR_RETURN(Job job,
+                         Job::Create(std::move(layouts.source), std::move(layouts.target)));
   run.job.emplace(std::move(job));
   run.validate = {watch.Lap(), ResidentBytes()};
 
@@ -187,10 +194,6 @@ struct Traffic {
   std::vector<Totals> received;                                    // Indexed by global id.
 };
 
-int64_t SegmentBytes(const Job& job, const Segment& segment) {
-  return segment.elements() * job.ElementSize(segment.param);
-}
-
 // The segments the plan was made for: with a process, those it sends or receives (a relayed plan
 // also lists what its relays receive, which it neither sends nor receives).
 Traffic Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
@@ -232,19 +235,8 @@ std::vector<PairTotals> SortedPairs(const Traffic& traffic) {
 // ---------------------------------------------------------------------------------------------
 // Printing.
 
-std::string HumanBytes(int64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
-    value /= 1024;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrFormat("%d B", bytes);
-  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
-}
-
-std::string HumanBytes(const std::optional<int64_t>& bytes) {
+// "n/a" for a figure that could not be read.
+std::string MaybeBytes(const std::optional<int64_t>& bytes) {
   return bytes.has_value() ? HumanBytes(*bytes) : std::string("n/a");
 }
 
@@ -278,6 +270,17 @@ void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run
                 model.TotalBytes());
   PrintLayout(out, "from", request.from, job.source());
   PrintLayout(out, "to", request.to, job.target());
+  int32_t shared_nodes = 0;  // Nodes with processes of both sides.
+  absl::flat_hash_set<int32_t> source_nodes;
+  absl::flat_hash_set<int32_t> target_nodes;
+  for (int32_t id = 0; id < job.num_processes(); ++id) {
+    (job.IsSource(id) ? source_nodes : target_nodes).insert(job.NodeIndex(id));
+  }
+  for (int32_t node : source_nodes) shared_nodes += target_nodes.contains(node) ? 1 : 0;
+  absl::FPrintF(out, "%-16s %s\n", "placement",
+                shared_nodes == 0 ? std::string("separate: no node holds both sides")
+                                  : absl::StrFormat("colocated: %d node%s both sides", shared_nodes,
+                                                    shared_nodes == 1 ? " holds" : "s hold"));
   absl::FPrintF(out, "%-16s %d: source (%s) p0..p%d, target (%s) p%d..p%d\n", "processes",
                 job.num_processes(), RoleName(job.source().role), job.TargetId(0) - 1,
                 RoleName(job.target().role), job.TargetId(0), job.num_processes() - 1);
@@ -374,53 +377,15 @@ void PrintCost(std::FILE* out, const PlanRun& run) {
   absl::FPrintF(out, "memory: peak RSS %s (getrusage ru_maxrss)\n",
                 HumanBytes(PeakResidentBytes()));
   absl::FPrintF(out, "  RSS %s at start, %s after layouts, %s after job, %s after plan\n",
-                HumanBytes(run.rss_start), HumanBytes(run.build.rss_after),
-                HumanBytes(run.validate.rss_after), HumanBytes(run.planning.rss_after));
+                MaybeBytes(run.rss_start), MaybeBytes(run.build.rss_after),
+                MaybeBytes(run.validate.rss_after), MaybeBytes(run.planning.rss_after));
   if (run.rss_start.has_value() && run.planning.rss_after.has_value()) {
     absl::FPrintF(out, "  RSS growth during planning (start to after plan): %s\n",
                   HumanBytes(*run.planning.rss_after - *run.rss_start));
   }
 }
 
-bool IsHelpArg(absl::string_view arg) { return arg == "--help" || arg == "-h" || arg == "help"; }
-
 }  // namespace
-
-// A calibration and a name for it in the report: a saved file (--calibration) or the stated link
-// constants of a cluster file (--simulate).
-struct PricingSource {
-  std::string label;
-  proto::Calibration calibration;
-};
-
-absl::StatusOr<std::string> ReadFileBytes(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-}
-
-// A cluster file: "#" comments, "name: N", "processes_per_node: K", "links: SPEC" (the syntax of
-// SyntheticCalibration).
-absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
-  WSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileBytes(path));
-  std::string name = path, links;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line[0] == '#') continue;
-    if (absl::ConsumePrefix(&line, "name:")) name = std::string(absl::StripAsciiWhitespace(line));
-    if (absl::ConsumePrefix(&line, "links:")) links = std::string(absl::StripAsciiWhitespace(line));
-  }
-  if (links.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no links: line"));
-  WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, SyntheticCalibration(links));
-  return PricingSource{absl::StrCat("cluster ", name, ", stated links"), std::move(calibration)};
-}
-
-absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {
-  WSYNC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
-  WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, ParseCalibration(bytes));
-  return PricingSource{absl::StrCat("calibration ", path, ", ", calibration.transport()),
-                       std::move(calibration)};
-}
 
 namespace {
 
@@ -435,82 +400,6 @@ absl::StatusOr<LinkFits> PolicyFits(const PlanRequest& request) {
 }
 
 }  // namespace
-
-// Published sync times of other systems, for the projection (figures as cited in the benchmark
-// issue, with their sources).
-void PrintPublished(std::FILE* out, const std::string& model) {
-  if (model == "kimi-k2") {
-    absl::FPrintF(out,
-                  "  published: Perplexity 1.3 s for Kimi-K2 on 256 -> 128 GPUs (Perplexity "
-                  "engineering blog);\n             checkpoint-engine 16 s for Kimi-K2 on 256 "
-                  "H20 (MoonshotAI checkpoint-engine README)\n");
-  } else if (model == "deepseek-v3") {
-    absl::FPrintF(out, "  published: NeMo-RL 2.4-2.8 s for DeepSeek-V3 (NVIDIA NeMo-RL docs)\n");
-  }
-}
-
-// Prices the planned traffic: the busiest resource over its capacity plus latency (Predict).
-// With --process P the traffic is P's pairs and the rounds P's schedule; otherwise every pair,
-// with each pair's segment count standing in for its messages.
-absl::Status PrintPrediction(std::FILE* out, const PlanRequest& request, const Job& job,
-                             const Plan& plan, const PricingSource& source) {
-  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(source.calibration));
-  wsync::Traffic priced = PlanTraffic(job, plan);
-  if (request.process.has_value()) {
-    Endpoints endpoints;
-    for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-    WSYNC_ASSIGN_OR_RETURN(
-        const ProcessSchedule schedule,
-        ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{}, *request.process));
-    priced.rounds = schedule.rounds;
-  }
-  WSYNC_ASSIGN_OR_RETURN(const Prediction prediction, Predict(fits, priced));
-  absl::FPrintF(out,
-                "\npredicted (%s): %.4f s = transfer %.4f s + latency %.6f s (%d rounds)\n"
-                "  binding resource: %s\n",
-                source.label, prediction.seconds, prediction.transfer_seconds,
-                prediction.latency_seconds, priced.rounds, prediction.binding);
-  if (!request.simulate.empty() && !request.process.has_value()) PrintPublished(out, request.model);
-  return absl::OkStatus();
-}
-
-// The bound no schedule beats on a cluster file: the rollout node that takes in the most bytes
-// from other nodes, over the summed inter_node rate of its rollout processes (one NIC per process,
-// as the cluster files state). Prints nothing without an inter_node fit or inter-node bytes.
-absl::Status PrintIngressFloor(std::FILE* out, const Job& job, const Plan& plan,
-                               const PricingSource& source) {
-  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(source.calibration));
-  const auto link = fits.by_path.find(std::string(kPathInterNode));
-  if (link == fits.by_path.end() || link->second.bytes_per_second <= 0) return absl::OkStatus();
-  std::map<int32_t, int64_t> bytes_in;  // By node index.
-  std::map<int32_t, int32_t> rollouts;  // By node index.
-  for (int32_t id = 0; id < job.num_processes(); ++id) {
-    if (!job.IsSource(id)) ++rollouts[job.NodeIndex(id)];
-  }
-  for (const Segment& segment : plan.segments) {
-    if (job.IsSource(segment.to.process) ||
-        job.PathClass(segment.from.process, segment.to.process) != kPathInterNode) {
-      continue;
-    }
-    bytes_in[job.NodeIndex(segment.to.process)] += SegmentBytes(job, segment);
-  }
-  const auto busiest =
-      std::max_element(bytes_in.begin(), bytes_in.end(),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  if (busiest == bytes_in.end()) return absl::OkStatus();
-  const int32_t nics = rollouts[busiest->first];
-  const double rate = link->second.bytes_per_second;
-  std::string node;
-  for (int32_t id = 0; id < job.num_processes(); ++id) {
-    if (job.NodeIndex(id) == busiest->first) node = job.processes()[id].node_id;
-  }
-  absl::FPrintF(out,
-                "  rollout ingress floor: node %s takes in %s (%d B) from other nodes through %d "
-                "NICs x %.1f GB/s = %.4f s\n",
-                node, HumanBytes(busiest->second), busiest->second, nics, rate / 1e9,
-                static_cast<double>(busiest->second) / (nics * rate));
-  return absl::OkStatus();
-}
 
 // What crossed node boundaries, with and without relaying, and what was relayed.
 void PrintRelay(std::FILE* out, const PlanRequest& request, const Plan& plan, bool priced) {
@@ -547,7 +436,9 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
                            FitLinks(calibration ? calibration->calibration : cluster->calibration));
     relay_fits = std::make_shared<const LinkFits>(std::move(fits));
   }
-  WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(request, relay_fits));
+  PlanRequest placed = request;
+  if (cluster && placed.procs_per_node <= 0) placed.procs_per_node = cluster->procs_per_node;
+  WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(placed, relay_fits));
   const Job& job = *run.job;
   const Traffic traffic = Tally(job, run.plan, request.process);
   PrintSummary(out, request, run, traffic);
@@ -559,16 +450,24 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   }
   PrintPaths(out, traffic);
   PrintRelay(out, request, run.plan, relay_fits != nullptr);
-  if (calibration) {
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, *calibration));
+  std::map<std::string, int64_t> unpriced;  // Over both sources.
+  for (const std::optional<PricingSource>* source : {&calibration, &cluster}) {
+    if (!source->has_value()) continue;
+    WSYNC_ASSIGN_OR_RETURN(const Prediction prediction,
+                           PrintPrediction(out, request, job, run.plan, **source));
+    for (const auto& [path, bytes] : prediction.unpriced_bytes) unpriced[path] += bytes;
   }
-  if (cluster) {
-    WSYNC_RETURN_IF_ERROR(PrintPrediction(out, request, job, run.plan, *cluster));
-    if (!request.process.has_value()) {
-      WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
-    }
+  if (cluster && !request.process.has_value()) {
+    WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
   }
   PrintCost(out, run);
+  if (request.require_prediction && !unpriced.empty()) {
+    std::vector<std::string> paths;
+    for (const auto& [path, bytes] : unpriced) paths.push_back(path);
+    return absl::FailedPreconditionError(
+        absl::StrCat("--require_prediction: the plan moves bytes on path classes with no fit: ",
+                     absl::StrJoin(paths, ", ")));
+  }
   return absl::OkStatus();
 }
 
@@ -578,7 +477,7 @@ std::string PlanUsage() {
       "                  [--policy first_holder|local_first_least_loaded|cost_aware]\n"
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
-      "                  [--relay never|always|auto]\n"
+      "                  [--relay never|always|auto] [--require_prediction]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -586,13 +485,19 @@ std::string PlanUsage() {
       "  --from      the trainer's layout: megatron(tp=1,pp=1,ep=1,dp=ep) or fsdp(n)\n"
       "  --to        the rollout's layout: vllm(tp=1,ep=1,dp=1)\n"
       "              (keys may be omitted; the values shown are the defaults)\n"
+      "              placement, in either layout: ppn=K processes (GPUs) per node (default 8,\n"
+      "              or the --simulate cluster's); colocated=1 puts rank r of both sides on\n"
+      "              node r / ppn (colocated engines); colocated=0 (default) puts each side on\n"
+      "              nodes of its own, so every trainer -> rollout path is inter_node\n"
       "  --process   plan only what global process P sends or receives: trainer ranks are\n"
       "              0..S-1, rollout ranks S..S+T-1 (default: all processes)\n"
       "  --policy    replica policy (default: local_first_least_loaded; cost_aware plans with\n"
       "              the fits of --calibration, else of --simulate)\n"
       "  --segments  how many segments to list (default: 10)\n"
       "  --calibration  price the traffic with a calibration file (wsync calibrate) and name\n"
-      "              the binding resource\n"
+      "              the binding resource; traffic on a path class the file has no fit for is\n"
+      "              left out, named, with the wsync calibrate command that measures it\n"
+      "  --require_prediction  exit 1 when something is left out of the price\n"
       "  --simulate  price the whole plan on a cluster file's stated links\n"
       "              (integration/clusters/), next to published figures of other systems\n"
       "  --relay     cross a node boundary once for bytes several processes of a node need, and\n"
@@ -600,18 +505,16 @@ std::string PlanUsage() {
       "              calibration's or cluster's cost model decides per region; without one,\n"
       "              regions of at least 64 KiB are relayed)\n"
       "\n"
-      "example:\n"
+      "examples:\n"
       "  wsync plan --model kimi-k2 --from 'megatron(pp=16,ep=16)' "
-      "--to 'vllm(tp=8,ep=8,dp=16)' --process 0\n");
+      "--to 'vllm(tp=8,ep=8,dp=16)' --process 0\n"
+      "  wsync calibrate --processes 4 --out cal.pb\n"
+      "  wsync plan --model qwen2.5-0.5b --from 'megatron(tp=2,dp=2,colocated=1)' "
+      "--to 'vllm(tp=2)' \\\n"
+      "      --calibration cal.pb\n");
 }
 
 int PlanMain(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (IsHelpArg(argv[i])) {
-      absl::PrintF("%s", PlanUsage());
-      return 0;
-    }
-  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     absl::FPrintF(stderr, "wsync plan: unexpected argument '%s'\n\n%s", positional[1], PlanUsage());
@@ -627,8 +530,13 @@ int PlanMain(int argc, char** argv) {
   request.calibration = absl::GetFlag(FLAGS_calibration);
   request.simulate = absl::GetFlag(FLAGS_simulate);
   request.relay = absl::GetFlag(FLAGS_relay);
+  request.require_prediction = absl::GetFlag(FLAGS_require_prediction);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
+    return 2;
+  }
+  if (request.require_prediction && request.calibration.empty() && request.simulate.empty()) {
+    absl::FPrintF(stderr, "wsync plan: --require_prediction needs --calibration or --simulate\n");
     return 2;
   }
   if (request.segments_to_show < 0) {

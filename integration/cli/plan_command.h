@@ -31,6 +31,11 @@ struct PlanRequest {
   // Relay mode (planner/relay.h): never, always or auto. Auto decides with the calibration (else
   // the cluster file's links) when one is given, else by the bytes rule.
   std::string relay = "auto";
+  // Fail (FailedPrecondition, after the report) when the calibration or cluster file leaves some
+  // path class of the plan unpriced.
+  bool require_prediction = false;
+  // Processes per node for layouts whose spec gives no ppn (0: the named layouts' default, 8).
+  int32_t procs_per_node = 0;
 };
 
 // Runs the request and writes the report to `out`. Returns the first error of building, validating

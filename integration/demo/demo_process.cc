@@ -85,6 +85,8 @@ ABSL_FLAG(std::string, metrics_address, "",
 ABSL_FLAG(double, linger_s, 0,
           "Seconds to keep the session (and its metrics exporter) alive after the last step, so "
           "that Prometheus can scrape the final figures.");
+ABSL_FLAG(std::string, node_id, "",
+          "The node this process reports (the plugin's node_id); default: the host name.");
 ABSL_FLAG(std::string, calibration_file, "",
           "A link calibration (wsync calibrate --out) for the plugin's calibration_file: trainer "
           "rank 0 shares it at connect and every sync is then predicted (empty: none).");
@@ -422,6 +424,8 @@ absl::Status Run() {
   config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
+  const std::string node_id = absl::GetFlag(FLAGS_node_id);
+  config.node_id = node_id.empty() ? nullptr : node_id.c_str();
   const std::string calibration_file = absl::GetFlag(FLAGS_calibration_file);
   config.calibration_file = calibration_file.empty() ? nullptr : calibration_file.c_str();
   WSYNC_RETURN_IF_ERROR(plugin->Init(config));
