@@ -22,139 +22,16 @@
 #include "common/status.h"
 #include "planner/builders.h"
 #include "planner/geometry.h"
+#include "planner/layout_spec.h"
 
 namespace wsync {
 namespace {
-
-// Upper bound on any parallel size and on the processes of one layout.
-constexpr int64_t kMaxProcesses = int64_t{1} << 20;
 
 // vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of this
 // (DEFAULT_VOCAB_PADDING_SIZE).
 constexpr int64_t kVllmVocabPadding = 64;
 // Megatron pads the vocabulary to a multiple of this times tp (make-vocab-size-divisible-by).
 constexpr int64_t kMegatronVocabPadding = 128;
-
-// ---------------------------------------------------------------------------------------------
-// Spec parsing.
-
-struct ParsedSpec {
-  std::string kind;
-  std::vector<std::pair<std::string, int64_t>> args;  // In spec order, keys unique.
-
-  std::optional<int64_t> Get(absl::string_view key) const {
-    for (const auto& [k, v] : args) {
-      if (k == key) return v;
-    }
-    return std::nullopt;
-  }
-};
-
-struct KindInfo {
-  absl::string_view kind;
-  std::vector<absl::string_view> keys;
-  absl::string_view positional_key;  // Key of a bare value ("fsdp(4)"); empty when none.
-};
-
-const std::vector<KindInfo>& Kinds() {
-  static const auto* const kinds = new std::vector<KindInfo>{
-      {"megatron", {"tp", "pp", "ep", "dp"}, ""},
-      {"fsdp", {"n"}, "n"},
-      {"vllm", {"tp", "ep", "dp"}, ""},
-  };
-  return *kinds;
-}
-
-// Placement keys every kind takes: processes per node, and colocation with the other side.
-constexpr absl::string_view kPpnKey = "ppn";
-constexpr absl::string_view kColocatedKey = "colocated";
-
-bool IsPlacementKey(absl::string_view key) { return key == kPpnKey || key == kColocatedKey; }
-
-absl::Status SpecError(absl::string_view spec, absl::string_view reason) {
-  return absl::InvalidArgumentError(absl::StrCat("layout \"", spec, "\": ", reason));
-}
-
-// Grammar (spaces ignored): kind [ "(" [ arg { "," arg } ] ")" ], arg = key "=" int | int.
-absl::StatusOr<ParsedSpec> ParseSpec(absl::string_view spec) {
-  std::string text;
-  for (char ch : spec) {
-    if (!std::isspace(static_cast<unsigned char>(ch))) text.push_back(ch);
-  }
-  ParsedSpec parsed;
-  absl::string_view body;
-  const size_t open = text.find('(');
-  if (open == std::string::npos) {
-    parsed.kind = text;
-  } else {
-    if (text.back() != ')') return SpecError(spec, "expected ')' at the end");
-    parsed.kind = text.substr(0, open);
-    body = absl::string_view(text).substr(open + 1, text.size() - open - 2);
-    if (body.find_first_of("()") != absl::string_view::npos) {
-      return SpecError(spec, "unexpected parenthesis inside the arguments");
-    }
-  }
-  const KindInfo* info = nullptr;
-  for (const KindInfo& candidate : Kinds()) {
-    if (candidate.kind == parsed.kind) info = &candidate;
-  }
-  if (info == nullptr) {
-    return SpecError(spec, absl::StrCat("unknown layout kind \"", parsed.kind,
-                                        "\"; expected megatron, fsdp or vllm"));
-  }
-  if (body.empty()) return parsed;
-  int position = 0;
-  for (absl::string_view arg : absl::StrSplit(body, ',')) {
-    std::string key;
-    absl::string_view value = arg;
-    const size_t eq = arg.find('=');
-    if (eq != absl::string_view::npos) {
-      key = std::string(arg.substr(0, eq));
-      value = arg.substr(eq + 1);
-      if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end() &&
-          !IsPlacementKey(key)) {
-        return SpecError(spec, absl::StrCat("unknown key \"", key, "\" for ", parsed.kind,
-                                            "; expected ", absl::StrJoin(info->keys, ", "), ", ",
-                                            kPpnKey, " or ", kColocatedKey));
-      }
-    } else if (arg.empty()) {
-      return SpecError(spec, "empty argument");
-    } else if (position == 0 && !info->positional_key.empty()) {
-      key = std::string(info->positional_key);
-    } else {
-      return SpecError(spec, absl::StrCat("argument \"", arg, "\" needs the form key=value"));
-    }
-    ++position;
-    if (parsed.Get(key).has_value()) {
-      return SpecError(spec, absl::StrCat("key \"", key, "\" given twice"));
-    }
-    int64_t number = 0;
-    if (key == kColocatedKey) {
-      if (value != "0" && value != "1") {
-        return SpecError(spec, absl::StrCat(key, " must be 0 or 1, got \"", value, "\""));
-      }
-      number = value == "1" ? 1 : 0;
-    } else if (!absl::SimpleAtoi(value, &number) || number <= 0) {
-      return SpecError(spec, absl::StrCat(key, " must be a positive integer, got \"", value, "\""));
-    }
-    if (number > kMaxProcesses) {
-      return SpecError(spec, absl::StrCat(key, "=", number, " exceeds ", kMaxProcesses));
-    }
-    parsed.args.emplace_back(std::move(key), number);
-  }
-  return parsed;
-}
-
-NamedPlacement PlacementOf(const ParsedSpec& parsed) {
-  NamedPlacement placement;
-  if (std::optional<int64_t> ppn = parsed.Get(kPpnKey)) {
-    placement.procs_per_node = static_cast<int32_t>(*ppn);
-  }
-  if (std::optional<int64_t> colocated = parsed.Get(kColocatedKey)) {
-    placement.colocated = *colocated == 1;
-  }
-  return placement;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Shared by the three layouts.
@@ -577,15 +454,15 @@ Layout BuildFsdp(const ModelSpec& model, int32_t n, const NamedLayoutOptions& op
 }  // namespace
 
 absl::StatusOr<NamedPlacement> ParseNamedPlacement(absl::string_view spec) {
-  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
-  return PlacementOf(parsed);
+  WSYNC_ASSIGN_OR_RETURN(const NamedSpec parsed, ParseNamedSpec(spec));
+  return NamedSpecPlacement(parsed);
 }
 
 absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_view spec,
                                         const NamedLayoutOptions& given) {
-  WSYNC_ASSIGN_OR_RETURN(const ParsedSpec parsed, ParseSpec(spec));
+  WSYNC_ASSIGN_OR_RETURN(const NamedSpec parsed, ParseNamedSpec(spec));
   NamedLayoutOptions options = given;
-  const NamedPlacement placement = PlacementOf(parsed);
+  const NamedPlacement placement = NamedSpecPlacement(parsed);
   options.procs_per_node = placement.procs_per_node.value_or(options.procs_per_node);
   options.colocated = placement.colocated.value_or(options.colocated);
   if (options.procs_per_node <= 0) {
@@ -597,8 +474,8 @@ absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_vie
     return static_cast<int32_t>(parsed.Get(key).value_or(fallback));
   };
   auto check_processes = [&](int64_t processes) -> absl::Status {
-    if (processes <= kMaxProcesses) return absl::OkStatus();
-    return SpecError(spec, absl::StrCat(processes, " processes exceed ", kMaxProcesses));
+    if (processes <= kMaxNamedProcesses) return absl::OkStatus();
+    return NamedSpecError(spec, absl::StrCat(processes, " processes exceed ", kMaxNamedProcesses));
   };
   if (parsed.kind == "megatron") {
     MegatronConfig c;
