@@ -3,6 +3,7 @@ RolloutSync (a rollout process that joins each push, in place)."""
 
 import re
 
+from . import placement
 from .layouts import Layout
 from .session import Session
 
@@ -41,7 +42,13 @@ class _Side:
     role = None
 
     def __init__(self, model, layout, rank, num_trainers, num_rollouts, coordinator, secret,
-                 job_id="wsync", host_coordinator=False, connect=True, **session_kwargs):
+                 job_id="wsync", host_coordinator=False, connect=True, ppn=None, colocated=None,
+                 **session_kwargs):
+        if ppn is not None or colocated is not None:
+            if session_kwargs.get("node_id") is not None:
+                raise ValueError("give node_id or a placement (ppn, colocated), not both")
+            session_kwargs["node_id"] = placement.node_id(
+                self.role, rank, 8 if ppn is None else ppn, bool(colocated))
         self.model = model
         self.layout = layout(model) if callable(layout) and not isinstance(layout, Layout) \
             else layout
@@ -92,7 +99,9 @@ class TrainerSync(_Side):
     ``lambda m: layouts.megatron_layout(m, tp_rank, tp, config)``); rank, world: this trainer's
     rank and the number of trainer processes; coordinator: 'host:port' (trainer rank 0 hosts it
     unless host_coordinator says otherwise); secret: the job secret; num_rollouts: rollout
-    processes in the job. Other keywords go to wsync.Session (deadline_seconds, path_transports...).
+    processes in the job. ppn, colocated: the node this process reports, placed as the named
+    layouts place it (wsync.placement.node_id; for nodes simulated on one machine), instead of its
+    host name. Other keywords go to wsync.Session (deadline_seconds, path_transports...).
     Connects unless connect=False.
     """
     role = "trainer"
