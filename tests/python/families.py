@@ -30,7 +30,8 @@ BASE = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=96, layers
 
 FAMILIES = {
     "llama3": dict(BASE),
-    "qwen2.5": dict(BASE, tied=True, qkv_bias=True),
+    "qwen2.5": dict(BASE, hidden=128, intermediate=320, head_dim=32, vocab=1000, tied=True,
+                    qkv_bias=True),
     "qwen3": dict(BASE, qk_norm=True),
     "qwen3-moe": dict(BASE, qk_norm=True, experts=6, moe_intermediate=32),
     "qwen2-moe": dict(BASE, qkv_bias=True, experts=4, moe_intermediate=32,
@@ -56,9 +57,16 @@ def _is_moe(f, layer):
     return f["experts"] > 0 and layer >= f["first_dense"]
 
 
-def logical_shapes(f):
-    """{logical name: (shape, dtype)}: HF names, routed experts stacked [E, ...] per layer."""
-    h, d, fp = f["hidden"], f["head_dim"], torch.float32
+# The C++ embedded models of the same structure and sizes (planner/models.cc).
+CPP_MODELS = {"llama3": "llama-3-tiny", "qwen2.5": "qwen2.5-tiny", "qwen3": "qwen3-tiny",
+              "qwen3-moe": "qwen3-moe-tiny", "qwen2-moe": "qwen2-moe-tiny",
+              "deepseek-v3": "deepseek-v3-tiny", "kimi-k2": "kimi-k2-tiny"}
+
+
+def logical_shapes(f, fp=torch.float32):
+    """{logical name: (shape, dtype)}: HF names, routed experts stacked [E, ...] per layer; `fp`
+    for all but DeepSeek's e_score_correction_bias (fp32)."""
+    h, d = f["hidden"], f["head_dim"]
     out = {"model.embed_tokens.weight": ((f["vocab"], h), fp)}
     for i in range(f["layers"]):
         p = f"model.layers.{i}."
@@ -108,10 +116,10 @@ def logical_shapes(f):
     return out
 
 
-def random_logical(f, seed):
+def random_logical(f, seed, fp=torch.float32):
     g = torch.Generator().manual_seed(seed)
     return {n: (torch.randn(s, generator=g) / math.sqrt(s[-1])).to(dt)
-            for n, (s, dt) in logical_shapes(f).items()}
+            for n, (s, dt) in logical_shapes(f, fp).items()}
 
 
 # -- trainer side: Hugging Face names, FSDP2 Shard(0) ----------------------------------------------
@@ -214,7 +222,7 @@ def rollout_tensors(logical, f, tp, tp_rank, ep=1, ep_rank=0, engine="vllm", pre
     padded = -(-f["vocab"] // 64) * 64
     for head in ("model.embed_tokens.weight", "lm_head.weight"):
         if head in L:
-            full = torch.full((padded, f["hidden"]), pad_value)
+            full = torch.full((padded, f["hidden"]), pad_value, dtype=L[head].dtype)
             full[:f["vocab"]] = L[head]
             out[head] = _rows(full, tp, tp_rank).clone()
     for i in range(f["layers"]):
@@ -283,3 +291,71 @@ def module_tree(tensors):
             node = getattr(node, part)
         node.register_parameter(leaf, torch.nn.Parameter(t, requires_grad=False))
     return root
+
+
+# -- trainer side: Megatron-core names (TP, PP, EP) ----------------------------------------------
+# megatron/core: GPTModel (embedding.word_embeddings, decoder.layers.<i> numbered from 0 on each
+# pipeline stage, decoder.final_layernorm, output_layer), TE's fused layer norms
+# (self_attention.linear_qkv.layer_norm_weight, mlp.linear_fc1.layer_norm_weight), linear_qkv
+# interleaved per query group [q heads of the group | k | v], qk_layernorm's q_layernorm /
+# k_layernorm, MoE layers (pre_mlp_layernorm, mlp.router.weight, TEGroupedMLP
+# mlp.experts.linear_fc1.weight<k> = [gate | up] of local expert k, linear_fc2.weight<k>);
+# EP rank e holds experts [e * E / ep, (e + 1) * E / ep), whole (expert TP 1).
+
+def megatron_stage_layers(f, pp, stage):
+    per = f["layers"] // pp
+    return list(range(stage * per, (stage + 1) * per))
+
+
+def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0):
+    """{Megatron-core module name: local tensor} of one trainer rank."""
+    L, d, h, out = logical, f["head_dim"], f["hidden"], {}
+    padded = -(-f["vocab"] // (128 * tp)) * 128 * tp
+    if stage == 0:
+        full = torch.zeros(padded, h, dtype=L["model.embed_tokens.weight"].dtype)
+        full[:f["vocab"]] = L["model.embed_tokens.weight"]
+        out["embedding.word_embeddings.weight"] = _rows(full, tp, tp_rank)
+    for local, i in enumerate(megatron_stage_layers(f, pp, stage)):
+        p, m = f"model.layers.{i}.", f"decoder.layers.{local}."
+        per, groups = f["heads"] // f["kv_heads"], f["kv_heads"] // tp
+        for kind in ("weight", "bias") if f["qkv_bias"] else ("weight",):
+            q, k, v = (L[p + f"self_attn.{x}_proj.{kind}"] for x in "qkv")
+            parts = []
+            for g in range(tp_rank * groups, (tp_rank + 1) * groups):
+                parts += [q[g * per * d:(g + 1) * per * d], k[g * d:(g + 1) * d],
+                          v[g * d:(g + 1) * d]]
+            out[m + f"self_attention.linear_qkv.{kind}"] = torch.cat(parts)
+        out[m + "self_attention.linear_qkv.layer_norm_weight"] = L[p + "input_layernorm.weight"]
+        if f["qk_norm"]:
+            out[m + "self_attention.q_layernorm.weight"] = L[p + "self_attn.q_norm.weight"]
+            out[m + "self_attention.k_layernorm.weight"] = L[p + "self_attn.k_norm.weight"]
+        out[m + "self_attention.linear_proj.weight"] = _cols(L[p + "self_attn.o_proj.weight"],
+                                                             tp, tp_rank)
+        if _is_moe(f, i):
+            out[m + "pre_mlp_layernorm.weight"] = L[p + "post_attention_layernorm.weight"]
+            out[m + "mlp.router.weight"] = L[p + "mlp.gate.weight"]
+            n = f["experts"] // ep
+            etp, er = (1, 0) if ep > 1 else (tp, tp_rank)
+            for k in range(n):
+                e = ep_rank * n + k
+                gate, up = (L[p + f"mlp.experts.{x}_proj.weight"][e] for x in ("gate", "up"))
+                out[m + f"mlp.experts.linear_fc1.weight{k}"] = torch.cat(
+                    [_rows(gate, etp, er), _rows(up, etp, er)])
+                out[m + f"mlp.experts.linear_fc2.weight{k}"] = _cols(
+                    L[p + "mlp.experts.down_proj.weight"][e], etp, er)
+        else:
+            out[m + "mlp.linear_fc1.layer_norm_weight"] = L[p + "post_attention_layernorm.weight"]
+            out[m + "mlp.linear_fc1.weight"] = torch.cat([_rows(L[p + "mlp.gate_proj.weight"],
+                                                                tp, tp_rank),
+                                                          _rows(L[p + "mlp.up_proj.weight"], tp,
+                                                                tp_rank)])
+            out[m + "mlp.linear_fc2.weight"] = _cols(L[p + "mlp.down_proj.weight"], tp, tp_rank)
+    if stage == pp - 1:
+        out["decoder.final_layernorm.weight"] = L["model.norm.weight"]
+    # Tied embeddings: the last stage keeps a copy of the embedding as output_layer under PP.
+    head = "model.embed_tokens.weight" if f["tied"] else "lm_head.weight"
+    if stage == pp - 1 and (not f["tied"] or pp > 1):
+        full = torch.zeros(padded, h, dtype=L[head].dtype)
+        full[:f["vocab"]] = L[head]
+        out["output_layer.weight"] = _rows(full, tp, tp_rank)
+    return {n: t.clone().contiguous() for n, t in out.items()}

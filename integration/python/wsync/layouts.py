@@ -45,7 +45,7 @@ every such name with a rule that would map it. FSDP2 / DTensor trainers: :mod:`w
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -466,19 +466,23 @@ def megatron_ranks(rank, tp, pp=1, ep=1, dp=None):
 
 
 def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_offset=0,
-                    ep_rank=0, ep_size=1):
+                    ep_rank=0, ep_size=1, tied_embeddings=False):
     """The layout of a Megatron-core GPT model's TP shard (names as in megatron.core). Under
     pipeline parallelism a stage numbers its layers from 0: `layer_offset` is the global index
     of its first layer. Under expert parallelism (ep_size > 1) the rank holds the contiguous
     block of E / ep_size whole experts of EP rank `ep_rank` (local expert k is global
-    ep_rank * E / ep_size + k); without it every rank holds all experts, TP-split."""
+    ep_rank * E / ep_size + k); without it every rank holds all experts, TP-split. With tied
+    embeddings the last stage's output_layer (Megatron keeps a copy there under PP) is the
+    embedding."""
     named = _named(model)
     if layer_offset:
         shift = re.compile(r"((?:module\.)*decoder\.layers\.)(\d+)\.")
         named = [(shift.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + layer_offset}.", n, 1), t)
                  for n, t in named]
-    return build_layout(named, list(rules) + MEGATRON_RULES, tp_rank, tp_size, config, skip,
-                        ep_rank, ep_size, "even")
+    tied = [Rule(r"(?:module\.)*output_layer\.weight", "vocab", "model.embed_tokens.weight")] \
+        if tied_embeddings else []
+    return build_layout(named, list(rules) + tied + MEGATRON_RULES, tp_rank, tp_size, config,
+                        skip, ep_rank, ep_size, "even")
 
 
 def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,
