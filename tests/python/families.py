@@ -190,7 +190,7 @@ def fsdp2_shards(tensors, rank, world):
     return out
 
 
-# -- rollout side: vLLM / SGLang module names and local tensors --------------------------------------
+# -- rollout side: vLLM / SGLang module names and local tensors ----------------------------------
 
 def experts_of(f, ep, ep_rank, engine):
     """Global expert ids of an EP rank, as the engine places them."""
