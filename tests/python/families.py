@@ -166,6 +166,29 @@ class Mesh1D:
         return self._size
 
 
+class Replicate:
+    """Stand-in for torch.distributed.tensor.Replicate."""
+
+    def is_shard(self):
+        return False
+
+    def is_partial(self):
+        return False
+
+
+class MeshND:
+    """Stand-in for an N-D DeviceMesh seen from the rank at `coordinate`."""
+
+    def __init__(self, coordinate, sizes):
+        self.coordinate, self.sizes = list(coordinate), list(sizes)
+
+    def get_coordinate(self):
+        return self.coordinate
+
+    def size(self, mesh_dim=0):
+        return self.sizes[mesh_dim]
+
+
 class StandInDTensor:
     """What fsdp2_layout reads of a DTensor: the global shape, placements, mesh, local shard."""
 
@@ -179,14 +202,21 @@ class StandInDTensor:
         return self
 
 
-def fsdp2_shards(tensors, rank, world):
+def fsdp2_shards(tensors, rank, world, replicas=1):
     """[(name, DTensor stand-in)] of FSDP2's fully_shard: torch.chunk(world) on dim 0, an empty
-    shard for ranks past the last chunk; each local shard its own contiguous tensor."""
+    shard for ranks past the last chunk; each local shard its own contiguous tensor. replicas > 1:
+    HSDP, mesh (replicas, world) with placements (Replicate(), Shard(0)), `rank` the global rank
+    (replica-major)."""
     out = []
+    replica, shard = divmod(rank, world)
     for name, t in tensors.items():
         chunks = list(torch.chunk(t, world, dim=0))
-        local = chunks[rank].clone() if rank < len(chunks) else t[:0].clone()
-        out.append((name, StandInDTensor(local, tuple(t.shape), (Shard(0),), Mesh1D(rank, world))))
+        local = chunks[shard].clone() if shard < len(chunks) else t[:0].clone()
+        if replicas == 1:
+            placements, mesh = (Shard(0),), Mesh1D(shard, world)
+        else:
+            placements, mesh = (Replicate(), Shard(0)), MeshND((replica, shard), (replicas, world))
+        out.append((name, StandInDTensor(local, tuple(t.shape), placements, mesh)))
     return out
 
 

@@ -113,6 +113,18 @@ class FamilyLayoutTest(unittest.TestCase):
         for name in MOE:
             self.check_fsdp2(name)
 
+    def test_hsdp_replicate_then_shard(self):
+        f = fam.FAMILIES["deepseek-v3"]
+        logical = fam.random_logical(f, 17)
+        hf = fam.hf_tensors(logical, f)
+        sides = [fsdp2_layout(fam.fsdp2_shards(hf, r, 3, replicas=2), fam.config_of(f))
+                 for r in range(6)]
+        self.check_equal(sides, logical)
+        # Replica 1 holds what replica 0 holds, rank by rank.
+        for r in range(3):
+            self.assertEqual([(p.param, p.origin, p.extent) for p in sides[r].pieces],
+                             [(p.param, p.origin, p.extent) for p in sides[r + 3].pieces])
+
     def test_vision_language_prefix(self):
         f = fam.FAMILIES["qwen2.5"]
         logical = fam.random_logical(f, 13)
