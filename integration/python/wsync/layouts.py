@@ -345,6 +345,9 @@ def _expert_ids(name, local, ctx):
     placed by ctx.expert_placement; else every rank holds all experts, TP-split inside."""
     if ctx.ep_size <= 1:
         total = ctx.config.num_experts if ctx.config and ctx.config.num_experts else local
+        if total != local:
+            raise LayoutError(f"{name}: {local} experts here, {total} in the ModelConfig, and no "
+                              "expert parallelism (ep_size=1)")
         return list(range(local)), total, ctx.tp_rank, ctx.tp_size
     c = _need_config(ctx, name)
     if not c.num_experts:
