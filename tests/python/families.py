@@ -337,8 +337,9 @@ def megatron_stage_layers(f, pp, stage):
     return list(range(stage * per, (stage + 1) * per))
 
 
-def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0):
-    """{Megatron-core module name: local tensor} of one trainer rank."""
+def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0, down_split=False):
+    """{Megatron-core module name: local tensor} of one trainer rank; down_split: MLA's down
+    projections column-parallel (ColumnParallelLinear) instead of duplicated (TELinear)."""
     L, d, h, out = logical, f["head_dim"], f["hidden"], {}
     padded = -(-f["vocab"] // (128 * tp)) * 128 * tp
     if stage == 0:
@@ -347,23 +348,24 @@ def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0):
         out["embedding.word_embeddings.weight"] = _rows(full, tp, tp_rank)
     for local, i in enumerate(megatron_stage_layers(f, pp, stage)):
         p, m = f"model.layers.{i}.", f"decoder.layers.{local}."
-        per, groups = f["heads"] // f["kv_heads"], f["kv_heads"] // tp
-        for kind in ("weight", "bias") if f["qkv_bias"] else ("weight",):
-            q, k, v = (L[p + f"self_attn.{x}_proj.{kind}"] for x in "qkv")
-            parts = []
-            for g in range(tp_rank * groups, (tp_rank + 1) * groups):
-                parts += [q[g * per * d:(g + 1) * per * d], k[g * d:(g + 1) * d],
-                          v[g * d:(g + 1) * d]]
-            out[m + f"self_attention.linear_qkv.{kind}"] = torch.cat(parts)
-        out[m + "self_attention.linear_qkv.layer_norm_weight"] = L[p + "input_layernorm.weight"]
-        if f["qk_norm"]:
-            out[m + "self_attention.q_layernorm.weight"] = L[p + "self_attn.q_norm.weight"]
-            out[m + "self_attention.k_layernorm.weight"] = L[p + "self_attn.k_norm.weight"]
+        if f["mla"]:
+            _megatron_mla(out, L, p, m, tp, tp_rank, down_split)
+        else:
+            _megatron_qkv(out, L, f, p, m, tp, tp_rank)
         out[m + "self_attention.linear_proj.weight"] = _cols(L[p + "self_attn.o_proj.weight"],
                                                              tp, tp_rank)
         if _is_moe(f, i):
             out[m + "pre_mlp_layernorm.weight"] = L[p + "post_attention_layernorm.weight"]
             out[m + "mlp.router.weight"] = L[p + "mlp.gate.weight"]
+            if f["router_bias"]:  # A buffer of TopKRouter: the trainer passes named_buffers too.
+                out[m + "mlp.router.expert_bias"] = L[p + "mlp.gate.e_score_correction_bias"]
+            if f["shared"] == "shared_experts":
+                s = p + "mlp.shared_experts."
+                out[m + "mlp.shared_experts.linear_fc1.weight"] = torch.cat(
+                    [_rows(L[s + "gate_proj.weight"], tp, tp_rank),
+                     _rows(L[s + "up_proj.weight"], tp, tp_rank)])
+                out[m + "mlp.shared_experts.linear_fc2.weight"] = _cols(L[s + "down_proj.weight"],
+                                                                        tp, tp_rank)
             n = f["experts"] // ep
             etp, er = (1, 0) if ep > 1 else (tp, tp_rank)
             for k in range(n):
@@ -389,3 +391,31 @@ def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0):
         full[:f["vocab"]] = L[head]
         out["output_layer.weight"] = _rows(full, tp, tp_rank)
     return {n: t.clone().contiguous() for n, t in out.items()}
+
+
+def _megatron_qkv(out, L, f, p, m, tp, tp_rank):
+    d, per, groups = f["head_dim"], f["heads"] // f["kv_heads"], f["kv_heads"] // tp
+    for kind in ("weight", "bias") if f["qkv_bias"] else ("weight",):
+        q, k, v = (L[p + f"self_attn.{x}_proj.{kind}"] for x in "qkv")
+        parts = []
+        for g in range(tp_rank * groups, (tp_rank + 1) * groups):
+            parts += [q[g * per * d:(g + 1) * per * d], k[g * d:(g + 1) * d],
+                      v[g * d:(g + 1) * d]]
+        out[m + f"self_attention.linear_qkv.{kind}"] = torch.cat(parts)
+    out[m + "self_attention.linear_qkv.layer_norm_weight"] = L[p + "input_layernorm.weight"]
+    if f["qk_norm"]:
+        out[m + "self_attention.q_layernorm.weight"] = L[p + "self_attn.q_norm.weight"]
+        out[m + "self_attention.k_layernorm.weight"] = L[p + "self_attn.k_norm.weight"]
+
+
+def _megatron_mla(out, L, p, m, tp, tp_rank, down_split):
+    a, s = p + "self_attn.", m + "self_attention."
+    out[m + "input_layernorm.weight"] = L[p + "input_layernorm.weight"]
+    for mine, theirs in (("linear_q_down_proj", "q_a_proj"),
+                         ("linear_kv_down_proj", "kv_a_proj_with_mqa")):
+        w = L[a + theirs + ".weight"]
+        out[s + mine + ".weight"] = _rows(w, tp, tp_rank) if down_split else w
+    for mine, theirs, norm in (("linear_q_up_proj", "q_b_proj", "q_a_layernorm"),
+                               ("linear_kv_up_proj", "kv_b_proj", "kv_a_layernorm")):
+        out[s + mine + ".weight"] = _rows(L[a + theirs + ".weight"], tp, tp_rank)
+        out[s + mine + ".layer_norm_weight"] = L[a + norm + ".weight"]

@@ -23,6 +23,8 @@ kind                the local tensor holds
 ``megatron_qkv``    Megatron ``linear_qkv``: per local query group, its q heads, then k, then v
 ``mla_qkv_a``       vLLM ``fused_qkv_a_proj`` / SGLang ``fused_qkv_a_proj_with_mqa``: q_a_proj
                     (``q_lora_rank`` rows) then kv_a_proj_with_mqa, both whole (replicated)
+``mla_down``        Megatron MLA ``linear_q_down_proj`` / ``linear_kv_down_proj``: whole, or
+                    column-split when its rows are a TP shard of the config's
 ``experts_packed``  fused experts ``w13`` ``[E_local, 2*I/tp, H]``: gate then up on axis 1
 ``experts_row``     fused experts ``w2`` ``[E_local, H, I/tp]``: split on axis 2
 ``expert_packed``   one local expert's ``[2*I/tp, H]`` (Megatron ``linear_fc1.weight<k>``; the
@@ -50,10 +52,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ._lib import MemoryKind, Status, WsyncError
-from .rules import HF_RULES, MEGATRON_RULES, SGLANG_RULES, VLLM_RULES, Rule, suggest_rule
+from .rules import (HF_RULES, MEGATRON_MLA_RULES, MEGATRON_RULES, SGLANG_RULES,  # noqa: F401
+                    VLLM_RULES, Rule, suggest_rule)  # (Re-exported: the tables live in rules.)
 from .session import dtype_name
-
-__all__ = ["Rule", "HF_RULES", "MEGATRON_RULES", "SGLANG_RULES", "VLLM_RULES"]  # Re-exported.
 
 
 class LayoutError(WsyncError):
@@ -286,6 +287,16 @@ def expand(rule, match, name, tensor, ctx):
                               f"kv_lora_rank + qk_rope_head_dim {sizes[1]} (two targets)")
         return [(targets[0], [sizes[0]] + shape[1:], [0] * len(shape), tensor[:sizes[0]]),
                 (targets[1], [sizes[1]] + shape[1:], [0] * len(shape), tensor[sizes[0]:])]
+    if kind == "mla_down":
+        c = _need_config(ctx, name)
+        full = c.q_lora_rank if "q_a_proj" in targets[0] else c.kv_lora_rank + c.qk_rope_head_dim
+        if shape[0] == full:
+            return [(targets[0], shape, [0] * len(shape), tensor)]
+        if shape[0] * tp != full:
+            raise LayoutError(f"{name}: {shape[0]} rows are neither all {full} nor a tp={tp} "
+                              "shard of them")
+        return [(targets[0], [full] + shape[1:], [r * shape[0]] + [0] * (len(shape) - 1),
+                 tensor)]
     if kind in EXPERT_KINDS:
         return _expand_experts(kind, targets, match, name, tensor, ctx)
     raise LayoutError(f"{name}: unknown rule kind {kind!r}")
@@ -484,8 +495,9 @@ def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_of
                  for n, t in named]
     tied = [Rule(r"(?:module\.)*output_layer\.weight", "vocab", "model.embed_tokens.weight")] \
         if tied_embeddings else []
-    return build_layout(named, list(rules) + tied + MEGATRON_RULES, tp_rank, tp_size, config,
-                        skip, ep_rank, ep_size, "even")
+    mla = MEGATRON_MLA_RULES if config is not None and config.kv_lora_rank else []
+    return build_layout(named, list(rules) + tied + mla + MEGATRON_RULES, tp_rank, tp_size,
+                        config, skip, ep_rank, ep_size, "even")
 
 
 def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,

@@ -67,6 +67,30 @@ MEGATRON_RULES = [
     Rule(_L + r"output_layer\.weight", "vocab", "lm_head.weight"),
 ]
 
+# Megatron-core multi-latent attention (megatron/core/transformer/multi_latent_attention.py,
+# MLASelfAttention at 003b4ce2): linear_q_down_proj (hidden -> q_lora_rank) and
+# linear_kv_down_proj (hidden -> kv_lora_rank + qk_pos_emb_head_dim) are whole (TELinear,
+# parallel_mode 'duplicated') or column-split (ColumnParallelLinear): kind mla_down tells them
+# apart by their rows; linear_q_up_proj / linear_kv_up_proj are column-parallel with rows per
+# head [nope | rope] and [nope | v], as HF's q_b_proj / kv_b_proj; q_layernorm / kv_layernorm
+# (or TE's fused linear_*_up_proj.layer_norm_weight) are the latent norms. Tried before
+# MEGATRON_RULES when the ModelConfig has kv_lora_rank (q_layernorm is Qwen3's q_norm else).
+MEGATRON_MLA_RULES = [
+    Rule(_M + r"self_attention\.linear_q_proj\.weight", "column", _H + "self_attn.q_proj.weight"),
+    Rule(_M + r"self_attention\.linear_q_down_proj\.weight", "mla_down",
+         _H + "self_attn.q_a_proj.weight"),
+    Rule(_M + r"self_attention\.linear_kv_down_proj\.weight", "mla_down",
+         _H + "self_attn.kv_a_proj_with_mqa.weight"),
+    Rule(_M + r"self_attention\.linear_q_up_proj\.weight", "column",
+         _H + "self_attn.q_b_proj.weight"),
+    Rule(_M + r"self_attention\.linear_kv_up_proj\.weight", "column",
+         _H + "self_attn.kv_b_proj.weight"),
+    Rule(_M + r"self_attention\.(?:linear_q_up_proj\.layer_norm_weight|q_layernorm\.weight)",
+         "replicated", _H + "self_attn.q_a_layernorm.weight"),
+    Rule(_M + r"self_attention\.(?:linear_kv_up_proj\.layer_norm_weight|kv_layernorm\.weight)",
+         "replicated", _H + "self_attn.kv_a_layernorm.weight"),
+]
+
 # vllm/model_executor/models/{llama,qwen2,qwen3,qwen2_moe,qwen3_moe,deepseek_v2}.py and
 # layers/{linear,vocab_parallel_embedding}.py, layers/fused_moe/layer.py: QKVParallelLinear
 # qkv_proj, MergedColumnParallelLinear gate_up_proj (also the shared experts'), RowParallelLinear
