@@ -330,7 +330,10 @@ def module_tree(tensors):
 # interleaved per query group [q heads of the group | k | v], qk_layernorm's q_layernorm /
 # k_layernorm, MoE layers (pre_mlp_layernorm, mlp.router.weight, TEGroupedMLP
 # mlp.experts.linear_fc1.weight<k> = [gate | up] of local expert k, linear_fc2.weight<k>);
-# EP rank e holds experts [e * E / ep, (e + 1) * E / ep), whole (expert TP 1).
+# EP rank e holds experts [e * E / ep, (e + 1) * E / ep), whole (expert TP 1); TopKRouter's
+# expert_bias is an fp32 buffer (megatron/core/transformer/moe/router.py at 005742ff); MLA as in
+# transformer/multi_latent_attention.py at 003b4ce2 (linear_q_down_proj / linear_kv_down_proj
+# duplicated or column-parallel, linear_q_up_proj / linear_kv_up_proj with TE-fused norms).
 
 def megatron_stage_layers(f, pp, stage):
     per = f["layers"] // pp
@@ -359,13 +362,16 @@ def megatron_tensors(logical, f, tp, tp_rank, pp=1, stage=0, ep=1, ep_rank=0, do
             out[m + "mlp.router.weight"] = L[p + "mlp.gate.weight"]
             if f["router_bias"]:  # A buffer of TopKRouter: the trainer passes named_buffers too.
                 out[m + "mlp.router.expert_bias"] = L[p + "mlp.gate.e_score_correction_bias"]
-            if f["shared"] == "shared_experts":
-                s = p + "mlp.shared_experts."
+            if f["shared"]:  # Megatron's SharedExpertMLP; Qwen2-MoE's gate is its gate_weight.
+                s = p + "mlp." + f["shared"] + "."
                 out[m + "mlp.shared_experts.linear_fc1.weight"] = torch.cat(
                     [_rows(L[s + "gate_proj.weight"], tp, tp_rank),
                      _rows(L[s + "up_proj.weight"], tp, tp_rank)])
                 out[m + "mlp.shared_experts.linear_fc2.weight"] = _cols(L[s + "down_proj.weight"],
                                                                         tp, tp_rank)
+                if f["shared"] == "shared_expert":
+                    gate = L[p + "mlp.shared_expert_gate.weight"]
+                    out[m + "mlp.shared_experts.gate_weight"] = gate
             n = f["experts"] // ep
             etp, er = (1, 0) if ep > 1 else (tp, tp_rank)
             for k in range(n):

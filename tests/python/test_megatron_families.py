@@ -32,9 +32,9 @@ def megatron_sides(f, logical, tp, pp, ep, down_split=False):
         tensors = fam.megatron_tensors(logical, f, tp, tp_rank, pp, stage, ep, ep_rank,
                                        down_split)
         offset = fam.megatron_stage_layers(f, pp, stage)[0]
-        sides.append(layouts.megatron_layout(fam.module_tree(tensors), tp_rank, tp, config,
-                                             layer_offset=offset, ep_rank=ep_rank, ep_size=ep,
-                                             tied_embeddings=f["tied"]))
+        sides.append(layouts.megatron_layout(
+            fam.module_tree(tensors), tp_rank, tp, config, layer_offset=offset, ep_rank=ep_rank,
+            ep_size=ep, tied_embeddings=f["tied"], shared_expert=f["shared"] or "shared_experts"))
     return sides
 
 
@@ -89,6 +89,10 @@ class MegatronFamilyTest(unittest.TestCase):
 
     def test_qwen3_moe_megatron(self):
         self.check("qwen3-moe")
+
+    def test_qwen2_moe_megatron(self):
+        # Qwen2-MoE's shared_expert and its sigmoid gate (SharedExpertMLP.gate_weight), qkv bias.
+        self.check("qwen2-moe")
 
     def test_deepseek_v3_megatron(self):
         # MLA (down projections duplicated, TE's fused latent norms), a first dense layer, shared

@@ -480,14 +480,16 @@ def megatron_ranks(rank, tp, pp=1, ep=1, dp=None):
 
 
 def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_offset=0,
-                    ep_rank=0, ep_size=1, tied_embeddings=False):
+                    ep_rank=0, ep_size=1, tied_embeddings=False, shared_expert="shared_experts"):
     """The layout of a Megatron-core GPT model's TP shard (names as in megatron.core). Under
     pipeline parallelism a stage numbers its layers from 0: `layer_offset` is the global index
     of its first layer. Under expert parallelism (ep_size > 1) the rank holds the contiguous
     block of E / ep_size whole experts of EP rank `ep_rank` (local expert k is global
     ep_rank * E / ep_size + k); without it every rank holds all experts, TP-split. With tied
     embeddings the last stage's output_layer (Megatron keeps a copy there under PP) is the
-    embedding."""
+    embedding. `shared_expert` is the HF module name of Megatron's shared_experts:
+    ``shared_experts`` (DeepSeek-V3) or ``shared_expert`` (Qwen2-MoE, whose gate_weight is
+    shared_expert_gate)."""
     named = _named(model)
     if layer_offset:
         shift = re.compile(r"((?:module\.)*decoder\.layers\.)(\d+)\.")
@@ -496,8 +498,12 @@ def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_of
     tied = [Rule(r"(?:module\.)*output_layer\.weight", "vocab", "model.embed_tokens.weight")] \
         if tied_embeddings else []
     mla = MEGATRON_MLA_RULES if config is not None and config.kv_lora_rank else []
-    return build_layout(named, list(rules) + tied + mla + MEGATRON_RULES, tp_rank, tp_size,
-                        config, skip, ep_rank, ep_size, "even")
+    shared = [] if shared_expert == "shared_experts" else [
+        Rule(x.pattern, x.kind, [t.replace(".shared_experts.", f".{shared_expert}.")
+                                 for t in x.targets])
+        for x in MEGATRON_RULES if ".shared_experts." in x.targets[0]]
+    return build_layout(named, list(rules) + tied + mla + shared + MEGATRON_RULES, tp_rank,
+                        tp_size, config, skip, ep_rank, ep_size, "even")
 
 
 def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,

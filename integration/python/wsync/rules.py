@@ -33,7 +33,7 @@ _H = r"model.layers.\1."  # The same layer's logical (HF) prefix.
 
 # megatron/core/models/gpt (GPTModel: embedding, decoder, output_layer), transformer/attention.py
 # (linear_qkv, linear_proj, q_layernorm / k_layernorm with qk_layernorm), transformer/moe/
-# (router.py: TopKRouter.weight, expert_bias; experts.py: TEGroupedMLP linear_fc1.weight<k> per
+# (router.py at 005742ff: TopKRouter.weight, the fp32 buffer expert_bias; experts.py: TEGroupedMLP linear_fc1.weight<k> per
 # local expert, SequentialMLP local_experts.<k>; shared_experts.py: SharedExpertMLP gate_weight).
 MEGATRON_RULES = [
     Rule(_L + r"embedding\.word_embeddings\.weight", "vocab", "model.embed_tokens.weight"),
