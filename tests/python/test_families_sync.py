@@ -1,7 +1,8 @@
 """One real multi-process sync per model family: 2 FSDP2 trainer processes (DTensor Shard(0)
 shards of a Hugging Face module tree, torch.chunk's uneven and empty shards included) and 2
 rollout processes holding the family's vLLM or SGLang module tree (TP, wide EP, TP-split
-experts). After the push, every element of every rollout tensor, vocabulary padding included,
+experts); and three Megatron-core trainers (PP 2, EP 2 with DP replicas of everything else,
+TP 2 with MLA). After the push, every element of every rollout tensor, vocabulary padding included,
 equals what the test's own oracle (families.rollout_tensors of the trainer's logical weights)
 puts there; before it, the rollouts hold other weights. The processes run the families one
 after another, one wsync job each."""
@@ -18,17 +19,39 @@ ROLLOUTS = 2
 SECRET = "python-families-secret-0123456789ab"
 PAD_VALUE = 7.0
 
-# (family, engine, rollout tp, rollout dp, ep): ep = tp * dp is vLLM's wide EP (SGLang's
-# --ep-size over its TP ranks), ep = 1 splits the experts over TP.
+# (family, engine, rollout tp, rollout dp, ep, trainer): ep = tp * dp is vLLM's wide EP
+# (SGLang's --ep-size over its TP ranks), ep = 1 splits the experts over TP. The trainer is
+# "fsdp2" (Shard(0) over both) or Megatron-core's (tp, pp, ep) with dp = ep.
 CASES = [
-    ("llama3", "vllm", 2, 1, 1),
-    ("qwen2.5", "vllm", 2, 1, 1),
-    ("qwen3", "sglang", 2, 1, 1),
-    ("qwen3-moe", "vllm", 1, 2, 2),
-    ("qwen2-moe", "sglang", 2, 1, 2),
-    ("deepseek-v3", "vllm", 2, 1, 2),
-    ("kimi-k2", "vllm", 2, 1, 1),
+    ("llama3", "vllm", 2, 1, 1, "fsdp2"),
+    ("qwen2.5", "vllm", 2, 1, 1, "fsdp2"),
+    ("qwen3", "sglang", 2, 1, 1, "fsdp2"),
+    ("qwen3-moe", "vllm", 1, 2, 2, "fsdp2"),
+    ("qwen2-moe", "sglang", 2, 1, 2, "fsdp2"),
+    ("deepseek-v3", "vllm", 2, 1, 2, "fsdp2"),
+    ("kimi-k2", "vllm", 2, 1, 1, "fsdp2"),
+    ("qwen3", "sglang", 2, 1, 1, (1, 2, 1)),
+    ("qwen3-moe", "vllm", 2, 1, 1, (1, 1, 2)),
+    ("deepseek-v3", "vllm", 1, 2, 2, (2, 1, 1)),
 ]
+
+
+def _trainer_layout(f, logical, index, trainer):
+    """(tensors kept alive, layout) of trainer `index`."""
+    import families as fam
+    from wsync import layouts
+    from wsync.fsdp2 import fsdp2_layout
+    config = fam.config_of(f)
+    if trainer == "fsdp2":
+        shards = fam.fsdp2_shards(fam.hf_tensors(logical, f), index, TRAINERS)
+        return shards, fsdp2_layout(shards, config)
+    tp, pp, ep = trainer
+    tp_rank, _, stage, ep_rank = layouts.megatron_ranks(index, tp, pp, ep)
+    tensors = fam.megatron_tensors(logical, f, tp, tp_rank, pp, stage, ep, ep_rank)
+    offset = fam.megatron_stage_layers(f, pp, stage)[0]
+    return tensors, layouts.megatron_layout(tensors, tp_rank, tp, config, layer_offset=offset,
+                                            ep_rank=ep_rank, ep_size=ep,
+                                            tied_embeddings=f["tied"])
 
 
 def _case(index, case, port):
@@ -36,20 +59,19 @@ def _case(index, case, port):
 
     import families as fam
     from wsync import layouts
-    from wsync.fsdp2 import fsdp2_layout
     from wsync.trainer import RolloutSync, TrainerSync
 
-    name, engine, tp, dp, ep = case
+    name, engine, tp, dp, ep, trainer = case
     f = fam.FAMILIES[name]
     config = fam.config_of(f)
     logical = fam.random_logical(f, 100 + CASES.index(case))
-    common = dict(coordinator=f"127.0.0.1:{port}", secret=SECRET, job_id=f"families-{name}",
-                  deadline_seconds=30, path_transports="*=ucx:sm,cma,self")
+    common = dict(coordinator=f"127.0.0.1:{port}", secret=SECRET,
+                  job_id=f"families-{CASES.index(case)}", deadline_seconds=30,
+                  path_transports="*=ucx:sm,cma,self")
     out = {"case": case, "index": index}
     if index < TRAINERS:
-        shards = fam.fsdp2_shards(fam.hf_tensors(logical, f), index, TRAINERS)
-        layout = fsdp2_layout(shards, config)
-        with TrainerSync(shards, layout, index, TRAINERS, num_rollouts=ROLLOUTS,
+        tensors, layout = _trainer_layout(f, logical, index, trainer)
+        with TrainerSync(tensors, layout, index, TRAINERS, num_rollouts=ROLLOUTS,
                          **common) as sync:
             out["stats"] = sync.push(1)
         return out
@@ -98,9 +120,9 @@ class FamilySyncTest(unittest.TestCase):
                 self.assertEqual(report["state"], [3, 1], what)  # IDLE at version 1.
                 self.assertTrue(report["in_place"], what)
                 self.assertGreater(report["stats"]["received_bytes"], 0, what)
-                checked[report["case"][0]] = checked.get(report["case"][0], 0) + \
-                    report["elements"]
-        self.assertEqual(sorted(checked), sorted(c[0] for c in CASES))
+                key = f"{report['case'][0]} <- {report['case'][5]}"
+                checked[key] = checked.get(key, 0) + report["elements"]
+        self.assertEqual(len(checked), len(CASES))
         print("rollout elements checked per family:", checked)
 
 
