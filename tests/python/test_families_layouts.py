@@ -152,6 +152,24 @@ class FamilyLayoutTest(unittest.TestCase):
         got = _assemble(sides, self)
         self.assertTrue(torch.equal(got["model.layers.0.mlp.experts.down_proj.weight"], w2))
 
+    def test_w13_order_per_engine(self):
+        f = fam.FAMILIES["qwen3-moe"]
+        logical = fam.random_logical(f, 18)
+        name = "model.layers.1.mlp.experts.w13_weight"
+        sides, default = [], []
+        for rank in range(2):
+            tensors = fam.rollout_tensors(logical, f, 2, rank)
+            w13 = tensors[name]
+            half = w13.shape[1] // 2
+            swapped = {name: torch.cat([w13[:, half:], w13[:, :half]], dim=1)}  # [up | gate]
+            sides.append(layouts.vllm_layout(swapped, rank, 2, fam.config_of(f),
+                                             w13_order="up_gate"))
+            default.append(layouts.vllm_layout(swapped, rank, 2, fam.config_of(f)))
+        for order, layout_list in (("up_gate", sides), ("gate_up", default)):
+            got = _assemble(layout_list, self)
+            gate = "model.layers.1.mlp.experts.gate_proj.weight"
+            self.assertEqual(torch.equal(got[gate], logical[gate]), order == "up_gate", order)
+
     def test_sglang_uneven_ep_is_refused(self):
         f = fam.FAMILIES["kimi-k2"]
         w2 = torch.zeros(2, f["hidden"], f["moe_intermediate"])

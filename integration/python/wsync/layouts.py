@@ -506,23 +506,36 @@ def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_of
                         tp_size, config, skip, ep_rank, ep_size, "even")
 
 
+def _w13_rules(w13_order):
+    """A w13 rule for the engine's order of gate and up: "gate_up" ([w1 | w3], vLLM's and
+    SGLang's FusedMoE) needs none; "up_gate" ([w3 | w1]: vLLM's FlashInfer MoE kernels swap them
+    after loading, swap_w13_to_w31 in quantization/utils/flashinfer_utils.py)."""
+    if w13_order == "gate_up":
+        return []
+    if w13_order != "up_gate":
+        raise LayoutError(f"w13_order {w13_order!r}: expected 'gate_up' or 'up_gate'")
+    return [Rule(r"(.*)\.experts\.w13_weight", "experts_packed",
+                 (r"\1.experts.up_proj.weight", r"\1.experts.gate_proj.weight"))]
+
+
 def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,
-                expert_placement="linear"):
+                expert_placement="linear", w13_order="gate_up"):
     """The layout of a vLLM worker's model (fused qkv_proj / gate_up_proj / w13, TP shard).
     With ``--enable-expert-parallel`` vLLM sets ep_size = tp * dp and ep_rank = dp_rank * tp +
     tp_rank (FusedMoEParallelConfig.make): pass those; the routed experts are then whole, a
     contiguous block per EP rank (the first E % ep ranks one expert more: vLLM's linear
-    placement) or `expert_placement="round_robin"`."""
-    return build_layout(_named(model), list(rules) + VLLM_RULES, tp_rank, tp_size, config, skip,
-                        ep_rank, ep_size, expert_placement)
+    placement) or `expert_placement="round_robin"`. `w13_order`: see _w13_rules."""
+    return build_layout(_named(model), list(rules) + _w13_rules(w13_order) + VLLM_RULES, tp_rank,
+                        tp_size, config, skip, ep_rank, ep_size, expert_placement)
 
 
-def sglang_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1):
+def sglang_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,
+                  w13_order="gate_up"):
     """The layout of an SGLang worker's model: vLLM's names plus MLA's
     fused_qkv_a_proj_with_mqa; under EP (``--ep-size``) each EP rank holds E / ep experts (SGLang
     refuses an ep that does not divide E, and so does this)."""
-    return build_layout(_named(model), list(rules) + SGLANG_RULES, tp_rank, tp_size, config,
-                        skip, ep_rank, ep_size, "even")
+    return build_layout(_named(model), list(rules) + _w13_rules(w13_order) + SGLANG_RULES,
+                        tp_rank, tp_size, config, skip, ep_rank, ep_size, "even")
 
 
 def hf_layout(model, rules=(), skip=()):
