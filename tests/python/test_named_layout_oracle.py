@@ -112,6 +112,40 @@ class NamedLayoutOracleTest(unittest.TestCase):
                               (name, spec))
 
 
+class FsdpFlatOracleTest(unittest.TestCase):
+    """The C++ fsdp(n) flattens each parameter, pads it to a multiple of n and gives rank r the
+    r-th range; wsync.layouts.fsdp_flat_layout of the same ranges must cover the same elements
+    on every rank (its boxes may cut rows differently)."""
+
+    @unittest.skipUnless(DUMP, "WSYNC_NAMED_LAYOUT_DUMP is not set")
+    def test_fsdp_flat_ranges(self):
+        from test_megatron_families import _covered
+        from wsync import layouts
+        for name in ("qwen3", "deepseek-v3"):
+            f = fam.FAMILIES[name]
+            logical = fam.random_logical(f, 22, torch.bfloat16)
+            for n in (1, 2, 3):
+                with self.subTest(family=name, n=n):
+                    params, processes = cpp_layout(fam.CPP_MODELS[name], f"fsdp({n})")
+                    shapes = {p: shape for p, _, shape in params}
+                    self.assertEqual(shapes, {p: tuple(t.shape) for p, t in logical.items()})
+                    for rank in range(n):
+                        mine = []
+                        for p, t in logical.items():
+                            chunk = -(-t.numel() // n)
+                            begin = min(rank * chunk, t.numel())
+                            flat = t.reshape(-1)[begin:begin + chunk].clone()
+                            if flat.numel():
+                                mine += layouts.fsdp_flat_layout(flat, [(p, t.shape)],
+                                                                 begin).pieces
+                        a = _covered([(p.param, p.origin, p.extent) for p in mine], shapes)
+                        b = _covered([(p, o, e) for p, _, o, e, _, _ in processes[rank]],
+                                     shapes)
+                        self.assertEqual(sorted(a), sorted(b), f"rank {rank}")
+                        for p in a:
+                            self.assertTrue(torch.equal(a[p], b[p]), f"rank {rank}: {p}")
+
+
 def rollout_layouts_ep(f, logical, tp, dp, ep):
     """rollout_layouts for C++'s three EP modes: ep = 1, ep = tp (per replica: EP rank = TP
     rank, every replica holds all experts) and ep = tp * dp (wide: EP rank = process rank)."""
