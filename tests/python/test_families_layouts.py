@@ -1,4 +1,4 @@
-"""wsync.layouts and wsync.fsdp2 against the module trees of today's model families (names and
+"""wsync.layouts and wsync.fsdp against the module trees of today's model families (names and
 sharding from the frameworks' source: see families.py), without the library: for every family
 and a grid of parallelisms, the pieces of all ranks, read back through (storage, offset,
 strides), must give every element of every logical parameter, and replicas must agree.
@@ -17,7 +17,7 @@ import torch  # noqa: E402
 import families as fam  # noqa: E402
 from test_layouts import _assemble  # noqa: E402
 from wsync import layouts  # noqa: E402
-from wsync.fsdp2 import fsdp2_layout  # noqa: E402
+from wsync.fsdp import fsdp2_layout  # noqa: E402
 
 MOE = ("qwen3-moe", "qwen2-moe", "deepseek-v3", "kimi-k2")
 

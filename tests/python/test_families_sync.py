@@ -40,7 +40,7 @@ def _trainer_layout(f, logical, index, trainer):
     """(tensors kept alive, layout) of trainer `index`."""
     import families as fam
     from wsync import layouts
-    from wsync.fsdp2 import fsdp2_layout
+    from wsync.fsdp import fsdp2_layout
     config = fam.config_of(f)
     if trainer == "fsdp2":
         shards = fam.fsdp2_shards(fam.hf_tensors(logical, f), index, TRAINERS)

@@ -55,7 +55,7 @@ def _process(index, wsync_port, gloo_port):
     import families as fam
     import moe_forward
     from wsync import layouts
-    from wsync.fsdp2 import fsdp2_layout
+    from wsync.fsdp import fsdp2_layout
     from wsync.trainer import RolloutSync, TrainerSync
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{gloo_port}", rank=index,

@@ -42,7 +42,7 @@ Targets are templates expanded with the match (``\\1``, ``\\g<name>``). The rule
 in :mod:`wsync.rules` (re-exported here). A new model family is supported by passing extra
 rules (tried before the defaults) to :func:`build_layout`, :func:`megatron_layout`,
 :func:`vllm_layout` or :func:`sglang_layout`; a name no rule maps fails at layout time, listing
-every such name with a rule that would map it. FSDP2 / DTensor trainers: :mod:`wsync.fsdp2`.
+every such name with a rule that would map it. FSDP2 / DTensor trainers: :mod:`wsync.fsdp`.
 """
 
 import dataclasses
@@ -225,14 +225,6 @@ class Layout:
 
 
 # -- rules --------------------------------------------------------------------------------------
-
-def _split(local, tp_rank, axis):
-    shape = list(local.shape)
-    origin = [0] * len(shape)
-    origin[axis] = tp_rank * shape[axis]
-    logical = list(shape)
-    return origin, logical
-
 
 def _need_config(ctx, name):
     if ctx.config is None:
@@ -544,72 +536,5 @@ def hf_layout(model, rules=(), skip=()):
                         None, skip)
 
 
-def fsdp_flat_layout(flat, named_shapes, begin):
-    """An FSDP flat shard: `flat` (1-D) holds elements [begin, begin + flat.numel()) of the
-    concatenation of the row-major flattened parameters named_shapes = [(name, shape)]. Each
-    parameter's part becomes up to three boxes (a partial first row, whole rows, a partial last
-    row) over 2-D [rows, last-axis] views; parameters must be at least 1-D."""
-    layout = Layout()
-    end = begin + flat.numel()
-    start = 0
-    for name, shape in named_shapes:
-        shape = tuple(int(s) for s in shape)
-        numel = 1
-        for s in shape:
-            numel *= s
-        lo, hi = max(start, begin), min(start + numel, end)
-        if lo < hi:
-            _flat_boxes(layout, name, shape, lo - start, hi - start, flat, lo - begin)
-        start += numel
-    return layout
-
-
-def _flat_boxes(layout, name, shape, lo, hi, flat, at):
-    """Boxes of row-major flat range [lo, hi) of a parameter, stored from flat[at]."""
-    last = shape[-1]
-    rows_shape = shape[:-1]
-    inner = 1
-    for s in rows_shape[1:]:
-        inner *= s
-
-    def unravel(row):
-        index = []
-        for s in reversed(rows_shape):
-            index.append(row % s)
-            row //= s
-        return list(reversed(index))
-
-    def add_rows(row_lo, row_hi, col_lo, col_hi, pos):
-        # Rows [row_lo, row_hi) of the flattened leading axes, columns [col_lo, col_hi): a box
-        # only when the rows stay inside one index of every axis but the first two; split else.
-        while row_lo < row_hi:
-            index = unravel(row_lo)
-            # Rows that vary only on the innermost leading axis form one box.
-            span = rows_shape[-1] - index[-1] if rows_shape else 1
-            count = min(span, row_hi - row_lo)
-            width = col_hi - col_lo
-            view = flat[pos:pos + count * last].view(count, last)[:, col_lo:col_hi] \
-                if width == last else flat[pos:pos + width].view(1, width)
-            origin = index + [col_lo]
-            full = list(view.shape)
-            view = view.reshape([1] * (len(shape) - 2) + full) if len(shape) >= 2 else view[0]
-            layout.add(name, shape, origin if len(shape) >= 2 else [col_lo], view)
-            pos += count * last if width == last else width
-            row_lo += count
-
-    pos = at
-    if len(shape) == 1:
-        layout.add(name, shape, [lo], flat[pos:pos + hi - lo])
-        return
-    row, col = divmod(lo, last)
-    end_row, end_col = divmod(hi, last)
-    if col and (row < end_row):
-        add_rows(row, row + 1, col, last, pos)
-        pos += last - col
-        row, col = row + 1, 0
-    if row < end_row:
-        add_rows(row, end_row, 0, last, pos)
-        pos += (end_row - row) * last
-        row = end_row
-    if end_col > col:
-        add_rows(row, row + 1, col, end_col, pos)
+# FSDP1 flat shards live with the FSDP2 layouts; re-exported here, where callers found them.
+from .fsdp import fsdp_flat_layout  # noqa: E402,F401
