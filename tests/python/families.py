@@ -3,7 +3,8 @@ test's own shard oracle (written apart from wsync.layouts: where a local element
 
 Names and sharding, read from the frameworks' source:
 - Hugging Face transformers (trainer side, FSDP2 / DTensor): models/{llama,qwen2,qwen3,qwen2_moe,
-  qwen3_moe,deepseek_v3}/modeling_*.py; per-expert mlp.experts.<k>.{gate,up,down}_proj,
+  qwen3_moe,deepseek_v3}/modeling_*.py (Qwen3MoeSparseMoeBlock at 00d4b3d2: gate, an
+  nn.ModuleList of experts); per-expert mlp.experts.<k>.{gate,up,down}_proj,
   Qwen2-MoE's mlp.shared_expert + mlp.shared_expert_gate, DeepSeek-V3's mlp.shared_experts,
   mlp.gate.e_score_correction_bias (fp32), MLA q_a_proj / q_a_layernorm / q_b_proj /
   kv_a_proj_with_mqa / kv_a_layernorm / kv_b_proj, Qwen3's self_attn.q_norm / k_norm.

@@ -125,6 +125,28 @@ class FamilyLayoutTest(unittest.TestCase):
             self.assertEqual([(p.param, p.origin, p.extent) for p in sides[r].pieces],
                              [(p.param, p.origin, p.extent) for p in sides[r + 3].pieces])
 
+    def test_fsdp2_wrapper_names_and_partial_refused(self):
+        f = fam.FAMILIES["qwen3"]
+        logical = fam.random_logical(f, 19)
+        hf = fam.hf_tensors(logical, f)
+        shards = fam.fsdp2_shards(hf, 0, 1)
+        # Activation checkpointing and torch.compile insert a component into the names.
+        wrapped = [(n.replace("layers.0.", "layers.0._checkpoint_wrapped_module.")
+                    .replace("model.", "_orig_mod.model.", 1), t) for n, t in shards]
+        self.check_equal([fsdp2_layout(wrapped, fam.config_of(f))], logical)
+
+        class Partial:
+            def is_shard(self):
+                return False
+
+            def is_partial(self):
+                return True
+        name, dt = shards[0]
+        dt.placements = (Partial(),)
+        with self.assertRaises(layouts.LayoutError) as caught:
+            fsdp2_layout([(name, dt)], fam.config_of(f))
+        self.assertIn("is partial", caught.exception.message)
+
     def test_vision_language_prefix(self):
         f = fam.FAMILIES["qwen2.5"]
         logical = fam.random_logical(f, 13)
