@@ -31,6 +31,10 @@ struct Config {
   int64_t experts = 0;
   int64_t moe_intermediate = 0;
   int64_t shared_experts = 0;
+  // Qwen2-MoE names its one shared expert "mlp.shared_expert." and scales its output by a
+  // sigmoid gate, "mlp.shared_expert_gate.weight" [1, hidden]; DeepSeek-V3 has neither.
+  bool qwen2_moe_shared = false;
+  int64_t shared_intermediate = 0;  // Qwen2-MoE's shared_expert_intermediate_size.
   int32_t first_dense = 0;
   bool router_bias = false;  // e_score_correction_bias, fp32.
   // Multi-head latent attention (DeepSeek-V3); replaces q/k/v/o when mla is set.
@@ -123,7 +127,11 @@ void AddMoe(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) 
   w.AddTensor(absl::StrCat(p, "mlp.experts.down_proj.weight"),
               {c.experts, c.hidden, c.moe_intermediate}, ShardRole::kExpertRow, layer)
       .fused_name = absl::StrCat(p, "mlp.experts.w2_weight");
-  if (c.shared_experts > 0) {
+  if (c.qwen2_moe_shared) {
+    AddGatedMlp(c, layer, absl::StrCat(p, "mlp.shared_expert."), c.shared_intermediate, w);
+    w.AddTensor(absl::StrCat(p, "mlp.shared_expert_gate.weight"), {1, c.hidden},
+                ShardRole::kReplicated, layer);
+  } else if (c.shared_experts > 0) {
     AddGatedMlp(c, layer, absl::StrCat(p, "mlp.shared_experts."),
                 c.shared_experts * c.moe_intermediate, w);
   }
@@ -157,6 +165,47 @@ ModelSpec Build(const Config& c) {
   w.AddTensor("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
   if (!c.tied) w.AddTensor("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
   return spec;
+}
+
+// Not published models: each family's structure at a size tests fill and compare element by
+// element (tests/python/families.py describes the same models to the Python layouts).
+void AddTestConfigs(std::vector<Config>& configs) {
+  Config base;
+  base.hidden = 64, base.intermediate = 96, base.layers = 2, base.heads = 4, base.kv_heads = 2;
+  base.head_dim = 16, base.vocab = 200;
+  {
+    Config& c = configs.emplace_back(base);
+    c.name = "llama-3-tiny";
+  }
+  {
+    Config& c = configs.emplace_back(base);
+    c.name = "qwen3-tiny";
+    c.qk_norm = true;
+  }
+  {
+    Config& c = configs.emplace_back(base);
+    c.name = "qwen3-moe-tiny";
+    c.qk_norm = true, c.experts = 6, c.moe_intermediate = 32;
+  }
+  {
+    Config& c = configs.emplace_back(base);
+    c.name = "qwen2-moe-tiny";
+    c.qkv_bias = true, c.experts = 4, c.moe_intermediate = 32;
+    c.qwen2_moe_shared = true, c.shared_intermediate = 64;
+  }
+  {
+    Config& c = configs.emplace_back(base);
+    c.name = "deepseek-v3-tiny";
+    c.layers = 3, c.experts = 8, c.moe_intermediate = 16, c.shared_experts = 1;
+    c.first_dense = 1, c.router_bias = true;
+    c.mla = true, c.q_lora = 24, c.kv_lora = 16, c.qk_nope = 8, c.qk_rope = 8, c.v_head = 8;
+  }
+  {
+    Config c = configs.back();  // Kimi-K2's structure is DeepSeek-V3's.
+    c.name = "kimi-k2-tiny";
+    c.layers = 2, c.experts = 6;
+    configs.push_back(std::move(c));
+  }
 }
 
 // From the models' config.json on the Hugging Face hub.
@@ -210,6 +259,7 @@ std::vector<Config> Configs() {
     c.hidden = 128, c.intermediate = 320, c.layers = 2, c.heads = 4, c.kv_heads = 2;
     c.head_dim = 32, c.vocab = 1000, c.tied = true, c.qkv_bias = true;
   }
+  AddTestConfigs(configs);
   return configs;
 }
 

@@ -68,8 +68,11 @@ struct ModelSpec {
 };
 
 // Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",
-// "deepseek-v3", "kimi-k2", and "qwen2.5-tiny" (the qwen2.5 structure at a test size: hidden 128,
-// 2 layers, 4 heads, 2 kv heads, vocab 1000).
+// "deepseek-v3", "kimi-k2", "qwen2.5-tiny" (the qwen2.5 structure at a test size: hidden 128,
+// 2 layers, 4 heads, 2 kv heads, vocab 1000), and the test sizes of the other families:
+// "llama-3-tiny", "qwen3-tiny", "qwen3-moe-tiny" (6 experts), "qwen2-moe-tiny" (4 experts, a
+// shared expert and its gate), "deepseek-v3-tiny" (8 experts, MLA, a first dense layer) and
+// "kimi-k2-tiny" (6 experts); see tests/python/families.py.
 std::vector<std::string> ModelNames();
 
 // The embedded model of that name; NotFound otherwise.

@@ -114,15 +114,22 @@ absl::Status CheckModel(const ModelSpec& model) {
   return absl::OkStatus();
 }
 
-// Checks ep against the model: ep > 1 needs routed experts whose count it divides.
-absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view framework) {
+// Checks ep against the model: ep > 1 needs routed experts, at least ep of them, and, when
+// `even` (Megatron), a count ep divides. vLLM splits any count (SplitRange: the first E % ep EP
+// ranks hold one expert more, as its determine_expert_map's linear placement does).
+absl::Status CheckExperts(const ModelSpec& model, int32_t ep, absl::string_view framework,
+                          bool even) {
   if (ep == 1) return absl::OkStatus();
   const auto expert = std::find_if(model.tensors.begin(), model.tensors.end(), IsExpert);
   if (expert == model.tensors.end()) {
     return absl::InvalidArgumentError(
         absl::StrCat(framework, ": ep=", ep, " needs routed experts; ", model.name, " has none"));
   }
-  if (expert->shape[0] % ep != 0) {
+  if (expert->shape[0] < ep) {
+    return absl::InvalidArgumentError(absl::StrCat(framework, ": ep=", ep, " exceeds the ",
+                                                   expert->shape[0], " experts of ", model.name));
+  }
+  if (even && expert->shape[0] % ep != 0) {
     return absl::InvalidArgumentError(absl::StrCat(framework, ": ep=", ep, " does not divide the ",
                                                    expert->shape[0], " experts of ", model.name));
   }
@@ -246,7 +253,7 @@ absl::Status CheckMegatron(const ModelSpec& model, const MegatronConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("megatron: ep=", c.ep, " does not divide dp=", c.dp));
   }
-  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "megatron"));
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "megatron", /*even=*/true));
   for (const TensorSpec& t : model.tensors) {
     if (t.heads > 0 && t.heads % c.tp != 0) {
       return absl::InvalidArgumentError(absl::StrCat("megatron: tp=", c.tp, " does not divide the ",
@@ -324,7 +331,7 @@ absl::Status CheckVllm(const ModelSpec& model, const VllmConfig& c) {
                                                    " (per replica) or tp*dp=", int64_t{c.tp} * c.dp,
                                                    " (wide)"));
   }
-  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "vllm"));
+  WSYNC_RETURN_IF_ERROR(CheckExperts(model, c.ep, "vllm", /*even=*/false));
   for (const TensorSpec& t : model.tensors) {
     if (t.fuse == FuseKind::kQkv && t.fuse_index > 0) {
       // GQA: kv heads are split when there are at least tp of them, else each is replicated over

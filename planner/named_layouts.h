@@ -31,11 +31,12 @@
 //                                        tp*dp  wide EP, one engine with data parallel and
 //                                               --enable-expert-parallel: whole, ep_rank = the
 //                                               process rank, each process holds the contiguous
-//                                               block [ep_rank * E / ep, (ep_rank + 1) * E / ep)
-//                                               (vLLM's linear placement), so w13 is
-//                                               [E / ep, 2 * I, H] and w2 [E / ep, H, I] per
+//                                               block of vLLM's linear placement: E / ep
+//                                               experts, one more on the first E % ep EP ranks
+//                                               (determine_expert_map), so w13 is
+//                                               [E_local, 2 * I, H] and w2 [E_local, H, I] per
 //                                               process, as vLLM's FusedMoE allocates them.
-//                                      Any other ep is refused; ep must divide E.
+//                                      Any other ep is refused, and so is ep > E.
 // Keys may be omitted (megatron's dp defaults to ep, every other key to 1); "fsdp(4)" is
 // "fsdp(n=4)"; spaces are ignored. Padded vocabulary rows belong to no parameter but occupy
 // buffer space.

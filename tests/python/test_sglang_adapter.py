@@ -71,6 +71,19 @@ class SGLangAdapterTest(unittest.TestCase):
                 self.assertEqual(wrong, [])
             self.assertTrue(out["destroy"][0])
 
+    def test_expert_parallel_layout(self):
+        # An SGLang EP rank of a DeepSeek-V3 module tree (fused_qkv_a_proj_with_mqa, EP 2 over
+        # its 2 TP ranks): the adapter's layout holds its 4 of the 8 experts.
+        import families as fam
+        from wsync.sglang import WsyncSGLangAdapter
+        f = fam.FAMILIES["deepseek-v3"]
+        tensors = fam.rollout_tensors(fam.random_logical(f, 5), f, 2, 1, 2, 1, "sglang")
+        adapter = WsyncSGLangAdapter(fam.module_tree(tensors), 1, 2, fam.config_of(f),
+                                     ep_rank=1, ep_size=2)
+        boxes = {(p.origin[0], p.extent[0]) for p in adapter.layout().pieces
+                 if p.param == "model.layers.2.mlp.experts.down_proj.weight"}
+        self.assertEqual(boxes, {(4, 4)})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -104,6 +104,22 @@ class VllmBackendTest(unittest.TestCase):
             self.assertEqual(report["after_shutdown"], "WsyncError")
             self.assertIn("Invalid init_info", report["bad_init"])
 
+    def test_expert_parallel_from_vllm_parallel_config(self):
+        import types
+        from wsync.vllm import WsyncInitInfo, WsyncWeightTransferEngine
+        pc = types.SimpleNamespace(tensor_parallel_size=2, data_parallel_size=2,
+                                   enable_expert_parallel=True)
+        engine = WsyncWeightTransferEngine(None, types.SimpleNamespace(parallel_config=pc), "cpu",
+                                           None)
+        info = WsyncInitInfo("127.0.0.1:1", 1, 4)
+        self.assertEqual(engine._expert_parallel(info, 2, 3), (4, 3, "linear"))
+        pc.expert_placement_strategy = "round_robin"
+        self.assertEqual(engine._expert_parallel(info, 2, 1), (4, 1, "round_robin"))
+        pc.enable_expert_parallel = False
+        self.assertEqual(engine._expert_parallel(info, 2, 3)[:2], (1, 0))
+        info.ep_size, info.ep_rank = 2, 1  # The request overrides vLLM's config.
+        self.assertEqual(engine._expert_parallel(info, 2, 3)[:2], (2, 1))
+
     def test_register_without_vllm(self):
         import wsync.vllm
         if not wsync.vllm.HAVE_VLLM:

@@ -318,6 +318,26 @@ TEST(NamedLayoutsTest, VllmWideEpGivesEachRankOneContiguousExpertBlock) {
       MakeBox({96, 0, 0}, {32, kH, kI}));
 }
 
+TEST(NamedLayoutsTest, VllmEpThatDoesNotDivideTheExpertsGivesTheFirstRanksOneMore) {
+  // qwen3-moe-tiny (6 experts, moe intermediate 32, hidden 64), vllm(tp=2, dp=2, ep=4): vLLM's
+  // linear placement gives EP ranks 0..3 the blocks [0, 2), [2, 4), [4, 5), [5, 6).
+  const Layout layout = Build(Model("qwen3-moe-tiny"), "vllm(tp=2,dp=2,ep=4)");
+  const int64_t begin[] = {0, 2, 4, 5};
+  const int64_t count[] = {2, 2, 1, 1};
+  for (int32_t p = 0; p < 4; ++p) {
+    SCOPED_TRACE(p);
+    const std::vector<Piece> up = PiecesOf(layout, "model.layers.1.mlp.experts.up_proj.weight", p);
+    const std::vector<Piece> down =
+        PiecesOf(layout, "model.layers.1.mlp.experts.down_proj.weight", p);
+    ASSERT_EQ(up.size(), 1u);
+    ASSERT_EQ(down.size(), 1u);
+    EXPECT_EQ(up[0].box, MakeBox({begin[p], 0, 0}, {count[p], 32, 64}));
+    EXPECT_EQ(up[0].offset, 32 * 64);
+    EXPECT_EQ(BufferOf(layout, p, up[0].buffer)->bytes, count[p] * 2 * 32 * 64 * 2);
+    EXPECT_EQ(down[0].box, MakeBox({begin[p], 0, 0}, {count[p], 64, 32}));
+  }
+}
+
 // A two-tensor model with a vocabulary that is not a multiple of the padding.
 ModelSpec TinyVocabModel(int64_t vocab) {
   ModelSpec model;
@@ -626,8 +646,8 @@ TEST(NamedLayoutsTest, UndividableConfigsAreRefused) {
                 "vllm: ep=2 must be 1, tp=4 (per replica) or tp*dp=8 (wide)");
   ExpectRefused(qwen3, "vllm(tp=4,dp=2,ep=16)",
                 "vllm: ep=16 must be 1, tp=4 (per replica) or tp*dp=8 (wide)");
-  ExpectRefused(qwen3, "vllm(tp=2,dp=3,ep=6)",
-                "vllm: ep=6 does not divide the 128 experts of qwen3-30b-a3b");
+  ExpectRefused(Model("qwen2-moe-tiny"), "vllm(tp=4,dp=2,ep=8)",
+                "vllm: ep=8 exceeds the 4 experts of qwen2-moe-tiny");
   ExpectRefused(qwen, "vllm(tp=2,dp=2,ep=4)", "vllm: ep=4 needs routed experts");
 
   // 12 q heads and 3 kv heads of 4 rows: tp=4 divides the q rows but not the kv heads.

@@ -21,22 +21,39 @@ kind                the local tensor holds
 ``qkv``             vLLM ``qkv_proj``: local q heads, then k, then v heads (GQA; kv heads
                     replicated when fewer than TP)
 ``megatron_qkv``    Megatron ``linear_qkv``: per local query group, its q heads, then k, then v
-``experts_packed``  fused experts ``w13`` ``[E, 2*I/tp, H]``: gate then up, split on axis 1
-``experts_row``     fused experts ``w2`` ``[E, H, I/tp]``: split on axis 2
+``mla_qkv_a``       vLLM ``fused_qkv_a_proj`` / SGLang ``fused_qkv_a_proj_with_mqa``: q_a_proj
+                    (``q_lora_rank`` rows) then kv_a_proj_with_mqa, both whole (replicated)
+``mla_down``        Megatron MLA ``linear_q_down_proj`` / ``linear_kv_down_proj``: whole, or
+                    column-split when its rows are a TP shard of the config's
+``experts_packed``  fused experts ``w13`` ``[E_local, 2*I/tp, H]``: gate then up on axis 1
+``experts_row``     fused experts ``w2`` ``[E_local, H, I/tp]``: split on axis 2
+``expert_packed``   one local expert's ``[2*I/tp, H]`` (Megatron ``linear_fc1.weight<k>``; the
+                    rule's ``(?P<expert>...)`` group is the local index k)
+``expert_row``      one local expert's ``[H, I/tp]`` (Megatron ``linear_fc2.weight<k>``)
 ==================  =========================================================================
 
-Targets are templates expanded with the match (``\\1``, ``\\g<name>``). A new model family is
-supported by passing extra rules (tried before the defaults) to :func:`build_layout`,
-:func:`megatron_layout` or :func:`vllm_layout`.
+Experts: without expert parallelism every rank holds all E experts, split on the intermediate
+axis over TP; with it (``ep_size`` > 1) an EP rank holds whole experts, placed by
+:func:`local_experts` (vLLM's linear blocks, the first E % ep ranks one more; round robin;
+or SGLang's and Megatron's even blocks). The logical tensor of routed experts is one
+``[E, ...]`` tensor per layer and projection (``mlp.experts.gate_proj.weight``...).
+
+Targets are templates expanded with the match (``\\1``, ``\\g<name>``). The rule tables are
+in :mod:`wsync.rules` (re-exported here). A new model family is supported by passing extra
+rules (tried before the defaults) to :func:`build_layout`, :func:`megatron_layout`,
+:func:`vllm_layout` or :func:`sglang_layout`; a name no rule maps fails at layout time, listing
+every such name with a rule that would map it. FSDP2 / DTensor trainers: :mod:`wsync.fsdp`.
 """
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from ._lib import MemoryKind, Status, WsyncError
+from .rules import (HF_RULES, MEGATRON_MLA_RULES, MEGATRON_RULES, SGLANG_RULES,  # noqa: F401
+                    VLLM_RULES, Rule, suggest_rule)  # (Re-exported: the tables live in rules.)
 from .session import dtype_name
 
 
@@ -55,15 +72,25 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     vocab_size: int
+    num_experts: int = 0  # Routed experts (MoE); 0 for a dense model.
+    q_lora_rank: int = 0  # MLA (DeepSeek-V3 / Kimi-K2): rows of q_a_proj.
+    kv_lora_rank: int = 0  # MLA: kv_a_proj_with_mqa has kv_lora_rank + qk_rope_head_dim rows.
+    qk_rope_head_dim: int = 0
 
     @classmethod
     def from_hf(cls, config):
-        """From a Hugging Face config (object or dict)."""
+        """From a Hugging Face config (object or dict); MoE and MLA fields where present
+        (``num_experts`` for Qwen MoE, ``n_routed_experts`` for DeepSeek-V3 / Kimi-K2)."""
         get = (lambda k, d=None: config.get(k, d)) if isinstance(config, dict) else \
             (lambda k, d=None: getattr(config, k, d))
+        if get("text_config") is not None:  # Vision-language wrappers: the language model's.
+            return cls.from_hf(get("text_config"))
         heads = get("num_attention_heads")
         return cls(heads, get("num_key_value_heads", heads),
-                   get("head_dim", None) or get("hidden_size") // heads, get("vocab_size"))
+                   get("head_dim", None) or get("hidden_size") // heads, get("vocab_size"),
+                   get("num_experts", None) or get("n_routed_experts", None) or 0,
+                   get("q_lora_rank", None) or 0, get("kv_lora_rank", None) or 0,
+                   get("qk_rope_head_dim", None) or 0)
 
 
 @dataclasses.dataclass
@@ -99,6 +126,35 @@ class Context:
     tp_rank: int
     tp_size: int
     config: Optional[ModelConfig]
+    ep_rank: int = 0
+    ep_size: int = 1
+    expert_placement: str = "linear"  # See local_experts().
+
+
+EXPERT_PLACEMENTS = ("linear", "round_robin", "even")
+
+
+def local_experts(num_experts, ep_rank, ep_size, placement="linear"):
+    """The global expert ids EP rank `ep_rank` of `ep_size` holds, in local order.
+
+    ``linear``: vLLM's default (``determine_expert_map`` in
+    vllm/model_executor/layers/fused_moe/layer.py): a contiguous block; the first
+    ``E % ep`` ranks hold one expert more. ``round_robin``: vLLM's other placement, experts
+    ``r, r + ep, ...``. ``even``: a contiguous block of ``E / ep``, refused when ep does not
+    divide E (SGLang's FusedMoE asserts that; Megatron-core requires it too)."""
+    if placement not in EXPERT_PLACEMENTS:
+        raise LayoutError(f"unknown expert placement {placement!r}; expected one of "
+                          f"{', '.join(EXPERT_PLACEMENTS)}")
+    if not 0 <= ep_rank < ep_size:
+        raise LayoutError(f"EP rank {ep_rank} is outside ep={ep_size}")
+    if placement == "round_robin":
+        return list(range(ep_rank, num_experts, ep_size))
+    if placement == "even" and num_experts % ep_size:
+        raise LayoutError(f"ep={ep_size} does not divide the {num_experts} experts, and this "
+                          "engine splits experts evenly")
+    base, extra = divmod(num_experts, ep_size)
+    begin = ep_rank * base + min(ep_rank, extra)
+    return list(range(begin, begin + base + (1 if ep_rank < extra else 0)))
 
 
 def _storage(tensor):
@@ -170,29 +226,6 @@ class Layout:
 
 # -- rules --------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Rule:
-    pattern: str
-    kind: str
-    targets: Sequence[str]  # One template, or one per part (packed, qkv: q, k, v).
-
-    def __post_init__(self):
-        if isinstance(self.targets, str):
-            self.targets = (self.targets,)
-        self._regex = re.compile(self.pattern)
-
-    def match(self, name):
-        return self._regex.fullmatch(name)
-
-
-def _split(local, tp_rank, axis):
-    shape = list(local.shape)
-    origin = [0] * len(shape)
-    origin[axis] = tp_rank * shape[axis]
-    logical = list(shape)
-    return origin, logical
-
-
 def _need_config(ctx, name):
     if ctx.config is None:
         raise LayoutError(f"{name}: this rule needs a ModelConfig (heads, kv heads, head_dim, "
@@ -237,105 +270,160 @@ def expand(rule, match, name, tensor, ctx):
                         tensor[i * rows:(i + 1) * rows]))
         return out
     if kind in ("qkv", "megatron_qkv"):
+        return _expand_qkv(kind, targets, name, tensor, ctx)
+    if kind == "mla_qkv_a":
         c = _need_config(ctx, name)
-        d, heads, kv = c.head_dim, c.num_heads, c.num_kv_heads
-        if len(targets) != 3:
-            raise LayoutError(f"{name}: a {kind} rule needs three targets (q, k, v)")
-        if heads % tp or heads % kv:
-            raise LayoutError(f"{name}: {heads} heads, {kv} kv heads do not fit tp={tp}")
-        rest = shape[1:]
-        zeros = [0] * len(rest)
-        q_heads = heads // tp
-        if kind == "qkv":
-            kv_local = max(1, kv // tp)
-            kv_first = (r * kv) // tp
-            want = (q_heads + 2 * kv_local) * d
-            if shape[0] != want:
-                raise LayoutError(f"{name}: {shape[0]} rows, want {want} for {q_heads} q and "
-                                  f"{kv_local} kv heads of {d}")
-            q_rows, kv_rows = q_heads * d, kv_local * d
-            out.append((targets[0], [heads * d] + rest, [r * q_rows] + zeros, tensor[:q_rows]))
-            out.append((targets[1], [kv * d] + rest, [kv_first * d] + zeros,
-                        tensor[q_rows:q_rows + kv_rows]))
-            out.append((targets[2], [kv * d] + rest, [kv_first * d] + zeros,
-                        tensor[q_rows + kv_rows:q_rows + 2 * kv_rows]))
-            return out
-        if kv % tp:
-            raise LayoutError(f"{name}: Megatron needs tp={tp} to divide {kv} query groups")
-        groups = kv // tp
-        per_group = heads // kv
-        group_rows = (per_group + 2) * d
-        if shape[0] != groups * group_rows:
-            raise LayoutError(f"{name}: {shape[0]} rows, want {groups} groups of {group_rows}")
-        for j in range(groups):
-            g = r * groups + j
-            base = j * group_rows
-            q_rows = per_group * d
-            out.append((targets[0], [heads * d] + rest, [g * q_rows] + zeros,
-                        tensor[base:base + q_rows]))
-            out.append((targets[1], [kv * d] + rest, [g * d] + zeros,
-                        tensor[base + q_rows:base + q_rows + d]))
-            out.append((targets[2], [kv * d] + rest, [g * d] + zeros,
-                        tensor[base + q_rows + d:base + group_rows]))
-        return out
-    if kind == "experts_packed":
-        parts = len(targets)
-        rows = shape[1] // parts
-        for i, target in enumerate(targets):
-            out.append((target, [shape[0], rows * tp] + shape[2:], [0, r * rows] + [0] * (len(shape) - 2),
-                        tensor[:, i * rows:(i + 1) * rows]))
-        return out
-    if kind == "experts_row":
-        return [(targets[0], shape[:2] + [shape[2] * tp], [0, 0, r * shape[2]], tensor)]
+        sizes = [c.q_lora_rank, c.kv_lora_rank + c.qk_rope_head_dim]
+        if len(targets) != 2 or not all(sizes) or shape[0] != sum(sizes):
+            raise LayoutError(f"{name}: {shape[0]} rows, want q_lora_rank {sizes[0]} + "
+                              f"kv_lora_rank + qk_rope_head_dim {sizes[1]} (two targets)")
+        return [(targets[0], [sizes[0]] + shape[1:], [0] * len(shape), tensor[:sizes[0]]),
+                (targets[1], [sizes[1]] + shape[1:], [0] * len(shape), tensor[sizes[0]:])]
+    if kind == "mla_down":
+        c = _need_config(ctx, name)
+        full = c.q_lora_rank if "q_a_proj" in targets[0] else c.kv_lora_rank + c.qk_rope_head_dim
+        if shape[0] == full:
+            return [(targets[0], shape, [0] * len(shape), tensor)]
+        if shape[0] * tp != full:
+            raise LayoutError(f"{name}: {shape[0]} rows are neither all {full} nor a tp={tp} "
+                              "shard of them")
+        return [(targets[0], [full] + shape[1:], [r * shape[0]] + [0] * (len(shape) - 1),
+                 tensor)]
+    if kind in EXPERT_KINDS:
+        return _expand_experts(kind, targets, match, name, tensor, ctx)
     raise LayoutError(f"{name}: unknown rule kind {kind!r}")
 
 
-_L = r"(?:module\.)*"  # DDP / wrapper prefixes.
+def _expand_qkv(kind, targets, name, tensor, ctx):
+    c = _need_config(ctx, name)
+    r, tp, shape, out = ctx.tp_rank, ctx.tp_size, list(tensor.shape), []
+    d, heads, kv = c.head_dim, c.num_heads, c.num_kv_heads
+    if len(targets) != 3:
+        raise LayoutError(f"{name}: a {kind} rule needs three targets (q, k, v)")
+    if heads % tp or heads % kv:
+        raise LayoutError(f"{name}: {heads} heads, {kv} kv heads do not fit tp={tp}")
+    rest = shape[1:]
+    zeros = [0] * len(rest)
+    q_heads = heads // tp
+    if kind == "qkv":
+        kv_local = max(1, kv // tp)
+        kv_first = (r * kv) // tp
+        want = (q_heads + 2 * kv_local) * d
+        if shape[0] != want:
+            raise LayoutError(f"{name}: {shape[0]} rows, want {want} for {q_heads} q and "
+                              f"{kv_local} kv heads of {d}")
+        q_rows, kv_rows = q_heads * d, kv_local * d
+        out.append((targets[0], [heads * d] + rest, [r * q_rows] + zeros, tensor[:q_rows]))
+        out.append((targets[1], [kv * d] + rest, [kv_first * d] + zeros,
+                    tensor[q_rows:q_rows + kv_rows]))
+        out.append((targets[2], [kv * d] + rest, [kv_first * d] + zeros,
+                    tensor[q_rows + kv_rows:q_rows + 2 * kv_rows]))
+        return out
+    if kv % tp:
+        raise LayoutError(f"{name}: Megatron needs tp={tp} to divide {kv} query groups")
+    groups = kv // tp
+    per_group = heads // kv
+    group_rows = (per_group + 2) * d
+    if shape[0] != groups * group_rows:
+        raise LayoutError(f"{name}: {shape[0]} rows, want {groups} groups of {group_rows}")
+    for j in range(groups):
+        g = r * groups + j
+        base = j * group_rows
+        q_rows = per_group * d
+        out.append((targets[0], [heads * d] + rest, [g * q_rows] + zeros,
+                    tensor[base:base + q_rows]))
+        out.append((targets[1], [kv * d] + rest, [g * d] + zeros,
+                    tensor[base + q_rows:base + q_rows + d]))
+        out.append((targets[2], [kv * d] + rest, [g * d] + zeros,
+                    tensor[base + q_rows + d:base + group_rows]))
+    return out
 
-MEGATRON_RULES = [
-    Rule(_L + r"embedding\.word_embeddings\.weight", "vocab", "model.embed_tokens.weight"),
-    Rule(_L + r"decoder\.layers\.(\d+)\.self_attention\.linear_qkv\.(weight|bias)", "megatron_qkv",
-         (r"model.layers.\1.self_attn.q_proj.\2", r"model.layers.\1.self_attn.k_proj.\2",
-          r"model.layers.\1.self_attn.v_proj.\2")),
-    Rule(_L + r"decoder\.layers\.(\d+)\.(?:self_attention\.linear_qkv\.layer_norm_weight|"
-         r"input_layernorm\.weight)", "replicated", r"model.layers.\1.input_layernorm.weight"),
-    Rule(_L + r"decoder\.layers\.(\d+)\.self_attention\.linear_proj\.weight", "row",
-         r"model.layers.\1.self_attn.o_proj.weight"),
-    Rule(_L + r"decoder\.layers\.(\d+)\.(?:mlp\.linear_fc1\.layer_norm_weight|"
-         r"pre_mlp_layernorm\.weight)", "replicated",
-         r"model.layers.\1.post_attention_layernorm.weight"),
-    Rule(_L + r"decoder\.layers\.(\d+)\.mlp\.linear_fc1\.weight", "packed",
-         (r"model.layers.\1.mlp.gate_proj.weight", r"model.layers.\1.mlp.up_proj.weight")),
-    Rule(_L + r"decoder\.layers\.(\d+)\.mlp\.linear_fc2\.weight", "row",
-         r"model.layers.\1.mlp.down_proj.weight"),
-    Rule(_L + r"decoder\.final_layernorm\.weight", "replicated", "model.norm.weight"),
-    Rule(_L + r"output_layer\.weight", "vocab", "lm_head.weight"),
-]
 
-VLLM_RULES = [
-    Rule(r"(.*)\.self_attn\.qkv_proj\.(weight|bias)", "qkv",
-         (r"\1.self_attn.q_proj.\2", r"\1.self_attn.k_proj.\2", r"\1.self_attn.v_proj.\2")),
-    Rule(r"(.*)\.gate_up_proj\.weight", "packed", (r"\1.gate_proj.weight", r"\1.up_proj.weight")),
-    Rule(r"(.*)\.experts\.w13_weight", "experts_packed",
-         (r"\1.experts.gate_proj.weight", r"\1.experts.up_proj.weight")),
-    Rule(r"(.*)\.experts\.w2_weight", "experts_row", r"\1.experts.down_proj.weight"),
-    Rule(r"(.*\.(?:o_proj|down_proj)\.weight)", "row", r"\1"),
-    Rule(r"(.*\.(?:q_proj|k_proj|v_proj|gate_proj|up_proj)\.(?:weight|bias))", "column", r"\1"),
-    Rule(r"((?:model\.)?embed_tokens\.weight|lm_head\.weight|model\.embed_tokens\.weight)",
-         "vocab", r"\1"),
-    Rule(r"(.*(?:norm|layernorm)\.weight|.*\.(?:o_proj|down_proj)\.bias)", "replicated", r"\1"),
-]
-
-# SGLang uses vLLM's module structure and names.
-SGLANG_RULES = VLLM_RULES
+EXPERT_KINDS = ("experts_packed", "experts_row", "expert_packed", "expert_row")
 
 
-def build_layout(named_tensors, rules, tp_rank=0, tp_size=1, config=None, skip=()):
+def _expert_ids(name, local, ctx):
+    """(global expert ids of `local` local experts, logical expert count, TP rank and size of
+    the experts' inner split). Under EP (ep_size > 1) experts are whole (no inner split) and
+    placed by ctx.expert_placement; else every rank holds all experts, TP-split inside."""
+    if ctx.ep_size <= 1:
+        total = ctx.config.num_experts if ctx.config and ctx.config.num_experts else local
+        if total != local:
+            raise LayoutError(f"{name}: {local} experts here, {total} in the ModelConfig, and no "
+                              "expert parallelism (ep_size=1)")
+        return list(range(local)), total, ctx.tp_rank, ctx.tp_size
+    c = _need_config(ctx, name)
+    if not c.num_experts:
+        raise LayoutError(f"{name}: expert parallelism needs ModelConfig.num_experts")
+    ids = local_experts(c.num_experts, ctx.ep_rank, ctx.ep_size, ctx.expert_placement)
+    if len(ids) != local:
+        raise LayoutError(f"{name}: {local} local experts, but EP rank {ctx.ep_rank} of "
+                          f"{ctx.ep_size} holds {len(ids)} of {c.num_experts} "
+                          f"({ctx.expert_placement} placement)")
+    return ids, c.num_experts, 0, 1
+
+
+def _runs(ids):
+    """[(first local index, first global id, count)] of consecutive global ids."""
+    runs = []
+    for i, e in enumerate(ids):
+        if runs and runs[-1][1] + runs[-1][2] == e:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((i, e, 1))
+    return runs
+
+
+def _expand_experts(kind, targets, match, name, tensor, ctx):
+    """Fused experts ``[E_local, ...]`` (``experts_*``: vLLM / SGLang ``w13`` and ``w2``) or one
+    local expert's matrix (``expert_*``: Megatron-core's ``linear_fc1.weight<k>``, the local
+    expert index the rule's group ``expert``). Packed: gate then up (the targets' order) along the
+    intermediate axis; row: the intermediate axis is the last."""
+    if kind.startswith("expert_"):
+        found = [v for g, v in match.groupdict().items() if g.startswith("expert") and v]
+        if not found:
+            raise LayoutError(f"{name}: an {kind} rule needs a (?P<expert>...) group")
+        k = int(found[0])
+        c = _need_config(ctx, name)
+        if not c.num_experts:
+            raise LayoutError(f"{name}: a per-expert rule needs ModelConfig.num_experts")
+        local = c.num_experts if ctx.ep_size <= 1 else len(
+            local_experts(c.num_experts, ctx.ep_rank, ctx.ep_size, ctx.expert_placement))
+        if k >= local:
+            raise LayoutError(f"{name}: local expert {k}, but this rank holds {local}")
+        ids, total, r, tp = _expert_ids(name, local, ctx)
+        ids, tensor = [ids[k]], tensor.unsqueeze(0)
+    else:
+        ids, total, r, tp = _expert_ids(name, tensor.shape[0], ctx)
+    shape, out = list(tensor.shape), []
+    rest = [0] * (len(shape) - 2)
+    if kind.endswith("_packed"):
+        rows = shape[1] // len(targets)
+        if rows * len(targets) != shape[1]:
+            raise LayoutError(f"{name}: {shape[1]} rows do not split into {len(targets)} parts")
+        logical = [total, rows * tp] + shape[2:]
+        parts = [(t, [r * rows] + rest, tensor[:, i * rows:(i + 1) * rows])
+                 for i, t in enumerate(targets)]
+    else:
+        logical = shape[:2] + [shape[2] * tp]
+        logical[0] = total
+        parts = [(targets[0], [0, r * shape[2]], tensor)]
+    for target, inner, view in parts:
+        for first, expert, count in _runs(ids):
+            out.append((target, logical, [expert] + inner, view[first:first + count]))
+    return out
+
+
+def build_layout(named_tensors, rules, tp_rank=0, tp_size=1, config=None, skip=(), ep_rank=0,
+                 ep_size=1, expert_placement="linear"):
     """A Layout from (local name, tensor) pairs under `rules` (first match wins). Names matching a
-    pattern in `skip` are left out; any other name no rule maps is refused (LayoutError)."""
-    ctx = Context(int(tp_rank), int(tp_size), config)
+    pattern in `skip` are left out; if any other name no rule maps, the layout is refused
+    (LayoutError) listing every such name with the rule that would map it."""
+    ctx = Context(int(tp_rank), int(tp_size), config, int(ep_rank), int(ep_size),
+                  expert_placement)
     layout = Layout()
     skip = [re.compile(s) for s in skip]
+    unmapped = []
     for name, tensor in named_tensors:
         if any(s.fullmatch(name) for s in skip):
             continue
@@ -345,11 +433,21 @@ def build_layout(named_tensors, rules, tp_rank=0, tp_size=1, config=None, skip=(
             if match is not None:
                 break
         else:
-            raise LayoutError(f"no rule maps parameter {name} {tuple(tensor.shape)}; pass a Rule "
-                              "for it (rules=[Rule(pattern, kind, target)])")
+            unmapped.append(f"  {name} {tuple(tensor.shape)}: e.g. "
+                            f"{suggest_rule(name, tensor.dim())}")
+            continue
         for param, shape, origin, view in expand(rule, match, name, tensor, ctx):
             layout.add(param, shape, origin, view)
+    check_mapped(unmapped, "pass rules=[Rule(pattern, kind, target)] (the kinds are in "
+                 "wsync.layouts' docstring), or skip them")
     return layout
+
+
+def check_mapped(unmapped, advice):
+    """Refuses a layout that left names unmapped: every one, with the rule that would map it."""
+    if unmapped:
+        raise LayoutError(f"no rule maps {len(unmapped)} parameter(s); {advice}:\n" +
+                          "\n".join(unmapped))
 
 
 def _named(model_or_pairs):
@@ -360,21 +458,76 @@ def _named(model_or_pairs):
     return list(model_or_pairs)
 
 
-def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_offset=0):
+def megatron_ranks(rank, tp, pp=1, ep=1, dp=None):
+    """(tp_rank, dp_rank, pp_rank, ep_rank) of global trainer `rank` in Megatron-core's default
+    rank order "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py, RankGenerator; cp = 1, expert
+    TP = 1): TP fastest, then DP (whose first `ep` ranks form the expert-parallel group), then
+    PP. dp defaults to ep."""
+    dp = ep if dp is None else dp
+    if dp % ep:
+        raise LayoutError(f"megatron: ep={ep} does not divide dp={dp}")
+    tp_rank, rest = rank % tp, rank // tp
+    dp_rank, pp_rank = rest % dp, rest // dp
+    return tp_rank, dp_rank, pp_rank, dp_rank % ep
+
+
+def megatron_layout(model, tp_rank, tp_size, config, rules=(), skip=(), layer_offset=0,
+                    ep_rank=0, ep_size=1, tied_embeddings=False, shared_expert="shared_experts"):
     """The layout of a Megatron-core GPT model's TP shard (names as in megatron.core). Under
     pipeline parallelism a stage numbers its layers from 0: `layer_offset` is the global index
-    of its first layer."""
+    of its first layer. Under expert parallelism (ep_size > 1) the rank holds the contiguous
+    block of E / ep_size whole experts of EP rank `ep_rank` (local expert k is global
+    ep_rank * E / ep_size + k); without it every rank holds all experts, TP-split. With tied
+    embeddings the last stage's output_layer (Megatron keeps a copy there under PP) is the
+    embedding. `shared_expert` is the HF module name of Megatron's shared_experts:
+    ``shared_experts`` (DeepSeek-V3) or ``shared_expert`` (Qwen2-MoE, whose gate_weight is
+    shared_expert_gate)."""
     named = _named(model)
     if layer_offset:
         shift = re.compile(r"((?:module\.)*decoder\.layers\.)(\d+)\.")
         named = [(shift.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + layer_offset}.", n, 1), t)
                  for n, t in named]
-    return build_layout(named, list(rules) + MEGATRON_RULES, tp_rank, tp_size, config, skip)
+    tied = [Rule(r"(?:module\.)*output_layer\.weight", "vocab", "model.embed_tokens.weight")] \
+        if tied_embeddings else []
+    mla = MEGATRON_MLA_RULES if config is not None and config.kv_lora_rank else []
+    shared = [] if shared_expert == "shared_experts" else [
+        Rule(x.pattern, x.kind, [t.replace(".shared_experts.", f".{shared_expert}.")
+                                 for t in x.targets])
+        for x in MEGATRON_RULES if ".shared_experts." in x.targets[0]]
+    return build_layout(named, list(rules) + tied + mla + shared + MEGATRON_RULES, tp_rank,
+                        tp_size, config, skip, ep_rank, ep_size, "even")
 
 
-def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=()):
-    """The layout of a vLLM worker's model (fused qkv_proj / gate_up_proj / w13, TP shard)."""
-    return build_layout(_named(model), list(rules) + VLLM_RULES, tp_rank, tp_size, config, skip)
+def _w13_rules(w13_order):
+    """A w13 rule for the engine's order of gate and up: "gate_up" ([w1 | w3], vLLM's and
+    SGLang's FusedMoE) needs none; "up_gate" ([w3 | w1]: vLLM's FlashInfer MoE kernels swap them
+    after loading, swap_w13_to_w31 in quantization/utils/flashinfer_utils.py)."""
+    if w13_order == "gate_up":
+        return []
+    if w13_order != "up_gate":
+        raise LayoutError(f"w13_order {w13_order!r}: expected 'gate_up' or 'up_gate'")
+    return [Rule(r"(.*)\.experts\.w13_weight", "experts_packed",
+                 (r"\1.experts.up_proj.weight", r"\1.experts.gate_proj.weight"))]
+
+
+def vllm_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,
+                expert_placement="linear", w13_order="gate_up"):
+    """The layout of a vLLM worker's model (fused qkv_proj / gate_up_proj / w13, TP shard).
+    With ``--enable-expert-parallel`` vLLM sets ep_size = tp * dp and ep_rank = dp_rank * tp +
+    tp_rank (FusedMoEParallelConfig.make): pass those; the routed experts are then whole, a
+    contiguous block per EP rank (the first E % ep ranks one expert more: vLLM's linear
+    placement) or `expert_placement="round_robin"`. `w13_order`: see _w13_rules."""
+    return build_layout(_named(model), list(rules) + _w13_rules(w13_order) + VLLM_RULES, tp_rank,
+                        tp_size, config, skip, ep_rank, ep_size, expert_placement)
+
+
+def sglang_layout(model, tp_rank, tp_size, config, rules=(), skip=(), ep_rank=0, ep_size=1,
+                  w13_order="gate_up"):
+    """The layout of an SGLang worker's model: vLLM's names plus MLA's
+    fused_qkv_a_proj_with_mqa; under EP (``--ep-size``) each EP rank holds E / ep experts (SGLang
+    refuses an ep that does not divide E, and so does this)."""
+    return build_layout(_named(model), list(rules) + _w13_rules(w13_order) + SGLANG_RULES,
+                        tp_rank, tp_size, config, skip, ep_rank, ep_size, "even")
 
 
 def hf_layout(model, rules=(), skip=()):
@@ -383,72 +536,5 @@ def hf_layout(model, rules=(), skip=()):
                         None, skip)
 
 
-def fsdp_flat_layout(flat, named_shapes, begin):
-    """An FSDP flat shard: `flat` (1-D) holds elements [begin, begin + flat.numel()) of the
-    concatenation of the row-major flattened parameters named_shapes = [(name, shape)]. Each
-    parameter's part becomes up to three boxes (a partial first row, whole rows, a partial last
-    row) over 2-D [rows, last-axis] views; parameters must be at least 1-D."""
-    layout = Layout()
-    end = begin + flat.numel()
-    start = 0
-    for name, shape in named_shapes:
-        shape = tuple(int(s) for s in shape)
-        numel = 1
-        for s in shape:
-            numel *= s
-        lo, hi = max(start, begin), min(start + numel, end)
-        if lo < hi:
-            _flat_boxes(layout, name, shape, lo - start, hi - start, flat, lo - begin)
-        start += numel
-    return layout
-
-
-def _flat_boxes(layout, name, shape, lo, hi, flat, at):
-    """Boxes of row-major flat range [lo, hi) of a parameter, stored from flat[at]."""
-    last = shape[-1]
-    rows_shape = shape[:-1]
-    inner = 1
-    for s in rows_shape[1:]:
-        inner *= s
-
-    def unravel(row):
-        index = []
-        for s in reversed(rows_shape):
-            index.append(row % s)
-            row //= s
-        return list(reversed(index))
-
-    def add_rows(row_lo, row_hi, col_lo, col_hi, pos):
-        # Rows [row_lo, row_hi) of the flattened leading axes, columns [col_lo, col_hi): a box
-        # only when the rows stay inside one index of every axis but the first two; split else.
-        while row_lo < row_hi:
-            index = unravel(row_lo)
-            # Rows that vary only on the innermost leading axis form one box.
-            span = rows_shape[-1] - index[-1] if rows_shape else 1
-            count = min(span, row_hi - row_lo)
-            width = col_hi - col_lo
-            view = flat[pos:pos + count * last].view(count, last)[:, col_lo:col_hi] \
-                if width == last else flat[pos:pos + width].view(1, width)
-            origin = index + [col_lo]
-            full = list(view.shape)
-            view = view.reshape([1] * (len(shape) - 2) + full) if len(shape) >= 2 else view[0]
-            layout.add(name, shape, origin if len(shape) >= 2 else [col_lo], view)
-            pos += count * last if width == last else width
-            row_lo += count
-
-    pos = at
-    if len(shape) == 1:
-        layout.add(name, shape, [lo], flat[pos:pos + hi - lo])
-        return
-    row, col = divmod(lo, last)
-    end_row, end_col = divmod(hi, last)
-    if col and (row < end_row):
-        add_rows(row, row + 1, col, last, pos)
-        pos += last - col
-        row, col = row + 1, 0
-    if row < end_row:
-        add_rows(row, end_row, 0, last, pos)
-        pos += (end_row - row) * last
-        row = end_row
-    if end_col > col:
-        add_rows(row, row + 1, col, end_col, pos)
+# FSDP1 flat shards live with the FSDP2 layouts; re-exported here, where callers found them.
+from .fsdp import fsdp_flat_layout  # noqa: E402,F401

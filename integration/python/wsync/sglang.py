@@ -31,15 +31,23 @@ from .session import Session
 
 
 class WsyncSGLangAdapter:
-    def __init__(self, model, tp_rank, tp_size, model_config, rules=(), skip=()):
+    def __init__(self, model, tp_rank, tp_size, model_config, rules=(), skip=(), ep_rank=0,
+                 ep_size=1):
         """model: the worker's torch module (SGLang's names); model_config: a
-        wsync.layouts.ModelConfig, or a Hugging Face config (object or dict)."""
+        wsync.layouts.ModelConfig, or a Hugging Face config (object or dict); ep_rank, ep_size:
+        SGLang's MoE expert parallelism (--ep-size; each EP rank holds E / ep_size experts)."""
         if not isinstance(model_config, layouts.ModelConfig) and model_config is not None:
             model_config = layouts.ModelConfig.from_hf(model_config)
         self.model, self.tp_rank, self.tp_size = model, tp_rank, tp_size
         self.model_config, self.rules, self.skip = model_config, list(rules), list(skip)
+        self.ep_rank, self.ep_size = ep_rank, ep_size
         self.session = None
         self.group_name = None
+
+    def layout(self):
+        """The worker's layout (wsync.layouts.sglang_layout)."""
+        return layouts.sglang_layout(self.model, self.tp_rank, self.tp_size, self.model_config,
+                                     self.rules, self.skip, self.ep_rank, self.ep_size)
 
     def init_weights_update_group(self, master_address, master_port, rank_offset, world_size,
                                   group_name="wsync", backend="wsync", num_trainers=1,
@@ -51,9 +59,7 @@ class WsyncSGLangAdapter:
             return False, f"weights update group {self.group_name} is already initialized"
         session = None
         try:
-            layout = layouts.build_layout(
-                list(self.model.named_parameters()), self.rules + layouts.SGLANG_RULES,
-                self.tp_rank, self.tp_size, self.model_config, self.skip)
+            layout = self.layout()
             session = Session("rollout", rank=rank_offset + self.tp_rank,
                               num_trainers=num_trainers, num_rollouts=world_size,
                               job_id=job_id or group_name,

@@ -74,6 +74,12 @@ class WsyncInitInfo:
     path_transports: Optional[str] = None
     staging_budget_bytes: float = 0.0
     node_id: Optional[str] = None
+    # Expert parallelism; defaults from vLLM's parallel_config: with enable_expert_parallel,
+    # ep_size = tp * data_parallel_size and ep_rank = the rollout rank (vLLM's
+    # FusedMoEParallelConfig), placement = expert_placement_strategy (default "linear").
+    ep_size: Optional[int] = None
+    ep_rank: Optional[int] = None
+    expert_placement: Optional[str] = None
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)  # [pattern, kind, targets...]
     skip: List[str] = dataclasses.field(default_factory=list)  # local names to leave out
 
@@ -117,6 +123,19 @@ class WsyncWeightTransferEngine(_Base):
         config = layouts.ModelConfig.from_hf(hf)
         return config
 
+    def _expert_parallel(self, init_info, tp_size, rank):
+        """(ep_size, ep_rank, placement) from the init info, else from vLLM's parallel_config."""
+        pc = self.parallel_config
+        ep_size = init_info.ep_size
+        if ep_size is None:
+            enabled = bool(getattr(pc, "enable_expert_parallel", False))
+            ep_size = tp_size * (getattr(pc, "data_parallel_size", 1) or 1) if enabled else 1
+        ep_rank = init_info.ep_rank if init_info.ep_rank is not None else \
+            (rank if ep_size > 1 else 0)
+        placement = init_info.expert_placement or \
+            getattr(pc, "expert_placement_strategy", None) or "linear"
+        return ep_size, ep_rank, placement
+
     def init_transfer_engine(self, init_info):
         if self.session is not None:
             raise WsyncError(Status.INVALID_ARGUMENT, "the transfer engine is initialized",
@@ -133,9 +152,11 @@ class WsyncWeightTransferEngine(_Base):
             rank = dp_rank * tp_size + tp_rank
         rules = [layouts.Rule(r[0], r[1], tuple(r[2:]) if len(r) > 3 else r[2])
                  for r in init_info.extra_rules]
+        ep_size, ep_rank, placement = self._expert_parallel(init_info, tp_size, rank)
         self.layout = layouts.vllm_layout(self.model, tp_rank, tp_size,
                                           self._model_config(tp_size), rules=rules,
-                                          skip=init_info.skip)
+                                          skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size,
+                                          expert_placement=placement)
         session = Session("rollout", rank=rank, num_trainers=init_info.num_trainers,
                           num_rollouts=init_info.num_rollouts, job_id=init_info.job_id,
                           coordinator=init_info.coordinator, secret_file=init_info.secret_file,
