@@ -24,12 +24,25 @@ function(wsync_cc_library)
   add_library(wsync::${W_NAME} ALIAS ${target})
 endfunction()
 
-# wsync_cc_test(NAME name SRCS ... DEPS ... LABELS ... [TIMEOUT seconds])
+# wsync_cc_test(NAME name SRCS ... DEPS ... LABELS ... [TIMEOUT seconds] [SANITIZERS ...])
 # A gtest binary registered with ctest under the given labels (default: unit).
+# SANITIZERS: the sanitizer builds (WSYNC_SANITIZE values) that build and run the test; default
+# `address thread`. A test whose code runs on one thread of one process names only `address`:
+# ThreadSanitizer has nothing to find there, and the TSan build neither compiles nor runs it.
+# Sanitizer builds also leave out tests labelled gpu or slow, which their suites never run.
 function(wsync_cc_test)
-  cmake_parse_arguments(W "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(W "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;SANITIZERS" ${ARGN})
   if(NOT W_LABELS)
     set(W_LABELS unit)
+  endif()
+  if(NOT W_SANITIZERS)
+    set(W_SANITIZERS address thread)
+  endif()
+  if(WSYNC_SANITIZE)
+    if(NOT WSYNC_SANITIZE IN_LIST W_SANITIZERS OR "gpu" IN_LIST W_LABELS
+       OR "slow" IN_LIST W_LABELS)
+      return()
+    endif()
   endif()
   if(NOT W_TIMEOUT)
     set(W_TIMEOUT 300)
