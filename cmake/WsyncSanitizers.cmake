@@ -18,10 +18,11 @@ else()
   message(FATAL_ERROR "WSYNC_SANITIZE must be empty, address or thread, not '${WSYNC_SANITIZE}'")
 endif()
 # Optimization and debug level of the instrumented code, placed after the build type's flags so
-# that they win. -Og keeps the instrumented code fast enough for the timing-bound tests; -g1 keeps
-# the line tables that reports are symbolized with, but no variable locations: GCC's variable
-# tracking over UBSan's checks made `-O2 -g` compile 5x slower than the uninstrumented build
-# (measured on five of the heaviest sources: 193 s of CPU against 39 s; `-Og -g1`: 43 s).
+# that they win. -g1 keeps the line tables that reports are symbolized with, but no variable
+# locations: GCC's variable tracking over UBSan's checks made `-O2 -g` compile 5x slower than the
+# uninstrumented build (five of the heaviest sources: 193 s of user CPU against 39 s; `-O1 -g1`
+# 69 s; `-Og -g1` 43 s). -O1 instead of -Og did not make the slowest instrumented test faster
+# (plan_property_test ~300 s either way; it runs a quarter of its seeds in these builds).
 set(WSYNC_SANITIZER_OPT_FLAGS -Og -g1 CACHE STRING
     "Optimization and debug flags of sanitizer builds (after CMAKE_<LANG>_FLAGS_<CONFIG>)")
 # C and C++ only: nvcc (the NCCL backend's copy kernels) takes no -fsanitize.
