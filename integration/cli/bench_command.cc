@@ -40,7 +40,7 @@ ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes)
           "Staging budget in bytes per peer and direction.");
 ABSL_FLAG(int32_t, repeats, 0,
           "bench executor: syncs per scenario (0: 5), the median reported; bench compare: rounds "
-          "of every contestant (0: 3).");
+          "of every contestant (0: 2).");
 ABSL_FLAG(bool, one_core, true,
           "Pin every thread to one core, so that pack, unpack and memcpy are each measured "
           "without other threads competing for memory bandwidth.");

@@ -66,8 +66,9 @@ ABSL_FLAG(double, compare_timeout_s, 600,
           "Limit of each broadcast, ucx_perftest and memcpy run, seconds (wsync jobs: "
           "--sync_timeout_s plus their bytes' allowance).");
 ABSL_FLAG(bool, compare_long, false,
-          "Without --model: also the llama-3.2-1b scenarios (2.3 GiB model; the four scenarios "
-          "took 1150 s on the 2-core machine of README.md).");
+          "Without --model and --to: qwen2.5-0.5b and llama-3.2-1b (2.3 GiB), each to vllm(tp=2) "
+          "and vllm(tp=1,dp=2) (the four scenarios took 1150 s at 3 rounds on the 2-core machine "
+          "of README.md).");
 ABSL_FLAG(bool, compare_plot, true, "Write compare.png next to compare.json.");
 ABSL_FLAG(int64_t, compare_memcpy_bytes, 0, "wsync bench memcpy: bytes to copy.");
 ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source's byte value.");
@@ -75,11 +76,15 @@ ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source
 namespace wsync::cli {
 namespace {
 
+// The default run: the scenario the issue's goals are stated on, 2 rounds (its wall time on the
+// 2-core machine is in README.md, "Default runs"). --compare_long: both models, both rollout
+// layouts.
 constexpr char kDefaultModels[] = "qwen2.5-0.5b";
 constexpr char kLongModels[] = "qwen2.5-0.5b,llama-3.2-1b";
-constexpr int32_t kDefaultRepeats = 3;
+constexpr int32_t kDefaultRepeats = 2;
 constexpr char kDefaultFrom[] = "megatron(tp=2)";
-constexpr char kDefaultTo[] = "vllm(tp=2);vllm(tp=1,dp=2)";
+constexpr char kDefaultTo[] = "vllm(tp=2)";
+constexpr char kLongTo[] = "vllm(tp=2);vllm(tp=1,dp=2)";
 constexpr char kGlooTransport[] = "gloo tcp (lo)";
 
 // Keeps the largest peak RSS seen per process over the runs of one result.
@@ -428,14 +433,15 @@ std::string CompareBenchUsage() {
          "                    [--compare_bucket_bytes B] [--compare_python PATH]\n"
          "                    [--compare_scripts DIR] [--compare_plot] [--compare_timeout_s S]\n"
          "                    [--verify_elements] [--sync_timeout_s S] [--budget B] [--policy P]\n"
-         "  Every scenario of the models (default qwen2.5-0.5b; --compare_long adds\n"
-         "  llama-3.2-1b), trainer layouts (';'-separated, default megatron(tp=2)) and rollout\n"
-         "  layouts (default vllm(tp=2);vllm(tp=1,dp=2)): wsync over UCX shm and TCP, the\n"
-         "  per-parameter and the bucketed broadcast over gloo, ucx_perftest and memcpy, in turn\n"
-         "  R times (default 3), K timed syncs per run (default 3). wsync's transports each get a\n"
-         "  verification job first (every chunk's xxh3 compared between sender and receiver;\n"
-         "  --verify_elements: every rollout element); the broadcast rollouts check every element\n"
-         "  after every sync. Prints a table per scenario and writes compare.json and\n"
+         "  Every scenario of the models (default qwen2.5-0.5b), trainer layouts (';'-separated,\n"
+         "  default megatron(tp=2)) and rollout layouts (default vllm(tp=2); --compare_long:\n"
+         "  models qwen2.5-0.5b,llama-3.2-1b to vllm(tp=2);vllm(tp=1,dp=2)): wsync over UCX shm\n"
+         "  and TCP, the per-parameter and the bucketed broadcast over gloo, ucx_perftest and\n"
+         "  memcpy, in turn R times (default 2), K timed syncs per run (default 3). wsync's\n"
+         "  transports each get a verification job first (every chunk's xxh3 compared between\n"
+         "  sender and receiver; --verify_elements: every rollout element); the broadcast\n"
+         "  rollouts check every element after every sync. Prints a table per scenario and\n"
+         "  writes compare.json and\n"
          "  compare.png to DIR (default bench-results/compare). `wsync bench memcpy\n"
          "  --compare_memcpy_bytes N` is its memcpy limit, run as a child process.\n";
 }
@@ -447,7 +453,9 @@ absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
                                                                  : kDefaultModels;
   const std::string froms =
       absl::GetFlag(FLAGS_from).empty() ? kDefaultFrom : absl::GetFlag(FLAGS_from);
-  const std::string tos = absl::GetFlag(FLAGS_to).empty() ? kDefaultTo : absl::GetFlag(FLAGS_to);
+  const std::string tos = !absl::GetFlag(FLAGS_to).empty()    ? absl::GetFlag(FLAGS_to)
+                          : absl::GetFlag(FLAGS_compare_long) ? kLongTo
+                                                              : kDefaultTo;
   const std::string out_dir =
       absl::GetFlag(FLAGS_out).empty() ? "bench-results/compare" : absl::GetFlag(FLAGS_out);
 

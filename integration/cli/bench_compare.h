@@ -15,8 +15,8 @@
 // (bench_jobs.h: every chunk's hash, or with --verify_elements every element) and its timed jobs
 // check the bytes and rounds each rollout received. A wrong byte fails the run.
 //
-// Default scenarios: qwen2.5-0.5b, megatron(tp=2) -> vllm(tp=2) and -> vllm(tp=1,dp=2), 3 rounds
-// (--compare_long adds llama-3.2-1b). Prints a table per scenario and writes compare.json and
+// Default: qwen2.5-0.5b, megatron(tp=2) -> vllm(tp=2), 2 rounds (--compare_long: qwen2.5-0.5b and
+// llama-3.2-1b, each to vllm(tp=2) and vllm(tp=1,dp=2)). Prints a table per scenario and writes compare.json and
 // compare.png (python3-matplotlib) to --out (default bench-results/compare).
 
 #include <cstdio>
