@@ -38,7 +38,9 @@ ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
 ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
           "Staging budget in bytes per peer and direction.");
-ABSL_FLAG(int32_t, repeats, 5, "Syncs to run; the median is reported.");
+ABSL_FLAG(int32_t, repeats, 0,
+          "bench executor: syncs per scenario (0: 5), the median reported; bench compare: rounds "
+          "of every contestant (0: 2).");
 ABSL_FLAG(bool, one_core, true,
           "Pin every thread to one core, so that pack, unpack and memcpy are each measured "
           "without other threads competing for memory bandwidth.");
@@ -233,7 +235,7 @@ absl::Status RunExecutorBench(std::FILE* out) {
   const std::string model_name =
       absl::GetFlag(FLAGS_model).empty() ? "llama-3-8b" : absl::GetFlag(FLAGS_model);
   const int32_t layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers) : 2;
-  const int32_t repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const int32_t repeats = absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : 5;
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
   if (layers < model.num_layers) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, layers));

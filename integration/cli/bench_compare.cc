@@ -29,10 +29,10 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/dtype.h"
 #include "common/status.h"
+#include "integration/cli/bench_broadcast.h"
+#include "integration/cli/bench_jobs.h"
 #include "integration/cli/bench_report.h"
-#include "integration/cli/bench_sync.h"
 #include "integration/cli/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
@@ -62,7 +62,13 @@ ABSL_FLAG(std::string, compare_python, "/usr/bin/python3",
           "Python with torch (Debian's python3-torch) for the broadcast contestants and the plot.");
 ABSL_FLAG(std::string, compare_scripts, WSYNC_BENCH_SCRIPT_DIR,
           "Folder of broadcast_sync.py and plot_compare.py.");
-ABSL_FLAG(double, compare_timeout_s, 600, "Limit of each contestant run, seconds.");
+ABSL_FLAG(double, compare_timeout_s, 600,
+          "Limit of each broadcast, ucx_perftest and memcpy run, seconds (wsync jobs: "
+          "--sync_timeout_s plus their bytes' allowance).");
+ABSL_FLAG(bool, compare_long, false,
+          "Without --model and --to: qwen2.5-0.5b and llama-3.2-1b (2.3 GiB), each to vllm(tp=2) "
+          "and vllm(tp=1,dp=2) (the four scenarios took 1150 s at 3 rounds on the 2-core machine "
+          "of README.md).");
 ABSL_FLAG(bool, compare_plot, true, "Write compare.png next to compare.json.");
 ABSL_FLAG(int64_t, compare_memcpy_bytes, 0, "wsync bench memcpy: bytes to copy.");
 ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source's byte value.");
@@ -70,15 +76,16 @@ ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source
 namespace wsync::cli {
 namespace {
 
-constexpr char kDefaultModels[] = "qwen2.5-0.5b,llama-3.2-1b";
+// The default run: the scenario the issue's goals are stated on, 2 rounds (its wall time on the
+// 2-core machine is in README.md, "Default runs"). --compare_long: both models, both rollout
+// layouts.
+constexpr char kDefaultModels[] = "qwen2.5-0.5b";
+constexpr char kLongModels[] = "qwen2.5-0.5b,llama-3.2-1b";
+constexpr int32_t kDefaultRepeats = 2;
 constexpr char kDefaultFrom[] = "megatron(tp=2)";
-constexpr char kDefaultTo[] = "vllm(tp=2);vllm(tp=1,dp=2)";
+constexpr char kDefaultTo[] = "vllm(tp=2)";
+constexpr char kLongTo[] = "vllm(tp=2);vllm(tp=1,dp=2)";
 constexpr char kGlooTransport[] = "gloo tcp (lo)";
-
-std::string ProcessName(int32_t process, int32_t trainers) {
-  return process < trainers ? absl::StrCat("trainer ", process)
-                            : absl::StrCat("rollout ", process - trainers);
-}
 
 // Keeps the largest peak RSS seen per process over the runs of one result.
 void KeepPeaks(const std::vector<int64_t>& peaks, int32_t trainers, Measured* m) {
@@ -88,144 +95,10 @@ void KeepPeaks(const std::vector<int64_t>& peaks, int32_t trainers, Measured* m)
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The layout spec broadcast_sync.py reads: parameters in the trainer layout's order, and per
-// process its buffers and pieces (parameter index, box, buffer offset and strides in elements).
-
-std::string DimsJson(const Dims& dims) { return absl::StrCat("[", absl::StrJoin(dims, ","), "]"); }
-
-absl::StatusOr<std::string> LayoutSpecJson(const std::string& model_name, const Layout& trainers,
-                                           const Layout& rollouts) {
-  std::map<std::string, int32_t> index_by_name;
-  int64_t element_bytes = 0;
-  std::string params;
-  for (int32_t i = 0; i < static_cast<int32_t>(trainers.params.size()); ++i) {
-    const ParamInfo& p = trainers.params[i];
-    const int64_t size = DTypeSize(p.dtype);
-    if (element_bytes != 0 && size != element_bytes) {
-      return absl::UnimplementedError(
-          absl::StrCat("the broadcast contestants need one element size; ", p.name, " has ", size,
-                       " bytes, others ", element_bytes));
-    }
-    element_bytes = size;
-    index_by_name[p.name] = i;
-    absl::StrAppend(&params, i == 0 ? "" : ",\n  ", "{\"name\": ", JsonString(p.name),
-                    ", \"shape\": ", DimsJson(p.shape), "}");
-  }
-  // Rollout pieces name the trainer layout's parameter index (the layouts may order them apart).
-  std::vector<int32_t> rollout_to_trainer(rollouts.params.size());
-  for (size_t i = 0; i < rollouts.params.size(); ++i) {
-    auto it = index_by_name.find(rollouts.params[i].name);
-    if (it == index_by_name.end() ||
-        trainers.params[it->second].shape != rollouts.params[i].shape) {
-      return absl::InvalidArgumentError(absl::StrCat("rollout parameter ", rollouts.params[i].name,
-                                                     " has no equal trainer parameter"));
-    }
-    rollout_to_trainer[i] = it->second;
-  }
-  auto side = [](const Layout& layout, const std::vector<int32_t>* param_map) {
-    std::string out;
-    for (size_t rank = 0; rank < layout.processes.size(); ++rank) {
-      std::vector<std::string> buffers, pieces;
-      for (const BufferInfo& b : layout.buffers) {
-        if (b.process != static_cast<int32_t>(rank)) continue;
-        buffers.push_back(absl::StrFormat("{\"id\": %d, \"bytes\": %d}", b.id, b.bytes));
-      }
-      for (const Piece& p : layout.pieces) {
-        if (p.process != static_cast<int32_t>(rank)) continue;
-        pieces.push_back(absl::StrFormat(
-            "{\"param\": %d, \"buffer\": %d, \"origin\": %s, \"extent\": %s, \"offset\": %d, "
-            "\"strides\": %s}",
-            param_map == nullptr ? p.param : (*param_map)[p.param], p.buffer,
-            DimsJson(p.box.origin), DimsJson(p.box.extent), p.offset, DimsJson(p.strides)));
-      }
-      absl::StrAppend(&out, rank == 0 ? "" : ",\n  ", "{\"buffers\": [",
-                      absl::StrJoin(buffers, ", "), "],\n   \"pieces\": [",
-                      absl::StrJoin(pieces, ",\n     "), "]}");
-    }
-    return out;
-  };
-  return absl::StrCat("{\"model\": ", JsonString(model_name),
-                      ", \"element_bytes\": ", element_bytes, ",\n \"params\": [", params,
-                      "],\n \"trainers\": [", side(trainers, nullptr), "],\n \"rollouts\": [",
-                      side(rollouts, &rollout_to_trainer), "]}\n");
-}
-
-// ---------------------------------------------------------------------------------------------
-// The broadcast contestants: one broadcast_sync.py process per trainer and rollout rank.
-
-struct BroadcastRun {
-  std::vector<double> seconds;  // Per timed sync: the slowest process.
-  std::vector<int64_t> peak_rss_bytes;
-  std::string buckets_line;  // Rank 0's "BUCKETS count=N largest_bytes=B".
-};
-
+// The binaries and scripts a run needs, found once.
 struct Tools {
   std::string cli, worker, perftest, python, scripts;
 };
-
-absl::StatusOr<BroadcastRun> RunBroadcast(const Tools& tools, const std::string& spec_path,
-                                          const std::string& mode, int32_t trainers,
-                                          int32_t rollouts, int32_t warmup, int32_t syncs) {
-  WSYNC_ASSIGN_OR_RETURN(const int port, harness::PickFreePort());
-  harness::ProcessesSpec spec;
-  spec.processes = trainers + rollouts;
-  spec.command = [&](int p) {
-    return std::vector<std::string>{
-        tools.python,     tools.scripts + "/broadcast_sync.py",
-        "--spec",         spec_path,
-        "--rank",         absl::StrCat(p),
-        "--mode",         mode,
-        "--master_port",  absl::StrCat(port),
-        "--bucket_bytes", absl::StrCat(absl::GetFlag(FLAGS_compare_bucket_bytes)),
-        "--warmup",       absl::StrCat(warmup),
-        "--syncs",        absl::StrCat(syncs),
-        "--timeout_s",    absl::StrCat(absl::GetFlag(FLAGS_compare_timeout_s))};
-  };
-  spec.env = {"GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1"};
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s));
-  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, harness::RunProcesses(spec));
-  BroadcastRun run;
-  std::map<int64_t, double> slowest;  // version -> seconds
-  for (int32_t p = 0; p < spec.processes; ++p) {
-    const harness::ProcessResult& r = results[p];
-    if (r.exit_code != 0) {
-      return absl::InternalError(absl::StrFormat(
-          "%s broadcast: %s exited %d%s: %s", mode, ProcessName(p, trainers), r.exit_code,
-          r.killed ? " (killed at the limit)" : "", TailOf(r.stderr_text)));
-    }
-    run.peak_rss_bytes.push_back(r.peak_rss_bytes);
-    int32_t verified = 0;
-    for (absl::string_view line : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
-      std::map<std::string, std::string> fields;
-      for (absl::string_view word : absl::StrSplit(line, ' ')) {
-        const std::pair<std::string, std::string> kv = absl::StrSplit(word, '=');
-        fields[kv.first] = kv.second;
-      }
-      int64_t version = 0;
-      double seconds = 0;
-      if (absl::StartsWith(line, "SYNC ") && absl::SimpleAtoi(fields["version"], &version) &&
-          absl::SimpleAtod(fields["seconds"], &seconds)) {
-        slowest[version] = std::max(slowest[version], seconds);
-      } else if (absl::StartsWith(line, "VERIFIED ")) {
-        ++verified;
-      } else if (absl::StartsWith(line, "BUCKETS ")) {
-        run.buckets_line = std::string(line);
-      }
-    }
-    if (p >= trainers && verified != warmup + syncs) {
-      return absl::InternalError(absl::StrFormat("%s broadcast: %s verified %d of %d versions",
-                                                 mode, ProcessName(p, trainers), verified,
-                                                 warmup + syncs));
-    }
-  }
-  for (const auto& [version, seconds] : slowest) run.seconds.push_back(seconds);
-  if (static_cast<int32_t>(run.seconds.size()) != syncs) {
-    return absl::InternalError(absl::StrFormat("%s broadcast: %d of %d timed syncs reported", mode,
-                                               run.seconds.size(), syncs));
-  }
-  return run;
-}
 
 // ---------------------------------------------------------------------------------------------
 // memcpy of the bytes one rollout process must receive, in a child process (`wsync bench memcpy`):
@@ -333,7 +206,8 @@ std::vector<std::string> GoalLines(const Scenario& scenario) {
 absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& model_name,
                                      const std::string& from, const std::string& to,
                                      const std::string& work_dir, int32_t index, std::FILE* out) {
-  const int32_t repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  const int32_t repeats =
+      absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : kDefaultRepeats;
   const int32_t syncs = std::max(1, absl::GetFlag(FLAGS_compare_syncs));
   const int32_t warmup = std::max(0, absl::GetFlag(FLAGS_compare_warmup));
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(model_name));
@@ -363,9 +237,10 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
   const Transports tcp{"tcp", absl::GetFlag(FLAGS_sync_tcp_tls),
                        absl::GetFlag(FLAGS_sync_tcp_devices)};
   const std::string rollout_check = "every element of every rollout piece, every sync";
+  const JobCheck check = VerificationCheck();
   const std::string wsync_check =
-      "a verified job first (every element of every rollout piece); timed jobs: bytes and rounds "
-      "each rollout received equal the schedule";
+      absl::StrCat("a verified job of 2 versions first (", VerificationText(check),
+                   "); timed jobs: bytes and rounds each rollout received equal the schedule");
   const std::string perftest =
       absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", iters, message);
   const std::string tcp_name = absl::StrCat("UCX tcp (", tcp.devices, ")");
@@ -397,25 +272,22 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
                 facts.bytes_per_rollout / 1048576.0, message);
   std::fflush(out);
 
-  // wsync's rollouts check every element with the test reference's logical values (an xxh3 per
-  // element, tens of seconds per version for these models on a small machine), so each transport
-  // gets one verified job first (one version: every rollout element starts poisoned and must hold
-  // its value); the timed jobs then check the bytes and rounds every rollout received against the
-  // schedule. The broadcast rollouts check every element after every sync (vectorized torch).
-  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s));
+  // Each transport gets one verification job of 2 versions first: every chunk's hash compared
+  // between sender and receiver over distinct bytes, or with --verify_elements every rollout
+  // element against its logical value (the test reference's xxh3 per element: about a minute per
+  // GB per version here); the timed jobs then check the bytes and rounds every rollout received
+  // against the schedule. The broadcast rollouts check every element after every sync
+  // (vectorized torch).
   std::map<std::string, bool> ok;
   for (Measured& m : scenario.results) {
     if (m.id != "wsync-shm" && m.id != "wsync-tcp") continue;
     const absl::Time start = absl::Now();
     WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp,
-                                   /*warmup=*/0, /*syncs=*/1,
-                                   /*verify=*/true, /*hashes=*/false, tools.worker, tools.cli, limit)
+                                   /*warmup=*/0, /*syncs=*/2, check, tools.worker, tools.cli)
                               .status());
     ok[m.id] = true;
-    absl::FPrintF(out,
-                  "  verified %s: every rollout element of one version (%.1f s with fill "
-                  "and check)\n",
-                  m.id, absl::ToDoubleSeconds(absl::Now() - start));
+    absl::FPrintF(out, "  verified %s: 2 versions, %s (%.1f s)\n", m.id, VerificationText(check),
+                  absl::ToDoubleSeconds(absl::Now() - start));
     std::fflush(out);
   }
 
@@ -432,15 +304,16 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
         WSYNC_ASSIGN_OR_RETURN(
             std::vector<SyncSample> s,
             RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp, warmup, syncs,
-                     /*verify=*/false, /*hashes=*/false, tools.worker, tools.cli, limit,
-                     &peaks));
+                     JobCheck::kNone, tools.worker, tools.cli, &peaks));
         for (const SyncSample& sample : s) samples.push_back(sample.seconds);
         KeepPeaks(peaks, facts.trainers, &m);
       } else if (m.id == "per-param" || m.id == "bucketed") {
-        WSYNC_ASSIGN_OR_RETURN(
-            BroadcastRun run,
-            RunBroadcast(tools, spec_path, m.id == "per-param" ? "param" : "bucket", facts.trainers,
-                         facts.rollouts, warmup, syncs));
+        const BroadcastOptions options{tools.python, tools.scripts,
+                                       m.id == "per-param" ? "param" : "bucket",
+                                       absl::GetFlag(FLAGS_compare_bucket_bytes),
+                                       absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))};
+        WSYNC_ASSIGN_OR_RETURN(BroadcastRun run, RunBroadcast(options, spec_path, facts.trainers,
+                                                              facts.rollouts, warmup, syncs));
         samples = run.seconds;
         KeepPeaks(run.peak_rss_bytes, facts.trainers, &m);
         if (m.id == "bucketed") buckets_line = run.buckets_line;
@@ -555,27 +428,34 @@ absl::Status RunMemcpyProbe(std::FILE* out) {
 }
 
 std::string CompareBenchUsage() {
-  return "wsync bench compare [--model M,M] [--from L;L] [--to L;L] [--repeats R] [--out DIR]\n"
-         "                    [--compare_syncs K] [--compare_warmup W] [--compare_bucket_bytes B]\n"
-         "                    [--compare_python PATH] [--compare_scripts DIR] [--compare_plot]\n"
-         "                    [--compare_timeout_s S] [--budget B] [--policy P]\n"
-         "  Every scenario of the models (default qwen2.5-0.5b,llama-3.2-1b), trainer layouts\n"
-         "  (';'-separated, default megatron(tp=2)) and rollout layouts (default vllm(tp=2);\n"
-         "  vllm(tp=1,dp=2)): wsync over UCX shm and TCP, the per-parameter and the bucketed\n"
-         "  broadcast over gloo, ucx_perftest and memcpy, in turn R times (default 5), K timed\n"
-         "  syncs per run (default 3), every rollout element checked after every sync. Prints a\n"
-         "  table per scenario and writes compare.json and compare.png to DIR (default\n"
-         "  bench-results/compare). `wsync bench memcpy --compare_memcpy_bytes N` is its memcpy\n"
-         "  limit, run as a child process.\n";
+  return "wsync bench compare [--model M,M] [--compare_long] [--from L;L] [--to L;L]\n"
+         "                    [--repeats R] [--out DIR] [--compare_syncs K] [--compare_warmup W]\n"
+         "                    [--compare_bucket_bytes B] [--compare_python PATH]\n"
+         "                    [--compare_scripts DIR] [--compare_plot] [--compare_timeout_s S]\n"
+         "                    [--verify_elements] [--sync_timeout_s S] [--budget B] [--policy P]\n"
+         "  Every scenario of the models (default qwen2.5-0.5b), trainer layouts (';'-separated,\n"
+         "  default megatron(tp=2)) and rollout layouts (default vllm(tp=2); --compare_long:\n"
+         "  models qwen2.5-0.5b,llama-3.2-1b to vllm(tp=2);vllm(tp=1,dp=2)): wsync over UCX shm\n"
+         "  and TCP, the per-parameter and the bucketed broadcast over gloo, ucx_perftest and\n"
+         "  memcpy, in turn R times (default 2), K timed syncs per run (default 3). wsync's\n"
+         "  transports each get a verification job first (every chunk's xxh3 compared between\n"
+         "  sender and receiver; --verify_elements: every rollout element); the broadcast\n"
+         "  rollouts check every element after every sync. Prints a table per scenario and\n"
+         "  writes compare.json and\n"
+         "  compare.png to DIR (default bench-results/compare). `wsync bench memcpy\n"
+         "  --compare_memcpy_bytes N` is its memcpy limit, run as a child process.\n";
 }
 
 absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
   const absl::Time bench_start = absl::Now();
-  const std::string models =
-      absl::GetFlag(FLAGS_model).empty() ? kDefaultModels : absl::GetFlag(FLAGS_model);
+  const std::string models = !absl::GetFlag(FLAGS_model).empty() ? absl::GetFlag(FLAGS_model)
+                             : absl::GetFlag(FLAGS_compare_long) ? kLongModels
+                                                                 : kDefaultModels;
   const std::string froms =
       absl::GetFlag(FLAGS_from).empty() ? kDefaultFrom : absl::GetFlag(FLAGS_from);
-  const std::string tos = absl::GetFlag(FLAGS_to).empty() ? kDefaultTo : absl::GetFlag(FLAGS_to);
+  const std::string tos = !absl::GetFlag(FLAGS_to).empty()    ? absl::GetFlag(FLAGS_to)
+                          : absl::GetFlag(FLAGS_compare_long) ? kLongTo
+                                                              : kDefaultTo;
   const std::string out_dir =
       absl::GetFlag(FLAGS_out).empty() ? "bench-results/compare" : absl::GetFlag(FLAGS_out);
 

@@ -10,11 +10,14 @@
 //                         keeps its slices (integration/bench/broadcast_sync.py --mode param);
 //   bucketed              the same with whole parameters packed into buckets (--mode bucket);
 // and the link limits: ucx_perftest tag_bw over shared memory and TCP at the schedule's message
-// size, and memcpy of the bytes one rollout process must receive. Every contestant's rollouts
-// check every element they hold after every sync; a wrong byte fails the run.
+// size, and memcpy of the bytes one rollout process must receive. The broadcast rollouts check
+// every element they hold after every sync; wsync runs one verification job per transport first
+// (bench_jobs.h: every chunk's hash, or with --verify_elements every element) and its timed jobs
+// check the bytes and rounds each rollout received. A wrong byte fails the run.
 //
-// Prints a table per scenario and writes compare.json and compare.png (python3-matplotlib) to
-// --out (default bench-results/compare).
+// Default: qwen2.5-0.5b, megatron(tp=2) -> vllm(tp=2), 2 rounds (--compare_long: qwen2.5-0.5b and
+// llama-3.2-1b, each to vllm(tp=2) and vllm(tp=1,dp=2)). Prints a table per scenario and writes compare.json and
+// compare.png (python3-matplotlib) to --out (default bench-results/compare).
 
 #include <cstdio>
 #include <string>

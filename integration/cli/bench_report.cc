@@ -23,6 +23,12 @@ double Max(const std::vector<double>& values) {
   return values.empty() ? 0 : *std::max_element(values.begin(), values.end());
 }
 
+double JobLimitSeconds(double base_seconds, int32_t versions, int64_t process_bytes,
+                       bool element_check) {
+  const double seconds_per_gb = 10.0 + (element_check ? 150.0 : 0.0);
+  return base_seconds + std::max(0, versions) * seconds_per_gb * (process_bytes / 1e9);
+}
+
 std::string JsonString(absl::string_view text) {
   std::string out = "\"";
   for (const char c : text) {

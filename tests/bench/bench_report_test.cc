@@ -56,6 +56,18 @@ TEST(BenchReportTest, MedianMinMax) {
   EXPECT_EQ(Max({}), 0);
 }
 
+// The limit of a child job grows with its versions and the bytes its busiest process holds; the
+// element check adds its own allowance (issue 27: the default run's 1->1 job of 2 versions,
+// 0.99 GB per process, ran past a fixed 90 s filling and checking every element).
+TEST(BenchReportTest, JobLimitScalesWithVersionsAndBytes) {
+  EXPECT_DOUBLE_EQ(JobLimitSeconds(60, 0, 4'000'000'000, true), 60);
+  EXPECT_DOUBLE_EQ(JobLimitSeconds(60, 6, 0, false), 60);
+  EXPECT_DOUBLE_EQ(JobLimitSeconds(60, 6, 1'000'000'000, false), 120);
+  EXPECT_DOUBLE_EQ(JobLimitSeconds(60, 2, 500'000'000, false), 70);
+  EXPECT_DOUBLE_EQ(JobLimitSeconds(60, 2, 500'000'000, true), 220);
+  EXPECT_GT(JobLimitSeconds(60, 2, 988'000'000, true), 300);
+}
+
 TEST(BenchReportTest, JsonStringEscapes) {
   EXPECT_EQ(JsonString("vllm(tp=1,dp=2)"), "\"vllm(tp=1,dp=2)\"");
   EXPECT_EQ(JsonString("a\"b\\c\nd"), "\"a\\\"b\\\\c\\u000ad\"");

@@ -3,7 +3,9 @@
 // merges everyone's parts into the job, plans its own segments, and runs `--versions` syncs over
 // UCX. A trainer writes each version's logical values (a function of parameter, index and version)
 // before the sync; a rollout checks every element of its pieces after it, so a stale or misplaced
-// byte fails the run. Every process then votes in the commit decision.
+// byte fails the run (--verify; --fill_pattern with --verify_hashes instead fills at memory speed
+// and lets wsync's chunk hashes compare every chunk). Every process then votes in the commit
+// decision.
 //
 // Prints one line per sync: "STATS key=value ..." (see PrintStats; wire_sent_<path> and
 // wire_received_<path> are the bytes posted to the transport per path class, relay forwards
@@ -72,6 +74,10 @@ ABSL_FLAG(std::string, path_transports, "",
           "empty: one UCX transport with --tls and --net_devices for every peer.");
 ABSL_FLAG(int32_t, versions, 3, "Syncs to run.");
 ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (rollout).");
+ABSL_FLAG(bool, fill_pattern, false,
+          "Trainers write test::FillPattern of the version over all their buffer bytes before each "
+          "sync (at memory speed; with --verify_hashes the chunk hashes then compare distinct "
+          "bytes). Ignored with --verify, which writes the logical values.");
 ABSL_FLAG(bool, verify_hashes, false,
           "wsync's end-to-end integrity (ExecuteOptions::verify): xxh3 per chunk, sender against "
           "receiver, before the commit vote.");
@@ -296,7 +302,11 @@ absl::Status Run() {
   const absl::Duration pause = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));
   int64_t failed_versions = 0;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
-    if (trainer && verify) WSYNC_RETURN_IF_ERROR(test::FillLogical(part, version, &memory));
+    if (trainer && verify) {
+      WSYNC_RETURN_IF_ERROR(test::FillLogical(part, version, &memory));
+    } else if (trainer && absl::GetFlag(FLAGS_fill_pattern)) {
+      test::FillPattern(static_cast<uint64_t>(version), &memory);
+    }
     ExecuteOptions options;
     options.sync_id = static_cast<uint64_t>(version);
     options.plan_digest = plan.digest;

@@ -142,6 +142,36 @@ absl::Status HostBuffers::CheckGuards() const {
 
 namespace {
 
+// The SplitMix64 finalizer: a bijection of 64-bit words that mixes every input bit into every
+// output bit.
+uint64_t Mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void FillPattern(uint64_t version, HostBuffers* buffers) {
+  for (const BufferKey& key : buffers->keys()) {
+    unsigned char* data = buffers->data(key);
+    const int64_t size = buffers->bytes(key);
+    const uint64_t seed =
+        Mix64(Mix64(version) ^ (static_cast<uint64_t>(key.process) << 32) ^ Mix64(key.buffer));
+    const int64_t words = size / 8;
+    for (int64_t w = 0; w < words; ++w) {
+      const uint64_t value = Mix64(seed + static_cast<uint64_t>(w));
+      std::memcpy(data + 8 * w, &value, 8);
+    }
+    const uint64_t tail = Mix64(seed + static_cast<uint64_t>(words));
+    for (int64_t b = 8 * words; b < size; ++b) {
+      data[b] = static_cast<unsigned char>(tail >> (8 * (b - 8 * words)));
+    }
+  }
+}
+
+namespace {
+
 // Calls fn(element bytes, logical value bytes, size, parameter, buffer, index) for every element
 // of every piece
 // of `layout`, with the element's bytes in `buffers` and its logical value of `version`; fn returns

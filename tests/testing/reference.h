@@ -97,6 +97,15 @@ class HostBuffers {
   std::map<BufferKey, Storage> buffers_;
 };
 
+// Writes a pseudo-random pattern of `version` over every byte of every buffer in `buffers`
+// (pieces and padding alike): 8-byte words of a SplitMix64 finalizer keyed by the buffer's key,
+// the word's position and `version`, so bytes of different buffers, positions or versions differ
+// with the probability of a 64-bit hash. It runs at memory speed (no walk over the layout's
+// elements), for chunk-hash verification (ExecuteOptions::verify), which compares the sender's
+// bytes with the receiver's: the pattern makes a stale, lost or misplaced chunk change its hash.
+// It ties no value to a logical index, so CheckLogical cannot check what it moved.
+void FillPattern(uint64_t version, HostBuffers* buffers);
+
 // Writes the logical values of `version` into every element of every piece of `layout` (through
 // the piece's affine map). Fails when a piece names an unknown buffer, an unknown parameter or an
 // address outside its buffer.

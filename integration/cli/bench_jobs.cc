@@ -1,0 +1,306 @@
+#include "integration/cli/bench_jobs.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "executor/schedule.h"
+#include "integration/cli/bench_report.h"
+#include "integration/cli/perftest.h"
+#include "integration/harness/launcher.h"
+#include "planner/job.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+
+ABSL_DECLARE_FLAG(std::string, policy);
+ABSL_DECLARE_FLAG(double, budget);
+
+ABSL_FLAG(std::string, sync_worker, "",
+          "wsync_test_worker binary; default: found next to this binary or in its build tree.");
+ABSL_FLAG(double, sync_timeout_s, 60,
+          "Limit of each ucx_perftest run, and the base of each wsync job's limit, which adds "
+          "per version 10 s per GB the busiest process holds (160 s with --verify_elements).");
+ABSL_FLAG(bool, verify_elements, false,
+          "`wsync bench sync` and `compare`: the verification jobs check every rollout element "
+          "against its logical value (about a minute per GB per version here) instead of "
+          "comparing the sender's and the receiver's hash of every chunk.");
+
+namespace wsync::cli {
+namespace {
+
+bool Executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SelfPath() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
+  return std::string(buffer, n);
+}
+
+absl::StatusOr<std::string> FindWorker(const std::string& self) {
+  const std::string flag = absl::GetFlag(FLAGS_sync_worker);
+  if (!flag.empty()) {
+    if (Executable(flag)) return flag;
+    return absl::NotFoundError(absl::StrCat("--sync_worker ", flag, " is not an executable file"));
+  }
+  const std::string dir = Dirname(self);
+  const std::vector<std::string> candidates = {dir + "/wsync_test_worker",
+                                               dir + "/../../tests/multiproc/wsync_test_worker"};
+  for (const std::string& candidate : candidates) {
+    if (Executable(candidate)) return candidate;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("wsync_test_worker not found (looked for ", absl::StrJoin(candidates, " and "),
+                   "); build the target wsync_test_worker or pass --sync_worker"));
+}
+
+absl::StatusOr<std::string> FindInPath(const std::string& name) {
+  if (absl::StrContains(name, "/")) {
+    if (Executable(name)) return name;
+    return absl::NotFoundError(absl::StrCat(name, " is not an executable file"));
+  }
+  const char* path = getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (Executable(candidate)) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      name, " not found in PATH (Debian: apt-get install ucx-utils); or pass --sync_perftest"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the schedule sends to a rollout process.
+
+absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
+                                               const std::string& to, double budget) {
+  WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
+  WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
+  ScheduleFacts facts;
+  facts.trainers = static_cast<int32_t>(source.processes.size());
+  facts.rollouts = static_cast<int32_t>(target.processes.size());
+  for (const Layout* layout : {&source, &target}) {
+    std::map<int32_t, int64_t> held;
+    for (const BufferInfo& b : layout->buffers) held[b.process] += std::max<int64_t>(0, b.bytes);
+    for (const auto& [process, bytes] : held) {
+      facts.largest_process_bytes = std::max(facts.largest_process_bytes, bytes);
+    }
+  }
+  // As the jobs run them: every process on node "local" (the replica policy looks at nodes).
+  for (ProcessInfo& p : source.processes) p.node_id = "local";
+  for (ProcessInfo& p : target.processes) p.node_id = "local";
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  WSYNC_ASSIGN_OR_RETURN(std::vector<ProcessSchedule> schedules,
+                         ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{budget}));
+  for (const ProcessSchedule& s : schedules) {
+    if (job.IsSource(s.process)) continue;
+    for (const PeerSchedule& peer : s.peers) {
+      if (peer.direction != Direction::kReceive) continue;
+      int64_t bytes = 0;
+      for (const ScheduledRound& round : peer.rounds) bytes += round.bytes;
+      if (bytes > 0) facts.pair_bytes.push_back(bytes);
+    }
+    facts.bytes_total += s.received_bytes;
+    facts.rounds = std::max(facts.rounds, s.rounds);
+    std::vector<int64_t> sizes;
+    int64_t direct = 0;
+    for (const PeerSchedule& peer : s.peers) {
+      if (peer.direction != Direction::kReceive) continue;
+      for (const ScheduledRound& round : peer.rounds) {
+        facts.received_chunks += round.chunks;
+        sizes.push_back(round.bytes);
+        direct += round.direct ? 1 : 0;
+        if (round.bytes > facts.largest_message) {
+          facts.largest_message = round.bytes;
+          facts.largest_direct = round.direct;
+        }
+      }
+    }
+    if (s.received_bytes < facts.bytes_per_rollout) continue;
+    facts.bytes_per_rollout = s.received_bytes;
+    facts.messages = static_cast<int64_t>(sizes.size());
+    facts.direct_messages = direct;
+    std::sort(sizes.begin(), sizes.end());
+    int64_t running = 0;
+    for (int64_t size : sizes) {
+      running += size;
+      if (2 * running >= s.received_bytes) {
+        facts.median_message = size;
+        break;
+      }
+    }
+  }
+  if (facts.largest_message <= 0) {
+    return absl::FailedPreconditionError("the plan sends nothing to the rollout processes");
+  }
+  std::sort(facts.pair_bytes.rbegin(), facts.pair_bytes.rend());
+  for (int64_t bytes : facts.pair_bytes) facts.busy_pairs += 4 * bytes >= facts.pair_bytes[0];
+  return facts;
+}
+
+int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
+  return static_cast<int32_t>(
+      std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
+}
+
+absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check) {
+  return absl::Seconds(JobLimitSeconds(absl::GetFlag(FLAGS_sync_timeout_s), versions,
+                                       facts.largest_process_bytes, check == JobCheck::kElements));
+}
+
+JobCheck VerificationCheck() {
+  return absl::GetFlag(FLAGS_verify_elements) ? JobCheck::kElements : JobCheck::kChunkHashes;
+}
+
+std::string VerificationText(JobCheck check) {
+  switch (check) {
+    case JobCheck::kElements:
+      return "every rollout element equal to its logical value";
+    case JobCheck::kChunkHashes:
+      return "every chunk's xxh3 equal on sender and receiver (verify=true), trainers' bytes a "
+             "pseudo-random pattern of the version";
+    case JobCheck::kTimedHashes:
+      return "verify=true on constant bytes";
+    case JobCheck::kNone:
+      break;
+  }
+  return "bytes and rounds each rollout received equal the schedule";
+}
+
+// ---------------------------------------------------------------------------------------------
+// wsync jobs.
+
+namespace {
+
+double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
+  double value = 0;
+  auto it = stats.find(key);
+  if (it != stats.end()) absl::SimpleAtod(it->second, &value);
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
+                                                 const std::string& model, const std::string& from,
+                                                 const std::string& to, const Transports& t,
+                                                 int32_t warmup, int32_t syncs, JobCheck check,
+                                                 const std::string& worker, const std::string& cli,
+                                                 std::vector<int64_t>* peak_rss_bytes) {
+  const bool elements = check == JobCheck::kElements;
+  const bool hashes = check == JobCheck::kChunkHashes || check == JobCheck::kTimedHashes;
+  const absl::Duration limit = WsyncJobLimit(facts, warmup + syncs, check);
+  harness::JobSpec spec;
+  spec.model = model;
+  spec.from = from;
+  spec.to = to;
+  spec.trainers = facts.trainers;
+  spec.rollouts = facts.rollouts;
+  spec.tls = t.tls;
+  spec.versions = warmup + syncs;
+  spec.budget = absl::GetFlag(FLAGS_budget);
+  spec.timeout = limit;
+  spec.rendezvous_timeout = absl::Seconds(30);
+  if (!t.devices.empty()) {
+    spec.placement.assign(facts.trainers + facts.rollouts,
+                          harness::ProcessPlacement{"", "local", t.devices, {}});
+  }
+  spec.extra_worker_flags = {
+      "--policy",
+      absl::GetFlag(FLAGS_policy),
+      absl::StrCat("--verify=", elements ? "true" : "false"),
+      absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
+      absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
+      absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
+  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
+  const int total = facts.trainers + facts.rollouts;
+  for (int p = 0; p < total; ++p) {
+    const harness::WorkerResult& w = result.workers[p];
+    if (w.exit_code != 0 || static_cast<int>(w.stats.size()) != spec.versions) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job over UCX_TLS=%s: process %d exited %d%s with %d of %d STATS lines: %s", t.tls,
+          p, w.exit_code, w.exit_code == -1 ? " (killed at the limit)" : "", w.stats.size(),
+          spec.versions, TailOf(w.stderr_text)));
+    }
+  }
+  if (peak_rss_bytes != nullptr) {
+    peak_rss_bytes->clear();
+    for (const harness::WorkerResult& w : result.workers)
+      peak_rss_bytes->push_back(w.peak_rss_bytes);
+  }
+  std::vector<SyncSample> samples;
+  for (int v = 0; v < spec.versions; ++v) {
+    SyncSample s;
+    int32_t rounds = 0;
+    int64_t verified = 0;
+    for (int p = 0; p < total; ++p) {
+      const auto& stats = result.workers[p].stats[v];
+      const double seconds = Field(stats, "seconds");
+      const double call = Field(stats, "call_seconds");
+      const double decide = Field(stats, "decide_seconds");
+      if (p == 0 || seconds > s.seconds) s.decide_seconds = decide;
+      s.seconds = std::max(s.seconds, seconds);
+      s.agree_seconds = std::max(s.agree_seconds, call - seconds);
+      s.step_seconds = std::max(s.step_seconds, call + decide);
+      s.cpu_seconds += Field(stats, "cpu_seconds");
+      s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
+      if (p >= facts.trainers) {
+        const auto received = static_cast<int64_t>(Field(stats, "received"));
+        s.rollout_bytes = std::max(s.rollout_bytes, received);
+        rounds = std::max(rounds, static_cast<int32_t>(Field(stats, "rounds")));
+        s.total_bytes += received;
+        verified += static_cast<int64_t>(Field(stats, "verified"));
+      }
+    }
+    if (hashes && verified != facts.received_chunks) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job with verify=true over UCX_TLS=%s: the rollouts checked %d chunk hashes in "
+          "sync %d; the schedule sends them %d chunks",
+          t.tls, verified, v + 1, facts.received_chunks));
+    }
+    if (s.total_bytes != facts.bytes_total || rounds != facts.rounds) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job over UCX_TLS=%s: the rollouts received %d bytes in %d rounds in sync %d; "
+          "the schedule computed here says %d bytes in %d rounds",
+          t.tls, s.total_bytes, rounds, v + 1, facts.bytes_total, facts.rounds));
+    }
+    if (v >= warmup) samples.push_back(s);
+  }
+  return samples;
+}
+
+}  // namespace wsync::cli

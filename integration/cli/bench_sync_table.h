@@ -1,0 +1,97 @@
+#ifndef WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
+#define WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
+
+// `wsync bench sync`'s contestants and what it prints once the rounds ran: the table of every
+// contestant, the ratios of wsync to ucx_perftest per transport, and the costs outside the
+// transfer, with the same figures as JSON. Private to bench_sync.cc.
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "integration/cli/bench_jobs.h"
+#include "integration/cli/bench_report.h"
+
+namespace wsync::cli {
+
+// A layout pair the benchmark runs, with its schedule.
+struct SyncScenario {
+  std::string from;
+  std::string to;
+  ScheduleFacts facts;
+};
+
+// One contestant on one transport, with its samples of every round.
+struct SyncRow {
+  // "wsync", "wsync+verify", "wsync 1->1", "ucx_perftest", "ucx_perftest xN" or
+  // "ucx_perftest 1->1" (one pair at the 1->1 schedule's largest message, where it differs).
+  std::string contestant;
+  const SyncScenario* scenario = nullptr;  // wsync.
+  Transports transports;
+  int32_t pairs = 1;                   // ucx_perftest: concurrent sender/receiver pairs.
+  std::vector<SyncSample> syncs;       // wsync.
+  std::vector<double> per_pair_rates;  // ucx_perftest: mean bytes/s of a pair, one per run.
+  std::vector<double> total_rates;     // ucx_perftest: summed over the pairs, one per run.
+  int64_t message_bytes = 0;           // ucx_perftest.
+  int32_t iters = 0;                   // ucx_perftest.
+
+  bool wsync() const { return absl::StartsWith(contestant, "wsync"); }
+  bool hashes() const { return contestant == "wsync+verify"; }
+  int runs() const { return wsync() ? syncs.size() : per_pair_rates.size(); }
+  std::vector<double> Seconds() const {
+    std::vector<double> v;
+    for (const SyncSample& s : syncs) v.push_back(s.seconds);
+    return v;
+  }
+  // Per-receiver bytes per second: wsync's busiest rollout at the median sync; ucx_perftest's
+  // median run.
+  double Rate() const {
+    if (!wsync()) return Median(per_pair_rates);
+    const double seconds = Median(Seconds());
+    return seconds > 0 ? syncs[0].rollout_bytes / seconds : 0;
+  }
+  double TotalRate() const {
+    if (!wsync()) return Median(total_rates);
+    const double seconds = Median(Seconds());
+    return seconds > 0 ? syncs[0].total_bytes / seconds : 0;
+  }
+};
+
+// One run of the benchmark: its settings, binaries and scenarios. Rows point at `main` and
+// `single`, so a SyncBench stays where it was made.
+struct SyncBench {
+  std::string model_name;
+  double budget = 0;
+  int32_t syncs = 0;
+  int32_t warmup = 0;
+  int32_t rounds = 0;
+  std::string cli, worker, perftest;
+  SyncScenario main;
+  std::optional<SyncScenario> single;  // The 1->1 contestant, unless --sync_single_from is empty.
+  std::vector<Transports> transports;
+  int64_t message_bytes = 0;  // ucx_perftest's message for the main scenario, and its count.
+  int32_t iters = 0;
+  int32_t pairs = 1;        // Concurrent ucx_perftest pairs.
+  bool concurrent = false;  // Whether they run (more than one).
+};
+
+// Prints the table, one line per row (per-receiver throughput against one ucx_perftest pair, the
+// goal, and against the concurrent pairs; a 1->1 row against one pair at its own message size),
+// and its legend. Returns the JSON document's head and rows, up to the "ratios" object.
+std::string PrintTable(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE* out);
+
+// Prints the ratios per transport, the like-for-like ones next to the literal goal, and appends
+// them to `json` as its "ratios" object, closing the document.
+void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE* out,
+                 std::string* json);
+
+// Per wsync row, what the sync costs outside the transfer and in CPU time; per wsync+verify row,
+// the cost of verify=true against the wsync row of its transport.
+void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out);
+
+}  // namespace wsync::cli
+
+#endif  // WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
