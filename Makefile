@@ -8,6 +8,11 @@ SHELL := /bin/bash
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
+# Tests ctest runs at once (`make test`, test-asan, test-tsan; the gpu tests run one at a time).
+# Most suites spend much of their time waiting (deadlines, heartbeats, child processes): on 2 cores
+# two at a time took 190 s instead of 307 s (plain), 317 s instead of 537 s (ASan), 218 s instead
+# of 330 s (TSan). CTEST_JOBS=1 runs them one by one.
+CTEST_JOBS ?= $(JOBS)
 
 # Exactly the Debian 12 packages the build and the tests need. Later components append theirs
 # (UCX, prometheus-cpp) here.
@@ -53,7 +58,7 @@ build: deps
 # (wsync_cc_test). GPU tests are never skipped silently: with a GPU present they run next, without
 # one the last line says they were not run and why.
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -LE '$(EXCLUDED_LABELS)'
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(CTEST_JOBS) -LE '$(EXCLUDED_LABELS)'
 	@gpu_tests=$$(ctest --test-dir $(BUILD_DIR) -N -L gpu | sed -n 's/^Total Tests: //p'); \
 	gpu_tests=$${gpu_tests:-0}; \
 	if ! [ -e /dev/nvidia0 ] && ! nvidia-smi -L >/dev/null 2>&1; then \
@@ -99,7 +104,8 @@ TSAN_ENV := $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=
 define sanitizer_test
 	cmake -S . -B $(1) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DWSYNC_SANITIZE=$(2)
 	cmake --build $(1) -j$(JOBS)
-	$(3) ctest --test-dir $(1) --output-on-failure -L '$(SANITIZER_LABELS)' -LE '$(EXCLUDED_LABELS)' \
+	$(3) ctest --test-dir $(1) --output-on-failure -j$(CTEST_JOBS) -L '$(SANITIZER_LABELS)' \
+	  -LE '$(EXCLUDED_LABELS)' \
 	  -E '$(SANITIZER_EXCLUDED_TESTS)'
 endef
 

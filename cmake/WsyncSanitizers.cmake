@@ -56,7 +56,8 @@ if(WSYNC_SANITIZE STREQUAL "thread")
       _ZN4absl7debian312Notification6NotifyEv
       _ZNK4absl7debian312Notification19WaitForNotificationEv
       _ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE
-      _ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE)
+      _ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE
+      _ZN4absl7debian36Status15UnrefNonInlinedEm)
   foreach(symbol ${WSYNC_TSAN_WRAPPED_ABSL_SYMBOLS})
     add_link_options("$<$<LINK_LANGUAGE:C,CXX>:LINKER:--wrap=${symbol}>")
   endforeach()
@@ -64,7 +65,8 @@ if(WSYNC_SANITIZE STREQUAL "thread")
   add_library(wsync_tsan_annotations SHARED
               ${PROJECT_SOURCE_DIR}/tests/sanitizers/absl_tsan_annotations.cc)
   target_include_directories(wsync_tsan_annotations PRIVATE ${PROJECT_SOURCE_DIR})
-  target_link_libraries(wsync_tsan_annotations PRIVATE absl::synchronization absl::time)
+  target_link_libraries(wsync_tsan_annotations PRIVATE absl::synchronization absl::time
+                                                       absl::status)
   link_libraries(wsync_tsan_annotations)
 endif()
 message(STATUS "wsync: sanitizer build (${WSYNC_SANITIZE}): ${WSYNC_SANITIZER_FLAGS}")

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -356,12 +357,16 @@ std::optional<NetnsPair> NetnsPair::Create(std::string* reason) {
     *reason = "network namespaces need root";
     return std::nullopt;
   }
-  static int counter = 0;
-  const int n = (getpid() + counter++) % 200 + 20;
+  // Names unique per process and pair: tests that make pairs run concurrently (ctest -j). The veth
+  // ends are created in the root namespace, so their names must not collide there; interface
+  // names hold 15 characters ("wv" + a 7-digit pid + "_" + the pair's number + the side).
+  static std::atomic<int> counter{0};
+  const int pair_number = counter.fetch_add(1) % 100;
+  const int n = (getpid() + pair_number) % 200 + 20;
   NetnsPair pair;
   for (int side = 0; side < 2; ++side) {
-    pair.ns_[side] = absl::StrCat("wsync", getpid(), side == 0 ? "a" : "b");
-    pair.device_[side] = absl::StrCat("wsv", n, side == 0 ? "a" : "b");
+    pair.ns_[side] = absl::StrCat("wsync", getpid(), "_", pair_number, side == 0 ? "a" : "b");
+    pair.device_[side] = absl::StrCat("wv", getpid(), "_", pair_number, side == 0 ? "a" : "b");
     pair.address_[side] = absl::StrCat("10.231.", n, ".", side + 1);
   }
   const std::vector<std::string> commands = {

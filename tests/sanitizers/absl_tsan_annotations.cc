@@ -1,6 +1,6 @@
-// ThreadSanitizer annotations for Debian's uninstrumented Abseil synchronization (TSan builds only;
-// cmake/WsyncSanitizers.cmake links this library into every target and passes -Wl,--wrap for
-// each symbol below).
+// ThreadSanitizer annotations for Debian's uninstrumented Abseil synchronization and absl::Status
+// (TSan builds only; cmake/WsyncSanitizers.cmake links this library into every target and passes
+// -Wl,--wrap for each symbol below).
 //
 // Debian's libabsl_synchronization.so is compiled without -fsanitize=thread, so TSan does not see
 // the acquire/release inside absl::Mutex, CondVar and Notification and would report every access
@@ -20,6 +20,8 @@
 #include <sanitizer/tsan_interface.h>
 
 #include <atomic>
+#include <cstdint>
+#include <mutex>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -214,4 +216,17 @@ WSYNC_WRAP_FUNCTION(bool, WAIT_FOR_DEADLINE_SYM, (const Notification* n, Time t)
   const bool notified = WSYNC_REAL(WAIT_FOR_DEADLINE_SYM)(n, t);
   if (notified) __tsan_acquire(FlagOf(n));
   return notified;
+})
+
+// absl::Status: copies share one reference-counted representation; the inline Ref() increments
+// its count in our (instrumented) code, but every decrement and the final delete happen inside
+// the uninstrumented Status::UnrefNonInlined. TSan then sees a thread that copied a shared error
+// status and dropped its copy as racing with the thread whose drop deleted it. Dropping a
+// reference under one process-wide mutex orders every drop after all earlier ones, as the
+// release/acquire decrements do in Abseil. TSan builds only; the mutex costs nothing elsewhere.
+#define STATUS_UNREF_SYM WSYNC_MANGLED(6Status15UnrefNonInlinedEm)
+WSYNC_WRAP_FUNCTION(void, STATUS_UNREF_SYM, (uintptr_t rep), {
+  static std::mutex* const unref_mutex = new std::mutex;
+  std::lock_guard<std::mutex> lock(*unref_mutex);
+  WSYNC_REAL(STATUS_UNREF_SYM)(rep);
 })
