@@ -24,14 +24,18 @@ function(wsync_cc_library)
   add_library(wsync::${W_NAME} ALIAS ${target})
 endfunction()
 
-# wsync_cc_test(NAME name SRCS ... DEPS ... LABELS ... [TIMEOUT seconds] [SANITIZERS ...])
+# wsync_cc_test(NAME name SRCS ... DEPS ... LABELS ... [TIMEOUT seconds] [COST seconds]
+#               [SANITIZERS ...])
 # A gtest binary registered with ctest under the given labels (default: unit).
+# COST: about how long the test runs in the slowest build that runs it (seconds). `ctest -j` starts
+# the costliest tests first when the build tree has no timing history of its own (a fresh tree, as
+# in CI); without it a long test that starts last decides the suite's wall time.
 # SANITIZERS: the sanitizer builds (WSYNC_SANITIZE values) that build and run the test; default
 # `address thread`. A test whose code runs on one thread of one process names only `address`:
 # ThreadSanitizer has nothing to find there, and the TSan build neither compiles nor runs it.
 # Sanitizer builds also leave out tests labelled gpu or slow, which their suites never run.
 function(wsync_cc_test)
-  cmake_parse_arguments(W "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;SANITIZERS" ${ARGN})
+  cmake_parse_arguments(W "" "NAME;TIMEOUT;COST" "SRCS;DEPS;LABELS;SANITIZERS" ${ARGN})
   if(NOT W_LABELS)
     set(W_LABELS unit)
   endif()
@@ -53,6 +57,9 @@ function(wsync_cc_test)
   target_link_libraries(${W_NAME} PRIVATE ${W_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   add_test(NAME ${W_NAME} COMMAND ${W_NAME})
   set_tests_properties(${W_NAME} PROPERTIES LABELS "${W_LABELS}" TIMEOUT ${W_TIMEOUT})
+  if(W_COST)
+    set_tests_properties(${W_NAME} PROPERTIES COST ${W_COST})
+  endif()
 endfunction()
 
 # wsync_cc_binary(NAME name SRCS ... DEPS ...)
