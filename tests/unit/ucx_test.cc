@@ -30,6 +30,7 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // One UCX transport list under test.
 struct Fabric {
@@ -641,6 +642,8 @@ TEST_P(UcxTest, ReceiveSegmentDefaultAndOverridesMoveExactBytes) {
   const std::vector<int64_t> sizes = {1, (64 << 10) + 3, (1 << 20) - 1, (1 << 20) + 1,
                                       (3 << 20) + 5};
   for (const std::string segment : {"", "64k", "4m"}) {
+    // Only TCP has the setting; UCX warns of it elsewhere.
+    if (!segment.empty() && !UcxTlsMaySelect(GetParam().transports, "tcp")) continue;
     SCOPED_TRACE(segment.empty() ? std::string("wsync's defaults") : "RX_SEG_SIZE=" + segment);
     std::vector<std::unique_ptr<UcxTransport>> job;
     std::vector<std::string> addresses;
@@ -681,6 +684,36 @@ TEST_P(UcxTest, ReceiveSegmentDefaultAndOverridesMoveExactBytes) {
     }
     RunConcurrently(fns);
   }
+}
+
+TEST(UcxDefaultSettingsTest, TlsListsSelectTransportsAsUcxDoes) {
+  EXPECT_TRUE(UcxTlsMaySelect("", "tcp"));
+  EXPECT_TRUE(UcxTlsMaySelect("all", "tcp"));
+  EXPECT_TRUE(UcxTlsMaySelect("tcp", "tcp"));
+  EXPECT_TRUE(UcxTlsMaySelect("sm, tcp ,self", "tcp"));
+  EXPECT_TRUE(UcxTlsMaySelect("^sm,cma", "tcp"));
+  EXPECT_TRUE(UcxTlsMaySelect("^", "tcp"));
+  EXPECT_FALSE(UcxTlsMaySelect("sm,cma,self", "tcp"));
+  EXPECT_FALSE(UcxTlsMaySelect("^tcp", "tcp"));
+  EXPECT_FALSE(UcxTlsMaySelect("^sm,tcp", "tcp"));
+  EXPECT_FALSE(UcxTlsMaySelect("tcp_sockcm", "tcp"));
+}
+
+// A transport over shared memory only starts without UCX's "invalid configuration" warning, which
+// the TCP receive segment of UcxDefaultSettings() raised in every such process.
+TEST(UcxDefaultSettingsTest, SharedMemoryTransportStartsWithoutAWarning) {
+  if (getenv("UCX_TCP_RX_SEG_SIZE") != nullptr) GTEST_SKIP() << "UCX_TCP_RX_SEG_SIZE is set";
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  UcxOptions options;
+  options.process = 0;
+  options.transports = "sm,cma,self";
+  absl::StatusOr<std::unique_ptr<UcxTransport>> transport = UcxTransport::Create(options);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(transport.ok()) << transport.status();
+  EXPECT_THAT(out + err, Not(HasSubstr("invalid configuration"))) << out << err;
+  EXPECT_THAT(out + err, Not(HasSubstr("WARN"))) << out << err;
 }
 
 TEST(UcxDefaultSettingsTest, EachNamesItsEnvironmentVariableAndAValue) {

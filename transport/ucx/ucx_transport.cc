@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
@@ -116,7 +117,10 @@ absl::Status UcxTransportImpl::Init() {
   if (st != UCS_OK) return FromUcs(st, "ucx: ucp_config_read");
   std::vector<std::pair<std::string, std::string>> settings;
   for (const UcxDefaultSetting& d : UcxDefaultSettings()) {
-    if (getenv(d.environment.c_str()) == nullptr) settings.emplace_back(d.name, d.value);
+    if (getenv(d.environment.c_str()) == nullptr &&
+        UcxTlsMaySelect(options_.transports, d.transport)) {
+      settings.emplace_back(d.name, d.value);
+    }
   }
   if (!options_.transports.empty()) settings.emplace_back("TLS", options_.transports);
   if (!options_.net_devices.empty()) settings.emplace_back("NET_DEVICES", options_.net_devices);
@@ -502,7 +506,20 @@ std::vector<UcxDefaultSetting> UcxDefaultSettings() {
   // Each TCP receive reads up to a segment into UCX's buffer before moving the payload to its
   // destination; UCX 1.13's 64 KiB segments cost about a sixth more CPU per byte received over
   // loopback than 1 MiB ones (README: `wsync bench sync`). The buffer is per receiving endpoint.
-  return {{"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "1m"}};
+  return {{"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "1m", "tcp"}};
+}
+
+bool UcxTlsMaySelect(absl::string_view tls, absl::string_view transport) {
+  tls = absl::StripAsciiWhitespace(tls);
+  const bool excluding = absl::ConsumePrefix(&tls, "^");
+  bool listed = false;
+  for (absl::string_view name : absl::StrSplit(tls, ',', absl::SkipWhitespace())) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name == transport) listed = true;
+    if (name == "all" && !excluding) return true;
+  }
+  if (tls.empty()) return true;
+  return excluding ? !listed : listed;
 }
 
 absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(const UcxOptions& options) {

@@ -67,6 +67,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
 
@@ -109,7 +110,14 @@ struct UcxDefaultSetting {
   std::string name;
   std::string environment;  // The variable that sets it, e.g. "UCX_TCP_RX_SEG_SIZE".
   std::string value;
+  // The UCX transport it tunes ("tcp"): applied only when the transport list may select it, since
+  // UCX warns of a setting that no selected transport has ("invalid configuration").
+  std::string transport;
 };
+
+// Whether UCX may select `transport` ("tcp") under `tls`, a UCX_TLS list: empty or naming "all"
+// selects every transport, "^a,b" every one but those listed, otherwise only those listed.
+bool UcxTlsMaySelect(absl::string_view tls, absl::string_view transport);
 
 // wsync's tuning of UCX 1.13's defaults (today a larger TCP receive segment). Benchmarks give
 // ucx_perftest the same settings (through the environment), for a like-for-like limit.
