@@ -43,6 +43,8 @@ inline constexpr absl::string_view kErrorKindUrl = "type.wsync/error_kind";
 inline constexpr absl::string_view kErrorLayoutRefused = "layout_refused";
 inline constexpr absl::string_view kErrorRanksDisagree = "ranks_disagree";
 inline constexpr absl::string_view kErrorWrongState = "wrong_state";
+// The process's own secret could not be loaded (missing variable or file, unusable content).
+inline constexpr absl::string_view kErrorAuthentication = "authentication";
 
 // `status` (unchanged when OK) with its kind set.
 inline absl::Status WithErrorKind(absl::Status status, absl::string_view kind) {
@@ -56,6 +58,36 @@ inline std::optional<std::string> ErrorKind(const absl::Status& status) {
   if (!kind) return std::nullopt;
   return std::string(*kind);
 }
+
+// The bounded classes every failure falls into: the C ABI's status codes (plugin/c_api.cc) and
+// the error kinds of wsync_errors_total (metrics) are both read from ClassifyError, the one
+// mapping from a status to a class.
+enum class ErrorClass {
+  kWrongState,
+  kLayoutRefused,
+  kRanksDisagree,
+  kInvalidArgument,
+  kTimedOut,
+  kPeerLost,
+  kAborted,
+  kAuthentication,
+  kUnsupported,
+  kNoMemory,
+  kDataLoss,
+  kInternal,
+};
+inline constexpr int kErrorClassCount = static_cast<int>(ErrorClass::kInternal) + 1;
+
+// The class of a failed `status`: its kind (WithErrorKind) when it is one of the kinds above,
+// else by code: InvalidArgument, OutOfRange, AlreadyExists, FailedPrecondition, NotFound ->
+// kInvalidArgument; DeadlineExceeded -> kTimedOut; Unavailable -> kPeerLost; Aborted, Cancelled
+// -> kAborted; Unauthenticated, PermissionDenied -> kAuthentication; Unimplemented ->
+// kUnsupported; ResourceExhausted -> kNoMemory; DataLoss -> kDataLoss; anything else (OK
+// included) -> kInternal.
+ErrorClass ClassifyError(const absl::Status& status);
+
+// The class's lower-case name ("wrong_state", "timed_out", ...): the label value of the metrics.
+absl::string_view ErrorClassName(ErrorClass error_class);
 
 }  // namespace wsync
 

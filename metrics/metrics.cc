@@ -59,37 +59,7 @@ void Knock(const std::string& host, int32_t port) {
 }  // namespace
 
 absl::string_view MetricErrorKind(const absl::Status& status) {
-  if (const std::optional<std::string> kind = ErrorKind(status)) {
-    for (absl::string_view known : kMetricErrorKinds) {
-      if (*kind == known) return known;
-    }
-  }
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kNotFound:
-      return "invalid_argument";
-    case absl::StatusCode::kDeadlineExceeded:
-      return "timed_out";
-    case absl::StatusCode::kUnavailable:
-      return "peer_lost";
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return "aborted";
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return "authentication";
-    case absl::StatusCode::kUnimplemented:
-      return "unsupported";
-    case absl::StatusCode::kResourceExhausted:
-      return "no_memory";
-    case absl::StatusCode::kDataLoss:
-      return "data_loss";
-    default:
-      return "internal";
-  }
+  return ErrorClassName(ClassifyError(status));
 }
 
 std::vector<double> SyncDurationBuckets() {

@@ -43,9 +43,6 @@ struct wsync_session {
 namespace wsync {
 namespace {
 
-// Which call an error came from: init has no session yet, and a missing secret surfaces there.
-enum class Call { kInit, kSession };
-
 // The detail of this thread's most recent failure that had no session to go to (init, finalize,
 // or a call given a NULL handle). last_error(NULL) returns it; it lives until this thread's next
 // such failure.
@@ -60,52 +57,37 @@ constexpr size_t kMinConfigSize = offsetof(wsync_config_t, job_id) + sizeof(cons
 // The smallest stats struct: struct_size and version.
 constexpr size_t kMinStatsSize = offsetof(wsync_stats_t, version) + sizeof(int64_t);
 
-// The ABI status of a failed Session call (OK for OK). The rule, in order:
-//   1. The error kind (WithErrorKind, common/status.h) decides: kErrorWrongState ->
-//      INVALID_ARGUMENT, kErrorLayoutRefused -> LAYOUT_REFUSED, kErrorRanksDisagree ->
-//      RANKS_DISAGREE.
-//   2. During init, NotFound or InvalidArgument naming the secret -> AUTHENTICATION (loading the
-//      secret is the only lookup init makes: a missing variable or file, or an unusable secret).
-//   3. By code: InvalidArgument, OutOfRange, AlreadyExists, FailedPrecondition, NotFound ->
-//      INVALID_ARGUMENT; DeadlineExceeded -> TIMED_OUT; Unavailable -> PEER_LOST; Aborted,
-//      Cancelled -> ABORTED; Unauthenticated, PermissionDenied -> AUTHENTICATION; Unimplemented
-//      -> UNSUPPORTED; ResourceExhausted -> NO_MEMORY; Internal, DataLoss, Unknown -> INTERNAL.
-wsync_status_t ToWsyncStatus(const absl::Status& status, Call call) {
+// The ABI status of a failed Session call (OK for OK), from its class (ClassifyError,
+// common/status.h): wrong_state -> INVALID_ARGUMENT, data_loss -> INTERNAL, every other class to
+// the code of the same name. A secret that cannot be loaded at init carries the authentication
+// kind (Session::Create).
+wsync_status_t ToWsyncStatus(const absl::Status& status) {
   if (status.ok()) return WSYNC_OK;
-  if (const std::optional<std::string> kind = ErrorKind(status)) {
-    if (*kind == kErrorWrongState) return WSYNC_INVALID_ARGUMENT;
-    if (*kind == kErrorLayoutRefused) return WSYNC_LAYOUT_REFUSED;
-    if (*kind == kErrorRanksDisagree) return WSYNC_RANKS_DISAGREE;
-    // An unknown kind falls through to the code.
-  }
-  if (call == Call::kInit && (absl::IsNotFound(status) || absl::IsInvalidArgument(status)) &&
-      absl::StrContains(status.message(), "secret")) {
-    return WSYNC_AUTHENTICATION;
-  }
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kNotFound:
+  switch (ClassifyError(status)) {
+    case ErrorClass::kWrongState:
+    case ErrorClass::kInvalidArgument:
       return WSYNC_INVALID_ARGUMENT;
-    case absl::StatusCode::kDeadlineExceeded:
+    case ErrorClass::kLayoutRefused:
+      return WSYNC_LAYOUT_REFUSED;
+    case ErrorClass::kRanksDisagree:
+      return WSYNC_RANKS_DISAGREE;
+    case ErrorClass::kTimedOut:
       return WSYNC_TIMED_OUT;
-    case absl::StatusCode::kUnavailable:
+    case ErrorClass::kPeerLost:
       return WSYNC_PEER_LOST;
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
+    case ErrorClass::kAborted:
       return WSYNC_ABORTED;
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
+    case ErrorClass::kAuthentication:
       return WSYNC_AUTHENTICATION;
-    case absl::StatusCode::kUnimplemented:
+    case ErrorClass::kUnsupported:
       return WSYNC_UNSUPPORTED;
-    case absl::StatusCode::kResourceExhausted:
+    case ErrorClass::kNoMemory:
       return WSYNC_NO_MEMORY;
-    default:
+    case ErrorClass::kDataLoss:
+    case ErrorClass::kInternal:
       return WSYNC_INTERNAL;
   }
+  return WSYNC_INTERNAL;
 }
 
 bool HasSession(const wsync_session_t* session) {
@@ -126,11 +108,10 @@ void Record(wsync_session_t* session, const absl::Status& status) noexcept {
 }
 
 // Records `status` (if not OK) and returns its ABI status.
-wsync_status_t Report(wsync_session_t* session, const absl::Status& status,
-                      Call call = Call::kSession) {
+wsync_status_t Report(wsync_session_t* session, const absl::Status& status) {
   if (status.ok()) return WSYNC_OK;
   Record(session, status);
-  return ToWsyncStatus(status, call);
+  return ToWsyncStatus(status);
 }
 
 // Records "wsync <call>: <what>" and returns `code`.
@@ -312,7 +293,7 @@ wsync_status_t Init(const wsync_config_t* config, wsync_session_t** session) {
       return Refuse(nullptr, code, "init", converted.status().message());
     }
     absl::StatusOr<std::unique_ptr<Session>> created = Session::Create(*std::move(converted));
-    if (!created.ok()) return Report(nullptr, created.status(), Call::kInit);
+    if (!created.ok()) return Report(nullptr, created.status());
     auto handle = std::make_unique<wsync_session>();
     handle->impl = *std::move(created);
     *session = handle.release();
@@ -459,7 +440,7 @@ wsync_status_t SyncTest(wsync_session_t* session) {
 // The status an after_update callback gets; never throws (it runs on the session's thread).
 wsync_status_t CallbackStatus(const absl::Status& status) noexcept {
   try {
-    return ToWsyncStatus(status, Call::kSession);
+    return ToWsyncStatus(status);
   } catch (...) {
     return WSYNC_INTERNAL;
   }

@@ -100,8 +100,9 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   if (!config.metrics_address.empty()) {
     WSYNC_ASSIGN_OR_RETURN(metrics_address, ParseMetricsAddress(config.metrics_address));
   }
-  WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(config.secret));
-  auto session = std::unique_ptr<Session>(new Session(std::move(config), std::move(secret)));
+  absl::StatusOr<std::string> secret = LoadSecret(config.secret);
+  if (!secret.ok()) return WithErrorKind(secret.status(), kErrorAuthentication);
+  auto session = std::unique_ptr<Session>(new Session(std::move(config), std::move(*secret)));
   if (metrics_address) {
     WSYNC_RETURN_IF_ERROR(session->metrics_->StartExporter(*metrics_address));
   }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,6 +313,11 @@ TEST(MetricsFacadeTest, AddressesErrorKindsAndBuckets) {
   EXPECT_EQ(MetricErrorKind(absl::DeadlineExceededError("x")), "timed_out");
   EXPECT_EQ(MetricErrorKind(absl::UnavailableError("x")), "peer_lost");
   EXPECT_EQ(MetricErrorKind(WithErrorKind(absl::UnknownError("x"), "no_such_kind")), "internal");
+  // The label values are the error classes' names, in the classes' order.
+  ASSERT_EQ(std::size(kMetricErrorKinds), static_cast<size_t>(kErrorClassCount));
+  for (int i = 0; i < kErrorClassCount; ++i) {
+    EXPECT_EQ(kMetricErrorKinds[i], ErrorClassName(static_cast<ErrorClass>(i)));
+  }
 
   const std::vector<double> buckets = SyncDurationBuckets();
   EXPECT_EQ(buckets.front(), 0.001);

@@ -1,7 +1,10 @@
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/hash.h"
@@ -97,6 +100,49 @@ TEST(StatusMacrosTest, PropagateErrorsAndValues) {
   EXPECT_EQ(out, 2);
   EXPECT_EQ(Quarter(6, &out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Quarter(7, &out).message(), "odd");
+}
+
+// Every code and every known kind lands in its class; an unknown kind falls back to the code.
+TEST(ErrorClassTest, KindsDecideThenCodes) {
+  const absl::Status internal = absl::InternalError("x");
+  EXPECT_EQ(ClassifyError(WithErrorKind(internal, kErrorWrongState)), ErrorClass::kWrongState);
+  EXPECT_EQ(ClassifyError(WithErrorKind(internal, kErrorLayoutRefused)),
+            ErrorClass::kLayoutRefused);
+  EXPECT_EQ(ClassifyError(WithErrorKind(internal, kErrorRanksDisagree)),
+            ErrorClass::kRanksDisagree);
+  EXPECT_EQ(ClassifyError(WithErrorKind(absl::NotFoundError("no secret"), kErrorAuthentication)),
+            ErrorClass::kAuthentication);
+  EXPECT_EQ(ClassifyError(WithErrorKind(absl::UnavailableError("x"), "unknown_kind")),
+            ErrorClass::kPeerLost);
+  const std::pair<absl::StatusCode, ErrorClass> by_code[] = {
+      {absl::StatusCode::kInvalidArgument, ErrorClass::kInvalidArgument},
+      {absl::StatusCode::kOutOfRange, ErrorClass::kInvalidArgument},
+      {absl::StatusCode::kAlreadyExists, ErrorClass::kInvalidArgument},
+      {absl::StatusCode::kFailedPrecondition, ErrorClass::kInvalidArgument},
+      {absl::StatusCode::kNotFound, ErrorClass::kInvalidArgument},
+      {absl::StatusCode::kDeadlineExceeded, ErrorClass::kTimedOut},
+      {absl::StatusCode::kUnavailable, ErrorClass::kPeerLost},
+      {absl::StatusCode::kAborted, ErrorClass::kAborted},
+      {absl::StatusCode::kCancelled, ErrorClass::kAborted},
+      {absl::StatusCode::kUnauthenticated, ErrorClass::kAuthentication},
+      {absl::StatusCode::kPermissionDenied, ErrorClass::kAuthentication},
+      {absl::StatusCode::kUnimplemented, ErrorClass::kUnsupported},
+      {absl::StatusCode::kResourceExhausted, ErrorClass::kNoMemory},
+      {absl::StatusCode::kDataLoss, ErrorClass::kDataLoss},
+      {absl::StatusCode::kInternal, ErrorClass::kInternal},
+      {absl::StatusCode::kUnknown, ErrorClass::kInternal},
+  };
+  for (const auto& [code, error_class] : by_code) {
+    EXPECT_EQ(ClassifyError(absl::Status(code, "x")), error_class)
+        << absl::StatusCodeToString(code);
+  }
+  // Names are distinct, lower case, and cover every class.
+  std::set<std::string> names;
+  for (int i = 0; i < kErrorClassCount; ++i) {
+    const std::string name(ErrorClassName(static_cast<ErrorClass>(i)));
+    EXPECT_EQ(name, absl::AsciiStrToLower(name));
+    EXPECT_TRUE(names.insert(name).second) << name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+#include "common/status.h"
+
+namespace wsync {
+
+ErrorClass ClassifyError(const absl::Status& status) {
+  if (const std::optional<std::string> kind = ErrorKind(status)) {
+    if (*kind == kErrorWrongState) return ErrorClass::kWrongState;
+    if (*kind == kErrorLayoutRefused) return ErrorClass::kLayoutRefused;
+    if (*kind == kErrorRanksDisagree) return ErrorClass::kRanksDisagree;
+    if (*kind == kErrorAuthentication) return ErrorClass::kAuthentication;
+    // An unknown kind falls through to the code.
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+      return ErrorClass::kInvalidArgument;
+    case absl::StatusCode::kDeadlineExceeded:
+      return ErrorClass::kTimedOut;
+    case absl::StatusCode::kUnavailable:
+      return ErrorClass::kPeerLost;
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return ErrorClass::kAborted;
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return ErrorClass::kAuthentication;
+    case absl::StatusCode::kUnimplemented:
+      return ErrorClass::kUnsupported;
+    case absl::StatusCode::kResourceExhausted:
+      return ErrorClass::kNoMemory;
+    case absl::StatusCode::kDataLoss:
+      return ErrorClass::kDataLoss;
+    default:
+      return ErrorClass::kInternal;
+  }
+}
+
+absl::string_view ErrorClassName(ErrorClass error_class) {
+  switch (error_class) {
+    case ErrorClass::kWrongState:
+      return "wrong_state";
+    case ErrorClass::kLayoutRefused:
+      return "layout_refused";
+    case ErrorClass::kRanksDisagree:
+      return "ranks_disagree";
+    case ErrorClass::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorClass::kTimedOut:
+      return "timed_out";
+    case ErrorClass::kPeerLost:
+      return "peer_lost";
+    case ErrorClass::kAborted:
+      return "aborted";
+    case ErrorClass::kAuthentication:
+      return "authentication";
+    case ErrorClass::kUnsupported:
+      return "unsupported";
+    case ErrorClass::kNoMemory:
+      return "no_memory";
+    case ErrorClass::kDataLoss:
+      return "data_loss";
+    case ErrorClass::kInternal:
+      return "internal";
+  }
+  return "internal";
+}
+
+}  // namespace wsync
