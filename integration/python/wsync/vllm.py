@@ -22,8 +22,8 @@ trainer rank joins (``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_w
 A failed or aborted sync leaves the weights dirty: ``weights_dirty`` is True, every later
 ``finish_weight_update`` raises ("do not serve") and ``abort_weight_update`` logs it, until a
 later sync commits. An abort while a sync runs fails that sync on every process (the trainers'
-sends end too); the aborted session is replaced (same rank, same layout) at the next
-``start_weight_update``, without reconnecting the rest of the job.
+sends end too); the aborted session is replaced (same rank, same layout) as soon as that sync
+has ended (else at the next ``start_weight_update``), without reconnecting the rest of the job.
 
 Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` registers
 "wsync" with both of vLLM's factories (worker and trainer). vLLM is imported only in this module
@@ -289,20 +289,27 @@ class WsyncWeightTransferEngine(_Base):
             raise
         return session
 
-    def start_weight_update(self):
-        """In place: nothing to prepare, except replacing a session an abort closed (the
-        coordinator admits the new one at this rank; the trainers reach it at the next sync)."""
-        self._require("start_weight_update")
-        self._abort_requested = None
-        if self._replace:
-            old, self.session = self.session, None
+    def _replace_session(self):
+        """A new session at this rank and layout for one an abort closed: the coordinator admits
+        it in place of the lost process; the others reach it after the next sync's trigger."""
+        old, self.session = self.session, None
+        if old is not None:
             try:
                 old.finalize()
             except WsyncError as error:
                 logger.warning("wsync: finalizing the aborted session: %s", error)
-            self.session = self._open_session()
-            self._replace = False
-            logger.info("wsync: rollout rank %d rejoined the job after an abort", self._rank)
+        self.session = self._open_session()
+        self._replace = False
+        logger.info("wsync: rollout rank %d rejoined the job after an abort", self._rank)
+
+    def start_weight_update(self):
+        """In place: nothing to prepare, except a session an abort closed whose replacement
+        failed when the aborted sync ended: it is tried again here (raising if it fails)."""
+        if not self._replace:
+            self._require("start_weight_update")
+        self._abort_requested = None
+        if self._replace:
+            self._replace_session()
 
     def receive_weights(self, update_info):
         session = self._require("receive_weights")
@@ -315,7 +322,16 @@ class WsyncWeightTransferEngine(_Base):
         try:
             session.sync(version)
         except BaseException:
+            self._syncing = False
             self._dirty = True
+            if self._replace:
+                # Replaced at once, before the trainers start the next round: a process entering
+                # a sync while this rank is lost fails it. A failure here is retried at the next
+                # start_weight_update; the sync's own error is the one raised.
+                try:
+                    self._replace_session()
+                except Exception as error:  # noqa: BLE001
+                    logger.warning("wsync: replacing the aborted session: %s", error)
             raise
         finally:
             self._syncing = False
@@ -342,9 +358,9 @@ class WsyncWeightTransferEngine(_Base):
         try:
             if self._syncing or session.state()[0] == State.SYNCING:
                 # Closes this process's control connection: the job fails the sync everywhere
-                # at once; the session is replaced at the next start_weight_update.
+                # at once; the session is replaced when the aborted sync has ended.
+                self._replace = True  # Before the abort: the sync thread reads it on failing.
                 session.abort(reason)
-                self._replace = True
             else:  # No sync running here: one about to start (another thread) fails up front.
                 self._abort_requested = reason
         except Exception as error:  # noqa: BLE001
@@ -388,6 +404,8 @@ class WsyncWeightTransferEngine(_Base):
     def _require(self, call):
         if self.session is None:
             raise WsyncError(Status.INVALID_ARGUMENT,
+                             "the session was aborted and could not be replaced yet (the next "
+                             "start_weight_update tries again)" if self._replace else
                              "init_transfer_engine has not been called", call)
         return self.session
 
