@@ -1,38 +1,92 @@
-"""wsync as a vLLM weight-transfer backend ("wsync").
+"""wsync as a vLLM weight-transfer backend ("wsync"): the worker side.
+
+Targets vLLM >= 0.28.0, < 0.30.0 (the stateful trainer-engine API of vllm-project/vllm#50902,
+the worker-side ``WeightTransferEngine`` of ``vllm/distributed/weight_transfer/base.py``);
+:func:`register` refuses any other version, naming it.
 
 vLLM's worker creates the engine with ``WeightTransferEngineFactory.create_engine(config,
-vllm_config, device, model)`` and then calls, per the WeightTransferEngine interface:
+vllm_config, device, model)`` and calls, per the WeightTransferEngine interface:
 
-  init_transfer_engine(parse_init_info(init_info))       once (the RL controller's init RPC)
+  init_transfer_engine(parse_init_info(init_info))       once (the RL controller's init RPC,
+                                                          sent by the trainer engine's rank 0)
   start_weight_update()                                  each step
-  update_weights(update_info) -> parse_update_info + receive_weights
-  finish_weight_update()
+  update_weights(update_info) -> parse_update_info + receive_weights (+ device synchronize)
+  finish_weight_update()                                 or, after a failure, abort_weight_update()
   shutdown()
 
-This engine registers the worker's own parameters in place (no copy of the weights): the plugin
-writes the fused qkv_proj / gate_up_proj / vocabulary shards directly. ``receive_weights`` is one
-wsync sync of ``update_info.version``, which the trainers join with ``TrainerSync.push(version)``.
+The worker's own parameters are registered in place (no copy of the weights): the plugin writes
+the fused qkv_proj / gate_up_proj / vocabulary shards directly, so start and finish need no
+layerwise reload. ``receive_weights`` is one wsync sync of ``update_info.version``, which every
+trainer rank joins (``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_weights``).
 
-Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` calls
-:func:`register`, which adds "wsync" to ``WeightTransferEngineFactory``. vLLM is imported only in
-this module, and only when present; without it the engine still works against any torch module
-with vLLM's parameter names (that is how the tests drive it).
+A failed or aborted sync leaves the weights dirty: ``weights_dirty`` is True, every later
+``finish_weight_update`` raises ("do not serve") and ``abort_weight_update`` logs it, until a
+later sync commits. An abort while a sync runs fails that sync on every process (the trainers'
+sends end too); the aborted session is replaced (same rank, same layout) as soon as that sync
+has ended (else at the next ``start_weight_update``), without reconnecting the rest of the job.
+
+Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` registers
+"wsync" with both of vLLM's factories (worker and trainer). vLLM is imported only in this module
+and ``wsync.vllm_trainer``, and only when present; without it the info classes are plain
+dataclasses and the engines work against any torch module with vLLM's parameter names.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+import logging
+import re
+from typing import Any, List, Optional
 
 from . import layouts
-from ._lib import Status, WsyncError
+from ._lib import State, Status, WsyncError
 from .session import Session
 
-try:  # vLLM's base class when vLLM is installed; a stand-in with the same calls otherwise.
-    from vllm.distributed.weight_transfer.base import WeightTransferEngine as _Base
+logger = logging.getLogger("wsync.vllm")
+
+VLLM_MIN = (0, 28, 0)  # Inclusive.
+VLLM_MAX = (0, 30, 0)  # Exclusive.
+SUPPORTED_VLLM = ">=0.28.0,<0.30.0"
+
+try:  # vLLM's classes when vLLM is installed; plain stand-ins with the same calls otherwise.
+    from vllm.distributed.weight_transfer.base import (  # noqa: F401
+        TrainerInitInfo as _TrainerInitBase,
+        TrainerWeightTransferEngine as _TrainerEngineBase,
+        WeightTransferEngine as _Base,
+        WeightTransferInitInfo as _InitBase,
+        WeightTransferUpdateInfo as _UpdateBase,
+    )
     HAVE_VLLM = True
 except Exception:  # noqa: BLE001 - ImportError, or a vLLM without this interface.
     HAVE_VLLM = False
 
+    @dataclasses.dataclass
+    class _InitBase:
+        pass
+
+    @dataclasses.dataclass
+    class _UpdateBase:
+        pass
+
+    @dataclasses.dataclass
+    class _TrainerInitBase:
+        rank: int = dataclasses.field(kw_only=True)
+
+        @property
+        def is_sender(self):
+            return self.rank == 0
+
+    class _TrainerEngineBase:
+        def __init__(self, *, client, source=None, is_sender=True):
+            self.client = client
+            self.source = source
+            self.is_sender = is_sender
+
+        def shutdown(self):
+            pass
+
     class _Base:
+        supports_draft_weight_update = True
+        defers_processing = False
+
         def __init__(self, config, vllm_config, device, model):
             self.config = config
             self.vllm_config = vllm_config
@@ -56,16 +110,50 @@ except Exception:  # noqa: BLE001 - ImportError, or a vLLM without this interfac
         def update_weights(self, update_info):
             self.receive_weights(self.parse_update_info(update_info))
 
+        def abort_weight_update(self):
+            pass
+
+
+def _version_tuple(text):
+    """(major, minor, patch) of a version string ('0.28.1', '0.29.0rc1', '0.28.0+cu130'), or
+    None when it does not start with one."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def vllm_version():
+    """The installed vLLM's __version__, or None without vLLM."""
+    try:
+        import vllm
+    except Exception:  # noqa: BLE001
+        return None
+    return str(getattr(vllm, "__version__", "unknown"))
+
+
+def check_vllm_version(version=None):
+    """Raises WsyncError(UNSUPPORTED) naming `version` (default: the installed vLLM's) and the
+    supported range when it is outside it."""
+    version = vllm_version() if version is None else version
+    parsed = _version_tuple(version) if version is not None else None
+    if parsed is None or not VLLM_MIN <= parsed < VLLM_MAX:
+        raise WsyncError(Status.UNSUPPORTED,
+                         f"wsync's vLLM backend supports vLLM {SUPPORTED_VLLM}; found vLLM "
+                         f"{version}", "register")
+    return version
+
 
 @dataclasses.dataclass
-class WsyncInitInfo:
-    """The RL controller's init request (JSON-able). The secret comes from a file or an
-    environment variable of the worker, never from the request."""
+class WsyncInitInfo(_InitBase):
+    """The worker's init request (JSON-able), sent by the trainer engine's rank 0 (or by any RL
+    controller). The secret comes from a file or an environment variable of the worker, never
+    from the request."""
     coordinator: str                 # 'host:port' of the coordinator (trainer rank 0)
     num_trainers: int
     num_rollouts: int                # rollout processes of the job (all engines' workers)
     job_id: str = "wsync"
-    rank: Optional[int] = None       # this worker's rollout rank; default: dp_rank * tp + tp_rank
+    rank: Optional[int] = None       # this worker's rollout rank; default: dp * tp + tp_rank
     tp_rank: Optional[int] = None    # default: vLLM's tensor-parallel rank
     tp_size: Optional[int] = None    # default: parallel_config.tensor_parallel_size
     secret_file: Optional[str] = None
@@ -85,9 +173,9 @@ class WsyncInitInfo:
 
 
 @dataclasses.dataclass
-class WsyncUpdateInfo:
-    """One update: the version to receive. vLLM's generic fields are accepted and ignored (the
-    layout was agreed at init)."""
+class WsyncUpdateInfo(_UpdateBase):
+    """One update: the version to receive. vLLM's generic per-round fields are accepted and
+    ignored (names, dtypes and shapes were agreed at init)."""
     version: int
     names: Optional[List[str]] = None
     dtype_names: Optional[List[str]] = None
@@ -99,29 +187,50 @@ def _vllm_tp():
         from vllm.distributed import (get_tensor_model_parallel_rank,
                                       get_tensor_model_parallel_world_size)
         return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no vLLM, or its TP group is not initialized here.
         return None, None
+
+
+def make_rules(extra_rules):
+    """layouts.Rule objects from JSON rows [pattern, kind, target...]."""
+    return [layouts.Rule(r[0], r[1], tuple(r[2:]) if len(r) > 3 else r[2]) for r in extra_rules]
+
+
+def session_options(info):
+    """The Session keywords an init info carries (both engines' info classes have them)."""
+    return dict(job_id=info.job_id, coordinator=info.coordinator,
+                secret_file=info.secret_file,
+                secret_env=None if info.secret_file else info.secret_env,
+                deadline_seconds=info.deadline_seconds, path_transports=info.path_transports,
+                staging_budget_bytes=info.staging_budget_bytes, node_id=info.node_id)
 
 
 class WsyncWeightTransferEngine(_Base):
     init_info_cls = WsyncInitInfo
     update_info_cls = WsyncUpdateInfo
+    # The layout is registered against the model this engine was built for (in place), so it
+    # cannot be retargeted at a draft model mid-flight.
     supports_draft_weight_update = False
 
     def __init__(self, config, vllm_config, device, model):
+        if HAVE_VLLM:
+            check_vllm_version()
         super().__init__(config, vllm_config, device, model)
         self.session = None
         self.layout = None
         self.version = -1
+        self._init_info = None
+        self._rank = None
+        self._dirty = False          # A failed or aborted sync since the last commit.
+        self._replace = False        # The session was aborted: replace it before the next sync.
+        self._abort_requested = None  # A reason, when abort came before the sync started.
+        self._syncing = False        # receive_weights is inside a sync (abort may come meanwhile).
 
     # -- worker side ------------------------------------------------------------------------------
-    def _model_config(self, tp_size):
+    def _model_config(self):
         hf = getattr(self.model_config, "hf_config", None) if self.model_config is not None \
             else None
-        if hf is None:
-            return None
-        config = layouts.ModelConfig.from_hf(hf)
-        return config
+        return layouts.ModelConfig.from_hf(hf) if hf is not None else None
 
     def _expert_parallel(self, init_info, tp_size, rank):
         """(ep_size, ep_rank, placement) from the init info, else from vLLM's parallel_config."""
@@ -136,56 +245,141 @@ class WsyncWeightTransferEngine(_Base):
             getattr(pc, "expert_placement_strategy", None) or "linear"
         return ep_size, ep_rank, placement
 
+    def _ranks(self, init_info):
+        """(rollout rank, tp_rank, tp_size): the request's, else vLLM's (the TP group when it is
+        initialized, else parallel_config: `rank` within the DP group, `data_parallel_index`
+        (`data_parallel_rank` before it) for the DP group, as nccl_common's
+        worker_init_process_group numbers workers)."""
+        pc = self.parallel_config
+        vrank, vsize = _vllm_tp()
+        tp_size = init_info.tp_size or vsize or getattr(pc, "tensor_parallel_size", 1) or 1
+        tp_rank = init_info.tp_rank
+        if tp_rank is None:
+            tp_rank = vrank if vrank is not None else (getattr(pc, "rank", 0) or 0) % tp_size
+        rank = init_info.rank
+        if rank is None:
+            dp = getattr(pc, "data_parallel_index", None)
+            if dp is None:
+                dp = getattr(pc, "data_parallel_rank", 0)
+            rank = (dp or 0) * tp_size + tp_rank
+        return rank, tp_rank, tp_size
+
     def init_transfer_engine(self, init_info):
         if self.session is not None:
             raise WsyncError(Status.INVALID_ARGUMENT, "the transfer engine is initialized",
                              "init_transfer_engine")
-        tp_rank, tp_size = init_info.tp_rank, init_info.tp_size
-        vrank, vsize = _vllm_tp()
-        if tp_rank is None:
-            tp_rank = vrank if vrank is not None else 0
-        if tp_size is None:
-            tp_size = vsize or getattr(self.parallel_config, "tensor_parallel_size", 1) or 1
-        rank = init_info.rank
-        if rank is None:
-            dp_rank = getattr(self.parallel_config, "data_parallel_rank", 0) or 0
-            rank = dp_rank * tp_size + tp_rank
-        rules = [layouts.Rule(r[0], r[1], tuple(r[2:]) if len(r) > 3 else r[2])
-                 for r in init_info.extra_rules]
+        rank, tp_rank, tp_size = self._ranks(init_info)
         ep_size, ep_rank, placement = self._expert_parallel(init_info, tp_size, rank)
-        self.layout = layouts.vllm_layout(self.model, tp_rank, tp_size,
-                                          self._model_config(tp_size), rules=rules,
+        self.layout = layouts.vllm_layout(self.model, tp_rank, tp_size, self._model_config(),
+                                          rules=make_rules(init_info.extra_rules),
                                           skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size,
                                           expert_placement=placement)
-        session = Session("rollout", rank=rank, num_trainers=init_info.num_trainers,
-                          num_rollouts=init_info.num_rollouts, job_id=init_info.job_id,
-                          coordinator=init_info.coordinator, secret_file=init_info.secret_file,
-                          secret_env=None if init_info.secret_file else init_info.secret_env,
-                          deadline_seconds=init_info.deadline_seconds,
-                          path_transports=init_info.path_transports,
-                          staging_budget_bytes=init_info.staging_budget_bytes,
-                          node_id=init_info.node_id)
+        self._init_info, self._rank = init_info, rank
+        self.session = self._open_session()
+
+    def _open_session(self):
+        info = self._init_info
+        session = Session("rollout", rank=self._rank, num_trainers=info.num_trainers,
+                          num_rollouts=info.num_rollouts, **session_options(info))
         try:
             self.layout.register(session)
             session.connect()
         except BaseException:
             session.finalize()
             raise
-        self.session = session
+        return session
+
+    def _replace_session(self):
+        """A new session at this rank and layout for one an abort closed: the coordinator admits
+        it in place of the lost process; the others reach it after the next sync's trigger."""
+        old, self.session = self.session, None
+        if old is not None:
+            try:
+                old.finalize()
+            except WsyncError as error:
+                logger.warning("wsync: finalizing the aborted session: %s", error)
+        self.session = self._open_session()
+        self._replace = False
+        logger.info("wsync: rollout rank %d rejoined the job after an abort", self._rank)
 
     def start_weight_update(self):
-        self._require("start_weight_update")  # In place: nothing to prepare.
+        """In place: nothing to prepare, except a session an abort closed whose replacement
+        failed when the aborted sync ended: it is tried again here (raising if it fails)."""
+        if not self._replace:
+            self._require("start_weight_update")
+        self._abort_requested = None
+        if self._replace:
+            self._replace_session()
 
     def receive_weights(self, update_info):
-        self._require("receive_weights").sync(update_info.version)
-        self.version = int(update_info.version)
+        session = self._require("receive_weights")
+        version = int(update_info.version)
+        if self._abort_requested is not None:
+            self._dirty = True
+            raise WsyncError(Status.ABORTED, f"version {version} was aborted before it started: "
+                                             f"{self._abort_requested}", "receive_weights")
+        self._syncing = True
+        try:
+            session.sync(version)
+        except BaseException:
+            self._syncing = False
+            self._dirty = True
+            if self._replace:
+                # Replaced at once, before the trainers start the next round: a process entering
+                # a sync while this rank is lost fails it. A failure here is retried at the next
+                # start_weight_update; the sync's own error is the one raised.
+                try:
+                    self._replace_session()
+                except Exception as error:  # noqa: BLE001
+                    logger.warning("wsync: replacing the aborted session: %s", error)
+            raise
+        finally:
+            self._syncing = False
+        self.version = version
+        self._dirty = False
 
     def finish_weight_update(self):
-        state, version = self._require("finish_weight_update").state()
-        if state.name == "DIRTY":
-            raise WsyncError(Status.ABORTED, f"the last weight update failed (state DIRTY, "
-                                             f"version {version}); do not serve",
-                             "finish_weight_update")
+        self._require("finish_weight_update")
+        if self.weights_dirty:
+            state, version = self.session.state()
+            raise WsyncError(Status.ABORTED, f"the last weight update failed or was aborted "
+                                             f"(state {state.name}, last committed version "
+                                             f"{version}); do not serve", "finish_weight_update")
+
+    def abort_weight_update(self):
+        """vLLM's abort of an active update. The weights stay dirty until a later sync commits;
+        a sync running now (on another thread) is failed on every process, so the trainers'
+        sends end too. Never raises: it runs where the caller is already failing."""
+        self._dirty = True
+        session = self.session
+        if session is None:
+            return
+        reason = "abort_weight_update on a vLLM worker"
+        try:
+            if self._syncing or session.state()[0] == State.SYNCING:
+                # Closes this process's control connection: the job fails the sync everywhere
+                # at once; the session is replaced when the aborted sync has ended.
+                self._replace = True  # Before the abort: the sync thread reads it on failing.
+                session.abort(reason)
+            else:  # No sync running here: one about to start (another thread) fails up front.
+                self._abort_requested = reason
+        except Exception as error:  # noqa: BLE001
+            logger.error("wsync: abort_weight_update: %s", error)
+        logger.error("wsync: the weight update was aborted; rollout rank %s holds dirty weights "
+                     "(last committed version %d) and must not serve", self._rank, self.version)
+
+    @property
+    def sync_in_flight(self):
+        return self._syncing
+
+    @property
+    def weights_dirty(self):
+        """True after a failed or aborted sync, until a later one commits: do not serve."""
+        if self._dirty:
+            return True
+        if self.session is None:
+            return False
+        return self.session.state()[0] == State.DIRTY
 
     def shutdown(self):
         if self.session is not None:
@@ -210,27 +404,43 @@ class WsyncWeightTransferEngine(_Base):
     def _require(self, call):
         if self.session is None:
             raise WsyncError(Status.INVALID_ARGUMENT,
+                             "the session was aborted and could not be replaced yet (the next "
+                             "start_weight_update tries again)" if self._replace else
                              "init_transfer_engine has not been called", call)
         return self.session
 
-    # -- trainer side -----------------------------------------------------------------------------
     @staticmethod
     def trainer_send_weights(iterator, trainer_args):
-        """vLLM's trainer hook. wsync reads the trainer's registered parameters in place, so the
-        iterator is not consumed; trainer_args = {"sync": TrainerSync, "version": int}."""
+        """The worker ABC's static trainer hook (still abstract in vLLM 0.28 / 0.29). The
+        stateful WsyncTrainerWeightTransferEngine replaces it; kept for callers that hold a
+        TrainerSync: trainer_args = {"sync": TrainerSync, "version": int}. The iterator is not
+        consumed (wsync reads the registered parameters in place)."""
         sync, version = trainer_args["sync"], trainer_args["version"]
         return sync.push(version)
 
 
 def register():
-    """The vllm.general_plugins entry point: registers "wsync" with vLLM's factory."""
+    """The vllm.general_plugins entry point: registers "wsync" with vLLM's worker factory and
+    its trainer factory. Returns False without vLLM; raises WsyncError(UNSUPPORTED), naming the
+    version found and the range supported, for a vLLM outside it."""
     try:
-        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+        from vllm.distributed.weight_transfer import factory
     except Exception:  # noqa: BLE001 - no vLLM, or one without weight-transfer engines.
-        return False
-    try:
-        WeightTransferEngineFactory.register_engine("wsync", "wsync.vllm",
-                                                    "WsyncWeightTransferEngine")
-    except ValueError:  # Already registered (the plugin loads once per process).
-        pass
+        version = vllm_version()
+        if version is None:
+            return False
+        check_vllm_version(version)  # Names the version when it is outside the range.
+        raise
+    check_vllm_version()
+    for registry, module, name in (
+            (factory.WeightTransferEngineFactory, "wsync.vllm", "WsyncWeightTransferEngine"),
+            (getattr(factory, "WeightTransferTrainerFactory", None), "wsync.vllm_trainer",
+             "WsyncTrainerWeightTransferEngine")):
+        if registry is None:
+            raise WsyncError(Status.UNSUPPORTED, f"vLLM {vllm_version()} has no "
+                             "WeightTransferTrainerFactory", "register")
+        try:
+            registry.register_engine("wsync", module, name)
+        except ValueError:  # Already registered (the plugin loads once per process).
+            pass
     return True

@@ -1,0 +1,226 @@
+"""wsync's vLLM engines on both sides, driven by vLLM's own call sequence (vLLM cannot be installed
+here; `vllm_standin/` and `vllm_calls.py` reproduce its classes and calls, citing the upstream
+paths: vllm/distributed/weight_transfer/{base,factory}.py as released in v0.28.0 / v0.29.0 after
+vllm-project/vllm#50902, m2n_trainer.py @ 1ca6ac9f, m2n_engine.py @ 1825fdb3, clients.py @
+81ea9e9d, vllm/v1/worker/gpu_worker.py and #57854's abort path).
+
+One job, 4 processes: 2 trainer ranks (Megatron TP2 of a small qwen2.5) each run
+`WeightTransferTrainerFactory.trainer_init(WsyncTrainerInitInfo(rank=...), client=...,
+source=ModuleSource(model))` and `send_weights()` per step, with no other wsync call; 2 vLLM
+workers (TP2) built by `WeightTransferEngineFactory.create_engine` serve the RLHF routes the
+trainer's client posts to (init, start, update, finish). Versions 1, 2 and 4 commit: after each,
+every element of every rollout tensor equals the worker's shard of the trainer's logical tensor
+(test code's own oracle), padding rows untouched, parameters at their addresses. Version 3 is
+aborted mid-sync by vLLM's abort on worker 0 (while trainer rank 1 is late): both workers' weights
+are marked dirty and their engines say so (finish refuses: "do not serve"), every trainer rank's
+send_weights raises within the deadline, and version 4 then commits (worker 0's session replaced
+in place, the rest of the job untouched)."""
+
+import os
+import sys
+import time
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "vllm_standin")
+sys.path.insert(0, HERE)
+from harness import free_ports, run_processes  # noqa: E402
+
+SECRET = "python-vllm-engines-secret-0123456789"
+TP = 2
+VERSIONS = (1, 2, 3, 4)
+ABORTED = 3
+LATE_SECONDS = 1.5   # Trainer rank 1 joins version ABORTED this late: worker 0 aborts meanwhile.
+DEADLINE = 10.0
+PAD = 7.0
+
+
+def _hf_config():
+    import tiny_qwen as tq
+    c = tq.CONFIG
+    return {"num_attention_heads": c["heads"], "num_key_value_heads": c["kv_heads"],
+            "hidden_size": c["hidden"], "head_dim": c["head_dim"], "vocab_size": c["vocab"]}
+
+
+def _seed(version):
+    return 100 + version
+
+
+def _trainer(rank, coordinator, urls):
+    import tiny_qwen as tq
+    import vllm_calls
+    from vllm.distributed.weight_transfer.base import ModuleSource
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+    from wsync.vllm_trainer import WsyncTrainerInitInfo
+
+    model = tq.MegatronTiny(rank, TP, None)
+    tq.load_local(model, tq.megatron_shard(tq.random_logical(0), rank, TP))
+    client = vllm_calls.FanOutHTTPClient(urls) if rank == 0 else vllm_calls.NoCallsClient()
+    if rank == 0:
+        client.wait_ready()  # The servers are up (GET /health), as an RL script waits for vLLM.
+    info = WsyncTrainerInitInfo(coordinator=coordinator, num_trainers=TP, num_rollouts=TP,
+                                job_id="python-vllm-engines", layout="megatron",
+                                hf_config=_hf_config(), tp_rank=rank, tp_size=TP,
+                                deadline_seconds=DEADLINE, path_transports="*=ucx:sm,cma,self",
+                                rank=rank)
+    engine = WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                       source=ModuleSource(model))
+    report = {"type": type(engine).__name__, "sent_bytes": engine.schedule()["sent_bytes"],
+              "rounds": []}
+    for version in VERSIONS:
+        # The "optimizer step": this rank's shard of the next logical weights, in place.
+        tq.load_local(model, tq.megatron_shard(tq.random_logical(_seed(version)), rank, TP))
+        if version == ABORTED and rank == 1:
+            time.sleep(LATE_SECONDS)
+        started = time.time()
+        try:
+            engine.send_weights()
+            outcome = None
+        except Exception as error:  # noqa: BLE001
+            outcome = f"{type(error).__name__}: {error}"
+        report["rounds"].append({"version": engine.version, "error": outcome,
+                                 "seconds": time.time() - started,
+                                 "committed": engine.committed})
+    if rank == 0:
+        report["calls"] = list(client.calls)
+        client.shutdown_servers()
+    engine.shutdown()
+    return report
+
+
+def _rollout(rank, port):
+    import threading
+
+    import torch
+
+    import tiny_qwen as tq
+    import vllm_calls
+
+    model = tq.VllmTiny(rank, TP, None)
+    tq.load_local(model, tq.vllm_shard(tq.random_logical(1), rank, TP, pad_value=PAD))
+    addresses = {n: p.data_ptr() for n, p in model.named_parameters()}
+    vllm_config = types.SimpleNamespace(
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=TP, rank=rank, world_size=TP,
+                                              data_parallel_index=0),
+        model_config=types.SimpleNamespace(hf_config=_hf_config()))
+    events = []
+
+    class CheckedWorker(vllm_calls.Worker):
+        def update_weights(self, update_info):
+            engine = self.weight_transfer_engine
+            version = update_info["version"]
+            if version == ABORTED and rank == 0:
+                def abort_mid_sync():  # vLLM's abort of the active update, from another thread.
+                    deadline = time.time() + DEADLINE
+                    while not engine.sync_in_flight and time.time() < deadline:
+                        time.sleep(0.01)
+                    time.sleep(0.3)
+                    events.append({"abort_while_syncing": engine.sync_in_flight})
+                    engine.abort_weight_update()
+                threading.Thread(target=abort_mid_sync, daemon=True).start()
+            try:
+                super().update_weights(update_info)
+            except Exception as error:
+                try:
+                    engine.finish_weight_update()
+                    refused = None
+                except Exception as refusal:  # noqa: BLE001
+                    refused = str(refusal)
+                events.append({"version": version, "error": f"{type(error).__name__}: {error}",
+                               "dirty": engine.weights_dirty, "finish_refused": refused,
+                               "active": self._weight_update_active})
+                raise
+
+        def finish_weight_update(self):
+            super().finish_weight_update()
+            engine = self.weight_transfer_engine
+            want = tq.vllm_shard(tq.random_logical(_seed(engine.version)), rank, TP,
+                                 pad_value=PAD)
+            params = dict(model.named_parameters())
+            events.append({"version": engine.version, "dirty": engine.weights_dirty,
+                           "wrong": [n for n, t in want.items() if not torch.equal(params[n], t)],
+                           "checked": sum(t.numel() for t in want.values()),
+                           "in_place": all(p.data_ptr() == addresses[n]
+                                           for n, p in model.named_parameters())})
+
+    worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
+                           torch.device("cpu"), model)
+    server, stopped = vllm_calls.serve(worker, port)
+    try:
+        stopped.wait(90)
+    finally:
+        server.shutdown()
+        worker.shutdown()
+    return {"type": type(worker.weight_transfer_engine).__name__, "events": events}
+
+
+def _process(index, ports):
+    sys.path.insert(0, STANDIN)  # `import vllm` finds the stand-in.
+    os.environ["WSYNC_SECRET"] = SECRET
+    import wsync.vllm
+    wsync.vllm.register()  # What vLLM's load_general_plugins does with the entry point.
+    wsync_port, http_ports = ports[0], ports[1:]
+    if index < TP:
+        return _trainer(index, f"127.0.0.1:{wsync_port}",
+                        [f"http://127.0.0.1:{p}" for p in http_ports])
+    return _rollout(index - TP, http_ports[index - TP])
+
+
+class VllmEnginesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP),), timeout=120)
+
+    def _reports(self, role):
+        for index, (status, value) in enumerate(self.results):
+            self.assertEqual(status, "ok", f"process {index}: {value}")
+        values = [value for _, value in self.results]
+        return values[:TP] if role == "trainer" else values[TP:]
+
+    def test_engines_are_the_registered_backends(self):
+        for report in self._reports("trainer"):
+            self.assertEqual(report["type"], "WsyncTrainerWeightTransferEngine")
+            self.assertGreater(report["sent_bytes"], 0)  # Every rank sends its own shards.
+        for report in self._reports("rollout"):
+            self.assertEqual(report["type"], "WsyncWeightTransferEngine")
+
+    def test_every_element_after_each_committed_sync(self):
+        for rank, report in enumerate(self._reports("rollout")):
+            done = [e for e in report["events"] if "wrong" in e]
+            self.assertEqual([e["version"] for e in done], [v for v in VERSIONS if v != ABORTED])
+            for event in done:
+                self.assertEqual(event["wrong"], [], f"rollout {rank}: {event}")
+                self.assertGreater(event["checked"], 0)
+                self.assertFalse(event["dirty"], event)
+                self.assertTrue(event["in_place"], event)
+
+    def test_rank0_drives_the_workers_in_vllm_order(self):
+        calls = self._reports("trainer")[0]["calls"]
+        round_ = ["start_weight_update", "update_weights", "finish_weight_update"]
+        aborted = ["start_weight_update", "update_weights"]  # No finish after a failure.
+        self.assertEqual(calls, ["init_weight_transfer_engine"] + round_ * 2 + aborted + round_)
+
+    def test_abort_mid_sync_marks_dirty_and_ends_every_send(self):
+        for rank, report in enumerate(self._reports("rollout")):
+            failed = [e for e in report["events"] if "error" in e]
+            self.assertEqual(len(failed), 1, report["events"])
+            event = failed[0]
+            self.assertEqual(event["version"], ABORTED)
+            self.assertTrue(event["dirty"], event)  # Marked dirty...
+            self.assertIn("do not serve", event["finish_refused"] or "")  # ...and the engine says so.
+            self.assertFalse(event["active"])  # vLLM's worker ended the update.
+        self.assertIn({"abort_while_syncing": True}, self._reports("rollout")[0]["events"])
+        for rank, report in enumerate(self._reports("trainer")):
+            rounds = {r["version"]: r for r in report["rounds"]}
+            self.assertEqual(sorted(rounds), list(VERSIONS))
+            self.assertIsNotNone(rounds[ABORTED]["error"], f"trainer {rank}")
+            self.assertLess(rounds[ABORTED]["seconds"], DEADLINE + 5, f"trainer {rank}")
+            for version in VERSIONS:
+                if version != ABORTED:
+                    self.assertIsNone(rounds[version]["error"], f"trainer {rank} v{version}")
+            self.assertEqual(rounds[VERSIONS[-1]]["committed"], VERSIONS[-1])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,241 @@
+"""vLLM's side of a weight update, as the tests drive wsync's engines (vLLM cannot be installed
+here; written for the tests, not copied). Each piece reproduces vLLM's call sequence:
+
+- `Worker`: the weight-transfer RPCs of vllm/v1/worker/gpu_worker.py (v0.28 / v0.29):
+  the engine is built at model load with `WeightTransferEngineFactory.create_engine(
+  weight_transfer_config, vllm_config, device, model)`; `init_weight_transfer_engine(init_info)`
+  = parse_init_info + init_transfer_engine ("Weight transfer not configured" without a config);
+  `start_weight_update()` refuses a second active update, then engine.start_weight_update();
+  `update_weights(update_info)` needs an active update and ends it when the engine raises;
+  `finish_weight_update()` needs one, calls engine.finish_weight_update() and ends it;
+  `shutdown()` calls engine.shutdown(). On a failure the worker also lets the engine abort
+  (`abort_weight_update`, then reset the target), as vllm-project/vllm#57854 does
+  (`_abort_weight_update_session`, logged, never raised over the original error).
+- `serve(worker, port)`: the dev-mode RLHF HTTP routes (vllm/entrypoints/serve/dev/rlhf/
+  api_router.py; GET /health from the API server): POST /init_weight_transfer_engine
+  {"init_info": {...}}, /start_weight_update, /update_weights {"update_info": {...}},
+  /finish_weight_update; a route's failure is an HTTP error. (vLLM's server reaches its workers with a collective RPC; here each worker process
+  serves its own routes and the client fans out.) /shutdown is the tests' own.
+- `FanOutHTTPClient(urls)`: a VLLMWeightSyncClient (the four-method protocol of base.py) posting
+  as vllm/distributed/weight_transfer/clients.py's HTTPVLLMWeightSyncClient does (@ 81ea9e9d),
+  to every worker at once and waiting for all, as its RayVLLMWeightSyncClient fans out over
+  actor handles.
+"""
+
+import concurrent.futures
+import dataclasses
+import http.server
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+
+logger = logging.getLogger("vllm_calls")
+
+
+@dataclasses.dataclass
+class WeightTransferConfig:
+    """vllm/config/weight_transfer.py: `backend: Literal["nccl", "ipc", "sparse_nccl"] | str`,
+    validated against the factory's registry when the engine is created."""
+    backend: str = "nccl"
+
+
+class Worker:
+    def __init__(self, weight_transfer_config, vllm_config, device, model):
+        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+        self.vllm_config = vllm_config
+        self.weight_transfer_engine = None
+        self._weight_update_active = False
+        if weight_transfer_config is not None:
+            self.weight_transfer_engine = WeightTransferEngineFactory.create_engine(
+                weight_transfer_config, vllm_config, device, model)
+
+    def _check_weight_transfer_engine(self):
+        if self.weight_transfer_engine is None:
+            raise RuntimeError("Weight transfer not configured. Please set "
+                               "weight_transfer_config to enable weight transfer.")
+
+    def init_weight_transfer_engine(self, init_info):
+        self._check_weight_transfer_engine()
+        engine = self.weight_transfer_engine
+        engine.init_transfer_engine(engine.parse_init_info(init_info))
+
+    def _abort_weight_update_session(self):
+        engine = self.weight_transfer_engine
+        try:
+            engine.abort_weight_update()
+        except Exception:  # noqa: BLE001 - the error that ended the update stays the one seen.
+            logger.exception("abort_weight_update failed")
+        engine.reset_weight_update_target()
+        self._weight_update_active = False
+
+    def start_weight_update(self):
+        self._check_weight_transfer_engine()
+        if self._weight_update_active:
+            raise RuntimeError("start_weight_update called while a weight update is already "
+                               "active. Call finish_weight_update first.")
+        try:
+            self.weight_transfer_engine.start_weight_update()
+        except BaseException:
+            self._abort_weight_update_session()
+            raise
+        self._weight_update_active = True
+
+    def update_weights(self, update_info):
+        self._check_weight_transfer_engine()
+        if not self._weight_update_active:
+            raise RuntimeError("start_weight_update must be called before update_weights.")
+        try:
+            self.weight_transfer_engine.update_weights(update_info)
+        except BaseException:
+            self._abort_weight_update_session()
+            raise
+
+    def finish_weight_update(self):
+        self._check_weight_transfer_engine()
+        if not self._weight_update_active:
+            raise RuntimeError("finish_weight_update called without a matching "
+                               "start_weight_update.")
+        try:
+            self.weight_transfer_engine.finish_weight_update()
+        except BaseException:
+            self._abort_weight_update_session()
+            raise
+        self.weight_transfer_engine.reset_weight_update_target()
+        self._weight_update_active = False
+
+    def shutdown(self):
+        if self.weight_transfer_engine is not None:
+            self.weight_transfer_engine.shutdown()
+
+
+_ROUTES = {
+    "/init_weight_transfer_engine": lambda w, body: w.init_weight_transfer_engine(
+        body.get("init_info", {})),
+    "/start_weight_update": lambda w, body: w.start_weight_update(),
+    "/update_weights": lambda w, body: w.update_weights(body.get("update_info", {})),
+    "/finish_weight_update": lambda w, body: w.finish_weight_update(),
+}
+
+
+def serve(worker, port):
+    """Serves the routes on 127.0.0.1:port in a background thread; returns (server, stopped):
+    POST /shutdown sets `stopped`. Requests run concurrently (vLLM's API server is async)."""
+    stopped = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802 - vLLM's GET /health: 200 once the server is up.
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self):  # noqa: N802 - http.server's name.
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else {}
+                if self.path == "/shutdown":
+                    stopped.set()
+                else:
+                    route = _ROUTES.get(self.path)
+                    if route is None:
+                        raise KeyError(f"no route {self.path}")
+                    route(worker, body)
+                code, reply = 200, {"status": "ok"}
+            except Exception as error:  # noqa: BLE001 - an HTTP error, as vLLM's routes.
+                code, reply = 500, {"error": f"{type(error).__name__}: {error}"}
+            data = json.dumps(reply).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, stopped
+
+
+class FanOutHTTPClient:
+    def __init__(self, base_urls, timeout=60.0):
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self.timeout = timeout
+        self.calls = []  # The routes posted, in order (the tests check the sequence).
+
+    def wait_ready(self, timeout=60.0):
+        """Polls every server's GET /health until it answers (an RL script waits so for vLLM)."""
+        import time
+        deadline = time.time() + timeout
+        for url in self.base_urls:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                time.sleep(0.05)
+
+    def _post_one(self, url, path, payload):
+        data = json.dumps(payload if payload is not None else {}).encode()
+        request = urllib.request.Request(f"{url}/{path}", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as error:  # raise_for_status, with the route's reason.
+            detail = error.read().decode(errors="replace")
+            raise RuntimeError(f"POST {url}/{path}: HTTP {error.code}: {detail}") from None
+
+    def _post(self, path, payload=None):
+        self.calls.append(path)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(self.base_urls)) as pool:
+            futures = [pool.submit(self._post_one, url, path, payload) for url in self.base_urls]
+            errors = []
+            for future in futures:
+                try:
+                    future.result()
+                except Exception as error:  # noqa: BLE001
+                    errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def init_weight_transfer_engine(self, init_info):
+        self._post("init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self):
+        self._post("start_weight_update")
+
+    def update_weights(self, update_info):
+        self._post("update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self):
+        self._post("finish_weight_update")
+
+    def shutdown_servers(self):
+        self._post("shutdown")
+
+
+class NoCallsClient:
+    """The client a non-sender trainer rank holds: vLLM's engines never call it there."""
+
+    def _refuse(self, name):
+        raise AssertionError(f"a non-sender trainer rank called the client's {name}")
+
+    def init_weight_transfer_engine(self, init_info):
+        self._refuse("init_weight_transfer_engine")
+
+    def start_weight_update(self):
+        self._refuse("start_weight_update")
+
+    def update_weights(self, update_info):
+        self._refuse("update_weights")
+
+    def finish_weight_update(self):
+        self._refuse("finish_weight_update")
