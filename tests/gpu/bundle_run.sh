@@ -71,7 +71,10 @@ image_lib_dir() {
   while read -r dir; do
     if [ -n "$dir" ] && [ -e "$dir/$1" ]; then echo "$dir"; return 0; fi
   done < <(
-    "$PYTHON" - "$1" 2>/dev/null <<'EOF'
+    # With the bundle's libraries, as every Python process of the run (the interpreter may need
+    # one the bundle carries, e.g. libz).
+    LD_LIBRARY_PATH=$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      "$PYTHON" - "$1" 2>/dev/null <<'EOF'
 import glob, os, sys
 try:
     import nvidia  # The namespace of NVIDIA's wheels (nvidia-nccl-cu13, the CUDA runtime).
@@ -137,7 +140,7 @@ fi
   echo "libcudart.so.13: ${cudart_dir:-not found in the image, lib/cudart serves}"
   echo "bundle libstdc++: $( ((use_compat)) && echo "used (${probe:-forced})" || echo "not used")"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-unset} (CUDA IPC needs cudaMalloc segments)"
+  echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-unset} (CUDA IPC needs cudaMalloc)"
   echo "== GPU"; nvidia-smi 2>&1; ls -l /dev/nvidia* 2>&1
 } >>"$RESULTS/env.txt"
 
