@@ -38,34 +38,4 @@ ErrorClass ClassifyError(const absl::Status& status) {
   }
 }
 
-absl::string_view ErrorClassName(ErrorClass error_class) {
-  switch (error_class) {
-    case ErrorClass::kWrongState:
-      return "wrong_state";
-    case ErrorClass::kLayoutRefused:
-      return "layout_refused";
-    case ErrorClass::kRanksDisagree:
-      return "ranks_disagree";
-    case ErrorClass::kInvalidArgument:
-      return "invalid_argument";
-    case ErrorClass::kTimedOut:
-      return "timed_out";
-    case ErrorClass::kPeerLost:
-      return "peer_lost";
-    case ErrorClass::kAborted:
-      return "aborted";
-    case ErrorClass::kAuthentication:
-      return "authentication";
-    case ErrorClass::kUnsupported:
-      return "unsupported";
-    case ErrorClass::kNoMemory:
-      return "no_memory";
-    case ErrorClass::kDataLoss:
-      return "data_loss";
-    case ErrorClass::kInternal:
-      return "internal";
-  }
-  return "internal";
-}
-
 }  // namespace wsync

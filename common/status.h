@@ -77,6 +77,10 @@ enum class ErrorClass {
   kInternal,
 };
 inline constexpr int kErrorClassCount = static_cast<int>(ErrorClass::kInternal) + 1;
+// Each class's lower-case name, in the enum's order: the label values of wsync_errors_total.
+inline constexpr absl::string_view kErrorClassNames[kErrorClassCount] = {
+    "wrong_state", "layout_refused", "ranks_disagree", "invalid_argument", "timed_out", "peer_lost",
+    "aborted",     "authentication", "unsupported",    "no_memory",        "data_loss", "internal"};
 
 // The class of a failed `status`: its kind (WithErrorKind) when it is one of the kinds above,
 // else by code: InvalidArgument, OutOfRange, AlreadyExists, FailedPrecondition, NotFound ->
@@ -86,8 +90,10 @@ inline constexpr int kErrorClassCount = static_cast<int>(ErrorClass::kInternal) 
 // included) -> kInternal.
 ErrorClass ClassifyError(const absl::Status& status);
 
-// The class's lower-case name ("wrong_state", "timed_out", ...): the label value of the metrics.
-absl::string_view ErrorClassName(ErrorClass error_class);
+// The class's name in kErrorClassNames.
+inline absl::string_view ErrorClassName(ErrorClass error_class) {
+  return kErrorClassNames[static_cast<int>(error_class)];
+}
 
 }  // namespace wsync
 

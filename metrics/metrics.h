@@ -59,6 +59,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/status.h"
 
 namespace prometheus {
 class Counter;
@@ -76,10 +77,8 @@ enum class SyncResult { kOk, kFailed };
 enum class MetricDirection { kSend, kReceive };
 enum class VersionState { kNone, kConsistent, kUpdating, kDirty };
 
-// The bounded error kinds of wsync_errors_total, in the order of MetricErrorKind.
-inline constexpr absl::string_view kMetricErrorKinds[] = {
-    "wrong_state", "layout_refused", "ranks_disagree", "invalid_argument", "timed_out", "peer_lost",
-    "aborted",     "authentication", "unsupported",    "no_memory",        "data_loss", "internal"};
+// The bounded error kinds of wsync_errors_total: the error classes' names (common/status.h).
+inline constexpr const auto& kMetricErrorKinds = kErrorClassNames;
 // The reason label values of wsync_rejected_messages_total: stale_sync, then the coordinator's
 // refusal reasons (transport/control/coordinator.h: RefusalReasonName).
 inline constexpr absl::string_view kRejectedMessageReasons[] = {
