@@ -1,6 +1,6 @@
 # How fast the project builds: the compiler launcher, the linker and the debug-information level.
 # CI builds the project three times (plain, ASan+UBSan, TSan) on 2 cores within a 40-minute budget
-# (README.md, "CI"); each setting below is measured there and can be turned off.
+# (docs/ci.md); each setting below is measured there and can be turned off.
 
 # ccache (installed by `make deps`) as the compiler launcher when present and no launcher is set:
 # a developer's builds warm the cache that later builds of any checkout on the machine reuse

@@ -68,7 +68,7 @@ ABSL_FLAG(double, compare_timeout_s, 600,
 ABSL_FLAG(bool, compare_long, false,
           "Without --model and --to: qwen2.5-0.5b and llama-3.2-1b (2.3 GiB), each to vllm(tp=2) "
           "and vllm(tp=1,dp=2) (the four scenarios took 1150 s at 3 rounds on the 2-core machine "
-          "of README.md).");
+          "of docs/benchmarks.md).");
 ABSL_FLAG(bool, compare_plot, true, "Write compare.png next to compare.json.");
 ABSL_FLAG(int64_t, compare_memcpy_bytes, 0, "wsync bench memcpy: bytes to copy.");
 ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source's byte value.");

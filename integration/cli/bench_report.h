@@ -24,7 +24,7 @@ double Max(const std::vector<double>& values);
 // The time limit of a benchmark's child wsync job, seconds: `base_seconds` plus, per version,
 // 10 s per GB (1e9 B) the busiest process holds (a sync at 0.1 GB/s, with room for filling and
 // hashing) and, with `element_check`, another 150 s per GB (filling and checking every element
-// logically took about 55 s per GB per version on the 2-core machine of README.md).
+// logically took about 55 s per GB per version on the 2-core machine of docs/benchmarks.md).
 double JobLimitSeconds(double base_seconds, int32_t versions, int64_t process_bytes,
                        bool element_check);
 
