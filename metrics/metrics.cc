@@ -7,16 +7,20 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "metrics/descriptors.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -55,6 +59,84 @@ void Knock(const std::string& host, int32_t port) {
   }
   freeaddrinfo(found);
 }
+
+// The labels of a wsync_bytes_{sent,received}_total series (both rows have the same two).
+prometheus::Labels PathLabels(const std::string& path_class, const std::string& transport) {
+  const MetricDescriptor& row = *FindMetricDescriptor("wsync_bytes_sent_total");
+  return {{std::string(row.label), path_class}, {std::string(row.second_label), transport}};
+}
+
+// Every family of kMetricDescriptors, registered once in `registry` with the labels `base`; the
+// lookups below name a family by its row. Naming a family that has no row, or one of another
+// type, is a programming error: the process aborts with the name (every test constructs
+// SessionMetrics, so such an error cannot pass the suite).
+class RegisteredFamilies {
+ public:
+  RegisteredFamilies(prometheus::Registry& registry, const prometheus::Labels& base) {
+    for (const MetricDescriptor& row : kMetricDescriptors) {
+      const std::string name(row.name);
+      const std::string help(row.help);
+      switch (row.type) {
+        case MetricType::kCounter:
+          counters_[row.name] =
+              &prometheus::BuildCounter().Name(name).Help(help).Labels(base).Register(registry);
+          break;
+        case MetricType::kGauge:
+          gauges_[row.name] =
+              &prometheus::BuildGauge().Name(name).Help(help).Labels(base).Register(registry);
+          break;
+        case MetricType::kHistogram:
+          histograms_[row.name] =
+              &prometheus::BuildHistogram().Name(name).Help(help).Labels(base).Register(registry);
+          break;
+      }
+    }
+  }
+
+  prometheus::Family<prometheus::Counter>& Counters(absl::string_view name) const {
+    return *Find(counters_, name);
+  }
+  prometheus::Family<prometheus::Gauge>& Gauges(absl::string_view name) const {
+    return *Find(gauges_, name);
+  }
+  prometheus::Family<prometheus::Histogram>& Histograms(absl::string_view name) const {
+    return *Find(histograms_, name);
+  }
+  // The series of family `name` whose row label has `value` (no label when the row has none).
+  prometheus::Counter& AddCounter(absl::string_view name, absl::string_view value = {}) const {
+    return Counters(name).Add(SeriesLabels(name, value));
+  }
+  prometheus::Gauge& AddGauge(absl::string_view name, absl::string_view value = {}) const {
+    return Gauges(name).Add(SeriesLabels(name, value));
+  }
+
+ private:
+  static prometheus::Labels SeriesLabels(absl::string_view name, absl::string_view value) {
+    const MetricDescriptor* row = FindMetricDescriptor(name);
+    if (row == nullptr || row->label.empty() != value.empty() || !row->second_label.empty()) {
+      Die(name, "is bound with labels its row does not have");
+    }
+    if (row->label.empty()) return {};
+    return {{std::string(row->label), std::string(value)}};
+  }
+
+  template <typename Map>
+  static typename Map::mapped_type Find(const Map& families, absl::string_view name) {
+    const auto it = families.find(name);
+    if (it == families.end()) Die(name, "has no row of this type in kMetricDescriptors");
+    return it->second;
+  }
+
+  [[noreturn]] static void Die(absl::string_view name, absl::string_view what) {
+    std::fprintf(stderr, "wsync metrics: family %.*s %.*s\n", static_cast<int>(name.size()),
+                 name.data(), static_cast<int>(what.size()), what.data());
+    std::abort();
+  }
+
+  absl::flat_hash_map<absl::string_view, prometheus::Family<prometheus::Counter>*> counters_;
+  absl::flat_hash_map<absl::string_view, prometheus::Family<prometheus::Gauge>*> gauges_;
+  absl::flat_hash_map<absl::string_view, prometheus::Family<prometheus::Histogram>*> histograms_;
+};
 
 }  // namespace
 
@@ -107,152 +189,39 @@ class SessionMetrics::Exposition : public prometheus::Collectable {
 
 SessionMetrics::SessionMetrics(absl::string_view role)
     : role_(role), registry_(std::make_shared<prometheus::Registry>()) {
-  using prometheus::BuildCounter;
-  using prometheus::BuildGauge;
-  using prometheus::BuildHistogram;
-  prometheus::Registry& r = *registry_;
-  const prometheus::Labels base = {{"role", role_}};
-
-  auto& syncs = BuildCounter()
-                    .Name("wsync_syncs_total")
-                    .Help("Syncs by result (ok: committed on every process; failed)")
-                    .Labels(base)
-                    .Register(r);
-  syncs_ok_ = &syncs.Add({{"result", "ok"}});
-  syncs_failed_ = &syncs.Add({{"result", "failed"}});
-  duration_ = &BuildHistogram()
-                   .Name("wsync_sync_duration_seconds")
-                   .Help("Duration of each sync: transfer, agreement and commit decision")
-                   .Labels(base)
-                   .Register(r)
-                   .Add({}, SyncDurationBuckets());
-  last_duration_ = &BuildGauge()
-                        .Name("wsync_last_sync_duration_seconds")
-                        .Help("Duration of the last sync")
-                        .Labels(base)
-                        .Register(r)
-                        .Add({});
-  predicted_ = &BuildGauge()
-                    .Name("wsync_sync_predicted_seconds")
-                    .Help("The cost model's prediction for the last sync (NaN: no calibration)")
-                    .Labels(base)
-                    .Register(r)
-                    .Add({});
+  const RegisteredFamilies f(*registry_, {{"role", role_}});
+  syncs_ok_ = &f.AddCounter("wsync_syncs_total", "ok");
+  syncs_failed_ = &f.AddCounter("wsync_syncs_total", "failed");
+  duration_ = &f.Histograms("wsync_sync_duration_seconds").Add({}, SyncDurationBuckets());
+  last_duration_ = &f.AddGauge("wsync_last_sync_duration_seconds");
+  predicted_ = &f.AddGauge("wsync_sync_predicted_seconds");
   predicted_->Set(std::numeric_limits<double>::quiet_NaN());
-  unpriced_ = &BuildGauge()
-                   .Name("wsync_sync_unpriced_bytes")
-                   .Help(
-                       "Bytes per sync the prediction leaves out: on path classes the "
-                       "calibration has no fit for (NaN: no prediction)")
-                   .Labels(base)
-                   .Register(r)
-                   .Add({});
+  unpriced_ = &f.AddGauge("wsync_sync_unpriced_bytes");
   unpriced_->Set(std::numeric_limits<double>::quiet_NaN());
-  rounds_ = &BuildGauge()
-                 .Name("wsync_rounds")
-                 .Help("Rounds of the last sync")
-                 .Labels(base)
-                 .Register(r)
-                 .Add({});
-  rounds_total_ = &BuildCounter()
-                       .Name("wsync_rounds_total")
-                       .Help("Rounds over all syncs")
-                       .Labels(base)
-                       .Register(r)
-                       .Add({});
-  bytes_sent_ = &BuildCounter()
-                     .Name("wsync_bytes_sent_total")
-                     .Help("Bytes sent to peers, by path class and transport")
-                     .Labels(base)
-                     .Register(r);
-  bytes_received_ = &BuildCounter()
-                         .Name("wsync_bytes_received_total")
-                         .Help("Bytes received from peers, by path class and transport")
-                         .Labels(base)
-                         .Register(r);
-  auto& direct = BuildCounter()
-                     .Name("wsync_direct_bytes_total")
-                     .Help("Bytes sent from or received into the weights in place")
-                     .Labels(base)
-                     .Register(r);
-  auto& staged = BuildCounter()
-                     .Name("wsync_staged_bytes_total")
-                     .Help("Bytes packed into or unpacked from a staging arena")
-                     .Labels(base)
-                     .Register(r);
+  rounds_ = &f.AddGauge("wsync_rounds");
+  rounds_total_ = &f.AddCounter("wsync_rounds_total");
+  bytes_sent_ = &f.Counters("wsync_bytes_sent_total");
+  bytes_received_ = &f.Counters("wsync_bytes_received_total");
   for (MetricDirection d : {MetricDirection::kSend, MetricDirection::kReceive}) {
-    const std::string name(DirectionName(d));
-    direct_[DirectionIndex(d)] = &direct.Add({{"direction", name}});
-    staged_[DirectionIndex(d)] = &staged.Add({{"direction", name}});
+    direct_[DirectionIndex(d)] = &f.AddCounter("wsync_direct_bytes_total", DirectionName(d));
+    staged_[DirectionIndex(d)] = &f.AddCounter("wsync_staged_bytes_total", DirectionName(d));
   }
-  local_copy_ = &BuildCounter()
-                     .Name("wsync_local_copy_bytes_total")
-                     .Help("Bytes copied within this process (source and target both local)")
-                     .Labels(base)
-                     .Register(r)
-                     .Add({});
-  arena_ = &BuildGauge()
-                .Name("wsync_arena_bytes")
-                .Help("Staging arena memory held now")
-                .Labels(base)
-                .Register(r)
-                .Add({});
-  arena_peak_ = &BuildGauge()
-                     .Name("wsync_arena_peak_bytes")
-                     .Help("The most staging arena memory one sync used")
-                     .Labels(base)
-                     .Register(r)
-                     .Add({});
-  auto& inter_node = BuildGauge()
-                         .Name("wsync_plan_inter_node_bytes")
-                         .Help(
-                             "Bytes the plan carries across node boundaries per sync, with "
-                             "relaying as planned and with every relayed region sent direct")
-                         .Labels(base)
-                         .Register(r);
-  inter_node_with_relay_ = &inter_node.Add({{"relay", "with"}});
-  inter_node_without_relay_ = &inter_node.Add({{"relay", "without"}});
-  version_ = &BuildGauge()
-                  .Name("wsync_version")
-                  .Help("The weight version this process holds (-1: none yet)")
-                  .Labels(base)
-                  .Register(r)
-                  .Add({});
+  local_copy_ = &f.AddCounter("wsync_local_copy_bytes_total");
+  arena_ = &f.AddGauge("wsync_arena_bytes");
+  arena_peak_ = &f.AddGauge("wsync_arena_peak_bytes");
+  inter_node_with_relay_ = &f.AddGauge("wsync_plan_inter_node_bytes", "with");
+  inter_node_without_relay_ = &f.AddGauge("wsync_plan_inter_node_bytes", "without");
+  version_ = &f.AddGauge("wsync_version");
   version_->Set(-1);
-  auto& state = BuildGauge()
-                    .Name("wsync_state")
-                    .Help("1 for the state of this process's weights: consistent, updating, dirty")
-                    .Labels(base)
-                    .Register(r);
-  for (int s = 0; s < 3; ++s) state_[s] = &state.Add({{"state", std::string(kStates[s])}});
-  auto& errors = BuildCounter()
-                     .Name("wsync_errors_total")
-                     .Help("Failed calls (connect, sync) by error kind")
-                     .Labels(base)
-                     .Register(r);
+  for (int s = 0; s < 3; ++s) state_[s] = &f.AddGauge("wsync_state", kStates[s]);
   for (absl::string_view kind : kMetricErrorKinds) {
-    errors_.push_back(&errors.Add({{"kind", std::string(kind)}}));
+    errors_.push_back(&f.AddCounter("wsync_errors_total", kind));
   }
-  auto& rejected = BuildCounter()
-                       .Name("wsync_rejected_messages_total")
-                       .Help(
-                           "Messages rejected unread: of an earlier sync, or refused control "
-                           "frames (another job, a bad secret...)")
-                       .Labels(base)
-                       .Register(r);
   for (absl::string_view reason : kRejectedMessageReasons) {
-    rejected_.push_back(&rejected.Add({{"reason", std::string(reason)}}));
+    rejected_.push_back(&f.AddCounter("wsync_rejected_messages_total", reason));
   }
-  plan_info_ = &BuildGauge()
-                    .Name("wsync_plan_info")
-                    .Help("1, labelled with the digest of the plan every process agreed on")
-                    .Labels(base)
-                    .Register(r);
-  calibration_age_family_ = &BuildGauge()
-                                 .Name("wsync_calibration_age_seconds")
-                                 .Help("Age of the link calibration the predictions use")
-                                 .Labels(base)
-                                 .Register(r);
+  plan_info_ = &f.Gauges("wsync_plan_info");
+  calibration_age_family_ = &f.Gauges("wsync_calibration_age_seconds");
   exposition_ = std::make_shared<Exposition>(this);
 }
 
@@ -352,8 +321,7 @@ void SessionMetrics::BindPaths(const std::vector<PathBytes>& paths) {
   std::vector<std::pair<prometheus::Counter*, double>> bound;
   const auto bind = [&](prometheus::Family<prometheus::Counter>& family, const PathBytes& path,
                         double bytes) {
-    prometheus::Counter* counter =
-        &family.Add({{"path_class", path.path_class}, {"transport", path.transport}});
+    prometheus::Counter* counter = &family.Add(PathLabels(path.path_class, path.transport));
     auto same = std::find_if(bound.begin(), bound.end(),
                              [&](const auto& entry) { return entry.first == counter; });
     if (same != bound.end()) {
@@ -393,8 +361,7 @@ void SessionMetrics::RecordRounds(int64_t rounds) {
 void SessionMetrics::RecordBytes(const std::string& path_class, const std::string& transport,
                                  MetricDirection direction, int64_t bytes) {
   auto& family = direction == MetricDirection::kSend ? *bytes_sent_ : *bytes_received_;
-  family.Add({{"path_class", path_class}, {"transport", transport}})
-      .Increment(static_cast<double>(bytes));
+  family.Add(PathLabels(path_class, transport)).Increment(static_cast<double>(bytes));
 }
 
 void SessionMetrics::RecordDirectStaged(MetricDirection direction, int64_t direct_bytes,
@@ -458,7 +425,8 @@ void SessionMetrics::SetPlanInterNodeBytes(int64_t with_relay, int64_t without_r
 void SessionMetrics::SetPlanDigest(const std::string& hex) {
   absl::MutexLock lock(&mu_);
   if (plan_info_child_ != nullptr) plan_info_->Remove(plan_info_child_);
-  plan_info_child_ = &plan_info_->Add({{"digest", hex}});
+  plan_info_child_ =
+      &plan_info_->Add({{std::string(FindMetricDescriptor("wsync_plan_info")->label), hex}});
   plan_info_child_->Set(1);
 }
 

@@ -10,40 +10,17 @@
 // lookup, no allocation. Labels come from bounded sets: role, path class and transport (from the
 // job's configuration), direction, result, error kind, state. No per-parameter or per-peer labels.
 //
-// Families (prefix wsync_, base units, _total for counters), each with the label `role`:
-//   wsync_syncs_total{result}                     syncs by result: ok, failed
-//   wsync_sync_duration_seconds                   histogram of sync durations, 1 ms .. 10 min
-//   wsync_last_sync_duration_seconds              the last sync's duration
-//   wsync_sync_predicted_seconds                  the cost model's prediction for the last sync
-//                                                 (NaN while there is none: no calibration);
-//                                                 with unpriced bytes, of the priced part only
-//   wsync_sync_unpriced_bytes                     bytes per sync the prediction leaves out: on
-//                                                 path classes the calibration has no fit for
-//                                                 (0: all priced; NaN: no prediction)
-//   wsync_rounds                                  rounds of the last sync
-//   wsync_rounds_total                            rounds over all syncs
-//   wsync_bytes_sent_total{path_class,transport}  bytes sent to peers
-//   wsync_bytes_received_total{path_class,transport}
-//   wsync_direct_bytes_total{direction}           sent from / received into weights in place
-//   wsync_staged_bytes_total{direction}           through a staging arena
-//   wsync_local_copy_bytes_total                  copied within the process
-//   wsync_arena_bytes                             staging memory held now
-//   wsync_arena_peak_bytes                        the most staging memory one sync needed
-//   wsync_version                                 the weight version this process holds (-1: none)
-//   wsync_state{state}                            1 for the current state: consistent, updating,
-//                                                 dirty (all 0 before the first sync)
-//   wsync_errors_total{kind}                      failed calls by error kind
-//   wsync_rejected_messages_total{reason}         messages rejected unread: stale_sync (data of
-//                                                 an earlier sync, dropped by the transport), and
-//                                                 on the process hosting the coordinator the
-//                                                 control frames it refused (unknown_job, ...)
-//   wsync_plan_info{digest}                       1, with the plan digest as a label
-//   wsync_plan_inter_node_bytes{relay}            bytes the plan carries across node boundaries
-//                                                 per sync: relay="with" (as planned) and
-//                                                 "without" (every relayed region sent direct);
-//                                                 the whole job's when relaying is on
-//   wsync_calibration_age_seconds                 age of the calibration the prediction uses
-//                                                 (absent without one)
+// Families: one row each in kMetricDescriptors (descriptors.h: name, type, help, labels), every
+// one with the label `role`. Label values: result ok|failed (ok: committed on every process),
+// direction send|receive, state consistent|updating|dirty (all 0 before the first sync), kind
+// kMetricErrorKinds, reason kRejectedMessageReasons (stale_sync: data of an earlier sync dropped
+// by the transport; the others: control frames the coordinator refused, on the process hosting
+// it), path_class and transport from the job's configuration, digest the agreed plan's. Gauges
+// without a value yet: wsync_sync_predicted_seconds and wsync_sync_unpriced_bytes NaN (no
+// prediction; with unpriced bytes the prediction covers the priced part only), wsync_version -1,
+// wsync_calibration_age_seconds absent without a calibration. wsync_plan_inter_node_bytes has
+// relay="with" (as planned) and "without" (every relayed region sent direct), the whole job's
+// when relaying is on.
 //
 // Thread safety: every call may come from any thread; the exposition may run concurrently with
 // the recording calls (prometheus-cpp's metrics are atomic).

@@ -203,52 +203,33 @@ std::vector<std::string> GoalLines(const Scenario& scenario) {
   return lines;
 }
 
-absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& model_name,
-                                     const std::string& from, const std::string& to,
-                                     const std::string& work_dir, int32_t index, std::FILE* out) {
-  const int32_t repeats =
-      absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : kDefaultRepeats;
-  const int32_t syncs = std::max(1, absl::GetFlag(FLAGS_compare_syncs));
-  const int32_t warmup = std::max(0, absl::GetFlag(FLAGS_compare_warmup));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(model_name));
-  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts,
-                         ScheduleFactsFor(model, from, to, absl::GetFlag(FLAGS_budget)));
-  WSYNC_ASSIGN_OR_RETURN(const Layout trainers, BuildNamedLayout(model, from));
-  WSYNC_ASSIGN_OR_RETURN(const Layout rollouts, BuildNamedLayout(model, to));
-  WSYNC_ASSIGN_OR_RETURN(const std::string spec_json,
-                         LayoutSpecJson(model_name, trainers, rollouts));
-  const std::string spec_path = absl::StrCat(work_dir, "/layout", index, ".json");
-  {
-    std::ofstream file(spec_path);
-    file << spec_json;
-    if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", spec_path));
-  }
+// What the runs of one scenario share.
+struct ScenarioRun {
+  const Tools& tools;
+  std::string model_name, from, to, work_dir;
+  std::string spec_path;  // The layouts as JSON, for the broadcast contestants.
+  ScheduleFacts facts;
+  Transports shm, tcp;
+  int64_t message = 0;  // ucx_perftest's message: the schedule's largest.
+  int32_t iters = 0;    // ucx_perftest's iterations.
+  int32_t syncs = 0, warmup = 0;
+};
 
-  Scenario scenario;
-  scenario.model = model_name;
-  scenario.from = from;
-  scenario.to = to;
-  scenario.trainers = facts.trainers;
-  scenario.rollouts = facts.rollouts;
-  scenario.rollout_bytes = facts.bytes_per_rollout;
-  const int64_t message = facts.largest_message;
-  const int32_t iters = PerftestIterations(facts, message);
-  const Transports shm{"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""};
-  const Transports tcp{"tcp", absl::GetFlag(FLAGS_sync_tcp_tls),
-                       absl::GetFlag(FLAGS_sync_tcp_devices)};
+// The contestants and limits of a scenario, in table order, without measurements.
+std::vector<Measured> Contestants(const ScenarioRun& run) {
   const std::string rollout_check = "every element of every rollout piece, every sync";
-  const JobCheck check = VerificationCheck();
   const std::string wsync_check =
-      absl::StrCat("a verified job of 2 versions first (", VerificationText(check),
+      absl::StrCat("a verified job of 2 versions first (", VerificationText(VerificationCheck()),
                    "); timed jobs: bytes and rounds each rollout received equal the schedule");
   const std::string perftest =
-      absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", iters, message);
-  const std::string tcp_name = absl::StrCat("UCX tcp (", tcp.devices, ")");
-  scenario.results = {
-      Result("wsync-shm", absl::StrCat("wsync over UCX shared memory (UCX_TLS=", shm.tls, ")"),
+      absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", run.iters, run.message);
+  const std::string tcp_name = absl::StrCat("UCX tcp (", run.tcp.devices, ")");
+  return {
+      Result("wsync-shm", absl::StrCat("wsync over UCX shared memory (UCX_TLS=", run.shm.tls, ")"),
              "UCX shm", "perftest-shm", wsync_check),
       Result("wsync-tcp",
-             absl::StrCat("wsync over UCX TCP (UCX_TLS=", tcp.tls, ", devices ", tcp.devices, ")"),
+             absl::StrCat("wsync over UCX TCP (UCX_TLS=", run.tcp.tls, ", devices ",
+                          run.tcp.devices, ")"),
              tcp_name, "perftest-tcp", wsync_check),
       Result("per-param",
              "per-parameter broadcast: trainer 0 gathers each parameter and broadcasts it "
@@ -264,86 +245,57 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
       Limit("memcpy", "memcpy of the bytes one rollout process must receive, one thread", "memory",
             "memcmp of the copy against its source"),
   };
+}
 
-  absl::FPrintF(out,
-                "\n[%d] %s, %s -> %s: %d trainers, %d rollouts; busiest rollout receives %.2f MiB "
-                "per sync; largest message %d B\n",
-                index, model_name, from, to, facts.trainers, facts.rollouts,
-                facts.bytes_per_rollout / 1048576.0, message);
-  std::fflush(out);
-
-  // Each transport gets one verification job of 2 versions first: every chunk's hash compared
-  // between sender and receiver over distinct bytes, or with --verify_elements every rollout
-  // element against its logical value (the test reference's xxh3 per element: about a minute per
-  // GB per version here); the timed jobs then check the bytes and rounds every rollout received
-  // against the schedule. The broadcast rollouts check every element after every sync
-  // (vectorized torch).
-  std::map<std::string, bool> ok;
-  for (Measured& m : scenario.results) {
-    if (m.id != "wsync-shm" && m.id != "wsync-tcp") continue;
-    const absl::Time start = absl::Now();
-    WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp,
-                                   /*warmup=*/0, /*syncs=*/2, check, tools.worker, tools.cli)
-                              .status());
-    ok[m.id] = true;
-    absl::FPrintF(out, "  verified %s: 2 versions, %s (%.1f s)\n", m.id, VerificationText(check),
-                  absl::ToDoubleSeconds(absl::Now() - start));
-    std::fflush(out);
-  }
-
-  std::string buckets_line;
-  const int n = static_cast<int>(scenario.results.size());
-  for (int32_t round = 0; round < repeats; ++round) {
-    for (int k = 0; k < n; ++k) {
-      // The starting contestant rotates, so that slow phases of the machine hit each in turn.
-      Measured& m = scenario.results[(k + round) % n];
-      const absl::Time start = absl::Now();
-      std::vector<double> samples;
-      if (m.id == "wsync-shm" || m.id == "wsync-tcp") {
-        std::vector<int64_t> peaks;
-        WSYNC_ASSIGN_OR_RETURN(
-            std::vector<SyncSample> s,
-            RunWsync(facts, model_name, from, to, m.id == "wsync-shm" ? shm : tcp, warmup, syncs,
-                     JobCheck::kNone, tools.worker, tools.cli, &peaks));
-        for (const SyncSample& sample : s) samples.push_back(sample.seconds);
-        KeepPeaks(peaks, facts.trainers, &m);
-      } else if (m.id == "per-param" || m.id == "bucketed") {
-        const BroadcastOptions options{tools.python, tools.scripts,
-                                       m.id == "per-param" ? "param" : "bucket",
-                                       absl::GetFlag(FLAGS_compare_bucket_bytes),
-                                       absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))};
-        WSYNC_ASSIGN_OR_RETURN(BroadcastRun run, RunBroadcast(options, spec_path, facts.trainers,
-                                                              facts.rollouts, warmup, syncs));
-        samples = run.seconds;
-        KeepPeaks(run.peak_rss_bytes, facts.trainers, &m);
-        if (m.id == "bucketed") buckets_line = run.buckets_line;
-        ok[m.id] = true;
-      } else if (m.id == "memcpy") {
-        WSYNC_ASSIGN_OR_RETURN(const double seconds,
-                               RunMemcpyChild(tools, facts.bytes_per_rollout, round));
-        samples.push_back(seconds);
-        ok[m.id] = true;
-      } else {
-        WSYNC_ASSIGN_OR_RETURN(
-            PerftestResult r,
-            RunPerftest(tools.perftest, work_dir, m.id == "perftest-shm" ? shm.tls : tcp.tls,
-                        m.id == "perftest-shm" ? shm.devices : tcp.devices, message, iters, 1,
-                        absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))));
-        if (r.bytes_per_second.empty() || r.bytes_per_second[0] <= 0) {
-          return absl::InternalError(absl::StrCat(m.id, " reported no bandwidth"));
-        }
-        samples.push_back(facts.bytes_per_rollout / r.bytes_per_second[0]);
-      }
-      m.seconds.insert(m.seconds.end(), samples.begin(), samples.end());
-      std::vector<std::string> cells;
-      for (double s : samples) cells.push_back(absl::StrFormat("%.4f", s));
-      absl::FPrintF(out, "  round %d/%d %-12s %s s (%.1f s wall)\n", round + 1, repeats, m.id,
-                    absl::StrJoin(cells, " "), absl::ToDoubleSeconds(absl::Now() - start));
-      std::fflush(out);
+// One run of contestant `m` in `round`: its s/sync samples. Keeps its processes' peak RSS in
+// `m`; a broadcast's bucket line goes to `buckets_line`. `verified` becomes true for the
+// contestants whose every run checks what it moved (broadcasts, memcpy).
+absl::StatusOr<std::vector<double>> MeasureOnce(const ScenarioRun& run, int32_t round, Measured& m,
+                                                bool& verified, std::string& buckets_line) {
+  std::vector<double> samples;
+  const ScheduleFacts& facts = run.facts;
+  if (m.id == "wsync-shm" || m.id == "wsync-tcp") {
+    std::vector<int64_t> peaks;
+    WSYNC_ASSIGN_OR_RETURN(
+        std::vector<SyncSample> s,
+        RunWsync(facts, run.model_name, run.from, run.to, m.id == "wsync-shm" ? run.shm : run.tcp,
+                 run.warmup, run.syncs, JobCheck::kNone, run.tools.worker, run.tools.cli, &peaks));
+    for (const SyncSample& sample : s) samples.push_back(sample.seconds);
+    KeepPeaks(peaks, facts.trainers, &m);
+  } else if (m.id == "per-param" || m.id == "bucketed") {
+    const BroadcastOptions options{run.tools.python, run.tools.scripts,
+                                   m.id == "per-param" ? "param" : "bucket",
+                                   absl::GetFlag(FLAGS_compare_bucket_bytes),
+                                   absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))};
+    WSYNC_ASSIGN_OR_RETURN(BroadcastRun broadcast,
+                           RunBroadcast(options, run.spec_path, facts.trainers, facts.rollouts,
+                                        run.warmup, run.syncs));
+    samples = broadcast.seconds;
+    KeepPeaks(broadcast.peak_rss_bytes, facts.trainers, &m);
+    if (m.id == "bucketed") buckets_line = broadcast.buckets_line;
+    verified = true;
+  } else if (m.id == "memcpy") {
+    WSYNC_ASSIGN_OR_RETURN(const double seconds,
+                           RunMemcpyChild(run.tools, facts.bytes_per_rollout, round));
+    samples.push_back(seconds);
+    verified = true;
+  } else {
+    const Transports& transports = m.id == "perftest-shm" ? run.shm : run.tcp;
+    WSYNC_ASSIGN_OR_RETURN(PerftestResult r,
+                           RunPerftest(run.tools.perftest, run.work_dir, transports.tls,
+                                       transports.devices, run.message, run.iters, 1,
+                                       absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))));
+    if (r.bytes_per_second.empty() || r.bytes_per_second[0] <= 0) {
+      return absl::InternalError(absl::StrCat(m.id, " reported no bandwidth"));
     }
+    samples.push_back(facts.bytes_per_rollout / r.bytes_per_second[0]);
   }
-  for (Measured& m : scenario.results) m.verified = ok[m.id];
+  return samples;
+}
 
+// The notes under a scenario's table: what each column means, the buckets, the goals.
+void AddNotes(const ScenarioRun& run, int32_t repeats, const std::string& buckets_line,
+              Scenario& scenario) {
   scenario.notes.push_back(
       "broadcast contestants (per-param, bucketed): torch.distributed over gloo, i.e. TCP over "
       "loopback (GLOO_SOCKET_IFNAME=lo); compare them with wsync-tcp (TCP too) and with "
@@ -361,13 +313,13 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
       "decision excluded); broadcasts: from a barrier until the slowest process is done; limits: "
       "the busiest rollout's bytes at the measured rate. %d round(s), %d timed sync(s) per run "
       "after %d warm-up.",
-      repeats, syncs, warmup));
+      repeats, run.syncs, run.warmup));
   scenario.notes.push_back(absl::StrFormat(
       "GB/s/roll: the busiest rollout's %d B / median s/sync, for every row (a broadcast moves "
       "more than that: every rollout receives whole parameters). x ID: that contestant's median "
       "s/sync / this one's. of link: GB/s/roll / that of ucx_perftest on its transport (gloo: "
       "tcp); of mcpy: / memcpy's.",
-      facts.bytes_per_rollout));
+      run.facts.bytes_per_rollout));
   rusage self = {};
   getrusage(RUSAGE_SELF, &self);
   scenario.notes.push_back(absl::StrFormat(
@@ -375,6 +327,96 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
       "MiB here) since posix_spawn shares its memory until exec.",
       self.ru_maxrss / 1024.0));
   for (const std::string& line : GoalLines(scenario)) scenario.notes.push_back(line);
+}
+
+absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& model_name,
+                                     const std::string& from, const std::string& to,
+                                     const std::string& work_dir, int32_t index, std::FILE* out) {
+  const int32_t repeats =
+      absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : kDefaultRepeats;
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(model_name));
+  WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts,
+                         ScheduleFactsFor(model, from, to, absl::GetFlag(FLAGS_budget)));
+  WSYNC_ASSIGN_OR_RETURN(const Layout trainers, BuildNamedLayout(model, from));
+  WSYNC_ASSIGN_OR_RETURN(const Layout rollouts, BuildNamedLayout(model, to));
+  WSYNC_ASSIGN_OR_RETURN(const std::string spec_json,
+                         LayoutSpecJson(model_name, trainers, rollouts));
+  const ScenarioRun run{
+      .tools = tools,
+      .model_name = model_name,
+      .from = from,
+      .to = to,
+      .work_dir = work_dir,
+      .spec_path = absl::StrCat(work_dir, "/layout", index, ".json"),
+      .facts = facts,
+      .shm = {"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""},
+      .tcp = {"tcp", absl::GetFlag(FLAGS_sync_tcp_tls), absl::GetFlag(FLAGS_sync_tcp_devices)},
+      .message = facts.largest_message,
+      .iters = PerftestIterations(facts, facts.largest_message),
+      .syncs = std::max(1, absl::GetFlag(FLAGS_compare_syncs)),
+      .warmup = std::max(0, absl::GetFlag(FLAGS_compare_warmup))};
+  {
+    std::ofstream file(run.spec_path);
+    file << spec_json;
+    if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", run.spec_path));
+  }
+
+  Scenario scenario;
+  scenario.model = model_name;
+  scenario.from = from;
+  scenario.to = to;
+  scenario.trainers = facts.trainers;
+  scenario.rollouts = facts.rollouts;
+  scenario.rollout_bytes = facts.bytes_per_rollout;
+  scenario.results = Contestants(run);
+
+  absl::FPrintF(out,
+                "\n[%d] %s, %s -> %s: %d trainers, %d rollouts; busiest rollout receives %.2f MiB "
+                "per sync; largest message %d B\n",
+                index, model_name, from, to, facts.trainers, facts.rollouts,
+                facts.bytes_per_rollout / 1048576.0, run.message);
+  std::fflush(out);
+
+  // Each transport gets one verification job of 2 versions first: every chunk's hash compared
+  // between sender and receiver over distinct bytes, or with --verify_elements every rollout
+  // element against its logical value (the test reference's xxh3 per element: about a minute per
+  // GB per version here); the timed jobs then check the bytes and rounds every rollout received
+  // against the schedule. The broadcast rollouts check every element after every sync
+  // (vectorized torch).
+  const JobCheck check = VerificationCheck();
+  std::map<std::string, bool> ok;
+  for (Measured& m : scenario.results) {
+    if (m.id != "wsync-shm" && m.id != "wsync-tcp") continue;
+    const absl::Time start = absl::Now();
+    WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to,
+                                   m.id == "wsync-shm" ? run.shm : run.tcp,
+                                   /*warmup=*/0, /*syncs=*/2, check, tools.worker, tools.cli)
+                              .status());
+    ok[m.id] = true;
+    absl::FPrintF(out, "  verified %s: 2 versions, %s (%.1f s)\n", m.id, VerificationText(check),
+                  absl::ToDoubleSeconds(absl::Now() - start));
+    std::fflush(out);
+  }
+
+  std::string buckets_line;
+  const int n = static_cast<int>(scenario.results.size());
+  for (int32_t round = 0; round < repeats; ++round) {
+    for (int k = 0; k < n; ++k) {
+      // The starting contestant rotates, so that slow phases of the machine hit each in turn.
+      Measured& m = scenario.results[(k + round) % n];
+      const absl::Time start = absl::Now();
+      WSYNC_ASSIGN_OR_RETURN(const std::vector<double> samples,
+                             MeasureOnce(run, round, m, ok[m.id], buckets_line));
+      m.seconds.insert(m.seconds.end(), samples.begin(), samples.end());
+      std::vector<std::string> cells;
+      for (double s : samples) cells.push_back(absl::StrFormat("%.4f", s));
+      absl::FPrintF(out, "  round %d/%d %-12s %s s (%.1f s wall)\n", round + 1, repeats, m.id,
+                    absl::StrJoin(cells, " "), absl::ToDoubleSeconds(absl::Now() - start));
+      std::fflush(out);
+    }
+  }
+  for (Measured& m : scenario.results) m.verified = ok[m.id];
+  AddNotes(run, repeats, buckets_line, scenario);
   absl::FPrintF(out, "\n%s", FormatTable(scenario));
   std::fflush(out);
   return scenario;

@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "integration/cli/demo_report.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
 #include "planner/models.h"
@@ -89,144 +90,6 @@ struct DemoRequest {
   std::string calibration;  // The plugin's calibration_file; empty: none.
 };
 
-// One STEP line of a process (see integration/demo/demo_process.cc).
-struct StepReport {
-  double seconds = 0;
-  int64_t sent = 0;
-  int64_t received = 0;
-  int64_t direct = 0;
-  int64_t staged = 0;
-  int64_t rounds = 0;
-  int64_t arena = 0;
-  double sync_seconds = 0;
-  double work_seconds = 0;
-  std::string verified;  // "ok" or the error.
-};
-
-struct ProcessReport {
-  std::optional<double> connect_seconds;
-  std::map<int64_t, StepReport> steps;  // By version.
-  std::vector<std::string> schedule;
-  std::optional<double> predicted_seconds;  // From the schedule report, with a calibration.
-  std::string unpriced;  // The report's "not priced: ..." note: the prediction is partial.
-};
-
-ProcessReport ParseOutput(absl::string_view text) {
-  ProcessReport report;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, "CONNECTED seconds=")) {
-      double seconds = 0;
-      if (absl::SimpleAtod(line, &seconds)) report.connect_seconds = seconds;
-      continue;
-    }
-    if (absl::ConsumePrefix(&line, "SCHEDULE ")) {
-      report.schedule.emplace_back(line);
-      // "... predicted time 0.123456 s (transfer ...": the plugin's prediction of every sync.
-      constexpr absl::string_view kPredicted = "predicted time ";
-      if (const size_t at = line.find(kPredicted); at != absl::string_view::npos) {
-        absl::string_view number = line.substr(at + kPredicted.size());
-        number = number.substr(0, number.find(' '));
-        double seconds = 0;
-        if (absl::SimpleAtod(number, &seconds)) report.predicted_seconds = seconds;
-      }
-      if (const size_t at = line.find("not priced: "); at != absl::string_view::npos) {
-        report.unpriced = std::string(line.substr(at));
-      }
-      continue;
-    }
-    if (!absl::ConsumePrefix(&line, "STEP ")) continue;
-    // `verified` is last and may contain spaces; a line still being written has none yet.
-    const size_t verified_at = line.find(" verified=");
-    if (verified_at == absl::string_view::npos) continue;
-    StepReport step;
-    step.verified = std::string(line.substr(verified_at + 10));
-    int64_t version = -1;
-    for (absl::string_view field : absl::StrSplit(line.substr(0, verified_at), ' ')) {
-      const std::pair<absl::string_view, absl::string_view> kv =
-          absl::StrSplit(field, absl::MaxSplits('=', 1));
-      const auto integer = [&](int64_t* out) { absl::SimpleAtoi(kv.second, out); };
-      const auto real = [&](double* out) { absl::SimpleAtod(kv.second, out); };
-      if (kv.first == "v") integer(&version);
-      if (kv.first == "seconds") real(&step.seconds);
-      if (kv.first == "sent") integer(&step.sent);
-      if (kv.first == "received") integer(&step.received);
-      if (kv.first == "direct") integer(&step.direct);
-      if (kv.first == "staged") integer(&step.staged);
-      if (kv.first == "rounds") integer(&step.rounds);
-      if (kv.first == "arena") integer(&step.arena);
-      if (kv.first == "sync_seconds") real(&step.sync_seconds);
-      if (kv.first == "work_seconds") real(&step.work_seconds);
-    }
-    if (version >= 0) report.steps[version] = std::move(step);
-  }
-  return report;
-}
-
-// One step over every process.
-struct StepSummary {
-  int reported = 0;    // Processes with a STEP line for it.
-  int verified = 0;    // Rollouts that verified it.
-  double seconds = 0;  // Slowest process's transfer.
-  double sync_seconds = 0;
-  double fill_seconds = 0;   // Slowest trainer.
-  double check_seconds = 0;  // Slowest rollout.
-  int64_t rounds = 0;
-  int64_t sent = 0;
-  int64_t received = 0;  // By all rollouts.
-  int64_t direct = 0;    // As the rollouts received them.
-  int64_t staged = 0;
-  int64_t arena = 0;  // Largest process.
-  std::string first_error;
-
-  double GigabytesPerSecond() const { return seconds > 0 ? received / seconds / 1e9 : 0; }
-};
-
-StepSummary Summarize(const std::vector<ProcessReport>& reports, int32_t trainers,
-                      int64_t version) {
-  StepSummary s;
-  std::string missing;  // A process that did not report a step others reported.
-  for (int p = 0; p < static_cast<int>(reports.size()); ++p) {
-    auto it = reports[p].steps.find(version);
-    if (it == reports[p].steps.end()) {
-      if (missing.empty()) {
-        missing = absl::StrCat(p < trainers ? "trainer " : "rollout ",
-                               p < trainers ? p : p - trainers, " did not report it");
-      }
-      continue;
-    }
-    const StepReport& r = it->second;
-    const bool rollout = p >= trainers;
-    ++s.reported;
-    s.seconds = std::max(s.seconds, r.seconds);
-    s.sync_seconds = std::max(s.sync_seconds, r.sync_seconds);
-    s.rounds = std::max(s.rounds, r.rounds);
-    s.arena = std::max(s.arena, r.arena);
-    s.sent += r.sent;
-    if (rollout) {
-      s.check_seconds = std::max(s.check_seconds, r.work_seconds);
-      s.received += r.received;
-      s.direct += r.direct;
-      s.staged += r.staged;
-      if (r.verified == "ok") ++s.verified;
-    } else {
-      s.fill_seconds = std::max(s.fill_seconds, r.work_seconds);
-    }
-    if (r.verified != "ok" && s.first_error.empty()) {
-      s.first_error = absl::StrCat(rollout ? "rollout " : "trainer ", rollout ? p - trainers : p,
-                                   ": ", r.verified);
-    }
-  }
-  if (s.first_error.empty() && s.reported > 0) s.first_error = missing;
-  return s;
-}
-
-std::string Bytes(double bytes) {
-  if (bytes >= 1e9) return absl::StrFormat("%.2f GB", bytes / 1e9);
-  if (bytes >= 1e6) return absl::StrFormat("%.1f MB", bytes / 1e6);
-  if (bytes >= 1e3) return absl::StrFormat("%.1f kB", bytes / 1e3);
-  return absl::StrFormat("%.0f B", bytes);
-}
-
 std::string SelfDirectory() {
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -260,36 +123,49 @@ std::string Tail(const std::string& text, size_t lines = 8) {
   return absl::StrJoin(all, "\n    ");
 }
 
-absl::StatusOr<int> RunDemo(const DemoRequest& request) {
-  // Both layouts, here too: bad options fail before any process starts, and the header can say
-  // what moves.
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(request.model));
-  if (request.layers > 0) {
-    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, request.layers));
-  }
-  WSYNC_ASSIGN_OR_RETURN(NamedJobLayouts layouts,
-                         BuildNamedJobLayouts(model, request.from, request.to));
-  const Layout& from = layouts.source;
-  const Layout& to = layouts.target;
-  // With a placement key in either spec every process reports its node of the layouts (nodes
+// The job a request describes, checked before any process starts.
+struct DemoJob {
+  ModelSpec model;
+  NamedJobLayouts layouts;
+  // A placement key in either spec: every process reports its node of the layouts (nodes
   // simulated on this machine: path classes, plan and prediction follow them); without, all
   // report this machine's host name, as processes of one machine do.
+  bool placed = false;
+  int32_t trainers = 0;
+  int32_t rollouts = 0;
+  std::string secret;
+  int port = 0;
+  std::string name;
+  std::vector<int> metrics_ports;  // By process, with --metrics.
+};
+
+// Both layouts, here too: bad options fail before any process starts, and the header can say
+// what moves.
+absl::StatusOr<DemoJob> PrepareDemo(const DemoRequest& request) {
+  DemoJob job;
+  WSYNC_ASSIGN_OR_RETURN(job.model, GetModel(request.model));
+  if (request.layers > 0) {
+    WSYNC_ASSIGN_OR_RETURN(job.model, TruncateLayers(job.model, request.layers));
+  }
+  WSYNC_ASSIGN_OR_RETURN(job.layouts, BuildNamedJobLayouts(job.model, request.from, request.to));
+  const Layout& from = job.layouts.source;
+  const Layout& to = job.layouts.target;
   WSYNC_ASSIGN_OR_RETURN(const NamedPlacement from_placement, ParseNamedPlacement(request.from));
   WSYNC_ASSIGN_OR_RETURN(const NamedPlacement to_placement, ParseNamedPlacement(request.to));
-  const bool placed = from_placement.procs_per_node || from_placement.colocated ||
-                      to_placement.procs_per_node || to_placement.colocated;
+  job.placed = from_placement.procs_per_node || from_placement.colocated ||
+               to_placement.procs_per_node || to_placement.colocated;
   if (from.role != Role::kTrainer || to.role != Role::kRollout) {
     return absl::InvalidArgumentError(
         absl::StrCat("--from must be a trainer layout and --to a rollout layout; got a ",
                      RoleName(from.role), " and a ", RoleName(to.role), " layout"));
   }
-  const int32_t trainers = static_cast<int32_t>(from.processes.size());
-  const int32_t rollouts = static_cast<int32_t>(to.processes.size());
-  if ((request.trainers != 0 && request.trainers != trainers) ||
-      (request.rollouts != 0 && request.rollouts != rollouts)) {
+  job.trainers = static_cast<int32_t>(from.processes.size());
+  job.rollouts = static_cast<int32_t>(to.processes.size());
+  if ((request.trainers != 0 && request.trainers != job.trainers) ||
+      (request.rollouts != 0 && request.rollouts != job.rollouts)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s has %d processes and %s has %d; --trainers and --rollouts must match them",
-        request.from, trainers, request.to, rollouts));
+        request.from, job.trainers, request.to, job.rollouts));
   }
   if (!IsFile(request.process_binary)) {
     return absl::NotFoundError(absl::StrCat(request.process_binary,
@@ -301,169 +177,189 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
                                             " does not exist: build target wsync_plugin (or give "
                                             "--library or $WSYNC_LIBRARY)"));
   }
-  WSYNC_ASSIGN_OR_RETURN(std::string secret, NewSecret());
-  WSYNC_ASSIGN_OR_RETURN(int port, harness::PickFreePort("127.0.0.1"));
-  const std::string job = absl::StrCat("demo-", getpid());
+  WSYNC_ASSIGN_OR_RETURN(job.secret, NewSecret());
+  WSYNC_ASSIGN_OR_RETURN(job.port, harness::PickFreePort("127.0.0.1"));
+  job.name = absl::StrCat("demo-", getpid());
+  if (request.metrics) {
+    for (int p = 0; p < job.trainers + job.rollouts; ++p) {
+      WSYNC_ASSIGN_OR_RETURN(int metrics_port, harness::PickFreePort("127.0.0.1"));
+      job.metrics_ports.push_back(metrics_port);
+    }
+  }
+  return job;
+}
 
+void PrintDemoHeader(const DemoRequest& request, const DemoJob& job) {
   absl::PrintF(
       "wsync demo: %s (%.1fM parameters, %s), %d trainers %s -> %d rollouts %s, %d steps\n",
-      model.name, model.TotalElements() / 1e6, Bytes(model.TotalBytes()), trainers, request.from,
-      rollouts, request.to, request.steps);
+      job.model.name, job.model.TotalElements() / 1e6, DemoBytes(job.model.TotalBytes()),
+      job.trainers, request.from, job.rollouts, request.to, request.steps);
   absl::PrintF("  transports: %s; every process loads %s with dlopen\n", request.path_transports,
                request.library);
-  absl::PrintF("  coordinator: in trainer rank 0, 127.0.0.1:%d (job %s, secret in $%s)\n", port,
-               job, kSecretEnv);
+  absl::PrintF("  coordinator: in trainer rank 0, 127.0.0.1:%d (job %s, secret in $%s)\n", job.port,
+               job.name, kSecretEnv);
   absl::PrintF("  each step: trainers write version v, sync it; rollouts verify all %s they hold\n",
-               Bytes(to.PieceBytes()));
+               DemoBytes(job.layouts.target.PieceBytes()));
   absl::PrintF("  calibration: %s\n",
                request.calibration.empty()
                    ? std::string("none (--calibration FILE predicts every step)")
                    : absl::StrCat(request.calibration, " (trainer rank 0 shares it at connect)"));
-  std::vector<int> metrics_ports;  // By process, with --metrics.
   if (request.metrics) {
-    for (int p = 0; p < trainers + rollouts; ++p) {
-      WSYNC_ASSIGN_OR_RETURN(int metrics_port, harness::PickFreePort("127.0.0.1"));
-      metrics_ports.push_back(metrics_port);
-      absl::PrintF("  metrics: http://127.0.0.1:%d/metrics (%s %d)\n", metrics_port,
-                   p < trainers ? "trainer" : "rollout", p < trainers ? p : p - trainers);
+    for (int p = 0; p < static_cast<int>(job.metrics_ports.size()); ++p) {
+      absl::PrintF("  metrics: http://127.0.0.1:%d/metrics (%s %d)\n", job.metrics_ports[p],
+                   p < job.trainers ? "trainer" : "rollout",
+                   p < job.trainers ? p : p - job.trainers);
     }
   } else {
     absl::PrintF("  metrics: off (--metrics serves each process's metrics while it runs)\n");
   }
   std::fflush(stdout);
+}
 
-  const int total = trainers + rollouts;
-  harness::ProcessesSpec spec;
-  spec.processes = total;
-  spec.env = {absl::StrCat(kSecretEnv, "=", secret)};
-  spec.timeout = request.timeout;
-  spec.command = [&](int p) {
-    const bool trainer = p < trainers;
-    std::vector<std::string> argv = {
-        request.process_binary,
-        absl::StrCat("--role=", trainer ? "trainer" : "rollout"),
-        absl::StrCat("--rank=", trainer ? p : p - trainers),
-        absl::StrCat("--trainers=", trainers),
-        absl::StrCat("--rollouts=", rollouts),
-        absl::StrCat("--job=", job),
-        "--coordinator_host=127.0.0.1",
-        absl::StrCat("--coordinator_port=", port),
-        absl::StrCat("--secret_env=", kSecretEnv),
-        absl::StrCat("--model=", request.model),
-        absl::StrCat("--layers=", request.layers),
-        absl::StrCat("--layout=", trainer ? request.from : request.to),
-        absl::StrCat("--path_transports=", request.path_transports),
-        absl::StrCat("--steps=", request.steps),
-        absl::StrCat("--library=", request.library),
-    };
-    if (p == 0) argv.push_back("--host_coordinator");
-    if (placed) {
-      argv.push_back(absl::StrCat(
-          "--node_id=", trainer ? from.processes[p].node_id : to.processes[p - trainers].node_id));
-    }
-    if (request.corrupt_step > 0) {
-      argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));
-    }
-    if (request.metrics) {
-      argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", metrics_ports[p]));
-    }
-    if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
-    if (request.verify) argv.push_back("--verify");
-    if (!request.calibration.empty()) {
-      argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
-    }
-    return argv;
+// The command line of process p (trainers first).
+std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJob& job, int p) {
+  const bool trainer = p < job.trainers;
+  std::vector<std::string> argv = {
+      request.process_binary,
+      absl::StrCat("--role=", trainer ? "trainer" : "rollout"),
+      absl::StrCat("--rank=", trainer ? p : p - job.trainers),
+      absl::StrCat("--trainers=", job.trainers),
+      absl::StrCat("--rollouts=", job.rollouts),
+      absl::StrCat("--job=", job.name),
+      "--coordinator_host=127.0.0.1",
+      absl::StrCat("--coordinator_port=", job.port),
+      absl::StrCat("--secret_env=", kSecretEnv),
+      absl::StrCat("--model=", request.model),
+      absl::StrCat("--layers=", request.layers),
+      absl::StrCat("--layout=", trainer ? request.from : request.to),
+      absl::StrCat("--path_transports=", request.path_transports),
+      absl::StrCat("--steps=", request.steps),
+      absl::StrCat("--library=", request.library),
   };
-  // Progress: a line once every process has connected, then one per step every process finished.
-  bool connected_shown = false;
-  int64_t steps_shown = 0;
-  const absl::Time start = absl::Now();
-  spec.on_poll = [&](const std::vector<std::string>& outputs) {
+  if (p == 0) argv.push_back("--host_coordinator");
+  if (job.placed) {
+    argv.push_back(absl::StrCat("--node_id=",
+                                trainer ? job.layouts.source.processes[p].node_id
+                                        : job.layouts.target.processes[p - job.trainers].node_id));
+  }
+  if (request.corrupt_step > 0) {
+    argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));
+  }
+  if (request.metrics) {
+    argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", job.metrics_ports[p]));
+  }
+  if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
+  if (request.verify) argv.push_back("--verify");
+  if (!request.calibration.empty()) {
+    argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
+  }
+  return argv;
+}
+
+// Progress while the job runs: a line once every process has connected, then one per step every
+// process finished. Called with every process's output so far (harness::ProcessesSpec::on_poll).
+class DemoProgress {
+ public:
+  DemoProgress(const DemoRequest& request, const DemoJob& job, absl::Time start)
+      : request_(request), job_(job), start_(start) {}
+
+  void operator()(const std::vector<std::string>& outputs) {
     std::vector<ProcessReport> reports;
     for (const std::string& text : outputs) reports.push_back(ParseOutput(text));
-    if (!connected_shown && std::all_of(reports.begin(), reports.end(), [](const ProcessReport& r) {
+    if (!connected_shown_ && std::all_of(reports.begin(), reports.end(), [](const auto& r) {
           return r.connect_seconds.has_value();
         })) {
-      connected_shown = true;
+      connected_shown_ = true;
       double slowest = 0;
       for (const ProcessReport& r : reports) slowest = std::max(slowest, *r.connect_seconds);
       absl::PrintF("connected: %d processes (rendezvous, plan, schedule, agreement: %.2f s)\n",
-                   total, slowest);
+                   job_.trainers + job_.rollouts, slowest);
       for (const std::string& line : reports[0].schedule) absl::PrintF("  %s\n", line);
-      if (rollouts > 0 && !reports[trainers].schedule.empty()) {
-        absl::PrintF("  %s\n", reports[trainers].schedule[0]);
+      if (job_.rollouts > 0 && !reports[job_.trainers].schedule.empty()) {
+        absl::PrintF("  %s\n", reports[job_.trainers].schedule[0]);
       }
     }
-    while (steps_shown < request.steps) {
-      const StepSummary s = Summarize(reports, trainers, steps_shown + 1);
-      if (s.reported < total) break;
-      ++steps_shown;
-      absl::PrintF(
-          "step %d/%d: transfer %.3f s, %.2f GB/s, %d rounds; sync call %.3f s; trainers wrote "
-          "in %.2f s, %d/%d rollouts verified every byte in %.2f s%s  [%.1f s]\n",
-          steps_shown, request.steps, s.seconds, s.GigabytesPerSecond(), s.rounds, s.sync_seconds,
-          s.fill_seconds, s.verified, rollouts, s.check_seconds,
-          s.first_error.empty() ? "" : absl::StrCat(" -- ", s.first_error),
-          absl::ToDoubleSeconds(absl::Now() - start));
-      if (steps_shown == request.steps && request.metrics) {
-        int64_t received = 0;  // What the rollouts' wsync_bytes_received_total must add up to.
-        for (int64_t v = 1; v <= request.steps; ++v) {
-          received += Summarize(reports, trainers, v).received;
-        }
-        absl::PrintF(
-            "metrics: after %d steps the rollouts received %d bytes in total "
-            "(sum of wsync_bytes_received_total); version %d; serving for %.1f s more\n",
-            request.steps, received, request.steps, request.linger_s);
-      }
+    while (steps_shown_ < request_.steps) {
+      const StepSummary s = Summarize(reports, job_.trainers, steps_shown_ + 1);
+      if (s.reported < job_.trainers + job_.rollouts) break;
+      ++steps_shown_;
+      PrintStep(s);
+      if (steps_shown_ == request_.steps && request_.metrics) PrintMetricsTotal(reports);
     }
     std::fflush(stdout);
-  };
-  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, harness::RunProcesses(spec));
+  }
 
-  std::vector<ProcessReport> reports;
+ private:
+  void PrintStep(const StepSummary& s) const {
+    absl::PrintF(
+        "step %d/%d: transfer %.3f s, %.2f GB/s, %d rounds; sync call %.3f s; trainers wrote "
+        "in %.2f s, %d/%d rollouts verified every byte in %.2f s%s  [%.1f s]\n",
+        steps_shown_, request_.steps, s.seconds, s.GigabytesPerSecond(), s.rounds, s.sync_seconds,
+        s.fill_seconds, s.verified, job_.rollouts, s.check_seconds,
+        s.first_error.empty() ? "" : absl::StrCat(" -- ", s.first_error),
+        absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+
+  void PrintMetricsTotal(const std::vector<ProcessReport>& reports) const {
+    int64_t received = 0;  // What the rollouts' wsync_bytes_received_total must add up to.
+    for (int64_t v = 1; v <= request_.steps; ++v) {
+      received += Summarize(reports, job_.trainers, v).received;
+    }
+    absl::PrintF(
+        "metrics: after %d steps the rollouts received %d bytes in total "
+        "(sum of wsync_bytes_received_total); version %d; serving for %.1f s more\n",
+        request_.steps, received, request_.steps, request_.linger_s);
+  }
+
+  const DemoRequest& request_;
+  const DemoJob& job_;
+  const absl::Time start_;
+  bool connected_shown_ = false;
+  int64_t steps_shown_ = 0;
+};
+
+// Prints how each process that failed ended, with the tail of its stderr. True when all exited 0.
+bool ReportExits(const std::vector<harness::ProcessResult>& results, int32_t trainers) {
   bool all_exited_ok = true;
-  for (int p = 0; p < total; ++p) {
+  for (int p = 0; p < static_cast<int>(results.size()); ++p) {
     const harness::ProcessResult& r = results[p];
-    reports.push_back(ParseOutput(r.stdout_text));
-    if (r.exit_code != 0) {
-      all_exited_ok = false;
-      std::string how = absl::StrCat("exited with status ", r.exit_code);
-      if (r.killed) {
-        how = "was killed (the job's time limit, or a peer had failed)";
-      } else if (r.term_signal != 0) {
-        how = absl::StrCat("was ended by signal ", r.term_signal);
-      }
-      const std::string tail = Tail(r.stderr_text);
-      absl::PrintF("%s %d %s%s%s\n", p < trainers ? "trainer" : "rollout",
-                   p < trainers ? p : p - trainers, how, tail.empty() ? "" : ":\n    ", tail);
+    if (r.exit_code == 0) continue;
+    all_exited_ok = false;
+    std::string how = absl::StrCat("exited with status ", r.exit_code);
+    if (r.killed) {
+      how = "was killed (the job's time limit, or a peer had failed)";
+    } else if (r.term_signal != 0) {
+      how = absl::StrCat("was ended by signal ", r.term_signal);
     }
+    const std::string tail = Tail(r.stderr_text);
+    absl::PrintF("%s %d %s%s%s\n", p < trainers ? "trainer" : "rollout",
+                 p < trainers ? p : p - trainers, how, tail.empty() ? "" : ":\n    ", tail);
   }
-  // The secret must not leak into anything the demo shows.
-  for (const harness::ProcessResult& r : results) {
-    if (r.stdout_text.find(secret) != std::string::npos ||
-        r.stderr_text.find(secret) != std::string::npos) {
-      return absl::InternalError("a process printed the job secret");
-    }
-  }
+  return all_exited_ok;
+}
 
+// The predicted column: the plugin's prediction from trainer rank 0's schedule report.
+std::string PredictedColumn(const DemoRequest& request, const std::vector<ProcessReport>& reports) {
+  if (request.calibration.empty()) return "n/a: no calibration";
+  if (reports.empty() || !reports[0].predicted_seconds.has_value()) return "n/a: not priced";
+  if (reports[0].unpriced.empty()) return absl::StrFormat("%.3f", *reports[0].predicted_seconds);
+  // A lower bound: the priced part of the traffic.
+  return *reports[0].predicted_seconds > 0
+             ? absl::StrFormat(">=%.3f", *reports[0].predicted_seconds)
+             : std::string("n/a: not priced");
+}
+
+// The table of every step; true when every step verified on every rollout.
+bool PrintStepTable(const DemoRequest& request, const DemoJob& job,
+                    const std::vector<ProcessReport>& reports) {
   absl::PrintF("\n%4s %9s %7s %6s %10s %10s %10s %10s %10s %20s  %s\n", "step", "seconds", "GB/s",
                "rounds", "sent", "received", "direct", "staged", "arena peak", "predicted",
                "verified");
-  bool all_verified = all_exited_ok;
-  std::string predicted = "n/a: no calibration";
-  if (!request.calibration.empty()) {
-    if (reports.empty() || !reports[0].predicted_seconds.has_value()) {
-      predicted = "n/a: not priced";
-    } else if (reports[0].unpriced.empty()) {
-      predicted = absl::StrFormat("%.3f", *reports[0].predicted_seconds);
-    } else {  // A lower bound: the priced part of the traffic.
-      predicted = *reports[0].predicted_seconds > 0
-                      ? absl::StrFormat(">=%.3f", *reports[0].predicted_seconds)
-                      : std::string("n/a: not priced");
-    }
-  }
+  const std::string predicted = PredictedColumn(request, reports);
+  const int32_t rollouts = job.rollouts;
+  bool all_verified = true;
   for (int64_t v = 1; v <= request.steps; ++v) {
-    const StepSummary s = Summarize(reports, trainers, v);
+    const StepSummary s = Summarize(reports, job.trainers, v);
     std::string verified;
     if (s.reported == 0) {
       all_verified = false;
@@ -471,7 +367,8 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
                    v == request.steps ? absl::StrCat(v) : absl::StrCat(v, "-", request.steps));
       break;
     }
-    if (s.verified == rollouts && s.first_error.empty() && s.reported == total) {
+    if (s.verified == rollouts && s.first_error.empty() &&
+        s.reported == job.trainers + job.rollouts) {
       verified = absl::StrFormat("ok (%d/%d rollouts)", s.verified, rollouts);
     } else {
       verified = absl::StrFormat("FAILED (%d/%d rollouts ok%s%s)", s.verified, rollouts,
@@ -479,8 +376,8 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
     }
     if (verified.rfind("ok", 0) != 0) all_verified = false;
     absl::PrintF("%4d %9.3f %7.2f %6d %10s %10s %10s %10s %10s %20s  %s\n", v, s.seconds,
-                 s.GigabytesPerSecond(), s.rounds, Bytes(s.sent), Bytes(s.received),
-                 Bytes(s.direct), Bytes(s.staged), Bytes(s.arena), predicted, verified);
+                 s.GigabytesPerSecond(), s.rounds, DemoBytes(s.sent), DemoBytes(s.received),
+                 DemoBytes(s.direct), DemoBytes(s.staged), DemoBytes(s.arena), predicted, verified);
   }
   absl::PrintF(
       "seconds: the slowest process's transfer (agreement and commit excluded); GB/s: bytes "
@@ -491,12 +388,40 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
     absl::PrintF("predicted: >= covers only the traffic the calibration prices; %s\n",
                  reports[0].unpriced);
   }
+  return all_verified;
+}
+
+absl::StatusOr<int> RunDemo(const DemoRequest& request) {
+  WSYNC_ASSIGN_OR_RETURN(const DemoJob job, PrepareDemo(request));
+  PrintDemoHeader(request, job);
+
+  harness::ProcessesSpec spec;
+  spec.processes = job.trainers + job.rollouts;
+  spec.env = {absl::StrCat(kSecretEnv, "=", job.secret)};
+  spec.timeout = request.timeout;
+  spec.command = [&](int p) { return DemoProcessArgv(request, job, p); };
+  const absl::Time start = absl::Now();
+  DemoProgress progress(request, job, start);
+  spec.on_poll = [&](const std::vector<std::string>& outputs) { progress(outputs); };
+  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, harness::RunProcesses(spec));
+
+  std::vector<ProcessReport> reports;
+  for (const harness::ProcessResult& r : results) reports.push_back(ParseOutput(r.stdout_text));
+  const bool all_exited_ok = ReportExits(results, job.trainers);
+  // The secret must not leak into anything the demo shows.
+  for (const harness::ProcessResult& r : results) {
+    if (r.stdout_text.find(job.secret) != std::string::npos ||
+        r.stderr_text.find(job.secret) != std::string::npos) {
+      return absl::InternalError("a process printed the job secret");
+    }
+  }
+  const bool all_verified = PrintStepTable(request, job, reports) && all_exited_ok;
   absl::PrintF("%s\n", request.metrics ? "metrics: served at the URLs above while the processes ran"
                                        : "metrics: off (--metrics to export them)");
   absl::PrintF("%s in %.1f s\n",
                all_verified ? absl::StrFormat("every byte of all %d steps verified on all %d "
                                               "rollouts",
-                                              request.steps, rollouts)
+                                              request.steps, job.rollouts)
                             : std::string("FAILED: not every step verified"),
                absl::ToDoubleSeconds(absl::Now() - start));
   return all_verified ? 0 : 1;

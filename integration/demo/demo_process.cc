@@ -364,19 +364,10 @@ std::string OneLine(std::string text) {
 
 double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
 
-absl::Status Run() {
-  WSYNC_RETURN_IF_ERROR(CheckFastValues());
-  const std::string role = absl::GetFlag(FLAGS_role);
-  const bool trainer = role == "trainer";
-  const int32_t rank = absl::GetFlag(FLAGS_rank);
+// This process's part of its side's layout (from the flags), checked against the job's sizes.
+absl::StatusOr<Layout> BuildPart(bool trainer, const std::string& role, int32_t rank) {
   std::string layout = absl::GetFlag(FLAGS_layout);
   if (layout.empty()) layout = trainer ? "megatron(tp=2)" : "vllm(tp=2)";
-  std::string path_transports = absl::GetFlag(FLAGS_path_transports);
-  if (path_transports.empty() && !absl::GetFlag(FLAGS_tls).empty()) {
-    path_transports = absl::StrCat("*=ucx:", absl::GetFlag(FLAGS_tls));
-  }
-
-  // This process's part of its side's layout, in its own memory.
   WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(absl::GetFlag(FLAGS_model)));
   if (absl::GetFlag(FLAGS_layers) > 0) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, absl::GetFlag(FLAGS_layers)));
@@ -386,122 +377,172 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("'", layout, "' is a ", RoleName(side.role), " layout; this is a ", role));
   }
-  if (static_cast<int32_t>(side.processes.size()) !=
-      (trainer ? absl::GetFlag(FLAGS_trainers) : absl::GetFlag(FLAGS_rollouts))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", layout, "' has ", side.processes.size(), " processes; the job has ",
-        trainer ? absl::GetFlag(FLAGS_trainers) : absl::GetFlag(FLAGS_rollouts), " ", role, "s"));
+  const int32_t processes = trainer ? absl::GetFlag(FLAGS_trainers) : absl::GetFlag(FLAGS_rollouts);
+  if (static_cast<int32_t>(side.processes.size()) != processes) {
+    return absl::InvalidArgumentError(absl::StrCat("'", layout, "' has ", side.processes.size(),
+                                                   " processes; the job has ", processes, " ", role,
+                                                   "s"));
   }
-  const Layout part = LayoutPart(side, rank);
+  Layout part = LayoutPart(side, rank);
   if (part.processes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("'", layout, "' has no rank ", rank));
   }
-  test::HostBuffers memory(part, trainer ? test::kSourceFill : test::kPoison);
+  return part;
+}
 
-  const std::string library =
-      absl::GetFlag(FLAGS_library).empty() ? DefaultLibrary() : absl::GetFlag(FLAGS_library);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
-  const wsync_plugin_v1_t& api = plugin->api();
-
-  const std::string job = absl::GetFlag(FLAGS_job);
-  const std::string host = absl::GetFlag(FLAGS_coordinator_host);
-  const std::string secret_env = absl::GetFlag(FLAGS_secret_env);
-  wsync_config_t config;
-  std::memset(&config, 0, sizeof(config));
-  config.struct_size = sizeof(config);
-  config.role = trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
-  config.rank = rank;
-  config.num_trainers = absl::GetFlag(FLAGS_trainers);
-  config.num_rollouts = absl::GetFlag(FLAGS_rollouts);
-  config.job_id = job.c_str();
-  config.coordinator_host = host.c_str();
-  config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
-  config.host_coordinator = absl::GetFlag(FLAGS_host_coordinator) ? 1 : 0;
-  config.secret_env = secret_env.c_str();
-  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
-  config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
-  config.verify = absl::GetFlag(FLAGS_verify) ? 1 : 0;
-  config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
-  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
-  const std::string node_id = absl::GetFlag(FLAGS_node_id);
-  config.node_id = node_id.empty() ? nullptr : node_id.c_str();
-  const std::string calibration_file = absl::GetFlag(FLAGS_calibration_file);
-  config.calibration_file = calibration_file.empty() ? nullptr : calibration_file.c_str();
-  WSYNC_RETURN_IF_ERROR(plugin->Init(config));
-  if (!metrics_address.empty()) {
-    Print(absl::StrCat("METRICS url=http://", metrics_address, "/metrics"));
+// The plugin's configuration from the flags. `config`'s strings point into this object: keep it
+// alive until init returns.
+struct ConfigFromFlags {
+  ConfigFromFlags(bool trainer, int32_t rank)
+      : job(absl::GetFlag(FLAGS_job)),
+        host(absl::GetFlag(FLAGS_coordinator_host)),
+        secret_env(absl::GetFlag(FLAGS_secret_env)),
+        path_transports(absl::GetFlag(FLAGS_path_transports)),
+        metrics_address(absl::GetFlag(FLAGS_metrics_address)),
+        node_id(absl::GetFlag(FLAGS_node_id)),
+        calibration_file(absl::GetFlag(FLAGS_calibration_file)) {
+    if (path_transports.empty() && !absl::GetFlag(FLAGS_tls).empty()) {
+      path_transports = absl::StrCat("*=ucx:", absl::GetFlag(FLAGS_tls));
+    }
+    std::memset(&config, 0, sizeof(config));
+    config.struct_size = sizeof(config);
+    config.role = trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
+    config.rank = rank;
+    config.num_trainers = absl::GetFlag(FLAGS_trainers);
+    config.num_rollouts = absl::GetFlag(FLAGS_rollouts);
+    config.job_id = job.c_str();
+    config.coordinator_host = host.c_str();
+    config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
+    config.host_coordinator = absl::GetFlag(FLAGS_host_coordinator) ? 1 : 0;
+    config.secret_env = secret_env.c_str();
+    config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
+    config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
+    config.verify = absl::GetFlag(FLAGS_verify) ? 1 : 0;
+    config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
+    config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
+    config.node_id = node_id.empty() ? nullptr : node_id.c_str();
+    config.calibration_file = calibration_file.empty() ? nullptr : calibration_file.c_str();
   }
-  WSYNC_RETURN_IF_ERROR(Declare(*plugin, part, memory));
+  ConfigFromFlags(const ConfigFromFlags&) = delete;
+  ConfigFromFlags& operator=(const ConfigFromFlags&) = delete;
 
-  const absl::Time connect_start = absl::Now();
-  WSYNC_RETURN_IF_ERROR(plugin->Call(api.connect(plugin->session()), "connect"));
-  Print(absl::StrFormat("CONNECTED seconds=%.3f", SecondsSince(connect_start)));
+  std::string job;
+  std::string host;
+  std::string secret_env;
+  std::string path_transports;
+  std::string metrics_address;
+  std::string node_id;
+  std::string calibration_file;
+  wsync_config_t config;
+};
+
+// Prints the session's schedule report, one SCHEDULE line per line (nothing when it has none).
+void PrintScheduleReport(const Plugin& plugin) {
+  const wsync_plugin_v1_t& api = plugin.api();
   size_t report_size = 0;
-  api.schedule_report(plugin->session(), nullptr, &report_size);
+  api.schedule_report(plugin.session(), nullptr, &report_size);
   std::string report(report_size, '\0');
   if (report_size > 0 &&
-      api.schedule_report(plugin->session(), report.data(), &report_size) == WSYNC_OK) {
+      api.schedule_report(plugin.session(), report.data(), &report_size) == WSYNC_OK) {
     report.resize(std::strlen(report.c_str()));
     for (absl::string_view line : absl::StrSplit(report, '\n', absl::SkipEmpty())) {
       Print(absl::StrCat("SCHEDULE ", line));
     }
   }
+}
 
-  bool all_ok = true;
+// The outcome of one RL step: the sync call's status and whether this process's part is right.
+struct StepOutcome {
+  absl::Status synced;
+  absl::Status verified;
+};
+
+// One RL step: a trainer writes `version` (rank 0 corrupts it at --corrupt_step) and syncs; a
+// rollout syncs and checks every byte it holds. Prints the STEP line. An error of the stats call
+// is returned as such (the run ends).
+absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bool trainer,
+                                    int32_t rank, int64_t version, test::HostBuffers& memory) {
+  const wsync_plugin_v1_t& api = plugin.api();
+  StepOutcome outcome;
+  double work_seconds = 0;
+  if (trainer) {  // The RL step changes the weights, then they are published.
+    const absl::Time fill_start = absl::Now();
+    outcome.verified = Fill(part, static_cast<uint64_t>(version), memory);
+    if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) Corrupt(part, memory);
+    work_seconds = SecondsSince(fill_start);
+  }
+  const absl::Time sync_start = absl::Now();
+  outcome.synced = outcome.verified.ok() ? plugin.Call(api.sync(plugin.session(), version),
+                                                       absl::StrCat("sync(", version, ")"))
+                                         : outcome.verified;
+  const double sync_seconds = SecondsSince(sync_start);
+  if (!outcome.synced.ok()) {
+    outcome.verified = outcome.synced;
+  } else if (!trainer) {  // The engine would now serve version v: every byte must be right.
+    const absl::Time check_start = absl::Now();
+    outcome.verified = Check(part, static_cast<uint64_t>(version), memory);
+    work_seconds = SecondsSince(check_start);
+  }
+  wsync_stats_t stats;
+  std::memset(&stats, 0, sizeof(stats));
+  stats.struct_size = sizeof(stats);
+  if (outcome.synced.ok()) {
+    WSYNC_RETURN_IF_ERROR(plugin.Call(api.stats(plugin.session(), &stats), "stats"));
+    if (stats.version != version) {
+      outcome.verified = absl::InternalError(
+          absl::StrCat("stats describe version ", stats.version, ", not ", version));
+    }
+  }
+  Print(absl::StrFormat(
+      "STEP v=%d seconds=%.6f sent=%d received=%d direct=%d staged=%d rounds=%d arena=%d "
+      "sync_seconds=%.6f work_seconds=%.6f verified=%s",
+      version, stats.seconds, stats.sent_bytes, stats.received_bytes, stats.direct_bytes,
+      stats.staged_bytes, stats.rounds, stats.peak_arena_bytes, sync_seconds, work_seconds,
+      outcome.verified.ok() ? std::string("ok")
+                            : OneLine(std::string(outcome.verified.message()))));
+  return outcome;
+}
+
+absl::Status Run() {
+  WSYNC_RETURN_IF_ERROR(CheckFastValues());
+  const std::string role = absl::GetFlag(FLAGS_role);
+  const bool trainer = role == "trainer";
+  const int32_t rank = absl::GetFlag(FLAGS_rank);
+  WSYNC_ASSIGN_OR_RETURN(const Layout part, BuildPart(trainer, role, rank));
+  test::HostBuffers memory(part, trainer ? test::kSourceFill : test::kPoison);
+
+  const std::string library =
+      absl::GetFlag(FLAGS_library).empty() ? DefaultLibrary() : absl::GetFlag(FLAGS_library);
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
+  {
+    const ConfigFromFlags flags(trainer, rank);
+    WSYNC_RETURN_IF_ERROR(plugin->Init(flags.config));
+    if (!flags.metrics_address.empty()) {
+      Print(absl::StrCat("METRICS url=http://", flags.metrics_address, "/metrics"));
+    }
+  }
+  WSYNC_RETURN_IF_ERROR(Declare(*plugin, part, memory));
+
+  const absl::Time connect_start = absl::Now();
+  WSYNC_RETURN_IF_ERROR(plugin->Call(plugin->api().connect(plugin->session()), "connect"));
+  Print(absl::StrFormat("CONNECTED seconds=%.3f", SecondsSince(connect_start)));
+  PrintScheduleReport(*plugin);
+
   absl::Status failure;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_steps); ++version) {
-    double work_seconds = 0;
-    absl::Status verified;
-    if (trainer) {  // The RL step changes the weights, then they are published.
-      const absl::Time fill_start = absl::Now();
-      verified = Fill(part, static_cast<uint64_t>(version), memory);
-      if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) Corrupt(part, memory);
-      work_seconds = SecondsSince(fill_start);
-    }
-    const absl::Time sync_start = absl::Now();
-    const absl::Status synced = verified.ok() ? plugin->Call(api.sync(plugin->session(), version),
-                                                             absl::StrCat("sync(", version, ")"))
-                                              : verified;
-    const double sync_seconds = SecondsSince(sync_start);
-    if (!synced.ok()) {
-      verified = synced;
-    } else if (!trainer) {  // The engine would now serve version v: every byte must be right.
-      const absl::Time check_start = absl::Now();
-      verified = Check(part, static_cast<uint64_t>(version), memory);
-      work_seconds = SecondsSince(check_start);
-    }
-    wsync_stats_t stats;
-    std::memset(&stats, 0, sizeof(stats));
-    stats.struct_size = sizeof(stats);
-    if (synced.ok()) {
-      WSYNC_RETURN_IF_ERROR(plugin->Call(api.stats(plugin->session(), &stats), "stats"));
-      if (stats.version != version) {
-        verified = absl::InternalError(
-            absl::StrCat("stats describe version ", stats.version, ", not ", version));
-      }
-    }
-    Print(absl::StrFormat(
-        "STEP v=%d seconds=%.6f sent=%d received=%d direct=%d staged=%d rounds=%d arena=%d "
-        "sync_seconds=%.6f work_seconds=%.6f verified=%s",
-        version, stats.seconds, stats.sent_bytes, stats.received_bytes, stats.direct_bytes,
-        stats.staged_bytes, stats.rounds, stats.peak_arena_bytes, sync_seconds, work_seconds,
-        verified.ok() ? std::string("ok") : OneLine(std::string(verified.message()))));
-    if (!verified.ok()) {
-      all_ok = false;
-      if (failure.ok()) failure = verified;
-    }
+    WSYNC_ASSIGN_OR_RETURN(const StepOutcome step,
+                           RunStep(*plugin, part, trainer, rank, version, memory));
+    if (!step.verified.ok() && failure.ok()) failure = step.verified;
     // A failed sync (a peer lost, a deadline) ends the run; a rollout's failed check does not:
     // the next version may still be right, and the demo reports every step.
-    if (!synced.ok()) break;
+    if (!step.synced.ok()) break;
   }
   if (const double linger = absl::GetFlag(FLAGS_linger_s); linger > 0) {
     Print(absl::StrFormat("LINGER seconds=%.3f", linger));
     absl::SleepFor(absl::Seconds(linger));
   }
   WSYNC_RETURN_IF_ERROR(plugin->Finalize());
-  if (!all_ok) return failure;
-  return absl::OkStatus();
+  return failure;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "metrics/descriptors.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -338,6 +339,47 @@ TEST(MetricsFacadeTest, AddressesErrorKindsAndBuckets) {
   EXPECT_EQ(Sum(text, "wsync_sync_duration_seconds_bucket", {"le=\"0.5\""}), 1);
   EXPECT_EQ(Sum(text, "wsync_version"), -1);
   EXPECT_EQ(Sum(text, "wsync_state"), 0);
+}
+
+}  // namespace
+}  // namespace wsync
+
+namespace wsync {
+namespace {
+
+// The exposition of a fresh session has every row of kMetricDescriptors, with its help and type,
+// and no family the table lacks; every series carries `role` and the row's labels.
+TEST(MetricsDescriptorsTest, ExpositionIsTheTable) {
+  SessionMetrics metrics("rollout");
+  metrics.BindPaths({{"intra_node", "ucx", MetricDirection::kSend, 10},
+                     {"intra_node", "ucx", MetricDirection::kReceive, 20}});
+  metrics.SetPlanDigest("00ff");
+  metrics.SetCalibrationTime(absl::Now());
+  const std::string text = metrics.Text();
+  int families = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, "# TYPE ")) ++families;
+  }
+  EXPECT_EQ(families, static_cast<int>(kMetricFamilyCount));
+  for (const MetricDescriptor& row : kMetricDescriptors) {
+    SCOPED_TRACE(row.name);
+    const absl::string_view type = row.type == MetricType::kCounter ? "counter"
+                                   : row.type == MetricType::kGauge ? "gauge"
+                                                                    : "histogram";
+    EXPECT_TRUE(absl::StrContains(text, absl::StrCat("# HELP ", row.name, " ", row.help, "\n")));
+    EXPECT_TRUE(absl::StrContains(text, absl::StrCat("# TYPE ", row.name, " ", type, "\n")));
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (!absl::StartsWith(line, absl::StrCat(row.name, "{"))) continue;
+      EXPECT_TRUE(absl::StrContains(line, "role=\"rollout\"")) << line;
+      if (!row.label.empty()) {
+        EXPECT_TRUE(absl::StrContains(line, absl::StrCat(row.label, "=\""))) << line;
+      }
+      if (!row.second_label.empty()) {
+        EXPECT_TRUE(absl::StrContains(line, absl::StrCat(row.second_label, "=\""))) << line;
+      }
+    }
+  }
+  EXPECT_EQ(FindMetricDescriptor("wsync_no_such_family"), nullptr);
 }
 
 }  // namespace

@@ -9,17 +9,13 @@
 #include "planner/layout.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
+#include "tests/unit/named_layouts_testing.h"
 
 namespace wsync {
 namespace {
 
 using ::testing::HasSubstr;
-
-ModelSpec Model(const std::string& name) {
-  absl::StatusOr<ModelSpec> model = GetModel(name);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return *std::move(model);
-}
+using ::wsync::test::named::Model;
 
 std::vector<std::string> Nodes(const Layout& layout) {
   std::vector<std::string> nodes;
