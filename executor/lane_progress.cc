@@ -24,22 +24,21 @@ LaneProgress::LaneProgress(const Work& work, int32_t rounds, int32_t in_flight)
   }
 }
 
-const std::vector<int32_t>& LaneProgress::Ready(absl::Span<const int32_t> posted,
-                                                absl::Span<const std::array<bool, 2>> slot_busy) {
+const std::vector<int32_t>& LaneProgress::Ready(absl::Span<const LaneState> lanes) {
   std::sort(candidates_.begin(), candidates_.end());
   candidates_.erase(std::unique(candidates_.begin(), candidates_.end()), candidates_.end());
   const int32_t landed = Landed();
   ready_.clear();
   for (int32_t lane : candidates_) {
     const Lane& l = work_.lanes[lane];
-    const int32_t index = posted[lane];
+    const int32_t index = lanes[lane].posted;
     if (index == std::ssize(l.messages) || index - completed_[lane] >= in_flight_limit_) continue;
     const Message& next = l.messages[index];
     if (l.forwarding && l.direction == Direction::kSend && next.round > landed) {
       forwards_at_[next.round].push_back(lane);  // Above `landed`, so not released yet.
       continue;
     }
-    if (!next.direct && slot_busy[lane][next.slot]) continue;
+    if (!next.direct && lanes[lane].slot_busy[next.slot]) continue;
     ready_.push_back(lane);
   }
   candidates_.clear();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "executor/lane_state.h"
 #include "executor/work.h"
 #include "transport/transport.h"
 
@@ -28,14 +29,13 @@ class LaneProgress {
   LaneProgress(const Work& work, int32_t rounds, int32_t in_flight);
 
   // The lanes that may post their next message now, ascending: a lane with fewer than `in_flight`
-  // messages posted and not completed, whose next message (index `posted[lane]`) is direct or has
-  // its arena slot free (`slot_busy[lane]`), and, for a forwarding send, whose round is at most
-  // the round every receive lane of this process is at (the lowest round among their next
-  // messages to complete; what it forwards arrived by then). Only lanes whose state may have
+  // messages posted and not completed, whose next message (index `lanes[lane].posted`) is direct
+  // or has its arena slot free (`lanes[lane].slot_busy`), and, for a forwarding send, whose round
+  // is at most the round every receive lane of this process is at (the lowest round among their
+  // next messages to complete; what it forwards arrived by then). Only lanes whose state may have
   // changed since the last call are looked at: every lane on the first call, then those that
   // posted or completed since, and forwards whose round the receive lanes reached.
-  const std::vector<int32_t>& Ready(absl::Span<const int32_t> posted,
-                                    absl::Span<const std::array<bool, 2>> slot_busy);
+  const std::vector<int32_t>& Ready(absl::Span<const LaneState> lanes);
 
   // Message `index` of `lane` (its next one) was posted as `request`.
   void Posted(int32_t lane, int32_t index, RequestId request);

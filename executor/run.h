@@ -1,0 +1,29 @@
+#ifndef WSYNC_EXECUTOR_RUN_H_
+#define WSYNC_EXECUTOR_RUN_H_
+
+// Private to the executor: one run of a process's work once every process agreed (execute.h,
+// ExecuteTransfers): arenas, local copies, packing, posting, landing and verifying each lane's
+// messages in the order a lane driver (lane_drivers.h) gives, and on failure telling the peers,
+// draining what they still send and releasing every request within a short grace. Not
+// thread-safe: the calling thread runs it all.
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "executor/execute.h"
+#include "executor/work.h"
+#include "planner/job.h"
+#include "planner/plan.h"
+#include "transport/transport.h"
+
+namespace wsync::executor_internal {
+
+// Runs `work` (BuildWork's for this process over `segments`) with `buffers` over `transport`.
+// The stats equal the schedule's for the same inputs; on error the target buffers are partially
+// written (dirty) and no request is left posted.
+absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
+                                      Work& work, const LocalBuffers& buffers, Transport& transport,
+                                      const ExecuteOptions& options);
+
+}  // namespace wsync::executor_internal
+
+#endif  // WSYNC_EXECUTOR_RUN_H_
