@@ -38,95 +38,22 @@
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/random_named_layouts.h"
 #include "tests/testing/reference.h"
+#include "tests/unit/plan_property_support.h"
 
 namespace wsync {
 namespace {
 
 using test::LayoutPair;
-
-constexpr uint64_t kDefaultFirstSeed = 1000;
-constexpr int64_t kDefaultPairs = 1000;
-constexpr uint64_t kVersion = 7;
-constexpr int kMaxReportedFailures = 5;
-
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? fallback : std::strtoll(value, nullptr, 10);
-}
-
-uint64_t FirstSeed() { return EnvInt("WSYNC_PROPERTY_SEED", kDefaultFirstSeed); }
-int64_t NumPairs(int64_t fallback = kDefaultPairs) {
-  const int64_t scaled =
-      std::max<int64_t>(1, fallback * EnvInt("WSYNC_PROPERTY_PERCENT", 100) / 100);
-  return EnvInt("WSYNC_PROPERTY_PAIRS", scaled);
-}
-
-LayoutPair PairForSeed(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return test::RandomLayoutPair(rng);
-}
-
-std::vector<std::unique_ptr<ReplicaPolicy>> Policies(uint64_t seed, const Job& job) {
-  std::vector<std::unique_ptr<ReplicaPolicy>> policies;
-  for (const char* name : {"first_holder", "local_first_least_loaded"}) {
-    absl::StatusOr<std::unique_ptr<ReplicaPolicy>> policy = MakeReplicaPolicy(name);
-    EXPECT_TRUE(policy.ok()) << name << ": " << policy.status();
-    if (policy.ok()) policies.push_back(*std::move(policy));
-  }
-  policies.push_back(std::make_unique<test::RandomAnswersPolicy>(seed));
-  // Cost-aware with links that differ by path class and a small split size, so that its splits
-  // along axis 0 are exercised too.
-  // A second one also prices the job's node links (each ordered pair of nodes shares a
-  // capacity below one pair's), so that its choices balance bytes across node boundaries.
-  CostAwareOptions cost_options;
-  cost_options.min_split_bytes = 8;
-  const LinkFits fits =
-      *FitLinks(*SyntheticCalibration("intra_node=5us,20GB/s;inter_node=20us,5GB/s"));
-  policies.push_back(MakeCostAwarePolicy(fits, cost_options));
-  LinkFits with_node_links = fits;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    with_node_links.nodes.push_back(absl::StrCat("n", job.NodeIndex(p)));
-  }
-  for (const std::string& from : with_node_links.nodes) {
-    for (const std::string& to : with_node_links.nodes) {
-      if (from != to) with_node_links.node_link[{from, to}] = LinkFit{20e-6, 2e9, 0, 2};
-    }
-  }
-  policies.push_back(MakeCostAwarePolicy(std::move(with_node_links), cost_options));
-  return policies;
-}
-
-absl::Status Annotate(const absl::Status& status, absl::string_view context) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
-
-template <typename T>
-absl::StatusOr<T> Annotate(absl::StatusOr<T> value, absl::string_view context) {
-  if (value.ok()) return value;
-  return Annotate(value.status(), context);
-}
-
-std::string SegmentToString(const Segment& s) {
-  return absl::StrCat("{param ", s.param, " box ", BoxToString(s.box), " from p", s.from.process,
-                      "/b", s.from.buffer, "@", s.from.offset, DimsToString(s.from.strides),
-                      " to p", s.to.process, "/b", s.to.buffer, "@", s.to.offset,
-                      DimsToString(s.to.strides), "}");
-}
-
-// OK when the two segment lists are equal; otherwise names the first difference.
-absl::Status CompareSegments(const std::vector<Segment>& expected,
-                             const std::vector<Segment>& actual) {
-  for (size_t i = 0; i < std::max(expected.size(), actual.size()); ++i) {
-    if (i >= expected.size() || i >= actual.size() || !(expected[i] == actual[i])) {
-      return absl::InternalError(
-          absl::StrCat("segment ", i, " differs (", expected.size(), " vs ", actual.size(),
-                       " segments): ", i < expected.size() ? SegmentToString(expected[i]) : "none",
-                       " vs ", i < actual.size() ? SegmentToString(actual[i]) : "none"));
-    }
-  }
-  return absl::OkStatus();
-}
+using test::property::Annotate;
+using test::property::CompareSegments;
+using test::property::DescribeGenericPair;
+using test::property::ForEachSeed;
+using test::property::kDefaultPairs;
+using test::property::kVersion;
+using test::property::NumPairs;
+using test::property::PairForSeed;
+using test::property::Policies;
+using test::property::SegmentToString;
 
 // Counters of what the random pairs exercised, so a generator regression that stops producing
 // some kind of layout is noticed.
@@ -244,33 +171,6 @@ absl::Status CheckPair(const LayoutPair& pair, uint64_t seed, Coverage* coverage
 
 absl::Status CheckPair(uint64_t seed, Coverage* coverage) {
   return CheckPair(PairForSeed(seed), seed, coverage);
-}
-
-std::string DescribeGenericPair(uint64_t seed) {
-  const LayoutPair pair = PairForSeed(seed);
-  return test::LayoutToString(pair.source) + test::LayoutToString(pair.target);
-}
-
-// Runs `check` for NumPairs() consecutive seeds, reporting the first failures with their seeds
-// (and `describe` of the first one: by default the generic pair's layouts) and failing the test if
-// any seed failed.
-template <typename Check>
-void ForEachSeed(int64_t default_pairs, Check check,
-                 std::string (*describe)(uint64_t) = DescribeGenericPair) {
-  const uint64_t first = FirstSeed();
-  const int64_t pairs = NumPairs(default_pairs);
-  int64_t failures = 0;
-  for (int64_t i = 0; i < pairs; ++i) {
-    const uint64_t seed = first + static_cast<uint64_t>(i);
-    const absl::Status status = check(seed);
-    if (status.ok()) continue;
-    if (++failures <= kMaxReportedFailures) {
-      ADD_FAILURE() << "seed " << seed << " (rerun with WSYNC_PROPERTY_SEED=" << seed
-                    << " WSYNC_PROPERTY_PAIRS=1): " << status;
-      if (failures == 1) std::cout << describe(seed);
-    }
-  }
-  EXPECT_EQ(failures, 0) << "of " << pairs << " seeds starting at " << first;
 }
 
 TEST(LogicalValueTest, DiffersBetweenNeighboursParametersAndVersions) {
@@ -546,152 +446,6 @@ absl::Status CheckCorruptionsAreCaught(uint64_t seed) {
 
 TEST(PlanPropertyTest, CorruptedPlansFailTheProofAndTheReference) {
   ForEachSeed(200, CheckCorruptionsAreCaught);
-}
-
-// Relaying forced on: the plan of every policy is exact by the proof and the reference; each
-// process's plan is the full plan's segments of that process plus those received by a relay that
-// forwards to it from a trainer; the digest is the same for every process and covers the relays;
-// the inter-node bytes saved are (k-1) copies of each relayed box; a forward re-pointed by one
-// element, or left without its stage-1 segment, is refused by the proof and caught by the
-// reference.
-struct RelayCoverage {
-  int64_t relays = 0;
-  int64_t arena_relays = 0;
-  int64_t pairs_with_relays = 0;
-};
-
-absl::Status CheckRelayedPlan(const Job& job, const LayoutPair& pair, const ReplicaPolicy& policy,
-                              RelayCoverage* coverage) {
-  PlanOptions options;
-  options.relay.mode = RelayMode::kAlways;
-  options.relay.arena_bytes = 256;  // Small, so that some boxes do not fit an arena.
-  WSYNC_ASSIGN_OR_RETURN(const Plan plan, Annotate(MakePlan(job, policy, options), "full plan"));
-  WSYNC_RETURN_IF_ERROR(Annotate(ProveExact(job, plan.segments), "ProveExact of the full plan"));
-  WSYNC_RETURN_IF_ERROR(
-      Annotate(test::RunReference(job, plan.segments, pair.source, pair.target, kVersion),
-               "reference run of the full plan"));
-  WSYNC_ASSIGN_OR_RETURN(const Plan direct, Annotate(MakePlan(job, policy), "plan without relay"));
-  int64_t saved = 0;
-  for (const Relay& relay : plan.relays) {
-    ++coverage->relays;
-    if (relay.in_arena) ++coverage->arena_relays;
-    saved +=
-        (static_cast<int64_t>(relay.receivers.size()) - (relay.in_arena ? 1 : 0)) * relay.bytes;
-  }
-  if (!plan.relays.empty()) ++coverage->pairs_with_relays;
-  if (plan.inter_node_bytes_without_relay != direct.inter_node_bytes ||
-      plan.inter_node_bytes != direct.inter_node_bytes - saved) {
-    return absl::InternalError(absl::StrCat("inter-node bytes ", plan.inter_node_bytes,
-                                            " (without relay ", plan.inter_node_bytes_without_relay,
-                                            ") but the direct plan moves ", direct.inter_node_bytes,
-                                            " and the relays save ", saved));
-  }
-  if (plan.relays.empty() != (plan.digest == direct.digest)) {
-    return absl::InternalError("the digest does not follow whether anything is relayed");
-  }
-  for (int32_t id = 0; id < job.num_processes(); ++id) {
-    PlanOptions mine_options = options;
-    mine_options.process = id;
-    const std::string context = absl::StrCat("relayed plan of process ", id);
-    WSYNC_ASSIGN_OR_RETURN(const Plan mine, Annotate(MakePlan(job, policy, mine_options), context));
-    std::set<int32_t> feeders;
-    for (const Segment& segment : plan.segments) {
-      if (segment.to.process == id && !job.IsSource(segment.from.process)) {
-        feeders.insert(segment.from.process);
-      }
-    }
-    std::vector<Segment> expected;
-    for (const Segment& segment : plan.segments) {
-      if (segment.from.process == id || segment.to.process == id ||
-          (feeders.contains(segment.to.process) && job.IsSource(segment.from.process))) {
-        expected.push_back(segment);
-      }
-    }
-    WSYNC_RETURN_IF_ERROR(Annotate(CompareSegments(expected, mine.segments), context));
-    if (mine.digest != plan.digest || !(mine.relays == plan.relays)) {
-      return absl::InternalError(absl::StrCat(context, ": digest or relays differ"));
-    }
-    if (!job.IsSource(id))
-      WSYNC_RETURN_IF_ERROR(Annotate(ProveExact(job, mine.segments, id), context));
-  }
-  // Corrupt one forward, and drop the stage-1 segment of another.
-  for (size_t i = 0; i < plan.segments.size(); ++i) {
-    if (job.IsSource(plan.segments[i].from.process)) continue;
-    std::vector<Segment> shifted = plan.segments;
-    shifted[i].from.offset += 1;
-    std::vector<Segment> orphaned = plan.segments;
-    std::erase_if(orphaned, [&](const Segment& s) {
-      return job.IsSource(s.from.process) && s.to.process == plan.segments[i].from.process &&
-             s.to.buffer == plan.segments[i].from.buffer &&
-             s.to.offset == plan.segments[i].from.offset && s.box == plan.segments[i].box &&
-             s.param == plan.segments[i].param;
-    });
-    for (const auto& [name, corrupted] :
-         {std::pair<std::string, const std::vector<Segment>*>{"shifted forward", &shifted},
-          {"forward without its stage 1", &orphaned}}) {
-      if (ProveExact(job, *corrupted).ok()) {
-        return absl::InternalError(absl::StrCat("ProveExact accepts a ", name));
-      }
-      if (test::RunReference(job, *corrupted, pair.source, pair.target, kVersion).ok()) {
-        return absl::InternalError(absl::StrCat("the reference accepts a ", name));
-      }
-    }
-    break;
-  }
-  return absl::OkStatus();
-}
-
-TEST(PlanPropertyTest, RandomMultiNodePairsRelayedExactly) {
-  RelayCoverage coverage;
-  int64_t pairs = 0;
-  ForEachSeed(300, [&](uint64_t seed) -> absl::Status {
-    std::mt19937_64 rng(seed);
-    test::RandomLayoutOptions options;
-    options.max_nodes = 2;  // Few nodes, so that several rollouts of a node share boxes.
-    options.max_processes = 8;
-    const LayoutPair pair = test::RandomLayoutPair(rng, options);
-    WSYNC_ASSIGN_OR_RETURN(const Job job, Annotate(Job::Create(pair.source, pair.target), "job"));
-    ++pairs;
-    for (const std::unique_ptr<ReplicaPolicy>& policy : Policies(seed, job)) {
-      WSYNC_RETURN_IF_ERROR(
-          Annotate(CheckRelayedPlan(job, pair, *policy, &coverage), policy->name()));
-    }
-    return absl::OkStatus();
-  });
-  std::cout << "pairs " << pairs << ", plans with relays " << coverage.pairs_with_relays
-            << ", relays " << coverage.relays << " (" << coverage.arena_relays
-            << " through an arena)\n";
-  if (pairs >= 100) {
-    EXPECT_GT(coverage.pairs_with_relays, pairs / 5);
-    EXPECT_GT(coverage.arena_relays, 0);
-  }
-}
-
-// The random policy's answers are valid, a function of each request alone (not of its position),
-// and split some regions.
-absl::Status CheckRandomAnswers(uint64_t seed) {
-  const LayoutPair pair = PairForSeed(seed);
-  WSYNC_ASSIGN_OR_RETURN(const Job job, Job::Create(pair.source, pair.target));
-  const std::unique_ptr<ReplicaPolicy> first = MakeFirstHolderPolicy();
-  WSYNC_ASSIGN_OR_RETURN(const Plan plan, MakePlan(job, *first));
-  const test::RandomAnswersPolicy policy(seed);
-  WSYNC_ASSIGN_OR_RETURN(const std::vector<ReplicaAnswer> answers,
-                         policy.Choose(job, plan.requests, plan.fixed_traffic));
-  if (answers.size() != plan.requests.size()) return absl::InternalError("answer count");
-  std::vector<ReplicaRequest> reversed(plan.requests.rbegin(), plan.requests.rend());
-  WSYNC_ASSIGN_OR_RETURN(const std::vector<ReplicaAnswer> reversed_answers,
-                         policy.Choose(job, reversed, plan.fixed_traffic));
-  for (size_t r = 0; r < answers.size(); ++r) {
-    WSYNC_RETURN_IF_ERROR(CheckAnswer(plan.requests[r], answers[r]));
-    if (!(answers[r] == reversed_answers[answers.size() - 1 - r])) {
-      return absl::InternalError(absl::StrCat("answer ", r, " depends on the request order"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-TEST(RandomAnswersPolicyTest, AnswersAreValidAndDependOnlyOnTheRequest) {
-  ForEachSeed(100, CheckRandomAnswers);
 }
 
 }  // namespace
