@@ -17,6 +17,7 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/policy.h"
+#include "plugin/roster_check.h"
 #include "plugin/transport_setup.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
@@ -445,6 +446,10 @@ absl::Status Session::ConnectOnce() {
   join.metadata = CalibrationMetadata(process_, config_.calibration_file, &calibration_read);
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client_->Join(join, deadline));
   WSYNC_RETURN_IF_ERROR(calibration_read);
+  // Nothing from the wire is trusted for memory safety: this process's entry is what it sent.
+  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
+      roster, process_, config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout,
+      config_.rank, join.manifest));
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());
@@ -457,6 +462,8 @@ absl::Status Session::ConnectOnce() {
   if (calibration_.fits) metrics_->SetCalibrationTime(calibration_.measured);
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
+  // Everything this process will touch lies in what it registered, with the registered sizes.
+  WSYNC_RETURN_IF_ERROR(CheckOwnMemory(*job_, plan_.segments, process_, part_.buffers));
 
   // Each peer's transport by (path class, memory kind); with CUDA buffers in the job, one more
   // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
