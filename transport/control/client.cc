@@ -152,7 +152,12 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   }
 
   frame = ReadFrame(fd, reader_, deadline);
-  if (!frame.ok()) return Wrap(frame.status(), absl::StrCat(Prefix(), "no welcome: "));
+  if (!frame.ok()) {
+    // Closed before a Welcome (a coordinator under a flood of connections displaces pending ones):
+    // nothing was established, so another try is safe.
+    *retry = absl::IsUnavailable(frame.status());
+    return Wrap(frame.status(), absl::StrCat(Prefix(), "no welcome: "));
+  }
   if (frame->has_reject()) {
     const absl::Status refused = StatusFromWire(frame->reject().code(), frame->reject().reason());
     *retry = absl::IsResourceExhausted(refused);

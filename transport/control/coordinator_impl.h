@@ -81,8 +81,10 @@ class Coordinator::Impl {
     explicit Connection(UniqueFd socket, int64_t cap) : fd(std::move(socket)), reader(cap) {}
     UniqueFd fd;
     std::string peer;
+    std::string source;  // The peer's address without its port: per-source limits count by it.
     Phase phase = Phase::kHandshake;
     std::string nonce;
+    absl::Time accepted_at = absl::InfinitePast();
     absl::Time handshake_deadline = absl::InfiniteFuture();
     absl::Time frame_deadline = absl::InfiniteFuture();  // Set while a frame is incomplete.
     FrameReader reader;
