@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/failpoint.h"
 #include "common/hash.h"
 #include "common/status.h"
 #include "executor/agreement.h"
@@ -720,7 +721,13 @@ absl::Status Session::SyncBegin(int64_t version) {
   sync_outcome_.reset();
   SetState(SessionState::kSyncing);
   sync_thread_ = std::thread([this, version] {
-    absl::Status status = RunStep(version);
+    absl::Status status;
+    try {  // The exception firewall of the sync_begin thread.
+      failpoint::Evaluate("sync_thread");
+      status = RunStep(version);
+    } catch (...) {
+      status = ThreadFailed("sync_begin thread");
+    }
     sync_outcome_ = std::move(status);
     sync_done_ = true;
   });
@@ -740,10 +747,32 @@ std::optional<absl::Status> Session::SyncTest() {
 void Session::BackgroundLoop() {
   // A failed sync leaves this rollout dirty and the loop waits for the next trigger (after a lost
   // process, once it was replaced); it ends when the session is finalized or the job's control
-  // connection is gone.
-  while (!finalizing_) {
-    absl::Status status = Remember(RunStep(std::nullopt));
-    if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
+  // connection is gone, or at an exception (the firewall: it becomes the session's error).
+  try {
+    while (!finalizing_) {
+      failpoint::Evaluate("background_thread");
+      absl::Status status = Remember(RunStep(std::nullopt));
+      if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
+    }
+  } catch (...) {
+    ThreadFailed("trainer-triggered thread");
+  }
+}
+
+absl::Status Session::ThreadFailed(absl::string_view thread) {
+  absl::Status status = StatusOfCurrentException(absl::StrCat("wsync ", thread));
+  try {
+    // The step was cut short: its peers learn at once (nothing of it may complete later), and the
+    // session keeps the error; every later sync fails with it (finalize and start anew).
+    Abort(status);
+    {
+      absl::MutexLock lock(&mu_);
+      state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
+    }
+    metrics_->RecordError(status);
+    return Remember(status);
+  } catch (...) {
+    return status;
   }
 }
 

@@ -100,7 +100,15 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
         if (!client->stop_fd_.valid() || !client->notice_fd_.valid()) {
           return absl::InternalError(absl::StrCat(client->Prefix(), "eventfd failed"));
         }
-        client->keepalive_ = std::thread([c = client.get()] { c->KeepAlive(); });
+        // The exception firewall of the heartbeat thread: an exception closes the connection
+        // with it (every call then fails with it), never the host process.
+        client->keepalive_ = std::thread([c = client.get()] {
+          try {
+            c->KeepAlive();
+          } catch (...) {
+            c->Close(StatusOfCurrentException(absl::StrCat(c->Prefix(), "heartbeat thread")));
+          }
+        });
       }
       return client;
     }
@@ -560,6 +568,7 @@ void ControlClient::KeepAlive() {
   absl::Time next_beat = heard_at + heartbeat_interval_;
   bool poll_connection = true;
   while (!closed_.load()) {
+    failpoint::Evaluate("keepalive_thread");
     pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
     const absl::Time wake = std::min(next_beat, heard_at + silence_limit_);
     const int ready = poll(fds, 2, PollTimeoutMs(wake));

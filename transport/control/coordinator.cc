@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <set>
@@ -737,7 +738,21 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   coordinator->impl_ =
       std::make_unique<Impl>(std::move(options), std::move(listen_fd), std::move(wake_fd));
   absl::MutexLock lock(&coordinator->stop_mu_);
-  coordinator->thread_ = std::thread([impl = coordinator->impl_.get()] { impl->Run(); });
+  // The exception firewall of the serving thread: an exception ends serving as Stop would (every
+  // connection gets a best-effort Reject and closes), so clients fail with "lost the coordinator"
+  // instead of the host process terminating.
+  coordinator->thread_ = std::thread([impl = coordinator->impl_.get()] {
+    try {
+      impl->Run();
+    } catch (...) {
+      const absl::Status failed = StatusOfCurrentException("wsync coordinator thread");
+      std::fprintf(stderr, "%s\n", failed.ToString().c_str());
+      try {
+        impl->Shutdown();
+      } catch (...) {
+      }
+    }
+  });
   return coordinator;
 }
 

@@ -60,6 +60,8 @@ class Coordinator::Impl {
   ~Impl() { WipeSecret(options_.secret); }
 
   void Run();
+  // Closes every connection (best-effort Reject). Also the serving thread's exception firewall.
+  void Shutdown();
   void RequestStop() {
     stop_.store(true);
     const uint64_t one = 1;
@@ -151,7 +153,6 @@ class Coordinator::Impl {
   void DiscountOwnStall(absl::Duration late);
   void FlushAll();
   void Sweep(absl::Time now);
-  void Shutdown();
   absl::Time NextDeadline() const;
   void HandleTimers(absl::Time now);
 
