@@ -20,6 +20,7 @@
 #include "planner/policy.h"
 #include "plugin/roster_check.h"
 #include "plugin/transport_setup.h"
+#include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
 #include "transport/control/loss_watch.h"
@@ -119,7 +120,10 @@ Session::Session(SessionConfig config, std::string secret)
   part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id});
 }
 
-Session::~Session() { Finalize(); }
+Session::~Session() {
+  Finalize();
+  WipeSecret(secret_);
+}
 
 absl::Status Session::RequireState(SessionState wanted, absl::string_view call) const {
   absl::MutexLock lock(&mu_);
@@ -370,6 +374,11 @@ absl::Status Session::Connect() {
   WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "connect"));
   absl::Status status = ConnectOnce();
   metrics_->RecordError(status);
+  // The secret is needed until a connect succeeded (a failed one may be retried): then it is
+  // wiped. Whatever needs it later keeps its own copy and wipes it itself: a hosted coordinator
+  // (every Hello, a replacement's too; wiped when it stops). Keys derived from it for the data
+  // path are derived in ConnectOnce, before this point.
+  if (status.ok()) WipeSecret(secret_);
   if (!status.ok()) {
     // Back to a clean REGISTERED session, so that a retry starts from scratch.
     DropConnection();
@@ -434,6 +443,8 @@ absl::Status Session::ConnectOnce() {
     absl::MutexLock lock(&handles_mu_);
     client_ = std::move(client);
   }
+  // Keys derived from the job secret for this connection belong here: `secret_` is still held
+  // (Connect wipes it once this function succeeded).
 
   // One UCX worker per distinct transport choice; peers are routed by path class below.
   WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(config_.path_transports));

@@ -187,6 +187,8 @@ class Session {
   void RecordCoordinatorRefusals();
 
   SessionConfig config_;
+  // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
+  // at destruction. A hosted coordinator and the control client keep copies of their own.
   std::string secret_;
   Layout part_;
   std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.

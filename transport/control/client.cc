@@ -94,6 +94,8 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
     bool retry = false;
     absl::Status handshake = client->Handshake(deadline, &retry);
     if (handshake.ok()) {
+      // Needed only for the handshake: wiped now rather than at destruction.
+      WipeSecret(client->options_.secret);
       if (client->heartbeat_interval_ > absl::ZeroDuration()) {
         client->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
         client->notice_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -177,7 +179,7 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   }
   const control::Welcome& welcome = frame->welcome();
   const std::string expected =
-      WelcomeMac(options_.secret, client_nonce, nonce, options_.job_id, welcome.process());
+      WelcomeMac(options_.secret, client_nonce, nonce, options_.job_id, WelcomeFieldsOf(welcome));
   if (!ConstantTimeEquals(expected, welcome.mac())) {
     return absl::UnauthenticatedError(
         absl::StrCat(Prefix(), "the coordinator could not prove that it holds the job's secret"));

@@ -542,11 +542,12 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   welcome->set_num_trainers(options_.num_trainers);
   welcome->set_num_rollouts(options_.num_rollouts);
   welcome->set_max_frame_bytes(options_.max_frame_bytes);
-  welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id, id));
   if (c.heartbeats) {
     welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
     welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(options_.silence_limit));
   }
+  welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id,
+                              WelcomeFieldsOf(*welcome)));
   Send(c, frame);
 }
 
