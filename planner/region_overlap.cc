@@ -265,8 +265,7 @@ OverlapResult CheckAcrossClasses(std::vector<Unit>& units, Budget& budget) {
 
 }  // namespace
 
-OverlapResult FindRegionOverlap(const std::vector<StridedRegion>& regions, int64_t budget_steps) {
-  Budget budget(budget_steps);
+static OverlapResult FindRegionOverlapIn(const std::vector<StridedRegion>& regions, Budget& budget) {
   std::vector<Unit> units;
   for (int i = 0; i < static_cast<int>(regions.size()); ++i) {
     if (!AppendUnits(regions[i], i, budget, units)) return TooComplex();
@@ -304,11 +303,10 @@ OverlapResult BoxesRank2(const std::vector<Box>& boxes, int sweep) {
 
 }  // namespace
 
-OverlapResult FindBoxOverlap(const std::vector<Box>& boxes, int64_t budget_steps) {
+static OverlapResult FindBoxOverlapIn(const std::vector<Box>& boxes, Budget& budget) {
   if (boxes.size() < 2) return {};
   const int rank = boxes[0].rank();
   if (rank == 0) return Found(0, 1);  // Every rank-0 box is the whole scalar.
-  Budget budget(budget_steps);
   if (!budget.Take(static_cast<int64_t>(boxes.size()))) return TooComplex();
   if (rank == 1) {
     std::vector<int> order(boxes.size());
@@ -354,6 +352,20 @@ OverlapResult FindBoxOverlap(const std::vector<Box>& boxes, int64_t budget_steps
     active.push_back(index);
   }
   return {};
+}
+
+OverlapResult FindRegionOverlap(const std::vector<StridedRegion>& regions, int64_t budget_steps) {
+  Budget budget(budget_steps);
+  OverlapResult result = FindRegionOverlapIn(regions, budget);
+  result.steps = budget_steps - std::max<int64_t>(budget.steps(), 0);
+  return result;
+}
+
+OverlapResult FindBoxOverlap(const std::vector<Box>& boxes, int64_t budget_steps) {
+  Budget budget(budget_steps);
+  OverlapResult result = FindBoxOverlapIn(boxes, budget);
+  result.steps = budget_steps - std::max<int64_t>(budget.steps(), 0);
+  return result;
 }
 
 }  // namespace wsync

@@ -32,10 +32,12 @@ struct OverlapResult {
   bool too_complex = false;
   int first = -1;  // With `overlap`: the indices of two overlapping inputs, first < second.
   int second = -1;
+  int64_t steps = 0;  // Work spent, so that callers can share one budget over many searches.
 };
 
 // Work (about one step per region, per sweep event and per split of a pairwise check) beyond which
 // FindRegionOverlap and FindBoxOverlap give up with `too_complex`: about a quarter of a second.
+// ValidateLayout spends one such budget on the whole layout (all buffers and parameters).
 inline constexpr int64_t kOverlapWorkBudget = int64_t{1} << 24;
 
 // Whether any two of `regions` share an address. Exact within the budget, for any injective strides:

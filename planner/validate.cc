@@ -79,12 +79,13 @@ struct ByteRegion {
 // Pieces of one buffer must not share a byte. Bounded work however the pieces interleave
 // (planner/region_overlap.h); a buffer whose pieces would take longer is refused.
 absl::Status ValidateBufferDisjoint(const Layout& layout, const BufferInfo& buffer,
-                                    const std::vector<ByteRegion>& regions) {
+                                    const std::vector<ByteRegion>& regions, int64_t& budget) {
   if (regions.size() < 2) return absl::OkStatus();
   std::vector<StridedRegion> list;
   list.reserve(regions.size());
   for (const ByteRegion& region : regions) list.push_back(region.region);
-  const OverlapResult result = FindRegionOverlap(list);
+  const OverlapResult result = FindRegionOverlap(list, budget);
+  budget -= result.steps;
   if (result.too_complex) {
     return absl::InvalidArgumentError(absl::StrCat(
         RoleName(layout.role), " buffer ", buffer.id, " of process ", buffer.process, ": its ",
@@ -102,7 +103,7 @@ absl::Status ValidateBufferDisjoint(const Layout& layout, const BufferInfo& buff
 
 // Holders of one parameter hold either equal or disjoint boxes: the distinct boxes are pairwise
 // disjoint. Bounded work (planner/region_overlap.h).
-absl::Status ValidateHolders(const Layout& layout) {
+absl::Status ValidateHolders(const Layout& layout, int64_t& budget) {
   std::vector<std::vector<int>> by_param(layout.params.size());
   for (int i = 0; i < static_cast<int>(layout.pieces.size()); ++i) {
     if (Volume(layout.pieces[i].box) > 0) by_param[layout.pieces[i].param].push_back(i);
@@ -120,7 +121,8 @@ absl::Status ValidateHolders(const Layout& layout) {
     std::vector<Box> boxes;
     boxes.reserve(distinct.size());
     for (int index : distinct) boxes.push_back(layout.pieces[index].box);
-    const OverlapResult result = FindBoxOverlap(boxes);
+    const OverlapResult result = FindBoxOverlap(boxes, budget);
+    budget -= result.steps;
     if (result.too_complex) {
       const Piece& piece = layout.pieces[distinct[0]];
       return absl::InvalidArgumentError(absl::StrCat(
@@ -227,10 +229,13 @@ absl::Status ValidateLayout(const Layout& layout) {
     region.region.strides.push_back(1);
     regions_by_buffer[buffer_it->second].push_back(std::move(region));
   }
+  // One budget for the whole layout: many buffers or parameters cannot multiply it.
+  int64_t budget = kOverlapWorkBudget;
   for (size_t b = 0; b < regions_by_buffer.size(); ++b) {
-    WSYNC_RETURN_IF_ERROR(ValidateBufferDisjoint(layout, layout.buffers[b], regions_by_buffer[b]));
+    WSYNC_RETURN_IF_ERROR(
+        ValidateBufferDisjoint(layout, layout.buffers[b], regions_by_buffer[b], budget));
   }
-  return ValidateHolders(layout);
+  return ValidateHolders(layout, budget);
 }
 
 namespace {
