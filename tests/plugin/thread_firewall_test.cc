@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
 #include "common/status.h"
@@ -17,6 +18,8 @@
 #include "gtest/gtest.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
+#include "tests/unit/control_job.h"
+#include "transport/control/loss_watch.h"
 #include "tests/testing/reference.h"
 
 namespace wsync {
@@ -136,6 +139,42 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheHeartbeatThreadClosesTheConnectionWit
   EXPECT_THAT(status.message(), HasSubstr("heartbeat thread: internal error: exception"));
   ASSERT_TRUE(failpoint::SetForTesting("").ok());
   for (Process& process : processes) process.session->Finalize();
+}
+
+TEST_F(ThreadFirewallTest, AnExceptionInTheCoordinatorThreadEndsServingNotTheProcess) {
+  control_testing::Job job = control_testing::StartJob(2, 0, control_testing::Options(2, 0));
+  ASSERT_TRUE(failpoint::SetForTesting("coordinator_thread:throw@1+").ok());
+  // The serving thread's next turn throws: it stops serving (every connection closed), so the
+  // clients' calls fail with a lost coordinator instead of this process terminating.
+  const absl::Status status =
+      job.clients[0]->AllGather("x", absl::Now() + absl::Seconds(10)).status();
+  EXPECT_FALSE(status.ok());
+  ASSERT_TRUE(failpoint::SetForTesting("").ok());
+  job.clients.clear();
+  job.coordinator->Stop();
+}
+
+TEST_F(ThreadFirewallTest, AnExceptionInTheLossWatchThreadReportsThePeersLostWithIt) {
+  control_testing::Job job = control_testing::StartJob(2, 0, control_testing::Options(2, 0));
+  absl::Mutex mu;
+  std::vector<std::string> reported;
+  ASSERT_TRUE(failpoint::SetForTesting("loss_watch_thread:throw@1").ok());
+  {
+    LossWatch watch(*job.clients[0], [&](int32_t process, const absl::Status& reason) {
+      absl::MutexLock lock(&mu);
+      reported.push_back(absl::StrCat(process, ": ", reason.message()));
+    });
+    const absl::Time until = absl::Now() + absl::Seconds(10);
+    auto any = [&] {
+      absl::MutexLock lock(&mu);
+      return !reported.empty();
+    };
+    while (!any() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(failpoint::SetForTesting("").ok());
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_THAT(reported[0], HasSubstr("1: wsync loss watch thread: internal error: exception"));
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator_impl.h"
@@ -91,6 +92,7 @@ void Coordinator::Impl::Run() {
   std::vector<pollfd> fds;
   std::vector<Connection*> polled;
   while (!stop_.load()) {
+    failpoint::Evaluate("coordinator_thread");
     const absl::Time now = absl::Now();
     const bool accepting = now >= accept_paused_until_;
     fds.clear();
