@@ -84,15 +84,15 @@ absl::Status CheckDisjoint(const Job& job, absl::Span<const Segment> segments,
   }
   const OverlapResult result = FindBoxOverlap(boxes);
   if (result.too_complex) {
-    return absl::InternalError(absl::StrCat(
-        DescribeSegment(job, segments[parts[0].first]), " is one of ", parts.size(),
-        " parts of a target piece, too many to check for overlap within ", kOverlapWorkBudget,
-        " steps"));
+    return absl::InternalError(
+        absl::StrCat(DescribeSegment(job, segments[parts[0].first]), " is one of ", parts.size(),
+                     " parts of a target piece, too many to check for overlap within ",
+                     kOverlapWorkBudget, " steps"));
   }
   if (result.overlap) {
-    return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[parts[result.second].first]),
-                                            " overlaps ",
-                                            DescribeSegment(job, segments[parts[result.first].first])));
+    return absl::InternalError(
+        absl::StrCat(DescribeSegment(job, segments[parts[result.second].first]), " overlaps ",
+                     DescribeSegment(job, segments[parts[result.first].first])));
   }
   return absl::OkStatus();
 }

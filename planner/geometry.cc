@@ -210,8 +210,7 @@ bool RegionsOverlap(const Dims& extent_a, int64_t offset_a, const Dims& strides_
 
 std::optional<bool> RegionsOverlapWithin(const Dims& extent_a, int64_t offset_a,
                                          const Dims& strides_a, const Dims& extent_b,
-                                         int64_t offset_b, const Dims& strides_b,
-                                         int64_t& steps) {
+                                         int64_t offset_b, const Dims& strides_b, int64_t& steps) {
   if (Volume(extent_a) == 0 || Volume(extent_b) == 0) return false;
   return Overlap(MakeRegion(extent_a, offset_a, strides_a),
                  MakeRegion(extent_b, offset_b, strides_b), &steps);

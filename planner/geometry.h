@@ -95,8 +95,7 @@ bool RegionsOverlap(const Dims& extent_a, int64_t offset_a, const Dims& strides_
 // `steps` falls below zero before the answer is known.
 std::optional<bool> RegionsOverlapWithin(const Dims& extent_a, int64_t offset_a,
                                          const Dims& strides_a, const Dims& extent_b,
-                                         int64_t offset_b, const Dims& strides_b,
-                                         int64_t& steps);
+                                         int64_t offset_b, const Dims& strides_b, int64_t& steps);
 
 // Address of `index` (absolute logical coordinates inside `box`) for a region that maps box.origin
 // to `offset` with `strides`. Callers pass validated regions.

@@ -265,7 +265,8 @@ OverlapResult CheckAcrossClasses(std::vector<Unit>& units, Budget& budget) {
 
 }  // namespace
 
-static OverlapResult FindRegionOverlapIn(const std::vector<StridedRegion>& regions, Budget& budget) {
+static OverlapResult FindRegionOverlapIn(const std::vector<StridedRegion>& regions,
+                                         Budget& budget) {
   std::vector<Unit> units;
   for (int i = 0; i < static_cast<int>(regions.size()); ++i) {
     if (!AppendUnits(regions[i], i, budget, units)) return TooComplex();

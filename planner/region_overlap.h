@@ -18,15 +18,17 @@
 namespace wsync {
 
 // A region of a buffer: the addresses offset + sum_a i[a] * strides[a] for 0 <= i[a] < extent[a].
-// Callers pass regions that passed RegionSpan (no overflow, non-negative addresses) and IsInjective.
+// Callers pass regions that passed RegionSpan (no overflow, non-negative addresses) and
+// IsInjective.
 struct StridedRegion {
   Dims extent;
   Dims strides;
   int64_t offset = 0;
 };
 
-// The outcome of a search: two indices of regions (or boxes) that share an element, or `too_complex`
-// when deciding would take more than the work budget (nothing is claimed about overlap then).
+// The outcome of a search: two indices of regions (or boxes) that share an element, or
+// `too_complex` when deciding would take more than the work budget (nothing is claimed about
+// overlap then).
 struct OverlapResult {
   bool overlap = false;
   bool too_complex = false;
@@ -40,11 +42,12 @@ struct OverlapResult {
 // ValidateLayout spends one such budget on the whole layout (all buffers and parameters).
 inline constexpr int64_t kOverlapWorkBudget = int64_t{1} << 24;
 
-// Whether any two of `regions` share an address. Exact within the budget, for any injective strides:
-// each region is rewritten as runs of consecutive addresses repeated at one stride ("rows"), regions
-// of equal row stride are checked together by a sweep over rows (O(n log n), however finely they
-// interleave), contiguous regions by sorting, and only pairs of different row strides whose spans
-// meet are checked one by one (RegionsOverlap), each step counted against `budget`.
+// Whether any two of `regions` share an address. Exact within the budget, for any injective
+// strides: each region is rewritten as runs of consecutive addresses repeated at one stride
+// ("rows"), regions of equal row stride are checked together by a sweep over rows (O(n log n),
+// however finely they interleave), contiguous regions by sorting, and only pairs of different row
+// strides whose spans meet are checked one by one (RegionsOverlap), each step counted against
+// `budget`.
 OverlapResult FindRegionOverlap(const std::vector<StridedRegion>& regions,
                                 int64_t budget = kOverlapWorkBudget);
 

@@ -93,10 +93,10 @@ absl::Status ValidateBufferDisjoint(const Layout& layout, const BufferInfo& buff
         kOverlapWorkBudget, " steps"));
   }
   if (result.overlap) {
-    return Refuse(layout, layout.pieces[regions[result.second].piece],
-                  absl::StrCat("overlaps ",
-                               Describe(layout, layout.pieces[regions[result.first].piece]),
-                               " in the same buffer"));
+    return Refuse(
+        layout, layout.pieces[regions[result.second].piece],
+        absl::StrCat("overlaps ", Describe(layout, layout.pieces[regions[result.first].piece]),
+                     " in the same buffer"));
   }
   return absl::OkStatus();
 }
@@ -131,11 +131,10 @@ absl::Status ValidateHolders(const Layout& layout, int64_t& budget) {
           kOverlapWorkBudget, " steps"));
     }
     if (result.overlap) {
-      return Refuse(
-          layout, layout.pieces[distinct[result.second]],
-          absl::StrCat("overlaps but differs from ",
-                       Describe(layout, layout.pieces[distinct[result.first]]),
-                       "; holders of overlapping boxes must hold equal boxes"));
+      return Refuse(layout, layout.pieces[distinct[result.second]],
+                    absl::StrCat("overlaps but differs from ",
+                                 Describe(layout, layout.pieces[distinct[result.first]]),
+                                 "; holders of overlapping boxes must hold equal boxes"));
     }
   }
   return absl::OkStatus();
@@ -222,8 +221,8 @@ absl::Status ValidateLayout(const Layout& layout) {
                     absl::StrCat("offset ", piece.offset, " strides ", DimsToString(piece.strides),
                                  " reach past the buffer's ", buffer.bytes, " bytes"));
     }
-    ByteRegion region{i, StridedRegion{piece.box.extent, piece.strides,
-                                       piece.offset * element_size}};
+    ByteRegion region{i,
+                      StridedRegion{piece.box.extent, piece.strides, piece.offset * element_size}};
     for (int64_t& stride : region.region.strides) stride *= element_size;
     region.region.extent.push_back(element_size);
     region.region.strides.push_back(1);

@@ -129,7 +129,8 @@ class LiveHandles {
       absl::flat_hash_map<const wsync_session_t*, int>* aborting;
       const wsync_session_t* handle;
     } args{&aborting_, handle};
-    mu_.Await(absl::Condition(+[](Args* a) { return a->aborting->at(a->handle) == 0; }, &args));
+    mu_.Await(absl::Condition(
+        +[](Args* a) { return a->aborting->at(a->handle) == 0; }, &args));
     aborting_.erase(handle);
     return true;
   }
@@ -528,8 +529,8 @@ wsync_status_t Abort(wsync_session_t* session, const char* reason) {
       ~Leave() { LiveHandles::Get().Leave(session); }
     } leave{session};
     return Guarded(session, kCall, [&]() -> wsync_status_t {
-      session->impl->Abort(absl::AbortedError(
-          reason != nullptr ? absl::StrCat("aborted: ", reason) : "aborted by the host"));
+      session->impl->Abort(absl::AbortedError(reason != nullptr ? absl::StrCat("aborted: ", reason)
+                                                                : "aborted by the host"));
       return WSYNC_OK;
     });
   });

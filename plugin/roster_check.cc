@@ -12,12 +12,12 @@ namespace wsync {
 namespace {
 
 absl::Status Tampered(absl::string_view what) {
-  return WithErrorKind(
-      absl::FailedPreconditionError(absl::StrCat(
-          "the roster from the coordinator is not what this process sent (tampered on the way, or a "
-          "coordinator bug); refused before any byte moves: ",
-          what)),
-      kErrorLayoutRefused);
+  return WithErrorKind(absl::FailedPreconditionError(
+                           absl::StrCat("the roster from the coordinator is not what this process "
+                                        "sent (tampered on the way, or a "
+                                        "coordinator bug); refused before any byte moves: ",
+                                        what)),
+                       kErrorLayoutRefused);
 }
 
 const BufferInfo* FindRegistered(absl::Span<const BufferInfo> registered, uint64_t id) {
@@ -32,7 +32,8 @@ absl::Status CheckInside(absl::Span<const BufferInfo> registered, uint64_t id, c
                          int64_t offset, const Dims& strides, int64_t element_size,
                          absl::string_view what) {
   const BufferInfo* buffer = FindRegistered(registered, id);
-  if (buffer == nullptr) return Tampered(absl::StrCat(what, " names buffer ", id, ", never registered"));
+  if (buffer == nullptr)
+    return Tampered(absl::StrCat(what, " names buffer ", id, ", never registered"));
   absl::StatusOr<std::optional<AddressSpan>> span = RegionSpan(extent, offset, strides);
   if (!span.ok()) return Tampered(absl::StrCat(what, ": ", span.status().message()));
   if (!span->has_value()) return absl::OkStatus();
@@ -55,8 +56,8 @@ absl::Status CheckOwnRosterEntry(const Roster& roster, int32_t process, ControlR
   const RosterEntry& entry = roster.processes[process];
   if (entry.process != process || entry.role != role || entry.rank != rank) {
     return Tampered(absl::StrCat("its entry ", process, " is ", ControlRoleName(entry.role),
-                                 " rank ", entry.rank, ", this process is ",
-                                 ControlRoleName(role), " rank ", rank));
+                                 " rank ", entry.rank, ", this process is ", ControlRoleName(role),
+                                 " rank ", rank));
   }
   if (entry.manifest_blob < 0 || entry.manifest_blob >= static_cast<int32_t>(roster.blobs.size())) {
     return Tampered("this process's manifest is missing");

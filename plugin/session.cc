@@ -460,8 +460,9 @@ absl::Status Session::ConnectOnce() {
   WSYNC_RETURN_IF_ERROR(calibration_read);
   // Nothing from the wire is trusted for memory safety: this process's entry is what it sent.
   WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
-      roster, process_, config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout,
-      config_.rank, join.manifest));
+      roster, process_,
+      config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout, config_.rank,
+      join.manifest));
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());

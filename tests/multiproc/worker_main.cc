@@ -244,9 +244,8 @@ absl::Status Run() {
   join.address = setup.address_bundle();
   Marker("PHASE join version=0");
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
-  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(roster, me, trainer ? ControlRole::kTrainer
-                                                                : ControlRole::kRollout,
-                                            rank, join.manifest));
+  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
+      roster, me, trainer ? ControlRole::kTrainer : ControlRole::kRollout, rank, join.manifest));
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());

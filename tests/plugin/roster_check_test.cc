@@ -8,9 +8,9 @@
 
 #include "plugin/roster_check.h"
 
+#include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/status.h"
 #include "planner/builders.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"

@@ -18,9 +18,9 @@
 #include "gtest/gtest.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
+#include "tests/testing/reference.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/loss_watch.h"
-#include "tests/testing/reference.h"
 
 namespace wsync {
 namespace {
@@ -38,9 +38,7 @@ Process MakeProcess(Role role, int32_t rank, int port, const std::string& job) {
 
 class ThreadFirewallTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    setenv(kSecretEnv, "thread-firewall-test-secret-0123456789", 1);
-  }
+  void SetUp() override { setenv(kSecretEnv, "thread-firewall-test-secret-0123456789", 1); }
   void TearDown() override { ASSERT_TRUE(failpoint::SetForTesting("").ok()); }
 };
 
@@ -88,7 +86,7 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheSyncBeginThreadIsTheSessionsError) {
   EXPECT_THAT(processes[0].session->LastError(), HasSubstr("failpoint 'sync_thread' threw"));
   EXPECT_EQ(processes[0].session->State().second, SessionState::kIdle);
   for (int p = 1; p < 4; ++p) EXPECT_FALSE(results[p].ok()) << p;  // Failed, not hung.
-  EXPECT_NE(processes[2].session->State().first, 1);  // Version 1 never committed.
+  EXPECT_NE(processes[2].session->State().first, 1);               // Version 1 never committed.
   // The session stays failed: the next sync returns an error, never runs half a job.
   EXPECT_FALSE(processes[0].session->Sync(2).ok());
   for (Process& process : processes) process.session->Finalize();
@@ -99,7 +97,8 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheTrainerTriggeredLoopIsTheSessionsErro
   std::vector<Process> processes = ConnectedJob("firewall-loop", [&](std::vector<Process>& ps) {
     // Only rollout rank 0 is trainer-triggered; rank 1 joins syncs itself.
     ASSERT_TRUE(failpoint::SetForTesting("background_thread:throw@1").ok());
-    ASSERT_TRUE(ps[2].session
+    ASSERT_TRUE(ps[2]
+                    .session
                     ->SetUpdateCallbacks([](int64_t) {},
                                          [&](int64_t, const absl::Status&) { ++after_calls; })
                     .ok());

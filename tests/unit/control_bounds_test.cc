@@ -47,8 +47,8 @@ class Flood {
       std::deque<UniqueFd> open;
       const absl::Time start = absl::Now();
       while (!stop_.load()) {
-        const int64_t due = static_cast<int64_t>(absl::ToDoubleSeconds(absl::Now() - start) *
-                                                 per_second);
+        const int64_t due =
+            static_cast<int64_t>(absl::ToDoubleSeconds(absl::Now() - start) * per_second);
         if (opened_.load() >= due) {
           absl::SleepFor(absl::Milliseconds(1));
           continue;
@@ -100,9 +100,9 @@ TEST(CoordinatorBoundsTest, AFloodOfSilentConnectionsDoesNotKeepARealJobOut) {
   std::vector<std::unique_ptr<ControlClient>> clients(3);
   Parallel(3, [&](int id) {
     const bool trainer = id < 2;
-    ControlClientOptions o = ClientOptions(
-        coordinator.port(), trainer ? ControlRole::kTrainer : ControlRole::kRollout,
-        trainer ? id : 0);
+    ControlClientOptions o =
+        ClientOptions(coordinator.port(), trainer ? ControlRole::kTrainer : ControlRole::kRollout,
+                      trainer ? id : 0);
     o.connect_timeout = absl::Seconds(8);
     absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();

@@ -230,16 +230,17 @@ TEST(AuthTest, WelcomeMacBindsEveryFieldTheClientActsOn) {
   EXPECT_NE(base, WelcomeMac(kSecret, n, n, "job", fields));
   EXPECT_NE(base, WelcomeMac(kSecret, c, c, "job", fields));
   EXPECT_NE(base, WelcomeMac(kSecret, c, n, "jobb", fields));
-  for (int field = 0; field < 6; ++field) {
+  const std::vector<std::function<void(WelcomeFields&)>> alterations = {
+      [](WelcomeFields& f) { f.process = 4; },
+      [](WelcomeFields& f) { f.num_trainers = 3; },
+      [](WelcomeFields& f) { f.num_rollouts = 1; },
+      [](WelcomeFields& f) { f.max_frame_bytes = int64_t{1} << 40; },
+      [](WelcomeFields& f) { f.heartbeat_interval_ms = 0; },
+      [](WelcomeFields& f) { f.silence_limit_ms = 3000 + (int64_t{1} << 32); },  // High half.
+  };
+  for (size_t field = 0; field < alterations.size(); ++field) {
     WelcomeFields altered = fields;
-    switch (field) {
-      case 0: altered.process = 4; break;
-      case 1: altered.num_trainers = 3; break;
-      case 2: altered.num_rollouts = 1; break;
-      case 3: altered.max_frame_bytes = int64_t{1} << 40; break;
-      case 4: altered.heartbeat_interval_ms = 0; break;
-      case 5: altered.silence_limit_ms = 3000 + (int64_t{1} << 32); break;  // High half only.
-    }
+    alterations[field](altered);
     EXPECT_NE(base, WelcomeMac(kSecret, c, n, "job", altered)) << "field " << field;
   }
 }

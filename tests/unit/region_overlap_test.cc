@@ -99,17 +99,16 @@ std::vector<StridedRegion> TiledRegions(std::mt19937_64& rng) {
     int64_t row = 0;
     while (row < rows) {
       const int64_t height = std::uniform_int_distribution<int64_t>(1, rows - row)(rng);
-      regions.push_back(StridedRegion{{height, width, element},
-                                      {cols * element, element, 1},
-                                      (row * cols + col) * element});
+      regions.push_back(StridedRegion{
+          {height, width, element}, {cols * element, element, 1}, (row * cols + col) * element});
       row += height;
     }
     col += width;
   }
   if (rng() % 2 == 0) {
     StridedRegion& moved = regions[rng() % regions.size()];
-    moved.offset = std::max<int64_t>(
-        0, moved.offset + std::uniform_int_distribution<int64_t>(-3, 3)(rng));
+    moved.offset =
+        std::max<int64_t>(0, moved.offset + std::uniform_int_distribution<int64_t>(-3, 3)(rng));
   }
   std::shuffle(regions.begin(), regions.end(), rng);
   return regions;

@@ -182,8 +182,8 @@ std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
   AppendU32(message, static_cast<uint32_t>(fields.process));
   AppendU32(message, static_cast<uint32_t>(fields.num_trainers));
   AppendU32(message, static_cast<uint32_t>(fields.num_rollouts));
-  for (int64_t value : {fields.max_frame_bytes, fields.heartbeat_interval_ms,
-                        fields.silence_limit_ms}) {
+  for (int64_t value :
+       {fields.max_frame_bytes, fields.heartbeat_interval_ms, fields.silence_limit_ms}) {
     AppendU32(message, static_cast<uint32_t>(static_cast<uint64_t>(value) >> 32));
     AppendU32(message, static_cast<uint32_t>(value));
   }

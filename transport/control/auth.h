@@ -85,9 +85,9 @@ std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
 
 // The fields of a Welcome frame, as its MAC covers them.
 inline WelcomeFields WelcomeFieldsOf(const control::Welcome& welcome) {
-  return WelcomeFields{welcome.process(),         welcome.num_trainers(),
-                       welcome.num_rollouts(),    welcome.max_frame_bytes(),
-                       welcome.heartbeat_interval_ms(), welcome.silence_limit_ms()};
+  return WelcomeFields{
+      welcome.process(),         welcome.num_trainers(),          welcome.num_rollouts(),
+      welcome.max_frame_bytes(), welcome.heartbeat_interval_ms(), welcome.silence_limit_ms()};
 }
 
 // Overwrites `text` with zeros (OPENSSL_cleanse) and clears it. For copies of the secret.

@@ -55,11 +55,11 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
   }
   if (unanswered >= options_.max_rounds_ahead || held > options_.max_held_bytes_per_process) {
     return Refuse(c, RefusalReason::kTooFarAhead,
-                  absl::ResourceExhaustedError(absl::StrCat(
-                      "control: collective #", number, " would leave ", unanswered + 1,
-                      " contributions unanswered (at most ", options_.max_rounds_ahead,
-                      ") holding ", held, " payload bytes (at most ",
-                      options_.max_held_bytes_per_process, ") on the coordinator")),
+                  absl::ResourceExhaustedError(
+                      absl::StrCat("control: collective #", number, " would leave ", unanswered + 1,
+                                   " contributions unanswered (at most ", options_.max_rounds_ahead,
+                                   ") holding ", held, " payload bytes (at most ",
+                                   options_.max_held_bytes_per_process, ") on the coordinator")),
                   now);
   }
   ++p.next_number;

@@ -499,14 +499,12 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   const uint64_t own_namespace = OwnPidNamespace();
   const bool same_os_process = request.peer == options_.process ||
                                (d.sender_pid == getpid() && own_namespace != 0 &&
-                                d.sender_namespace == own_namespace &&
-                                !api_->OpensOwnIpcHandles());
+                                d.sender_namespace == own_namespace && !api_->OpensOwnIpcHandles());
   if (same_os_process) {
     const MessageTag descriptor_tag =
         MakeTag(TagSync(request.tag), TagRound(request.tag), request.peer);
     if (!LiveSends::Get().Contains(LiveSends::Key{request.peer, options_.process,
-                                                  descriptor_tag.value, d.source_address,
-                                                  bytes})) {
+                                                  descriptor_tag.value, d.source_address, bytes})) {
       return absl::PermissionDeniedError(absl::StrCat(
           What(request), ": the descriptor names memory of this OS process at ",
           absl::Hex(d.source_address), " that no send to this receiver posted; refused"));
@@ -521,10 +519,10 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
                                        mapped.status().message()));
     }
     if (d.offset < 0 || d.offset > mapped->bytes - bytes) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          What(request), ": the descriptor's offset ", d.offset, " and the receive's ", bytes,
-          " bytes reach past the sender's allocation of ", mapped->bytes,
-          " bytes (as the driver maps it); refused"));
+      return absl::PermissionDeniedError(
+          absl::StrCat(What(request), ": the descriptor's offset ", d.offset, " and the receive's ",
+                       bytes, " bytes reach past the sender's allocation of ", mapped->bytes,
+                       " bytes (as the driver maps it); refused"));
     }
     source = mapped->base + d.offset;
   }
@@ -556,8 +554,8 @@ absl::StatusOr<CudaIpcTransport::Impl::Mapping> CudaIpcTransport::Impl::MappingL
                         : range.status();
     }
     it = mappings_
-             .emplace(handle, Mapping{static_cast<char*>(mapped),
-                                      static_cast<int64_t>(range->bytes), sync})
+             .emplace(handle,
+                      Mapping{static_cast<char*>(mapped), static_cast<int64_t>(range->bytes), sync})
              .first;
   }
   it->second.last_sync = sync;
