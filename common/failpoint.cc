@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -92,6 +93,8 @@ absl::Status Parse(absl::string_view spec, std::vector<std::pair<std::string, Ru
       rule.action = Action::kFlip;
     } else if (rest == "kill") {
       rule.action = Action::kKill;
+    } else if (rest == "throw") {
+      rule.action = Action::kThrow;
     } else if (rest == "delay" || rest == "stop") {
       rule.action = rest == "delay" ? Action::kDelay : Action::kStop;
       if (!has_arg || !absl::ParseDuration(arg, &rule.duration) ||
@@ -156,6 +159,8 @@ Action internal::EvaluateSlow(absl::string_view name) {
       std::fflush(stderr);
       kill(getpid(), SIGKILL);
       break;
+    case Action::kThrow:
+      throw std::runtime_error(absl::StrCat("failpoint '", name, "' threw (WSYNC_FAILPOINTS)"));
     case Action::kStop:
       std::fprintf(stderr, "wsync: failpoint '%.*s' stops process %d for %s\n",
                    static_cast<int>(name.size()), name.data(), static_cast<int>(getpid()),

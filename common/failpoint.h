@@ -14,11 +14,16 @@
 //   flip          Flip() inverts one byte of the data it is given (the middle one)
 //   kill          the process sends itself SIGKILL (a crash at a precise point)
 //   stop=DUR      the process SIGSTOPs itself; a forked helper SIGCONTs it after DUR
+//   throw         the evaluation throws std::runtime_error (what a library thread's exception
+//                 firewall must catch)
 // Failpoints used by wsync: send, recv (the k-th post of a message by the executor), alloc (the
 // executor's arena allocation, once per sync), pack (after a staged send message is packed: flip),
 // truncate (the k-th send post: fail sends it without the second half of its last chunk),
 // control (the k-th control-plane collective frame a client writes), register (the k-th memory
-// registration of the UCX transport).
+// registration of the UCX transport), sync_thread (the sync_begin thread, at its start),
+// background_thread (each step of the trainer-triggered loop), keepalive_thread (each turn of a
+// control client's heartbeat thread), loss_watch_thread (each turn of LossWatch's thread),
+// coordinator_thread (each turn of the coordinator's serving thread).
 //
 // Cost when disabled: one relaxed atomic load per evaluation. A malformed WSYNC_FAILPOINTS aborts
 // the process with a message at the first evaluation (tests must not run with a silently ignored
@@ -37,7 +42,7 @@
 
 namespace wsync::failpoint {
 
-enum class Action { kNone, kFail, kDelay, kFlip, kKill, kStop };
+enum class Action { kNone, kFail, kDelay, kFlip, kKill, kStop, kThrow };
 
 struct Rule {
   Action action = Action::kNone;
@@ -68,7 +73,7 @@ inline bool Enabled() {
 }
 
 // Counts one evaluation of `name` and returns what it triggers (kNone mostly). Performs kDelay
-// (sleeps), kKill and kStop itself; returns kFail and kFlip for the call site to act on.
+// (sleeps), kKill, kStop and kThrow itself; returns kFail and kFlip for the call site to act on.
 inline Action Evaluate(absl::string_view name) {
   if (internal::g_state.load(std::memory_order_relaxed) == 1) return Action::kNone;
   return internal::EvaluateSlow(name);

@@ -1,5 +1,10 @@
 #include "common/status.h"
 
+#include <exception>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
 namespace wsync {
 
 ErrorClass ClassifyError(const absl::Status& status) {
@@ -35,6 +40,22 @@ ErrorClass ClassifyError(const absl::Status& status) {
       return ErrorClass::kDataLoss;
     default:
       return ErrorClass::kInternal;
+  }
+}
+
+}  // namespace wsync
+
+namespace wsync {
+
+absl::Status StatusOfCurrentException(absl::string_view where) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(where, ": out of memory"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(where, ": internal error: exception: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(where, ": internal error: unknown exception"));
   }
 }
 

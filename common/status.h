@@ -90,6 +90,11 @@ inline constexpr absl::string_view kErrorClassNames[kErrorClassCount] = {
 // included) -> kInternal.
 ErrorClass ClassifyError(const absl::Status& status);
 
+// Inside a catch block: the exception being handled as a status, for the exception firewall of the
+// library's threads (no exception leaves a thread the library starts): std::bad_alloc is
+// ResourceExhausted, anything else Internal, the message naming `where` and the exception's what().
+absl::Status StatusOfCurrentException(absl::string_view where);
+
 // The class's name in kErrorClassNames.
 inline absl::string_view ErrorClassName(ErrorClass error_class) {
   return kErrorClassNames[static_cast<int>(error_class)];

@@ -66,7 +66,8 @@ inline constexpr absl::string_view kRejectedMessageReasons[] = {
     "truncated_frame",   "malformed_frame",
     "unexpected_frame",  "handshake_timeout",
     "frame_timeout",     "too_many_connections",
-    "rendezvous_closed", "other"};
+    "rendezvous_closed", "too_far_ahead",
+    "other"};
 
 // The error kind label of a failed status: its wsync error kind (common/status.h) when it has a
 // known one, else one derived from its code. Always one of kMetricErrorKinds.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "planner/plan.h"
+#include "planner/region_overlap.h"
 
 namespace wsync {
 namespace {
@@ -60,31 +61,38 @@ std::string DescribeSegment(const Job& job, const Segment& s) {
                       " buffer ", s.to.buffer, " offset ", s.to.offset);
 }
 
-// Boxes inside one target piece are pairwise disjoint.
-// The parts written into one target piece (segment index, box) are pairwise disjoint.
+// The parts written into one target piece (segment index, box) are pairwise disjoint. Bounded
+// work (planner/region_overlap.h) however finely the parts interleave.
 absl::Status CheckDisjoint(const Job& job, absl::Span<const Segment> segments,
                            std::vector<std::pair<int32_t, Box>>& parts) {
+  if (parts.size() < 2) return absl::OkStatus();
   if (parts[0].second.rank() == 0) {
-    if (parts.size() == 1) return absl::OkStatus();
     return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[parts[1].first]),
                                             " writes a scalar written before"));
   }
   std::sort(parts.begin(), parts.end(),
-            [](const auto& a, const auto& b) { return a.second.origin[0] < b.second.origin[0]; });
-  std::vector<const std::pair<int32_t, Box>*> active;
-  for (const auto& part : parts) {
-    const Box& box = part.second;
-    std::erase_if(active, [&](const auto* other) {
-      return other->second.origin[0] + other->second.extent[0] <= box.origin[0];
-    });
-    for (const auto* other : active) {
-      if (Overlaps(other->second, box)) {
-        return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[part.first]),
-                                                " overlaps ",
-                                                DescribeSegment(job, segments[other->first])));
-      }
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::vector<Box> boxes;
+  boxes.reserve(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0 && parts[i].second == parts[i - 1].second) {  // Equal boxes overlap.
+      return absl::InternalError(absl::StrCat(DescribeSegment(job, segments[parts[i].first]),
+                                              " overlaps ",
+                                              DescribeSegment(job, segments[parts[i - 1].first])));
     }
-    active.push_back(&part);
+    boxes.push_back(parts[i].second);
+  }
+  const OverlapResult result = FindBoxOverlap(boxes);
+  if (result.too_complex) {
+    return absl::InternalError(
+        absl::StrCat(DescribeSegment(job, segments[parts[0].first]), " is one of ", parts.size(),
+                     " parts of a target piece, too many to check for overlap within ",
+                     kOverlapWorkBudget, " steps"));
+  }
+  if (result.overlap) {
+    return absl::InternalError(
+        absl::StrCat(DescribeSegment(job, segments[parts[result.second].first]), " overlaps ",
+                     DescribeSegment(job, segments[parts[result.first].first])));
   }
   return absl::OkStatus();
 }

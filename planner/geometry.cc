@@ -179,17 +179,24 @@ std::pair<Region, Region> Halve(const Region& r) {
           MakeRegion(high, r.offset + low[best] * (*r.strides)[best], *r.strides)};
 }
 
-bool Overlap(const Region& a, const Region& b) {
+// Whether a and b share an address; nullopt when `*steps` (counted down once per call, when not
+// null) runs out first.
+std::optional<bool> Overlap(const Region& a, const Region& b, int64_t* steps) {
+  if (steps != nullptr && --*steps < 0) return std::nullopt;
   if (a.last < b.first || b.last < a.first) return false;
   if (a.dense && b.dense) return true;
   // Split the sparse region with the wider span; a sparse region always has an axis of extent > 1.
   const bool split_a = !a.dense && (b.dense || a.last - a.first >= b.last - b.first);
   if (split_a) {
     auto [low, high] = Halve(a);
-    return Overlap(low, b) || Overlap(high, b);
+    std::optional<bool> first = Overlap(low, b, steps);
+    if (!first || *first) return first;
+    return Overlap(high, b, steps);
   }
   auto [low, high] = Halve(b);
-  return Overlap(a, low) || Overlap(a, high);
+  std::optional<bool> first = Overlap(a, low, steps);
+  if (!first || *first) return first;
+  return Overlap(a, high, steps);
 }
 
 }  // namespace
@@ -197,8 +204,16 @@ bool Overlap(const Region& a, const Region& b) {
 bool RegionsOverlap(const Dims& extent_a, int64_t offset_a, const Dims& strides_a,
                     const Dims& extent_b, int64_t offset_b, const Dims& strides_b) {
   if (Volume(extent_a) == 0 || Volume(extent_b) == 0) return false;
+  return *Overlap(MakeRegion(extent_a, offset_a, strides_a),
+                  MakeRegion(extent_b, offset_b, strides_b), nullptr);
+}
+
+std::optional<bool> RegionsOverlapWithin(const Dims& extent_a, int64_t offset_a,
+                                         const Dims& strides_a, const Dims& extent_b,
+                                         int64_t offset_b, const Dims& strides_b, int64_t& steps) {
+  if (Volume(extent_a) == 0 || Volume(extent_b) == 0) return false;
   return Overlap(MakeRegion(extent_a, offset_a, strides_a),
-                 MakeRegion(extent_b, offset_b, strides_b));
+                 MakeRegion(extent_b, offset_b, strides_b), &steps);
 }
 
 int64_t AddressOf(const Box& box, int64_t offset, const Dims& strides, const Dims& index) {

@@ -91,6 +91,12 @@ bool IsInjective(const Dims& extent, const Dims& strides);
 bool RegionsOverlap(const Dims& extent_a, int64_t offset_a, const Dims& strides_a,
                     const Dims& extent_b, int64_t offset_b, const Dims& strides_b);
 
+// RegionsOverlap that gives up: each step of its search takes one from `steps`; nullopt when
+// `steps` falls below zero before the answer is known.
+std::optional<bool> RegionsOverlapWithin(const Dims& extent_a, int64_t offset_a,
+                                         const Dims& strides_a, const Dims& extent_b,
+                                         int64_t offset_b, const Dims& strides_b, int64_t& steps);
+
 // Address of `index` (absolute logical coordinates inside `box`) for a region that maps box.origin
 // to `offset` with `strides`. Callers pass validated regions.
 int64_t AddressOf(const Box& box, int64_t offset, const Dims& strides, const Dims& index);

@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "common/checked_math.h"
 #include "common/status.h"
+#include "planner/region_overlap.h"
 
 namespace wsync {
 namespace {
@@ -72,36 +73,37 @@ absl::Status ValidateParams(const Layout& layout) {
 // A piece as a byte region of its buffer: one extra innermost axis for the element's bytes.
 struct ByteRegion {
   int piece;
-  Dims extent;
-  Dims strides;
-  int64_t offset;
-  int64_t first;
-  int64_t last;
+  StridedRegion region;
 };
 
-// Pieces of one buffer must not share a byte.
-absl::Status ValidateBufferDisjoint(const Layout& layout, std::vector<ByteRegion>& regions) {
-  std::sort(regions.begin(), regions.end(), [](const ByteRegion& a, const ByteRegion& b) {
-    return a.first != b.first ? a.first < b.first : a.piece < b.piece;
-  });
-  std::vector<const ByteRegion*> active;
-  for (const ByteRegion& region : regions) {
-    std::erase_if(active, [&](const ByteRegion* other) { return other->last < region.first; });
-    for (const ByteRegion* other : active) {
-      if (RegionsOverlap(other->extent, other->offset, other->strides, region.extent, region.offset,
-                         region.strides)) {
-        return Refuse(layout, layout.pieces[region.piece],
-                      absl::StrCat("overlaps ", Describe(layout, layout.pieces[other->piece]),
-                                   " in the same buffer"));
-      }
-    }
-    active.push_back(&region);
+// Pieces of one buffer must not share a byte. Bounded work however the pieces interleave
+// (planner/region_overlap.h); a buffer whose pieces would take longer is refused.
+absl::Status ValidateBufferDisjoint(const Layout& layout, const BufferInfo& buffer,
+                                    const std::vector<ByteRegion>& regions, int64_t& budget) {
+  if (regions.size() < 2) return absl::OkStatus();
+  std::vector<StridedRegion> list;
+  list.reserve(regions.size());
+  for (const ByteRegion& region : regions) list.push_back(region.region);
+  const OverlapResult result = FindRegionOverlap(list, budget);
+  budget -= result.steps;
+  if (result.too_complex) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        RoleName(layout.role), " buffer ", buffer.id, " of process ", buffer.process, ": its ",
+        regions.size(), " pieces interleave too finely to check for overlap within ",
+        kOverlapWorkBudget, " steps"));
+  }
+  if (result.overlap) {
+    return Refuse(
+        layout, layout.pieces[regions[result.second].piece],
+        absl::StrCat("overlaps ", Describe(layout, layout.pieces[regions[result.first].piece]),
+                     " in the same buffer"));
   }
   return absl::OkStatus();
 }
 
-// Holders of one parameter hold either equal or disjoint boxes.
-absl::Status ValidateHolders(const Layout& layout) {
+// Holders of one parameter hold either equal or disjoint boxes: the distinct boxes are pairwise
+// disjoint. Bounded work (planner/region_overlap.h).
+absl::Status ValidateHolders(const Layout& layout, int64_t& budget) {
   std::vector<std::vector<int>> by_param(layout.params.size());
   for (int i = 0; i < static_cast<int>(layout.pieces.size()); ++i) {
     if (Volume(layout.pieces[i].box) > 0) by_param[layout.pieces[i].param].push_back(i);
@@ -109,30 +111,30 @@ absl::Status ValidateHolders(const Layout& layout) {
   for (std::vector<int>& indices : by_param) {
     std::sort(indices.begin(), indices.end(),
               [&](int a, int b) { return layout.pieces[a].box < layout.pieces[b].box; });
-    // Distinct boxes, sorted by origin on axis 0 (lexicographic order of origins).
     std::vector<int> distinct;
     for (int index : indices) {
       if (distinct.empty() || !(layout.pieces[distinct.back()].box == layout.pieces[index].box)) {
         distinct.push_back(index);
       }
     }
-    std::vector<int> active;
-    for (int index : distinct) {
-      const Box& box = layout.pieces[index].box;
-      if (box.rank() == 0) continue;  // Equal to any other box of the scalar.
-      std::erase_if(active, [&](int other) {
-        const Box& o = layout.pieces[other].box;
-        return o.origin[0] + o.extent[0] <= box.origin[0];
-      });
-      for (int other : active) {
-        if (Overlaps(layout.pieces[other].box, box)) {
-          return Refuse(
-              layout, layout.pieces[index],
-              absl::StrCat("overlaps but differs from ", Describe(layout, layout.pieces[other]),
-                           "; holders of overlapping boxes must hold equal boxes"));
-        }
-      }
-      active.push_back(index);
+    if (distinct.size() < 2 || layout.pieces[distinct[0]].box.rank() == 0) continue;
+    std::vector<Box> boxes;
+    boxes.reserve(distinct.size());
+    for (int index : distinct) boxes.push_back(layout.pieces[index].box);
+    const OverlapResult result = FindBoxOverlap(boxes, budget);
+    budget -= result.steps;
+    if (result.too_complex) {
+      const Piece& piece = layout.pieces[distinct[0]];
+      return absl::InvalidArgumentError(absl::StrCat(
+          RoleName(layout.role), " parameter '", layout.params[piece.param].name, "': its ",
+          boxes.size(), " distinct boxes are too many to check for overlap within ",
+          kOverlapWorkBudget, " steps"));
+    }
+    if (result.overlap) {
+      return Refuse(layout, layout.pieces[distinct[result.second]],
+                    absl::StrCat("overlaps but differs from ",
+                                 Describe(layout, layout.pieces[distinct[result.first]]),
+                                 "; holders of overlapping boxes must hold equal boxes"));
     }
   }
   return absl::OkStatus();
@@ -220,30 +222,33 @@ absl::Status ValidateLayout(const Layout& layout) {
                                  " reach past the buffer's ", buffer.bytes, " bytes"));
     }
     ByteRegion region{i,
-                      piece.box.extent,
-                      piece.strides,
-                      piece.offset * element_size,
-                      (*span)->first * element_size,
-                      *end_byte - 1};
-    for (int64_t& stride : region.strides) stride *= element_size;
-    region.extent.push_back(element_size);
-    region.strides.push_back(1);
+                      StridedRegion{piece.box.extent, piece.strides, piece.offset * element_size}};
+    for (int64_t& stride : region.region.strides) stride *= element_size;
+    region.region.extent.push_back(element_size);
+    region.region.strides.push_back(1);
     regions_by_buffer[buffer_it->second].push_back(std::move(region));
   }
-  for (std::vector<ByteRegion>& regions : regions_by_buffer) {
-    WSYNC_RETURN_IF_ERROR(ValidateBufferDisjoint(layout, regions));
+  // One budget for the whole layout: many buffers or parameters cannot multiply it.
+  int64_t budget = kOverlapWorkBudget;
+  for (size_t b = 0; b < regions_by_buffer.size(); ++b) {
+    WSYNC_RETURN_IF_ERROR(
+        ValidateBufferDisjoint(layout, layout.buffers[b], regions_by_buffer[b], budget));
   }
-  return ValidateHolders(layout);
+  return ValidateHolders(layout, budget);
 }
 
 namespace {
 
-// Boxes of `whole` that `covered` (pairwise equal or disjoint boxes) leaves out; stops after
-// `limit` boxes. Used only to name an uncovered region in an error.
+// Boxes of `whole` that `covered` (pairwise equal or disjoint boxes) leaves out; gives up (nullopt)
+// after 100000 boxes left or kOverlapWorkBudget steps, so an input cannot make the error costly.
+// Used only to name an uncovered region in an error.
 std::optional<Box> FirstUncovered(const Box& whole, const std::vector<Box>& covered) {
   std::vector<Box> remaining = {whole};
+  int64_t steps = kOverlapWorkBudget;
   for (const Box& box : covered) {
     std::vector<Box> next;
+    steps -= static_cast<int64_t>(remaining.size()) + 1;
+    if (steps < 0) return std::nullopt;
     for (const Box& r : remaining) {
       std::optional<Box> common = Intersect(r, box);
       if (!common) {

@@ -24,11 +24,14 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/dtype.h"
 #include "common/status.h"
@@ -89,6 +92,53 @@ wsync_status_t ToWsyncStatus(const absl::Status& status) {
   }
   return WSYNC_INTERNAL;
 }
+
+// The live handles, so that abort may race finalize (wsync.h): abort looks its handle up here
+// before touching it and holds it (a count of aborts in flight) while it works; finalize takes the
+// handle out first and waits for the aborts in flight to leave before it frees anything. An abort
+// that finds no handle (finalize started or finished) does nothing. The registry never shrinks
+// below what is live, and is leaked at exit (aborts may run on other threads then).
+class LiveHandles {
+ public:
+  static LiveHandles& Get() {
+    static LiveHandles* handles = new LiveHandles();
+    return *handles;
+  }
+  void Add(const wsync_session_t* handle) {
+    absl::MutexLock lock(&mu_);
+    aborting_[handle] = 0;
+  }
+  // True when `handle` is live; it then stays live until Leave(handle).
+  bool Enter(const wsync_session_t* handle) {
+    absl::MutexLock lock(&mu_);
+    auto it = aborting_.find(handle);
+    if (it == aborting_.end()) return false;
+    ++it->second;
+    return true;
+  }
+  void Leave(const wsync_session_t* handle) {
+    absl::MutexLock lock(&mu_);
+    auto it = aborting_.find(handle);
+    if (it != aborting_.end()) --it->second;
+  }
+  // Takes `handle` out once no abort is in flight on it; false when it was not live.
+  bool Remove(const wsync_session_t* handle) {
+    absl::MutexLock lock(&mu_);
+    if (!aborting_.contains(handle)) return false;
+    struct Args {
+      absl::flat_hash_map<const wsync_session_t*, int>* aborting;
+      const wsync_session_t* handle;
+    } args{&aborting_, handle};
+    mu_.Await(absl::Condition(
+        +[](Args* a) { return a->aborting->at(a->handle) == 0; }, &args));
+    aborting_.erase(handle);
+    return true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<const wsync_session_t*, int> aborting_ ABSL_GUARDED_BY(mu_);
+};
 
 bool HasSession(const wsync_session_t* session) {
   return session != nullptr && session->impl != nullptr;
@@ -296,6 +346,7 @@ wsync_status_t Init(const wsync_config_t* config, wsync_session_t** session) {
     if (!created.ok()) return Report(nullptr, created.status());
     auto handle = std::make_unique<wsync_session>();
     handle->impl = *std::move(created);
+    LiveHandles::Get().Add(handle.get());
     *session = handle.release();
     return WSYNC_OK;
   });
@@ -469,11 +520,19 @@ wsync_status_t SetUpdateCallbacks(wsync_session_t* session, wsync_before_update_
 
 wsync_status_t Abort(wsync_session_t* session, const char* reason) {
   constexpr absl::string_view kCall = "abort";
-  return Guarded(session, kCall, [&]() -> wsync_status_t {
-    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
-    session->impl->Abort(absl::AbortedError(reason != nullptr ? absl::StrCat("aborted: ", reason)
-                                                              : "aborted by the host"));
-    return WSYNC_OK;
+  // The handle is not touched before it is known live (finalize may be freeing it).
+  return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
+    if (session == nullptr) return Invalid(nullptr, kCall, "session is NULL");
+    if (!LiveHandles::Get().Enter(session)) return WSYNC_OK;  // Finalized: nothing runs.
+    struct Leave {
+      wsync_session_t* session;
+      ~Leave() { LiveHandles::Get().Leave(session); }
+    } leave{session};
+    return Guarded(session, kCall, [&]() -> wsync_status_t {
+      session->impl->Abort(absl::AbortedError(reason != nullptr ? absl::StrCat("aborted: ", reason)
+                                                                : "aborted by the host"));
+      return WSYNC_OK;
+    });
   });
 }
 
@@ -575,6 +634,8 @@ wsync_status_t Finalize(wsync_session_t* session) {
   // Failures go to the detached buffer: the handle is gone when finalize returns.
   return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
     if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    // After this no abort touches the handle: those in flight have left, later ones find nothing.
+    LiveHandles::Get().Remove(session);
     std::unique_ptr<wsync_session> owned(session);
     owned->impl->Finalize();
     owned.reset();

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/failpoint.h"
 #include "common/hash.h"
 #include "common/status.h"
 #include "executor/agreement.h"
@@ -17,7 +18,9 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/policy.h"
+#include "plugin/roster_check.h"
 #include "plugin/transport_setup.h"
+#include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
 #include "transport/control/loss_watch.h"
@@ -117,7 +120,10 @@ Session::Session(SessionConfig config, std::string secret)
   part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id});
 }
 
-Session::~Session() { Finalize(); }
+Session::~Session() {
+  Finalize();
+  WipeSecret(secret_);
+}
 
 absl::Status Session::RequireState(SessionState wanted, absl::string_view call) const {
   absl::MutexLock lock(&mu_);
@@ -368,6 +374,11 @@ absl::Status Session::Connect() {
   WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "connect"));
   absl::Status status = ConnectOnce();
   metrics_->RecordError(status);
+  // The secret is needed until a connect succeeded (a failed one may be retried): then it is
+  // wiped. Whatever needs it later keeps its own copy and wipes it itself: a hosted coordinator
+  // (every Hello, a replacement's too; wiped when it stops). Keys derived from it for the data
+  // path are derived in ConnectOnce, before this point.
+  if (status.ok()) WipeSecret(secret_);
   if (!status.ok()) {
     // Back to a clean REGISTERED session, so that a retry starts from scratch.
     DropConnection();
@@ -432,6 +443,8 @@ absl::Status Session::ConnectOnce() {
     absl::MutexLock lock(&handles_mu_);
     client_ = std::move(client);
   }
+  // Keys derived from the job secret for this connection belong here: `secret_` is still held
+  // (Connect wipes it once this function succeeded).
 
   // One UCX worker per distinct transport choice; peers are routed by path class below.
   WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(config_.path_transports));
@@ -445,6 +458,11 @@ absl::Status Session::ConnectOnce() {
   join.metadata = CalibrationMetadata(process_, config_.calibration_file, &calibration_read);
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client_->Join(join, deadline));
   WSYNC_RETURN_IF_ERROR(calibration_read);
+  // Nothing from the wire is trusted for memory safety: this process's entry is what it sent.
+  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
+      roster, process_,
+      config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout, config_.rank,
+      join.manifest));
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());
@@ -457,6 +475,8 @@ absl::Status Session::ConnectOnce() {
   if (calibration_.fits) metrics_->SetCalibrationTime(calibration_.measured);
   // A layout that cannot be planned fails every process the same way: all see the same parts.
   WSYNC_RETURN_IF_ERROR(WithErrorKind(PlanJob(trainer_parts, rollout_parts), kErrorLayoutRefused));
+  // Everything this process will touch lies in what it registered, with the registered sizes.
+  WSYNC_RETURN_IF_ERROR(CheckOwnMemory(*job_, plan_.segments, process_, part_.buffers));
 
   // Each peer's transport by (path class, memory kind); with CUDA buffers in the job, one more
   // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
@@ -713,7 +733,13 @@ absl::Status Session::SyncBegin(int64_t version) {
   sync_outcome_.reset();
   SetState(SessionState::kSyncing);
   sync_thread_ = std::thread([this, version] {
-    absl::Status status = RunStep(version);
+    absl::Status status;
+    try {  // The exception firewall of the sync_begin thread.
+      failpoint::Evaluate("sync_thread");
+      status = RunStep(version);
+    } catch (...) {
+      status = ThreadFailed("sync_begin thread");
+    }
     sync_outcome_ = std::move(status);
     sync_done_ = true;
   });
@@ -733,10 +759,32 @@ std::optional<absl::Status> Session::SyncTest() {
 void Session::BackgroundLoop() {
   // A failed sync leaves this rollout dirty and the loop waits for the next trigger (after a lost
   // process, once it was replaced); it ends when the session is finalized or the job's control
-  // connection is gone.
-  while (!finalizing_) {
-    absl::Status status = Remember(RunStep(std::nullopt));
-    if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
+  // connection is gone, or at an exception (the firewall: it becomes the session's error).
+  try {
+    while (!finalizing_) {
+      failpoint::Evaluate("background_thread");
+      absl::Status status = Remember(RunStep(std::nullopt));
+      if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
+    }
+  } catch (...) {
+    ThreadFailed("trainer-triggered thread");
+  }
+}
+
+absl::Status Session::ThreadFailed(absl::string_view thread) {
+  absl::Status status = StatusOfCurrentException(absl::StrCat("wsync ", thread));
+  try {
+    // The step was cut short: its peers learn at once (nothing of it may complete later), and the
+    // session keeps the error; every later sync fails with it (finalize and start anew).
+    Abort(status);
+    {
+      absl::MutexLock lock(&mu_);
+      state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
+    }
+    metrics_->RecordError(status);
+    return Remember(status);
+  } catch (...) {
+    return status;
   }
 }
 

@@ -164,6 +164,11 @@ class Session {
   // this rollout takes part in no collective, so that its numbering does not run ahead of the
   // trainers' (it catches up through the rounds they failed meanwhile, which fail at once).
   bool AwaitReplacement();
+  // The exception firewall of the session's threads, called inside their catch blocks: the
+  // exception as a status (bad_alloc: ResourceExhausted, else Internal, naming `thread`), the
+  // session aborted with it (peers fail at once; later syncs fail with it), the state DIRTY
+  // (rollouts) or IDLE (trainers), the error remembered. Returns the status.
+  absl::Status ThreadFailed(absl::string_view thread);
   // The CUDA collective at the start of a sync (plugin/cuda_setup.h): a replacement's deferred
   // ConnectCuda (its device memory and communicator), or ReformNccl on the others.
   absl::Status RunCudaCollective(absl::Time deadline);
@@ -182,6 +187,8 @@ class Session {
   void RecordCoordinatorRefusals();
 
   SessionConfig config_;
+  // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
+  // at destruction. A hosted coordinator and the control client keep copies of their own.
   std::string secret_;
   Layout part_;
   std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.

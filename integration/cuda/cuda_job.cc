@@ -277,7 +277,7 @@ absl::StatusOr<CudaJobResult> RunCudaJob(const CudaJobOptions& options) {
                                    : absl::StrCat("host->cuda (ucx, rollouts stage, ", how, ")");
   for (const BufferInfo& buffer : to.buffers) result.rollout_buffer_bytes += buffer.bytes;
   WSYNC_ASSIGN_OR_RETURN(int port, harness::PickFreePort());
-  if (getenv(kSecretEnv) == nullptr) setenv(kSecretEnv, "cuda-job-secret-0123456789", 0);
+  if (getenv(kSecretEnv) == nullptr) setenv(kSecretEnv, "cuda-job-secret-0123456789abcdef0123", 0);
   std::vector<ProcessResult> processes(trainers + rollouts);
   auto run = [&](int32_t p) {
     const bool trainer = p < trainers;

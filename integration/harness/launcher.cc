@@ -117,8 +117,8 @@ absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_
   char dir_template[] = "/tmp/wsync-job-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
-  const std::string secret_env =
-      absl::StrCat("WSYNC_SECRET=test-secret-", getpid(), "-", absl::ToUnixNanos(absl::Now()));
+  const std::string secret_env = absl::StrCat("WSYNC_SECRET=test-secret-0123456789-", getpid(), "-",
+                                              absl::ToUnixNanos(absl::Now()));
   const std::vector<std::string> env = {secret_env};
   const std::string port_file = dir + "/port";
   const std::string job_id = absl::StrCat("job-", getpid());

@@ -115,7 +115,7 @@ FaultRun RunFaultJob(const FaultJob& job) {
   }
   ProcessesSpec spec;
   spec.processes = 1 + static_cast<int>(ids.size());
-  spec.env = {absl::StrCat("WSYNC_SECRET=fault-secret-", job_id)};
+  spec.env = {absl::StrCat("WSYNC_SECRET=fault-secret-0123456789abcdef-", job_id)};
   spec.timeout = absl::Seconds(90);
   spec.failure_grace = absl::Seconds(40);
   spec.command = [&](int index) -> std::vector<std::string> {

@@ -128,7 +128,9 @@ std::vector<absl::Status> RunJob(std::vector<Process>& processes,
 
 class MetricsTest : public ::testing::Test {
  protected:
-  void SetUp() override { setenv("WSYNC_METRICS_TEST_SECRET", "metrics-test-secret-0123", 1); }
+  void SetUp() override {
+    setenv("WSYNC_METRICS_TEST_SECRET", "metrics-test-secret-0123456789abcdef", 1);
+  }
 };
 
 TEST_F(MetricsTest, ExpositionAfterThreeSyncsHasTheFamiliesLabelsAndValues) {

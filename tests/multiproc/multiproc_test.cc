@@ -164,7 +164,7 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
 }
 
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {
-  setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret", 1);
+  setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret-0123", 1);
   JobSpec spec;
   spec.tls = "sm,cma,self";
   spec.versions = 1;

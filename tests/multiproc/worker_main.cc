@@ -41,6 +41,7 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "plugin/prediction.h"
+#include "plugin/roster_check.h"
 #include "plugin/transport_setup.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
@@ -243,6 +244,8 @@ absl::Status Run() {
   join.address = setup.address_bundle();
   Marker("PHASE join version=0");
   WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
+  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
+      roster, me, trainer ? ControlRole::kTrainer : ControlRole::kRollout, rank, join.manifest));
 
   std::vector<Layout> trainer_parts, rollout_parts;
   std::vector<std::string> bundles(roster.size());
@@ -275,6 +278,7 @@ absl::Status Run() {
     plan_options.relay.fits = std::make_shared<const LinkFits>(std::move(relay_fits));
   }
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
+  WSYNC_RETURN_IF_ERROR(CheckOwnMemory(job, plan.segments, me, part.buffers));
   // Route every peer to the backend of its path class and connect each backend to its peers.
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
                          std::move(setup).Connect(job, bundles));

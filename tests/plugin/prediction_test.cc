@@ -36,7 +36,7 @@ constexpr char kLinks[] = "local=1us,20GB/s;intra_node=5us,4GB/s";
 class PredictionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    setenv("WSYNC_PREDICTION_TEST_SECRET", "prediction-test-secret-0123", 1);
+    setenv("WSYNC_PREDICTION_TEST_SECRET", "prediction-test-secret-0123456789abcdef", 1);
     path_ = absl::StrCat(::testing::TempDir(), "/prediction-test-", getpid(), ".pb");
     std::ofstream(path_, std::ios::binary) << SerializeCalibration(*SyntheticCalibration(kLinks));
   }

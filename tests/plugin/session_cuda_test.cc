@@ -34,7 +34,9 @@ std::string ReceivedBytesMetric(absl::string_view path_class, absl::string_view 
 
 class SessionCudaTest : public ::testing::Test {
  protected:
-  void SetUp() override { setenv("WSYNC_SESSION_CUDA_TEST_SECRET", "session-cuda-secret-0123", 1); }
+  void SetUp() override {
+    setenv("WSYNC_SESSION_CUDA_TEST_SECRET", "session-cuda-secret-0123456789abcdef", 1);
+  }
 
   // The 2 + 2 tiny job; trainers' and rollouts' buffers of the given kinds, CUDA buffers declared
   // device memory to `cuda`.

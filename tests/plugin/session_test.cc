@@ -36,7 +36,9 @@ Process MakeProcess(Role role, int32_t rank, int port, const std::string& job) {
 
 class SessionTest : public ::testing::Test {
  protected:
-  void SetUp() override { setenv("WSYNC_SESSION_TEST_SECRET", "session-test-secret-0123", 1); }
+  void SetUp() override {
+    setenv("WSYNC_SESSION_TEST_SECRET", "session-test-secret-0123456789abcdef", 1);
+  }
 };
 
 TEST_F(SessionTest, EngineRpcModeSyncsThreeVersionsExactly) {

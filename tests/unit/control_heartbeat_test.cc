@@ -131,11 +131,12 @@ void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* co
   welcome->set_num_trainers(1);
   welcome->set_num_rollouts(1);
   welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
-  welcome->set_mac(WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, 0));
   if (heartbeats) {
     welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
     welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(silence_limit));
   }
+  welcome->set_mac(
+      WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, WelcomeFieldsOf(*welcome)));
   ASSERT_TRUE(Write(c.get(), frame).ok());
   absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), *reader);
   ASSERT_TRUE(join.ok() && join->has_join()) << join.status();

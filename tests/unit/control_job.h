@@ -24,7 +24,7 @@
 
 namespace wsync::control_testing {
 
-inline constexpr char kSecret[] = "correct-horse-battery-staple-42";
+inline constexpr char kSecret[] = "correct-horse-battery-staple-42-0123";
 inline constexpr char kJob[] = "job-1";
 // For tests that wait for a silent connection's handshake to time out: short enough to wait for,
 // long enough for the connections that do complete theirs on a loaded machine.

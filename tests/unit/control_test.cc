@@ -221,6 +221,30 @@ TEST(AuthTest, HelloMacBindsEveryField) {
             HelloMac(kSecret, n, c, "a", ControlRole::kTrainer, 1, "bc"));
 }
 
+TEST(AuthTest, WelcomeMacBindsEveryFieldTheClientActsOn) {
+  const std::string n(kNonceBytes, 'n'), c(kNonceBytes, 'c');
+  const WelcomeFields fields{3, 2, 2, int64_t{1} << 20, 250, 3000};
+  const std::string base = WelcomeMac(kSecret, c, n, "job", fields);
+  EXPECT_EQ(base.size(), kMacBytes);
+  EXPECT_NE(base, WelcomeMac(kWrongSecret, c, n, "job", fields));
+  EXPECT_NE(base, WelcomeMac(kSecret, n, n, "job", fields));
+  EXPECT_NE(base, WelcomeMac(kSecret, c, c, "job", fields));
+  EXPECT_NE(base, WelcomeMac(kSecret, c, n, "jobb", fields));
+  const std::vector<std::function<void(WelcomeFields&)>> alterations = {
+      [](WelcomeFields& f) { f.process = 4; },
+      [](WelcomeFields& f) { f.num_trainers = 3; },
+      [](WelcomeFields& f) { f.num_rollouts = 1; },
+      [](WelcomeFields& f) { f.max_frame_bytes = int64_t{1} << 40; },
+      [](WelcomeFields& f) { f.heartbeat_interval_ms = 0; },
+      [](WelcomeFields& f) { f.silence_limit_ms = 3000 + (int64_t{1} << 32); },  // High half.
+  };
+  for (size_t field = 0; field < alterations.size(); ++field) {
+    WelcomeFields altered = fields;
+    alterations[field](altered);
+    EXPECT_NE(base, WelcomeMac(kSecret, c, n, "job", altered)) << "field " << field;
+  }
+}
+
 class SecretFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -698,6 +722,63 @@ TEST(ClientTest, RefusesACoordinatorThatCannotProveTheSecret) {
   impostor.join();
   EXPECT_TRUE(absl::IsUnauthenticated(client.status())) << client.status();
   ExpectNoSecret(client.status());
+}
+
+// An impostor on the path that holds no secret relays a real Welcome (its MAC is genuine) after
+// changing one field the client acts on: the client refuses it. Here the "coordinator" computes
+// the genuine MAC over the real fields and then alters one, as such an attacker would.
+absl::Status ConnectThroughAlteredWelcome(const std::function<void(control::Welcome&)>& alter) {
+  int port = 0;
+  absl::StatusOr<UniqueFd> listener = ListenTcp("127.0.0.1", 0, false, &port);
+  EXPECT_TRUE(listener.ok());
+  std::thread relay([&] {
+    ASSERT_TRUE(PollOne(listener->get(), POLLIN, absl::Now() + absl::Seconds(5)).ok());
+    UniqueFd fd(accept4(listener->get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    FrameWriter w;
+    FrameReader r(1 << 16);
+    const std::string nonce(kNonceBytes, 'n');
+    control::Frame f;
+    f.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
+    f.mutable_challenge()->set_nonce(nonce);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    ASSERT_TRUE(WriteFrame(fd.get(), w, f, 1 << 16, deadline).ok());
+    absl::StatusOr<control::Frame> hello = ReadFrame(fd.get(), r, deadline);
+    ASSERT_TRUE(hello.ok() && hello->has_hello());
+    f.Clear();
+    control::Welcome* welcome = f.mutable_welcome();
+    welcome->set_process(0);
+    welcome->set_num_trainers(1);
+    welcome->set_num_rollouts(1);
+    welcome->set_max_frame_bytes(1 << 20);
+    welcome->set_heartbeat_interval_ms(250);
+    welcome->set_silence_limit_ms(3000);
+    welcome->set_mac(
+        WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, WelcomeFieldsOf(*welcome)));
+    alter(*welcome);
+    ASSERT_TRUE(WriteFrame(fd.get(), w, f, 1 << 16, deadline).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+  });
+  absl::StatusOr<std::unique_ptr<ControlClient>> client =
+      ControlClient::Connect(ClientOptions(port, ControlRole::kTrainer, 0));
+  relay.join();
+  return client.status();
+}
+
+TEST(ClientTest, RefusesAWelcomeWithAnyFieldAltered) {
+  // Unaltered: accepted (the client is then connected to nothing more and is dropped).
+  EXPECT_TRUE(ConnectThroughAlteredWelcome([](control::Welcome&) {}).ok());
+  const std::vector<std::pair<std::string, std::function<void(control::Welcome&)>>> alterations = {
+      {"num_trainers", [](control::Welcome& w) { w.set_num_trainers(2); }},
+      {"num_rollouts", [](control::Welcome& w) { w.set_num_rollouts(5); }},
+      {"max_frame_bytes", [](control::Welcome& w) { w.set_max_frame_bytes(1 << 10); }},
+      {"heartbeat_interval_ms", [](control::Welcome& w) { w.set_heartbeat_interval_ms(1000); }},
+      {"silence_limit_ms", [](control::Welcome& w) { w.set_silence_limit_ms(600000); }},
+  };
+  for (const auto& [field, alter] : alterations) {
+    const absl::Status status = ConnectThroughAlteredWelcome(alter);
+    EXPECT_TRUE(absl::IsUnauthenticated(status)) << field << ": " << status;
+    ExpectNoSecret(status);
+  }
 }
 
 // Runs last in this file (gtest keeps declaration order).

@@ -172,13 +172,21 @@ std::string HelloMac(absl::string_view secret, absl::string_view nonce,
 }
 
 std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
-                       absl::string_view nonce, absl::string_view job_id, int32_t process) {
+                       absl::string_view nonce, absl::string_view job_id,
+                       const WelcomeFields& fields) {
   std::string message;
-  AppendField(message, "wsync-control-welcome-v1");
+  AppendField(message, "wsync-control-welcome-v2");
   AppendField(message, client_nonce);
   AppendField(message, nonce);
   AppendField(message, job_id);
-  AppendU32(message, static_cast<uint32_t>(process));
+  AppendU32(message, static_cast<uint32_t>(fields.process));
+  AppendU32(message, static_cast<uint32_t>(fields.num_trainers));
+  AppendU32(message, static_cast<uint32_t>(fields.num_rollouts));
+  for (int64_t value :
+       {fields.max_frame_bytes, fields.heartbeat_interval_ms, fields.silence_limit_ms}) {
+    AppendU32(message, static_cast<uint32_t>(static_cast<uint64_t>(value) >> 32));
+    AppendU32(message, static_cast<uint32_t>(value));
+  }
   return HmacSha256(secret, message);
 }
 

@@ -11,8 +11,10 @@
 //   Hello:   HMAC(secret, "wsync-control-hello-v1" | nonce | client_nonce | job_id | role | rank |
 //            node_id), proving the client holds the secret; the coordinator's fresh nonce makes a
 //            Hello captured on one connection useless on another.
-//   Welcome: HMAC(secret, "wsync-control-welcome-v1" | client_nonce | nonce | job_id | process),
-//            proving to the client that the coordinator holds it too.
+//   Welcome: HMAC(secret, "wsync-control-welcome-v2" | client_nonce | nonce | job_id | process |
+//            num_trainers | num_rollouts | max_frame_bytes | heartbeat_interval_ms |
+//            silence_limit_ms), proving to the client that the coordinator holds it too and that
+//            every Welcome field the client acts on is the coordinator's (WelcomeFields).
 // The connection is authenticated once, at the handshake; later frames are not signed or
 // encrypted (the control plane expects a trusted network between the job's nodes).
 
@@ -26,7 +28,9 @@
 namespace wsync {
 
 // Secrets shorter than this are refused: an HMAC over a captured nonce would be open to guessing.
-inline constexpr int64_t kMinSecretBytes = 16;
+// 32 bytes: the key material of HMAC-SHA256's full strength (e.g. 32 random bytes, or their 64
+// hex digits or 44 base64 characters; a passphrase must be at least as long, no KDF stretches it).
+inline constexpr int64_t kMinSecretBytes = 32;
 inline constexpr int64_t kMaxSecretBytes = 4096;
 
 struct SecretSource {
@@ -64,8 +68,27 @@ std::string HelloMac(absl::string_view secret, absl::string_view nonce,
                      absl::string_view client_nonce, absl::string_view job_id, ControlRole role,
                      int32_t rank, absl::string_view node_id);
 
+// Every field of a Welcome the client acts on; its MAC covers them all, so that none can be
+// changed on the way without the client refusing the Welcome.
+struct WelcomeFields {
+  int32_t process = 0;
+  int32_t num_trainers = 0;
+  int32_t num_rollouts = 0;
+  int64_t max_frame_bytes = 0;
+  int64_t heartbeat_interval_ms = 0;
+  int64_t silence_limit_ms = 0;
+};
+
 std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
-                       absl::string_view nonce, absl::string_view job_id, int32_t process);
+                       absl::string_view nonce, absl::string_view job_id,
+                       const WelcomeFields& fields);
+
+// The fields of a Welcome frame, as its MAC covers them.
+inline WelcomeFields WelcomeFieldsOf(const control::Welcome& welcome) {
+  return WelcomeFields{
+      welcome.process(),         welcome.num_trainers(),          welcome.num_rollouts(),
+      welcome.max_frame_bytes(), welcome.heartbeat_interval_ms(), welcome.silence_limit_ms()};
+}
 
 // Overwrites `text` with zeros (OPENSSL_cleanse) and clears it. For copies of the secret.
 void WipeSecret(std::string& text);

@@ -94,13 +94,23 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
     bool retry = false;
     absl::Status handshake = client->Handshake(deadline, &retry);
     if (handshake.ok()) {
+      // Needed only for the handshake: wiped now rather than at destruction.
+      WipeSecret(client->options_.secret);
       if (client->heartbeat_interval_ > absl::ZeroDuration()) {
         client->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
         client->notice_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
         if (!client->stop_fd_.valid() || !client->notice_fd_.valid()) {
           return absl::InternalError(absl::StrCat(client->Prefix(), "eventfd failed"));
         }
-        client->keepalive_ = std::thread([c = client.get()] { c->KeepAlive(); });
+        // The exception firewall of the heartbeat thread: an exception closes the connection
+        // with it (every call then fails with it), never the host process.
+        client->keepalive_ = std::thread([c = client.get()] {
+          try {
+            c->KeepAlive();
+          } catch (...) {
+            c->Close(StatusOfCurrentException(absl::StrCat(c->Prefix(), "heartbeat thread")));
+          }
+        });
       }
       return client;
     }
@@ -152,7 +162,12 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   }
 
   frame = ReadFrame(fd, reader_, deadline);
-  if (!frame.ok()) return Wrap(frame.status(), absl::StrCat(Prefix(), "no welcome: "));
+  if (!frame.ok()) {
+    // Closed before a Welcome (a coordinator under a flood of connections displaces pending ones):
+    // nothing was established, so another try is safe.
+    *retry = absl::IsUnavailable(frame.status());
+    return Wrap(frame.status(), absl::StrCat(Prefix(), "no welcome: "));
+  }
   if (frame->has_reject()) {
     const absl::Status refused = StatusFromWire(frame->reject().code(), frame->reject().reason());
     *retry = absl::IsResourceExhausted(refused);
@@ -164,7 +179,7 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   }
   const control::Welcome& welcome = frame->welcome();
   const std::string expected =
-      WelcomeMac(options_.secret, client_nonce, nonce, options_.job_id, welcome.process());
+      WelcomeMac(options_.secret, client_nonce, nonce, options_.job_id, WelcomeFieldsOf(welcome));
   if (!ConstantTimeEquals(expected, welcome.mac())) {
     return absl::UnauthenticatedError(
         absl::StrCat(Prefix(), "the coordinator could not prove that it holds the job's secret"));
@@ -555,6 +570,7 @@ void ControlClient::KeepAlive() {
   absl::Time next_beat = heard_at + heartbeat_interval_;
   bool poll_connection = true;
   while (!closed_.load()) {
+    failpoint::Evaluate("keepalive_thread");
     pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
     const absl::Time wake = std::min(next_beat, heard_at + silence_limit_);
     const int ready = poll(fds, 2, PollTimeoutMs(wake));

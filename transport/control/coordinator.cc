@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator_impl.h"
@@ -33,6 +36,13 @@ constexpr int kMaxAcceptsPerTurn = 64;
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);  // After EMFILE and the like.
 
 std::string Millis(absl::Duration d) { return absl::StrCat(absl::ToInt64Milliseconds(d), "ms"); }
+
+// The source of a peer address ("10.0.0.1:4242", "[::1]:4242"): the address without the port.
+std::string SourceOf(absl::string_view peer) {
+  const size_t colon = peer.rfind(':');
+  if (colon == absl::string_view::npos) return std::string(peer);
+  return std::string(peer.substr(0, colon));
+}
 
 }  // namespace
 
@@ -66,6 +76,8 @@ absl::string_view RefusalReasonName(RefusalReason reason) {
       return "too_many_connections";
     case RefusalReason::kRendezvousClosed:
       return "rendezvous_closed";
+    case RefusalReason::kTooFarAhead:
+      return "too_far_ahead";
   }
   return "unknown";
 }
@@ -80,6 +92,7 @@ void Coordinator::Impl::Run() {
   std::vector<pollfd> fds;
   std::vector<Connection*> polled;
   while (!stop_.load()) {
+    failpoint::Evaluate("coordinator_thread");
     const absl::Time now = absl::Now();
     const bool accepting = now >= accept_paused_until_;
     fds.clear();
@@ -213,10 +226,30 @@ void Coordinator::Impl::KeepAlive(Connection& c, absl::Time now) {
 }
 
 void Coordinator::Impl::AcceptAll(absl::Time now) {
-  int32_t pending = 0;
+  // Pending connections (accepted, not yet welcomed) in accept order, and their count per source.
+  std::deque<Connection*> pending;
+  absl::flat_hash_map<std::string, int32_t> per_source;
   for (const auto& c : connections_) {
-    if (!c->closing && !c->gone && c->phase == Phase::kHandshake) ++pending;
+    if (!c->closing && !c->gone && c->phase == Phase::kHandshake) {
+      pending.push_back(c.get());
+      ++per_source[c->source];
+    }
   }
+  // Closes the oldest pending connection of `source` (any source when empty) that has been
+  // pending for at least pending_grace, at once. False when there is none.
+  auto displace = [&](const std::string& source) {
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      Connection* old = *it;
+      if (old->closing || old->gone || (!source.empty() && old->source != source)) continue;
+      if (now - old->accepted_at < options_.pending_grace) return false;  // The rest are younger.
+      Count(RefusalReason::kTooManyConnections);
+      Drop(*old, "displaced by newer connections");
+      --per_source[old->source];
+      pending.erase(it);
+      return true;
+    }
+    return false;
+  };
   for (int i = 0; i < kMaxAcceptsPerTurn; ++i) {
     UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
@@ -235,17 +268,22 @@ void Coordinator::Impl::AcceptAll(absl::Time now) {
     Connection& c = *owned;
     connections_.push_back(std::move(owned));
     c.peer = PeerAddress(c.fd.get());
+    c.source = SourceOf(c.peer);
     c.handshake_deadline = now + options_.handshake_timeout;
     if (rendezvous_failed_) {
       Refuse(c, RefusalReason::kRendezvousClosed,
              absl::FailedPreconditionError("control: the job's rendezvous failed"), now);
       continue;
     }
-    if (pending >= options_.max_pending_connections) {
-      Refuse(c, RefusalReason::kTooManyConnections,
-             absl::ResourceExhaustedError(
-                 "control: too many connections are in their handshake; retry later"),
-             now);
+    c.accepted_at = now;
+    // At a limit, the new connection displaces the oldest pending one past its grace, or, when all
+    // are younger, is closed at once (no Reject to linger over: a client retries a connection
+    // closed before its Challenge).
+    if ((per_source[c.source] >= options_.max_pending_per_source && !displace(c.source)) ||
+        (static_cast<int32_t>(pending.size()) >= options_.max_pending_connections &&
+         !displace(""))) {
+      Count(RefusalReason::kTooManyConnections);
+      Drop(c, "too many pending connections");
       continue;
     }
     absl::StatusOr<std::string> nonce = RandomBytes(kNonceBytes);
@@ -254,7 +292,8 @@ void Coordinator::Impl::AcceptAll(absl::Time now) {
       Drop(c, "no nonce");
       continue;
     }
-    ++pending;
+    pending.push_back(&c);
+    ++per_source[c.source];
     c.nonce = *std::move(nonce);
     control::Frame frame;
     control::Challenge* challenge = frame.mutable_challenge();
@@ -505,11 +544,12 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   welcome->set_num_trainers(options_.num_trainers);
   welcome->set_num_rollouts(options_.num_rollouts);
   welcome->set_max_frame_bytes(options_.max_frame_bytes);
-  welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id, id));
   if (c.heartbeats) {
     welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
     welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(options_.silence_limit));
   }
+  welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id,
+                              WelcomeFieldsOf(*welcome)));
   Send(c, frame);
 }
 
@@ -683,8 +723,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
         "heartbeat_interval must be 0 (no heartbeats) or at least 1 ms, and silence_limit at "
         "least twice heartbeat_interval");
   }
-  if (options.max_pending_connections < 1 || options.max_open_rounds < 1) {
-    return invalid("max_pending_connections and max_open_rounds must be at least 1");
+  if (options.max_pending_connections < 1 || options.max_pending_per_source < 1 ||
+      options.max_open_rounds < 1 || options.max_rounds_ahead < 1 ||
+      options.max_held_bytes_per_process < 1 || options.pending_grace < absl::ZeroDuration()) {
+    return invalid(
+        "max_pending_connections, max_pending_per_source, max_open_rounds, max_rounds_ahead and "
+        "max_held_bytes_per_process must be at least 1");
   }
   int port = 0;
   WSYNC_ASSIGN_OR_RETURN(UniqueFd listen_fd, ListenTcp(options.address, options.port,
@@ -697,7 +741,21 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
   coordinator->impl_ =
       std::make_unique<Impl>(std::move(options), std::move(listen_fd), std::move(wake_fd));
   absl::MutexLock lock(&coordinator->stop_mu_);
-  coordinator->thread_ = std::thread([impl = coordinator->impl_.get()] { impl->Run(); });
+  // The exception firewall of the serving thread: an exception ends serving as Stop would (every
+  // connection gets a best-effort Reject and closes), so clients fail with "lost the coordinator"
+  // instead of the host process terminating.
+  coordinator->thread_ = std::thread([impl = coordinator->impl_.get()] {
+    try {
+      impl->Run();
+    } catch (...) {
+      const absl::Status failed = StatusOfCurrentException("wsync coordinator thread");
+      std::fprintf(stderr, "%s\n", failed.ToString().c_str());
+      try {
+        impl->Shutdown();
+      } catch (...) {
+      }
+    }
+  });
   return coordinator;
 }
 

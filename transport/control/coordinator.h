@@ -87,8 +87,9 @@ enum class RefusalReason : int {
   kFrameTimeout,  // A welcomed process started a frame and did not finish it in time.
   kTooManyConnections,
   kRendezvousClosed,  // A Hello after the rendezvous completed (for a lost rank) or failed.
+  kTooFarAhead,       // More unanswered contributions or held payload bytes than allowed.
 };
-inline constexpr int kNumRefusalReasons = static_cast<int>(RefusalReason::kRendezvousClosed) + 1;
+inline constexpr int kNumRefusalReasons = static_cast<int>(RefusalReason::kTooFarAhead) + 1;
 
 // "authentication_failed", "unknown_job", ... (metric label values).
 absl::string_view RefusalReasonName(RefusalReason reason);
@@ -121,7 +122,9 @@ struct CoordinatorOptions {
   bool allow_any_address = false;
   std::string coordinator_id = "wsync-coordinator";
 
-  absl::Duration handshake_timeout = absl::Seconds(10);   // From accept to Welcome.
+  // From accept to Welcome: a real client sends its Hello within a round trip of the Challenge,
+  // so a connection silent for this long is closed (and a refused client retries).
+  absl::Duration handshake_timeout = absl::Seconds(3);
   absl::Duration rendezvous_timeout = absl::Minutes(10);  // From Start to the roster.
   // A welcomed process that started a frame must finish it within this.
   absl::Duration frame_timeout = absl::Seconds(60);
@@ -135,8 +138,28 @@ struct CoordinatorOptions {
 
   int64_t max_frame_bytes = kDefaultMaxFrameBytes;
   int64_t max_handshake_frame_bytes = int64_t{64} << 10;
-  int32_t max_pending_connections = 256;  // Connections accepted and not yet welcomed.
+  // Work before authentication is bounded. Connections accepted and not yet welcomed (pending), in
+  // all and per source address (the peer's IP). A connection beyond either limit displaces the
+  // oldest pending connection of that source (the per-source limit) or of all (the total) that has
+  // been pending for at least pending_grace; that one is closed at once. When every such connection
+  // is younger, the new one is closed at once instead (a client retries). Both count as
+  // too_many_connections. So a flood of silent connections cannot keep a real process (which sends
+  // its Hello within a round trip of the Challenge, well within the grace) out, and a flooding host
+  // displaces only its own connections. A flood from the process's own source address faster than
+  // max_pending_per_source / pending_grace (640 a second by default) still delays it: its
+  // connections are then refused more often than not, and it retries until its connect_timeout.
+  // handshake_timeout above closes silent connections.
+  int32_t max_pending_connections = 256;
+  int32_t max_pending_per_source = 64;
+  absl::Duration pending_grace = absl::Milliseconds(100);
   int32_t max_open_rounds = 256;
+  // Work after authentication is bounded too. A process may have at most this many contributions
+  // not yet answered (a process calls one collective at a time, so 1 in a real job); one more is
+  // refused (too_far_ahead) and the process is lost.
+  int32_t max_rounds_ahead = 4;
+  // Payload bytes of one process's contributions the coordinator holds at once (open rounds); a
+  // contribution beyond it is refused (too_far_ahead).
+  int64_t max_held_bytes_per_process = kDefaultMaxFrameBytes;
 };
 
 class Coordinator {

@@ -60,6 +60,8 @@ class Coordinator::Impl {
   ~Impl() { WipeSecret(options_.secret); }
 
   void Run();
+  // Closes every connection (best-effort Reject). Also the serving thread's exception firewall.
+  void Shutdown();
   void RequestStop() {
     stop_.store(true);
     const uint64_t one = 1;
@@ -81,8 +83,10 @@ class Coordinator::Impl {
     explicit Connection(UniqueFd socket, int64_t cap) : fd(std::move(socket)), reader(cap) {}
     UniqueFd fd;
     std::string peer;
+    std::string source;  // The peer's address without its port: per-source limits count by it.
     Phase phase = Phase::kHandshake;
     std::string nonce;
+    absl::Time accepted_at = absl::InfinitePast();
     absl::Time handshake_deadline = absl::InfiniteFuture();
     absl::Time frame_deadline = absl::InfiniteFuture();  // Set while a frame is incomplete.
     FrameReader reader;
@@ -149,7 +153,6 @@ class Coordinator::Impl {
   void DiscountOwnStall(absl::Duration late);
   void FlushAll();
   void Sweep(absl::Time now);
-  void Shutdown();
   absl::Time NextDeadline() const;
   void HandleTimers(absl::Time now);
 

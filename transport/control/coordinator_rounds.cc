@@ -45,6 +45,23 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
                                    " (kind, root, reason length or timeout out of range)")),
                   now);
   }
+  // Bounded work after authentication: a few unanswered contributions and a byte cap per process.
+  int32_t unanswered = 0;
+  int64_t held = static_cast<int64_t>(contribute.payload().size());
+  for (const auto& [open_number, open] : rounds_) {
+    if (open.contributed.empty()) continue;
+    if (open.contributed[id] && !open.answered[id]) ++unanswered;
+    held += static_cast<int64_t>(open.payloads[id].size());
+  }
+  if (unanswered >= options_.max_rounds_ahead || held > options_.max_held_bytes_per_process) {
+    return Refuse(c, RefusalReason::kTooFarAhead,
+                  absl::ResourceExhaustedError(
+                      absl::StrCat("control: collective #", number, " would leave ", unanswered + 1,
+                                   " contributions unanswered (at most ", options_.max_rounds_ahead,
+                                   ") holding ", held, " payload bytes (at most ",
+                                   options_.max_held_bytes_per_process, ") on the coordinator")),
+                  now);
+  }
   ++p.next_number;
   const std::string name = absl::StrCat(KindName(kind), " #", number);
   if (number < forgotten_below_) {

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/failpoint.h"
+#include "common/status.h"
 
 namespace wsync {
 
@@ -15,7 +17,23 @@ LossWatch::LossWatch(ControlClient& client, OnLoss on_loss)
       on_loss_(std::move(on_loss)),
       first_(client.loss_count()),
       wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  thread_ = std::thread([this] { Run(); });
+  // The exception firewall of the watch thread: an exception reports every other process lost with
+  // it (so the sync in flight fails with it now), never terminates the host process.
+  thread_ = std::thread([this] {
+    try {
+      Run();
+    } catch (...) {
+      const absl::Status failed = StatusOfCurrentException("wsync loss watch thread");
+      try {
+        for (int32_t process = 0; process < client_.size() && !stop_.load(); ++process) {
+          if (process == client_.process()) continue;
+          reported_.fetch_add(1);
+          on_loss_(process, absl::UnavailableError(failed.message()));
+        }
+      } catch (...) {
+      }
+    }
+  });
 }
 
 LossWatch::~LossWatch() {
@@ -28,6 +46,7 @@ LossWatch::~LossWatch() {
 void LossWatch::Run() {
   size_t next = first_;
   while (!stop_.load()) {
+    failpoint::Evaluate("loss_watch_thread");
     // Without an eventfd (out of descriptors) the destructor waits one period at most.
     const absl::Status watching = client_.WatchLosses(absl::Now() + kLossWatchPeriod, wake_.get());
     for (const LossNotice& notice : client_.LossesSince(next)) {

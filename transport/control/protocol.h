@@ -14,7 +14,9 @@
 
 namespace wsync {
 
-inline constexpr uint32_t kControlProtocolVersion = 1;
+// 2: the Welcome's MAC covers every field the client acts on (auth.h, WelcomeFields), so a client
+// and a coordinator of version 1 refuse each other by version, not as an authentication failure.
+inline constexpr uint32_t kControlProtocolVersion = 2;
 // Bytes of a challenge nonce, of a client nonce, and of an HMAC-SHA256 tag.
 inline constexpr int kNonceBytes = 32;
 inline constexpr int kMacBytes = 32;

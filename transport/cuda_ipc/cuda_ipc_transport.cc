@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/process_identity.h"
 #include "common/status.h"
 
 namespace wsync {
@@ -22,14 +25,50 @@ constexpr uint32_t kDescriptorMagic = 0x77637031;  // "wcp1"
 constexpr uint32_t kAckMagic = 0x77636131;         // "wca1"
 
 // What the sender tells the receiver, over the messenger. Both processes run the same build.
+// Nothing in it is trusted for memory safety: the receiver copies its own receive's size (from
+// the plan), checks the offset against the size the driver reports for the mapped allocation, and
+// reads `source_address` only when it is exactly a send that a transport of its own OS process has
+// posted to it and not yet released (LiveSends).
 struct Descriptor {
   uint32_t magic = kDescriptorMagic;
   int32_t sender_pid = 0;        // The sender's OS process (getpid).
   int64_t bytes = 0;             // The message's size.
   int64_t offset = 0;            // Of the message in its allocation.
-  int64_t allocation_bytes = 0;  // Of the allocation the handle names.
+  int64_t allocation_bytes = 0;  // Of the allocation the handle names (informative only).
   uint64_t source_address = 0;   // The sender's address of the message (self-sends copy from it).
   char handle[NcclApi::kIpcHandleBytes] = {};  // Zero for empty messages and self-sends.
+  uint64_t sender_namespace = 0;  // OwnPidNamespace() of the sender: pids compare only within it.
+};
+
+// The sends posted by the CUDA IPC transports of this OS process and not yet released: (sender,
+// receiver, descriptor tag, address, bytes). A receiver in this OS process (a self-send, or
+// threads standing in for processes) reads a sender's memory at its own address only when the
+// descriptor names such a send exactly, so a forged descriptor cannot make it read any other
+// memory of the process.
+class LiveSends {
+ public:
+  using Key = std::tuple<int32_t, int32_t, uint64_t, uint64_t, int64_t>;
+  static LiveSends& Get() {
+    static LiveSends* sends = new LiveSends();
+    return *sends;
+  }
+  void Add(const Key& key) {
+    absl::MutexLock lock(&mu_);
+    sends_.insert(key);
+  }
+  void Remove(const Key& key) {
+    absl::MutexLock lock(&mu_);
+    auto it = sends_.find(key);
+    if (it != sends_.end()) sends_.erase(it);
+  }
+  bool Contains(const Key& key) const {
+    absl::MutexLock lock(&mu_);
+    return sends_.count(key) > 0;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::multiset<Key> sends_ ABSL_GUARDED_BY(mu_);
 };
 
 // What the receiver answers once it copied the message (or refused it).
@@ -89,6 +128,7 @@ class CudaIpcTransport::Impl {
     RequestId ack_request = 0;
     CudaEvent copy_event = nullptr;  // Set while the receive's copy runs.
     bool descriptor_sent = false;    // A send's descriptor send completed successfully.
+    std::optional<LiveSends::Key> live_send;  // A send listed in LiveSends until released.
     bool done = false;
     absl::Status failure;
   };
@@ -99,9 +139,11 @@ class CudaIpcTransport::Impl {
     int64_t allocation_bytes;
     std::string handle;
   };
-  // An opened handle: its base in this process and the last sync (24 bits) that copied from it.
+  // An opened handle: its base in this process, its size as the driver reports it for the
+  // mapping (never the descriptor's), and the last sync (24 bits) that copied from it.
   struct Mapping {
     char* base;
+    int64_t bytes;
     uint64_t last_sync;
   };
   // An acknowledgement sent after its receive was released.
@@ -123,7 +165,7 @@ class CudaIpcTransport::Impl {
   // The descriptor of `request` arrived: checks it and issues the copy (or completes).
   absl::Status StartCopyLocked(Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The mapping of `handle` in this process, opened on first use; marks it used by `sync`.
-  absl::StatusOr<char*> MappingLocked(const std::string& handle, uint64_t sync)
+  absl::StatusOr<Mapping> MappingLocked(const std::string& handle, uint64_t sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendAckLocked(const Request& request, bool size_mismatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(Request& request, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,6 +349,7 @@ absl::StatusOr<RequestId> CudaIpcTransport::Impl::PostLocked(Direction direction
   if (direction == Direction::kSend) {
     wire.descriptor.bytes = bytes;
     wire.descriptor.sender_pid = getpid();
+    wire.descriptor.sender_namespace = OwnPidNamespace();
     wire.descriptor.source_address = reinterpret_cast<uintptr_t>(data);
     if (bytes > 0 && peer != options_.process) {
       absl::Status described = DescribeSourceLocked(data, bytes, wire.descriptor);
@@ -316,9 +359,16 @@ absl::StatusOr<RequestId> CudaIpcTransport::Impl::PostLocked(Direction direction
     }
     WSYNC_ASSIGN_OR_RETURN(request.ack_request,
                            messenger_->PostReceive(peer, ack_tag, &wire.ack, sizeof(Ack)));
+    // Listed before the descriptor leaves, so that a receiver of this OS process finds it.
+    if (bytes > 0) {
+      request.live_send = LiveSends::Key{options_.process, peer, descriptor_tag.value,
+                                         reinterpret_cast<uintptr_t>(data), bytes};
+      LiveSends::Get().Add(*request.live_send);
+    }
     absl::StatusOr<RequestId> sent =
         messenger_->PostSend(peer, descriptor_tag, &wire.descriptor, sizeof(Descriptor));
     if (!sent.ok()) {
+      if (request.live_send) LiveSends::Get().Remove(*request.live_send);
       CancelMessengerLocked({request.ack_request});
       return sent.status();
     }
@@ -424,9 +474,7 @@ void CudaIpcTransport::Impl::ProgressReceiveLocked(Request& request) {
 
 absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   const Descriptor& d = request.wire->descriptor;
-  if (d.magic != kDescriptorMagic || d.bytes < 0 ||
-      (request.peer != options_.process && d.bytes > 0 &&
-       (d.offset < 0 || d.offset > d.allocation_bytes - d.bytes))) {
+  if (d.magic != kDescriptorMagic || d.bytes < 0) {
     return absl::InternalError(absl::StrCat(What(request), ": malformed descriptor"));
   }
   if (d.bytes != request.bytes) {
@@ -435,29 +483,52 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
                                                    " bytes and the receive ", request.bytes,
                                                    " bytes"));
   }
-  if (d.bytes == 0) {
+  // From here on the size is the receive's (the plan's), never the descriptor's.
+  const int64_t bytes = request.bytes;
+  if (bytes == 0) {
     request.done = true;
     SendAckLocked(request, /*size_mismatch=*/false);
     return absl::OkStatus();
   }
   WSYNC_RETURN_IF_ERROR(api_->SetDevice(options_.device));
-  const char* source = reinterpret_cast<const char*>(static_cast<uintptr_t>(d.source_address));
-  // A peer in this OS process (threads standing in for processes) is read at its own address:
-  // CUDA cannot open an IPC handle in the process that made it.
-  const bool same_os_process = d.sender_pid == getpid() && !api_->OpensOwnIpcHandles();
-  if (request.peer != options_.process && !same_os_process) {
-    absl::StatusOr<char*> mapped =
+  const char* source = nullptr;
+  // A peer in this OS process (a self-send; threads standing in for processes) is read at its own
+  // address: CUDA cannot open an IPC handle in the process that made it. The same OS process means
+  // the same pid in the same pid namespace of the same boot, and the address must be a send a
+  // transport of this process posted to this receiver with this tag and size.
+  const uint64_t own_namespace = OwnPidNamespace();
+  const bool same_os_process = request.peer == options_.process ||
+                               (d.sender_pid == getpid() && own_namespace != 0 &&
+                                d.sender_namespace == own_namespace && !api_->OpensOwnIpcHandles());
+  if (same_os_process) {
+    const MessageTag descriptor_tag =
+        MakeTag(TagSync(request.tag), TagRound(request.tag), request.peer);
+    if (!LiveSends::Get().Contains(LiveSends::Key{request.peer, options_.process,
+                                                  descriptor_tag.value, d.source_address, bytes})) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          What(request), ": the descriptor names memory of this OS process at ",
+          absl::Hex(d.source_address), " that no send to this receiver posted; refused"));
+    }
+    source = reinterpret_cast<const char*>(static_cast<uintptr_t>(d.source_address));
+  } else {
+    absl::StatusOr<Mapping> mapped =
         MappingLocked(std::string(d.handle, sizeof(d.handle)), TagSync(request.tag));
     if (!mapped.ok()) {
       return absl::Status(mapped.status().code(),
                           absl::StrCat(What(request), ": cannot open the sender's allocation: ",
                                        mapped.status().message()));
     }
-    source = *mapped + d.offset;
+    if (d.offset < 0 || d.offset > mapped->bytes - bytes) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(What(request), ": the descriptor's offset ", d.offset, " and the receive's ",
+                       bytes, " bytes reach past the sender's allocation of ", mapped->bytes,
+                       " bytes (as the driver maps it); refused"));
+    }
+    source = mapped->base + d.offset;
   }
   WSYNC_ASSIGN_OR_RETURN(CudaEvent event, TakeEventLocked());
   absl::Status issued =
-      api_->MemcpyAsync(request.data, source, static_cast<size_t>(d.bytes), stream_);
+      api_->MemcpyAsync(request.data, source, static_cast<size_t>(bytes), stream_);
   if (issued.ok()) issued = api_->EventRecord(event, stream_);
   if (!issued.ok()) {
     // Nothing recorded after a failed copy: the event stays out of the pool.
@@ -470,15 +541,25 @@ absl::Status CudaIpcTransport::Impl::StartCopyLocked(Request& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<char*> CudaIpcTransport::Impl::MappingLocked(const std::string& handle,
-                                                            uint64_t sync) {
+absl::StatusOr<CudaIpcTransport::Impl::Mapping> CudaIpcTransport::Impl::MappingLocked(
+    const std::string& handle, uint64_t sync) {
   auto it = mappings_.find(handle);
   if (it == mappings_.end()) {
     WSYNC_ASSIGN_OR_RETURN(void* mapped, api_->IpcOpenMemHandle(handle));
-    it = mappings_.emplace(handle, Mapping{static_cast<char*>(mapped), sync}).first;
+    // The mapping's size from the driver: the descriptor's allocation size is not trusted.
+    absl::StatusOr<NcclApi::Allocation> range = api_->AllocationRange(mapped);
+    if (!range.ok() || range->base != mapped) {
+      api_->IpcCloseMemHandle(mapped).IgnoreError();
+      return range.ok() ? absl::InternalError("the mapped allocation does not start at its base")
+                        : range.status();
+    }
+    it = mappings_
+             .emplace(handle,
+                      Mapping{static_cast<char*>(mapped), static_cast<int64_t>(range->bytes), sync})
+             .first;
   }
   it->second.last_sync = sync;
-  return it->second.base;
+  return it->second;
 }
 
 int64_t CudaIpcTransport::Impl::DiscardStaleMessages(uint64_t sync_id) {
@@ -558,6 +639,7 @@ void CudaIpcTransport::Impl::ReleaseLocked(RequestId id) {
     AwaitCopyLocked(request.copy_event);
     free_events_.push_back(request.copy_event);
   }
+  if (request.live_send) LiveSends::Get().Remove(*request.live_send);
   if (keep_wire) cancelled_wires_.push_back(std::move(request.wire));
   requests_.erase(it);
 }

@@ -20,14 +20,21 @@
 // descriptor carrying the address itself (no IPC handle); so does a peer in this OS process
 // (threads standing in for processes: the descriptor names the sender's OS process, and CUDA
 // cannot open a handle in the process that made it) unless the API opens its own handles (a
-// fake's threads, NcclApi::OpensOwnIpcHandles). On the messenger the descriptor of a
-// message of sync s and round r travels with tag (s, r, sender) and its acknowledgement with tag
-// (s with bit 23 flipped, r, receiver): every round is usable (the executor's verification uses
-// the last one, kMaxRounds - 1), and acknowledgements never meet descriptors or messages of a sync
-// DiscardStaleMessages looks at (so a late acknowledgement nobody waits for is not discarded;
-// it is 16 bytes). The caller's sender bits are replaced by the actual sender's. Receives of one
-// peer with equal tags acknowledge in posting order, so equal-tag messages pair in order as the
-// contract asks. Pairs advance on their own (NeedsRoundOrder is false).
+// fake's threads, NcclApi::OpensOwnIpcHandles). Nothing in a descriptor is trusted for memory
+// safety: the copy's size is the receive's (the plan's); the offset must lie, with that size, in
+// the mapped allocation as the driver reports it (AllocationRange of the mapping), not as the
+// descriptor claims; "this OS process" needs an equal pid, pid namespace and boot id
+// (OwnPidNamespace, common/process_identity.h), and an address read directly must be exactly a
+// send that a transport of this OS process posted to this receiver with this tag and size and
+// has not released. A descriptor failing these fails the receive with PermissionDenied. On the
+// messenger the descriptor of a message of sync s and round r travels with tag (s, r, sender) and
+// its acknowledgement with tag (s with bit 23 flipped, r, receiver): every round is usable (the
+// executor's verification uses the last one, kMaxRounds - 1), and acknowledgements never meet
+// descriptors or messages of a sync DiscardStaleMessages looks at (so a late acknowledgement nobody
+// waits for is not discarded; it is 16 bytes). The caller's sender bits are replaced by the actual
+// sender's. Receives of one peer with equal tags acknowledge in posting order, so equal-tag
+// messages pair in order as the contract asks. Pairs advance on their own (NeedsRoundOrder is
+// false).
 //
 // Memory: CUDA memory only (posts whose pointer CUDA reports as host memory, and RegisterMemory
 // of host memory, are refused with Unimplemented). Any allocation made by cudaMalloc can be

@@ -90,8 +90,8 @@ std::string ProcessTrailer(int32_t pid, uint64_t pid_namespace);
 bool ParseProcessTrailer(absl::string_view address, int32_t* pid, uint64_t* pid_namespace);
 // Whether process `pid` (of this pid namespace) has exited: it is gone, or a zombie.
 bool ProcessHasExited(int32_t pid);
-// The pid namespace of this process, as the trailer gives it (0 when unknown).
-uint64_t OwnPidNamespace();
+// The pid namespace of this process, as the trailer gives it (0 when unknown), is
+// OwnPidNamespace() (common/process_identity.h).
 
 // True when every entry of a UCX_TLS list is a shared-memory or self transport, none of which
 // has a peer failure handler in UCX 1.13.

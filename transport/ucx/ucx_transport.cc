@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
 #include "common/hash.h"
+#include "common/process_identity.h"
 #include "common/status.h"
 #include "transport/ucx/ucx_impl.h"
 
@@ -203,20 +204,6 @@ bool ProcessHasExited(int32_t pid) {
   if (name_end == std::string::npos || name_end + 2 >= line.size()) return false;
   const char state = line[name_end + 2];
   return state == 'Z' || state == 'X';
-}
-
-uint64_t OwnPidNamespace() {
-  // The namespace's inode identifies it on one host only (the initial one has the same number on
-  // every host), so the host's boot id goes into the identity too.
-  struct stat ns {};
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (stat("/proc/self/ns/pid", &ns) != 0 || !std::getline(boot, boot_id) || boot_id.empty()) {
-    return 0;
-  }
-  const std::string identity = absl::StrCat(boot_id, "/", ns.st_ino);
-  const uint64_t id = Xxh3(identity.data(), identity.size());
-  return id == 0 ? 1 : id;
 }
 
 absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addresses) {

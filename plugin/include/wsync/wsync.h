@@ -20,6 +20,17 @@
  *
  * Threads: calls on one session are serialized by the caller, except abort() and last_error(),
  * which any thread may call at any time, and state() and stats(), which are always safe.
+ * abort() may also race finalize() on another thread: an abort that starts before finalize
+ * returns either acts on the session or, once finalize has begun, does nothing and returns
+ * WSYNC_OK; finalize waits for an abort in flight to return before it frees the handle. An abort
+ * that starts after finalize returned uses a freed handle, like any other call (and with a new
+ * session at the same address, would abort that one): hosts stop calling abort once finalize
+ * returned.
+ *
+ * No exception and no failure of the library's own threads (the sync_begin thread, the
+ * trainer-triggered loop, the control connection's heartbeat thread, a hosted coordinator)
+ * terminates the host: it becomes the session's error (sync_test or the next call returns it, a
+ * rollout turns DIRTY, the session is aborted; finalize and start a new session).
  *
  * A failed init or finalize, and any call given a NULL session, record their detail for this
  * thread; last_error(NULL) returns it.
@@ -189,7 +200,8 @@ typedef struct wsync_plugin_v1 {
   wsync_status_t (*set_update_callbacks)(wsync_session_t* session, wsync_before_update_fn before,
                                          wsync_after_update_fn after, void* user);
 
-  /* Fails the running sync (if any) on every process; callable from any thread; idempotent. */
+  /* Fails the running sync (if any) on every process; callable from any thread; idempotent; may
+   * race finalize (see "Threads" above). */
   wsync_status_t (*abort)(wsync_session_t* session, const char* reason);
 
   wsync_status_t (*state)(wsync_session_t* session, int64_t* version, wsync_state_t* state);
@@ -203,7 +215,7 @@ typedef struct wsync_plugin_v1 {
   const char* (*last_error)(wsync_session_t* session);
 
   /* Releases everything (threads, sockets, transport, registrations, arenas) and frees the
-   * session. */
+   * session, after any abort() in flight on it returned. */
   wsync_status_t (*finalize)(wsync_session_t* session);
 } wsync_plugin_v1_t;
 

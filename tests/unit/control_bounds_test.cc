@@ -1,0 +1,259 @@
+// Work an input can make the coordinator do is bounded (issue 26): a flood of silent connections
+// from loopback does not keep a real job from connecting, joining and running collectives; a
+// process that contributes rounds ahead without waiting, or makes the coordinator hold more payload
+// bytes than its cap, is refused.
+//
+// The bugs these tests catch: with only a total limit on pending handshakes (refusing new
+// connections once it is reached), ~100 silent connections a second kept every slot taken and the
+// job's processes refused until their deadline; contributions were held for up to 256 open rounds
+// of up to 64 MiB each per process.
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/control_job.h"
+#include "transport/control/client.h"
+#include "transport/control/coordinator.h"
+
+namespace wsync {
+namespace {
+
+using control_testing::ClientOptions;
+using control_testing::kSecret;
+using control_testing::MakeHello;
+using control_testing::Options;
+using control_testing::Parallel;
+using control_testing::Raw;
+using ::testing::HasSubstr;
+
+// Opens silent loopback connections at `per_second` (keeping up to `held` open, the oldest closed
+// first), until stopped: 40 times the rate (26 a second) that kept every pending slot of the
+// coordinator taken before.
+class Flood {
+ public:
+  explicit Flood(int port, int per_second, int held) {
+    thread_ = std::thread([this, port, per_second, held] {
+      std::deque<UniqueFd> open;
+      const absl::Time start = absl::Now();
+      while (!stop_.load()) {
+        const int64_t due =
+            static_cast<int64_t>(absl::ToDoubleSeconds(absl::Now() - start) * per_second);
+        if (opened_.load() >= due) {
+          absl::SleepFor(absl::Milliseconds(1));
+          continue;
+        }
+        absl::StatusOr<UniqueFd> fd =
+            ConnectTcp("127.0.0.1", port, absl::Now() + absl::Milliseconds(200));
+        opened_.fetch_add(1);
+        if (fd.ok()) open.push_back(*std::move(fd));
+        while (static_cast<int>(open.size()) > held) open.pop_front();
+      }
+    });
+  }
+  ~Flood() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  int64_t opened() const { return opened_.load(); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> opened_{0};
+  std::thread thread_;
+};
+
+TEST(CoordinatorBoundsTest, AFloodOfSilentConnectionsDoesNotKeepARealJobOut) {
+  // Silent connections time out only after 10 s: the job (8 s to connect) gets in by displacing
+  // them, not by waiting for them to expire.
+  CoordinatorOptions options = Options(2, 1);
+  options.handshake_timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<Coordinator>> started = Coordinator::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Coordinator& coordinator = **started;
+  // Every flood connection stays open for the whole test where the descriptor limit allows (the
+  // soft limit raised to the hard one): none of them frees a slot by going away.
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, 65536);
+  setrlimit(RLIMIT_NOFILE, &files);
+  getrlimit(RLIMIT_NOFILE, &files);
+  const int held = static_cast<int>(std::min<rlim_t>(9000, files.rlim_cur / 2 - 200));
+  Flood flood(coordinator.port(), 1000, held);
+  // Let the flood take every pending slot first.
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (flood.opened() < 1000 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(flood.opened(), 300) << "the flood did not get going";
+
+  // The real job: three processes connect, join and run collectives while the flood goes on.
+  std::vector<std::unique_ptr<ControlClient>> clients(3);
+  Parallel(3, [&](int id) {
+    const bool trainer = id < 2;
+    ControlClientOptions o =
+        ClientOptions(coordinator.port(), trainer ? ControlRole::kTrainer : ControlRole::kRollout,
+                      trainer ? id : 0);
+    o.connect_timeout = absl::Seconds(8);
+    absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(o);
+    ASSERT_TRUE(client.ok()) << client.status();
+    JoinRequest request{trainer ? "t" : "r", absl::StrCat("address-", id), "metadata"};
+    absl::StatusOr<Roster> roster = (*client)->Join(request, absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(roster.ok()) << roster.status();
+    for (int round = 0; round < 5; ++round) {
+      absl::StatusOr<std::vector<std::string>> all =
+          (*client)->AllGather(absl::StrCat(id, "/", round), absl::Now() + absl::Seconds(10));
+      ASSERT_TRUE(all.ok()) << all.status();
+      EXPECT_EQ((*all)[2], absl::StrCat("2/", round));
+    }
+    clients[id] = *std::move(client);
+  });
+  const int64_t opened = flood.opened();
+  flood.Stop();
+  const CoordinatorCounters counters = coordinator.counters();
+  EXPECT_EQ(counters.joined, 3);
+  // The flood's connections were displaced (or timed out), never the job's.
+  EXPECT_GT(counters.Refused(RefusalReason::kTooManyConnections), 0) << opened << " opened";
+  EXPECT_EQ(counters.Refused(RefusalReason::kAuthenticationFailed), 0);
+}
+
+TEST(CoordinatorBoundsTest, OneSourceDisplacesOnlyItsOwnPendingConnections) {
+  CoordinatorOptions options = Options(1, 0);
+  options.max_pending_per_source = 3;
+  options.pending_grace = absl::ZeroDuration();
+  absl::StatusOr<std::unique_ptr<Coordinator>> started = Coordinator::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const int port = (*started)->port();
+  std::vector<std::unique_ptr<Raw>> raws;
+  for (int i = 0; i < 4; ++i) {
+    raws.push_back(std::make_unique<Raw>(port));
+    ASSERT_TRUE(raws.back()->Read().ok());  // The Challenge: accepted in turn.
+  }
+  // The fourth displaced the first, which is closed at once (no Reject: it said nothing).
+  absl::StatusOr<control::Frame> first = raws[0]->Read(absl::Seconds(3));
+  EXPECT_FALSE(first.ok());
+  EXPECT_EQ((*started)->counters().Refused(RefusalReason::kTooManyConnections), 1);
+  // The newest can still complete its handshake.
+  absl::StatusOr<control::Frame> challenge;
+  Raw good(port);
+  challenge = good.Read();
+  ASSERT_TRUE(challenge.ok() && challenge->has_challenge());
+  absl::StatusOr<std::string> hello = EncodeFrame(
+      MakeHello(kSecret, challenge->challenge().nonce(), ControlRole::kTrainer, 0), 1 << 20);
+  ASSERT_TRUE(hello.ok());
+  FrameWriter writer;
+  writer.Enqueue(std::make_shared<const std::string>(*hello));
+  ASSERT_TRUE(FlushFrames(good.fd.get(), writer, absl::Now() + absl::Seconds(5)).ok());
+  absl::StatusOr<control::Frame> welcome = good.Read();
+  ASSERT_TRUE(welcome.ok() && welcome->has_welcome()) << welcome.status();
+}
+
+// Writes `frame` to a raw connection.
+void Write(Raw& raw, const control::Frame& frame) {
+  absl::StatusOr<std::string> encoded = EncodeFrame(frame, kDefaultMaxFrameBytes);
+  ASSERT_TRUE(encoded.ok());
+  FrameWriter writer;
+  writer.Enqueue(std::make_shared<const std::string>(*encoded));
+  ASSERT_TRUE(FlushFrames(raw.fd.get(), writer, absl::Now() + absl::Seconds(5)).ok());
+}
+
+// A raw trainer rank 0 of a 2-trainer job, welcomed and joined, with a real trainer rank 1 that
+// joined too (so that the roster goes out and collectives are open).
+struct RawMember {
+  explicit RawMember(CoordinatorOptions options) {
+    absl::StatusOr<std::unique_ptr<Coordinator>> started = Coordinator::Start(std::move(options));
+    EXPECT_TRUE(started.ok()) << started.status();
+    coordinator = *std::move(started);
+    raw = std::make_unique<Raw>(coordinator->port());
+    absl::StatusOr<control::Frame> challenge = raw->Read();
+    EXPECT_TRUE(challenge.ok() && challenge->has_challenge());
+    Write(*raw, MakeHello(kSecret, challenge->challenge().nonce(), ControlRole::kTrainer, 0));
+    absl::StatusOr<control::Frame> welcome = raw->Read();
+    EXPECT_TRUE(welcome.ok() && welcome->has_welcome()) << welcome.status();
+    control::Frame join;
+    join.mutable_join()->set_manifest("t");
+    join.mutable_join()->set_address("a");
+    Write(*raw, join);
+    std::thread other([&] {
+      absl::StatusOr<std::unique_ptr<ControlClient>> c =
+          ControlClient::Connect(ClientOptions(coordinator->port(), ControlRole::kTrainer, 1));
+      EXPECT_TRUE(c.ok()) << c.status();
+      EXPECT_TRUE((*c)->Join(JoinRequest{"t", "b", ""}, absl::Now() + absl::Seconds(5)).ok());
+      peer = *std::move(c);
+    });
+    other.join();
+    absl::StatusOr<control::Frame> roster = raw->Read();
+    EXPECT_TRUE(roster.ok() && roster->has_roster()) << roster.status();
+  }
+  // Contribution #number of an AllGather with `payload`, not waiting for its result.
+  void Contribute(uint64_t number, std::string payload) {
+    control::Frame frame;
+    control::Contribute* c = frame.mutable_contribute();
+    c->set_number(number);
+    c->set_kind(control::COLLECTIVE_ALL_GATHER);
+    c->set_timeout_ms(60000);
+    c->set_payload(std::move(payload));
+    Write(*raw, frame);
+  }
+  // The Reject that ends the connection (skipping heartbeats).
+  absl::Status Refusal() {
+    while (true) {
+      absl::StatusOr<control::Frame> frame = raw->Read(absl::Seconds(5));
+      if (!frame.ok()) return frame.status();
+      if (frame->has_reject()) {
+        return absl::Status(static_cast<absl::StatusCode>(frame->reject().code()),
+                            frame->reject().reason());
+      }
+    }
+  }
+
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<Raw> raw;
+  std::unique_ptr<ControlClient> peer;
+};
+
+TEST(CoordinatorBoundsTest, ContributionsFarAheadAreRefused) {
+  CoordinatorOptions options = Options(2, 0);
+  options.max_rounds_ahead = 4;
+  RawMember member(options);
+  for (uint64_t n = 0; n < 5; ++n) member.Contribute(n, "x");  // Trainer 1 contributes none.
+  const absl::Status refused = member.Refusal();
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("would leave 5 contributions unanswered (at most 4)"));
+  EXPECT_EQ(member.coordinator->counters().Refused(RefusalReason::kTooFarAhead), 1);
+}
+
+TEST(CoordinatorBoundsTest, PayloadBytesHeldPerProcessAreCapped) {
+  CoordinatorOptions options = Options(2, 0);
+  options.max_held_bytes_per_process = 10000;
+  RawMember member(options);
+  member.Contribute(0, std::string(6000, 'a'));
+  member.Contribute(1, std::string(6000, 'b'));  // 12000 held: over the cap.
+  const absl::Status refused = member.Refusal();
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("holding 12000 payload bytes (at most 10000)"));
+}
+
+TEST(CoordinatorBoundsTest, RefusesZeroLimits) {
+  CoordinatorOptions options = Options(1, 0);
+  options.max_pending_per_source = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
+  options = Options(1, 0);
+  options.max_rounds_ahead = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
+  options = Options(1, 0);
+  options.max_held_bytes_per_process = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
+}
+
+}  // namespace
+}  // namespace wsync
