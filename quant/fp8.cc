@@ -13,19 +13,35 @@
 namespace wsync::quant {
 namespace {
 
-constexpr uint32_t kBits448 = 0x43e00000;             // 448.0f
+// The per-element and per-row steps are inlined into the multiversioned entry points below, so
+// that each clone vectorizes them for its instruction set.
+#define WSYNC_QUANT_INLINE __attribute__((always_inline)) inline
+
+// GCC function multiversioning: QuantizeBf16 / QuantizeFp32 are built for x86-64-v4 (AVX-512),
+// x86-64-v3 (AVX2) and the baseline, and the loader picks the best the CPU runs. Every clone
+// computes the same bits: integer operations and IEEE fp32 division and addition in the default
+// rounding mode (the target builds with -ffp-contract=off).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WSYNC_QUANT_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WSYNC_QUANT_CLONES
+#endif
+
+constexpr int64_t kBlock128 = 128;         // The block width of DeepSeek-V3 / Kimi-K2 block FP8.
+constexpr uint32_t kBits448 = 0x43e00000;  // 448.0f
 constexpr uint32_t kBitsMinNormal = 0x3c800000;       // 2^-6, e4m3's smallest normal
 constexpr float kSubnormalMagic = 16384.0f;           // 2^14: its fp32 ulp is 2^-9, e4m3's quantum
 constexpr uint32_t kBitsSubnormalMagic = 0x46800000;  // 2^14
 constexpr uint32_t kFp32ToE4m3Bias = (127 - 7) << 3;
 
-inline uint32_t FloatBits(float value) {
+WSYNC_QUANT_INLINE uint32_t FloatBits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   return bits;
 }
 
-inline float BitsFloat(uint32_t bits) {
+WSYNC_QUANT_INLINE float BitsFloat(uint32_t bits) {
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
@@ -33,7 +49,7 @@ inline float BitsFloat(uint32_t bits) {
 
 // Branch-free so that the loops calling it vectorize: both the normal and the subnormal encoding
 // are computed and one is selected.
-inline uint8_t Encode(float value) {
+WSYNC_QUANT_INLINE uint8_t Encode(float value) {
   const uint32_t bits = FloatBits(value);
   const uint32_t sign = (bits >> 24) & 0x80;
   const uint32_t magnitude = std::min(bits & 0x7fffffffu, kBits448);
@@ -67,10 +83,14 @@ struct Fp32 {
 };
 
 template <typename T>
-typename T::AbsBits RowAbsMax(const typename T::Bits* row, int64_t count, int64_t stride,
-                              typename T::AbsBits amax) {
+WSYNC_QUANT_INLINE typename T::AbsBits RowAbsMax(const typename T::Bits* row, int64_t count,
+                                                 int64_t stride, typename T::AbsBits amax) {
   using AbsBits = typename T::AbsBits;
-  if (stride == 1) {
+  if (stride == 1 && count == kBlock128) {  // A full row of a 128-wide block: no loop epilogue.
+    for (int64_t i = 0; i < kBlock128; ++i) {
+      amax = std::max(amax, static_cast<AbsBits>(row[i] & T::kAbsMask));
+    }
+  } else if (stride == 1) {
     for (int64_t i = 0; i < count; ++i) {
       amax = std::max(amax, static_cast<AbsBits>(row[i] & T::kAbsMask));
     }
@@ -83,11 +103,15 @@ typename T::AbsBits RowAbsMax(const typename T::Bits* row, int64_t count, int64_
 }
 
 template <typename T>
-void QuantizeRow(const typename T::Bits* row, int64_t count, int64_t stride, float scale,
-                 uint8_t* out, int64_t out_stride) {
+WSYNC_QUANT_INLINE void QuantizeRow(const typename T::Bits* row, int64_t count, int64_t stride,
+                                    float scale, uint8_t* out, int64_t out_stride) {
   if (stride == 1 && out_stride == 1) {
     const typename T::Bits* __restrict in = row;
     uint8_t* __restrict packed_out = out;
+    if (count == kBlock128) {
+      for (int64_t i = 0; i < kBlock128; ++i) packed_out[i] = Encode(T::ToFloat(in[i]) / scale);
+      return;
+    }
     for (int64_t i = 0; i < count; ++i) packed_out[i] = Encode(T::ToFloat(in[i]) / scale);
   } else {
     for (int64_t i = 0; i < count; ++i) {
@@ -98,9 +122,10 @@ void QuantizeRow(const typename T::Bits* row, int64_t count, int64_t stride, flo
 
 // The first non-finite element of the block, for the error.
 template <typename T>
-absl::Status NonFiniteError(const typename T::Bits* in, const ConstRegion& input, int64_t expert,
-                            int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                            absl::string_view parameter) {
+[[gnu::noinline, gnu::cold]] absl::Status NonFiniteError(const typename T::Bits* in,
+                                                         const ConstRegion& input, int64_t expert,
+                                                         int64_t r0, int64_t r1, int64_t c0,
+                                                         int64_t c1, absl::string_view parameter) {
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t c = c0; c < c1; ++c) {
       const uint32_t bits =
@@ -116,9 +141,9 @@ absl::Status NonFiniteError(const typename T::Bits* in, const ConstRegion& input
 }
 
 template <typename T>
-absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input,
-                           const MutableRegion& fp8, const MutableRegion& scales,
-                           absl::string_view parameter) {
+WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input,
+                                              const MutableRegion& fp8, const MutableRegion& scales,
+                                              absl::string_view parameter) {
   const auto* in = static_cast<const typename T::Bits*>(input.base);
   auto* out = static_cast<uint8_t*>(fp8.base);
   auto* scale_out = static_cast<float*>(scales.base);
@@ -152,6 +177,18 @@ absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input
     }
   }
   return absl::OkStatus();
+}
+
+WSYNC_QUANT_CLONES absl::Status QuantizeBf16(const Fp8Blocking& blocking, const ConstRegion& input,
+                                             const MutableRegion& fp8, const MutableRegion& scales,
+                                             absl::string_view parameter) {
+  return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter);
+}
+
+WSYNC_QUANT_CLONES absl::Status QuantizeFp32(const Fp8Blocking& blocking, const ConstRegion& input,
+                                             const MutableRegion& fp8, const MutableRegion& scales,
+                                             absl::string_view parameter) {
+  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter);
 }
 
 template <typename A, typename B>
@@ -225,12 +262,12 @@ absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const C
     return status;
   }
   if (input_dtype == DType::kBFloat16) {
-    return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter);
+    return QuantizeBf16(blocking, input, fp8, scales, parameter);
   }
-  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter);
+  return QuantizeFp32(blocking, input, fp8, scales, parameter);
 }
 
-uint8_t EncodeE4m3Saturating(float value) { return Encode(value); }
+uint8_t EncodeE4m3Saturating(float value) { return Encode(value); }  // Baseline ISA.
 
 AxisRange WholeBlocks(int64_t block, int64_t axis_extent, AxisRange range) {
   if (range.extent == 0) return range;
