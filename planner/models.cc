@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -13,6 +14,19 @@
 
 namespace wsync {
 namespace {
+
+// The modules that FP8 checkpoints and vLLM's FP8 linear layers keep in bf16 besides every 1-D
+// tensor (norms, biases, DeepSeek-V3's fp32 e_score_correction_bias):
+// - DeepSeek-V3 / Kimi-K2 (config.json quantization_config: quant_method "fp8", fmt "e4m3",
+//   activation_scheme "dynamic", weight_block_size [128, 128]; deepseek-ai/DeepSeek-V3
+//   README_WEIGHTS.md): every linear weight carries a `weight_scale_inv` except
+//   model.embed_tokens, lm_head and the MoE router mlp.gate.
+// - Qwen FP8 checkpoints (quant_method "fp8", weight_block_size [128, 128]) name
+//   modules_to_not_convert ["lm_head", "model.embed_tokens"]; vLLM builds the MoE routers
+//   (mlp.gate, and Qwen2-MoE's [1, hidden] mlp.shared_expert_gate) without a quantization config.
+std::vector<std::string> DefaultModulesNotConverted() {
+  return {"embed_tokens", "lm_head", "mlp.gate", "mlp.shared_expert_gate"};
+}
 
 // The fields of a public config.json that determine parameter shapes.
 struct Config {
@@ -44,6 +58,9 @@ struct Config {
   int64_t qk_nope = 0;
   int64_t qk_rope = 0;
   int64_t v_head = 0;
+  // quantization_config of the model's FP8 checkpoints (QuantizationConfig); every model uses
+  // the defaults below unless its entry in Configs() says otherwise.
+  std::vector<std::string> modules_not_converted = DefaultModulesNotConverted();
 };
 
 void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
@@ -143,6 +160,7 @@ ModelSpec Build(const Config& c) {
   spec.num_layers = c.layers;
   spec.vocab = c.vocab;
   spec.tied_embeddings = c.tied;
+  spec.quantization.modules_not_converted = c.modules_not_converted;
   ModelSpec& w = spec;
   w.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
   for (int32_t layer = 0; layer < c.layers; ++layer) {
@@ -307,6 +325,57 @@ absl::StatusOr<ModelSpec> GetModel(absl::string_view name) {
   }
   return absl::NotFoundError(absl::StrCat("unknown model \"", name,
                                           "\"; known models: ", absl::StrJoin(ModelNames(), ", ")));
+}
+
+absl::string_view WeightQuantName(WeightQuant quant) {
+  switch (quant) {
+    case WeightQuant::kNone:
+      return "none";
+    case WeightQuant::kFp8Block:
+      return "fp8_block";
+    case WeightQuant::kFp8Channel:
+      return "fp8_channel";
+    case WeightQuant::kFp8Tensor:
+      return "fp8_tensor";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name) {
+  for (const WeightQuant quant : {WeightQuant::kNone, WeightQuant::kFp8Block,
+                                  WeightQuant::kFp8Channel, WeightQuant::kFp8Tensor}) {
+    if (WeightQuantName(quant) == name) return quant;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight quantization \"", name,
+                   "\"; known: none, fp8_block, fp8_channel, fp8_tensor"));
+}
+
+absl::StatusOr<bool> IsQuantizedParameter(const ModelSpec& model, absl::string_view parameter,
+                                          WeightQuant quant) {
+  const TensorSpec* found = nullptr;
+  for (const TensorSpec& tensor : model.tensors) {
+    if (tensor.name == parameter ||
+        (!tensor.fused_name.empty() && tensor.fused_name == parameter)) {
+      found = &tensor;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("model ", model.name, " has no parameter \"", parameter, "\""));
+  }
+  if (quant == WeightQuant::kNone) return false;
+  constexpr absl::string_view kWeight = ".weight";
+  const absl::string_view name = found->name;
+  if (found->shape.size() < 2 || found->shape.size() > 3 || !absl::EndsWith(name, kWeight)) {
+    return false;
+  }
+  const absl::string_view module = name.substr(0, name.size() - kWeight.size());
+  for (const std::string& kept : model.quantization.modules_not_converted) {
+    if (module == kept || absl::EndsWith(module, absl::StrCat(".", kept))) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<ModelSpec> TruncateLayers(const ModelSpec& model, int32_t layers) {

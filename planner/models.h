@@ -49,12 +49,34 @@ struct TensorSpec {
   int64_t heads = 0;
 };
 
+// How a rollout engine stores a model's weights: as trained (bf16), or FP8 e4m3 with fp32 scales
+// per 128 x 128 block, per output channel or per tensor (quant/fp8.h states the rules).
+enum class WeightQuant : uint8_t { kNone, kFp8Block, kFp8Channel, kFp8Tensor };
+
+// "none", "fp8_block", "fp8_channel", "fp8_tensor" (the named layouts' quant= values).
+absl::string_view WeightQuantName(WeightQuant quant);
+// Inverse of WeightQuantName; InvalidArgument naming the known values otherwise.
+absl::StatusOr<WeightQuant> ParseWeightQuant(absl::string_view name);
+
+// Which weights a model's FP8 checkpoints hold in FP8, from the model's `quantization_config`
+// (Hugging Face config.json): the weights of 2 or 3 axes (linear layers and expert tensors) except
+// the modules named here, which stay bf16 like every 1-D tensor (norms, biases).
+struct QuantizationConfig {
+  int64_t weight_block_rows = 128;  // weight_block_size
+  int64_t weight_block_cols = 128;
+  // Module names (a parameter's name without ".weight") kept bf16: a parameter matches when its
+  // module is the entry or ends with "." followed by it ("mlp.gate" matches
+  // "model.layers.3.mlp.gate", not "...mlp.gate_proj").
+  std::vector<std::string> modules_not_converted;
+};
+
 struct ModelSpec {
   std::string name;
   int32_t num_layers = 0;
   int64_t vocab = 0;
   bool tied_embeddings = false;
   std::vector<TensorSpec> tensors;
+  QuantizationConfig quantization;
 
   int64_t TotalBytes() const;
   int64_t TotalElements() const;
@@ -66,6 +88,14 @@ struct ModelSpec {
   TensorSpec& AddFusedTensor(std::string name, Dims shape, ShardRole role, int32_t layer,
                              FuseKind fuse, std::string fused_name, int32_t fuse_index);
 };
+
+// True when `parameter` (a tensor's name, or the rollout engine's fused name such as
+// "...self_attn.qkv_proj.weight" or "...mlp.experts.w13_weight") is stored in FP8 when the rollout
+// engine runs `quant`: never for WeightQuant::kNone; otherwise when the tensor is a ".weight" of 2
+// or 3 axes whose module is not in model.quantization.modules_not_converted (embeddings, lm_head,
+// router gates stay bf16). NotFound when the model has no such parameter.
+absl::StatusOr<bool> IsQuantizedParameter(const ModelSpec& model, absl::string_view parameter,
+                                          WeightQuant quant);
 
 // Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",
 // "deepseek-v3", "kimi-k2", "qwen2.5-tiny" (the qwen2.5 structure at a test size: hidden 128,

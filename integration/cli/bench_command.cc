@@ -23,6 +23,7 @@
 #include "executor/schedule.h"
 #include "integration/cli/bench_compare.h"
 #include "integration/cli/bench_predict.h"
+#include "integration/cli/bench_quant.h"
 #include "integration/cli/bench_relay.h"
 #include "integration/cli/bench_sync.h"
 #include "planner/models.h"
@@ -266,7 +267,7 @@ absl::Status RunExecutorBench(std::FILE* out) {
   for (const auto& [from, to] : scenarios) {
     WSYNC_RETURN_IF_ERROR(RunScenario(model, from, to, repeats, out));
   }
-  return absl::OkStatus();
+  return RunQuantizeScenario(model, repeats, out);
 }
 
 }  // namespace
@@ -276,7 +277,8 @@ std::string BenchUsage() {
          "                     [--repeats K] [--policy P]\n"
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
-         "  staged bytes and pack+unpack throughput against memcpy of the same bytes.\n" +
+         "  staged bytes and pack+unpack throughput against memcpy of the same bytes; then\n"
+         "  quantizes M's FP8 weights from bf16 (block, channel, tensor scales) against memcpy.\n" +
          SyncBenchUsage() + CompareBenchUsage() + PredictBenchUsage() + RelayBenchUsage();
 }
 

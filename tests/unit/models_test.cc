@@ -258,5 +258,94 @@ TEST(ModelsTest, TruncateLayersKeepsEmbeddingHeadAndTheFirstLayers) {
   EXPECT_FALSE(TruncateLayers(full, 33).ok());
 }
 
+bool Quantized(const ModelSpec& model, const std::string& name,
+               WeightQuant quant = WeightQuant::kFp8Block) {
+  const absl::StatusOr<bool> quantized = IsQuantizedParameter(model, name, quant);
+  EXPECT_TRUE(quantized.ok()) << quantized.status();
+  return quantized.ok() && *quantized;
+}
+
+// DeepSeek-V3 and Kimi-K2 ship block-FP8 checkpoints: every linear weight (attention, dense MLP,
+// shared and routed experts) is FP8; embeddings, lm_head, norms, the router and its bias are not.
+TEST(ModelQuantizationTest, DeepSeekV3AndKimiK2KeepEmbeddingsHeadNormsAndRoutersBf16) {
+  for (const std::string name : {"deepseek-v3", "kimi-k2"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec model = Model(name);
+    EXPECT_EQ(model.quantization.weight_block_rows, 128);
+    EXPECT_EQ(model.quantization.weight_block_cols, 128);
+    const std::string moe = name == "kimi-k2" ? "model.layers.1." : "model.layers.3.";
+    for (const std::string bf16 :
+         {std::string("model.embed_tokens.weight"), std::string("lm_head.weight"),
+          std::string("model.norm.weight"), std::string("model.layers.0.input_layernorm.weight"),
+          std::string("model.layers.0.self_attn.q_a_layernorm.weight"),
+          std::string("model.layers.0.self_attn.kv_a_layernorm.weight"), moe + "mlp.gate.weight",
+          moe + "mlp.gate.e_score_correction_bias"}) {
+      EXPECT_FALSE(Quantized(model, bf16)) << bf16;
+    }
+    for (const std::string fp8 :
+         {std::string("model.layers.0.self_attn.q_a_proj.weight"),
+          std::string("model.layers.0.self_attn.q_b_proj.weight"),
+          std::string("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"),
+          std::string("model.layers.0.self_attn.kv_b_proj.weight"),
+          std::string("model.layers.0.self_attn.o_proj.weight"),
+          std::string("model.layers.0.self_attn.fused_qkv_a_proj.weight"),
+          std::string("model.layers.0.mlp.gate_proj.weight"),
+          std::string("model.layers.0.mlp.gate_up_proj.weight"), moe + "mlp.experts.w13_weight",
+          moe + "mlp.experts.w2_weight", moe + "mlp.experts.up_proj.weight",
+          moe + "mlp.shared_experts.down_proj.weight"}) {
+      EXPECT_TRUE(Quantized(model, fp8)) << fp8;
+    }
+    // Every weight of 2 or 3 axes but the embeddings, the head and one router per MoE layer.
+    int64_t quantized = 0, matrices = 0, quantized_elements = 0;
+    for (const TensorSpec& tensor : model.tensors) {
+      if (tensor.shape.size() >= 2) ++matrices;
+      if (Quantized(model, tensor.name)) {
+        ++quantized;
+        quantized_elements += Volume(tensor.shape);
+        EXPECT_GE(tensor.shape.size(), 2u) << tensor.name;
+      }
+    }
+    EXPECT_EQ(quantized, matrices - 2 - CountWithSuffix(model, "mlp.gate.weight"));
+    EXPECT_GT(quantized_elements, model.TotalElements() * 99 / 100);
+    EXPECT_FALSE(Quantized(model, "model.layers.0.self_attn.o_proj.weight", WeightQuant::kNone));
+  }
+}
+
+TEST(ModelQuantizationTest, QwenModelsKeepBiasesNormsRoutersAndSharedExpertGateBf16) {
+  const ModelSpec dense = Model("qwen2.5-0.5b");  // tied embeddings: no lm_head
+  EXPECT_TRUE(Quantized(dense, "model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(Quantized(dense, "model.layers.0.self_attn.qkv_proj.weight"));
+  EXPECT_TRUE(Quantized(dense, "model.layers.0.mlp.down_proj.weight", WeightQuant::kFp8Channel));
+  EXPECT_TRUE(Quantized(dense, "model.layers.0.mlp.up_proj.weight", WeightQuant::kFp8Tensor));
+  EXPECT_FALSE(Quantized(dense, "model.layers.0.self_attn.q_proj.bias"));
+  EXPECT_FALSE(Quantized(dense, "model.layers.0.self_attn.qkv_proj.bias"));
+  EXPECT_FALSE(Quantized(dense, "model.embed_tokens.weight"));
+  EXPECT_FALSE(Quantized(dense, "model.layers.0.post_attention_layernorm.weight"));
+  const ModelSpec moe = Model("qwen3-30b-a3b");
+  EXPECT_FALSE(Quantized(moe, "lm_head.weight"));
+  EXPECT_FALSE(Quantized(moe, "model.layers.5.self_attn.q_norm.weight"));
+  EXPECT_FALSE(Quantized(moe, "model.layers.5.mlp.gate.weight"));
+  EXPECT_TRUE(Quantized(moe, "model.layers.5.mlp.experts.down_proj.weight"));
+  EXPECT_TRUE(Quantized(moe, "model.layers.5.self_attn.k_proj.weight"));
+  const ModelSpec shared = Model("qwen2-moe-tiny");
+  EXPECT_FALSE(Quantized(shared, "model.layers.0.mlp.shared_expert_gate.weight"));
+  EXPECT_TRUE(Quantized(shared, "model.layers.0.mlp.shared_expert.gate_proj.weight"));
+}
+
+TEST(ModelQuantizationTest, UnknownParameterAndQuantNames) {
+  const ModelSpec model = Model("qwen2.5-tiny");
+  const absl::StatusOr<bool> missing =
+      IsQuantizedParameter(model, "model.layers.9.mlp.up_proj.weight", WeightQuant::kFp8Block);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("model.layers.9.mlp.up_proj"));
+  for (const WeightQuant quant : {WeightQuant::kNone, WeightQuant::kFp8Block,
+                                  WeightQuant::kFp8Channel, WeightQuant::kFp8Tensor}) {
+    const absl::StatusOr<WeightQuant> parsed = ParseWeightQuant(WeightQuantName(quant));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, quant);
+  }
+  EXPECT_THAT(std::string(ParseWeightQuant("fp4").status().message()), HasSubstr("fp8_block"));
+}
+
 }  // namespace
 }  // namespace wsync

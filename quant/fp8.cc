@@ -1,0 +1,291 @@
+#include "quant/fp8.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/dtype.h"
+
+namespace wsync::quant {
+namespace {
+
+// The per-element and per-row steps are inlined into the multiversioned entry points below, so
+// that each clone vectorizes them for its instruction set.
+#define WSYNC_QUANT_INLINE __attribute__((always_inline)) inline
+
+// GCC function multiversioning: QuantizeBf16 / QuantizeFp32 are built for x86-64-v4 (AVX-512),
+// x86-64-v3 (AVX2) and the baseline, and the loader picks the best the CPU runs. Every clone
+// computes the same bits: integer operations and IEEE fp32 division and addition in the default
+// rounding mode (the target builds with -ffp-contract=off).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WSYNC_QUANT_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define WSYNC_QUANT_CLONES
+#endif
+
+constexpr int64_t kBlock128 = 128;         // The block width of DeepSeek-V3 / Kimi-K2 block FP8.
+constexpr uint32_t kBits448 = 0x43e00000;  // 448.0f
+constexpr uint32_t kBitsMinNormal = 0x3c800000;       // 2^-6, e4m3's smallest normal
+constexpr float kSubnormalMagic = 16384.0f;           // 2^14: its fp32 ulp is 2^-9, e4m3's quantum
+constexpr uint32_t kBitsSubnormalMagic = 0x46800000;  // 2^14
+constexpr uint32_t kFp32ToE4m3Bias = (127 - 7) << 3;
+
+WSYNC_QUANT_INLINE uint32_t FloatBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+WSYNC_QUANT_INLINE float BitsFloat(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// Branch-free so that the loops calling it vectorize: both the normal and the subnormal encoding
+// are computed and one is selected.
+WSYNC_QUANT_INLINE uint8_t Encode(float value) {
+  const uint32_t bits = FloatBits(value);
+  const uint32_t sign = (bits >> 24) & 0x80;
+  const uint32_t magnitude = std::min(bits & 0x7fffffffu, kBits448);
+  // Normal range: round the 23-bit mantissa to 3 bits, to nearest even (a carry moves into the
+  // exponent, as it should), and rebias the exponent from 127 to 7.
+  const uint32_t rounded = magnitude + 0x7ffff + ((magnitude >> 20) & 1);
+  const uint32_t normal = (rounded >> 20) - kFp32ToE4m3Bias;
+  // Subnormal range (below 2^-6): adding 2^14 rounds to a multiple of 2^-9 (nearest even, the
+  // fp32 addition's rounding); the count of 2^-9 steps is the e4m3 code (8 is the smallest normal).
+  const uint32_t subnormal =
+      FloatBits(BitsFloat(magnitude) + kSubnormalMagic) - kBitsSubnormalMagic;
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(magnitude < kBitsMinNormal);
+  return static_cast<uint8_t>(sign | (subnormal & is_subnormal) | (normal & ~is_subnormal));
+}
+
+// Per input type: the bits of an element, |x| as ordered signed bits (the order of non-negative
+// IEEE values is the order of their bits), and the bits at or above which |x| is not finite.
+struct Bf16 {
+  using Bits = uint16_t;
+  using AbsBits = int16_t;
+  static constexpr int kAbsMask = 0x7fff;
+  static constexpr AbsBits kNonFinite = 0x7f80;
+  static float ToFloat(uint32_t bits) { return BitsFloat(bits << 16); }
+};
+struct Fp32 {
+  using Bits = uint32_t;
+  using AbsBits = int32_t;
+  static constexpr uint32_t kAbsMask = 0x7fffffff;
+  static constexpr AbsBits kNonFinite = 0x7f800000;
+  static float ToFloat(uint32_t bits) { return BitsFloat(bits); }
+};
+
+template <typename T>
+WSYNC_QUANT_INLINE typename T::AbsBits RowAbsMax(const typename T::Bits* row, int64_t count,
+                                                 int64_t stride, typename T::AbsBits amax) {
+  using AbsBits = typename T::AbsBits;
+  if (stride == 1 && count == kBlock128) {  // A full row of a 128-wide block: no loop epilogue.
+    for (int64_t i = 0; i < kBlock128; ++i) {
+      amax = std::max(amax, static_cast<AbsBits>(row[i] & T::kAbsMask));
+    }
+  } else if (stride == 1) {
+    for (int64_t i = 0; i < count; ++i) {
+      amax = std::max(amax, static_cast<AbsBits>(row[i] & T::kAbsMask));
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      amax = std::max(amax, static_cast<AbsBits>(row[i * stride] & T::kAbsMask));
+    }
+  }
+  return amax;
+}
+
+template <typename T>
+WSYNC_QUANT_INLINE void QuantizeRow(const typename T::Bits* row, int64_t count, int64_t stride,
+                                    float scale, uint8_t* out, int64_t out_stride) {
+  if (stride == 1 && out_stride == 1) {
+    const typename T::Bits* __restrict in = row;
+    uint8_t* __restrict packed_out = out;
+    if (count == kBlock128) {
+      for (int64_t i = 0; i < kBlock128; ++i) packed_out[i] = Encode(T::ToFloat(in[i]) / scale);
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i) packed_out[i] = Encode(T::ToFloat(in[i]) / scale);
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      out[i * out_stride] = Encode(T::ToFloat(row[i * stride]) / scale);
+    }
+  }
+}
+
+// The first non-finite element of the block, for the error.
+template <typename T>
+[[gnu::noinline, gnu::cold]] absl::Status NonFiniteError(const typename T::Bits* in,
+                                                         const ConstRegion& input, int64_t expert,
+                                                         int64_t r0, int64_t r1, int64_t c0,
+                                                         int64_t c1, absl::string_view parameter) {
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const uint32_t bits =
+          in[expert * input.expert_stride + r * input.row_stride + c * input.col_stride];
+      if (static_cast<typename T::AbsBits>(bits & T::kAbsMask) < T::kNonFinite) continue;
+      const bool nan = (bits & T::kAbsMask) > static_cast<uint32_t>(T::kNonFinite);
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", parameter, ": cannot quantize ", nan ? "NaN" : "an infinity",
+                       " at element (", expert, ", ", r, ", ", c, ") of the region to FP8"));
+    }
+  }
+  return absl::InternalError("non-finite amax without a non-finite element");
+}
+
+template <typename T>
+WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input,
+                                              const MutableRegion& fp8, const MutableRegion& scales,
+                                              absl::string_view parameter) {
+  const auto* in = static_cast<const typename T::Bits*>(input.base);
+  auto* out = static_cast<uint8_t*>(fp8.base);
+  auto* scale_out = static_cast<float*>(scales.base);
+  const int64_t block_rows = std::min(blocking.rows, input.rows);
+  const int64_t block_cols = std::min(blocking.cols, input.cols);
+  for (int64_t e = 0; e < input.experts; ++e) {
+    for (int64_t br = 0; br < scales.rows; ++br) {
+      const int64_t r0 = br * block_rows;
+      const int64_t r1 = r0 + std::min(block_rows, input.rows - r0);
+      for (int64_t bc = 0; bc < scales.cols; ++bc) {
+        const int64_t c0 = bc * block_cols;
+        const int64_t c1 = c0 + std::min(block_cols, input.cols - c0);
+        const auto* block = in + e * input.expert_stride + c0 * input.col_stride;
+        typename T::AbsBits amax = 0;
+        for (int64_t r = r0; r < r1; ++r) {
+          amax = RowAbsMax<T>(block + r * input.row_stride, c1 - c0, input.col_stride, amax);
+        }
+        if (amax >= T::kNonFinite) {
+          return NonFiniteError<T>(in, input, e, r0, r1, c0, c1, parameter);
+        }
+        const float scale =
+            std::max(T::ToFloat(static_cast<uint32_t>(amax)), kFp8AmaxFloor) / kFp8E4m3Max;
+        scale_out[e * scales.expert_stride + br * scales.row_stride + bc * scales.col_stride] =
+            scale;
+        uint8_t* out_block = out + e * fp8.expert_stride + c0 * fp8.col_stride;
+        for (int64_t r = r0; r < r1; ++r) {
+          QuantizeRow<T>(block + r * input.row_stride, c1 - c0, input.col_stride, scale,
+                         out_block + r * fp8.row_stride, fp8.col_stride);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+WSYNC_QUANT_CLONES absl::Status QuantizeBf16(const Fp8Blocking& blocking, const ConstRegion& input,
+                                             const MutableRegion& fp8, const MutableRegion& scales,
+                                             absl::string_view parameter) {
+  return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter);
+}
+
+WSYNC_QUANT_CLONES absl::Status QuantizeFp32(const Fp8Blocking& blocking, const ConstRegion& input,
+                                             const MutableRegion& fp8, const MutableRegion& scales,
+                                             absl::string_view parameter) {
+  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter);
+}
+
+template <typename A, typename B>
+bool SameShape(const A& a, const B& b) {
+  return a.experts == b.experts && a.rows == b.rows && a.cols == b.cols;
+}
+
+absl::Status CheckArguments(const Fp8Blocking& blocking, DType input_dtype,
+                            const ConstRegion& input, const MutableRegion& fp8,
+                            const MutableRegion& scales, absl::string_view parameter) {
+  const auto fail = [&](auto&&... message) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter ", parameter, ": ", message...));
+  };
+  if (input_dtype != DType::kBFloat16 && input_dtype != DType::kFloat32) {
+    return fail("FP8 quantization takes bf16 or fp32 input, not ", DTypeName(input_dtype));
+  }
+  if (blocking.rows < 1 || blocking.cols < 1) {
+    return fail("FP8 scale blocks of ", blocking.rows, " x ", blocking.cols);
+  }
+  if (input.experts < 0 || input.rows < 0 || input.cols < 0) return fail("negative extent");
+  if (!SameShape(input, fp8)) {
+    return fail("FP8 output of [", fp8.experts, ", ", fp8.rows, ", ", fp8.cols,
+                "] for an input of [", input.experts, ", ", input.rows, ", ", input.cols, "]");
+  }
+  const int64_t block_rows = BlockCount(blocking.rows, input.rows);
+  const int64_t block_cols = BlockCount(blocking.cols, input.cols);
+  if (scales.experts != input.experts || scales.rows != block_rows || scales.cols != block_cols) {
+    return fail("scales of [", scales.experts, ", ", scales.rows, ", ", scales.cols,
+                "] where the blocks need [", input.experts, ", ", block_rows, ", ", block_cols,
+                "]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename Pointer>
+absl::Status MakeRegion(Pointer base, absl::Span<const int64_t> strides,
+                        absl::Span<const int64_t> shape, Region<Pointer>& region) {
+  if (strides.size() != shape.size() || (shape.size() != 2 && shape.size() != 3)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an FP8 region has 2 or 3 axes, not ", shape.size(), " (", strides.size(), " strides)"));
+  }
+  for (const int64_t extent : shape) {
+    if (extent < 0) return absl::InvalidArgumentError("negative extent in an FP8 region");
+  }
+  const size_t first = shape.size() - 2;
+  region = Region<Pointer>{};
+  region.base = base;
+  if (first == 1) {
+    region.experts = shape[0];
+    region.expert_stride = strides[0];
+  }
+  region.rows = shape[first];
+  region.cols = shape[first + 1];
+  region.row_stride = strides[first];
+  region.col_stride = strides[first + 1];
+  return absl::OkStatus();
+}
+
+template absl::Status MakeRegion<const void*>(const void*, absl::Span<const int64_t>,
+                                              absl::Span<const int64_t>, ConstRegion&);
+template absl::Status MakeRegion<void*>(void*, absl::Span<const int64_t>, absl::Span<const int64_t>,
+                                        MutableRegion&);
+
+absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const ConstRegion& input,
+                         const MutableRegion& fp8, const MutableRegion& scales,
+                         absl::string_view parameter) {
+  if (absl::Status status = CheckArguments(blocking, input_dtype, input, fp8, scales, parameter);
+      !status.ok()) {
+    return status;
+  }
+  if (input_dtype == DType::kBFloat16) {
+    return QuantizeBf16(blocking, input, fp8, scales, parameter);
+  }
+  return QuantizeFp32(blocking, input, fp8, scales, parameter);
+}
+
+uint8_t EncodeE4m3Saturating(float value) { return Encode(value); }  // Baseline ISA.
+
+AxisRange WholeBlocks(int64_t block, int64_t axis_extent, AxisRange range) {
+  if (range.extent == 0) return range;
+  if (block >= axis_extent) return {0, axis_extent};
+  const int64_t begin = range.origin / block * block;
+  const int64_t end = range.origin + range.extent;
+  const int64_t rounded_end = std::min(axis_extent, (end + block - 1) / block * block);
+  return {begin, rounded_end - begin};
+}
+
+bool IsWholeBlocks(int64_t block, int64_t axis_extent, AxisRange range) {
+  const AxisRange whole = WholeBlocks(block, axis_extent, range);
+  return whole.origin == range.origin && whole.extent == range.extent;
+}
+
+AxisRange ScaleRange(int64_t block, int64_t axis_extent, AxisRange range) {
+  if (block >= axis_extent) return {0, range.extent == 0 ? 0 : 1};
+  return {range.origin / block, BlockCount(block, range.extent)};
+}
+
+}  // namespace wsync::quant
