@@ -71,7 +71,7 @@ class Run {
         buffers_(buffers),
         transport_(transport),
         options_(options) {
-    if (options.verify) {
+    if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,
           [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
@@ -81,7 +81,8 @@ class Run {
           // Kept in the cache after the lanes' arenas and the relay arena.
           [this](int64_t bytes) {
             return Arenas().GetDevice(*options_.device, work_.lanes.size() + 1, bytes);
-          });
+          },
+          options.verify == VerifyMode::kKeyed ? options.data_key : nullptr);
     }
   }
 
@@ -715,6 +716,9 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
       executor_internal::BuildWork(job, segments, endpoints, budget, process);
   absl::Status local = work.status();
   if (local.ok()) local = CheckBuffers(job, *work, segments, buffers, options);
+  if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
+    local = absl::FailedPreconditionError("verify: keyed verification without a data key");
+  }
   WSYNC_RETURN_IF_ERROR(
       AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
   Run run(job, segments, *work, buffers, transport, options);
