@@ -354,7 +354,11 @@ TEST(KeyedVerifyTest, ACleanKeyedSyncChecksEveryChunk) {
     ASSERT_TRUE(results[kTrainer].ok()) << results[kTrainer].status();
     ASSERT_TRUE(results[kRollout].ok()) << results[kRollout].status();
     EXPECT_EQ(results[kRollout]->verified_chunks, results[kRollout]->chunks);
-    EXPECT_EQ(results[kRollout]->verified_chunks, halves ? 4 : 1);
+    if (halves) {
+      EXPECT_GT(results[kRollout]->verified_chunks, 2);  // Cut to the budget.
+    } else {
+      EXPECT_EQ(results[kRollout]->verified_chunks, 1);
+    }
     EXPECT_TRUE(TargetEqualsSource(job, source, target));
   }
 }
@@ -432,7 +436,8 @@ TEST(KeyedVerifyTest, AMacMessageReplayedFromAPreviousSyncIsRefused) {
   setup.attack.record_digests = &first_sync_macs;
   const auto first = Sync(job, source, target, setup);
   ASSERT_TRUE(first[kRollout].ok()) << first[kRollout].status();
-  ASSERT_EQ(first_sync_macs.size(), 1u + 4 * 2);
+  ASSERT_GT(first[kRollout]->verified_chunks, 2);
+  ASSERT_EQ(first_sync_macs.size(), 1u + 2 * first[kRollout]->verified_chunks);
   ASSERT_EQ(first_sync_macs[0], 1u);
 
   setup.sync_id = 2;
