@@ -54,7 +54,7 @@ absl::Status RunCudaSyncBench(std::FILE* out) {
   options.from = absl::GetFlag(FLAGS_cuda_from);
   options.to = absl::GetFlag(FLAGS_cuda_to);
   options.syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
-  options.verify = VerifyMode::kHash;
+  options.verify = true;
   options.path_transports = absl::GetFlag(FLAGS_cuda_path_transports);
   options.forked_processes = absl::GetFlag(FLAGS_cuda_forked);
   absl::FPrintF(out, "wsync bench sync --memory cuda: %s %s -> %s, %d timed syncs\n", options.model,
