@@ -95,6 +95,9 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
       executor_internal::BuildWork(job, segments, endpoints, budget, process);
   absl::Status local = work.status();
   if (local.ok()) local = CheckBuffers(job, *work, segments, buffers, options);
+  if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
+    local = absl::FailedPreconditionError("verify: keyed verification without a data key");
+  }
   WSYNC_RETURN_IF_ERROR(
       AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
   WSYNC_ASSIGN_OR_RETURN(

@@ -12,8 +12,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/data_key.h"
 #include "executor/schedule.h"
 #include "transport/device_memory.h"
 #include "transport/transport.h"
@@ -54,17 +56,32 @@ class ArenaCache {
   std::vector<DeviceArena> device_arenas_;
 };
 
+// End-to-end integrity of a run (ExecuteOptions::verify).
+enum class VerifyMode : int32_t {
+  kOff = 0,
+  kHash = 1,   // xxh3-64 per chunk.
+  kKeyed = 2,  // A keyed MAC per chunk (executor/chunk_mac.h).
+};
+
+// "off", "hash", "keyed"; ParseVerifyMode also takes "true" (hash) and "false" (off).
+absl::string_view VerifyModeName(VerifyMode mode);
+absl::StatusOr<VerifyMode> ParseVerifyMode(absl::string_view name);
+
 struct ExecuteOptions {
   uint64_t sync_id = 0;      // Goes into every message tag.
   uint64_t plan_digest = 0;  // Plan::digest; compared across processes before any byte moves.
   absl::Time deadline = absl::InfiniteFuture();
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.
-  // End-to-end integrity (verify.h): every chunk sent to a peer is hashed (xxh3-64) by its sender
-  // and by its receiver over what landed; a receiver whose hashes differ fails with DataLoss
-  // naming the peer and the chunk. Local copies are not hashed. CUDA regions are hashed through
-  // `device` (copied stream-ordered into one host bounce buffer of at most min(budget, 1 MiB)),
-  // with the same hashes as host memory, so host and CUDA sides check each other.
-  bool verify = false;
+  // End-to-end integrity (verify.h): every chunk sent to a peer is digested by its sender and by
+  // its receiver over what landed; a receiver whose digests differ fails with DataLoss naming the
+  // peer and the chunk. kHash: xxh3-64 (accidents only); kKeyed: a keyed MAC from `data_key`
+  // (required, caller-owned), bound to this sync, sender, receiver and chunk position
+  // (chunk_mac.h; attackers without the key too). Local copies are not digested. CUDA regions
+  // are digested through `device` (copied stream-ordered into one host bounce buffer of at most
+  // min(budget, 1 MiB)), with the same digests as host memory, so host and CUDA sides check each
+  // other.
+  VerifyMode verify = VerifyMode::kOff;
+  const DataKey* data_key = nullptr;
   // Optional, caller-owned: incremented by the messages of earlier syncs this run rejected
   // (Transport::DiscardStaleMessages, at the start and at the end of a run), also when the run
   // fails.
@@ -104,7 +121,7 @@ struct TransferStats {
   // Staged sends packed before their round, in one pass with a staged send of another peer whose
   // rows line up with theirs (the sibling column blocks of one row shard; executor/README.md).
   int64_t packed_ahead_messages = 0;
-  // With ExecuteOptions::verify: received chunks whose hash matched the sender's.
+  // With ExecuteOptions::verify: received chunks whose digest matched the sender's.
   int64_t verified_chunks = 0;
   // Messages of earlier syncs that arrived for this process and were rejected unread.
   int64_t rejected_messages = 0;

@@ -37,7 +37,7 @@ class Run final : public RunSteps {
         buffers_(buffers),
         transport_(transport),
         options_(options) {
-    if (options.verify) {
+    if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,
           [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
@@ -47,7 +47,8 @@ class Run final : public RunSteps {
           // Kept in the cache after the lanes' arenas and the relay arena.
           [this](int64_t bytes) {
             return Arenas().GetDevice(*options_.device, work_.lanes.size() + 1, bytes);
-          });
+          },
+          options.verify == VerifyMode::kKeyed ? options.data_key : nullptr);
     }
   }
 

@@ -3,13 +3,18 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "executor/chunk_mac.h"
+#include "executor/execute.h"
 #include "planner/geometry.h"
 
 namespace wsync::executor_internal {
@@ -36,15 +41,16 @@ struct Piece {
   int64_t bytes = 0;
 };
 
+// Where the bytes of device regions go once they are in the bounce buffer: region, bytes.
+using FeedPiece = std::function<void(size_t region, const char* data, size_t bytes)>;
+
 // Enqueues the copies of device regions into a host bounce buffer, piece by piece in each
-// region's row-major order, and feeds every filled bounce buffer to the regions' hash states.
-class BounceHasher {
+// region's row-major order, and feeds every filled bounce buffer to `feed`, region by region in
+// the order of their pieces.
+class BounceCopier {
  public:
-  BounceHasher(DeviceMemory& device, absl::Span<char> bounce, absl::Time deadline, size_t regions)
-      : device_(device), bounce_(bounce), deadline_(deadline) {
-    states_.reserve(regions);
-    for (size_t r = 0; r < regions; ++r) states_.push_back(NewHashState());
-  }
+  BounceCopier(DeviceMemory& device, absl::Span<char> bounce, absl::Time deadline, FeedPiece feed)
+      : device_(device), bounce_(bounce), deadline_(deadline), feed_(std::move(feed)) {}
 
   // Enqueues region `index` (its pieces of at most bounce_.size() bytes).
   absl::Status Add(size_t index, const DeviceRegion& region) {
@@ -52,7 +58,7 @@ class BounceHasher {
     const int64_t axes = static_cast<int64_t>(shape.size());
     const int64_t capacity = static_cast<int64_t>(bounce_.size());
     for (int64_t extent : shape) {
-      if (extent == 0) return absl::OkStatus();  // No bytes: the hash of nothing.
+      if (extent == 0) return absl::OkStatus();  // No bytes: the digest of nothing.
     }
     // inner[a]: bytes of one index of axis a (the axes after it, row-major).
     absl::InlinedVector<int64_t, kMaxAxes + 1> inner(axes + 1, region.element_size);
@@ -90,10 +96,15 @@ class BounceHasher {
     }
   }
 
-  // Hashes what is still in the bounce buffer and returns every region's hash.
-  absl::Status Finish(absl::Span<uint64_t> hashes) {
-    WSYNC_RETURN_IF_ERROR(Flush());
-    for (size_t r = 0; r < states_.size(); ++r) hashes[r] = XXH3_64bits_digest(states_[r].get());
+  // Feeds what is still in the bounce buffer.
+  absl::Status Flush() {
+    if (pieces_.empty()) return absl::OkStatus();
+    WSYNC_RETURN_IF_ERROR(device_.Synchronize(deadline_));
+    for (const Piece& piece : pieces_) {
+      feed_(piece.region, bounce_.data() + piece.at, static_cast<size_t>(piece.bytes));
+    }
+    pieces_.clear();
+    used_ = 0;
     return absl::OkStatus();
   }
 
@@ -110,35 +121,31 @@ class BounceHasher {
     return absl::OkStatus();
   }
 
-  absl::Status Flush() {
-    if (pieces_.empty()) return absl::OkStatus();
-    WSYNC_RETURN_IF_ERROR(device_.Synchronize(deadline_));
-    for (const Piece& piece : pieces_) {
-      XXH3_64bits_update(states_[piece.region].get(), bounce_.data() + piece.at,
-                         static_cast<size_t>(piece.bytes));
-    }
-    pieces_.clear();
-    used_ = 0;
-    return absl::OkStatus();
-  }
-
   DeviceMemory& device_;
   absl::Span<char> bounce_;
   const absl::Time deadline_;
-  std::vector<HashState> states_;
+  FeedPiece feed_;
   std::vector<Piece> pieces_;  // Copied into the bounce buffer since the last flush.
   int64_t used_ = 0;
 };
 
-}  // namespace
+absl::Status CopyDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegion> regions,
+                               absl::Span<char> bounce, absl::Time deadline, FeedPiece feed) {
+  BounceCopier copier(device, bounce, deadline, std::move(feed));
+  for (size_t r = 0; r < regions.size(); ++r) WSYNC_RETURN_IF_ERROR(copier.Add(r, regions[r]));
+  return copier.Flush();
+}
 
-uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape,
-                    int64_t element_size) {
+// Calls feed(data, bytes) for the contiguous runs of the region `shape` at `base` in row-major
+// order; nothing for an empty region.
+template <typename Feed>
+void ForEachRun(const void* base, const Dims& strides, const Dims& shape, int64_t element_size,
+                Feed&& feed) {
   // Axes of extent > 1, outermost first; the innermost ones that are dense in row-major order form
   // one contiguous run of `run` bytes.
   absl::InlinedVector<std::pair<int64_t, int64_t>, kMaxAxes> axes;  // (extent, byte stride)
   for (size_t a = 0; a < shape.size(); ++a) {
-    if (shape[a] == 0) return XXH3_64bits(nullptr, 0);
+    if (shape[a] == 0) return;
     if (shape[a] > 1) axes.push_back({shape[a], strides[a] * element_size});
   }
   int64_t run = element_size;
@@ -147,13 +154,11 @@ uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape,
     axes.pop_back();
   }
   const char* data = static_cast<const char*>(base);
-  if (axes.empty()) return XXH3_64bits(data, static_cast<size_t>(run));
-  const HashState state = NewHashState();
   // An odometer over the outer axes; each position feeds one run.
   absl::InlinedVector<int64_t, kMaxAxes> index(axes.size(), 0);
   int64_t offset = 0;
   for (;;) {
-    XXH3_64bits_update(state.get(), data + offset, static_cast<size_t>(run));
+    feed(data + offset, static_cast<size_t>(run));
     int a = static_cast<int>(axes.size()) - 1;
     for (; a >= 0; --a) {
       offset += axes[a].second;
@@ -161,22 +166,66 @@ uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape,
       offset -= axes[a].second * axes[a].first;
       index[a] = 0;
     }
-    if (a < 0) break;
+    if (a < 0) return;
   }
+}
+
+}  // namespace
+
+uint64_t HashRegion(const void* base, const Dims& strides, const Dims& shape,
+                    int64_t element_size) {
+  const HashState state = NewHashState();
+  ForEachRun(base, strides, shape, element_size,
+             [&](const char* data, size_t bytes) { XXH3_64bits_update(state.get(), data, bytes); });
   return XXH3_64bits_digest(state.get());
+}
+
+absl::StatusOr<MacTag> MacRegion(LaneMac& mac, uint64_t position, const void* base,
+                                 const Dims& strides, const Dims& shape, int64_t element_size) {
+  MacStream& stream = mac.stream();
+  stream.Start(position);
+  ForEachRun(base, strides, shape, element_size,
+             [&](const char* data, size_t bytes) { stream.Update(data, bytes); });
+  return stream.Finish();
 }
 
 absl::Status HashDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegion> regions,
                                absl::Span<char> bounce, absl::Time deadline,
                                absl::Span<uint64_t> hashes) {
-  BounceHasher hasher(device, bounce, deadline, regions.size());
-  for (size_t r = 0; r < regions.size(); ++r) WSYNC_RETURN_IF_ERROR(hasher.Add(r, regions[r]));
-  return hasher.Finish(hashes);
+  std::vector<HashState> states;
+  states.reserve(regions.size());
+  for (size_t r = 0; r < regions.size(); ++r) states.push_back(NewHashState());
+  WSYNC_RETURN_IF_ERROR(CopyDeviceRegions(device, regions, bounce, deadline,
+                                          [&](size_t region, const char* data, size_t bytes) {
+                                            XXH3_64bits_update(states[region].get(), data, bytes);
+                                          }));
+  for (size_t r = 0; r < states.size(); ++r) hashes[r] = XXH3_64bits_digest(states[r].get());
+  return absl::OkStatus();
+}
+
+absl::Status MacDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegion> regions,
+                              absl::Span<const uint64_t> positions, LaneMac& mac,
+                              absl::Span<char> bounce, absl::Time deadline,
+                              absl::Span<MacTag> tags) {
+  std::vector<MacStream> streams;
+  streams.reserve(regions.size());
+  for (size_t r = 0; r < regions.size(); ++r) {
+    streams.emplace_back(mac);
+    streams.back().Start(positions[r]);
+  }
+  WSYNC_RETURN_IF_ERROR(CopyDeviceRegions(
+      device, regions, bounce, deadline,
+      [&](size_t region, const char* data, size_t bytes) { streams[region].Update(data, bytes); }));
+  for (size_t r = 0; r < streams.size(); ++r) {
+    WSYNC_ASSIGN_OR_RETURN(tags[r], streams[r].Finish());
+  }
+  return absl::OkStatus();
 }
 
 ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
                              AddressOf address_of, uint64_t sync_id, DeviceMemory* device,
-                             int64_t bounce_bytes, absl::Time deadline, DeviceArea device_area)
+                             int64_t bounce_bytes, absl::Time deadline, DeviceArea device_area,
+                             const DataKey* key)
     : job_(job),
       work_(work),
       segments_(segments),
@@ -188,12 +237,15 @@ ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const 
       bounce_bytes_(bounce_bytes),
       deadline_(deadline),
       device_area_source_(std::move(device_area)),
-      device_offset_(work.lanes.size(), -1) {
+      device_offset_(work.lanes.size(), -1),
+      key_(key),
+      words_per_chunk_(key != nullptr ? std::tuple_size_v<MacTag> : 1),
+      macs_(work.lanes.size()) {
   for (size_t lane = 0; lane < work.lanes.size(); ++lane) {
     size_t chunks = 0;
     for (const Message& message : work.lanes[lane].messages) chunks += message.chunks.size();
-    expected_.push_back(chunks + 1);
-    local_[lane].reserve(chunks + 1);
+    expected_.push_back(1 + chunks * words_per_chunk_);
+    local_[lane].reserve(expected_.back());
     local_[lane].push_back(sync_id);
   }
 }
@@ -223,6 +275,13 @@ absl::Status ChunkVerifier::Start(Transport& transport) {
   }
   for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
     const Lane& l = work_.lanes[lane];
+    if (key_ != nullptr) {
+      const bool sending = l.direction == Direction::kSend;
+      WSYNC_ASSIGN_OR_RETURN(
+          macs_[lane],
+          LaneMac::Create(*key_, MacBinding{sync_id_, sending ? work_.process : l.peer,
+                                            sending ? l.peer : work_.process, l.kind}));
+    }
     if (!l.messages.empty() && l.messages.back().round >= kVerifyRound) {
       return absl::InvalidArgumentError(
           absl::StrCat("verify: process ", work_.process, " has ", l.messages.back().round + 1,
@@ -243,11 +302,16 @@ absl::Status ChunkVerifier::Start(Transport& transport) {
 
 absl::Status ChunkVerifier::HashMessage(int32_t lane, int32_t message, bool sending) {
   const std::vector<int32_t>& chunks = work_.lanes[lane].messages[message].chunks;
-  std::vector<uint64_t>& hashes = local_[lane];
-  const size_t first = hashes.size();
-  hashes.resize(first + chunks.size());
+  std::vector<uint64_t>& digests = local_[lane];
+  const size_t first = digests.size();
+  const uint64_t first_position = (first - 1) / words_per_chunk_;  // In the lane's chunk order.
+  digests.resize(first + chunks.size() * words_per_chunk_);
+  LaneMac* mac = macs_[lane].get();
+  if (key_ != nullptr && mac == nullptr) {
+    return absl::FailedPreconditionError("verify: Start was not called");
+  }
   std::vector<DeviceRegion> on_device;
-  std::vector<size_t> device_positions;  // Where each device region's hash goes in `hashes`.
+  std::vector<size_t> device_chunks;  // Per device region: its index in `chunks`.
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Chunk& chunk = work_.chunks[chunks[i]];
     const Segment& s = segments_[chunk.segment];
@@ -255,16 +319,21 @@ absl::Status ChunkVerifier::HashMessage(int32_t lane, int32_t message, bool send
     const int64_t offset = sending ? chunk.from_offset : chunk.to_offset;
     const char* base = address_of_(end, offset, chunk.element_size);
     const bool packed = sending ? chunk.from_packed : chunk.to_packed;
-    if ((sending ? chunk.from_kind : chunk.to_kind) == MemoryKind::kCuda) {
-      on_device.push_back(DeviceRegion{base, packed ? RowMajorStrides(chunk.shape) : end.strides,
-                                       chunk.shape, chunk.element_size});
-      device_positions.push_back(first + i);
-    } else if (packed) {
-      hashes[first + i] = XXH3_64bits(base, static_cast<size_t>(chunk.bytes));
-    } else {
-      hashes[first + i] = HashRegion(base, end.strides, chunk.shape, chunk.element_size);
-    }
+    const Dims& strides = packed ? RowMajorStrides(chunk.shape) : end.strides;
+    uint64_t* digest = digests.data() + first + i * words_per_chunk_;
     ++hashed_;
+    if ((sending ? chunk.from_kind : chunk.to_kind) == MemoryKind::kCuda) {
+      on_device.push_back(DeviceRegion{base, strides, chunk.shape, chunk.element_size});
+      device_chunks.push_back(i);
+    } else if (mac != nullptr) {
+      WSYNC_ASSIGN_OR_RETURN(const MacTag tag, MacRegion(*mac, first_position + i, base, strides,
+                                                         chunk.shape, chunk.element_size));
+      std::copy(tag.begin(), tag.end(), digest);
+    } else if (packed) {
+      *digest = XXH3_64bits(base, static_cast<size_t>(chunk.bytes));
+    } else {
+      *digest = HashRegion(base, end.strides, chunk.shape, chunk.element_size);
+    }
   }
   if (on_device.empty()) return absl::OkStatus();
   if (device_ == nullptr) {
@@ -273,10 +342,24 @@ absl::Status ChunkVerifier::HashMessage(int32_t lane, int32_t message, bool send
   if (bounce_.empty()) {
     bounce_.resize(static_cast<size_t>(std::max<int64_t>(bounce_bytes_, kMinBounceBytes)));
   }
+  if (mac != nullptr) {
+    std::vector<uint64_t> positions;
+    for (size_t i : device_chunks) positions.push_back(first_position + i);
+    std::vector<MacTag> tags(on_device.size());
+    WSYNC_RETURN_IF_ERROR(MacDeviceRegions(*device_, on_device, positions, *mac,
+                                           absl::MakeSpan(bounce_), deadline_,
+                                           absl::MakeSpan(tags)));
+    for (size_t r = 0; r < on_device.size(); ++r) {
+      std::copy(tags[r].begin(), tags[r].end(),
+                digests.data() + first + device_chunks[r] * words_per_chunk_);
+    }
+    return absl::OkStatus();
+  }
   std::vector<uint64_t> device_hashes(on_device.size());
   WSYNC_RETURN_IF_ERROR(HashDeviceRegions(*device_, on_device, absl::MakeSpan(bounce_), deadline_,
                                           absl::MakeSpan(device_hashes)));
-  for (size_t i = 0; i < on_device.size(); ++i) hashes[device_positions[i]] = device_hashes[i];
+  for (size_t r = 0; r < on_device.size(); ++r)
+    digests[first + device_chunks[r]] = device_hashes[r];
   return absl::OkStatus();
 }
 
@@ -335,24 +418,38 @@ absl::Status ChunkVerifier::Compare(int32_t lane) {
   const Lane& l = work_.lanes[lane];
   const std::vector<uint64_t>& mine = local_[lane];
   const std::vector<uint64_t>& theirs = remote_[lane];
+  const absl::string_view what = key_ != nullptr ? "MACs" : "hashes";
   if (theirs[0] != sync_id_) {
-    return absl::DataLossError(absl::StrCat("verify: the chunk hashes from process ", l.peer,
+    return absl::DataLossError(absl::StrCat("verify: the chunk ", what, " from process ", l.peer,
                                             " are of sync ", theirs[0], ", not of sync ",
                                             sync_id_));
   }
-  int32_t position = 0;  // Chunk index in the lane's canonical order.
+  const int64_t total = static_cast<int64_t>((mine.size() - 1) / words_per_chunk_);
+  int64_t position = 0;  // Chunk index in the lane's canonical order.
   for (const Message& message : l.messages) {
     for (int32_t index : message.chunks) {
+      const size_t at = 1 + position * words_per_chunk_;
       ++position;
-      if (mine[position] == theirs[position]) continue;
+      if (std::equal(mine.begin() + at, mine.begin() + at + words_per_chunk_,
+                     theirs.begin() + at)) {
+        continue;
+      }
       const Chunk& chunk = work_.chunks[index];
       const Segment& s = segments_[chunk.segment];
+      const std::string where =
+          absl::StrFormat("parameter '%s' box %s, %d bytes at element %d of buffer %d",
+                          job_.target().params[s.param].name, BoxToString(s.box), chunk.bytes,
+                          chunk.to_offset, s.to.buffer);
+      if (key_ != nullptr) {
+        return absl::DataLossError(absl::StrFormat(
+            "verify: the MAC of chunk %d of %d from process %d does not match its bytes (%s): "
+            "forged or corrupted data, a forged or replayed MAC, or another key",
+            position - 1, total, l.peer, where));
+      }
       return absl::DataLossError(absl::StrFormat(
-          "verify: chunk %d of %d from process %d differs (parameter '%s' box %s, %d bytes at "
-          "element %d of buffer %d): the sender hashed %016x, this process received %016x",
-          position - 1, static_cast<int64_t>(mine.size()) - 1, l.peer,
-          job_.target().params[s.param].name, BoxToString(s.box), chunk.bytes, chunk.to_offset,
-          s.to.buffer, theirs[position], mine[position]));
+          "verify: chunk %d of %d from process %d differs (%s): the sender hashed %016x, this "
+          "process received %016x",
+          position - 1, total, l.peer, where, theirs[at], mine[at]));
     }
   }
   checked_ += position;
@@ -366,3 +463,27 @@ void ChunkVerifier::Cancel(Transport& transport) {
 }
 
 }  // namespace wsync::executor_internal
+
+namespace wsync {
+
+absl::string_view VerifyModeName(VerifyMode mode) {
+  switch (mode) {
+    case VerifyMode::kOff:
+      return "off";
+    case VerifyMode::kHash:
+      return "hash";
+    case VerifyMode::kKeyed:
+      return "keyed";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<VerifyMode> ParseVerifyMode(absl::string_view name) {
+  if (name == "off" || name == "false") return VerifyMode::kOff;
+  if (name == "hash" || name == "true") return VerifyMode::kHash;
+  if (name == "keyed") return VerifyMode::kKeyed;
+  return absl::InvalidArgumentError(
+      absl::StrCat("verify mode '", name, "' is none of off, hash, keyed"));
+}
+
+}  // namespace wsync

@@ -1,7 +1,7 @@
 #ifndef WSYNC_EXECUTOR_VERIFY_H_
 #define WSYNC_EXECUTOR_VERIFY_H_
 
-// End-to-end integrity of one run (ExecuteOptions::verify): an xxh3-64 per chunk, computed by the
+// End-to-end integrity of one run (ExecuteOptions::verify): a digest per chunk, computed by the
 // sender over the chunk's elements in its weight buffers as it posts them, and by the receiver over
 // the chunk's elements as they landed in its weight buffers; both hash the elements in row-major
 // order of the chunk's box, so staging, packing and strides do not change a correct chunk's hash.
@@ -9,6 +9,14 @@
 // so after every unpack or copy enqueued before it) in row-major pieces into one host bounce buffer
 // and hashing there: the same hash as the host path, so host and CUDA sides verify each other, in
 // at most `bounce_bytes` of host memory.
+//
+// The digest is xxh3-64 (VerifyMode::kHash: finds accidents, not attackers: anyone who can change
+// a chunk on the wire can send its hash too), or with a DataKey (VerifyMode::kKeyed) the 128-bit
+// keyed MAC of chunk_mac.h, bound to the sync id, sender, receiver, lane kind and the chunk's
+// position in the lane: without the key nobody can make a tag that a receiver accepts for bytes
+// other than the sender's, nor reuse one from another sync, lane or position. The hash message
+// is then [sync id, tag of chunk 0 (2 words), ...]; the receiver acts on none of it except to
+// compare it with what it computed itself, so a forged or replayed message can only fail the run.
 //
 // Transport: after its rounds, a sender posts one extra message to each receiving peer, tagged
 // with the sync id, the reserved round kVerifyRound and the sender, carrying
@@ -24,12 +32,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/data_key.h"
+#include "executor/chunk_mac.h"
 #include "executor/work.h"
 #include "transport/device_memory.h"
 #include "transport/transport.h"
@@ -60,6 +71,19 @@ absl::Status HashDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegi
                                absl::Span<char> bounce, absl::Time deadline,
                                absl::Span<uint64_t> hashes);
 
+// The keyed MAC (chunk_mac.h) of the region as the chunk at `position` of `mac`'s lane: equal to
+// mac.Of of the packed region. Internal when OpenSSL fails.
+absl::StatusOr<MacTag> MacRegion(LaneMac& mac, uint64_t position, const void* base,
+                                 const Dims& strides, const Dims& shape, int64_t element_size);
+
+// The keyed MAC of every region (into `tags`, region r as the chunk at positions[r] of `mac`'s
+// lane), through the bounce buffer as HashDeviceRegions: the same tags as MacRegion on host
+// memory. Errors as HashDeviceRegions, and Internal when OpenSSL fails.
+absl::Status MacDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegion> regions,
+                              absl::Span<const uint64_t> positions, LaneMac& mac,
+                              absl::Span<char> bounce, absl::Time deadline,
+                              absl::Span<MacTag> tags);
+
 class ChunkVerifier {
  public:
   // Where an endpoint's element `offset` lies in this process's memory (a weight buffer or the
@@ -76,18 +100,20 @@ class ChunkVerifier {
   // copies CUDA regions and hash messages; `device_area` gives the memory of the hash messages of
   // CUDA lanes (empty: the verifier allocates it from `device` and frees it when destroyed);
   // `bounce_bytes` bounds the host memory that CUDA regions are hashed in; `deadline` bounds every
-  // wait for the device.
+  // wait for the device; `key` (null: xxh3 hashes), when given, keys the chunk MACs and must
+  // outlive the verifier.
   ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
                 AddressOf address_of, uint64_t sync_id, DeviceMemory* device = nullptr,
                 int64_t bounce_bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
-                DeviceArea device_area = nullptr);
+                DeviceArea device_area = nullptr, const DataKey* key = nullptr);
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
 
   // Posts the receive of every sending peer's hash message over host memory (CUDA lanes: in
   // Finish). Before the first round. InvalidArgument when a lane has a message at round
-  // kVerifyRound; the device's error when its area for CUDA hash messages cannot be allocated.
+  // kVerifyRound; the device's error when its area for CUDA hash messages cannot be allocated;
+  // Internal when the keyed MACs cannot be set up.
   absl::Status Start(Transport& transport);
   // Hashes the chunks of message `message` of send lane `lane` from this process's source memory.
   // The device's error when a CUDA region cannot be copied.
@@ -98,8 +124,8 @@ class ChunkVerifier {
   absl::Status HashReceived(int32_t lane, int32_t message);
   // Sends every receiving peer the hashes of what this process sent it, waits until `deadline`
   // for the hashes of every sending peer, and compares chunk by chunk. DataLoss naming the peer
-  // and the first chunk that differs (parameter, segment box, chunk index) on a mismatch; the
-  // transport's error otherwise.
+  // and the first chunk that differs (parameter, segment box, chunk index) on a mismatch ("the
+  // MAC of chunk ..." when keyed); the transport's error otherwise.
   absl::Status Finish(Transport& transport, absl::Time deadline);
   // Cancels whatever Start and Finish posted and did not complete (after a failed run).
   void Cancel(Transport& transport);
@@ -123,7 +149,7 @@ class ChunkVerifier {
   absl::Span<const Segment> segments_;
   AddressOf address_of_;
   const uint64_t sync_id_;
-  // Per lane: [sync id, hashes...] in the lane's chunk order (computed on both sides), and on
+  // Per lane: [sync id, digests...] in the lane's chunk order (computed on both sides), and on
   // receive lanes the peer's message as it arrived.
   std::vector<std::vector<uint64_t>> local_;
   std::vector<std::vector<uint64_t>> remote_;
@@ -139,6 +165,9 @@ class ChunkVerifier {
   std::vector<int64_t> device_offset_;  // Per lane, bytes into device_area_.
   int64_t checked_ = 0;
   int64_t hashed_ = 0;
+  const DataKey* key_;                          // Null: xxh3 hashes.
+  const size_t words_per_chunk_;                // Of the hash message: 1 (xxh3) or 2 (MAC).
+  std::vector<std::unique_ptr<LaneMac>> macs_;  // Per lane, keyed only; set by Start.
 };
 
 }  // namespace wsync::executor_internal

@@ -304,7 +304,11 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     config.metrics_address = c.metrics_address;
   }
   if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
-  config.verify = c.verify != 0;
+  if (c.verify < 0 || c.verify > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify must be 0 (off), 1 (xxh3 hashes) or 2 (keyed MACs), got ", c.verify));
+  }
+  config.verify = static_cast<VerifyMode>(c.verify);
   for (const auto& [name, seconds, duration] :
        {std::tuple{"heartbeat_interval_seconds", c.heartbeat_interval_seconds,
                    &config.heartbeat_interval},

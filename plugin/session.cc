@@ -408,6 +408,9 @@ void Session::DropConnection() {
 
 absl::Status Session::ConnectOnce() {
   const absl::Time deadline = absl::Now() + config_.deadline;
+  if (config_.verify == VerifyMode::kKeyed) {
+    WSYNC_ASSIGN_OR_RETURN(data_key_, DeriveDataKey(secret_, config_.job_id));
+  }
   if (config_.host_coordinator) {
     CoordinatorOptions options;
     options.job_id = config_.job_id;
@@ -619,6 +622,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   options.arenas = arenas_.get();
   options.device = device_.get();
   options.verify = config_.verify;
+  options.data_key = &data_key_;
   int64_t rejected_messages = 0;
   options.rejected_messages = &rejected_messages;
   // A local failure votes no before the peers are told (execute.h), so that the decision names

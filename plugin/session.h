@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/data_key.h"
 #include "executor/execute.h"
 #include "metrics/metrics.h"
 #include "planner/layout.h"
@@ -74,8 +75,9 @@ struct SessionConfig {
   // process at connect (plugin/prediction.h); empty: none. Needed by replica_policy "cost_aware";
   // gives the schedule report and the predicted-seconds metric their prediction.
   std::string calibration_file;
-  // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h).
-  bool verify = false;
+  // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h); kKeyed
+  // uses the data key derived from the secret at connect.
+  VerifyMode verify = VerifyMode::kOff;
   // The hosted coordinator's heartbeats (host_coordinator only; transport/control/README.md):
   // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
   // least twice the interval (Create refuses others with InvalidArgument).
@@ -190,6 +192,9 @@ class Session {
   // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
   // at destruction. A hosted coordinator and the control client keep copies of their own.
   std::string secret_;
+  // Keyed verification's key (common/data_key.h), derived from the secret by Connect; wiped when
+  // the session is destroyed. Written by Connect only, read by the sync path.
+  DataKey data_key_;
   Layout part_;
   std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.
 

@@ -195,6 +195,8 @@ std::string VerificationText(JobCheck check) {
              "pseudo-random pattern of the version";
     case JobCheck::kTimedHashes:
       return "verify=true on constant bytes";
+    case JobCheck::kTimedKeyed:
+      return "keyed verify (a MAC per chunk) on constant bytes";
     case JobCheck::kNone:
       break;
   }
@@ -245,6 +247,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       absl::StrCat("--verify=", elements ? "true" : "false"),
       absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
       absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
+      absl::StrCat("--verify_mode=", check == JobCheck::kTimedKeyed ? "keyed" : ""),
       absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
   const int total = facts.trainers + facts.rollouts;

@@ -66,6 +66,7 @@ enum class JobCheck {
   // here, one thread per process.
   kElements,
   kTimedHashes,  // verify=true on constant buffers: what verify=true costs a timed sync.
+  kTimedKeyed,   // Keyed verify (a MAC per chunk) on constant buffers: what it costs.
 };
 
 // The time limit of a job of `versions` syncs: --sync_timeout_s, plus per version

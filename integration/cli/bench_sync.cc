@@ -44,8 +44,9 @@ ABSL_FLAG(bool, sync_verify, true,
           "hash compared (--verify_elements: every rollout element checked).");
 ABSL_FLAG(
     bool, verify, false,
-    "Also time wsync with verify=true (xxh3 per chunk, checked before the commit) in the same "
-    "rounds, and print its cost as the ratio of seconds per sync with and without it.");
+    "Also time wsync with verify=true (xxh3 per chunk, checked before the commit) and with keyed "
+    "verify (a MAC per chunk) in the same rounds, and print their costs as ratios of seconds per "
+    "sync with and without them.");
 ABSL_FLAG(std::string, sync_shm_tls, "sm,cma,self", "UCX_TLS of the shared-memory contestants.");
 ABSL_FLAG(std::string, sync_tcp_tls, "tcp", "UCX_TLS of the TCP contestants.");
 ABSL_FLAG(std::string, sync_tcp_devices, "lo", "UCX_NET_DEVICES of the TCP contestants.");
@@ -107,7 +108,8 @@ std::string SyncBenchUsage() {
          "  message the schedule sends. Prints seconds per sync, GB/s per rollout and in total,\n"
          "  and per transport the ratios of wsync to ucx_perftest: per receiver against one pair\n"
          "  and against the concurrent pairs, in aggregate, and 1->1 against one pair. --verify\n"
-         "  adds a wsync+verify contestant (verify=true: xxh3 per chunk) to the same rounds and\n"
+         "  adds wsync+verify (xxh3 per chunk) and wsync+keyed (a MAC per chunk) to the same "
+         "rounds and\n"
          "  prints its cost as a ratio. Each wsync job's limit is S (default 60) seconds plus,\n"
          "  per version, 10 s per GB its busiest process holds (160 with --verify_elements).\n" +
          CudaSyncBenchUsage();
@@ -216,6 +218,8 @@ std::vector<SyncRow> MakeRows(const SyncBench& b) {
     if (absl::GetFlag(FLAGS_verify)) {
       row.contestant = "wsync+verify";
       rows.push_back(row);
+      row.contestant = "wsync+keyed";
+      rows.push_back(row);
     }
     if (b.single.has_value()) {
       row.contestant = "wsync 1->1";
@@ -260,7 +264,10 @@ absl::Status RunRounds(const SyncBench& b, std::vector<SyncRow>* rows, std::FILE
         const SyncScenario& sc = *row.scenario;
         absl::StatusOr<std::vector<SyncSample>> samples =
             RunWsync(sc.facts, b.model_name, sc.from, sc.to, row.transports, b.warmup, b.syncs,
-                     row.hashes() ? JobCheck::kTimedHashes : JobCheck::kNone, b.worker, b.cli);
+                     row.hashes()  ? JobCheck::kTimedHashes
+                     : row.keyed() ? JobCheck::kTimedKeyed
+                                   : JobCheck::kNone,
+                     b.worker, b.cli);
         if (!samples.ok()) {
           status = samples.status();
           break;

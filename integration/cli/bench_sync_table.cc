@@ -201,19 +201,21 @@ void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out) {
                   Median(cpu) / (row.syncs[0].total_bytes / 1e9), Median(user),
                   Median(cpu) - Median(user));
   }
-  for (const SyncRow& with : rows) {
-    if (!with.hashes()) continue;
-    for (const SyncRow& without : rows) {
-      if (without.contestant != "wsync" || without.transports.name != with.transports.name) {
+  for (const SyncRow& without : rows) {
+    if (without.contestant != "wsync") continue;
+    const double off = Median(without.Seconds());
+    std::string line;
+    for (const SyncRow& with : rows) {
+      if ((!with.hashes() && !with.keyed()) || with.transports.name != without.transports.name) {
         continue;
       }
       const double on = Median(with.Seconds());
-      const double off = Median(without.Seconds());
-      absl::FPrintF(out,
-                    "verify cost %s: %.4f s/sync with verify=true, %.4f s without (same rounds, "
-                    "alternating): ratio %.3f\n",
-                    with.transports.name, on, off, off > 0 ? on / off : 0);
+      absl::StrAppendFormat(&line, ", %s %.4f s (ratio %.3f)", with.keyed() ? "keyed" : "xxh3", on,
+                            off > 0 ? on / off : 0);
     }
+    if (line.empty()) continue;
+    absl::FPrintF(out, "verify cost %s (s/sync, same rounds, alternating): unverified %.4f s%s\n",
+                  without.transports.name, off, line);
   }
 }
 

@@ -26,7 +26,7 @@ struct SyncScenario {
 
 // One contestant on one transport, with its samples of every round.
 struct SyncRow {
-  // "wsync", "wsync+verify", "wsync 1->1", "ucx_perftest", "ucx_perftest xN" or
+  // "wsync", "wsync+verify", "wsync+keyed", "wsync 1->1", "ucx_perftest", "ucx_perftest xN" or
   // "ucx_perftest 1->1" (one pair at the 1->1 schedule's largest message, where it differs).
   std::string contestant;
   const SyncScenario* scenario = nullptr;  // wsync.
@@ -39,7 +39,9 @@ struct SyncRow {
   int32_t iters = 0;                   // ucx_perftest.
 
   bool wsync() const { return absl::StartsWith(contestant, "wsync"); }
+  // Timed with verify: xxh3 hashes ("wsync+verify") or keyed MACs ("wsync+keyed").
   bool hashes() const { return contestant == "wsync+verify"; }
+  bool keyed() const { return contestant == "wsync+keyed"; }
   int runs() const { return wsync() ? syncs.size() : per_pair_rates.size(); }
   std::vector<double> Seconds() const {
     std::vector<double> v;

@@ -41,6 +41,9 @@ ABSL_DECLARE_FLAG(int32_t, trainers);
 ABSL_DECLARE_FLAG(int32_t, rollouts);
 ABSL_DECLARE_FLAG(int32_t, layers);
 ABSL_DECLARE_FLAG(bool, verify);
+ABSL_FLAG(bool, verify_keyed, false,
+          "wsync demo: the plugin's keyed verify (verify=2): a MAC per chunk keyed from the job "
+          "secret, which a forged chunk or digest cannot pass.");
 ABSL_DECLARE_FLAG(std::string, calibration);
 ABSL_FLAG(int32_t, steps, 5, "`wsync demo`: RL steps to run.");
 ABSL_FLAG(std::string, tls, "",
@@ -86,8 +89,9 @@ struct DemoRequest {
   absl::Duration timeout;
   bool metrics = false;
   double linger_s = 0;
-  bool verify = false;      // The plugin's verify=true (xxh3 per chunk).
-  std::string calibration;  // The plugin's calibration_file; empty: none.
+  bool verify = false;        // The plugin's verify=true (xxh3 per chunk).
+  bool verify_keyed = false;  // The plugin's keyed verify (a MAC per chunk); wins over verify.
+  std::string calibration;    // The plugin's calibration_file; empty: none.
 };
 
 std::string SelfDirectory() {
@@ -250,6 +254,7 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
   }
   if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
   if (request.verify) argv.push_back("--verify");
+  if (request.verify_keyed) argv.push_back("--verify_keyed");
   if (!request.calibration.empty()) {
     argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
   }
@@ -433,7 +438,8 @@ std::string DemoUsage() {
   return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
          "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
-         "                  [--metrics] [--linger_s S] [--verify] [--calibration FILE]\n"
+         "                  [--metrics] [--linger_s S] [--verify] [--verify_keyed] [--calibration "
+         "FILE]\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -454,6 +460,7 @@ std::string DemoUsage() {
          "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n"
          "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
          "receiver\n"
+         "  --verify_keyed  the plugin's keyed verify: a MAC per chunk keyed from the job secret\n"
          "  --calibration  a calibration (wsync calibrate --out) given to the plugin; the table\n"
          "              then shows each sync's predicted seconds\n";
 }
@@ -504,6 +511,7 @@ int DemoMain(int argc, char** argv) {
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
   request.verify = absl::GetFlag(FLAGS_verify);
+  request.verify_keyed = absl::GetFlag(FLAGS_verify_keyed);
   if (!absl::GetFlag(FLAGS_calibration).empty()) {
     if (!IsFile(absl::GetFlag(FLAGS_calibration))) {
       absl::FPrintF(stderr, "wsync demo: cannot read --calibration %s\n",

@@ -80,6 +80,9 @@ ABSL_FLAG(int32_t, corrupt_step, 0,
 ABSL_FLAG(bool, verify, false,
           "The plugin's verify=true: every chunk is hashed (xxh3) by its sender and its receiver "
           "and compared before the commit.");
+ABSL_FLAG(bool, verify_keyed, false,
+          "The plugin's keyed verify (verify=2): a MAC per chunk keyed from the job secret; wins "
+          "over --verify.");
 ABSL_FLAG(std::string, metrics_address, "",
           "Where the plugin's Prometheus exporter listens, HOST:PORT (empty: no exporter).");
 ABSL_FLAG(double, linger_s, 0,
@@ -417,7 +420,7 @@ struct ConfigFromFlags {
     config.secret_env = secret_env.c_str();
     config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
     config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
-    config.verify = absl::GetFlag(FLAGS_verify) ? 1 : 0;
+    config.verify = absl::GetFlag(FLAGS_verify_keyed) ? 2 : absl::GetFlag(FLAGS_verify) ? 1 : 0;
     config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
     config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
     config.node_id = node_id.empty() ? nullptr : node_id.c_str();

@@ -91,7 +91,7 @@ Sync RunSync(const Job& job, const std::vector<Segment>& segments,
       options.sync_id = sync_id;
       options.plan_digest = 42;
       options.deadline = absl::Now() + deadline;
-      options.verify = verify;
+      options.verify = verify ? VerifyMode::kHash : VerifyMode::kOff;
       options.rejected_messages = &sync.rejected_by_option[p];
       sync.results[p] = ExecuteTransfers(job, segments, endpoints, StagingBudget{1 << 20}, p,
                                          buffers, *transports[p], *groups[p], options);

@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "calibration/link_model/link_model.h"
+#include "common/data_key.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "planner/job.h"
@@ -82,6 +83,9 @@ ABSL_FLAG(bool, fill_pattern, false,
 ABSL_FLAG(bool, verify_hashes, false,
           "wsync's end-to-end integrity (ExecuteOptions::verify): xxh3 per chunk, sender against "
           "receiver, before the commit vote.");
+ABSL_FLAG(std::string, verify_mode, "",
+          "wsync's end-to-end integrity (ExecuteOptions::verify): off, hash (xxh3 per chunk) or "
+          "keyed (a MAC per chunk keyed from the job secret). Empty: --verify_hashes decides.");
 ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
           "Staging budget in bytes per peer and direction.");
 ABSL_FLAG(double, deadline_s, 60, "Deadline of each step in seconds.");
@@ -190,6 +194,14 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
   std::fflush(stdout);
 }
 
+// --verify_mode, or with it empty: hash with --verify_hashes, else off.
+absl::StatusOr<VerifyMode> WorkerVerifyMode() {
+  const std::string mode = absl::GetFlag(FLAGS_verify_mode);
+  if (mode.empty())
+    return absl::GetFlag(FLAGS_verify_hashes) ? VerifyMode::kHash : VerifyMode::kOff;
+  return ParseVerifyMode(mode);
+}
+
 absl::Status Run() {
   const bool trainer = absl::GetFlag(FLAGS_role) == "trainer";
   if (!trainer && absl::GetFlag(FLAGS_role) != "rollout") {
@@ -216,6 +228,9 @@ absl::Status Run() {
   control.role = trainer ? ControlRole::kTrainer : ControlRole::kRollout;
   control.rank = rank;
   control.node_id = absl::GetFlag(FLAGS_node_id);
+  // Keyed verification's key, derived before the secret goes to the control client.
+  WSYNC_ASSIGN_OR_RETURN(const VerifyMode verify_mode, WorkerVerifyMode());
+  WSYNC_ASSIGN_OR_RETURN(const DataKey data_key, DeriveDataKey(secret, control.job_id));
   control.secret = std::move(secret);
   Marker(absl::StrCat("PID ", getpid()));
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
@@ -316,7 +331,8 @@ absl::Status Run() {
     options.plan_digest = plan.digest;
     options.deadline = absl::Now() + step;
     options.arenas = &arenas;
-    options.verify = absl::GetFlag(FLAGS_verify_hashes);
+    options.verify = verify_mode;
+    options.data_key = &data_key;
     // A local failure votes no before the peers are told (as the session does), so the decision
     // names this process's reason.
     std::optional<absl::Status> early_decision;

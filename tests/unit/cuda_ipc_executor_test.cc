@@ -139,7 +139,7 @@ IpcRun RunCase(const IpcCase& c, HostBuffers& source, HostBuffers& target, FakeC
       options.deadline = absl::Now() + absl::Seconds(60);
       options.device = memory->get();
       options.arenas = &arenas;
-      options.verify = verify;
+      options.verify = verify ? VerifyMode::kHash : VerifyMode::kOff;
       const absl::Time start = absl::Now();
       run.results[p] = ExecuteTransfers(job, c.plan.segments, endpoints, c.budget, p, buffers,
                                         **transport, **group, options);

@@ -77,7 +77,7 @@ inline BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, S
       options.sync_id = 7;
       options.plan_digest = digest_of ? digest_of(p) : 42;
       options.deadline = absl::Now() + deadline;
-      options.verify = verify;
+      options.verify = verify ? VerifyMode::kHash : VerifyMode::kOff;
       const std::vector<Segment> mine = segments_of ? segments_of(p) : segments;
       run.results[p] =
           ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);

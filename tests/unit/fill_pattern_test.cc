@@ -176,7 +176,7 @@ std::vector<absl::Status> VerifiedSync(const Job& job, const Plan& plan, uint64_
       options.sync_id = sync_id;
       options.plan_digest = plan.digest;
       options.deadline = absl::Now() + absl::Seconds(30);
-      options.verify = true;
+      options.verify = VerifyMode::kHash;
       results[p] = ExecuteTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20},
                                     p, BuffersOf(job, p, source, target), *used, **group, options)
                        .status();

@@ -141,7 +141,7 @@ inline CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments
       options.deadline = absl::Now() + hooks.deadline;
       options.device = device.get();
       options.arenas = &arenas;
-      options.verify = hooks.verify;
+      options.verify = hooks.verify ? VerifyMode::kHash : VerifyMode::kOff;
       const absl::Time start = absl::Now();
       const std::vector<Segment> mine = hooks.segments_of ? hooks.segments_of(p) : segments;
       std::shared_ptr<void> during = hooks.during_run ? hooks.during_run(p, **transport) : nullptr;

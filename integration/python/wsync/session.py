@@ -53,6 +53,9 @@ def parse_coordinator(coordinator):
                          f"coordinator must be 'host:port', not {coordinator!r}", "init")
 
 
+# wsync_config_t.verify by the value of Session(verify=...).
+_VERIFY_MODES = {False: 0, None: 0, "off": 0, True: 1, "hash": 1, "keyed": 2}
+
 class Session:
     """One process's session. Keyword arguments are the fields of wsync_config_t:
 
@@ -60,7 +63,8 @@ class Session:
     ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
     secret (the job secret itself: written to a private 0600 file for init, then removed) or
     secret_file or secret_env, node_id, staging_budget_bytes, deadline_seconds, replica_policy,
-    path_transports, verify (end-to-end xxh3 per chunk, checked before the commit),
+    path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
+    xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
     0: 0.25 s and 3 s).
 
@@ -95,7 +99,7 @@ class Session:
         config.deadline_seconds = float(deadline_seconds or 0.0)
         config.replica_policy = _bytes(replica_policy)
         config.path_transports = _bytes(path_transports)
-        config.verify = 1 if verify else 0
+        config.verify = _VERIFY_MODES[verify]
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         secret_dir = None

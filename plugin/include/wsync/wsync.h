@@ -108,10 +108,15 @@ typedef struct wsync_config {
   const char* calibration_file;    /* A calibration (wsync calibrate --out), read by trainer
                                       rank 0 and shared at connect; NULL: none. Required by
                                       replica_policy "cost_aware". */
-  int32_t verify;                  /* Nonzero: end-to-end integrity. Every chunk is hashed (xxh3)
-                                      by its sender and by its receiver over what landed; a
-                                      mismatch fails the sync on every process (the receiver votes
-                                      no naming the peer and chunk). Default 0 (off). */
+  int32_t verify;                  /* End-to-end integrity, default 0 (off). 1: every chunk is
+                                      hashed (xxh3) by its sender and by its receiver over what
+                                      landed; a mismatch fails the sync on every process (the
+                                      receiver votes no naming the peer and chunk). Finds
+                                      accidents, not attackers. 2 (keyed): the same with a MAC
+                                      keyed from the job secret and bound to the sync, sender,
+                                      receiver and chunk (DATA_LOSS "the MAC of chunk ..."):
+                                      forged or replayed chunks and MACs fail too. Other values
+                                      are refused. */
   double heartbeat_interval_seconds; /* host_coordinator only (ignored elsewhere): the hosted
                                         coordinator's heartbeat interval, default 0.25 (at least
                                         0.001), and ... */
