@@ -15,35 +15,16 @@
 #include "common/hash.h"
 #include "executor/copy.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_regions.h"
 
 namespace wsync::executor_internal {
 namespace {
 
-struct Region {
-  Dims shape;
-  Dims strides;
-  int64_t element_size = 1;
-  int64_t span_elements = 0;  // Elements the strided region reaches.
-};
+using Region = test::StridedRegion;
 
-// A random region: 1..4 axes of extent 1..6, laid out in a random axis order with random padding.
 Region RandomRegion(std::mt19937_64& rng) {
-  Region r;
-  const int64_t sizes[] = {1, 2, 4, 8, 3};
-  r.element_size = sizes[rng() % 5];
-  const int axes = 1 + static_cast<int>(rng() % 4);
-  for (int a = 0; a < axes; ++a) r.shape.push_back(1 + static_cast<int64_t>(rng() % 6));
-  std::vector<int> order(axes);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  r.strides.assign(axes, 0);
-  int64_t stride = 1;
-  for (int i = axes - 1; i >= 0; --i) {  // order[axes-1] is the innermost in memory.
-    r.strides[order[i]] = stride;
-    stride *= r.shape[order[i]] + static_cast<int64_t>(rng() % 2);  // Padding or dense.
-  }
-  r.span_elements = stride;
-  return r;
+  constexpr int64_t kElementSizes[] = {1, 2, 4, 8, 3};
+  return test::RandomStridedRegion(rng, kElementSizes);
 }
 
 TEST(VerifyTest, HashOfAStridedRegionEqualsHashOfItsPackedCopy) {

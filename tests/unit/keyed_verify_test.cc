@@ -31,6 +31,7 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
+#include "tests/testing/random_regions.h"
 #include "tests/testing/reference.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
@@ -60,31 +61,11 @@ DataKey KeyOf(absl::string_view secret) { return *DeriveDataKey(secret, "keyed-v
 // ---------------------------------------------------------------------------------------------
 // The MAC of regions.
 
-struct Region {
-  Dims shape;
-  Dims strides;
-  int64_t element_size = 1;
-  int64_t span_elements = 0;  // Elements the strided region reaches.
-};
+using Region = test::StridedRegion;
 
-// 1..4 axes of extent 1..6 in a random axis order, padded or dense.
 Region RandomRegion(std::mt19937_64& rng) {
-  Region r;
-  const int64_t sizes[] = {1, 2, 4, 8};
-  r.element_size = sizes[rng() % 4];
-  const int axes = 1 + static_cast<int>(rng() % 4);
-  for (int a = 0; a < axes; ++a) r.shape.push_back(1 + static_cast<int64_t>(rng() % 6));
-  std::vector<int> order(axes);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  r.strides.assign(axes, 0);
-  int64_t stride = 1;
-  for (int i = axes - 1; i >= 0; --i) {
-    r.strides[order[i]] = stride;
-    stride *= r.shape[order[i]] + static_cast<int64_t>(rng() % 2);
-  }
-  r.span_elements = stride;
-  return r;
+  constexpr int64_t kElementSizes[] = {1, 2, 4, 8};
+  return test::RandomStridedRegion(rng, kElementSizes);
 }
 
 std::vector<unsigned char> Packed(const Region& r, const std::vector<unsigned char>& memory) {
