@@ -771,7 +771,8 @@ void Session::BackgroundLoop() {
       if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
     }
   } catch (...) {
-    ThreadFailed("trainer-triggered thread");
+    // Nobody waits on this thread: the session remembers the error for the next call.
+    ThreadFailed("trainer-triggered thread").IgnoreError();
   }
 }
 
