@@ -274,7 +274,7 @@ TEST(ModelQuantizationTest, DeepSeekV3AndKimiK2KeepEmbeddingsHeadNormsAndRouters
     EXPECT_EQ(model.quantization.weight_block_rows, 128);
     EXPECT_EQ(model.quantization.weight_block_cols, 128);
     const std::string moe = name == "kimi-k2" ? "model.layers.1." : "model.layers.3.";
-    for (const std::string bf16 :
+    for (const std::string& bf16 :
          {std::string("model.embed_tokens.weight"), std::string("lm_head.weight"),
           std::string("model.norm.weight"), std::string("model.layers.0.input_layernorm.weight"),
           std::string("model.layers.0.self_attn.q_a_layernorm.weight"),
@@ -282,7 +282,7 @@ TEST(ModelQuantizationTest, DeepSeekV3AndKimiK2KeepEmbeddingsHeadNormsAndRouters
           moe + "mlp.gate.e_score_correction_bias"}) {
       EXPECT_FALSE(Quantized(model, bf16)) << bf16;
     }
-    for (const std::string fp8 :
+    for (const std::string& fp8 :
          {std::string("model.layers.0.self_attn.q_a_proj.weight"),
           std::string("model.layers.0.self_attn.q_b_proj.weight"),
           std::string("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"),
