@@ -21,7 +21,9 @@ namespace {
 // x86-64-v3 (AVX2) and the baseline, and the loader picks the best the CPU runs. Every clone
 // computes the same bits: integer operations and IEEE fp32 division and addition in the default
 // rounding mode (the target builds with -ffp-contract=off).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not in the sanitizer builds (WSYNC_QUANT_NO_CLONES, quant/CMakeLists.txt).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(WSYNC_QUANT_NO_CLONES)
 #define WSYNC_QUANT_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
