@@ -2,8 +2,12 @@
 # absl_cc_library. Sources are listed explicitly; targets get the project-wide warnings and the
 # repository root on the include path so headers are included as "planner/geometry.h".
 
-# -Wno-maybe-uninitialized: GCC 12 false positives inside absl::InlinedVector moves.
-set(WSYNC_COMMON_COPTS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-maybe-uninitialized)
+# -Wno-maybe-uninitialized: GCC 12 false positives inside absl::InlinedVector moves (a GCC-only
+# option; the sanitizer builds compile with clang).
+set(WSYNC_COMMON_COPTS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  list(APPEND WSYNC_COMMON_COPTS -Wno-maybe-uninitialized)
+endif()
 
 # wsync_cc_library(NAME name SRCS ... HDRS ... DEPS ... [PUBLIC_DEPS ...])
 # Creates target wsync_<name> with alias wsync::<name>.
@@ -25,7 +29,7 @@ function(wsync_cc_library)
 endfunction()
 
 # wsync_cc_test(NAME name SRCS ... DEPS ... LABELS ... [TIMEOUT seconds] [COST seconds]
-#               [SANITIZERS ...])
+#               [SANITIZERS ...] [SHARDS n])
 # A gtest binary registered with ctest under the given labels (default: unit).
 # COST: about how long the test runs in the slowest build that runs it (seconds). `ctest -j` starts
 # the costliest tests first when the build tree has no timing history of its own (a fresh tree, as
@@ -34,8 +38,13 @@ endfunction()
 # `address thread`. A test whose code runs on one thread of one process names only `address`:
 # ThreadSanitizer has nothing to find there, and the TSan build neither compiles nor runs it.
 # Sanitizer builds also leave out tests labelled gpu or slow, which their suites never run.
+# SHARDS: n > 1 registers the binary as n ctest tests, NAME_shard0 ... NAME_shard<n-1>, each
+# running every n-th test case (googletest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX) with
+# COST / n: `ctest -j` then runs a long binary's cases side by side instead of letting it alone
+# decide a suite's wall time. `ctest -R NAME` still selects every shard; set_tests_properties must
+# then name each shard (the test NAME itself does not exist).
 function(wsync_cc_test)
-  cmake_parse_arguments(W "" "NAME;TIMEOUT;COST" "SRCS;DEPS;LABELS;SANITIZERS" ${ARGN})
+  cmake_parse_arguments(W "" "NAME;TIMEOUT;COST;SHARDS" "SRCS;DEPS;LABELS;SANITIZERS" ${ARGN})
   if(NOT W_LABELS)
     set(W_LABELS unit)
   endif()
@@ -53,13 +62,31 @@ function(wsync_cc_test)
   endif()
   add_executable(${W_NAME} ${W_SRCS})
   target_compile_options(${W_NAME} PRIVATE ${WSYNC_COMMON_COPTS})
+  if(WSYNC_SANITIZE)
+    target_compile_options(${W_NAME} PRIVATE
+                           "$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_TEST_OPT_FLAGS}>")
+  endif()
   target_include_directories(${W_NAME} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   target_link_libraries(${W_NAME} PRIVATE ${W_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  add_test(NAME ${W_NAME} COMMAND ${W_NAME})
-  set_tests_properties(${W_NAME} PROPERTIES LABELS "${W_LABELS}" TIMEOUT ${W_TIMEOUT})
-  if(W_COST)
-    set_tests_properties(${W_NAME} PROPERTIES COST ${W_COST})
+  if(NOT W_SHARDS OR W_SHARDS LESS 2)
+    add_test(NAME ${W_NAME} COMMAND ${W_NAME})
+    set_tests_properties(${W_NAME} PROPERTIES LABELS "${W_LABELS}" TIMEOUT ${W_TIMEOUT})
+    if(W_COST)
+      set_tests_properties(${W_NAME} PROPERTIES COST ${W_COST})
+    endif()
+    return()
   endif()
+  math(EXPR last "${W_SHARDS} - 1")
+  foreach(shard RANGE ${last})
+    set(name ${W_NAME}_shard${shard})
+    add_test(NAME ${name} COMMAND ${W_NAME})
+    set_tests_properties(${name} PROPERTIES LABELS "${W_LABELS}" TIMEOUT ${W_TIMEOUT}
+                         ENVIRONMENT "GTEST_TOTAL_SHARDS=${W_SHARDS};GTEST_SHARD_INDEX=${shard}")
+    if(W_COST)
+      math(EXPR cost "(${W_COST} + ${W_SHARDS} - 1) / ${W_SHARDS}")
+      set_tests_properties(${name} PROPERTIES COST ${cost})
+    endif()
+  endforeach()
 endfunction()
 
 # wsync_cc_binary(NAME name SRCS ... DEPS ...)

@@ -6,6 +6,13 @@
 # through ASAN_OPTIONS/UBSAN_OPTIONS/TSAN_OPTIONS (the Makefile sets them), so that a suppression
 # file can name third-party code; see tests/sanitizers/.
 set(WSYNC_SANITIZE "" CACHE STRING "Instrument the build: empty, address or thread")
+# The shared libraries (libwsync.so, libwsync_cuda.so) link with -z defs: every symbol resolves at
+# link time. Not in clang's sanitizer builds: clang links the sanitizer runtime into executables
+# only, and the library's references to it resolve from the host process when it is loaded.
+set(WSYNC_LINK_NO_UNDEFINED "LINKER:-z,defs")
+if(WSYNC_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  set(WSYNC_LINK_NO_UNDEFINED "")
+endif()
 set_property(CACHE WSYNC_SANITIZE PROPERTY STRINGS "" address thread)
 
 if(WSYNC_SANITIZE STREQUAL "")
@@ -25,10 +32,25 @@ endif()
 # (plan_property_test ~300 s either way; it runs a quarter of its seeds in these builds).
 set(WSYNC_SANITIZER_OPT_FLAGS -Og -g1 CACHE STRING
     "Optimization and debug flags of sanitizer builds (after CMAKE_<LANG>_FLAGS_<CONFIG>)")
+# The test sources' own optimization level (wsync_cc_test adds it after the flags above): they are
+# googletest cases and harness code around the instrumented libraries, and clang compiles them
+# about twice as fast at -O0 as at -O1 (docs/ci.md). Empty: as the libraries.
+set(WSYNC_SANITIZER_TEST_OPT_FLAGS -O0 CACHE STRING
+    "Optimization flags of the test sources in sanitizer builds (after WSYNC_SANITIZER_OPT_FLAGS)")
 # C and C++ only: nvcc (the NCCL backend's copy kernels) takes no -fsanitize.
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_FLAGS};-fno-omit-frame-pointer>")
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_OPT_FLAGS}>")
 add_link_options("$<$<LINK_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_FLAGS}>")
+# For code that must know it runs instrumented (wider resource and time bounds in tests): clang 14
+# defines neither of GCC's __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__ in C.
+add_compile_definitions(WSYNC_SANITIZED=1)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  # The C hosts of libwsync.so (tests/plugin/*.c) load a C++ library whose UBSan checks (vptr)
+  # call into the sanitizer's C++ runtime, which clang links only into C++ programs: link it, and
+  # the libstdc++ it needs, into the C programs of these builds too (the plain build keeps them
+  # pure C).
+  add_link_options("$<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime;-lstdc++>")
+endif()
 
 if(WSYNC_SANITIZE STREQUAL "thread")
   # Debian's Abseil is not built with TSan: every call our code makes to these synchronization

@@ -211,7 +211,8 @@ namespace {
 double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
   double value = 0;
   auto it = stats.find(key);
-  if (it != stats.end()) absl::SimpleAtod(it->second, &value);
+  // A malformed figure reads as 0, as an absent one does.
+  if (it != stats.end() && !absl::SimpleAtod(it->second, &value)) value = 0;
   return value;
 }
 

@@ -178,7 +178,7 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
       }
       double seconds = 0;
       auto it = w.stats[v].find("seconds");
-      if (it != w.stats[v].end()) absl::SimpleAtod(it->second, &seconds);
+      if (it != w.stats[v].end() && !absl::SimpleAtod(it->second, &seconds)) seconds = 0;
       slowest = std::max(slowest, seconds);
     }
     measured.syncs.push_back(slowest);

@@ -56,7 +56,8 @@ int64_t Field(const std::map<std::string, std::string>& stats, const std::string
 double Seconds(const std::map<std::string, std::string>& stats) {
   double value = 0;
   auto it = stats.find("seconds");
-  if (it != stats.end()) absl::SimpleAtod(it->second, &value);
+  // A malformed figure reads as 0, as an absent one does.
+  if (it != stats.end() && !absl::SimpleAtod(it->second, &value)) value = 0;
   return value;
 }
 

@@ -44,8 +44,13 @@ ProcessReport ParseOutput(absl::string_view text) {
     for (absl::string_view field : absl::StrSplit(line.substr(0, verified_at), ' ')) {
       const std::pair<absl::string_view, absl::string_view> kv =
           absl::StrSplit(field, absl::MaxSplits('=', 1));
-      const auto integer = [&](int64_t* out) { absl::SimpleAtoi(kv.second, out); };
-      const auto real = [&](double* out) { absl::SimpleAtod(kv.second, out); };
+      // A malformed field reads as 0.
+      const auto integer = [&](int64_t* out) {
+        if (!absl::SimpleAtoi(kv.second, out)) *out = 0;
+      };
+      const auto real = [&](double* out) {
+        if (!absl::SimpleAtod(kv.second, out)) *out = 0;
+      };
       if (kv.first == "v") integer(&version);
       if (kv.first == "seconds") real(&step.seconds);
       if (kv.first == "sent") integer(&step.sent);

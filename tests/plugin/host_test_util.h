@@ -51,7 +51,7 @@ int UsePrivateDevShm(void);
  * more. So does AddressSanitizer's, since every sync starts a thread (the loss watch): +7 to +21
  * lines after 200 cycles, +28 to +35 after 1000, where the uninstrumented build stays exactly
  * at its baseline over 1000 cycles. */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if defined(WSYNC_SANITIZED) /* cmake/WsyncSanitizers.cmake */
 #define MAPS_TOLERANCE 64
 #else
 #define MAPS_TOLERANCE 16

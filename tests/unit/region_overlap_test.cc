@@ -224,7 +224,7 @@ double SecondsOf(const std::function<void()>& fn) {
 
 // The guard against a return to quadratic work: the issue asks for under 1 s. Sanitizer builds run
 // several times slower, so the bound there is wider; the plain build's figure is the claim.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(WSYNC_SANITIZED)  // cmake/WsyncSanitizers.cmake
 constexpr double kBoundSeconds = 5.0;
 #else
 constexpr double kBoundSeconds = 1.0;
