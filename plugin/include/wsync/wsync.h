@@ -146,9 +146,13 @@ typedef struct wsync_stats {
 
 typedef struct wsync_session wsync_session_t;
 
-/* Rollout hosts in the trainer-triggered mode: called on the background thread around each sync
- * the trainer starts. before_update may pause serving; after_update gets the outcome (WSYNC_OK
- * or the error) and must not resume serving on an error. */
+/* Rollout hosts in the trainer-triggered mode: called on the library's background thread around
+ * each sync the trainer starts, never on the host's threads and never both at once. before_update
+ * may pause serving; after_update gets the outcome (WSYNC_OK or the error) and must not resume
+ * serving on an error. `user` is passed through untouched: the library neither reads nor frees it,
+ * and it must stay valid until finalize returns. A callback may call state, stats, last_error and
+ * abort on the session, no other function (they are the host's thread's, which may be blocked in
+ * one of them). */
 typedef void (*wsync_before_update_fn)(void* user, int64_t version);
 typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_t status);
 
@@ -158,7 +162,13 @@ typedef struct wsync_plugin_v1 {
 
   wsync_status_t (*init)(const wsync_config_t* config, wsync_session_t** session);
 
-  /* Layout of this process (REGISTERED only). Buffer ids are the caller's, unique per process.
+  /* Layout of this process (REGISTERED only). Buffer ids are the caller's, unique per process (a
+   * second registration of an id: WSYNC_INVALID_ARGUMENT). The caller owns the memory: it must
+   * stay allocated at this address until finalize returns, and the library never frees it. The
+   * library reads it (trainers) or writes it (rollouts) only while a sync runs: from sync or
+   * sync_begin until the outcome is returned, or between before_update and after_update; connect
+   * may register it with the transports (UCX memory handles, CUDA IPC handles) without touching
+   * its bytes.
    * WSYNC_MEMORY_CUDA: a device pointer on CUDA device `device` (one device per process), moved
    * over NCCL; connect returns WSYNC_UNSUPPORTED with the reason when this build or machine
    * cannot (no NCCL, no CUDA device, a path configuration whose backend cannot reach it). The
@@ -167,7 +177,7 @@ typedef struct wsync_plugin_v1 {
   wsync_status_t (*register_buffer)(wsync_session_t* session, uint64_t buffer_id, void* address,
                                     uint64_t bytes, wsync_memory_kind_t kind, int32_t device);
   /* dtype: "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64" (or torch's
-   * spellings). */
+   * spellings). Every string and array argument of these calls is copied before they return. */
   wsync_status_t (*declare_parameter)(wsync_session_t* session, const char* name,
                                       const char* dtype, int32_t num_axes, const int64_t* shape);
   /* This buffer holds box [origin, origin + extent) of the parameter: element i at
@@ -175,7 +185,9 @@ typedef struct wsync_plugin_v1 {
   wsync_status_t (*declare_piece)(wsync_session_t* session, const char* parameter,
                                   uint64_t buffer_id, int32_t num_axes, const int64_t* origin,
                                   const int64_t* extent, int64_t offset, const int64_t* strides);
-  /* The whole layout part at once: a serialized wsync.proto.Manifest of this process only. */
+  /* The whole layout part at once: a serialized wsync.proto.Manifest of this process only; the
+   * bytes are parsed and copied before the call returns. Buffers are still registered with
+   * register_buffer (the manifest's buffer ids). */
   wsync_status_t (*set_manifest)(wsync_session_t* session, const void* bytes, size_t size);
   /* Or a named layout of an embedded model (e.g. "qwen2.5-0.5b", "vllm(tp=2)"); the process then
    * registers the buffers the layout names (ids 0, 1, ... in the layout's order). */
