@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -610,7 +611,10 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
                             kErrorRanksDisagree);
   }
   const absl::Time started = absl::Now();
-  if (!own_version && before_update_) before_update_(version);
+  if (!own_version && before_update_) {
+    after_update_owed_ = version;
+    before_update_(version);
+  }
   SetState(SessionState::kSyncing);
   // (2) The transfer, after agreeing on digest and budget. It and the decision share one deadline
   // (plus kDecisionGrace for the decision), so a failed sync ends within D + 1 s of the trigger.
@@ -672,7 +676,10 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   }
   metrics_->RecordRejected("stale_sync", rejected_messages);
   RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
-  if (!own_version && after_update_) after_update_(version, outcome);
+  if (!own_version && after_update_) {
+    after_update_owed_.reset();
+    after_update_(version, outcome);
+  }
   return outcome;
 }
 
@@ -771,8 +778,16 @@ void Session::BackgroundLoop() {
       if (finalizing_ || (absl::IsUnavailable(status) && !AwaitReplacement())) return;
     }
   } catch (...) {
-    // Nobody waits on this thread: the session remembers the error for the next call.
-    ThreadFailed("trainer-triggered thread").IgnoreError();
+    // Nobody waits on this thread: the session remembers the error for the next call. An engine
+    // that paused serving in before_update hears the error (it must not resume serving).
+    const absl::Status status = ThreadFailed("trainer-triggered thread");
+    if (after_update_owed_ && after_update_) {
+      const int64_t version = *std::exchange(after_update_owed_, std::nullopt);
+      try {
+        after_update_(version, status);
+      } catch (...) {  // The host's callback threw in its turn: the session already failed.
+      }
+    }
   }
 }
 

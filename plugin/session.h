@@ -233,6 +233,9 @@ class Session {
   std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
   BeforeUpdate before_update_;
   AfterUpdate after_update_;
+  // The version whose before_update was called and whose after_update is still owed (background
+  // thread only): a step ended by an exception still tells the engine its outcome.
+  std::optional<int64_t> after_update_owed_;
   size_t losses_replaced_ = 0;      // Loss notices answered by a replacement (background thread).
   bool trainer_triggered_ = false;  // set_update_callbacks was called: the background thread runs.
   std::thread background_;

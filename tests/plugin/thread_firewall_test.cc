@@ -5,8 +5,10 @@
 // hanging. Before the firewall each case terminated the process (std::terminate).
 
 #include <atomic>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -124,6 +126,45 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheTrainerTriggeredLoopIsTheSessionsErro
   }
   for (std::thread& thread : threads) thread.join();
   for (int p : {0, 1, 3}) EXPECT_FALSE(results[p].ok()) << p;
+  for (Process& process : processes) process.session->Finalize();
+}
+
+// An exception after before_update (here the engine's own callback) still tells the engine the
+// outcome through after_update: it paused serving and must hear that the sync failed.
+TEST_F(ThreadFirewallTest, AnExceptionMidStepStillCallsAfterUpdateWithTheError) {
+  absl::Mutex mu;
+  std::vector<std::pair<int64_t, absl::Status>> after_calls;
+  std::vector<Process> processes = ConnectedJob("firewall-mid-step", [&](std::vector<Process>& ps) {
+    ASSERT_TRUE(ps[2]
+                    .session
+                    ->SetUpdateCallbacks(
+                        [](int64_t) { throw std::runtime_error("the engine could not pause"); },
+                        [&](int64_t version, const absl::Status& status) {
+                          absl::MutexLock lock(&mu);
+                          after_calls.emplace_back(version, status);
+                        })
+                    .ok());
+  });
+  std::vector<absl::Status> results(4);
+  std::vector<std::thread> threads;
+  for (int p : {0, 1, 3}) {
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      if (p < 2) results[p] = test::FillLogical(me.part, 1, me.memory.get());
+      if (results[p].ok()) results[p] = me.session->Sync(1);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p : {0, 1, 3}) EXPECT_FALSE(results[p].ok()) << p;
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(after_calls.size(), 1u);
+    EXPECT_EQ(after_calls[0].first, 1);
+    EXPECT_THAT(after_calls[0].second.message(),
+                HasSubstr("trainer-triggered thread: internal error: exception: the engine could "
+                          "not pause"));
+  }
+  EXPECT_EQ(processes[2].session->State().second, SessionState::kDirty);
   for (Process& process : processes) process.session->Finalize();
 }
 
