@@ -97,9 +97,9 @@ std::vector<FlatBox> FlatRangeBoxes(const Dims& shape, int64_t begin, int64_t en
 
 LayoutBuilder::LayoutBuilder(Role role) { layout_.role = role; }
 
-int32_t LayoutBuilder::AddProcess(std::string node_id) {
+int32_t LayoutBuilder::AddProcess(std::string node_id, int32_t device) {
   const int32_t rank = static_cast<int32_t>(layout_.processes.size());
-  layout_.processes.push_back(ProcessInfo{rank, std::move(node_id)});
+  layout_.processes.push_back(ProcessInfo{rank, std::move(node_id), device});
   return rank;
 }
 

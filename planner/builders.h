@@ -42,7 +42,7 @@ class LayoutBuilder {
  public:
   explicit LayoutBuilder(Role role);
 
-  int32_t AddProcess(std::string node_id);
+  int32_t AddProcess(std::string node_id, int32_t device = kUnknownDevice);
   uint64_t AddBuffer(int32_t process, int64_t bytes, MemoryKind kind = MemoryKind::kHost);
   // Returns the index of a parameter of that name, adding it when new (an existing parameter keeps
   // its dtype and shape). Parameters added through mutable_layout() are found too.

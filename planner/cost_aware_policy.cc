@@ -17,7 +17,7 @@ namespace {
 using PairKey = std::pair<int32_t, int32_t>;
 
 int PathRank(absl::string_view path) {
-  if (path == kPathLocal) return 0;
+  if (path == kPathLocal || path == kPathSameDevice) return 0;
   return path == kPathIntraNode ? 1 : 2;
 }
 
@@ -63,7 +63,7 @@ class CostAwarePolicy final : public ReplicaPolicy {
  public:
   CostAwarePolicy(LinkFits fits, CostAwareOptions options)
       : fits_(std::move(fits)), options_(options) {
-    for (absl::string_view path : {kPathLocal, kPathIntraNode, kPathInterNode}) {
+    for (absl::string_view path : {kPathLocal, kPathSameDevice, kPathIntraNode, kPathInterNode}) {
       fits_.by_path.try_emplace(std::string(path),
                                 LinkFit{0, options_.default_bytes_per_second, 0, 0});
     }

@@ -20,6 +20,7 @@ void AddLayout(CanonicalHasher& h, const Layout& layout) {
   for (const ProcessInfo& process : layout.processes) {
     h.AddInt(process.rank);
     h.AddString(process.node_id);
+    h.AddInt(process.device);
   }
   h.AddInt(static_cast<int64_t>(layout.buffers.size()));
   for (const BufferInfo& buffer : layout.buffers) {

@@ -60,7 +60,8 @@ absl::StatusOr<Job> Job::Create(Layout source, Layout target) {
   absl::flat_hash_map<std::string, int32_t> nodes;
   for (const Layout* layout : {&source, &target}) {
     for (const ProcessInfo& process : layout->processes) {
-      job.processes_.push_back(JobProcess{layout->role, process.rank, process.node_id});
+      job.processes_.push_back(
+          JobProcess{layout->role, process.rank, process.node_id, process.device});
       auto [it, inserted] = nodes.emplace(process.node_id, static_cast<int32_t>(nodes.size()));
       job.node_index_.push_back(it->second);
     }
@@ -77,7 +78,10 @@ absl::StatusOr<Job> Job::Create(Layout source, Layout target) {
 
 absl::string_view Job::PathClass(int32_t from, int32_t to) const {
   if (from == to) return kPathLocal;
-  return node_index_[from] == node_index_[to] ? kPathIntraNode : kPathInterNode;
+  if (node_index_[from] != node_index_[to]) return kPathInterNode;
+  const int32_t device = processes_[from].device;
+  return device != kUnknownDevice && device == processes_[to].device ? kPathSameDevice
+                                                                     : kPathIntraNode;
 }
 
 int64_t Job::ElementSize(int32_t target_param) const {

@@ -19,12 +19,16 @@ namespace wsync {
 
 inline constexpr absl::string_view kPathLocal = "local";
 inline constexpr absl::string_view kPathIntraNode = "intra_node";
+// Two processes of one node on one known GPU (ProcessInfo::device): CUDA IPC within one GPU, one
+// copy engine and no link between them.
+inline constexpr absl::string_view kPathSameDevice = "same_device";
 inline constexpr absl::string_view kPathInterNode = "inter_node";
 
 struct JobProcess {
   Role role;
   int32_t rank;  // Rank within its layout.
   std::string node_id;
+  int32_t device = kUnknownDevice;
 };
 
 class Job {
@@ -53,7 +57,8 @@ class Job {
     return target_to_source_param_[target_param];
   }
 
-  // "local" for the same process, "intra_node" for equal node ids, else "inter_node".
+  // "local" for the same process; "same_device" for equal node ids and equal known devices (both
+  // not kUnknownDevice); "intra_node" for other equal node ids; else "inter_node".
   absl::string_view PathClass(int32_t from, int32_t to) const;
   // Dense index of the process's node (equal node ids, equal index), in order of first appearance.
   int32_t NodeIndex(int32_t id) const { return node_index_[id]; }

@@ -25,7 +25,16 @@ absl::string_view RoleName(Role role);  // "trainer", "rollout"
 struct ProcessInfo {
   int32_t rank = 0;     // Rank within the role; ranks are 0..n-1.
   std::string node_id;  // Processes with equal node ids share a node (intra_node paths).
+  // The process's GPU on its node (node-wide index, as nvidia-smi numbers them, not an ordinal
+  // relative to CUDA_VISIBLE_DEVICES), or kUnknownDevice. Two processes of one node with equal
+  // known devices share a GPU (path class same_device); unknown never shares.
+  int32_t device = -1;
 };
+
+// ProcessInfo::device when the host did not say which GPU the process uses.
+inline constexpr int32_t kUnknownDevice = -1;
+// The largest ProcessInfo::device accepted (validation and manifest decoding refuse more).
+inline constexpr int32_t kMaxDevice = 1 << 16;
 
 // The buffer id of a relay process's arena in segment endpoints (planner/relay.h). Layout
 // validation refuses it as a buffer id, so it never names a registered buffer.

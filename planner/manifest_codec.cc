@@ -42,6 +42,7 @@ proto::Manifest ToManifest(const Layout& layout) {
     proto::Process* out = manifest.add_processes();
     out->set_rank(process.rank);
     out->set_node_id(process.node_id);
+    if (process.device != kUnknownDevice) out->set_device(process.device);
   }
   for (const BufferInfo& buffer : layout.buffers) {
     proto::Buffer* out = manifest.add_buffers();
@@ -100,7 +101,13 @@ absl::StatusOr<Layout> FromManifest(const proto::Manifest& manifest, const Manif
     if (static_cast<int64_t>(process.node_id().size()) > limits.max_name_length) {
       return absl::InvalidArgumentError("manifest node id is longer than the limit");
     }
-    layout.processes.push_back(ProcessInfo{process.rank(), process.node_id()});
+    if (process.has_device() && (process.device() < 0 || process.device() > kMaxDevice)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest device ", process.device(), " is outside [0, ", kMaxDevice, "]"));
+    }
+    layout.processes.push_back(
+        ProcessInfo{process.rank(), process.node_id(),
+                    process.has_device() ? process.device() : kUnknownDevice});
   }
   layout.buffers.reserve(manifest.buffers_size());
   for (const proto::Buffer& buffer : manifest.buffers()) {

@@ -142,7 +142,10 @@ void AddProcesses(LayoutBuilder& builder, int64_t count, const NamedLayoutOption
                              : options.node_prefix.empty() ? std::string(default_prefix)
                                                            : options.node_prefix;
   for (int64_t p = 0; p < count; ++p) {
-    builder.AddProcess(absl::StrCat(prefix, p / options.procs_per_node));
+    // Colocated engines put rank r on GPU r % ppn of its node; separate nodes say nothing of GPUs.
+    const int32_t device =
+        options.colocated ? static_cast<int32_t>(p % options.procs_per_node) : kUnknownDevice;
+    builder.AddProcess(absl::StrCat(prefix, p / options.procs_per_node), device);
   }
 }
 

@@ -45,10 +45,11 @@
 //   ppn=K        processes (GPUs) per node (default NamedLayoutOptions::procs_per_node, 8);
 //                rank r is on node r / K.
 //   colocated=1  the trainer and rollout sides share nodes, as colocated engines place them:
-//                rank r of each side on node "node<r / K>" (GPU r % K there), so rollout rank r
-//                sits with trainer rank r. A layout records nodes, not GPUs: a same-GPU pair's
-//                path class is intra_node. colocated=0 (the default): each side on nodes of its
-//                own, "trainer-node<i>" and "rollout-node<i>" (or NamedLayoutOptions::node_prefix).
+//                rank r of each side on node "node<r / K>" and GPU r % K there
+//                (ProcessInfo::device), so rollout rank r shares trainer rank r's GPU: that
+//                pair's path class is same_device. colocated=0 (the default): each side on nodes
+//                of its own, "trainer-node<i>" and "rollout-node<i>" (or
+//                NamedLayoutOptions::node_prefix), GPUs unknown.
 // Colocation is a property of the pair: BuildNamedJobLayouts applies a colocated key or a ppn
 // given on one side of a colocated pair to both; BuildNamedLayout places one side as its own
 // keys and the options say.

@@ -38,6 +38,11 @@ absl::Status ValidateProcesses(const Layout& layout) {
           absl::StrCat(RoleName(layout.role), " process rank ", process.rank, " is duplicated"));
     }
     seen[process.rank] = true;
+    if (process.device < kUnknownDevice || process.device > kMaxDevice) {
+      return absl::InvalidArgumentError(absl::StrCat(RoleName(layout.role), " process rank ",
+                                                     process.rank, " has device ", process.device,
+                                                     ", outside [-1, ", kMaxDevice, "]"));
+    }
   }
   return absl::OkStatus();
 }

@@ -285,6 +285,13 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     config.secret = SecretSource::Environment(c.secret_env);
   }
   if (c.node_id != nullptr) config.node_id = c.node_id;
+  if (c.has_device_index != 0) {
+    if (c.device_index < 0 || c.device_index > kMaxDevice) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device_index must be in 0..", kMaxDevice, ", got ", c.device_index));
+    }
+    config.device = c.device_index;
+  }
   if (std::isnan(c.staging_budget_bytes) || c.staging_budget_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_budget_bytes must be positive, got ", c.staging_budget_bytes));

@@ -120,7 +120,7 @@ std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
   for (const auto& [path, bytes] : unpriced) {
     if (path == kPathInterNode) {
       inter_node = true;
-    } else if (path != kPathIntraNode && path != kPathLocal) {
+    } else if (path != kPathIntraNode && path != kPathLocal && path != kPathSameDevice) {
       return std::string();
     }
   }
@@ -155,12 +155,14 @@ std::string PredictionLine(const std::optional<Prediction>& prediction,
   }
   if (!prediction.has_value()) return "predicted time: none (the plan could not be priced)";
   const std::string note = UnpricedNote(*prediction);
+  const std::string stand_in = StandInNote(*calibration.fits, *prediction);
   return absl::StrFormat(
       "predicted time %.6f s%s (transfer %.6f s + latency %.6f s; calibration of %s), binding "
-      "resource: %s%s",
+      "resource: %s%s%s",
       prediction->seconds, note.empty() ? "" : " for the priced traffic only",
       prediction->transfer_seconds, prediction->latency_seconds, calibration.transport,
       prediction->binding.empty() ? std::string("none") : prediction->binding,
+      stand_in.empty() ? "" : absl::StrCat("; stand-in: ", stand_in),
       note.empty() ? "" : absl::StrCat("; ", note));
 }
 

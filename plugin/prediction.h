@@ -67,8 +67,9 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
                                        const RelayOptions& relay = RelayOptions{});
 
 // The `wsync calibrate` command, writing `out`, that measures every path class in `unpriced` on
-// one machine ("local", "intra_node", "inter_node"); empty when some class is none of these (no
-// command measures it; `wsync calibrate --synthetic` can state it).
+// one machine ("local", "intra_node", "inter_node"; "same_device" through intra_node's fit, its
+// stand-in, LinkFits::stand_ins); empty when some class is none of these (no command measures
+// it; `wsync calibrate --synthetic` can state it).
 std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
                                 absl::string_view out = "FILE");
 
@@ -77,7 +78,8 @@ std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
 std::string UnpricedNote(const Prediction& prediction);
 
 // "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not; a
-// partial prediction says so and ends with UnpricedNote.
+// prediction that used a stand-in fit says so (StandInNote); a partial prediction says so and
+// ends with UnpricedNote.
 std::string PredictionLine(const std::optional<Prediction>& prediction,
                            const SharedCalibration& calibration);
 

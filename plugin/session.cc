@@ -40,6 +40,18 @@ std::string HostName() {
   return host;
 }
 
+// This process's GPU from what the host configured and what its layout says (kUnknownDevice:
+// not said). InvalidArgument when both say and differ.
+absl::StatusOr<int32_t> JoinDevice(int32_t configured, int32_t from_layout,
+                                   absl::string_view call) {
+  if (from_layout == kUnknownDevice) return configured;
+  if (configured != kUnknownDevice && configured != from_layout) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": the layout puts this process on GPU ",
+                                                   from_layout, "; device_index is ", configured));
+  }
+  return from_layout;
+}
+
 }  // namespace
 
 absl::string_view SessionStateName(SessionState state) {
@@ -100,6 +112,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   WSYNC_RETURN_IF_ERROR(CheckSessionPolicyName(config.replica_policy));
   WSYNC_RETURN_IF_ERROR(ParsePathTransports(config.path_transports).status());
   if (config.node_id.empty()) config.node_id = HostName();
+  if (config.device < kUnknownDevice || config.device > kMaxDevice) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be in 0..", kMaxDevice, " (or unknown), got ", config.device));
+  }
   std::optional<MetricsAddress> metrics_address;
   if (!config.metrics_address.empty()) {
     WSYNC_ASSIGN_OR_RETURN(metrics_address, ParseMetricsAddress(config.metrics_address));
@@ -118,7 +134,7 @@ Session::Session(SessionConfig config, std::string secret)
       secret_(std::move(secret)),
       metrics_(std::make_unique<SessionMetrics>(RoleName(config_.role))) {
   part_.role = config_.role;
-  part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id});
+  part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id, config_.device});
 }
 
 Session::~Session() {
@@ -311,7 +327,12 @@ absl::Status Session::SetManifest(absl::string_view bytes) {
                                                    RoleName(config_.role)));
   }
   Layout part = LayoutPart(layout, config_.rank);
-  part.processes = {ProcessInfo{config_.rank, config_.node_id}};
+  // The manifest's device of this rank, when it gives one; the node is always node_id.
+  WSYNC_ASSIGN_OR_RETURN(
+      const int32_t device,
+      JoinDevice(config_.device, part.processes.empty() ? kUnknownDevice : part.processes[0].device,
+                 "set_manifest"));
+  part.processes = {ProcessInfo{config_.rank, config_.node_id, device}};
   part.buffers = part_.buffers;  // Addresses were (or will be) registered separately.
   part_ = std::move(part);
   return absl::OkStatus();
@@ -320,6 +341,7 @@ absl::Status Session::SetManifest(absl::string_view bytes) {
 absl::Status Session::SetNamedLayout(const std::string& model, const std::string& layout) {
   WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_named_layout"));
   WSYNC_ASSIGN_OR_RETURN(ModelSpec spec, GetModel(model));
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement placement, ParseNamedPlacement(layout));
   WSYNC_ASSIGN_OR_RETURN(Layout whole, BuildNamedLayout(spec, layout));
   if (whole.role != config_.role) {
     return absl::InvalidArgumentError(absl::StrCat("'", layout, "' is a ", RoleName(whole.role),
@@ -331,7 +353,15 @@ absl::Status Session::SetNamedLayout(const std::string& model, const std::string
     return absl::InvalidArgumentError(
         absl::StrCat("'", layout, "' has no ", RoleName(config_.role), " rank ", config_.rank));
   }
-  part.processes = {ProcessInfo{config_.rank, config_.node_id}};
+  if (placement.procs_per_node.has_value() || placement.colocated.has_value()) {
+    // Placed as the spec says (node and, colocated, GPU), as `wsync plan` places this rank.
+    WSYNC_ASSIGN_OR_RETURN(
+        part.processes[0].device,
+        JoinDevice(config_.device, part.processes[0].device, "set_named_layout"));
+    config_.node_id = part.processes[0].node_id;
+  } else {
+    part.processes = {ProcessInfo{config_.rank, config_.node_id, config_.device}};
+  }
   part.buffers = part_.buffers;
   part_ = std::move(part);
   return absl::OkStatus();

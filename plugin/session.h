@@ -64,6 +64,8 @@ struct SessionConfig {
   bool host_coordinator = false;  // Trainer rank 0 runs the coordinator in-process.
   SecretSource secret = SecretSource::Environment("WSYNC_SECRET");
   std::string node_id;  // Empty: the host name.
+  // This process's GPU on its node (ProcessInfo::device); kUnknownDevice: unknown.
+  int32_t device = kUnknownDevice;
   double staging_budget_bytes = static_cast<double>(kDefaultStagingBudgetBytes);
   absl::Duration deadline = absl::Seconds(60);
   std::string replica_policy = "local_first_least_loaded";
@@ -107,6 +109,11 @@ class Session {
   absl::Status DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
                             int64_t offset, const Dims& strides);
   absl::Status SetManifest(absl::string_view bytes);
+  // SetManifest keeps the manifest's device of this rank (ProcessInfo::device) and places the
+  // process on node_id. SetNamedLayout with placement keys in `layout` (ppn=K, colocated=0|1)
+  // places it as BuildNamedLayout does (its node, which replaces node_id, and with colocated=1 its
+  // GPU), as `wsync plan` places this rank when both sides give the keys; without them, on
+  // node_id with an unknown device.
   absl::Status SetNamedLayout(const std::string& model, const std::string& layout);
   using BeforeUpdate = std::function<void(int64_t version)>;
   using AfterUpdate = std::function<void(int64_t version, const absl::Status& status)>;

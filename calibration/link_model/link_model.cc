@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status.h"
@@ -193,7 +194,23 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   WSYNC_RETURN_IF_ERROR(
       FitAll(relay_same_path, &fits.path_aggregate, "path aggregate fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(node_link, &fits.node_link, "node link fit", &fits.skipped));
+  if (!fits.by_path.contains(kSameDevicePath) && fits.by_path.contains(kIntraNodePath)) {
+    fits.by_path[kSameDevicePath] = fits.by_path.at(kIntraNodePath);
+    fits.stand_ins[kSameDevicePath] = kIntraNodePath;
+  }
   return fits;
+}
+
+std::string StandInNote(const LinkFits& fits, const Prediction& prediction) {
+  std::vector<std::string> clauses;
+  for (const auto& [path, bytes] : prediction.stand_in_bytes) {
+    const auto source = fits.stand_ins.find(path);
+    clauses.push_back(
+        absl::StrCat(path, " ", bytes, " B priced with ",
+                     source == fits.stand_ins.end() ? "another class" : source->second,
+                     "'s fit (the calibration has none of its own)"));
+  }
+  return absl::StrJoin(clauses, "; ");
 }
 
 std::string SerializeCalibration(const proto::Calibration& calibration) {
@@ -470,16 +487,18 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
 absl::StatusOr<Prediction> PredictPriced(const LinkFits& fits, const Traffic& traffic) {
   Traffic priced;
   priced.rounds = traffic.rounds;
-  std::map<std::string, int64_t> unpriced;
+  std::map<std::string, int64_t> unpriced, stand_in;
   for (const PairTraffic& pair : traffic.pairs) {
     if (CanPrice(fits, pair.from, pair.to, pair.path)) {
       priced.pairs.push_back(pair);
+      if (fits.stand_ins.contains(pair.path) && pair.bytes != 0) stand_in[pair.path] += pair.bytes;
     } else if (pair.bytes != 0) {
       unpriced[pair.path] += pair.bytes;
     }
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, Predict(fits, priced));
   prediction.unpriced_bytes = std::move(unpriced);
+  prediction.stand_in_bytes = std::move(stand_in);
   return prediction;
 }
 

@@ -66,16 +66,26 @@ struct LinkFits {
   // show and the relay aggregate (every process both copying and sending) overstates.
   std::vector<std::string> nodes;
   std::map<std::pair<std::string, std::string>, LinkFit> node_link;
+  // Path classes priced with another class's fit, and whose: "same_device" -> "intra_node" when
+  // the calibration has no same_device fit of its own (host-memory probes cannot measure one
+  // GPU's copy engine; a same-GPU copy is at least as fast as an intra-node one, so the stand-in
+  // errs towards longer predictions). Reports that print a prediction state these.
+  std::map<std::string, std::string> stand_ins;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
   // not growing with size); Predict then uses the path fits for them.
   std::vector<std::string> skipped;
 };
 
-// Fits everything the calibration has samples for. InvalidArgument for a calibration of a schema
-// this build does not read, a sample without timings, a node_link sample in a schema-1 file or
-// without both node ids, or a path class whose line does not fit (bandwidth <= 0; a
-// single size gives bandwidth from the origin and alpha 0); other keys whose line does not fit
-// are listed in `skipped`.
+// Path classes FitLinks knows by name (planner/job.h defines the same strings).
+inline constexpr char kIntraNodePath[] = "intra_node";
+inline constexpr char kSameDevicePath[] = "same_device";
+
+// Fits everything the calibration has samples for. A calibration with an intra_node fit and no
+// same_device one gets intra_node's as same_device's, recorded in `stand_ins`. InvalidArgument for
+// a calibration of a schema this build does not read, a sample without timings, a node_link sample
+// in a schema-1 file or without both node ids, or a path class whose line does not fit (bandwidth
+// <= 0; a single size gives bandwidth from the origin and alpha 0); other keys whose line does not
+// fit are listed in `skipped`.
 absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
 
 // Least squares of seconds against bytes over the medians per size of (bytes, seconds) points.
@@ -121,6 +131,9 @@ struct Prediction {
   // its path class has a fit. Empty when every pair was priced; otherwise the seconds above
   // cover only the rest of the traffic (a lower bound of the whole).
   std::map<std::string, int64_t> unpriced_bytes;
+  // PredictPriced only: bytes by path class of the priced pairs whose class's fit is a stand-in
+  // (LinkFits::stand_ins); reports name them.
+  std::map<std::string, int64_t> stand_in_bytes;
 };
 
 // One resource of the cost model and the seconds the traffic's bytes take at its capacity.
@@ -204,6 +217,10 @@ bool CanPrice(const LinkFits& fits, int32_t from, int32_t to, absl::string_view 
 // Predict over the pairs CanPrice accepts; the others' bytes go to unpriced_bytes by path class.
 // Traffic of no priceable pair predicts 0 s.
 absl::StatusOr<Prediction> PredictPriced(const LinkFits& fits, const Traffic& traffic);
+
+// "same_device 12 B priced with intra_node's fit (the calibration has none of its own)", one
+// clause per class of prediction.stand_in_bytes joined by "; "; empty when it has none.
+std::string StandInNote(const LinkFits& fits, const Prediction& prediction);
 
 }  // namespace wsync
 

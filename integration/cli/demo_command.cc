@@ -131,9 +131,9 @@ std::string Tail(const std::string& text, size_t lines = 8) {
 struct DemoJob {
   ModelSpec model;
   NamedJobLayouts layouts;
-  // A placement key in either spec: every process reports its node of the layouts (nodes
-  // simulated on this machine: path classes, plan and prediction follow them); without, all
-  // report this machine's host name, as processes of one machine do.
+  // A placement key in either spec: every process reports its node (and, colocated, its GPU)
+  // of the layouts (nodes simulated on this machine: path classes, plan and prediction follow
+  // them); without, all report this machine's host name, as processes of one machine do.
   bool placed = false;
   int32_t trainers = 0;
   int32_t rollouts = 0;
@@ -242,9 +242,12 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
   };
   if (p == 0) argv.push_back("--host_coordinator");
   if (job.placed) {
-    argv.push_back(absl::StrCat("--node_id=",
-                                trainer ? job.layouts.source.processes[p].node_id
-                                        : job.layouts.target.processes[p - job.trainers].node_id));
+    const ProcessInfo& placed =
+        trainer ? job.layouts.source.processes[p] : job.layouts.target.processes[p - job.trainers];
+    argv.push_back(absl::StrCat("--node_id=", placed.node_id));
+    if (placed.device != kUnknownDevice) {
+      argv.push_back(absl::StrCat("--device_index=", placed.device));
+    }
   }
   if (request.corrupt_step > 0) {
     argv.push_back(absl::StrCat("--corrupt_step=", request.corrupt_step));

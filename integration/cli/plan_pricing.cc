@@ -87,6 +87,19 @@ void PrintPublished(std::FILE* out, const std::string& model) {
   }
 }
 
+// Prints the path classes priced with another class's fit (LinkFits::stand_ins).
+void PrintStandIns(std::FILE* out, const PlanRequest& request, const LinkFits& fits,
+                   const Prediction& prediction) {
+  for (const auto& [path, bytes] : prediction.stand_in_bytes) {
+    const auto source = fits.stand_ins.find(path);
+    if (source == fits.stand_ins.end()) continue;
+    absl::FPrintF(out,
+                  "  stand-in: %s, %s (%d B), priced with %s's fit: the %s has none of its own\n",
+                  path, HumanBytes(bytes), bytes, source->second,
+                  request.calibration.empty() ? "cluster" : "calibration");
+  }
+}
+
 // Prints the unpriced path classes and the `wsync calibrate` command that measures them.
 void PrintUnpriced(std::FILE* out, const PlanRequest& request, const Prediction& prediction) {
   if (prediction.unpriced_bytes.empty()) return;
@@ -134,6 +147,7 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
                 source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
                 prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
                 prediction.binding.empty() ? std::string("none") : prediction.binding);
+  PrintStandIns(out, request, fits, prediction);
   PrintUnpriced(out, request, prediction);
   if (!request.simulate.empty() && !request.process.has_value()) PrintPublished(out, request.model);
   return prediction;

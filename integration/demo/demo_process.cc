@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,9 @@ ABSL_FLAG(double, linger_s, 0,
           "that Prometheus can scrape the final figures.");
 ABSL_FLAG(std::string, node_id, "",
           "The node this process reports (the plugin's node_id); default: the host name.");
+ABSL_FLAG(int32_t, device_index, -1,
+          "The GPU this process reports (the plugin's device_index; a colocated trainer and "
+          "rollout on one GPU are then same_device); -1: unknown.");
 ABSL_FLAG(std::string, calibration_file, "",
           "A link calibration (wsync calibrate --out) for the plugin's calibration_file: trainer "
           "rank 0 shares it at connect and every sync is then predicted (empty: none).");
@@ -425,6 +429,8 @@ struct ConfigFromFlags {
     config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
     config.node_id = node_id.empty() ? nullptr : node_id.c_str();
     config.calibration_file = calibration_file.empty() ? nullptr : calibration_file.c_str();
+    config.has_device_index = absl::GetFlag(FLAGS_device_index) >= 0 ? 1 : 0;
+    config.device_index = std::max(0, absl::GetFlag(FLAGS_device_index));
   }
   ConfigFromFlags(const ConfigFromFlags&) = delete;
   ConfigFromFlags& operator=(const ConfigFromFlags&) = delete;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The newcomer's flow on this machine: `wsync calibrate` -> `wsync plan --calibration`.
-# - A one-node calibration prices a colocated layout in full (--require_prediction passes).
+# - A one-node calibration prices a colocated layout in full (--require_prediction passes); its
+#   same-GPU pairs (same_device) are priced with intra_node's fit, and the report says so.
 # - A separate-nodes layout is priced in part: the report names inter_node, its bytes and the
 #   `wsync calibrate` command that measures it; --require_prediction then exits 1 naming it.
 # - Where network namespaces can be made (root), `--nodes a,a,b,b --netns` measures inter_node and
@@ -20,9 +21,10 @@ grep -q '^  path intra_node ' "$dir/calibrate.txt"
 
 echo "== colocated, one-node calibration"
 out=$("${plan[@]}" "${colocated[@]}" --calibration "$dir/one.pb" --require_prediction)
-echo "$out" | grep -E "^placement|^predicted|binding|not priced|measure"
+echo "$out" | grep -E "^placement|^predicted|binding|not priced|measure|stand-in|^  same_device"
 echo "$out" | grep -q '^placement  *colocated: 1 node holds both sides'
 echo "$out" | grep -Eq "$full"
+echo "$out" | grep -Eq "^  stand-in: same_device, .* priced with intra_node's fit"
 if echo "$out" | grep -q 'not priced'; then echo "FAIL: colocated plan left traffic unpriced"; exit 1; fi
 
 echo "== separate nodes, one-node calibration"

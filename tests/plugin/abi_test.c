@@ -238,6 +238,18 @@ static void CheckInitArguments(const wsync_plugin_v1_t* api) {
   if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
   session = NULL;
 
+  /* device_index: read only with has_device_index; then 0..65536. */
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.has_device_index = 1;
+  config.device_index = -1;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "device_index");
+  config.device_index = 65537;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "device_index");
+  config.has_device_index = 0; /* The bad index is not read. */
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
+
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
   config.secret_file = "/nonexistent";
   config.secret_env = "WSYNC_SECRET";
@@ -262,6 +274,36 @@ static void CheckInitArguments(const wsync_plugin_v1_t* api) {
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
   CHECK(session != NULL);
   if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+}
+
+/* set_named_layout with placement keys: a colocated layout puts rollout rank 0 on GPU 0, which a
+ * device_index of 3 contradicts; the same layout with device_index 0, or without one, is taken,
+ * and a malformed key is refused. */
+static void CheckNamedPlacement(const wsync_plugin_v1_t* api) {
+  static const struct {
+    int has_device_index;
+    int32_t device_index;
+    const char* layout;
+    wsync_status_t expected;
+    const char* message;
+  } kCases[] = {
+      {1, 3, "vllm(tp=1,ppn=1,colocated=1)", WSYNC_INVALID_ARGUMENT, "device_index is 3"},
+      {1, 0, "vllm(tp=1,ppn=1,colocated=1)", WSYNC_OK, NULL},
+      {0, 0, "vllm(tp=1,ppn=2,colocated=1)", WSYNC_OK, NULL},
+      {1, 3, "vllm(tp=1,ppn=2)", WSYNC_OK, NULL}, /* Separate nodes say nothing of GPUs. */
+      {0, 0, "vllm(tp=1,colocated=2)", WSYNC_INVALID_ARGUMENT, "colocated must be 0 or 1"},
+  };
+  for (size_t i = 0; i < sizeof(kCases) / sizeof(kCases[0]); ++i) {
+    wsync_config_t config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+    config.has_device_index = kCases[i].has_device_index;
+    config.device_index = kCases[i].device_index;
+    wsync_session_t* session = NULL;
+    EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+    if (session == NULL) continue;
+    EXPECT_STATUS(session, api->set_named_layout(session, "qwen2.5-tiny", kCases[i].layout),
+                  kCases[i].expected, kCases[i].message);
+    EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  }
 }
 
 static void CheckNullSession(const wsync_plugin_v1_t* api) {
@@ -709,6 +751,7 @@ int main(int argc, char** argv) {
     CheckInitArguments(api);
     CheckNullSession(api);
     CheckRegisteredSession(api);
+    CheckNamedPlacement(api);
     CheckOutOfMemory(api);
   }
   const char* names[2] = {"trainer", "rollout"};

@@ -443,5 +443,44 @@ TEST(LinkModelTest, PairFitsApplyOnlyOnThePathTheyWereMeasuredOn) {
   EXPECT_TRUE(CanPrice(stated, 0, 1, "inter_node"));
 }
 
+TEST(LinkModelTest, SameDeviceBorrowsIntraNodesFitAndSaysSo) {
+  const absl::StatusOr<LinkFits> fits = FitLinks(OneNode());
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->stand_ins, (std::map<std::string, std::string>{{"same_device", "intra_node"}}));
+  Traffic traffic;
+  traffic.pairs = {{0, 1, "intra_node", 1 << 20, 1}, {2, 3, "same_device", 1 << 28, 4}};
+  traffic.rounds = 4;
+  const absl::StatusOr<Prediction> priced = PredictPriced(*fits, traffic);
+  ASSERT_TRUE(priced.ok()) << priced.status();
+  EXPECT_TRUE(priced->unpriced_bytes.empty());
+  // Priced as intra_node traffic of the same pairs would be.
+  Traffic as_intra = traffic;
+  as_intra.pairs[1].path = "intra_node";
+  EXPECT_EQ(priced->seconds, Predict(*fits, as_intra)->seconds);
+  EXPECT_EQ(priced->stand_in_bytes, (std::map<std::string, int64_t>{{"same_device", 1 << 28}}));
+  EXPECT_EQ(StandInNote(*fits, *priced),
+            "same_device 268435456 B priced with intra_node's fit (the calibration has none of "
+            "its own)");
+  // A pair fit measured on intra_node does not price the pair on same_device: the stand-in does.
+  EXPECT_TRUE(CanPrice(*fits, 0, 1, "same_device"));
+
+  // Its own fit: no stand-in, and its constants.
+  absl::StatusOr<proto::Calibration> stated =
+      SyntheticCalibration("intra_node=5us,20GB/s; same_device=2us,400GB/s");
+  ASSERT_TRUE(stated.ok()) << stated.status();
+  const LinkFits own = *FitLinks(*stated);
+  EXPECT_TRUE(own.stand_ins.empty());
+  EXPECT_NEAR(own.by_path.at("same_device").bytes_per_second, 400e9, 1e3);
+  EXPECT_TRUE(PredictPriced(own, traffic)->stand_in_bytes.empty());
+
+  // Without an intra_node fit nothing stands in: same_device is unpriced and named.
+  const LinkFits inter = *FitLinks(*SyntheticCalibration("inter_node=20us,25GB/s"));
+  EXPECT_TRUE(inter.stand_ins.empty());
+  const absl::StatusOr<Prediction> unpriced = PredictPriced(inter, traffic);
+  ASSERT_TRUE(unpriced.ok()) << unpriced.status();
+  EXPECT_EQ(unpriced->unpriced_bytes.at("same_device"), 1 << 28);
+  EXPECT_TRUE(StandInNote(inter, *unpriced).empty());
+}
+
 }  // namespace
 }  // namespace wsync

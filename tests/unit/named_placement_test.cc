@@ -71,8 +71,9 @@ TEST(NamedPlacementTest, ColocatedPutsRolloutRankOnItsTrainerRanksNode) {
   EXPECT_EQ(job.processes()[job.TargetId(1)].node_id, "node1");
   for (int32_t trainer = 0; trainer < 4; ++trainer) {
     for (int32_t rollout = 0; rollout < 2; ++rollout) {
+      // ppn=1: rank r alone on node r, GPU 0, so the pair of one rank shares that GPU.
       EXPECT_EQ(job.PathClass(trainer, job.TargetId(rollout)),
-                trainer == rollout ? kPathIntraNode : kPathInterNode)
+                trainer == rollout ? kPathSameDevice : kPathInterNode)
           << trainer << " -> rollout " << rollout;
     }
   }

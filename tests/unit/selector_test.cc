@@ -257,6 +257,26 @@ TEST(ChooseTransportTest, ExplicitMixedMappingPerPathClass) {
 }
 
 // CUDA IPC: the default for CUDA memory within a node when built; never across nodes.
+TEST(PathTransportsTest, SameDeviceFallsBackToIntraNodesEntry) {
+  const auto all = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true,
+                                     /*cuda_ipc_built=*/true);
+  // Without an entry of its own, same_device takes intra_node's, before the fallback.
+  const PathTransports intra = *ParsePathTransports("intra_node=nccl;*=ucx:tcp");
+  EXPECT_EQ(intra.For("same_device"), (TransportChoice{"nccl", "", ""}));
+  EXPECT_EQ(ChooseTransport(intra, "same_device", MemoryKind::kCuda, all)->backend, "nccl");
+  // Its own entry wins; without either it is the fallback.
+  const PathTransports own = *ParsePathTransports("same_device=cuda_ipc;intra_node=nccl");
+  EXPECT_EQ(own.For("same_device").backend, "cuda_ipc");
+  EXPECT_EQ(ChooseTransport(own, "same_device", MemoryKind::kCuda, all)->backend, "cuda_ipc");
+  EXPECT_EQ(ParsePathTransports("*=ucx:tcp")->For("same_device"),
+            (TransportChoice{"ucx", "tcp", ""}));
+  // By default CUDA memory of a same-GPU pair goes over CUDA IPC, which reaches it.
+  EXPECT_EQ(
+      ChooseTransport(*ParsePathTransports(""), "same_device", MemoryKind::kCuda, all)->backend,
+      "cuda_ipc");
+  EXPECT_TRUE(IsSameNodePathClass("same_device"));
+}
+
 TEST(ChooseTransportTest, CudaIpcWithinANodeNcclAcross) {
   const auto all = BuildCapabilities(/*ucx_reports_cuda=*/false, /*nccl_built=*/true,
                                      /*cuda_ipc_built=*/true);

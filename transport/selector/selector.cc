@@ -11,8 +11,17 @@
 
 namespace wsync {
 
-const TransportChoice& PathTransports::For(absl::string_view path_class) const {
+std::map<std::string, TransportChoice>::const_iterator PathTransports::Find(
+    absl::string_view path_class) const {
   auto it = by_path.find(std::string(path_class));
+  if (it == by_path.end() && path_class == kSameDevicePathClass) {
+    it = by_path.find(std::string(kIntraNodePathClass));
+  }
+  return it;
+}
+
+const TransportChoice& PathTransports::For(absl::string_view path_class) const {
+  auto it = Find(path_class);
   return it == by_path.end() ? fallback : it->second;
 }
 
@@ -89,7 +98,8 @@ absl::StatusOr<PathTransports> ParsePathTransports(absl::string_view spec) {
 }
 
 bool IsSameNodePathClass(absl::string_view path_class) {
-  return path_class == "local" || path_class == "intra_node";
+  return path_class == "local" || path_class == kIntraNodePathClass ||
+         path_class == kSameDevicePathClass;
 }
 
 std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built,
@@ -142,7 +152,7 @@ std::string AvailableNames(absl::Span<const BackendCapabilities> available, Memo
 absl::StatusOr<TransportChoice> ChooseTransport(const PathTransports& paths,
                                                 absl::string_view path_class, MemoryKind kind,
                                                 absl::Span<const BackendCapabilities> available) {
-  const auto entry = paths.by_path.find(std::string(path_class));
+  const auto entry = paths.Find(path_class);
   const bool explicit_choice = entry != paths.by_path.end() || paths.fallback_given;
   if (!explicit_choice && kind == MemoryKind::kCuda) {
     // Default for CUDA memory: CUDA IPC within a node, NCCL, else a UCX that reports CUDA support.

@@ -31,8 +31,13 @@ struct TransportChoice {
   friend auto operator<=>(const TransportChoice&, const TransportChoice&) = default;
 };
 
-// Path class ("local", "intra_node", "inter_node", or any label a path function returns) to the
-// transport that carries it. A class not listed uses `fallback`.
+// The path classes the selector knows by name (planner/job.h defines the same strings).
+inline constexpr absl::string_view kIntraNodePathClass = "intra_node";
+inline constexpr absl::string_view kSameDevicePathClass = "same_device";
+
+// Path class ("local", "same_device", "intra_node", "inter_node", or any label a path function
+// returns) to the transport that carries it. A class not listed uses `fallback`, except
+// "same_device", which uses the "intra_node" entry when the map has one and no entry of its own.
 struct PathTransports {
   std::map<std::string, TransportChoice> by_path;
   TransportChoice fallback;
@@ -41,6 +46,8 @@ struct PathTransports {
   bool fallback_given = false;
 
   const TransportChoice& For(absl::string_view path_class) const;
+  // The entry For uses (by_path.end(): the fallback).
+  std::map<std::string, TransportChoice>::const_iterator Find(absl::string_view path_class) const;
   // The distinct choices, in a deterministic order; RoutedTransport builds one backend per entry.
   std::vector<TransportChoice> Distinct() const;
 };
@@ -69,7 +76,7 @@ struct BackendCapabilities {
 std::vector<BackendCapabilities> BuildCapabilities(bool ucx_reports_cuda, bool nccl_built,
                                                    bool cuda_ipc_built);
 
-// Whether `path_class` joins processes of one node ("local", "intra_node").
+// Whether `path_class` joins processes of one node ("local", "same_device", "intra_node").
 bool IsSameNodePathClass(absl::string_view path_class);
 
 // The transport for messages of `kind` memory over `path_class`. An entry for the class, or a

@@ -90,6 +90,8 @@ class Config(ctypes.Structure):
         ("verify", ctypes.c_int32),
         ("heartbeat_interval_seconds", ctypes.c_double),
         ("silence_limit_seconds", ctypes.c_double),
+        ("has_device_index", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
     ]
 
 

@@ -66,7 +66,9 @@ class Session:
     path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
     xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
-    0: 0.25 s and 3 s).
+    0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
+    CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
+    wsync.placement.device gives the named layouts' choice).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -76,7 +78,7 @@ class Session:
                  host_coordinator=False, secret=None, secret_file=None, secret_env=None,
                  node_id=None, staging_budget_bytes=0.0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
-                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0):
+                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -102,6 +104,9 @@ class Session:
         config.verify = _VERIFY_MODES[verify]
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
+        if device_index is not None:
+            config.has_device_index = 1
+            config.device_index = int(device_index)
         secret_dir = None
         try:
             if secret is not None:

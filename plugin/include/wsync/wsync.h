@@ -124,6 +124,15 @@ typedef struct wsync_config {
                                       (SIGSTOP, a hung host), default 3; at least twice the
                                       interval. Negative, NaN or infinite values, or a limit below
                                       twice the interval: WSYNC_INVALID_ARGUMENT. */
+  int32_t has_device_index;        /* Nonzero: device_index says which GPU this process uses. */
+  int32_t device_index;            /* This process's GPU as its node numbers it (nvidia-smi's
+                                      index, 0..65536; not an ordinal relative to
+                                      CUDA_VISIBLE_DEVICES). Processes of one node with equal
+                                      device indexes share a GPU: path class "same_device".
+                                      Without has_device_index (the default) the GPU is unknown
+                                      and never shared, unless the layout says (set_named_layout
+                                      with colocated=1, a manifest's Process.device); a layout
+                                      that names another GPU than this is refused. */
 } wsync_config_t;
 
 /* What the last sync of this process did. */
@@ -190,7 +199,13 @@ typedef struct wsync_plugin_v1 {
    * register_buffer (the manifest's buffer ids). */
   wsync_status_t (*set_manifest)(wsync_session_t* session, const void* bytes, size_t size);
   /* Or a named layout of an embedded model (e.g. "qwen2.5-0.5b", "vllm(tp=2)"); the process then
-   * registers the buffers the layout names (ids 0, 1, ... in the layout's order). */
+   * registers the buffers the layout names (ids 0, 1, ... in the layout's order). A layout with
+   * placement keys ("vllm(tp=2,ppn=4,colocated=1)") places this process as `wsync plan` places
+   * its rank: on node "node<rank / ppn>" (colocated) or "<role>-node<rank / ppn>", replacing
+   * node_id, and with colocated=1 on GPU rank % ppn of it, so that rollout rank r and trainer
+   * rank r share a GPU (path class "same_device"). Colocation is a property of the pair: give
+   * the same keys on both sides (`wsync plan` applies one side's to both; processes cannot).
+   * Without placement keys: node node_id, GPU device_index (or unknown). */
   wsync_status_t (*set_named_layout)(wsync_session_t* session, const char* model,
                                      const char* layout);
 
