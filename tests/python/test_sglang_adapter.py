@@ -1,7 +1,8 @@
 """wsync.sglang's adapter through the calls SGLang's ModelRunner gets (SGLang cannot be installed
 here): init_weights_update_group, update_weights_from_distributed with a version, and
-destroy_weights_update_group, each returning (success, message); against a torch module with
-SGLang's (vLLM's) parameter names, TP2, fed by one Megatron TP1 trainer."""
+destroy_weights_update_group, each returning (success, message), with SGLang's argument meanings
+(the trainer is rank 0 of world_size 1 + TP, the engine's rank_offset 1); against a torch module
+with SGLang's (vLLM's) parameter names, TP2, fed by one Megatron TP1 trainer."""
 
 import os
 import sys
@@ -39,7 +40,7 @@ def _process(index, port):
     adapter = WsyncSGLangAdapter(model, rank, TP, config)
     out = {"unknown": adapter.update_weights_from_distributed(version=1)}
     out["init"] = adapter.init_weights_update_group(
-        "127.0.0.1", port, rank_offset=0, world_size=TP, group_name="wsync", backend="wsync",
+        "127.0.0.1", port, rank_offset=1, world_size=1 + TP, group_name="wsync", backend="wsync",
         num_trainers=1, deadline_seconds=30, path_transports="*=ucx:sm,cma,self")
     out["updates"] = []
     for version in (1, 2):

@@ -1,0 +1,1 @@
+"""Stand-in package (see tests/python/sglang_standin/README.md)."""
