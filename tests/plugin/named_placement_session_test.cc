@@ -120,7 +120,9 @@ void ConnectSyncAndCompare(std::vector<NamedProcess>& processes, const ExpectedP
 
 class NamedPlacementSessionTest : public ::testing::Test {
  protected:
-  void SetUp() override { setenv("WSYNC_PLACEMENT_SECRET", "placement-secret-0123456789ab", 1); }
+  void SetUp() override {
+    setenv("WSYNC_PLACEMENT_SECRET", "placement-session-secret-0123456789abcdef", 1);
+  }
 
   void Run(const std::string& from, const std::string& to, const std::string& job) {
     const int port = test::FreeLoopbackPort();
