@@ -145,10 +145,11 @@ def _rollout(index, port, path):
                   "path_transports": PATHS}
     out = {"rounds": []}
     if dp_attention:
-        out["init"] = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
+        done = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
             master_address="127.0.0.1", master_port=port, rank_offset=TRAINERS,
             world_size=TRAINERS + TP, group_name=GROUP, receiver=RECEIVER,
             receiver_init_payload=wsync_args))
+        out["init"] = (done.success, done.message)
         receiver = scheduler.tp_worker.model_runner.weight_updater._external_receivers.get(GROUP)
     for version in COMMITTED + (FAILED,):
         if dp_attention:
@@ -230,6 +231,7 @@ class SGLangEnginesTest(unittest.TestCase):
             self.assertTrue(failed["result"][1], failed)
             self.assertTrue(failed["dirty"])
             self.assertEqual(failed["weight_version"], str(COMMITTED[-1]))
+            self.assertTrue(out["init"][0], out["init"])
             self.assertTrue(out["destroy"][0], out["destroy"])
 
 
