@@ -85,6 +85,37 @@ class SGLangAdapterTest(unittest.TestCase):
                  if p.param == "model.layers.2.mlp.experts.down_proj.weight"}
         self.assertEqual(boxes, {(4, 4)})
 
+    def test_w13_order_and_dp_attention_groups(self):
+        # w13_order="up_gate" (a kernel keeping [up | gate]): gate_proj is the second half of
+        # w13. Under DP attention (tp 2, attention TP 1) self_attn is whole, the MLP a TP shard.
+        import torch
+
+        import families as fam
+        from wsync.sglang import WsyncSGLangAdapter
+        f = fam.FAMILIES["qwen3-moe"]
+        tensors = fam.rollout_tensors(fam.random_logical(f, 7), f, 2, 1, 1, 0, "sglang")
+        name = "model.layers.1.mlp.experts.w13_weight"
+        half = tensors[name].shape[1] // 2
+        tree = fam.module_tree(tensors)
+        for order, gate_half in (("up_gate", slice(half, None)), ("gate_up", slice(0, half))):
+            adapter = WsyncSGLangAdapter(tree, 1, 2, fam.config_of(f), w13_order=order)
+            gate = [p.view for p in adapter.layout().pieces
+                    if p.param == "model.layers.1.mlp.experts.gate_proj.weight"]
+            self.assertEqual(len(gate), 1)
+            self.assertTrue(torch.equal(gate[0], tensors[name][:, gate_half]), order)
+        import tiny_qwen as tq
+        from test_sglang_engines import _dp_attention_model, _hf_config
+        adapter = WsyncSGLangAdapter(_dp_attention_model(1), 1, 2, _hf_config(), attn_tp_rank=0,
+                                     attn_tp_size=1)
+        boxes = {p.param: (p.origin, p.extent) for p in adapter.layout().pieces}
+        c = tq.CONFIG
+        self.assertEqual(boxes["model.layers.0.self_attn.q_proj.weight"],
+                         ((0, 0), (c["heads"] * c["head_dim"], c["hidden"])))
+        self.assertEqual(boxes["model.embed_tokens.weight"], ((0, 0), (c["vocab"], c["hidden"])))
+        inter = c["intermediate"] // 2
+        self.assertEqual(boxes["model.layers.0.mlp.up_proj.weight"],
+                         ((inter, 0), (inter, c["hidden"])))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -9,7 +9,8 @@ and one SGLang engine of TP 2 (2 worker processes), in SGLang's numbering: the t
 
 - Custom loader (`--custom-weight-loader wsync.sglang.load_weights`): each round is SGLang's
   Engine.update_weights_from_tensor of wsync.sglang.update_request(version, init) through the
-  scheduler, TpModelWorker and ModelRunner; the first round connects. Versions 1 and 2 commit:
+  scheduler, TpModelWorker and ModelRunner; the first round connects (SGLang's fields from the
+  request, wsync's from $WSYNC_SGLANG_INIT). Versions 1 and 2 commit:
   SGLang reports success, records weight_version, and every element of every rollout tensor
   equals the worker's shard of the trainer's logical tensor (tiny_qwen's own oracle), parameters
   at their addresses. Version 3 fails (trainer rank 1 leaves the job): the trainers' push raises,
@@ -25,6 +26,7 @@ and one SGLang engine of TP 2 (2 worker processes), in SGLang's numbering: the t
   before anything is connected, SGLang's rank_offset / world_size checked.
 """
 
+import json
 import os
 import sys
 import unittest
@@ -38,7 +40,7 @@ SECRET = "python-sglang-engines-secret-0123456789"
 TP = 2
 TRAINERS = 2
 GROUP = "weight_update_group"
-DEADLINE = 8.0
+DEADLINE = 30.0  # Connect included: 4 spawned torch processes on a loaded machine.
 PATHS = "*=ucx:sm,cma,self"
 COMMITTED = (1, 2)
 FAILED = 3
@@ -145,10 +147,11 @@ def _rollout(index, port, path):
                   "path_transports": PATHS}
     out = {"rounds": []}
     if dp_attention:
-        out["init"] = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
+        done = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
             master_address="127.0.0.1", master_port=port, rank_offset=TRAINERS,
             world_size=TRAINERS + TP, group_name=GROUP, receiver=RECEIVER,
             receiver_init_payload=wsync_args))
+        out["init"] = (done.success, done.message)
         receiver = scheduler.tp_worker.model_runner.weight_updater._external_receivers.get(GROUP)
     for version in COMMITTED + (FAILED,):
         if dp_attention:
@@ -158,8 +161,10 @@ def _rollout(index, port, path):
                     receiver_payload={"version": version}))
             dirty = receiver.weights_dirty
         else:
-            init = dict(wsync_args, master_address="127.0.0.1", master_port=port,
-                        rank_offset=TRAINERS, world_size=TRAINERS + TP, group_name=GROUP)
+            # SGLang's fields in the request, wsync's from the server's environment.
+            os.environ["WSYNC_SGLANG_INIT"] = json.dumps(wsync_args)
+            init = dict(master_address="127.0.0.1", master_port=port, rank_offset=TRAINERS,
+                        world_size=TRAINERS + TP, group_name=GROUP)
             request = ws.update_request(version, init)
             status, result = sc.scheduler_process_step(
                 scheduler.update_weights_from_tensor, sc.engine_tensor_request(
@@ -230,6 +235,7 @@ class SGLangEnginesTest(unittest.TestCase):
             self.assertTrue(failed["result"][1], failed)
             self.assertTrue(failed["dirty"])
             self.assertEqual(failed["weight_version"], str(COMMITTED[-1]))
+            self.assertTrue(out["init"][0], out["init"])
             self.assertTrue(out["destroy"][0], out["destroy"])
 
 

@@ -21,9 +21,9 @@ Targets **SGLang >= 0.5.4, < 0.6.0** (:data:`SUPPORTED_SGLANG`), read from sgl-p
   master_address, master_port, world_size, rank_offset, init_payload) at
   ``init_weights_update_group(receiver=...)``, and ``receive(payload)`` runs per
   ``update_weights_from_distributed(receiver_payload=...)``; a raise there is reported as the
-  update's failure (success False) and a raise in the factory as the init's. No released
-  SGLang we could read carries it (the stored releases' weight updaters have no ``receiver``),
-  so :func:`create_receiver` also refuses an SGLang without the hook.
+  update's failure (success False) and a raise in the factory as the init's. It is in no
+  SGLang release we could read (ModelExpress's SGLang notes call it unmerged), so
+  :func:`create_receiver` also refuses an SGLang without the hook.
 - Ranks: sglang/srt/distributed/parallel_state.py (``get_tensor_model_parallel_rank`` /
   ``_world_size``, ``get_moe_expert_parallel_rank`` / ``_world_size``),
   sglang/srt/layers/dp_attention.py (``is_dp_attention_enabled``, ``get_attention_tp_rank`` /
