@@ -63,6 +63,32 @@ TEST(RendezvousProgressTest, TimeoutNamesJoinedMissingAndRefused) {
   EXPECT_THAT(joined.message(), Not(HasSubstr(control_testing::kSecret)));
 }
 
+// A waiting process names the latest report: rollout 0 joins 0.5 s after the trainer, which
+// sees it joined; by the rollout's own deadline the trainer has left, which it names.
+TEST(RendezvousProgressTest, TimeoutNamesTheLatestJoins) {
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(Options(1, 2));
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::Status rollout_joined;
+  std::thread rollout([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    absl::StatusOr<std::unique_ptr<ControlClient>> client =
+        ControlClient::Connect(ClientOptions((*c)->port(), ControlRole::kRollout, 0));
+    ASSERT_TRUE(client.ok()) << client.status();
+    rollout_joined =
+        (*client)->Join(JoinRequest{"m", "a", ""}, absl::Now() + absl::Seconds(2)).status();
+  });
+  const absl::Status joined = JoinAlone((*c)->port(), absl::Seconds(2), true);
+  rollout.join();
+  EXPECT_THAT(joined.message(), AllOf(HasSubstr("2 of 3 processes joined"),
+                                      HasSubstr("missing: process 2 (rollout rank 1)")));
+  EXPECT_THAT(joined.message(), Not(HasSubstr("missing: process 1")));
+  // By the rollout's deadline the trainer had timed out and left: named as such.
+  EXPECT_THAT(std::string(rollout_joined.message()),
+              AllOf(HasSubstr("1 of 3 processes joined"),
+                    HasSubstr("missing: process 0 (trainer rank 0, node node-t0) joined, then "
+                              "left, process 2 (rollout rank 1)")));
+}
+
 TEST(RendezvousProgressTest, CoordinatorsRendezvousFailureNamesTheRefusal) {
   CoordinatorOptions options = Options(1, 1);
   options.rendezvous_timeout = absl::Seconds(1);

@@ -417,6 +417,7 @@ void Coordinator::Impl::Detach(Connection& c, absl::string_view why) {
   } else if (p.joined) {
     // Before the roster a process may leave and its rank join again.
     p.joined = false;
+    p.left = true;
     --joined_count_;
     progress_changed_ = true;
     std::string().swap(p.manifest);
@@ -572,6 +573,7 @@ void Coordinator::Impl::HandleJoin(Connection& c, control::Join& join) {
   p.address = std::move(*join.mutable_address());
   p.metadata = std::move(*join.mutable_metadata());
   p.joined = true;
+  p.left = false;
   c.phase = Phase::kJoined;
   ++joined_count_;
   progress_changed_ = true;

@@ -122,6 +122,7 @@ class Coordinator::Impl {
     std::string node_id;
     Connection* connection = nullptr;
     bool joined = false;
+    bool left = false;  // Joined, then its connection ended before the roster.
     std::string manifest, address, metadata;
     bool lost = false;  // Its connection ended after the roster: it never contributes again.
     std::string lost_reason;

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "transport/control/coordinator_impl.h"
 
 namespace wsync {
@@ -51,8 +51,10 @@ std::vector<std::string> Coordinator::Impl::MissingProcesses() const {
   for (int32_t id = 0; id < world_; ++id) {
     const Process& p = processes_[id];
     if (p.joined) continue;
-    missing.push_back(
-        absl::StrCat(Describe(id), p.connection != nullptr ? " connected but did not join" : ""));
+    missing.push_back(absl::StrCat(Describe(id), p.connection != nullptr
+                                                     ? " connected but did not join"
+                                                 : p.left ? " joined, then left"
+                                                          : ""));
   }
   return missing;
 }
