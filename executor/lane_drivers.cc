@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/lane_progress.h"
+#include "executor/stall_report.h"
 
 namespace wsync::executor_internal {
 namespace {
@@ -41,7 +42,9 @@ class LockstepDriver final : public LaneDriver {
         }
       }
       WSYNC_RETURN_IF_ERROR(run.PrepareNext(ready));
-      WSYNC_RETURN_IF_ERROR(transport_.WaitAll(pending_[r], deadline_));
+      if (absl::Status waited = transport_.WaitAll(pending_[r], deadline_); !waited.ok()) {
+        return WithOutstanding(waited, work_, completed);
+      }
       pending_[r].clear();
       std::vector<LaneMessage> received;
       for (int32_t lane = 0; lane < lanes; ++lane) {
@@ -121,9 +124,11 @@ class IndependentLanesDriver final : public LaneDriver {
         // WaitAll past the deadline cancels them all and names the peers they wait for.
         const absl::Status named = transport_.WaitAll(progress_.Outstanding(), deadline_);
         progress_.Clear();
-        return named.ok() ? waited_status : named;
+        return WithOutstanding(named.ok() ? waited_status : named, work_, progress_.completed());
       }
-      WSYNC_RETURN_IF_ERROR(waited_status);
+      if (!waited_status.ok()) {
+        return WithOutstanding(waited_status, work_, progress_.completed());
+      }
 
       received.clear();
       progress_.CompleteInOrder(

@@ -72,6 +72,9 @@ class LaneProgress {
   // The requests posted and not finished, lane by lane, oldest first.
   std::vector<RequestId> Outstanding() const;
 
+  // Per lane: the messages completed so far (the index of the next one to complete).
+  absl::Span<const int32_t> completed() const { return completed_; }
+
   // Forgets every request in flight (cancelled and released by the caller).
   void Clear();
 

@@ -13,6 +13,7 @@
 #include "integration/cli/coordinator_command.h"
 #include "integration/cli/demo_command.h"
 #include "integration/cli/plan_command.h"
+#include "integration/cli/status_command.h"
 
 namespace wsync::cli {
 namespace {
@@ -27,10 +28,11 @@ std::string Usage() {
       "  calibrate  write or show a calibration file\n"
       "  coordinator  run a job's coordinator\n"
       "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"
+      "  status  ask a running job's coordinator who is joined, missing, lost or refused\n"
       "  help   print this message; `wsync help COMMAND` or `wsync COMMAND --help`: its usage\n"
       "\n",
       PlanUsage(), "\n", BenchUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage(), "\n",
-      CalibrateUsage());
+      CalibrateUsage(), "\n", StatusUsage());
 }
 
 // Words that ask for help, as a command or among a command's arguments.
@@ -51,6 +53,7 @@ constexpr Command kCommands[] = {
     {"coordinator", CoordinatorUsage, CoordinatorMain},
     {"demo", DemoUsage, DemoMain},
     {"calibrate", CalibrateUsage, CalibrateMain},
+    {"status", StatusUsage, StatusMain},
 };
 
 const Command* FindCommand(absl::string_view name) {

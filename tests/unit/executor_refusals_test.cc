@@ -233,6 +233,11 @@ TEST(ExecutorTest, ASlowPairDoesNotHoldBackTheOthers) {
     if (lockstep) {
       EXPECT_EQ(run.results[2].status().code(), absl::StatusCode::kDeadlineExceeded)
           << run.results[2].status();
+      // The error says what the rollout still waited for: every message of both lanes (none of
+      // round 0 completed), 128 bytes each.
+      EXPECT_THAT(std::string(run.results[2].status().message()),
+                  HasSubstr("outstanding with 2 peers: receive from process 0: 16 of 16 messages "
+                            "(2048 bytes, rounds 0-15); receive from process 1: 16 of 16"));
       continue;
     }
     for (int32_t p = 0; p < 3; ++p) {

@@ -190,6 +190,26 @@ std::string WelcomeMac(absl::string_view secret, absl::string_view client_nonce,
   return HmacSha256(secret, message);
 }
 
+std::string StatusRequestMac(absl::string_view secret, absl::string_view nonce,
+                             absl::string_view client_nonce, absl::string_view job_id) {
+  std::string message;
+  AppendField(message, "wsync-control-status-v1");
+  AppendField(message, nonce);
+  AppendField(message, client_nonce);
+  AppendField(message, job_id);
+  return HmacSha256(secret, message);
+}
+
+std::string StatusReplyMac(absl::string_view secret, absl::string_view client_nonce,
+                           absl::string_view nonce, absl::string_view body) {
+  std::string message;
+  AppendField(message, "wsync-control-status-reply-v1");
+  AppendField(message, client_nonce);
+  AppendField(message, nonce);
+  AppendField(message, body);
+  return HmacSha256(secret, message);
+}
+
 void WipeSecret(std::string& text) {
   if (!text.empty()) OPENSSL_cleanse(text.data(), text.size());
   text.clear();

@@ -15,6 +15,8 @@
 //            num_trainers | num_rollouts | max_frame_bytes | heartbeat_interval_ms |
 //            silence_limit_ms), proving to the client that the coordinator holds it too and that
 //            every Welcome field the client acts on is the coordinator's (WelcomeFields).
+//   StatusRequest: HMAC(secret, "wsync-control-status-v1" | nonce | client_nonce | job_id).
+//   JobStatus:     HMAC(secret, "wsync-control-status-reply-v1" | client_nonce | nonce | body).
 // The connection is authenticated once, at the handshake; later frames are not signed or
 // encrypted (the control plane expects a trusted network between the job's nodes).
 
@@ -67,6 +69,12 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 std::string HelloMac(absl::string_view secret, absl::string_view nonce,
                      absl::string_view client_nonce, absl::string_view job_id, ControlRole role,
                      int32_t rank, absl::string_view node_id);
+
+// `wsync status` (control.proto: StatusRequest, JobStatus).
+std::string StatusRequestMac(absl::string_view secret, absl::string_view nonce,
+                             absl::string_view client_nonce, absl::string_view job_id);
+std::string StatusReplyMac(absl::string_view secret, absl::string_view client_nonce,
+                           absl::string_view nonce, absl::string_view body);
 
 // Every field of a Welcome the client acts on; its MAC covers them all, so that none can be
 // changed on the way without the client refusing the Welcome.

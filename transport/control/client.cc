@@ -14,6 +14,7 @@
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
+#include "transport/control/rendezvous_progress.h"
 
 namespace wsync {
 namespace {
@@ -153,6 +154,7 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   hello->set_node_id(options_.node_id);
   hello->set_client_nonce(client_nonce);
   hello->set_heartbeats(options_.heartbeats);
+  hello->set_rendezvous_progress(options_.rendezvous_progress);
   hello->set_mac(HelloMac(options_.secret, nonce, client_nonce, options_.job_id, options_.role,
                           options_.rank, options_.node_id));
   if (absl::Status sent = WriteFrame(fd, writer_, hello_frame, kHandshakeFrameBytes, deadline);
@@ -250,8 +252,24 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
     if (!got.ok()) {
       // A closed or broken connection means the coordinator is gone; a timeout does not.
       const bool lost = !absl::IsDeadlineExceeded(got.status());
-      return Broken(Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster",
-                                                    lost ? ", lost the coordinator: " : ": ")));
+      std::string progress;
+      if (!lost) {
+        progress =
+            rendezvous_progress_.has_value()
+                ? absl::StrCat("; the coordinator reported ",
+                               DescribeRendezvousProgress(*rendezvous_progress_,
+                                                          absl::Now() - rendezvous_progress_at_))
+                : "; the coordinator reported no rendezvous progress";
+      }
+      const absl::Status failed =
+          Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster",
+                                          lost ? ", lost the coordinator: " : ": "));
+      return Broken(absl::Status(failed.code(), absl::StrCat(failed.message(), progress)));
+    }
+    if (got->has_rendezvous_progress()) {
+      rendezvous_progress_ = std::move(*got->mutable_rendezvous_progress());
+      rendezvous_progress_at_ = absl::Now();
+      continue;
     }
     if (got->has_reject()) {
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
@@ -372,7 +390,7 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
       return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
                          absl::StrCat(name, "the coordinator closed the connection: ")));
     }
-    if (got->has_heartbeat()) continue;
+    if (got->has_heartbeat() || got->has_rendezvous_progress()) continue;
     if (got->has_lost()) {
       if (absl::Status recorded = RecordLoss(got->lost()); !recorded.ok()) return recorded;
       continue;
@@ -515,8 +533,8 @@ absl::Status ControlClient::ReadUnasked() {
     if (!*complete) return absl::OkStatus();
     absl::StatusOr<control::Frame> frame = reader_.TakeFrame();
     if (!frame.ok()) return Broken(Wrap(frame.status(), Prefix()));
-    if (frame->has_heartbeat()) {
-      // Liveness only (counted as it arrived).
+    if (frame->has_heartbeat() || frame->has_rendezvous_progress()) {
+      // Liveness only (counted as it arrived); progress is stale once the roster came.
     } else if (frame->has_lost()) {
       WSYNC_RETURN_IF_ERROR(RecordLoss(frame->lost()));
     } else if (frame->has_roster()) {

@@ -79,6 +79,9 @@ struct ControlClientOptions {
   // Offer heartbeats in the Hello (see the class comment). False: behave as a client from before
   // heartbeats (none sent, none expected, never timed out by the coordinator).
   bool heartbeats = true;
+  // Ask for RendezvousProgress frames in the Hello (control.proto), so that Join's timeout names
+  // who joined, who is missing and who was refused. False: behave as a client from before them.
+  bool rendezvous_progress = true;
 };
 
 struct JoinRequest {
@@ -145,8 +148,10 @@ class ControlClient : public Group {
   absl::Duration silence_limit() const { return silence_limit_; }
 
   // Sends this process's join data and waits for everyone's. Once per client (FailedPrecondition
-  // otherwise). DeadlineExceeded listing the missing (role, rank)s when the coordinator's
-  // rendezvous deadline passed first; DeadlineExceeded without names when `deadline` did.
+  // otherwise). DeadlineExceeded listing the missing (role, rank)s and the refused connections
+  // when the coordinator's rendezvous deadline passed first; when `deadline` did, DeadlineExceeded
+  // with the coordinator's latest RendezvousProgress (who joined, who is missing, who was refused
+  // and how long ago; rendezvous_progress.h), or saying that none came.
   absl::StatusOr<Roster> Join(const JoinRequest& request, absl::Time deadline);
 
   // Group: all payloads indexed by process.
@@ -225,6 +230,9 @@ class ControlClient : public Group {
   bool join_attempted_ = false;
   uint64_t next_number_ = 0;
   std::optional<Roster> roster_update_;
+  // Join: the coordinator's latest RendezvousProgress and when it arrived.
+  std::optional<control::RendezvousProgress> rendezvous_progress_;
+  absl::Time rendezvous_progress_at_ = absl::InfinitePast();
   absl::Status broken_;
   // Agreed in the Welcome; zero: no heartbeats.
   absl::Duration heartbeat_interval_ = absl::ZeroDuration();

@@ -44,6 +44,17 @@ std::string SourceOf(absl::string_view peer) {
   return std::string(peer.substr(0, colon));
 }
 
+// Who a Hello says it is, before its MAC is checked: "rollout rank 1" (", node n" when the node
+// id is well formed); empty when the role is not one.
+std::string ClaimOf(const control::Hello& hello) {
+  const std::optional<ControlRole> role = RoleFromProto(hello.role());
+  if (!role.has_value()) return "";
+  return absl::StrCat(ControlRoleName(*role), " rank ", hello.rank(),
+                      CheckIdentifier("node id", hello.node_id()).ok()
+                          ? absl::StrCat(", node ", hello.node_id())
+                          : "");
+}
+
 }  // namespace
 
 absl::string_view RefusalReasonName(RefusalReason reason) {
@@ -131,7 +142,8 @@ void Coordinator::Impl::Run() {
 
 absl::Time Coordinator::Impl::NextDeadline() const {
   absl::Time next = absl::InfiniteFuture();
-  if (!rendezvous_done_ && !rendezvous_failed_) next = rendezvous_deadline_;
+  if (!rendezvous_done_ && !rendezvous_failed_)
+    next = std::min(rendezvous_deadline_, NextProgress());
   if (!expiries_.empty()) next = std::min(next, std::get<0>(*expiries_.begin()));
   for (const auto& c : connections_) {
     if (c->closing) {
@@ -166,19 +178,14 @@ void Coordinator::Impl::HandleTimers(absl::Time now) {
     }
   }
   if (!rendezvous_done_ && !rendezvous_failed_ && now >= rendezvous_deadline_) {
-    std::vector<std::string> missing;
-    for (int32_t id = 0; id < world_; ++id) {
-      const Process& p = processes_[id];
-      if (p.joined) continue;
-      missing.push_back(
-          absl::StrCat(Describe(id), p.connection != nullptr ? " connected but did not join" : ""));
-    }
+    const std::vector<std::string> missing = MissingProcesses();
     FailRendezvous(absl::DeadlineExceededError(absl::StrCat(
                        "control: rendezvous failed: ", missing.size(), " of ", world_,
                        " processes did not join within ", Millis(options_.rendezvous_timeout),
-                       ": missing ", ListOf(missing))),
+                       ": missing ", ListOf(missing), RefusalsText(now))),
                    now);
   }
+  ReportProgress(now);
   while (!expiries_.empty() && std::get<0>(*expiries_.begin()) <= now) {
     const auto [when, number, id] = *expiries_.begin();
     ExpireContributor(number, id);  // Removes the entry.
@@ -342,6 +349,8 @@ void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time
   }
   if (c.phase == Phase::kHandshake && kind == control::Frame::kHello) {
     HandleHello(c, frame.hello(), now);
+  } else if (c.phase == Phase::kHandshake && kind == control::Frame::kStatusRequest) {
+    HandleStatusRequest(c, frame.status_request(), now);
   } else if (c.phase == Phase::kWelcomed && kind == control::Frame::kJoin) {
     if (rendezvous_done_) {
       AdmitReplacement(c, *frame.mutable_join(), now);
@@ -378,6 +387,7 @@ void Coordinator::Impl::SendReject(Connection& c, const absl::Status& status) {
 void Coordinator::Impl::Refuse(Connection& c, RefusalReason reason, const absl::Status& status,
                                absl::Time now) {
   Count(reason);
+  NoteRefusal(c, status, now);
   SendReject(c, status);
   c.closing = true;
   c.close_deadline = now + options_.close_timeout;
@@ -407,7 +417,9 @@ void Coordinator::Impl::Detach(Connection& c, absl::string_view why) {
   } else if (p.joined) {
     // Before the roster a process may leave and its rank join again.
     p.joined = false;
+    p.left = true;
     --joined_count_;
+    progress_changed_ = true;
     std::string().swap(p.manifest);
     std::string().swap(p.address);
     std::string().swap(p.metadata);
@@ -467,6 +479,7 @@ void Coordinator::Impl::Shutdown() {
 
 void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, absl::Time now) {
   auto refuse = [&](RefusalReason reason, absl::Status status) { Refuse(c, reason, status, now); };
+  c.claim = ClaimOf(hello);
   if (hello.protocol_version() != kControlProtocolVersion) {
     return refuse(
         RefusalReason::kProtocolVersion,
@@ -530,6 +543,7 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   c.handshake_deadline = absl::InfiniteFuture();
   c.reader.set_max_frame_bytes(options_.max_frame_bytes);
   c.heartbeats = hello.heartbeats() && options_.heartbeat_interval > absl::ZeroDuration();
+  c.rendezvous_progress = hello.rendezvous_progress();
   if (c.heartbeats) {
     c.last_heard = now;
     c.next_heartbeat = now + options_.heartbeat_interval;
@@ -559,8 +573,10 @@ void Coordinator::Impl::HandleJoin(Connection& c, control::Join& join) {
   p.address = std::move(*join.mutable_address());
   p.metadata = std::move(*join.mutable_metadata());
   p.joined = true;
+  p.left = false;
   c.phase = Phase::kJoined;
   ++joined_count_;
+  progress_changed_ = true;
   {
     absl::MutexLock lock(&mu_);
     ++counters_.joined;

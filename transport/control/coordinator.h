@@ -100,7 +100,8 @@ struct CoordinatorCounters {
   int64_t joined = 0;    // Joins accepted.
   int64_t lost = 0;      // Processes whose connection ended after the roster was sent.
   int64_t silent = 0;    // Welcomed processes closed for silence (after the roster, also lost).
-  int64_t replaced = 0;  // Replacements admitted for lost processes (also counted in joined).
+  int64_t status_queries = 0;  // StatusRequests answered (`wsync status`).
+  int64_t replaced = 0;        // Replacements admitted for lost processes (also counted in joined).
   int64_t rounds_completed = 0;
   int64_t rounds_failed = 0;  // Counted once per round, whatever the number of processes told.
   std::array<int64_t, kNumRefusalReasons> refused = {};

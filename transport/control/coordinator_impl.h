@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -29,7 +30,10 @@
 namespace wsync {
 namespace coordinator_internal {
 
-inline constexpr size_t kMaxListed = 32;  // Processes named in one error message.
+inline constexpr size_t kMaxListed = 32;             // Processes named in one error message.
+inline constexpr size_t kMaxRememberedRefusals = 8;  // The latest refusals of identified peers.
+// RendezvousProgress frames go out at most this often (and only when something changed).
+inline constexpr absl::Duration kProgressInterval = absl::Milliseconds(200);
 
 // "a, b and 3 more" (at most kMaxListed items named).
 inline std::string ListOf(const std::vector<std::string>& items) {
@@ -100,6 +104,16 @@ class Coordinator::Impl {
     bool heartbeats = false;
     absl::Time last_heard = absl::InfiniteFuture();
     absl::Time next_heartbeat = absl::InfiniteFuture();
+    // Who the Hello said it is ("rollout rank 1", before the MAC was checked; empty before a
+    // Hello with a valid role), and whether it accepts RendezvousProgress frames.
+    std::string claim;
+    bool rendezvous_progress = false;
+  };
+
+  // A refusal of a peer that said who it is (a Hello arrived), for the waiting processes.
+  struct RefusalRecord {
+    absl::Time when;
+    std::string text;  // "rollout rank 1 claimed by a connection from ...: was refused: ...".
   };
 
   struct Process {
@@ -108,6 +122,7 @@ class Coordinator::Impl {
     std::string node_id;
     Connection* connection = nullptr;
     bool joined = false;
+    bool left = false;  // Joined, then its connection ended before the roster.
     std::string manifest, address, metadata;
     bool lost = false;  // Its connection ended after the roster: it never contributes again.
     std::string lost_reason;
@@ -165,6 +180,20 @@ class Coordinator::Impl {
   void AdmitReplacement(Connection& c, control::Join& join, absl::Time now);
   void FailRendezvous(const absl::Status& status, absl::Time now);
 
+  // Rendezvous progress (coordinator_progress.cc). NoteRefusal remembers the refusal of `c` (when
+  // its Hello said who it is) before it is detached; ReportProgress sends RendezvousProgress to
+  // the joined processes that asked for it when something changed and kProgressInterval passed;
+  // MissingProcesses and RefusalsText describe the same for the rendezvous' own failure.
+  void NoteRefusal(const Connection& c, const absl::Status& status, absl::Time now);
+  // `wsync status` (coordinator_status.cc): checks the request's MAC and job, answers with the
+  // StatusBody and closes the connection.
+  void HandleStatusRequest(Connection& c, const control::StatusRequest& request, absl::Time now);
+  control::JobStatusBody StatusBody(absl::Time now) const;
+  void ReportProgress(absl::Time now);
+  absl::Time NextProgress() const;
+  std::vector<std::string> MissingProcesses() const;
+  std::string RefusalsText(absl::Time now) const;  // "; refused: ..." or empty.
+
   // Collectives.
   void HandleContribute(Connection& c, control::Contribute& contribute, absl::Time now);
   void Answer(int32_t id, uint64_t number, std::shared_ptr<const std::string> encoded);
@@ -188,6 +217,9 @@ class Coordinator::Impl {
   bool rendezvous_done_ = false;
   bool rendezvous_failed_ = false;
   absl::Time accept_paused_until_ = absl::InfinitePast();
+  std::deque<RefusalRecord> refusals_;  // Oldest first, at most kMaxRememberedRefusals.
+  bool progress_changed_ = false;       // Since the last RendezvousProgress.
+  absl::Time next_progress_ = absl::InfinitePast();
 
   std::map<uint64_t, Round> rounds_;
   std::set<std::tuple<absl::Time, uint64_t, int32_t>> expiries_;  // (when, round, process).

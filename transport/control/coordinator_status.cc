@@ -1,0 +1,89 @@
+// `wsync status` on the coordinator: an authenticated, read-only StatusRequest in place of a Hello
+// is answered with one JobStatus (control.proto) built from what the coordinator already knows,
+// and the connection is closed. Runs on the serving thread only (see coordinator_impl.h).
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "transport/control/coordinator_impl.h"
+
+namespace wsync {
+
+void Coordinator::Impl::HandleStatusRequest(Connection& c, const control::StatusRequest& request,
+                                            absl::Time now) {
+  c.claim = "a status query";
+  if (request.client_nonce().size() != kNonceBytes || request.mac().size() != kMacBytes) {
+    return Refuse(c, RefusalReason::kBadField,
+                  absl::InvalidArgumentError("control: bad nonce or MAC length"), now);
+  }
+  const std::string expected =
+      StatusRequestMac(options_.secret, c.nonce, request.client_nonce(), request.job_id());
+  if (!ConstantTimeEquals(expected, request.mac())) {
+    return Refuse(c, RefusalReason::kAuthenticationFailed,
+                  absl::UnauthenticatedError("control: authentication failed"), now);
+  }
+  if (request.job_id() != options_.job_id) {
+    return Refuse(c, RefusalReason::kUnknownJob,
+                  absl::InvalidArgumentError(
+                      absl::StrCat("control: unknown job id '", request.job_id(), "'")),
+                  now);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.status_queries;
+  }
+  const std::string body = StatusBody(now).SerializeAsString();
+  control::Frame frame;
+  control::JobStatus* status = frame.mutable_job_status();
+  status->set_mac(StatusReplyMac(options_.secret, request.client_nonce(), c.nonce, body));
+  status->set_body(body);
+  Send(c, frame);
+  c.closing = true;
+  c.close_deadline = now + options_.close_timeout;
+}
+
+control::JobStatusBody Coordinator::Impl::StatusBody(absl::Time now) const {
+  control::JobStatusBody body;
+  body.set_job_id(options_.job_id);
+  body.set_num_trainers(options_.num_trainers);
+  body.set_num_rollouts(options_.num_rollouts);
+  if (rendezvous_done_) {
+    body.set_rendezvous("done");
+  } else if (rendezvous_failed_) {
+    absl::MutexLock lock(&mu_);
+    body.set_rendezvous(std::string(rendezvous_status_.message()));
+  } else {
+    body.set_rendezvous("pending");
+  }
+  body.set_joined(joined_count_);
+  body.set_open_collectives(rounds_.size());
+  for (int32_t id = 0; id < world_; ++id) {
+    const Process& p = processes_[id];
+    control::ProcessStatus* s = body.add_processes();
+    s->set_process(id);
+    s->set_role(RoleToProto(p.role));
+    s->set_rank(p.rank);
+    s->set_node_id(p.node_id);
+    if (p.lost) {
+      s->set_state("lost");
+      s->set_detail(p.lost_reason);
+    } else if (p.joined) {
+      s->set_state("joined");
+    } else {
+      s->set_state(p.connection != nullptr ? "connected" : "missing");
+    }
+    const Connection* c = p.connection;
+    s->set_heard_ms_ago(c != nullptr && c->heartbeats && c->last_heard <= now
+                            ? absl::ToInt64Milliseconds(now - c->last_heard)
+                            : -1);
+    s->set_collectives(p.next_number);
+  }
+  for (const RefusalRecord& r : refusals_) {
+    control::RefusalNote* note = body.add_refused();
+    note->set_text(r.text);
+    note->set_age_ms(absl::ToInt64Milliseconds(now - r.when));
+  }
+  return body;
+}
+
+}  // namespace wsync
