@@ -60,6 +60,27 @@ std::vector<Process> ConnectedJob(const std::string& job,
   return processes;
 }
 
+// Version 1 on every process but `skipped` (the trainer-triggered rollout, which joins by
+// itself): the trainers fill it and every one of them must fail, promptly (no hang).
+void ExpectSyncOfTheOthersFails(std::vector<Process>& processes, int skipped) {
+  std::vector<absl::Status> results(processes.size());
+  std::vector<std::thread> threads;
+  for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
+    if (p == skipped) continue;
+    threads.emplace_back([&, p] {
+      Process& me = processes[p];
+      if (me.part.role == Role::kTrainer) {
+        results[p] = test::FillLogical(me.part, 1, me.memory.get());
+      }
+      if (results[p].ok()) results[p] = me.session->Sync(1);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
+    if (p != skipped) EXPECT_FALSE(results[p].ok()) << p;
+  }
+}
+
 TEST_F(ThreadFirewallTest, AnExceptionInTheSyncBeginThreadIsTheSessionsError) {
   std::vector<Process> processes = ConnectedJob("firewall-begin");
   ASSERT_TRUE(failpoint::SetForTesting("sync_thread:throw@1").ok());
@@ -115,17 +136,7 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheTrainerTriggeredLoopIsTheSessionsErro
                         "'background_thread' threw"));
   EXPECT_EQ(processes[2].session->State().second, SessionState::kDirty);
   // The others' sync fails promptly (that process was aborted), it does not hang.
-  std::vector<absl::Status> results(4);
-  std::vector<std::thread> threads;
-  for (int p : {0, 1, 3}) {
-    threads.emplace_back([&, p] {
-      Process& me = processes[p];
-      if (p < 2) results[p] = test::FillLogical(me.part, 1, me.memory.get());
-      if (results[p].ok()) results[p] = me.session->Sync(1);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int p : {0, 1, 3}) EXPECT_FALSE(results[p].ok()) << p;
+  ExpectSyncOfTheOthersFails(processes, /*skipped=*/2);
   for (Process& process : processes) process.session->Finalize();
 }
 
@@ -145,17 +156,7 @@ TEST_F(ThreadFirewallTest, AnExceptionMidStepStillCallsAfterUpdateWithTheError) 
                         })
                     .ok());
   });
-  std::vector<absl::Status> results(4);
-  std::vector<std::thread> threads;
-  for (int p : {0, 1, 3}) {
-    threads.emplace_back([&, p] {
-      Process& me = processes[p];
-      if (p < 2) results[p] = test::FillLogical(me.part, 1, me.memory.get());
-      if (results[p].ok()) results[p] = me.session->Sync(1);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int p : {0, 1, 3}) EXPECT_FALSE(results[p].ok()) << p;
+  ExpectSyncOfTheOthersFails(processes, /*skipped=*/2);
   {
     absl::MutexLock lock(&mu);
     ASSERT_EQ(after_calls.size(), 1u);
