@@ -32,11 +32,7 @@ endif()
 # (plan_property_test ~300 s either way; it runs a quarter of its seeds in these builds).
 set(WSYNC_SANITIZER_OPT_FLAGS -Og -g1 CACHE STRING
     "Optimization and debug flags of sanitizer builds (after CMAKE_<LANG>_FLAGS_<CONFIG>)")
-# The test sources' own optimization level (wsync_cc_test adds it after the flags above): they are
-# googletest cases and harness code around the instrumented libraries, and clang compiles them
-# about twice as fast at -O0 as at -O1 (docs/ci.md). Empty: as the libraries.
-set(WSYNC_SANITIZER_TEST_OPT_FLAGS -O0 CACHE STRING
-    "Optimization flags of the test sources in sanitizer builds (after WSYNC_SANITIZER_OPT_FLAGS)")
+# The test sources compile at WSYNC_TEST_OPT_FLAGS (cmake/WsyncBuildSpeed.cmake), after these.
 # C and C++ only: nvcc (the NCCL backend's copy kernels) takes no -fsanitize.
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_FLAGS};-fno-omit-frame-pointer>")
 add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:${WSYNC_SANITIZER_OPT_FLAGS}>")
