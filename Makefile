@@ -99,7 +99,7 @@ TSAN_ENV := $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=
 
 # Sanitizer builds compile with clang 14 (SANITIZER_CC, SANITIZER_CXX; installed by `make deps`):
 # its instrumented compiles took 21% less CPU than GCC's at the same -Og, and the test sources,
-# compiled at -O0 there (cmake/WsyncSanitizers.cmake), about half (docs/ci.md).
+# compiled at -O0 (WSYNC_TEST_OPT_FLAGS, cmake/WsyncBuildSpeed.cmake), under half (docs/ci.md).
 SANITIZER_CC ?= clang-14
 SANITIZER_CXX ?= clang++-14
 
