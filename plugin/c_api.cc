@@ -292,11 +292,13 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     }
     config.device = c.device_index;
   }
-  if (std::isnan(c.staging_budget_bytes) || c.staging_budget_bytes < 0) {
+  if (c.staging_budget_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_budget_bytes must be positive, got ", c.staging_budget_bytes));
   }
-  if (c.staging_budget_bytes != 0) config.staging_budget_bytes = c.staging_budget_bytes;
+  if (c.staging_budget_bytes != 0) {
+    config.staging_budget_bytes = static_cast<double>(c.staging_budget_bytes);
+  }
   if (std::isnan(c.deadline_seconds) || c.deadline_seconds < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("deadline_seconds must be positive, got ", c.deadline_seconds));
@@ -629,6 +631,17 @@ wsync_status_t MetricsText(wsync_session_t* session, char* buffer, size_t* size)
   });
 }
 
+wsync_status_t ListeningPorts(wsync_session_t* session, int32_t* metrics_port,
+                              int32_t* coordinator_port) {
+  constexpr absl::string_view kCall = "listening_ports";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (metrics_port != nullptr) *metrics_port = session->impl->metrics_port();
+    if (coordinator_port != nullptr) *coordinator_port = session->impl->coordinator_port();
+    return WSYNC_OK;
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -677,6 +690,7 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .state = wsync::State,
     .stats = wsync::Stats,
     .metrics_text = wsync::MetricsText,
+    .listening_ports = wsync::ListeningPorts,
     .last_error = wsync::LastError,
     .finalize = wsync::Finalize,
 };

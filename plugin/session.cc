@@ -455,7 +455,7 @@ absl::Status Session::ConnectOnce() {
     options.silence_limit = config_.silence_limit;
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
                            Coordinator::Start(std::move(options)));
-    coordinator_port_ = coordinator->port();
+    coordinator_port_.store(coordinator->port(), std::memory_order_release);
     absl::MutexLock lock(&handles_mu_);
     coordinator_ = std::move(coordinator);
   }
@@ -463,7 +463,7 @@ absl::Status Session::ConnectOnce() {
   ControlClientOptions control;
   control.coordinator_host = config_.coordinator_host;
   control.coordinator_port =
-      config_.host_coordinator ? coordinator_port_ : config_.coordinator_port;
+      config_.host_coordinator ? coordinator_port() : config_.coordinator_port;
   control.job_id = config_.job_id;
   control.role = config_.role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout;
   control.rank = config_.rank;

@@ -121,8 +121,9 @@ class Session {
 
   // The layout part declared so far (after SetNamedLayout: that layout's part of this rank).
   const Layout& part() const { return part_; }
-  // Host coordinator only: the port it listens on (after Connect started it).
-  int32_t coordinator_port() const { return coordinator_port_; }
+  // Host coordinator only: the port it listens on, once Connect started it (0 before, and
+  // without host_coordinator). Any thread, also while Connect waits for the job.
+  int32_t coordinator_port() const { return coordinator_port_.load(std::memory_order_acquire); }
   // The heartbeat interval and silence limit the job's coordinator announced to this process
   // (zero: none; both zero before Connect). Any thread.
   std::pair<absl::Duration, absl::Duration> CoordinatorHeartbeats() const;
@@ -212,7 +213,7 @@ class Session {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
-  int32_t coordinator_port_ = 0;
+  std::atomic<int32_t> coordinator_port_{0};
   std::unique_ptr<Job> job_;
   Plan plan_;
   int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.

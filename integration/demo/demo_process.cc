@@ -74,7 +74,7 @@ ABSL_FLAG(std::string, tls, "",
           "UCX transports for every peer (shorthand for --path_transports='*=ucx:<tls>').");
 ABSL_FLAG(int32_t, steps, 5, "RL steps (syncs of versions 1..steps).");
 ABSL_FLAG(double, deadline_s, 60, "Deadline of every blocking step of the plugin, seconds.");
-ABSL_FLAG(double, budget, 0, "Staging budget per peer and direction in bytes (0: the default).");
+ABSL_FLAG(int64_t, budget, 0, "Staging budget per peer and direction in bytes (0: the default).");
 ABSL_FLAG(int32_t, corrupt_step, 0,
           "Testing only: at this step trainer rank 0 flips a bit of the first element of each of "
           "its pieces after writing them, so that the rollouts must refuse that version.");

@@ -56,9 +56,8 @@ wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int
                          WSYNC_MEMORY_HOST, step);
 }
 
-wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, int port,
-                                 const char* job_id, double deadline_seconds, float* weights,
-                                 int dim, wsync_memory_kind_t kind, int step) {
+wsync_config_t SquareJobConfig(int is_trainer, int port, const char* job_id,
+                               double deadline_seconds) {
   wsync_config_t config;
   memset(&config, 0, sizeof(config));
   config.struct_size = sizeof(config);
@@ -70,8 +69,20 @@ wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, i
   config.host_coordinator = is_trainer;
   config.deadline_seconds = deadline_seconds;
   config.path_transports = "*=ucx:sm,cma,self";
+  return config;
+}
+
+wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, int port,
+                                 const char* job_id, double deadline_seconds, float* weights,
+                                 int dim, wsync_memory_kind_t kind, int step) {
+  const wsync_config_t config = SquareJobConfig(is_trainer, port, job_id, deadline_seconds);
+  return InitSquareJobWith(api, &config, weights, dim, kind, step);
+}
+
+wsync_session_t* InitSquareJobWith(const wsync_plugin_v1_t* api, const wsync_config_t* config,
+                                   float* weights, int dim, wsync_memory_kind_t kind, int step) {
   wsync_session_t* session = NULL;
-  const wsync_status_t status = api->init(&config, &session);
+  const wsync_status_t status = api->init(config, &session);
   if (!CheckCall(api, NULL, status, "init", step, __LINE__)) return NULL;
   const int64_t shape[2] = {dim, dim};
   const int64_t origin[2] = {0, 0};

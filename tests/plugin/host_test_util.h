@@ -1,4 +1,4 @@
-/* Helpers for the C host tests of libwsync.so (lifecycle_test.c, failed_syncs_test.c): checks
+/* Helpers for the C host tests of libwsync.so (lifecycle_test.c, failed_syncs_test.c, ...): checks
  * with pass/fail counts, loading the plugin, a free loopback port, and the process resources a
  * leak would grow (descriptors, threads, memory maps, /dev/shm entries). Not thread-safe: call
  * from the test's main thread. */
@@ -34,6 +34,15 @@ wsync_session_t* InitSquareJob(const wsync_plugin_v1_t* api, int is_trainer, int
 wsync_session_t* InitSquareJobIn(const wsync_plugin_v1_t* api, int is_trainer, int port,
                                  const char* job_id, double deadline_seconds, float* weights,
                                  int dim, wsync_memory_kind_t kind, int step);
+
+/* The config of InitSquareJob (UCX shared memory; the trainer hosts the coordinator on `port`),
+ * for a test to change before InitSquareJobWith. */
+wsync_config_t SquareJobConfig(int is_trainer, int port, const char* job_id,
+                               double deadline_seconds);
+
+/* init with `config`, then InitSquareJob's layout in memory of `kind`. */
+wsync_session_t* InitSquareJobWith(const wsync_plugin_v1_t* api, const wsync_config_t* config,
+                                   float* weights, int dim, wsync_memory_kind_t kind, int step);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range where there is
  * room; 0 when none could be found. */

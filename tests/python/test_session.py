@@ -79,6 +79,22 @@ def _triggered(index, port):
 
 
 class SessionTest(unittest.TestCase):
+    def test_listening_ports(self):
+        # In this process: init only (no job), so nothing but the exporter listens.
+        import urllib.request
+        import wsync
+        with wsync.Session("trainer", job_id="python-ports", coordinator_port=1, secret=SECRET,
+                           metrics_address="127.0.0.1:0", staging_budget_bytes=4096) as session:
+            metrics_port, coordinator_port = session.listening_ports()
+            self.assertGreater(metrics_port, 0)
+            self.assertEqual(coordinator_port, 0)
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+                self.assertIn("wsync_", r.read().decode())
+        with self.assertRaises(wsync.WsyncError) as refused:
+            wsync.Session("trainer", job_id="python-ports", coordinator_port=1, secret=SECRET,
+                          staging_budget_bytes=-1)
+        self.assertIn("staging_budget_bytes", str(refused.exception))
+
     def test_polled(self):
         port, = free_ports(1)
         results = run_processes(_polled, 2, (port,), timeout=90)

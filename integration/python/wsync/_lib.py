@@ -81,7 +81,7 @@ class Config(ctypes.Structure):
         ("secret_file", ctypes.c_char_p),
         ("secret_env", ctypes.c_char_p),
         ("node_id", ctypes.c_char_p),
-        ("staging_budget_bytes", ctypes.c_double),
+        ("staging_budget_bytes", ctypes.c_int64),
         ("deadline_seconds", ctypes.c_double),
         ("replica_policy", ctypes.c_char_p),
         ("path_transports", ctypes.c_char_p),
@@ -147,6 +147,8 @@ class PluginV1(ctypes.Structure):
         ("stats", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(Stats))),
         ("metrics_text", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p,
                                           ctypes.POINTER(ctypes.c_size_t))),
+        ("listening_ports", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(ctypes.c_int32),
+                                             ctypes.POINTER(ctypes.c_int32))),
         ("last_error", ctypes.CFUNCTYPE(ctypes.c_char_p, _session)),
         ("finalize", ctypes.CFUNCTYPE(_status, _session)),
     ]

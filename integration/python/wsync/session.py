@@ -68,7 +68,8 @@ class Session:
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
     0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
     CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
-    wsync.placement.device gives the named layouts' choice).
+    wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
+    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -76,9 +77,10 @@ class Session:
     def __init__(self, role, rank=0, num_trainers=1, num_rollouts=1, job_id="wsync",
                  coordinator=None, coordinator_host=None, coordinator_port=0,
                  host_coordinator=False, secret=None, secret_file=None, secret_env=None,
-                 node_id=None, staging_budget_bytes=0.0, deadline_seconds=0.0,
+                 node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
-                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None):
+                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
+                 metrics_address=None):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -97,10 +99,11 @@ class Session:
         config.host_coordinator = 1 if host_coordinator else 0
         config.secret_env = _bytes(secret_env)
         config.node_id = _bytes(node_id)
-        config.staging_budget_bytes = float(staging_budget_bytes or 0.0)
+        config.staging_budget_bytes = int(staging_budget_bytes or 0)
         config.deadline_seconds = float(deadline_seconds or 0.0)
         config.replica_policy = _bytes(replica_policy)
         config.path_transports = _bytes(path_transports)
+        config.metrics_address = _bytes(metrics_address)
         config.verify = _VERIFY_MODES[verify]
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
@@ -221,6 +224,15 @@ class Session:
 
     def metrics_text(self):
         return self._text(self._api.metrics_text, "metrics_text")
+
+    def listening_ports(self):
+        """(metrics_port, coordinator_port), 0 for none: the exporter's port from init, the hosted
+        coordinator's once connect started it (safe from another thread while connect waits)."""
+        metrics_port, coordinator_port = ctypes.c_int32(0), ctypes.c_int32(0)
+        self._check(self._api.listening_ports(self._live("listening_ports"),
+                                              ctypes.byref(metrics_port),
+                                              ctypes.byref(coordinator_port)), "listening_ports")
+        return metrics_port.value, coordinator_port.value
 
     def sync(self, version):
         self._check(self._api.sync(self._live("sync"), int(version)), "sync")

@@ -160,7 +160,7 @@ class WsyncInitInfo(_InitBase):
     secret_env: Optional[str] = "WSYNC_SECRET"
     deadline_seconds: float = 60.0
     path_transports: Optional[str] = None
-    staging_budget_bytes: float = 0.0
+    staging_budget_bytes: int = 0
     node_id: Optional[str] = None
     # Expert parallelism; defaults from vLLM's parallel_config: with enable_expert_parallel,
     # ep_size = tp * data_parallel_size and ep_rank = the rollout rank (vLLM's

@@ -79,7 +79,7 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     secret_env: Optional[str] = "WSYNC_SECRET"  # also the variable the workers read
     deadline_seconds: float = 60.0
     path_transports: Optional[str] = None
-    staging_budget_bytes: float = 0.0
+    staging_budget_bytes: int = 0
     node_id: Optional[str] = None
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
     skip: List[str] = dataclasses.field(default_factory=list)

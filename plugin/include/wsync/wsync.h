@@ -19,7 +19,8 @@
  * naming the state.
  *
  * Threads: calls on one session are serialized by the caller, except abort() and last_error(),
- * which any thread may call at any time, and state() and stats(), which are always safe.
+ * which any thread may call at any time, and state(), stats() and listening_ports(), which are
+ * always safe (also while another thread is blocked in connect or sync).
  * abort() may also race finalize() on another thread: an abort that starts before finalize
  * returns either acts on the session or, once finalize has begun, does nothing and returns
  * WSYNC_OK; finalize waits for an abort in flight to return before it frees the handle. An abort
@@ -93,18 +94,20 @@ typedef struct wsync_config {
   const char* job_id;              /* Required. */
   const char* coordinator_host;    /* Default "127.0.0.1". */
   int32_t coordinator_port;        /* Required; host_coordinator listens on it (0 there picks a
-                                      free port, which the ABI does not report to anyone). */
+                                      free port: listening_ports reports it). */
   int32_t host_coordinator;        /* Nonzero on trainer rank 0: run the coordinator in-process. */
   const char* secret_file;         /* The job secret: a file of mode 0600 ... */
   const char* secret_env;          /* ... or an environment variable (default "WSYNC_SECRET");
                                       not both. */
   const char* node_id;             /* Default: the host name. */
-  double staging_budget_bytes;     /* Per peer and direction; default 64 MiB. */
+  int64_t staging_budget_bytes;    /* Bytes per peer and direction; default 64 MiB (67108864).
+                                      Negative: WSYNC_INVALID_ARGUMENT. */
   double deadline_seconds;         /* Of every blocking step; default 60. */
   const char* replica_policy;      /* Default "local_first_least_loaded". */
   const char* path_transports;     /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
-  const char* metrics_address;     /* "HOST:PORT" to serve /metrics (port 0 picks one); NULL: no
-                                      exporter (metrics_text still works). */
+  const char* metrics_address;     /* "HOST:PORT" to serve /metrics (port 0 picks one, which
+                                      listening_ports reports); NULL: no exporter (metrics_text
+                                      still works). */
   const char* calibration_file;    /* A calibration (wsync calibrate --out), read by trainer
                                       rank 0 and shared at connect; NULL: none. Required by
                                       replica_policy "cost_aware". */
@@ -241,6 +244,13 @@ typedef struct wsync_plugin_v1 {
   /* Prometheus text exposition of this session's metrics (same size protocol as
    * schedule_report), for engines that serve their own /metrics. */
   wsync_status_t (*metrics_text)(wsync_session_t* session, char* buffer, size_t* size);
+  /* The TCP ports this session listens on, 0 for none: the metrics exporter's (from init, when
+   * metrics_address is set) and the hosted coordinator's (host_coordinator only: from the moment
+   * connect has started it, before connect waits for the other processes, so that a host that
+   * asked for port 0 can read it on another thread and hand it to them). Either pointer may be
+   * NULL. Any thread, any time before finalize. */
+  wsync_status_t (*listening_ports)(wsync_session_t* session, int32_t* metrics_port,
+                                    int32_t* coordinator_port);
   /* The detail of the most recent failure of this session ("" if none); with NULL, of this
    * thread's most recent failure that had no session (see above). Valid until this thread's next
    * call into the library. */
