@@ -6,8 +6,8 @@
  * another thread, waits for the job: the main thread reads it there and hands it to the rollout
  * (a partner forked before the library was loaded) through a pipe. The job then syncs once with
  * a staging budget of exactly 4096 bytes (an integer byte count: the 16 KiB matrix moves in at
- * least 4 rounds) and the rollout checks every element. Also: NULL out-pointers are fine, a NULL session is refused, a negative budget is
- * refused.
+ * least 4 rounds) and the rollout checks every element. Also: NULL out-pointers are fine, a NULL
+ * session is refused, a negative budget is refused.
  *
  * Output: failures on standard error, then "ports_test: N passed, M failed". Exit status 0 only
  * when nothing failed. */
