@@ -1,0 +1,121 @@
+#include "plugin/c_config.h"
+
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+
+namespace wsync {
+
+absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
+  SessionConfig config;
+  const int role = EnumValue(c.role);
+  if (role != WSYNC_ROLE_TRAINER && role != WSYNC_ROLE_ROLLOUT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("role must be WSYNC_ROLE_TRAINER (1) or WSYNC_ROLE_ROLLOUT (2), got ", role));
+  }
+  config.role = role == WSYNC_ROLE_TRAINER ? Role::kTrainer : Role::kRollout;
+  config.rank = c.rank;
+  config.num_trainers = c.num_trainers;
+  config.num_rollouts = c.num_rollouts;
+  if (c.job_id == nullptr) return absl::InvalidArgumentError("job_id is required");
+  config.job_id = c.job_id;
+  if (c.coordinator_host != nullptr) {
+    if (c.coordinator_host[0] == '\0') {
+      return absl::InvalidArgumentError("coordinator_host is empty (NULL means 127.0.0.1)");
+    }
+    config.coordinator_host = c.coordinator_host;
+  }
+  config.host_coordinator = c.host_coordinator != 0;
+  if (c.coordinator_port < 0 || c.coordinator_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator_port must be in 0..65535, got ", c.coordinator_port));
+  }
+  config.coordinator_port = c.coordinator_port;
+  if (c.secret_file != nullptr && c.secret_env != nullptr) {
+    return absl::InvalidArgumentError("give secret_file or secret_env, not both");
+  }
+  if (c.secret_file != nullptr) {
+    config.secret = SecretSource::File(c.secret_file);
+  } else if (c.secret_env != nullptr) {
+    config.secret = SecretSource::Environment(c.secret_env);
+  }
+  if (c.node_id != nullptr) config.node_id = c.node_id;
+  if (c.has_device_index != 0) {
+    if (c.device_index < 0 || c.device_index > kMaxDevice) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device_index must be in 0..", kMaxDevice, ", got ", c.device_index));
+    }
+    config.device = c.device_index;
+  }
+  if (c.staging_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging_budget_bytes must be positive, got ", c.staging_budget_bytes));
+  }
+  if (c.staging_budget_bytes != 0) {
+    config.staging_budget_bytes = static_cast<double>(c.staging_budget_bytes);
+  }
+  if (std::isnan(c.deadline_seconds) || c.deadline_seconds < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("deadline_seconds must be positive, got ", c.deadline_seconds));
+  }
+  if (c.deadline_seconds != 0) config.deadline = absl::Seconds(c.deadline_seconds);
+  if (c.replica_policy != nullptr) config.replica_policy = c.replica_policy;
+  if (c.path_transports != nullptr) config.path_transports = c.path_transports;
+  if (c.metrics_address != nullptr) {
+    if (c.metrics_address[0] == '\0') {
+      return absl::InvalidArgumentError("metrics_address is empty (NULL means no exporter)");
+    }
+    config.metrics_address = c.metrics_address;
+  }
+  if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
+  if (c.verify < 0 || c.verify > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify must be 0 (off), 1 (xxh3 hashes) or 2 (keyed MACs), got ", c.verify));
+  }
+  config.verify = static_cast<VerifyMode>(c.verify);
+  for (const auto& [name, seconds, duration] :
+       {std::tuple{"heartbeat_interval_seconds", c.heartbeat_interval_seconds,
+                   &config.heartbeat_interval},
+        std::tuple{"silence_limit_seconds", c.silence_limit_seconds, &config.silence_limit}}) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be a finite number of seconds, at least 0 (0: the default), got ", seconds));
+    }
+    *duration = absl::Seconds(seconds);
+  }
+  return config;
+}
+
+wsync_status_t ToWsyncStatus(const absl::Status& status) {
+  if (status.ok()) return WSYNC_OK;
+  switch (ClassifyError(status)) {
+    case ErrorClass::kWrongState:
+    case ErrorClass::kInvalidArgument:
+      return WSYNC_INVALID_ARGUMENT;
+    case ErrorClass::kLayoutRefused:
+      return WSYNC_LAYOUT_REFUSED;
+    case ErrorClass::kRanksDisagree:
+      return WSYNC_RANKS_DISAGREE;
+    case ErrorClass::kTimedOut:
+      return WSYNC_TIMED_OUT;
+    case ErrorClass::kPeerLost:
+      return WSYNC_PEER_LOST;
+    case ErrorClass::kAborted:
+      return WSYNC_ABORTED;
+    case ErrorClass::kAuthentication:
+      return WSYNC_AUTHENTICATION;
+    case ErrorClass::kUnsupported:
+      return WSYNC_UNSUPPORTED;
+    case ErrorClass::kNoMemory:
+      return WSYNC_NO_MEMORY;
+    case ErrorClass::kDataLoss:
+    case ErrorClass::kInternal:
+      return WSYNC_INTERNAL;
+  }
+  return WSYNC_INTERNAL;
+}
+
+}  // namespace wsync
