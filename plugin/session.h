@@ -45,10 +45,13 @@
 #include "planner/plan.h"
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
+#include "plugin/transport_setup.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator.h"
 
 namespace wsync {
+
+struct Roster;  // transport/control/client.h
 
 class ControlClient;
 class RoutedTransport;
@@ -161,6 +164,12 @@ class Session {
   explicit Session(SessionConfig config, std::string secret);
   absl::Status RequireState(SessionState wanted, absl::string_view call) const;
   absl::Status ConnectOnce();
+  // Starts the coordinator this process hosts (host_coordinator) and publishes its port.
+  absl::Status StartHostedCoordinator();
+  // Routes each peer's transport (path class, memory kind), forms the CUDA connection when the
+  // job has CUDA buffers, connects the transports and registers this process's buffers.
+  absl::Status ConnectTransports(const Roster& roster, PathTransportSetup setup,
+                                 const std::vector<std::string>& bundles, absl::Time deadline);
   // Stops and releases the coordinator, the control client and the transport.
   void DropConnection();
   absl::Status RunStep(std::optional<int64_t> own_version);  // One sync; see the class comment.

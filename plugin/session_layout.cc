@@ -1,0 +1,149 @@
+// Session's layout calls (session.h): buffers, parameters, pieces, a manifest or a named layout,
+// and the update callbacks, all in state REGISTERED. Split from session.cc; the class comment in
+// session.h states the contracts.
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "planner/layout_parts.h"
+#include "planner/manifest_codec.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "plugin/session.h"
+
+namespace wsync {
+namespace {
+
+// This process's GPU from what the host configured and what its layout says (kUnknownDevice:
+// not said). InvalidArgument when both say and differ.
+absl::StatusOr<int32_t> JoinDevice(int32_t configured, int32_t from_layout,
+                                   absl::string_view call) {
+  if (from_layout == kUnknownDevice) return configured;
+  if (configured != kUnknownDevice && configured != from_layout) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": the layout puts this process on GPU ",
+                                                   from_layout, "; device_index is ", configured));
+  }
+  return from_layout;
+}
+
+}  // namespace
+
+absl::Status Session::RegisterBuffer(uint64_t id, void* address, int64_t bytes, MemoryKind kind,
+                                     int32_t device) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "register_buffer"));
+  if (address == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer ", id, " has no address"));
+  }
+  if (kind == MemoryKind::kCuda) {
+    // Carried by NCCL (plugin/cuda_setup.h); a build or machine that cannot is refused at connect.
+    if (device < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA buffer ", id, " needs a device ordinal, not ", device));
+    }
+    if (cuda_device_ >= 0 && cuda_device_ != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA buffer ", id, " is on device ", device, " but this process's CUDA buffers are on ",
+          "device ", cuda_device_, "; one process uses one device"));
+    }
+  } else if (kind != MemoryKind::kHost) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer ", id, " has an unknown memory kind ", static_cast<int>(kind)));
+  }
+  for (const BufferInfo& buffer : part_.buffers) {
+    if (buffer.id == id) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer ", id, " is registered twice"));
+    }
+  }
+  part_.buffers.push_back(BufferInfo{config_.rank, id, bytes, kind});
+  buffer_addresses_.push_back(address);
+  if (kind == MemoryKind::kCuda) cuda_device_ = device;
+  return absl::OkStatus();
+}
+
+absl::Status Session::DeclareParameter(const std::string& name, DType dtype, const Dims& shape) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "declare_parameter"));
+  for (const ParamInfo& param : part_.params) {
+    if (param.name == name) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is declared twice"));
+    }
+  }
+  part_.params.push_back(ParamInfo{name, dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Session::DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
+                                   int64_t offset, const Dims& strides) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "declare_piece"));
+  for (int32_t p = 0; p < static_cast<int32_t>(part_.params.size()); ++p) {
+    if (part_.params[p].name == parameter) {
+      part_.pieces.push_back(Piece{p, config_.rank, buffer, box, offset, strides});
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("piece of undeclared parameter '", parameter, "'"));
+}
+
+absl::Status Session::SetManifest(absl::string_view bytes) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_manifest"));
+  WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(bytes));
+  if (layout.role != config_.role) {
+    return absl::InvalidArgumentError(absl::StrCat("the manifest is a ", RoleName(layout.role),
+                                                   " layout; this process is a ",
+                                                   RoleName(config_.role)));
+  }
+  Layout part = LayoutPart(layout, config_.rank);
+  // The manifest's device of this rank, when it gives one; the node is always node_id.
+  WSYNC_ASSIGN_OR_RETURN(
+      const int32_t device,
+      JoinDevice(config_.device, part.processes.empty() ? kUnknownDevice : part.processes[0].device,
+                 "set_manifest"));
+  part.processes = {ProcessInfo{config_.rank, config_.node_id, device}};
+  part.buffers = part_.buffers;  // Addresses were (or will be) registered separately.
+  part_ = std::move(part);
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetNamedLayout(const std::string& model, const std::string& layout) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_named_layout"));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec spec, GetModel(model));
+  WSYNC_ASSIGN_OR_RETURN(const NamedPlacement placement, ParseNamedPlacement(layout));
+  WSYNC_ASSIGN_OR_RETURN(Layout whole, BuildNamedLayout(spec, layout));
+  if (whole.role != config_.role) {
+    return absl::InvalidArgumentError(absl::StrCat("'", layout, "' is a ", RoleName(whole.role),
+                                                   " layout; this process is a ",
+                                                   RoleName(config_.role)));
+  }
+  Layout part = LayoutPart(whole, config_.rank);
+  if (part.processes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", layout, "' has no ", RoleName(config_.role), " rank ", config_.rank));
+  }
+  if (placement.procs_per_node.has_value() || placement.colocated.has_value()) {
+    // Placed as the spec says (node and, colocated, GPU), as `wsync plan` places this rank.
+    WSYNC_ASSIGN_OR_RETURN(
+        part.processes[0].device,
+        JoinDevice(config_.device, part.processes[0].device, "set_named_layout"));
+    config_.node_id = part.processes[0].node_id;
+  } else {
+    part.processes = {ProcessInfo{config_.rank, config_.node_id, config_.device}};
+  }
+  part.buffers = part_.buffers;
+  part_ = std::move(part);
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_update_callbacks"));
+  if (config_.role != Role::kRollout) {
+    return absl::InvalidArgumentError("update callbacks are for rollout processes");
+  }
+  before_update_ = std::move(before);
+  after_update_ = std::move(after);
+  trainer_triggered_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace wsync
