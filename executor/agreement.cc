@@ -10,14 +10,31 @@
 #include "executor/agreement.pb.h"
 
 namespace wsync {
+namespace {
+
+// VerifyMode values (executor/execute.h), which this file does not include.
+std::string VerifyModeName(int32_t mode) {
+  switch (mode) {
+    case 0:
+      return "none (off)";
+    case 1:
+      return "xxh3 hashes";
+    case 2:
+      return "keyed MACs";
+  }
+  return absl::StrCat("unknown mode ", mode);
+}
+
+}  // namespace
 
 absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan_digest,
-                          double budget_bytes, absl::Time deadline) {
+                          double budget_bytes, int32_t verify_mode, absl::Time deadline) {
   proto::Agreement mine;
   mine.set_ok(local.ok());
   mine.set_error(std::string(local.message()));
   mine.set_plan_digest(plan_digest);
   mine.set_budget_bytes(budget_bytes);
+  mine.set_verify_mode(verify_mode);
   WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
                          group.AllGather(mine.SerializeAsString(), deadline));
   std::vector<proto::Agreement> all(payloads.size());
@@ -51,6 +68,14 @@ absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan
               "staging budgets differ: process ", group.process(), " has ", budget_bytes,
               " bytes, process ", p, " has ", all[p].budget_bytes(), " bytes")),
           kErrorRanksDisagree);
+    }
+    if (all[p].verify_mode() != verify_mode) {
+      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                               "verify modes differ: process ", group.process(), " verifies with ",
+                               VerifyModeName(verify_mode), ", process ", p, " with ",
+                               VerifyModeName(all[p].verify_mode()),
+                               "; every process of a job must set the same verify")),
+                           kErrorRanksDisagree);
     }
   }
   return absl::OkStatus();

@@ -98,8 +98,8 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
     local = absl::FailedPreconditionError("verify: keyed verification without a data key");
   }
-  WSYNC_RETURN_IF_ERROR(
-      AgreeOnBatch(group, local, options.plan_digest, budget.bytes, options.deadline));
+  WSYNC_RETURN_IF_ERROR(AgreeOnBatch(group, local, options.plan_digest, budget.bytes,
+                                     static_cast<int32_t>(options.verify), options.deadline));
   WSYNC_ASSIGN_OR_RETURN(
       TransferStats stats,
       executor_internal::RunWork(job, segments, *work, buffers, transport, options));

@@ -352,7 +352,8 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   } else {
     // Take part in the agreement with the rejection, so that the other processes fail at once
     // naming it instead of waiting for this one's transfers until their deadline.
-    AgreeOnBatch(*client_, outcome, plan_.digest, config_.staging_budget_bytes, options.deadline)
+    AgreeOnBatch(*client_, outcome, plan_.digest, config_.staging_budget_bytes,
+                 static_cast<int32_t>(options.verify), options.deadline)
         .IgnoreError();
   }
   // (3) The commit decision: every process votes; a failure anywhere fails everyone.

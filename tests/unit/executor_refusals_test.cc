@@ -1,7 +1,7 @@
 // The executor's refusals and pacing: the budget is validated the same way by scheduling and
-// execution, rows too large to stage and unknown processes are refused, a digest disagreement or a
-// local rejection fails every process before any byte moves, and a slow pair does not hold back
-// the others.
+// execution, rows too large to stage and unknown processes are refused, a digest or verify-mode
+// disagreement or a local rejection fails every process before any byte moves, and a slow pair does
+// not hold back the others.
 
 #include <map>
 #include <memory>
@@ -106,6 +106,27 @@ TEST(ExecutorTest, DigestDisagreementFailsEveryProcessBeforeAnyByteMoves) {
     EXPECT_THAT(std::string(run.results[p].status().message()), HasSubstr("plan digests differ"));
     EXPECT_THAT(std::string(run.results[p].status().message()),
                 HasSubstr(p == 3 ? "0000000000000bad" : "000000000000600d"));
+  }
+  EXPECT_EQ(run.counters.TotalBytes(), 0);
+}
+
+// One process verifies with xxh3, the others not: its receivers would wait for hashes nobody
+// sends (or its senders send hashes nobody reads), so the agreement refuses the batch on every
+// process, naming both modes, before any byte moves.
+TEST(ExecutorTest, VerifyModeDisagreementFailsEveryProcessBeforeAnyByteMoves) {
+  const Job job = RowsToColumns();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  HostBuffers source(job.source(), 1), target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, StagingBudget{}, source, target, {}, -1, {}, false,
+                          {}, absl::Seconds(60),
+                          [](int32_t p) { return p == 2 ? VerifyMode::kHash : VerifyMode::kOff; });
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    ASSERT_FALSE(run.results[p].ok()) << p;
+    EXPECT_EQ(run.results[p].status().code(), absl::StatusCode::kFailedPrecondition);
+    const std::string message(run.results[p].status().message());
+    EXPECT_THAT(message, HasSubstr("verify modes differ"));
+    EXPECT_THAT(message, HasSubstr("xxh3 hashes"));
+    EXPECT_THAT(message, HasSubstr("none (off)"));
   }
   EXPECT_EQ(run.counters.TotalBytes(), 0);
 }

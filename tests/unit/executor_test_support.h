@@ -56,7 +56,8 @@ inline BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, S
                          int32_t drop_buffer_of = -1,
                          const std::function<std::vector<Segment>(int32_t)>& segments_of = {},
                          bool verify = false, const WrapTransport& wrap = {},
-                         absl::Duration deadline = absl::Seconds(60)) {
+                         absl::Duration deadline = absl::Seconds(60),
+                         const std::function<VerifyMode(int32_t)>& verify_of = {}) {
   LoopbackFabric fabric(job.num_processes());
   BatchRun run;
   run.results.resize(job.num_processes(), absl::UnknownError("not run"));
@@ -78,6 +79,7 @@ inline BatchRun RunBatch(const Job& job, const std::vector<Segment>& segments, S
       options.plan_digest = digest_of ? digest_of(p) : 42;
       options.deadline = absl::Now() + deadline;
       options.verify = verify ? VerifyMode::kHash : VerifyMode::kOff;
+      if (verify_of) options.verify = verify_of(p);
       const std::vector<Segment> mine = segments_of ? segments_of(p) : segments;
       run.results[p] =
           ExecuteTransfers(job, mine, endpoints, budget, p, buffers, **transport, **group, options);
