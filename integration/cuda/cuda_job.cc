@@ -46,7 +46,7 @@ class Device {
   static absl::StatusOr<std::unique_ptr<Device>> Create(int device,
                                                         const NcclApiFactory& factory = nullptr) {
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<NcclApi> api, MakeApi(factory));
-    auto d = std::unique_ptr<Device>(new Device(std::move(api), device));
+    auto d = std::unique_ptr<Device>(new Device(std::move(api)));
     WSYNC_RETURN_IF_ERROR(RequireCudaDevice(*d->api_, device, "a CUDA job"));
     WSYNC_RETURN_IF_ERROR(d->api_->SetDevice(device));
     WSYNC_ASSIGN_OR_RETURN(d->stream_, d->api_->StreamCreate());
@@ -81,9 +81,8 @@ class Device {
   }
 
  private:
-  Device(std::unique_ptr<NcclApi> api, int device) : api_(std::move(api)), device_(device) {}
+  explicit Device(std::unique_ptr<NcclApi> api) : api_(std::move(api)) {}
   std::unique_ptr<NcclApi> api_;
-  const int device_;
   CudaStream stream_ = nullptr;
   CudaEvent event_ = nullptr;
   std::vector<void*> owned_;

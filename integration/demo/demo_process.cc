@@ -297,7 +297,7 @@ class Plugin {
       return absl::FailedPreconditionError(
           absl::StrCat(path, " has ABI version ", table->abi_version, ", not ", WSYNC_ABI_VERSION));
     }
-    return std::unique_ptr<Plugin>(new Plugin(handle, table));
+    return std::unique_ptr<Plugin>(new Plugin(table));  // `handle` stays open (below).
   }
   ~Plugin() {
     if (session_ != nullptr) api_->finalize(session_);
@@ -318,8 +318,7 @@ class Plugin {
   }
 
  private:
-  Plugin(void* handle, const wsync_plugin_v1_t* api) : handle_(handle), api_(api) {}
-  void* handle_;
+  explicit Plugin(const wsync_plugin_v1_t* api) : api_(api) {}
   const wsync_plugin_v1_t* api_;
   wsync_session_t* session_ = nullptr;
 };

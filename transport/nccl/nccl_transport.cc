@@ -20,8 +20,8 @@ uint64_t TagRound(MessageTag tag) { return (tag.value >> 16) & 0xffffffu; }
 
 absl::StatusOr<NcclUniqueId> NcclTransport::NewUniqueId(NcclApi& api) { return api.GetUniqueId(); }
 
-NcclTransport::NcclTransport(NcclOptions options, std::unique_ptr<NcclApi> api, int rank)
-    : options_(std::move(options)), rank_(rank), api_(std::move(api)) {}
+NcclTransport::NcclTransport(NcclOptions options, std::unique_ptr<NcclApi> api)
+    : options_(std::move(options)), api_(std::move(api)) {}
 
 absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(NcclOptions options,
                                                                      std::unique_ptr<NcclApi> api) {
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(NcclOptions
   const int rank = static_cast<int>(self - options.members.begin());
   const int nranks = static_cast<int>(options.members.size());
   auto transport =
-      std::unique_ptr<NcclTransport>(new NcclTransport(std::move(options), std::move(api), rank));
+      std::unique_ptr<NcclTransport>(new NcclTransport(std::move(options), std::move(api)));
   NcclTransport& t = *transport;
   absl::MutexLock lock(&t.mu_);
   WSYNC_RETURN_IF_ERROR(t.api_->SetDevice(t.options_.device));

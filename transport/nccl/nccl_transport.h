@@ -142,7 +142,7 @@ class NcclTransport final : public Transport {
     uint64_t round = 0;
   };
 
-  NcclTransport(NcclOptions options, std::unique_ptr<NcclApi> api, int rank);
+  NcclTransport(NcclOptions options, std::unique_ptr<NcclApi> api);
 
   absl::StatusOr<RequestId> Post(Direction direction, int32_t peer, MessageTag tag, void* data,
                                  int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
@@ -167,7 +167,6 @@ class NcclTransport final : public Transport {
   int RankOf(int32_t peer) const;
 
   const NcclOptions options_;
-  const int rank_;
   mutable absl::Mutex mu_;
   std::unique_ptr<NcclApi> api_ ABSL_GUARDED_BY(mu_);
   NcclComm comm_ ABSL_GUARDED_BY(mu_) = nullptr;
