@@ -100,16 +100,21 @@ wsync_session_t* InitSquareJobWith(const wsync_plugin_v1_t* api, const wsync_con
   return NULL;
 }
 
-/* Binds a TCP socket to 127.0.0.1:`port` (0: the kernel picks) and releases it; returns the
- * port bound, or 0. */
-static int BindLoopbackAndRelease(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
+struct sockaddr_in LoopbackAddress(int port) {
   struct sockaddr_in address;
   memset(&address, 0, sizeof(address));
   address.sin_family = AF_INET;
   address.sin_port = htons((uint16_t)port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+/* Binds a TCP socket to 127.0.0.1:`port` (0: the kernel picks) and releases it; returns the
+ * port bound, or 0. */
+static int BindLoopbackAndRelease(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in address = LoopbackAddress(port);
   socklen_t length = sizeof(address);
   int bound = 0;
   if (bind(fd, (struct sockaddr*)&address, sizeof(address)) == 0 &&

@@ -5,6 +5,8 @@
 #ifndef WSYNC_TESTS_PLUGIN_HOST_TEST_UTIL_H_
 #define WSYNC_TESTS_PLUGIN_HOST_TEST_UTIL_H_
 
+#include <netinet/in.h>
+
 #include "wsync/wsync.h"
 
 /* Checks passed and failed so far in this process, and who this process is in messages. */
@@ -43,6 +45,9 @@ wsync_config_t SquareJobConfig(int is_trainer, int port, const char* job_id,
 /* init with `config`, then InitSquareJob's layout in memory of `kind`. */
 wsync_session_t* InitSquareJobWith(const wsync_plugin_v1_t* api, const wsync_config_t* config,
                                    float* weights, int dim, wsync_memory_kind_t kind, int step);
+
+/* The socket address 127.0.0.1:`port`. */
+struct sockaddr_in LoopbackAddress(int port);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range where there is
  * room; 0 when none could be found. */

@@ -12,7 +12,6 @@
  * Output: failures on standard error, then "ports_test: N passed, M failed". Exit status 0 only
  * when nothing failed. */
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -41,11 +40,7 @@ static float weights[DIM * DIM];
 static int FetchMetrics(int port, char* text, size_t size) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
-  struct sockaddr_in address;
-  memset(&address, 0, sizeof(address));
-  address.sin_family = AF_INET;
-  address.sin_port = htons((uint16_t)port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const struct sockaddr_in address = LoopbackAddress(port);
   const char request[] = "GET /metrics HTTP/1.0\r\n\r\n";
   size_t got = 0;
   if (connect(fd, (struct sockaddr*)&address, sizeof(address)) == 0 &&
