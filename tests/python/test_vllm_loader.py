@@ -363,5 +363,19 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         self.assertTrue(all(after[n] is p and not p.is_meta for n, p in kernel.items()))
 
 
+    def test_moved_direct_storage_is_detected(self):
+        import torch
+
+        import tiny_mla as tm
+        model, landing = self._landing()
+        self.assertEqual(landing.moved_parameters(model), [])
+        layer = model.model.layers[0]
+        layer.self_attn.kv_b_proj.weight.data = layer.self_attn.kv_b_proj.weight.data.clone()
+        self.assertEqual(landing.moved_parameters(model), [])  # Loader: lands wherever it is.
+        layer.mlp.down_proj.weight = torch.nn.Parameter(layer.mlp.down_proj.weight.clone(),
+                                                        requires_grad=False)
+        self.assertEqual(landing.moved_parameters(model), [tm.DOWN])
+
+
 if __name__ == "__main__":
     unittest.main()

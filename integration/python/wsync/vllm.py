@@ -330,6 +330,13 @@ class WsyncWeightTransferEngine(_Base):
             self._dirty = True
             raise WsyncError(Status.ABORTED, f"version {version} was aborted before it started: "
                                              f"{self._abort_requested}", "receive_weights")
+        moved = self.landing.moved_parameters(self.model)
+        if moved:  # Never write memory the model gave up (the trainers time out on this rank).
+            self._dirty = True
+            raise WsyncError(Status.UNSUPPORTED, f"the storage of {len(moved)} directly landed "
+                             f"parameter(s) moved since connect ({', '.join(moved[:3])}...), e.g. "
+                             "by a sleep / wake up; wsync cannot register it again yet: "
+                             "initialize a new transfer engine", "receive_weights")
         self._syncing = True
         try:
             session.sync(version)

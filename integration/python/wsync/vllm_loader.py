@@ -156,6 +156,8 @@ class Landing:
     boxes: Dict[str, List[Tuple[tuple, tuple]]]      # logical name -> [(origin, extent)]
     direct_bytes: int = 0
     loader_bytes: int = 0
+    # local name -> (storage address, storage offset) of each direct parameter at connect.
+    direct_storage: Dict[str, Tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def staging_bytes(self):
@@ -170,6 +172,14 @@ class Landing:
                 "loader_staging_bytes": self.staging_bytes,
                 "loader_parameters": len(self.loader_parameters),
                 "direct_parameters": len(self.ways) - len(self.loader_parameters)}
+
+    def moved_parameters(self, model):
+        """Direct parameters whose storage is no longer where it was registered (vLLM's sleep
+        mode may free and reallocate weights): a sync would write the old memory. Loader
+        parameters may move freely (load_weights writes wherever they are)."""
+        live = dict(model.named_parameters())
+        return [n for n, where in self.direct_storage.items()
+                if n not in live or _where(live[n]) != where]
 
     def checkpoint_pairs(self):
         """(checkpoint name, tensor) in layer order: each logical tensor whole, except stacked
@@ -199,6 +209,10 @@ class Landing:
             reload.finalize_layerwise_reload(model, model_config)
 
 
+def _where(tensor):
+    return layouts._storage(tensor.detach())[0], tensor.storage_offset()
+
+
 def _reload_module():
     try:
         from vllm.model_executor.model_loader import reload
@@ -221,7 +235,8 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
     layout = layouts.vllm_layout(direct, tp_rank, tp_size, config, rules=rules,
                                  ep_rank=ep_rank, ep_size=ep_size,
                                  expert_placement=expert_placement, w13_order=w13_order)
-    landing = Landing(layout, ways, {}, {}, direct_bytes=layout.logical_bytes())
+    landing = Landing(layout, ways, {}, {}, direct_bytes=layout.logical_bytes(),
+                      direct_storage={n: _where(p) for n, p in direct})
     loader = [(n, p) for n, p in named if ways[n][0] == "loader"]
     if not loader:
         return landing
