@@ -27,6 +27,29 @@ class Rule:
         return self._regex.fullmatch(name)
 
 
+LANDING_WAYS = ("direct", "loader")
+
+
+@dataclasses.dataclass
+class LandingRule:
+    """How a vLLM worker lands the local parameters whose name `pattern` matches in full:
+    ``direct`` (wsync writes the live parameter in place) or ``loader`` (wsync writes the
+    checkpoint-format tensor into a staging tensor that the model's own ``load_weights`` reads
+    inside vLLM's layerwise reload, so the model's post-processing runs). Tried in order before
+    wsync's own classification (``wsync.vllm_loader.classify``); the first match wins."""
+    pattern: str
+    way: str
+
+    def __post_init__(self):
+        if self.way not in LANDING_WAYS:
+            raise ValueError(f"LandingRule({self.pattern!r}): way must be one of "
+                             f"{', '.join(LANDING_WAYS)}, not {self.way!r}")
+        self._regex = re.compile(self.pattern)
+
+    def match(self, name):
+        return self._regex.fullmatch(name)
+
+
 _L = r"(?:module\.)*"  # DDP / wrapper prefixes.
 _M = _L + r"decoder\.layers\.(\d+)\."  # A Megatron-core transformer layer.
 _H = r"model.layers.\1."  # The same layer's logical (HF) prefix.

@@ -14,16 +14,22 @@ vllm_config, device, model)`` and calls, per the WeightTransferEngine interface:
   finish_weight_update()                                 or, after a failure, abort_weight_update()
   shutdown()
 
-The worker's own parameters are registered in place (no copy of the weights): the plugin writes
-the fused qkv_proj / gate_up_proj / vocabulary shards directly, so start and finish need no
-layerwise reload. ``receive_weights`` is one wsync sync of ``update_info.version``, which every
-trainer rank joins (``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_weights``).
+Each parameter lands one of two ways, chosen at connect (``wsync.vllm_loader``): **direct**
+ones are registered in place (no copy of the weights: the plugin writes the fused qkv_proj /
+gate_up_proj / vocabulary shards directly); parameters vLLM post-processes after loading
+(quantized layers, MLA's kv_b_proj, a layout changed since load) land **through the loader**:
+wsync writes their checkpoint-format tensors into staging, then ``receive_weights`` hands them
+to ``model.load_weights`` inside vLLM's layerwise reload bracket. ``receive_weights`` is one
+wsync sync of ``update_info.version``, which every trainer rank joins
+(``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_weights``), then that loader step;
+the bracket opens only after the sync committed, so a failed sync never leaves layers on meta.
 
-A failed or aborted sync leaves the weights dirty: ``weights_dirty`` is True, every later
-``finish_weight_update`` raises ("do not serve") and ``abort_weight_update`` logs it, until a
-later sync commits. An abort while a sync runs fails that sync on every process (the trainers'
-sends end too); the aborted session is replaced (same rank, same layout) as soon as that sync
-has ended (else at the next ``start_weight_update``), without reconnecting the rest of the job.
+A failed or aborted sync (or a failed loader step) leaves the weights dirty: ``weights_dirty``
+is True, every later ``finish_weight_update`` raises ("do not serve") and
+``abort_weight_update`` logs it, until a later sync commits. An abort while a sync runs fails
+that sync on every process (the trainers' sends end too); the aborted session is replaced (same
+rank, same layout) as soon as that sync has ended (else at the next ``start_weight_update``),
+without reconnecting the rest of the job.
 
 Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` registers
 "wsync" with both of vLLM's factories (worker and trainer). vLLM is imported only in this module
@@ -36,7 +42,7 @@ import logging
 import re
 from typing import Any, List, Optional
 
-from . import layouts
+from . import layouts, vllm_loader
 from ._lib import State, Status, WsyncError
 from .session import Session
 
@@ -170,6 +176,9 @@ class WsyncInitInfo(_InitBase):
     expert_placement: Optional[str] = None
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)  # [pattern, kind, targets...]
     skip: List[str] = dataclasses.field(default_factory=list)  # local names to leave out
+    # [pattern, "direct" | "loader"]: wsync.rules.LandingRule rows, before the classification.
+    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
+    loader_staging_budget_bytes: float = 0.0  # 0: unbounded; else refuse a larger staging
 
 
 @dataclasses.dataclass
@@ -218,6 +227,7 @@ class WsyncWeightTransferEngine(_Base):
         super().__init__(config, vllm_config, device, model)
         self.session = None
         self.layout = None
+        self.landing = None          # vllm_loader.Landing: the two ways, the staging.
         self.version = -1
         self._init_info = None
         self._rank = None
@@ -270,10 +280,12 @@ class WsyncWeightTransferEngine(_Base):
                              "init_transfer_engine")
         rank, tp_rank, tp_size = self._ranks(init_info)
         ep_size, ep_rank, placement = self._expert_parallel(init_info, tp_size, rank)
-        self.layout = layouts.vllm_layout(self.model, tp_rank, tp_size, self._model_config(),
-                                          rules=make_rules(init_info.extra_rules),
-                                          skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size,
-                                          expert_placement=placement)
+        self.landing = vllm_loader.vllm_landing(
+            self.model, tp_rank, tp_size, self._model_config(),
+            rules=make_rules(init_info.extra_rules), landing_rules=init_info.landing_rules,
+            skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
+            staging_budget_bytes=init_info.loader_staging_budget_bytes)
+        self.layout = self.landing.layout
         self._init_info, self._rank = init_info, rank
         self.session = self._open_session()
 
@@ -318,6 +330,13 @@ class WsyncWeightTransferEngine(_Base):
             self._dirty = True
             raise WsyncError(Status.ABORTED, f"version {version} was aborted before it started: "
                                              f"{self._abort_requested}", "receive_weights")
+        moved = self.landing.moved_parameters(self.model)
+        if moved:  # Never write memory the model gave up (the trainers time out on this rank).
+            self._dirty = True
+            raise WsyncError(Status.UNSUPPORTED, f"the storage of {len(moved)} directly landed "
+                             f"parameter(s) moved since connect ({', '.join(moved[:3])}...), e.g. "
+                             "by a sleep / wake up; wsync cannot register it again yet: "
+                             "initialize a new transfer engine", "receive_weights")
         self._syncing = True
         try:
             session.sync(version)
@@ -335,6 +354,13 @@ class WsyncWeightTransferEngine(_Base):
             raise
         finally:
             self._syncing = False
+        try:
+            self.landing.apply(self.model, self.model_config)
+        except BaseException:
+            self._dirty = True
+            logger.error("wsync: version %d committed, but handing the loader parameters to the "
+                         "model failed: rollout rank %s holds dirty weights", version, self._rank)
+            raise
         self.version = version
         self._dirty = False
 
@@ -399,7 +425,16 @@ class WsyncWeightTransferEngine(_Base):
             raise
 
     def stats(self):
-        return self._require("stats").stats()
+        """The session's stats of the last sync, with the bytes landing each way per sync
+        (direct_bytes, loader_bytes), the loader staging held (loader_staging_bytes) and the
+        parameter counts (direct_parameters, loader_parameters)."""
+        stats = self._require("stats").stats()
+        stats.update(self.landing.report())
+        return stats
+
+    def landing_report(self):
+        """{local parameter name: (way, reason)}: how each parameter lands."""
+        return dict(self.landing.ways) if self.landing is not None else {}
 
     def _require(self, call):
         if self.session is None:

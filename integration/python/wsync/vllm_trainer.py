@@ -83,6 +83,9 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     node_id: Optional[str] = None
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
     skip: List[str] = dataclasses.field(default_factory=list)
+    # The workers' (forwarded in their init info): how their parameters land, see wsync.vllm.
+    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
+    loader_staging_budget_bytes: float = 0.0
 
     def worker_init_info(self):
         """The workers' init request (a JSON-able dict of WsyncInitInfo's fields): the job, not
@@ -91,7 +94,9 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
                              num_rollouts=self.num_rollouts, job_id=self.job_id,
                              secret_env=self.secret_env, deadline_seconds=self.deadline_seconds,
                              path_transports=self.path_transports,
-                             staging_budget_bytes=self.staging_budget_bytes)
+                             staging_budget_bytes=self.staging_budget_bytes,
+                             landing_rules=[list(r) for r in self.landing_rules],
+                             loader_staging_budget_bytes=self.loader_staging_budget_bytes)
         return dataclasses.asdict(info)
 
 

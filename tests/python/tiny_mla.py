@@ -1,0 +1,201 @@
+"""A tiny vLLM-style model whose parameters land both ways (written for the tests): one MLA-like
+layer with vLLM's parameter names and loading machinery, TP-sharded.
+
+- ``input_layernorm.weight`` (replicated) and ``mlp.down_proj.weight`` / ``.bias``
+  (RowParallelLinear, unquantized): live parameters are plain slices of the checkpoint tensors
+  (direct).
+- ``self_attn.kv_b_proj.weight`` (ColumnParallelLinear): a plain slice too, but the layer's
+  MLAAttention derives W_UK_T / W_UV from it in ``process_weights_after_loading``, as vLLM's
+  MLA does (loader).
+- ``self_attn.o_proj.weight`` (RowParallelLinear with a stand-in quantization method): after
+  loading, the method rounds the weight to a 1/16 grid and stores it transposed, a kernel layout
+  no affine view of the checkpoint gives (loader).
+
+Loading follows vLLM: each parameter carries a ``weight_loader(param, loaded_weight)`` that
+narrows the whole checkpoint tensor to its rank's part (vllm/model_executor/layers/linear.py),
+``load_weights(weights)`` routes checkpoint names to them, and after the first load
+``process_weights_after_loading(model, dtype)`` runs every quant method's and then every
+attention layer's post-processing (vllm/model_executor/model_loader/utils.py), once
+``record_metadata_for_reloading`` recorded the checkpoint-format parameters.
+"""
+
+import torch
+
+from vllm.model_executor.layers.attention import Attention, MLAAttention
+from vllm.model_executor.model_loader.reload import record_metadata_for_reloading
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+HIDDEN, HEADS, NOPE, V_DIM, KV_LORA, INTER = 8, 2, 4, 3, 6, 10
+GRID = 16.0
+DTYPE = torch.float32
+P = "model.layers.0."
+NORM, KV_B, O_PROJ = P + "input_layernorm.weight", P + "self_attn.kv_b_proj.weight", \
+    P + "self_attn.o_proj.weight"
+DOWN, DOWN_BIAS = P + "mlp.down_proj.weight", P + "mlp.down_proj.bias"
+DIRECT = (NORM, DOWN, DOWN_BIAS)
+LOADER = (KV_B, O_PROJ)
+HF_CONFIG = {"num_attention_heads": HEADS, "num_key_value_heads": HEADS, "hidden_size": HIDDEN,
+             "head_dim": NOPE + V_DIM, "vocab_size": 16, "kv_lora_rank": KV_LORA}
+
+
+def logical_shapes():
+    return {NORM: (HIDDEN,), KV_B: (HEADS * (NOPE + V_DIM), KV_LORA),
+            O_PROJ: (HIDDEN, HEADS * V_DIM), DOWN: (HIDDEN, INTER), DOWN_BIAS: (HIDDEN,)}
+
+
+def random_logical(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(s, generator=g, dtype=DTYPE) for n, s in logical_shapes().items()}
+
+
+def grid_quantize(weight):
+    return (weight * GRID).round() / GRID
+
+
+def derive(kv_b_local):
+    """MLA's absorbed matrices from a rank's kv_b_proj rows [heads_local * (nope + v), lora]."""
+    w = kv_b_local.view(-1, NOPE + V_DIM, KV_LORA)
+    return w[:, :NOPE, :].transpose(1, 2).contiguous(), w[:, NOPE:, :].contiguous() * 0.5
+
+
+def expected(logical, rank, tp):
+    """{name: tensor} a rank's live state must equal: parameters and derived matrices."""
+    rows = KV_B_ROWS // tp
+    kv_b = logical[KV_B][rank * rows:(rank + 1) * rows]
+    o_cols, d_cols = HEADS * V_DIM // tp, INTER // tp
+    uk, uv = derive(kv_b)
+    return {NORM: logical[NORM], KV_B: kv_b, DOWN_BIAS: logical[DOWN_BIAS],
+            DOWN: logical[DOWN][:, rank * d_cols:(rank + 1) * d_cols],
+            O_PROJ: grid_quantize(logical[O_PROJ][:, rank * o_cols:(rank + 1) * o_cols]).t(),
+            P + "self_attn.attn.W_UK_T": uk, P + "self_attn.attn.W_UV": uv}
+
+
+KV_B_ROWS = HEADS * (NOPE + V_DIM)
+
+
+def live(model):
+    """The same names as expected(): the model's parameters and its derived matrices."""
+    state = {n: p.detach() for n, p in model.named_parameters()}
+    attn = model.model.layers[0].self_attn.attn
+    state[P + "self_attn.attn.W_UK_T"] = attn.W_UK_T
+    state[P + "self_attn.attn.W_UV"] = attn.W_UV
+    return state
+
+
+class UnquantizedLinearMethod:
+    def process_weights_after_loading(self, layer):
+        pass
+
+
+class GridQuantLinearMethod:
+    """Stand-in of a quantization method: after loading, the weight is rounded to a grid and
+    replaced by a transposed copy (vLLM's methods replace the parameter likewise)."""
+
+    def process_weights_after_loading(self, layer):
+        layer.weight = torch.nn.Parameter(grid_quantize(layer.weight.data).t().contiguous(),
+                                          requires_grad=False)
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self, shape, axis, tp_rank, tp, quant_method=None, bias=None):
+        super().__init__()
+        self.axis, self.tp_rank = axis, tp_rank
+        self.quant_method = quant_method or UnquantizedLinearMethod()
+        self.weight = torch.nn.Parameter(torch.zeros(shape, dtype=DTYPE), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        if bias is not None:
+            self.bias = torch.nn.Parameter(torch.zeros(bias, dtype=DTYPE), requires_grad=False)
+            self.bias.weight_loader = default_weight_loader
+
+    def weight_loader(self, param, loaded_weight):
+        size = param.shape[self.axis]
+        param.data.copy_(loaded_weight.narrow(self.axis, self.tp_rank * size, size))
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(HIDDEN, dtype=DTYPE), requires_grad=False)
+        self.weight.weight_loader = default_weight_loader
+
+
+class TinyMLAAttention(MLAAttention):
+    def process_weights_after_loading(self, act_dtype):
+        self.W_UK_T, self.W_UV = derive(self.kv_b_proj.weight.data.to(act_dtype))
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, tp_rank, tp):
+        super().__init__()
+        self.kv_b_proj = _Linear((KV_B_ROWS // tp, KV_LORA), 0, tp_rank, tp)
+        self.o_proj = _Linear((HIDDEN, HEADS * V_DIM // tp), 1, tp_rank, tp,
+                              quant_method=GridQuantLinearMethod())
+        self.attn = TinyMLAAttention(self.kv_b_proj)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, tp_rank, tp):
+        super().__init__()
+        self.down_proj = _Linear((HIDDEN, INTER // tp), 1, tp_rank, tp, bias=HIDDEN)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, tp_rank, tp):
+        super().__init__()
+        self.input_layernorm = RMSNorm()
+        self.self_attn = _Attention(tp_rank, tp)
+        self.mlp = _Mlp(tp_rank, tp)
+
+
+class TinyMLA(torch.nn.Module):
+    """Built and loaded as vLLM's loader does: create, record the checkpoint-format metadata,
+    load_weights, process_weights_after_loading."""
+
+    def __init__(self, tp_rank, tp, logical):
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.layers = torch.nn.ModuleList([_Layer(tp_rank, tp)])
+        record_metadata_for_reloading(self)
+        self.load_weights(logical.items())
+        process_weights_after_loading(self, DTYPE)
+
+    def load_weights(self, weights):
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, tensor in weights:
+            param = params[name]
+            getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+            loaded.add(name)
+        return loaded
+
+
+def process_weights_after_loading(model, dtype):
+    for module in model.modules():
+        quant_method = getattr(module, "quant_method", None)
+        if quant_method is not None:
+            quant_method.process_weights_after_loading(module)
+    for module in model.modules():
+        if isinstance(module, (Attention, MLAAttention)):
+            module.process_weights_after_loading(dtype)
+
+
+def trainer_module(logical, names):
+    """A module holding `names` of the logical tensors under their Hugging Face names (a trainer
+    rank's whole parameters, layout "hf")."""
+    root = torch.nn.Module()
+    for name in names:
+        *path, leaf = name.split(".")
+        node = root
+        for part in path:
+            if not hasattr(node, part):
+                node.add_module(part, torch.nn.Module())
+            node = getattr(node, part)
+        node.register_parameter(leaf, torch.nn.Parameter(logical[name].clone(),
+                                                         requires_grad=False))
+    return root
+
+
+def load_trainer(module, logical):
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            param.copy_(logical[name])

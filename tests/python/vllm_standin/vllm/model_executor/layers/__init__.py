@@ -1,0 +1,1 @@
+"""Stand-in (see ../../../README.md): only the attention classes the reload code names."""

@@ -1,0 +1,180 @@
+"""Stand-in of vllm/model_executor/model_loader/reload/layerwise.py (see ../../../../README.md).
+
+Written for the tests from upstream @ 01424e4b (not copied). What it reproduces, per layer (a
+module with its own parameters, `recurse=False`):
+
+- `record_metadata_for_reloading(model)` (the model loader calls it once the layers are created,
+  before loading and processing): the checkpoint-format parameters as meta tensors, with their
+  attributes (`weight_loader`...), in `LAYERWISE_INFO[layer].restore_metadata`.
+- `initialize_layerwise_reload(model)`: keeps the live ("kernel") parameters aside, puts
+  checkpoint-format meta parameters in their place and wraps their weight loaders: a load is
+  buffered and counted; when a layer has received as many elements as it has, it is processed
+  at once (materialized, the buffered loads run with the original loaders,
+  `quant_method.process_weights_after_loading(layer)`, the results copied into the kernel
+  tensors' storage, the kernel tensors put back).
+- `finalize_layerwise_reload(model, model_config)`: a layer that received nothing gets its kernel
+  tensors back untouched; a layer that received part of its elements is processed (its unloaded
+  elements are whatever materialization left: upstream's "Delayed processing"); attention
+  layers (`Attention`, `MLAAttention`) are processed last, by
+  `process_weights_after_loading(model_config.dtype)`.
+
+Deviations: upstream binds some layers directly to their runtime tensors ("mapped layers") when
+their layout matches the checkpoint's; here every layer takes the layerwise path (the outcome for
+the tests' layers is the same). Upstream counts the elements a loader call wrote; here a call
+counts its parameter's elements (each test loader fills its parameter).
+"""
+
+import functools
+from weakref import WeakKeyDictionary
+
+import torch
+
+from vllm.model_executor.layers.attention import Attention, MLAAttention, MMEncoderAttention
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+_DEFERRED_ATTENTION_TYPES = (Attention, MLAAttention, MMEncoderAttention)
+
+
+class LayerReloadingInfo:
+    def __init__(self):
+        self.restore_metadata = ({}, {})  # (parameters, buffers) as meta tensors.
+        self.kernel_tensors = None        # The live parameters while a reload is open.
+        self.loaded_weights = []          # (parameter name, args, kwargs) buffered.
+        self.load_numel = 0
+        self.load_numel_total = None
+
+    def can_load(self):
+        return self.load_numel_total is not None
+
+    def reset(self):
+        self.kernel_tensors = None
+        self.loaded_weights = []
+        self.load_numel = 0
+        self.load_numel_total = None
+
+
+LAYERWISE_INFO = WeakKeyDictionary()
+
+
+def get_layerwise_info(layer):
+    if layer not in LAYERWISE_INFO:
+        LAYERWISE_INFO[layer] = LayerReloadingInfo()
+    return LAYERWISE_INFO[layer]
+
+
+def _meta_like(tensor):
+    meta = torch.nn.Parameter(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"),
+                              requires_grad=False)
+    meta.__dict__.update({k: v for k, v in tensor.__dict__.items()})
+    return meta
+
+
+def record_metadata_for_reloading(model):
+    for layer in model.modules():
+        params = {n: _meta_like(p) for n, p in layer.named_parameters(recurse=False)}
+        get_layerwise_info(layer).restore_metadata = (params, {})
+
+
+def _original_loader(param):
+    loader = getattr(param, "weight_loader", default_weight_loader)
+    while getattr(loader, "__name__", "") == "online_process_loader":
+        loader = loader.__wrapped__
+    return loader
+
+
+def _set_params(layer, params):
+    for name in list(layer._parameters):
+        del layer._parameters[name]
+    for name, param in params.items():
+        layer.register_parameter(name, param)
+
+
+@torch.no_grad()
+def initialize_layerwise_reload(model):
+    for layer in model.modules():
+        info = get_layerwise_info(layer)
+        if info.can_load():
+            continue
+        info.kernel_tensors = dict(layer.named_parameters(recurse=False))
+        restore = {n: _meta_like(m) for n, m in info.restore_metadata[0].items()}
+        _set_params(layer, restore)
+        info.load_numel = 0
+        info.load_numel_total = sum(p.numel() for p in restore.values())
+        for name, param in restore.items():
+            param.weight_loader = _online_loader(layer, info, name, _original_loader(param))
+
+
+def _online_loader(layer, info, name, original):
+    @functools.wraps(original)
+    def online_process_loader(param, *args, **kwargs):
+        if not info.can_load():
+            return None  # Loaded again after it was processed: upstream ignores it too.
+        info.loaded_weights.append((name, args, kwargs))
+        info.load_numel += param.numel()
+        if isinstance(layer, _DEFERRED_ATTENTION_TYPES):
+            return None
+        if info.load_numel >= info.load_numel_total:
+            _layerwise_process(layer, info)
+        return None
+
+    online_process_loader.__name__ = "online_process_loader"
+    online_process_loader.__wrapped__ = original
+    return online_process_loader
+
+
+@torch.no_grad()
+def _layerwise_process(layer, info):
+    kernel = info.kernel_tensors
+    device = next(iter(kernel.values())).device if kernel else torch.device("cpu")
+    materialized = {}
+    for name, meta in info.restore_metadata[0].items():
+        param = torch.nn.Parameter(torch.empty(meta.shape, dtype=meta.dtype, device=device),
+                                   requires_grad=False)
+        param.__dict__.update(meta.__dict__)
+        param.weight_loader = _original_loader(meta)
+        materialized[name] = param
+    _set_params(layer, materialized)
+    for name, args, kwargs in info.loaded_weights:
+        param = getattr(layer, name)
+        param.weight_loader(param, *args, **kwargs)
+    quant_method = getattr(layer, "quant_method", None)
+    if quant_method is not None:
+        quant_method.process_weights_after_loading(layer)
+    _copy_and_restore_kernel_tensors(layer, info)
+    info.reset()
+
+
+def _copy_and_restore_kernel_tensors(layer, info):
+    for name, param in info.kernel_tensors.items():
+        loaded = getattr(layer, name)
+        if param.data_ptr() != loaded.data_ptr():
+            param.data.copy_(loaded)
+    _set_params(layer, info.kernel_tensors)
+
+
+@torch.no_grad()
+def finalize_layerwise_processing(model, model_config):
+    deferred = []
+    for layer in model.modules():
+        info = get_layerwise_info(layer)
+        if not info.can_load():
+            continue
+        if isinstance(layer, _DEFERRED_ATTENTION_TYPES):
+            deferred.append((layer, info))
+            continue
+        if info.load_numel <= 0:
+            _set_params(layer, info.kernel_tensors)
+        elif info.load_numel < info.load_numel_total:
+            _layerwise_process(layer, info)
+        info.reset()
+    for layer, info in deferred:
+        if info.load_numel > 0:
+            raise ValueError("Layerwise loading of attention layers is not supported. "
+                             "Attention must always process after linears.")
+        _set_params(layer, info.kernel_tensors)
+        layer.process_weights_after_loading(model_config.dtype)
+        info.reset()
+
+
+def finalize_layerwise_reload(*args, **kwargs):
+    finalize_layerwise_processing(*args, **kwargs)
