@@ -178,7 +178,7 @@ class WsyncInitInfo(_InitBase):
     skip: List[str] = dataclasses.field(default_factory=list)  # local names to leave out
     # [pattern, "direct" | "loader"]: wsync.rules.LandingRule rows, before the classification.
     landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
-    loader_staging_budget_bytes: float = 0.0  # 0: unbounded; else refuse a larger staging
+    loader_staging_budget_bytes: int = 0  # 0: unbounded; else refuse a larger staging
 
 
 @dataclasses.dataclass

@@ -85,7 +85,7 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     skip: List[str] = dataclasses.field(default_factory=list)
     # The workers' (forwarded in their init info): how their parameters land, see wsync.vllm.
     landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
-    loader_staging_budget_bytes: float = 0.0
+    loader_staging_budget_bytes: int = 0
 
     def worker_init_info(self):
         """The workers' init request (a JSON-able dict of WsyncInitInfo's fields): the job, not
