@@ -250,6 +250,79 @@ INSTANTIATE_TEST_SUITE_P(Attacks, ControlChannelAuthTest,
                                            Case{Direction::kToClient, Attack::kFlipTag}),
                          CaseName);
 
+bool IsContribute(const std::string& frame) {
+  const std::string body = frame.substr(4);
+  control::Frame parsed;
+  return body.size() >= kTagBytes &&
+         parsed.ParseFromArray(body.data(), static_cast<int>(body.size() - kTagBytes)) &&
+         parsed.has_contribute();
+}
+
+// After the rendezvous, trainer 1's first contribution is replayed to the coordinator. The
+// coordinator refuses the connection and handles trainer 1 as lost: trainer 0 is told at once,
+// naming it and why, and its collective fails naming it; a replacement joins and the job syncs.
+TEST(ControlChannelAfterRendezvousTest, AReplayedContributionLosesTheProcessAndTheJobRecovers) {
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Start(Options(2, 0));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const int port = (*coordinator)->port();
+  bool replayed = false;
+  Proxy proxy(port, [&](Direction d, int64_t, const std::string& frame) {
+    if (d != Direction::kToCoordinator || replayed || !IsContribute(frame)) {
+      return std::vector<std::string>{frame};
+    }
+    replayed = true;
+    return std::vector<std::string>{frame, frame};
+  });
+  std::vector<std::unique_ptr<ControlClient>> clients(2);
+  Parallel(2, [&](int rank) {
+    absl::StatusOr<std::unique_ptr<ControlClient>> client = ControlClient::Connect(
+        ClientOptions(rank == 0 ? port : proxy.port(), ControlRole::kTrainer, rank));
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)
+                    ->Join(JoinRequest{"trainer-manifest", absl::StrCat("address-", rank), ""},
+                           absl::Now() + absl::Seconds(10))
+                    .ok());
+    clients[rank] = *std::move(client);
+  });
+  ASSERT_NE(clients[0], nullptr);
+  ASSERT_NE(clients[1], nullptr);
+
+  const absl::Status attacked =
+      clients[1]->AllGather("one", absl::Now() + absl::Seconds(10)).status();
+  EXPECT_TRUE(absl::IsUnauthenticated(attacked)) << attacked;
+  EXPECT_THAT(attacked.message(), HasSubstr("from process 1 (trainer rank 1, node node-t0) failed "
+                                            "authentication: forged, replayed or reordered"));
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (clients[0]->loss_count() == 0 && absl::Now() < give_up) {
+    ASSERT_TRUE(clients[0]->WatchLosses(absl::Now() + absl::Milliseconds(100), -1).ok());
+  }
+  const std::vector<LossNotice> notices = clients[0]->LossesSince(0);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].process, 1);
+  EXPECT_THAT(notices[0].reason, HasSubstr("process 1 (trainer rank 1, node node-t0) was lost: "
+                                           "refused: control frame "));
+  EXPECT_THAT(notices[0].reason, HasSubstr("failed authentication"));
+  const absl::Status failed =
+      clients[0]->AllGather("zero", absl::Now() + absl::Seconds(10)).status();
+  EXPECT_TRUE(absl::IsUnavailable(failed)) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("process 1 (trainer rank 1"));
+  EXPECT_EQ((*coordinator)->counters().Refused(RefusalReason::kAuthenticationFailed), 1);
+  EXPECT_EQ((*coordinator)->counters().lost, 1);
+
+  clients[1] = ConnectRetrying(ClientOptions(port, ControlRole::kTrainer, 1));
+  ASSERT_NE(clients[1], nullptr);
+  absl::StatusOr<Roster> roster = clients[1]->Join(
+      JoinRequest{"trainer-manifest", "address-1-new", ""}, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(roster.ok()) << roster.status();
+  EXPECT_EQ(roster->epoch, 1u);
+  Parallel(2, [&](int rank) {
+    absl::StatusOr<std::vector<std::string>> all =
+        clients[rank]->AllGather(absl::StrCat("again", rank), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(*all, (std::vector<std::string>{"again0", "again1"}));
+  });
+}
+
 // A peer of protocol version 2 (no sealed frames) is refused by its version, saying which.
 TEST(ControlChannelVersionTest, AVersion2HelloIsRefusedByVersion) {
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator = Coordinator::Start(Options(1, 0));
