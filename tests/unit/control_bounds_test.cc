@@ -151,19 +151,10 @@ TEST(CoordinatorBoundsTest, OneSourceDisplacesOnlyItsOwnPendingConnections) {
       MakeHello(kSecret, challenge->challenge().nonce(), ControlRole::kTrainer, 0), 1 << 20);
   ASSERT_TRUE(hello.ok());
   FrameWriter writer;
-  writer.Enqueue(std::make_shared<const std::string>(*hello));
+  writer.EnqueueUnsealed(std::make_shared<const std::string>(*hello));
   ASSERT_TRUE(FlushFrames(good.fd.get(), writer, absl::Now() + absl::Seconds(5)).ok());
   absl::StatusOr<control::Frame> welcome = good.Read();
   ASSERT_TRUE(welcome.ok() && welcome->has_welcome()) << welcome.status();
-}
-
-// Writes `frame` to a raw connection.
-void Write(Raw& raw, const control::Frame& frame) {
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, kDefaultMaxFrameBytes);
-  ASSERT_TRUE(encoded.ok());
-  FrameWriter writer;
-  writer.Enqueue(std::make_shared<const std::string>(*encoded));
-  ASSERT_TRUE(FlushFrames(raw.fd.get(), writer, absl::Now() + absl::Seconds(5)).ok());
 }
 
 // A raw trainer rank 0 of a 2-trainer job, welcomed and joined, with a real trainer rank 1 that
@@ -176,13 +167,16 @@ struct RawMember {
     raw = std::make_unique<Raw>(coordinator->port());
     absl::StatusOr<control::Frame> challenge = raw->Read();
     EXPECT_TRUE(challenge.ok() && challenge->has_challenge());
-    Write(*raw, MakeHello(kSecret, challenge->challenge().nonce(), ControlRole::kTrainer, 0));
+    EXPECT_TRUE(
+        raw->Write(MakeHello(kSecret, challenge->challenge().nonce(), ControlRole::kTrainer, 0))
+            .ok());
     absl::StatusOr<control::Frame> welcome = raw->Read();
     EXPECT_TRUE(welcome.ok() && welcome->has_welcome()) << welcome.status();
+    EXPECT_TRUE(raw->SealAsClient(challenge->challenge().nonce(), 0).ok());
     control::Frame join;
     join.mutable_join()->set_manifest("t");
     join.mutable_join()->set_address("a");
-    Write(*raw, join);
+    EXPECT_TRUE(raw->Write(join).ok());
     std::thread other([&] {
       absl::StatusOr<std::unique_ptr<ControlClient>> c =
           ControlClient::Connect(ClientOptions(coordinator->port(), ControlRole::kTrainer, 1));
@@ -202,7 +196,7 @@ struct RawMember {
     c->set_kind(control::COLLECTIVE_ALL_GATHER);
     c->set_timeout_ms(60000);
     c->set_payload(std::move(payload));
-    Write(*raw, frame);
+    EXPECT_TRUE(raw->Write(frame).ok());
   }
   // The Reject that ends the connection (skipping heartbeats).
   absl::Status Refusal() {

@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/auth.h"
+#include "transport/control/channel_keys.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
 #include "transport/control/framing.h"
@@ -118,10 +119,15 @@ void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* co
   UniqueFd c(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
   ASSERT_TRUE(c.valid());
   const std::string nonce(kNonceBytes, 'n');
+  FrameWriter writer;  // Seals every frame after the Welcome, as a coordinator does.
+  auto write = [&](const control::Frame& frame) {
+    return WriteFrame(c.get(), writer, frame, kDefaultMaxFrameBytes,
+                      absl::Now() + absl::Seconds(5));
+  };
   control::Frame frame;
   frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
   frame.mutable_challenge()->set_nonce(nonce);
-  ASSERT_TRUE(Write(c.get(), frame).ok());
+  ASSERT_TRUE(write(frame).ok());
   absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), *reader);
   ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
   const bool heartbeats = hello->hello().heartbeats();
@@ -137,7 +143,10 @@ void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* co
   }
   welcome->set_mac(
       WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, WelcomeFieldsOf(*welcome)));
-  ASSERT_TRUE(Write(c.get(), frame).ok());
+  ASSERT_TRUE(write(frame).ok());
+  ASSERT_TRUE(SealChannel(ChannelSide::kCoordinator, kSecret, nonce, hello->hello().client_nonce(),
+                          kJob, 0, "process 0", *reader, writer)
+                  .ok());
   absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), *reader);
   ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
   frame.Clear();
@@ -151,7 +160,7 @@ void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* co
     entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
     entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
   }
-  ASSERT_TRUE(Write(c.get(), frame).ok());
+  ASSERT_TRUE(write(frame).ok());
   *connection = std::move(c);
 }
 
@@ -174,9 +183,11 @@ TEST(HeartbeatTest, AProcessThatFallsSilentIsLostAfterTheSilenceLimitNamingTheSi
   EXPECT_EQ(welcome->welcome().heartbeat_interval_ms(), absl::ToInt64Milliseconds(kInterval));
   EXPECT_EQ(welcome->welcome().silence_limit_ms(), absl::ToInt64Milliseconds(kLimit));
 
+  ASSERT_TRUE(
+      silent.SealAsClient(challenge->challenge().nonce(), welcome->welcome().process()).ok());
   control::Frame join;
   join.mutable_join()->set_manifest("rollout-manifest");
-  ASSERT_TRUE(Write(silent.fd.get(), join).ok());
+  ASSERT_TRUE(silent.Write(join).ok());
   const absl::Time last_sent = absl::Now();  // Nothing more comes from the silent process.
   std::vector<std::unique_ptr<ControlClient>> trainers(2);
   Parallel(2,

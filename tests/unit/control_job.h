@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "transport/control/auth.h"
+#include "transport/control/channel_keys.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
 #include "transport/control/framing.h"
@@ -97,6 +98,9 @@ inline Job StartJob(int32_t trainers, int32_t rollouts, CoordinatorOptions optio
   return job;
 }
 
+// The bytes of MakeHello's client nonce.
+inline constexpr char kManualClientNonce = 'c';
+
 // A Hello built by hand, for replays, bad fields and processes that go silent. `heartbeats`: it
 // offers heartbeats (and then never sends any unless the test does).
 inline control::Frame MakeHello(absl::string_view secret, absl::string_view nonce, ControlRole role,
@@ -108,7 +112,7 @@ inline control::Frame MakeHello(absl::string_view secret, absl::string_view nonc
   h->set_role(static_cast<control::Role>(role_value != 0 ? role_value : int(RoleToProto(role))));
   h->set_rank(rank);
   h->set_node_id("manual-node");
-  const std::string client_nonce(kNonceBytes, 'c');
+  const std::string client_nonce(kNonceBytes, kManualClientNonce);
   h->set_client_nonce(client_nonce);
   h->set_mac(HelloMac(secret, nonce, client_nonce, kJob, role, rank, "manual-node"));
   h->set_heartbeats(heartbeats);
@@ -125,8 +129,21 @@ struct Raw {
   absl::StatusOr<control::Frame> Read(absl::Duration wait = absl::Seconds(3)) {
     return ReadFrame(fd.get(), reader, absl::Now() + wait);
   }
+  // Sends `frame` (sealed after SealAsClient).
+  absl::Status Write(const control::Frame& frame) {
+    return WriteFrame(fd.get(), writer, frame, kDefaultMaxFrameBytes,
+                      absl::Now() + absl::Seconds(5));
+  }
+  // After the Welcome to a MakeHello (job secret kSecret) that answered the challenge `nonce` and
+  // was welcomed as `process`: seals and opens every later frame, as a ControlClient does.
+  absl::Status SealAsClient(absl::string_view nonce, int32_t process) {
+    return SealChannel(ChannelSide::kClient, kSecret, nonce,
+                       std::string(kNonceBytes, kManualClientNonce), kJob, process,
+                       "the coordinator", reader, writer);
+  }
   UniqueFd fd;
   FrameReader reader{kDefaultMaxFrameBytes};
+  FrameWriter writer;
 };
 
 }  // namespace wsync::control_testing

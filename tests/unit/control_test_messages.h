@@ -48,7 +48,7 @@ inline void ExpectNoSecret(const absl::Status& status) {
 // Writes `bytes` to `fd` as they are (no framing of their own), within 5 s.
 inline void SendRaw(int fd, const std::string& bytes) {
   FrameWriter writer;
-  writer.Enqueue(std::make_shared<const std::string>(bytes));
+  writer.EnqueueUnsealed(std::make_shared<const std::string>(bytes));
   ASSERT_TRUE(FlushFrames(fd, writer, absl::Now() + absl::Seconds(5)).ok());
 }
 inline std::string Header(uint32_t length) {

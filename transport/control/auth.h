@@ -17,8 +17,15 @@
 //            every Welcome field the client acts on is the coordinator's (WelcomeFields).
 //   StatusRequest: HMAC(secret, "wsync-control-status-v1" | nonce | client_nonce | job_id).
 //   JobStatus:     HMAC(secret, "wsync-control-status-reply-v1" | client_nonce | nonce | body).
-// The connection is authenticated once, at the handshake; later frames are not signed or
-// encrypted (the control plane expects a trusted network between the job's nodes).
+// After the handshake (protocol version 3) every frame of a coordinator<->client connection, in
+// both directions, is sealed: HKDF-SHA256 derives one key per direction from the secret and both
+// nonces (channel_keys.h), and each frame carries an HMAC over its sequence number, length and
+// body digest (frame_seal.h; wire layout in framing.h). A forged, altered, replayed, reordered or
+// dropped frame, or one spliced in from another connection, is refused (Unauthenticated) before
+// its body is parsed, and the connection ends. Control frames are authenticated and ordered, not
+// confidential: they carry layouts, transport addresses, counts and small payloads, never the
+// weights, and an on-path observer can read them. The one-shot `wsync status` exchange keeps its
+// own MACs above (one request, one reply).
 
 #include <cstdint>
 #include <string>

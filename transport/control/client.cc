@@ -14,6 +14,7 @@
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
+#include "transport/control/channel_keys.h"
 #include "transport/control/rendezvous_progress.h"
 
 namespace wsync {
@@ -210,6 +211,15 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   silence_limit_ = absl::Milliseconds(limit_ms);
   reader_.set_max_frame_bytes(options_.max_frame_bytes);
   reader_.set_progress_counter(&bytes_heard_);
+  // Every later frame in either direction is sealed (the heartbeat thread starts after this).
+  if (absl::Status sealed = SealChannel(ChannelSide::kClient, options_.secret, nonce, client_nonce,
+                                        options_.job_id, process_,
+                                        absl::StrCat("the coordinator ", options_.coordinator_host,
+                                                     ":", options_.coordinator_port),
+                                        reader_, writer_);
+      !sealed.ok()) {
+    return Wrap(sealed, Prefix());
+  }
   return absl::OkStatus();
 }
 
@@ -218,7 +228,12 @@ absl::Status ControlClient::Broken(const absl::Status& cause) {
     absl::MutexLock lock(&close_mu_);
     return close_reason_;
   }
-  if (broken_.ok()) broken_ = cause;
+  if (broken_.ok()) {
+    broken_ = cause;
+    // A forged, replayed or reordered frame: the stream can no longer be trusted, so the
+    // connection ends now (the coordinator then takes this process as lost).
+    if (absl::IsUnauthenticated(cause) && fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
+  }
   return broken_;
 }
 
@@ -288,39 +303,6 @@ absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Tim
     joined_ = true;
     return roster;
   }
-}
-
-absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) {
-  const int32_t world = size();
-  bool consistent = wire.num_trainers() == num_trainers_ && wire.num_rollouts() == num_rollouts_ &&
-                    wire.processes_size() == world;
-  for (int32_t id = 0; consistent && id < world; ++id) {
-    const control::RosterEntry& e = wire.processes(id);
-    const std::optional<ControlRole> role = RoleFromProto(e.role());
-    consistent = e.process() == id && role.has_value() && e.rank() >= 0 &&
-                 GlobalProcessId(*role, e.rank(), num_trainers_) == id &&
-                 CheckIdentifier("node id", e.node_id()).ok() && e.manifest() >= 0 &&
-                 e.manifest() < wire.blobs_size() && e.metadata() >= 0 &&
-                 e.metadata() < wire.blobs_size() &&
-                 (id != process_ || e.node_id() == options_.node_id);
-  }
-  if (!consistent) {
-    return Broken(absl::InternalError(
-        absl::StrCat(Prefix(), "protocol error: the coordinator sent an inconsistent roster")));
-  }
-  Roster roster;
-  roster.num_trainers = num_trainers_;
-  roster.num_rollouts = num_rollouts_;
-  roster.processes.reserve(world);
-  for (control::RosterEntry& e : *wire.mutable_processes()) {
-    roster.processes.push_back(RosterEntry{e.process(), *RoleFromProto(e.role()), e.rank(),
-                                           std::move(*e.mutable_node_id()), e.manifest(),
-                                           e.metadata(), std::move(*e.mutable_address())});
-  }
-  roster.blobs.reserve(wire.blobs_size());
-  for (std::string& blob : *wire.mutable_blobs()) roster.blobs.push_back(std::move(blob));
-  roster.epoch = wire.epoch();
-  return roster;
 }
 
 std::optional<Roster> ControlClient::TakeRosterUpdate() {
@@ -573,8 +555,8 @@ void ControlClient::SendHeartbeat() {
   if (writer_.empty()) {
     control::Frame frame;
     frame.mutable_heartbeat();
-    absl::StatusOr<std::string> encoded = EncodeFrame(frame, coordinator_max_frame_bytes_);
-    if (encoded.ok()) writer_.Enqueue(std::make_shared<const std::string>(*std::move(encoded)));
+    auto encoded = PrepareFrame(frame, coordinator_max_frame_bytes_);
+    if (encoded.ok()) writer_.Enqueue(*std::move(encoded));  // Sealed here, under write_mu_.
   }
   // Never waits: what the socket does not take now goes with the next heartbeat or call; a
   // failed connection shows on the reading side.

@@ -16,7 +16,9 @@
 //                     for everyone at once); or Abort
 //   ResourceExhausted a payload or a gathered result above the frame cap
 // A call that finds the connection broken (closed, refused, protocol error) fails at once with
-// that error; the client is then finished. Error messages never contain the secret.
+// that error; the client is then finished. A frame from the coordinator that fails authentication
+// (forged, replayed, reordered: auth.h) is Unauthenticated naming the coordinator, and the client
+// closes the connection at once. Error messages never contain the secret.
 //
 // Loss notices: once a process's connection ends after the rendezvous, the coordinator tells every
 // other process at once, unasked (control.proto: Lost). Calls record the notices they read on the
@@ -242,7 +244,9 @@ class ControlClient : public Group {
   // read (so the connection's reader and the fields above have one user at a time).
   absl::Mutex io_mu_;
   // Held while writing writer_ to the socket: by a call (inside io_mu_) for each frame it sends,
-  // and by the heartbeat thread (TryLock only) for a heartbeat, so frames never interleave.
+  // and by the heartbeat thread (TryLock only) for a heartbeat, so frames never interleave. Frames
+  // are sealed (given their sequence numbers) as they are queued, under this lock, so the numbers
+  // follow the order on the wire.
   absl::Mutex write_mu_;
 
   // Bytes received from the coordinator (reader_'s progress counter), sampled by the heartbeat

@@ -22,6 +22,7 @@
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
+#include "transport/control/channel_keys.h"
 #include "transport/control/coordinator_impl.h"
 #include "transport/control/protocol.h"
 #include "transport/control/socket.h"
@@ -56,48 +57,6 @@ std::string ClaimOf(const control::Hello& hello) {
 }
 
 }  // namespace
-
-absl::string_view RefusalReasonName(RefusalReason reason) {
-  switch (reason) {
-    case RefusalReason::kAuthenticationFailed:
-      return "authentication_failed";
-    case RefusalReason::kUnknownJob:
-      return "unknown_job";
-    case RefusalReason::kRankOutOfRange:
-      return "rank_out_of_range";
-    case RefusalReason::kDuplicateRank:
-      return "duplicate_rank";
-    case RefusalReason::kBadField:
-      return "bad_field";
-    case RefusalReason::kProtocolVersion:
-      return "protocol_version";
-    case RefusalReason::kOversizedFrame:
-      return "oversized_frame";
-    case RefusalReason::kTruncatedFrame:
-      return "truncated_frame";
-    case RefusalReason::kMalformedFrame:
-      return "malformed_frame";
-    case RefusalReason::kUnexpectedFrame:
-      return "unexpected_frame";
-    case RefusalReason::kHandshakeTimeout:
-      return "handshake_timeout";
-    case RefusalReason::kFrameTimeout:
-      return "frame_timeout";
-    case RefusalReason::kTooManyConnections:
-      return "too_many_connections";
-    case RefusalReason::kRendezvousClosed:
-      return "rendezvous_closed";
-    case RefusalReason::kTooFarAhead:
-      return "too_far_ahead";
-  }
-  return "unknown";
-}
-
-int64_t CoordinatorCounters::TotalRefused() const {
-  int64_t total = 0;
-  for (int64_t n : refused) total += n;
-  return total;
-}
 
 void Coordinator::Impl::Run() {
   std::vector<pollfd> fds;
@@ -334,8 +293,11 @@ void Coordinator::Impl::ReadFrom(Connection& c, absl::Time now) {
     }
     c.frame_deadline = absl::InfiniteFuture();
     absl::StatusOr<control::Frame> frame = c.reader.TakeFrame();
-    if (!frame.ok()) {
-      Refuse(c, RefusalReason::kMalformedFrame, frame.status(), now);
+    if (!frame.ok()) {  // Forged, replayed or reordered (sealed), or malformed.
+      Refuse(c,
+             absl::IsUnauthenticated(frame.status()) ? RefusalReason::kAuthenticationFailed
+                                                     : RefusalReason::kMalformedFrame,
+             frame.status(), now);
       return;
     }
     OnFrame(c, *frame, now);
@@ -368,13 +330,13 @@ void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time
 }
 
 void Coordinator::Impl::Send(Connection& c, const control::Frame& frame) {
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) {
     // Only a result can be this large, and results are checked first; fail the connection loudly.
     Drop(c, encoded.status().message());
     return;
   }
-  c.writer.Enqueue(std::make_shared<const std::string>(*std::move(encoded)));
+  c.writer.Enqueue(*std::move(encoded));
 }
 
 void Coordinator::Impl::SendReject(Connection& c, const absl::Status& status) {
@@ -432,9 +394,9 @@ void Coordinator::Impl::NoticeLoss(int32_t id) {
   lost->set_process(id);
   lost->set_reason(TruncateText(
       absl::StrCat(Describe(id), " was lost: ", processes_[id].lost_reason), kMaxReasonBytes));
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) return;  // A notice is small; the cap cannot refuse it.
-  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  auto shared = *std::move(encoded);
   for (int32_t q = 0; q < world_; ++q) {
     const Connection* c = processes_[q].connection;
     if (q == id || c == nullptr || c->closing || c->gone || c->phase != Phase::kJoined) continue;
@@ -564,7 +526,13 @@ void Coordinator::Impl::HandleHello(Connection& c, const control::Hello& hello, 
   }
   welcome->set_mac(WelcomeMac(options_.secret, hello.client_nonce(), c.nonce, options_.job_id,
                               WelcomeFieldsOf(*welcome)));
-  Send(c, frame);
+  Send(c, frame);  // The last unsealed frame: every later one in either direction is sealed.
+  if (absl::Status sealed =
+          SealChannel(ChannelSide::kCoordinator, options_.secret, c.nonce, hello.client_nonce(),
+                      options_.job_id, id, Describe(id), c.reader, c.writer);
+      !sealed.ok()) {
+    Drop(c, sealed.message());
+  }
 }
 
 void Coordinator::Impl::HandleJoin(Connection& c, control::Join& join) {
@@ -606,7 +574,7 @@ void Coordinator::Impl::CompleteRendezvous() {
     entry->set_metadata(blob(p.metadata));
     entry->set_address(p.address);
   }
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) {
     FailRendezvous(absl::ResourceExhaustedError(
                        absl::StrCat("control: rendezvous failed: the roster (",
@@ -621,7 +589,7 @@ void Coordinator::Impl::CompleteRendezvous() {
     absl::MutexLock lock(&mu_);
     rendezvous_status_ = absl::OkStatus();
   }
-  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  auto shared = *std::move(encoded);
   for (Process& p : processes_) {
     p.connection->writer.Enqueue(shared);
     std::string().swap(p.manifest);  // The roster holds them now.
@@ -671,7 +639,7 @@ void Coordinator::Impl::AdmitReplacement(Connection& c, control::Join& join, abs
     ++counters_.joined;
     ++counters_.replaced;
   }
-  absl::StatusOr<std::string> encoded = EncodeFrame(
+  auto encoded = PrepareFrame(
       [&] {
         control::Frame frame;
         *frame.mutable_roster() = roster_;
@@ -679,7 +647,7 @@ void Coordinator::Impl::AdmitReplacement(Connection& c, control::Join& join, abs
       }(),
       options_.max_frame_bytes);
   if (!encoded.ok()) return Drop(c, encoded.status().message());
-  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  auto shared = *std::move(encoded);
   for (const Process& q : processes_) {
     if (q.connection != nullptr && !q.connection->closing && !q.connection->gone) {
       q.connection->writer.Enqueue(shared);

@@ -196,7 +196,7 @@ class Coordinator::Impl {
 
   // Collectives.
   void HandleContribute(Connection& c, control::Contribute& contribute, absl::Time now);
-  void Answer(int32_t id, uint64_t number, std::shared_ptr<const std::string> encoded);
+  void Answer(int32_t id, uint64_t number, std::shared_ptr<const OutgoingFrame> encoded);
   void AnswerStatus(int32_t id, uint64_t number, const absl::Status& status);
   void CompleteRound(uint64_t number);
   void FailRound(uint64_t number, const absl::Status& status);

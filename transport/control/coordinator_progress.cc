@@ -94,9 +94,9 @@ void Coordinator::Impl::ReportProgress(absl::Time now) {
     note->set_text(r.text);
     note->set_age_ms(absl::ToInt64Milliseconds(now - r.when));
   }
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) return;  // Bounded lists: far below any frame cap the options allow.
-  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  auto shared = *std::move(encoded);
   for (const Process& p : processes_) {
     const Connection* c = p.connection;
     if (!p.joined || c == nullptr || c->closing || c->gone || !c->rendezvous_progress) continue;

@@ -125,7 +125,7 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
 }
 
 void Coordinator::Impl::Answer(int32_t id, uint64_t number,
-                               std::shared_ptr<const std::string> encoded) {
+                               std::shared_ptr<const OutgoingFrame> encoded) {
   auto it = rounds_.find(number);
   if (it != rounds_.end()) {
     Round& r = it->second;
@@ -144,8 +144,8 @@ void Coordinator::Impl::AnswerStatus(int32_t id, uint64_t number, const absl::St
   result->set_code(static_cast<int32_t>(status.code()));
   result->set_message(TruncateText(status.message(), kMaxReasonBytes * 4));
   // A status-only result is small; the cap cannot refuse it.
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
-  if (encoded.ok()) Answer(id, number, std::make_shared<const std::string>(*std::move(encoded)));
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
+  if (encoded.ok()) Answer(id, number, *std::move(encoded));
 }
 
 void Coordinator::Impl::CompleteRound(uint64_t number) {
@@ -159,14 +159,14 @@ void Coordinator::Impl::CompleteRound(uint64_t number) {
   } else if (r.kind == control::COLLECTIVE_BROADCAST) {
     result->add_payloads(std::move(r.payloads[r.root]));
   }
-  absl::StatusOr<std::string> encoded = EncodeFrame(frame, options_.max_frame_bytes);
+  auto encoded = PrepareFrame(frame, options_.max_frame_bytes);
   if (!encoded.ok()) {
     return FailRound(number,
                      absl::ResourceExhaustedError(absl::StrCat(
                          name, ": the result (", frame.ByteSizeLong(),
                          " bytes) exceeds the frame cap of ", options_.max_frame_bytes, " bytes")));
   }
-  auto shared = std::make_shared<const std::string>(*std::move(encoded));
+  auto shared = *std::move(encoded);
   for (int32_t id = 0; id < world_; ++id) {
     if (!r.answered[id]) Answer(id, number, shared);
   }

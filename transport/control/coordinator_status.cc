@@ -1,6 +1,7 @@
-// `wsync status` on the coordinator: an authenticated, read-only StatusRequest in place of a Hello
-// is answered with one JobStatus (control.proto) built from what the coordinator already knows,
-// and the connection is closed. Runs on the serving thread only (see coordinator_impl.h).
+// The coordinator's refusal names and counters, and `wsync status`: an authenticated, read-only
+// StatusRequest in place of a Hello is answered with one JobStatus (control.proto) built from what
+// the coordinator already knows, and the connection is closed. Runs on the serving thread only
+// (see coordinator_impl.h).
 
 #include <string>
 
@@ -8,6 +9,48 @@
 #include "transport/control/coordinator_impl.h"
 
 namespace wsync {
+
+absl::string_view RefusalReasonName(RefusalReason reason) {
+  switch (reason) {
+    case RefusalReason::kAuthenticationFailed:
+      return "authentication_failed";
+    case RefusalReason::kUnknownJob:
+      return "unknown_job";
+    case RefusalReason::kRankOutOfRange:
+      return "rank_out_of_range";
+    case RefusalReason::kDuplicateRank:
+      return "duplicate_rank";
+    case RefusalReason::kBadField:
+      return "bad_field";
+    case RefusalReason::kProtocolVersion:
+      return "protocol_version";
+    case RefusalReason::kOversizedFrame:
+      return "oversized_frame";
+    case RefusalReason::kTruncatedFrame:
+      return "truncated_frame";
+    case RefusalReason::kMalformedFrame:
+      return "malformed_frame";
+    case RefusalReason::kUnexpectedFrame:
+      return "unexpected_frame";
+    case RefusalReason::kHandshakeTimeout:
+      return "handshake_timeout";
+    case RefusalReason::kFrameTimeout:
+      return "frame_timeout";
+    case RefusalReason::kTooManyConnections:
+      return "too_many_connections";
+    case RefusalReason::kRendezvousClosed:
+      return "rendezvous_closed";
+    case RefusalReason::kTooFarAhead:
+      return "too_far_ahead";
+  }
+  return "unknown";
+}
+
+int64_t CoordinatorCounters::TotalRefused() const {
+  int64_t total = 0;
+  for (int64_t n : refused) total += n;
+  return total;
+}
 
 void Coordinator::Impl::HandleStatusRequest(Connection& c, const control::StatusRequest& request,
                                             absl::Time now) {

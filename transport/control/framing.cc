@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 #include <cstring>
@@ -15,6 +16,14 @@ namespace {
 
 // Largest single read of a body: keeps one connection from monopolizing an event loop turn.
 constexpr int64_t kMaxReadChunk = int64_t{1} << 20;
+// Pieces given to one sendmsg (a sealed frame is three: header, body, tag).
+constexpr size_t kMaxPiecesPerSend = 48;
+
+std::string Header(uint64_t length) {
+  return std::string{static_cast<char>((length >> 24) & 0xff),
+                     static_cast<char>((length >> 16) & 0xff),
+                     static_cast<char>((length >> 8) & 0xff), static_cast<char>(length & 0xff)};
+}
 
 absl::Status IoError(absl::string_view what, int error) {
   if (error == ECONNRESET || error == EPIPE || error == ENOTCONN || error == ETIMEDOUT) {
@@ -40,11 +49,8 @@ absl::StatusOr<std::string> EncodeFrame(const control::Frame& frame, int64_t max
     return absl::ResourceExhaustedError(absl::StrCat(
         "control: frame of ", body, " bytes exceeds the cap of ", max_frame_bytes, " bytes"));
   }
-  std::string out(kFrameHeaderBytes + body, '\0');
-  out[0] = static_cast<char>((body >> 24) & 0xff);
-  out[1] = static_cast<char>((body >> 16) & 0xff);
-  out[2] = static_cast<char>((body >> 8) & 0xff);
-  out[3] = static_cast<char>(body & 0xff);
+  std::string out = Header(body);
+  out.resize(kFrameHeaderBytes + body);
   if (body > 0 && !frame.SerializeToArray(out.data() + kFrameHeaderBytes, static_cast<int>(body))) {
     return absl::InternalError("control: cannot serialize a frame");
   }
@@ -63,7 +69,17 @@ absl::StatusOr<control::Frame> DecodeFrameBody(absl::string_view body) {
   return frame;
 }
 
+absl::StatusOr<std::shared_ptr<const OutgoingFrame>> PrepareFrame(const control::Frame& frame,
+                                                                  int64_t max_frame_bytes) {
+  WSYNC_ASSIGN_OR_RETURN(std::string encoded, EncodeFrame(frame, max_frame_bytes));
+  auto prepared = std::make_shared<OutgoingFrame>();
+  prepared->encoded = std::move(encoded);
+  prepared->body_digest = DigestFrameBody(prepared->body());
+  return std::shared_ptr<const OutgoingFrame>(std::move(prepared));
+}
+
 absl::StatusOr<bool> FrameReader::ReadSome(int fd) {
+  if (!failed_.ok()) return failed_;
   for (;;) {
     if (body_bytes_ >= 0 && body_read_ == body_bytes_) return true;
     char* target;
@@ -94,11 +110,12 @@ absl::StatusOr<bool> FrameReader::ReadSome(int fd) {
       if (header_read_ < kFrameHeaderBytes) continue;
       const uint64_t length = (uint64_t{header_[0]} << 24) | (uint64_t{header_[1]} << 16) |
                               (uint64_t{header_[2]} << 8) | uint64_t{header_[3]};
-      if (static_cast<int64_t>(length) > max_frame_bytes_) {
+      const int64_t tag = opener_ != nullptr ? kFrameTagBytes : 0;
+      if (static_cast<int64_t>(length) > max_frame_bytes_ + tag) {
         // Refused before any allocation for the body.
-        return absl::ResourceExhaustedError(absl::StrCat("control: frame of ", length,
-                                                         " bytes exceeds the cap of ",
-                                                         max_frame_bytes_, " bytes"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("control: frame of ", static_cast<int64_t>(length) - tag,
+                         " bytes exceeds the cap of ", max_frame_bytes_, " bytes"));
       }
       body_bytes_ = static_cast<int64_t>(length);
       body_read_ = 0;
@@ -113,7 +130,20 @@ absl::StatusOr<control::Frame> FrameReader::TakeFrame() {
   if (body_bytes_ < 0 || body_read_ != body_bytes_) {
     return absl::FailedPreconditionError("control: no complete frame buffered");
   }
-  absl::StatusOr<control::Frame> frame = DecodeFrameBody(body_);
+  if (!failed_.ok()) return failed_;
+  absl::string_view body = body_;
+  if (opener_ != nullptr) {
+    // Checked before the body is parsed; a frame too short for a tag cannot be authentic.
+    if (body.size() < static_cast<size_t>(kFrameTagBytes)) {
+      failed_ = opener_->Refuse();
+    } else {
+      const size_t tagged = body.size() - static_cast<size_t>(kFrameTagBytes);
+      failed_ = opener_->Open(body.substr(0, tagged), body.substr(tagged));
+      body = body.substr(0, tagged);
+    }
+    if (!failed_.ok()) return failed_;
+  }
+  absl::StatusOr<control::Frame> frame = DecodeFrameBody(body);
   header_read_ = 0;
   body_bytes_ = -1;
   body_read_ = 0;
@@ -121,24 +151,64 @@ absl::StatusOr<control::Frame> FrameReader::TakeFrame() {
   return frame;
 }
 
-void FrameWriter::Enqueue(std::shared_ptr<const std::string> encoded) {
-  if (encoded == nullptr || encoded->empty()) return;
-  pending_bytes_ += static_cast<int64_t>(encoded->size());
-  queue_.push_back(std::move(encoded));
+void FrameWriter::Push(std::shared_ptr<const std::string> owner, size_t begin, size_t end) {
+  if (begin >= end) return;
+  pending_bytes_ += static_cast<int64_t>(end - begin);
+  queue_.push_back(Piece{std::move(owner), begin, end});
+}
+
+void FrameWriter::Enqueue(std::shared_ptr<const OutgoingFrame> frame) {
+  if (frame == nullptr || frame->encoded.empty()) return;
+  const size_t size = frame->encoded.size();
+  std::shared_ptr<const std::string> encoded(frame, &frame->encoded);  // Shares the frame.
+  if (sealer_ == nullptr) {
+    Push(std::move(encoded), 0, size);
+    return;
+  }
+  // This connection's header (counting the tag) and tag around the shared body.
+  const uint64_t body = size - static_cast<size_t>(kFrameHeaderBytes);
+  auto own = std::make_shared<std::string>(Header(body + kFrameTagBytes));
+  own->append(sealer_->Seal(body, frame->body_digest));
+  const std::shared_ptr<const std::string> ends = std::move(own);
+  Push(ends, 0, kFrameHeaderBytes);
+  Push(std::move(encoded), kFrameHeaderBytes, size);
+  Push(ends, kFrameHeaderBytes, ends->size());
+}
+
+void FrameWriter::EnqueueUnsealed(std::shared_ptr<const std::string> bytes) {
+  if (bytes == nullptr) return;
+  const size_t size = bytes->size();
+  Push(std::move(bytes), 0, size);
 }
 
 absl::StatusOr<bool> FrameWriter::Flush(int fd) {
+  iovec pieces[kMaxPiecesPerSend];
   while (!queue_.empty()) {
-    const std::string& front = *queue_.front();
-    const ssize_t sent = send(fd, front.data() + offset_, front.size() - offset_, MSG_NOSIGNAL);
+    size_t count = 0;
+    for (const Piece& piece : queue_) {
+      if (count == kMaxPiecesPerSend) break;
+      const size_t skip = count == 0 ? offset_ : 0;
+      pieces[count].iov_base = const_cast<char*>(piece.owner->data() + piece.begin + skip);
+      pieces[count].iov_len = piece.end - piece.begin - skip;
+      ++count;
+    }
+    msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = count;
+    ssize_t sent = sendmsg(fd, &message, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       return IoError("send", errno);
     }
-    offset_ += sent;
     pending_bytes_ -= sent;
-    if (offset_ == static_cast<int64_t>(front.size())) {
+    while (sent > 0) {
+      const size_t left = queue_.front().end - queue_.front().begin - offset_;
+      if (static_cast<size_t>(sent) < left) {
+        offset_ += static_cast<size_t>(sent);
+        break;
+      }
+      sent -= static_cast<ssize_t>(left);
       queue_.pop_front();
       offset_ = 0;
     }
@@ -178,8 +248,9 @@ absl::Status FlushFrames(int fd, FrameWriter& writer, absl::Time deadline) {
 
 absl::Status WriteFrame(int fd, FrameWriter& writer, const control::Frame& frame,
                         int64_t max_frame_bytes, absl::Time deadline) {
-  WSYNC_ASSIGN_OR_RETURN(std::string encoded, EncodeFrame(frame, max_frame_bytes));
-  writer.Enqueue(std::make_shared<const std::string>(std::move(encoded)));
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<const OutgoingFrame> prepared,
+                         PrepareFrame(frame, max_frame_bytes));
+  writer.Enqueue(std::move(prepared));
   return FlushFrames(fd, writer, deadline);
 }
 

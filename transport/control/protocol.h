@@ -16,7 +16,10 @@ namespace wsync {
 
 // 2: the Welcome's MAC covers every field the client acts on (auth.h, WelcomeFields), so a client
 // and a coordinator of version 1 refuse each other by version, not as an authentication failure.
-inline constexpr uint32_t kControlProtocolVersion = 2;
+// 3: every frame after the handshake is sealed (framing.h, frame_seal.h); a peer of version 2 is
+// refused by version (the coordinator's Reject, the client's "did not send a challenge of
+// protocol version 3").
+inline constexpr uint32_t kControlProtocolVersion = 3;
 // Bytes of a challenge nonce, of a client nonce, and of an HMAC-SHA256 tag.
 inline constexpr int kNonceBytes = 32;
 inline constexpr int kMacBytes = 32;
