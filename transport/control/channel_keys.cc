@@ -1,12 +1,9 @@
 #include "transport/control/channel_keys.h"
 
-#include <openssl/core_names.h>
-#include <openssl/kdf.h>
-#include <openssl/params.h>
-
 #include <memory>
 #include <utility>
 
+#include "common/data_key.h"
 #include "transport/control/auth.h"
 
 namespace wsync {
@@ -24,46 +21,11 @@ void AppendField(std::string& out, absl::string_view field) {
   out.append(field.data(), field.size());
 }
 
-struct KdfDeleter {
-  void operator()(EVP_KDF* kdf) const { EVP_KDF_free(kdf); }
-  void operator()(EVP_KDF_CTX* context) const { EVP_KDF_CTX_free(context); }
-};
-
-// OSSL_PARAM wants non-const pointers; OpenSSL only reads them.
-void* Bytes(absl::string_view text) { return const_cast<char*>(text.data()); }
-
 }  // namespace
 
 ChannelKeys::~ChannelKeys() {
   WipeSecret(client_to_coordinator);
   WipeSecret(coordinator_to_client);
-}
-
-absl::StatusOr<std::string> HkdfSha256(absl::string_view key_material, absl::string_view salt,
-                                       absl::string_view info, int64_t length) {
-  if (length <= 0 || length > 255 * 32) {
-    return absl::InvalidArgumentError("control: HKDF-SHA256 output length out of range");
-  }
-  std::unique_ptr<EVP_KDF, KdfDeleter> kdf(EVP_KDF_fetch(nullptr, OSSL_KDF_NAME_HKDF, nullptr));
-  std::unique_ptr<EVP_KDF_CTX, KdfDeleter> context(kdf != nullptr ? EVP_KDF_CTX_new(kdf.get())
-                                                                  : nullptr);
-  if (context == nullptr) return absl::InternalError("control: OpenSSL has no HKDF");
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, Bytes(key_material),
-                                        key_material.size()),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, Bytes(salt), salt.size()),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, Bytes(info), info.size()),
-      OSSL_PARAM_construct_end(),
-  };
-  std::string out(static_cast<size_t>(length), '\0');
-  if (EVP_KDF_derive(context.get(), reinterpret_cast<unsigned char*>(out.data()), out.size(),
-                     params) != 1) {
-    WipeSecret(out);
-    return absl::InternalError("control: HKDF-SHA256 failed");
-  }
-  return out;
 }
 
 absl::StatusOr<ChannelKeys> DeriveChannelKeys(absl::string_view secret, absl::string_view nonce,
@@ -81,11 +43,11 @@ absl::StatusOr<ChannelKeys> DeriveChannelKeys(absl::string_view secret, absl::st
   };
   ChannelKeys keys;
   absl::StatusOr<std::string> up =
-      HkdfSha256(secret, salt, info(kClientToCoordinator), kChannelKeyBytes);
+      HkdfSha256(secret, salt, info(kClientToCoordinator), static_cast<size_t>(kChannelKeyBytes));
   if (!up.ok()) return up.status();
   keys.client_to_coordinator = *std::move(up);
   absl::StatusOr<std::string> down =
-      HkdfSha256(secret, salt, info(kCoordinatorToClient), kChannelKeyBytes);
+      HkdfSha256(secret, salt, info(kCoordinatorToClient), static_cast<size_t>(kChannelKeyBytes));
   if (!down.ok()) return down.status();
   keys.coordinator_to_client = *std::move(down);
   return keys;

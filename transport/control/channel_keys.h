@@ -4,7 +4,7 @@
 // The keys of one coordinator<->client connection after its handshake (auth.h describes the
 // channel, frame_seal.h the tags they key).
 //
-// KDF: HKDF-SHA256 (RFC 5869, OpenSSL's EVP_KDF "HKDF") with
+// KDF: HKDF-SHA256 (RFC 5869; common/data_key.h HkdfSha256, tested there) with
 //   IKM  = the job secret
 //   salt = len | coordinator nonce | len | client nonce   (the handshake's two fresh nonces)
 //   info = len | label | len | job id | be32(process)
@@ -24,10 +24,6 @@
 namespace wsync {
 
 inline constexpr int64_t kChannelKeyBytes = 32;
-
-// HKDF-SHA256 of `length` bytes (1..255*32). Internal when OpenSSL's KDF fails.
-absl::StatusOr<std::string> HkdfSha256(absl::string_view key_material, absl::string_view salt,
-                                       absl::string_view info, int64_t length);
 
 // One key per direction. Move-only; wiped on destruction.
 struct ChannelKeys {
