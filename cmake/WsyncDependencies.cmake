@@ -8,6 +8,11 @@ find_package(Threads REQUIRED)
 # exposition, pull for the HTTP exporter. Only metrics/ links it.
 find_package(prometheus-cpp REQUIRED CONFIG)
 
+# SimGrid (Debian's libsimgrid-dev 3.32, S4U API): only transport/simgrid and
+# integration/simulation link it.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(SIMGRID REQUIRED IMPORTED_TARGET simgrid)
+
 find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 find_library(XXHASH_LIBRARY NAMES xxhash REQUIRED)
 add_library(wsync_xxhash INTERFACE)

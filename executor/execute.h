@@ -97,6 +97,11 @@ struct ExecuteOptions {
   // host-only job. Packs are synchronised before their send is posted, unpacks of a round before
   // the next round's messages are posted into their arenas, local copies before the run returns.
   DeviceMemory* device = nullptr;
+  // The clock the run reads: the failure path's grace (now + 200 ms, never past `deadline`) and
+  // TransferStats::seconds. Null: absl::Now. A simulated transport (transport/simgrid) passes its
+  // simulated clock, in whose time `deadline` is then given too; deadlines handed to the
+  // transport and the device are always in this clock's time.
+  std::function<absl::Time()> now;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -53,7 +53,7 @@ class Run final : public RunSteps {
   }
 
   absl::StatusOr<TransferStats> Go() {
-    const absl::Time start = absl::Now();
+    const absl::Time start = Now();
     lanes_.assign(work_.lanes.size(), LaneState{});
     // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
     if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
@@ -94,12 +94,12 @@ class Run final : public RunSteps {
       // What is still posted may complete until `grace`; the rest is cancelled and released.
       if (driver_) driver_->ReleaseOutstanding(transport_, grace);
       // No device copy may write after the run returned.
-      SynchronizeDevice(std::max(grace, absl::Now() + absl::Seconds(1))).IgnoreError();
+      SynchronizeDevice(std::max(grace, Now() + absl::Seconds(1))).IgnoreError();
       return status;
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
     RejectStaleMessages();
-    stats_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    stats_.seconds = absl::ToDoubleSeconds(Now() - start);
     return stats_;
   }
 
@@ -155,7 +155,7 @@ class Run final : public RunSteps {
       if (notice.ok()) notices.push_back(*notice);
     }
     if (!notices.empty()) {
-      transport_.WaitAll(notices, absl::Now() + absl::Milliseconds(200)).IgnoreError();
+      transport_.WaitAll(notices, Now() + absl::Milliseconds(200)).IgnoreError();
     }
   }
 
@@ -204,7 +204,7 @@ class Run final : public RunSteps {
   // How long a failed run keeps receiving and sending for its peers' sake: 200 ms, never past
   // the deadline (a run that failed on the deadline releases everything at once).
   absl::Time FailureGrace() const {
-    return std::min(options_.deadline, absl::Now() + absl::Milliseconds(200));
+    return std::min(options_.deadline, Now() + absl::Milliseconds(200));
   }
 
   void RejectStaleMessages() {
@@ -212,6 +212,8 @@ class Run final : public RunSteps {
     stats_.rejected_messages += rejected;
     if (options_.rejected_messages != nullptr) *options_.rejected_messages += rejected;
   }
+
+  absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
 
   // The caller's arena cache, or this run's own.
   ArenaCache& Arenas() { return options_.arenas != nullptr ? *options_.arenas : fresh_arenas_; }

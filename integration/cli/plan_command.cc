@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "executor/schedule.h"
 #include "integration/cli/plan_pricing.h"
+#include "integration/cli/plan_simgrid.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
 #include "planner/layout.h"
@@ -58,6 +59,9 @@ ABSL_FLAG(std::string, simulate, "",
 ABSL_FLAG(std::string, calibration, "",
           "A calibration file (wsync calibrate --out); prices the plan's traffic with it.");
 ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto.");
+ABSL_FLAG(std::string, engine, "cost_model",
+          "With --simulate: cost_model (the bound, fast) or simgrid (the executor of every "
+          "process run on SimGrid).");
 ABSL_FLAG(bool, require_prediction, false,
           "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
           "uses.");
@@ -451,14 +455,20 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   PrintPaths(out, traffic);
   PrintRelay(out, request, run.plan, relay_fits != nullptr);
   std::map<std::string, int64_t> unpriced;  // Over both sources.
+  double cluster_bound_seconds = 0;
   for (const std::optional<PricingSource>* source : {&calibration, &cluster}) {
     if (!source->has_value()) continue;
     WSYNC_ASSIGN_OR_RETURN(const Prediction prediction,
                            PrintPrediction(out, request, job, run.plan, **source));
     for (const auto& [path, bytes] : prediction.unpriced_bytes) unpriced[path] += bytes;
+    if (source == &cluster) cluster_bound_seconds = prediction.seconds;
   }
   if (cluster && !request.process.has_value()) {
     WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+  }
+  if (cluster && request.engine == "simgrid") {
+    WSYNC_RETURN_IF_ERROR(
+        PrintSimGridSimulation(out, job, run.plan, *cluster, cluster_bound_seconds));
   }
   PrintCost(out, run);
   if (request.require_prediction && !unpriced.empty()) {
@@ -478,6 +488,7 @@ std::string PlanUsage() {
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "                  [--relay never|always|auto] [--require_prediction]\n"
+      "                  [--engine cost_model|simgrid]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -501,6 +512,10 @@ std::string PlanUsage() {
       "  --require_prediction  exit 1 when something is left out of the price\n"
       "  --simulate  price the whole plan on a cluster file's stated links\n"
       "              (integration/clusters/), next to published figures of other systems\n"
+      "  --engine    with --simulate and without --process: cost_model (default) prices the\n"
+      "              plan with the cost model (a lower bound); simgrid also runs the executor of\n"
+      "              every process on SimGrid over the cluster (a star of links for now) and\n"
+      "              prints the simulated sync time next to the bound\n"
       "  --relay     cross a node boundary once for bytes several processes of a node need, and\n"
       "              forward them inside the node: never, always, or auto (default: the\n"
       "              calibration's or cluster's cost model decides per region; without one,\n"
@@ -532,12 +547,21 @@ int PlanMain(int argc, char** argv) {
   request.simulate = absl::GetFlag(FLAGS_simulate);
   request.relay = absl::GetFlag(FLAGS_relay);
   request.require_prediction = absl::GetFlag(FLAGS_require_prediction);
+  request.engine = absl::GetFlag(FLAGS_engine);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;
   }
   if (request.require_prediction && request.calibration.empty() && request.simulate.empty()) {
     absl::FPrintF(stderr, "wsync plan: --require_prediction needs --calibration or --simulate\n");
+    return 2;
+  }
+  if (request.engine != "cost_model" && request.engine != "simgrid") {
+    absl::FPrintF(stderr, "wsync plan: --engine must be cost_model or simgrid\n");
+    return 2;
+  }
+  if (request.engine == "simgrid" && (request.simulate.empty() || request.process.has_value())) {
+    absl::FPrintF(stderr, "wsync plan: --engine simgrid needs --simulate and no --process\n");
     return 2;
   }
   if (request.segments_to_show < 0) {

@@ -34,6 +34,9 @@ struct PlanRequest {
   // Fail (FailedPrecondition, after the report) when the calibration or cluster file leaves some
   // path class of the plan unpriced.
   bool require_prediction = false;
+  // With `simulate` and no process: "cost_model" (the bound only) or "simgrid" (also the
+  // executor of every process simulated on SimGrid, integration/cli/plan_simgrid.h).
+  std::string engine = "cost_model";
   // Processes per node for layouts whose spec gives no ppn (0: the named layouts' default, 8).
   int32_t procs_per_node = 0;
 };
