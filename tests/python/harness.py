@@ -96,3 +96,13 @@ def run_processes(fn, count, args=(), timeout=100):
             p.join()
     return [out.get(i, ("missing", f"process {i} exit code {procs[i].exitcode}"))
             for i in range(count)]
+
+
+def role_reports(test, results, trainers, role):
+    """The 'ok' values of a trainers-then-rollouts process run (run_processes' result) for `role`
+    ("trainer": the first `trainers` processes; else the rest); fails `test` naming the first
+    process that did not return."""
+    for index, (status, value) in enumerate(results):
+        test.assertEqual(status, "ok", f"process {index}: {value}")
+    values = [value for _, value in results]
+    return values[:trainers] if role == "trainer" else values[trainers:]

@@ -25,7 +25,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "vllm_standin")
 sys.path.insert(0, HERE)
-from harness import free_ports, run_processes  # noqa: E402
+from harness import free_ports, role_reports, run_processes  # noqa: E402
 
 SECRET = "python-vllm-engines-secret-0123456789"
 TP = 2
@@ -173,10 +173,7 @@ class VllmEnginesTest(unittest.TestCase):
         cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP),), timeout=120)
 
     def _reports(self, role):
-        for index, (status, value) in enumerate(self.results):
-            self.assertEqual(status, "ok", f"process {index}: {value}")
-        values = [value for _, value in self.results]
-        return values[:TP] if role == "trainer" else values[TP:]
+        return role_reports(self, self.results, TP, role)
 
     def test_engines_are_the_registered_backends(self):
         for report in self._reports("trainer"):

@@ -32,7 +32,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "vllm_standin")
 sys.path.insert(0, HERE)
-from harness import free_ports, run_processes  # noqa: E402
+from harness import free_ports, role_reports, run_processes  # noqa: E402
 
 SECRET = "python-vllm-loader-secret-0123456789"
 TP = 2
@@ -203,10 +203,7 @@ class VllmLoaderSyncTest(unittest.TestCase):
         cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP),), timeout=150)
 
     def _reports(self, role):
-        for index, (status, value) in enumerate(self.results):
-            self.assertEqual(status, "ok", f"process {index}: {value}")
-        values = [value for _, value in self.results]
-        return values[:TP] if role == "trainer" else values[TP:]
+        return role_reports(self, self.results, TP, role)
 
     def test_both_ways_fresh_after_every_committed_sync(self):
         import tiny_mla as tm
