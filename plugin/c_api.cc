@@ -456,11 +456,10 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
   return Guarded(session, kCall, [&]() -> wsync_status_t {
     if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
     if (stats == nullptr) return Invalid(session, kCall, "stats is NULL");
-    if (stats->struct_size < kMinStatsSize) {
-      return Invalid(
-          session, kCall,
-          absl::StrCat("stats->struct_size is ", stats->struct_size,
-                       "; set it to sizeof(wsync_stats_t) (at least ", kMinStatsSize, ")"));
+    if (absl::Status size =
+            CheckStructSize(stats->struct_size, kMinStatsSize, "stats", "wsync_stats_t");
+        !size.ok()) {
+      return Invalid(session, kCall, size.message());
     }
     const wsync::Session::SyncStats stats_and_version = session->impl->LastStats();
     const TransferStats& last = stats_and_version.stats;
@@ -478,10 +477,32 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
     full.peak_arena_bytes = last.peak_arena_bytes;
     full.seconds = last.seconds;
     full.verified_chunks = last.verified_chunks;
-    // Everything after struct_size, up to the smaller of the two struct sizes.
-    const size_t end = std::min(stats->struct_size, sizeof(full));
-    std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t),
-                reinterpret_cast<const char*>(&full) + sizeof(size_t), end - sizeof(size_t));
+    CopyPrefix(full, *stats);
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t Progress(wsync_session_t* session, wsync_progress_t* progress) {
+  constexpr absl::string_view kCall = "progress";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (progress == nullptr) return Invalid(session, kCall, "progress is NULL");
+    if (absl::Status size = CheckStructSize(progress->struct_size, kMinProgressSize, "progress",
+                                            "wsync_progress_t");
+        !size.ok()) {
+      return Invalid(session, kCall, size.message());
+    }
+    const SyncProgressSnapshot now = session->impl->Progress();
+    wsync_progress_t full;
+    std::memset(&full, 0, sizeof(full));
+    full.version = now.version;
+    full.rounds_done = now.rounds_done;
+    full.rounds_total = now.rounds_total;
+    full.bytes_done = now.bytes_done;
+    full.bytes_total = now.bytes_total;
+    full.committed_version = now.committed_version;
+    full.phase = static_cast<int32_t>(now.phase);
+    CopyPrefix(full, *progress);
     return WSYNC_OK;
   });
 }
@@ -560,4 +581,5 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .listening_ports = wsync::ListeningPorts,
     .last_error = wsync::LastError,
     .finalize = wsync::Finalize,
+    .progress = wsync::Progress,
 };
