@@ -185,8 +185,8 @@ TEST(StallTest, RendezvousTimeoutNamesTheRolloutRefusedForItsSecret) {
       << run.workers[3].stderr_text;
 }
 
-// Rollout rank 1 stops itself (SIGSTOP) for 7 s at its third receive post of version 1 (after
-// waiting 0.5 s at its second, so that a heartbeat reports it transferring), with D = 4 s and a
+// Rollout rank 1 stops itself (SIGSTOP) for 7 s at its second receive post of version 1 (after
+// waiting 0.5 s at its first, so that a heartbeat reports it transferring), with D = 4 s and a
 // 30 s silence limit (so it is stalled, not lost). `wsync status`, 2 s into the sync, shows every
 // process joined and process 3 the one not heard from for the longest, at least a second, and
 // the progress each last reported: process 3 transferring version 1 with rounds and bytes done
@@ -198,7 +198,7 @@ TEST(StallTest, StoppedRolloutIsNamedByTheSurvivorsAndByStatus) {
   job.versions = 1;
   job.deadline_s = 4;
   job.silence_limit_s = 30;
-  job.failpoints[3] = "recv:delay=500ms@2,recv:stop=7s@3";
+  job.failpoints[3] = "recv:delay=500ms@1,recv:stop=7s@2";
   std::optional<absl::Time> transferring;
   std::string status;
   job.on_poll = [&](int port, const std::string& job_id, const std::vector<std::string>& outputs) {
@@ -262,7 +262,7 @@ TEST(StallTest, ProcessLostForSilenceIsNamedWithItsLastProgress) {
   FaultJob job;
   job.deadline_s = 30;
   job.coordinator_linger_s = 1;
-  job.failpoints[3] = "recv:delay=500ms@2,recv:stop=8s@3";
+  job.failpoints[3] = "recv:delay=500ms@1,recv:stop=8s@2";
   job.expected_dead = {3};
   const FaultRun run = RunFaultJob(job);
   ASSERT_EQ(run.workers.size(), 4u);
