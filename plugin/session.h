@@ -16,8 +16,8 @@
 // (see WithErrorKind in common/status.h). Other errors keep their codes: DeadlineExceeded,
 // Unavailable (a peer or the coordinator lost), Aborted, Unauthenticated, Unimplemented.
 //
-// Thread safety: calls are serialized by the caller, except Abort, LastError, State, Stats and
-// the metrics (MetricsText, metrics_port, metrics_url), which any thread may call.
+// Thread safety: calls are serialized by the caller, except Abort, LastError, State, Stats,
+// Progress and the metrics (MetricsText, metrics_port, metrics_url), which any thread may call.
 //
 // Metrics (metrics/metrics.h): every sync records its result, duration, rounds, bytes by path
 // class and transport (bound once at connect from this process's schedule), direct, staged and

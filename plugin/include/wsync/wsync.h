@@ -19,8 +19,8 @@
  * naming the state.
  *
  * Threads: calls on one session are serialized by the caller, except abort() and last_error(),
- * which any thread may call at any time, and state(), stats() and listening_ports(), which are
- * always safe (also while another thread is blocked in connect or sync).
+ * which any thread may call at any time, and state(), stats(), listening_ports() and
+ * progress(), which are always safe (also while another thread is blocked in connect or sync).
  * abort() may also race finalize() on another thread: an abort that starts before finalize
  * returns either acts on the session or, once finalize has begun, does nothing and returns
  * WSYNC_OK; finalize waits for an abort in flight to return before it frees the handle. An abort
@@ -181,9 +181,9 @@ typedef struct wsync_session wsync_session_t;
  * each sync the trainer starts, never on the host's threads and never both at once. before_update
  * may pause serving; after_update gets the outcome (WSYNC_OK or the error) and must not resume
  * serving on an error. `user` is passed through untouched: the library neither reads nor frees it,
- * and it must stay valid until finalize returns. A callback may call state, stats, last_error and
- * abort on the session, no other function (they are the host's thread's, which may be blocked in
- * one of them). */
+ * and it must stay valid until finalize returns. A callback may call state, stats, progress,
+ * last_error and abort on the session, no other function (they are the host's thread's, which may
+ * be blocked in one of them). */
 typedef void (*wsync_before_update_fn)(void* user, int64_t version);
 typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_t status);
 
