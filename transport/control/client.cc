@@ -555,9 +555,7 @@ void ControlClient::SendHeartbeat() {
   if (!write_mu_.TryLock()) return;
   if (writer_.empty()) {
     control::Frame frame;
-    control::Heartbeat* beat = frame.mutable_heartbeat();
-    if (options_.progress != nullptr)
-      ProgressToProto(*options_.progress, *beat->mutable_progress());
+    ProgressToProto(options_.progress, *frame.mutable_heartbeat());
     auto encoded = PrepareFrame(frame, coordinator_max_frame_bytes_);
     if (encoded.ok()) writer_.Enqueue(*std::move(encoded));  // Sealed here, under write_mu_.
   }

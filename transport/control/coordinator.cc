@@ -307,8 +307,7 @@ void Coordinator::Impl::ReadFrom(Connection& c, absl::Time now) {
 void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time now) {
   const control::Frame::KindCase kind = frame.kind_case();
   if (c.phase != Phase::kHandshake && kind == control::Frame::kHeartbeat) {
-    // Liveness, recorded as it arrived (ReadFrom), and progress; allowed in every later state.
-    return NoteProgress(c, *frame.mutable_heartbeat());
+    return NoteProgress(c, *frame.mutable_heartbeat());  // Liveness: ReadFrom. Any later state.
   }
   if (c.phase == Phase::kHandshake && kind == control::Frame::kHello) {
     HandleHello(c, frame.hello(), now);

@@ -5,8 +5,10 @@
 
 namespace wsync {
 
-void ProgressToProto(const SyncProgress& progress, control::SyncProgress& out) {
-  const SyncProgressSnapshot s = progress.Read();
+void ProgressToProto(const SyncProgress* progress, control::Heartbeat& heartbeat) {
+  if (progress == nullptr) return;
+  const SyncProgressSnapshot s = progress->Read();
+  control::SyncProgress& out = *heartbeat.mutable_progress();
   out.set_version(s.version);
   out.set_phase(static_cast<control::SyncPhase>(s.phase));
   out.set_rounds_done(s.rounds_done);

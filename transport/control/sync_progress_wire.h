@@ -11,8 +11,8 @@
 
 namespace wsync {
 
-// `progress`'s current values into `out`.
-void ProgressToProto(const SyncProgress& progress, control::SyncProgress& out);
+// `progress`'s current values into `heartbeat.progress`; nothing when `progress` is null.
+void ProgressToProto(const SyncProgress* progress, control::Heartbeat& heartbeat);
 
 // "transferring version 5: round 3 of 10, 1.5 of 4.0 MiB; committed 4", "idle; committed 4",
 // "idle; nothing committed yet". Values from the wire are shown as they are, never trusted.
