@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/data_key.h"
+#include "common/sync_progress.h"
 #include "executor/schedule.h"
 #include "transport/device_memory.h"
 #include "transport/transport.h"
@@ -102,6 +103,12 @@ struct ExecuteOptions {
   // simulated clock, in whose time `deadline` is then given too; deadlines handed to the
   // transport and the device are always in this clock's time.
   std::function<absl::Time()> now;
+  // Optional, caller-owned: where the run publishes its progress (relaxed stores, no lock): once
+  // the agreement passed, the totals of this process's rounds and message bytes and the phase
+  // kTransferring; each completed message's bytes and the rounds all of whose messages completed;
+  // kVerifying while the chunk digests are checked. The caller sets the other phases (Begin before
+  // the agreement, kVoting, End).
+  SyncProgress* progress = nullptr;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -15,6 +15,7 @@
 #include "executor/lane_drivers.h"
 #include "executor/lane_state.h"
 #include "executor/memory_kinds.h"
+#include "executor/run_progress.h"
 #include "executor/verify.h"
 #include "planner/relay.h"
 
@@ -36,7 +37,8 @@ class Run final : public RunSteps {
         work_(work),
         buffers_(buffers),
         transport_(transport),
-        options_(options) {
+        options_(options),
+        progress_(work, options.progress) {
     if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,
@@ -61,16 +63,14 @@ class Run final : public RunSteps {
       DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
+    progress_.Start();
     absl::Status status = AllocateArenas();
     RejectStaleMessages();
     for (int32_t index : work_.local_segments) {
       if (status.ok()) status = CopyLocal(segments_[index]);
     }
 
-    int32_t rounds = 0;
-    for (const Lane& lane : work_.lanes) {
-      if (!lane.messages.empty()) rounds = std::max(rounds, lane.messages.back().round + 1);
-    }
+    const int32_t rounds = RoundsOf(work_);
     stats_.rounds = rounds;
     for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
       const std::vector<Message>& messages = work_.lanes[lane].messages;
@@ -84,6 +84,7 @@ class Run final : public RunSteps {
                   : MakeIndependentLanesDriver(work_, rounds, transport_, options_.deadline);
     if (status.ok() && verifier_) status = verifier_->Start(transport_);
     if (status.ok()) status = driver_->Drive(*this);
+    if (status.ok() && verifier_) progress_.Verifying();
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
     if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
@@ -110,6 +111,7 @@ class Run final : public RunSteps {
   // is added to `received`.
   void Completed(int32_t lane, int32_t index, std::vector<LaneMessage>& received) override {
     const Message& message = work_.lanes[lane].messages[index];
+    progress_.Completed(message);
     if (!message.direct) {
       lanes_[lane].slot_busy[message.slot] = false;
       UpdateLookAhead(lane);
@@ -495,6 +497,7 @@ class Run final : public RunSteps {
   const LocalBuffers& buffers_;
   Transport& transport_;
   const ExecuteOptions& options_;
+  RunProgress progress_;  // Into options_.progress.
   TransferStats stats_;
   ArenaCache fresh_arenas_;      // Used when the caller keeps no cache.
   char* relay_arena_ = nullptr;  // Memory owned by a cache.

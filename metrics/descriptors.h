@@ -68,6 +68,16 @@ inline constexpr MetricDescriptor kMetricDescriptors[] = {
      "1, labelled with the digest of the plan every process agreed on", "digest"},
     {"wsync_calibration_age_seconds", MetricType::kGauge,
      "Age of the link calibration the predictions use", ""},
+    // A coordinator's (hosted by this process, or `wsync coordinator --metrics_address`); series
+    // only where one runs, read from it at each exposition.
+    {"wsync_coordinator_processes", MetricType::kGauge,
+     "The job's processes: expected, joined (and not lost), lost (and not replaced)", "state"},
+    {"wsync_coordinator_sync_processes", MetricType::kGauge,
+     "Processes by the sync phase their latest heartbeat reported", "phase"},
+    {"wsync_coordinator_sync_bytes", MetricType::kGauge,
+     "Bytes of the processes' current or last syncs, done and total, summed over their latest "
+     "heartbeats",
+     "progress"},
 };
 
 inline constexpr size_t kMetricFamilyCount = std::size(kMetricDescriptors);

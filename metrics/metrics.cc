@@ -222,6 +222,9 @@ SessionMetrics::SessionMetrics(absl::string_view role)
   }
   plan_info_ = &f.Gauges("wsync_plan_info");
   calibration_age_family_ = &f.Gauges("wsync_calibration_age_seconds");
+  coordinator_processes_ = &f.Gauges("wsync_coordinator_processes");
+  coordinator_phases_ = &f.Gauges("wsync_coordinator_sync_processes");
+  coordinator_bytes_ = &f.Gauges("wsync_coordinator_sync_bytes");
   exposition_ = std::make_shared<Exposition>(this);
 }
 
@@ -310,6 +313,7 @@ void SessionMetrics::Refresh() const {
   if (calibration_age_ != nullptr) {
     calibration_age_->Set(absl::ToDoubleSeconds(absl::Now() - calibration_time_));
   }
+  RefreshCoordinator();
 }
 
 std::string SessionMetrics::Text() const {
@@ -402,14 +406,17 @@ void SessionMetrics::RecordError(absl::string_view kind) {
   errors_[index]->Increment();
 }
 
+size_t SessionMetrics::RejectedIndex(absl::string_view reason) {
+  constexpr size_t kReasons = std::size(kRejectedMessageReasons);
+  for (size_t index = 0; index < kReasons; ++index) {
+    if (kRejectedMessageReasons[index] == reason) return index;
+  }
+  return kReasons - 1;  // "other".
+}
+
 void SessionMetrics::RecordRejected(absl::string_view reason, int64_t count) {
   if (count <= 0) return;
-  size_t index = 0;
-  for (; index < rejected_.size(); ++index) {
-    if (kRejectedMessageReasons[index] == reason) break;
-  }
-  if (index == rejected_.size()) index = rejected_.size() - 1;  // "other".
-  rejected_[index]->Increment(static_cast<double>(count));
+  rejected_[RejectedIndex(reason)]->Increment(static_cast<double>(count));
 }
 
 void SessionMetrics::SetUnpricedBytes(std::optional<int64_t> bytes) {

@@ -25,10 +25,13 @@
 // Thread safety: every call may come from any thread; the exposition may run concurrently with
 // the recording calls (prometheus-cpp's metrics are atomic).
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/status.h"
+#include "common/sync_progress.h"
 
 namespace prometheus {
 class Counter;
@@ -58,16 +62,23 @@ enum class VersionState { kNone, kConsistent, kUpdating, kDirty };
 inline constexpr const auto& kMetricErrorKinds = kErrorClassNames;
 // The reason label values of wsync_rejected_messages_total: stale_sync, then the coordinator's
 // refusal reasons (transport/control/coordinator.h: RefusalReasonName).
-inline constexpr absl::string_view kRejectedMessageReasons[] = {
-    "stale_sync",        "authentication_failed",
-    "unknown_job",       "rank_out_of_range",
-    "duplicate_rank",    "bad_field",
-    "protocol_version",  "oversized_frame",
-    "truncated_frame",   "malformed_frame",
-    "unexpected_frame",  "handshake_timeout",
-    "frame_timeout",     "too_many_connections",
-    "rendezvous_closed", "too_far_ahead",
-    "other"};
+inline constexpr absl::string_view kRejectedMessageReasons[] = {"stale_sync",
+                                                                "authentication_failed",
+                                                                "unknown_job",
+                                                                "rank_out_of_range",
+                                                                "duplicate_rank",
+                                                                "bad_field",
+                                                                "protocol_version",
+                                                                "oversized_frame",
+                                                                "truncated_frame",
+                                                                "malformed_frame",
+                                                                "unexpected_frame",
+                                                                "handshake_timeout",
+                                                                "frame_timeout",
+                                                                "too_many_connections",
+                                                                "rendezvous_closed",
+                                                                "too_far_ahead",
+                                                                "other"};
 
 // The error kind label of a failed status: its wsync error kind (common/status.h) when it has a
 // known one, else one derived from its code. Always one of kMetricErrorKinds.
@@ -83,6 +94,20 @@ struct MetricsAddress {
   int32_t port = 0;
 };
 absl::StatusOr<MetricsAddress> ParseMetricsAddress(absl::string_view text);
+
+// What a coordinator knows, for wsync_coordinator_* and wsync_rejected_messages_total
+// (SessionMetrics::SetCoordinatorSource). Phases are SyncPhase values (common/sync_progress.h).
+struct CoordinatorFigures {
+  int64_t expected = 0;                                // Processes of the job.
+  int64_t joined = 0;                                  // Joined and not lost.
+  int64_t lost = 0;                                    // Lost and not replaced.
+  std::array<int64_t, kSyncPhaseCount> in_phase = {};  // Processes whose latest report is it.
+  int64_t sync_bytes_done = 0;                         // Summed over the processes' latest reports.
+  int64_t sync_bytes_total = 0;
+  // Connections refused so far (totals, not since the last reading), by reason: values of
+  // kRejectedMessageReasons (others count as "other").
+  std::vector<std::pair<std::string, int64_t>> refused;
+};
 
 class SessionMetrics {
  public:
@@ -139,11 +164,22 @@ class SessionMetrics {
   void SetPlanInterNodeBytes(int64_t with_relay, int64_t without_relay);
   // The calibration's time; the age is computed at each exposition. InfinitePast clears it.
   void SetCalibrationTime(absl::Time time);
+  // The coordinator this process runs: `source` is called at each exposition (any thread, under
+  // this object's lock: it must not call back into it) and its figures set the
+  // wsync_coordinator_* gauges (bound at the first reading) and add the refusals since the last
+  // reading to wsync_rejected_messages_total (a new source's totals count from zero). Null: none
+  // (the gauges keep their last values). Reads the previous source one last time; returns once no
+  // exposition calls it any more.
+  void SetCoordinatorSource(std::function<CoordinatorFigures()> source);
 
  private:
   class Exposition;
-  // Updates the gauges computed at exposition time (the calibration age).
+  // Updates the gauges computed at exposition time (the calibration age, the coordinator's).
   void Refresh() const;
+  // The index of `reason` in kRejectedMessageReasons ("other" when it is none).
+  static size_t RejectedIndex(absl::string_view reason);
+  // The coordinator's figures from its source (coordinator_metrics.cc); under mu_.
+  void RefreshCoordinator() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string role_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -179,6 +215,14 @@ class SessionMetrics {
   prometheus::Gauge* plan_info_child_ ABSL_GUARDED_BY(mu_) = nullptr;
   prometheus::Gauge* calibration_age_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time calibration_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  prometheus::Family<prometheus::Gauge>* coordinator_processes_;
+  prometheus::Family<prometheus::Gauge>* coordinator_phases_;
+  prometheus::Family<prometheus::Gauge>* coordinator_bytes_;
+  std::function<CoordinatorFigures()> coordinator_source_ ABSL_GUARDED_BY(mu_);
+  // Bound at the first reading: expected, joined, lost; by phase; done, total.
+  mutable std::vector<prometheus::Gauge*> coordinator_gauges_ ABSL_GUARDED_BY(mu_);
+  // Refusals already added to wsync_rejected_messages_total, by reason.
+  mutable std::vector<std::pair<std::string, int64_t>> coordinator_refused_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<prometheus::Exposer> exposer_ ABSL_GUARDED_BY(mu_);
   std::string exporter_host_ ABSL_GUARDED_BY(mu_);
   int32_t exporter_port_ ABSL_GUARDED_BY(mu_) = 0;

@@ -451,21 +451,30 @@ wsync_status_t State(wsync_session_t* session, int64_t* version, wsync_state_t* 
   });
 }
 
-wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
-  constexpr absl::string_view kCall = "stats";
-  return Guarded(session, kCall, [&]() -> wsync_status_t {
-    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
-    if (stats == nullptr) return Invalid(session, kCall, "stats is NULL");
-    if (stats->struct_size < kMinStatsSize) {
-      return Invalid(
-          session, kCall,
-          absl::StrCat("stats->struct_size is ", stats->struct_size,
-                       "; set it to sizeof(wsync_stats_t) (at least ", kMinStatsSize, ")"));
+// The body of the calls that fill a caller's versioned struct (stats, progress): checks the
+// session, `out` and its struct_size (at least `minimum`), has `fill` write a zeroed full-size
+// struct and copies it up to the caller's struct_size (CopyPrefix).
+template <typename Struct, typename Fill>
+wsync_status_t FillOut(wsync_session_t* session, absl::string_view call, Struct* out,
+                       size_t minimum, absl::string_view type, Fill fill) {
+  return Guarded(session, call, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, call, "session is NULL");
+    if (out == nullptr) return Invalid(session, call, absl::StrCat(call, " is NULL"));
+    if (absl::Status size = CheckStructSize(out->struct_size, minimum, call, type); !size.ok()) {
+      return Invalid(session, call, size.message());
     }
+    Struct full;
+    std::memset(&full, 0, sizeof(full));
+    fill(full);
+    CopyPrefix(full, *out);
+    return WSYNC_OK;
+  });
+}
+
+wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
+  return FillOut(session, "stats", stats, kMinStatsSize, "wsync_stats_t", [&](wsync_stats_t& full) {
     const wsync::Session::SyncStats stats_and_version = session->impl->LastStats();
     const TransferStats& last = stats_and_version.stats;
-    wsync_stats_t full;
-    std::memset(&full, 0, sizeof(full));
     full.version = stats_and_version.version;
     full.segments = last.segments;
     full.chunks = last.chunks;
@@ -478,12 +487,21 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
     full.peak_arena_bytes = last.peak_arena_bytes;
     full.seconds = last.seconds;
     full.verified_chunks = last.verified_chunks;
-    // Everything after struct_size, up to the smaller of the two struct sizes.
-    const size_t end = std::min(stats->struct_size, sizeof(full));
-    std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t),
-                reinterpret_cast<const char*>(&full) + sizeof(size_t), end - sizeof(size_t));
-    return WSYNC_OK;
   });
+}
+
+wsync_status_t Progress(wsync_session_t* session, wsync_progress_t* progress) {
+  return FillOut(session, "progress", progress, kMinProgressSize, "wsync_progress_t",
+                 [&](wsync_progress_t& full) {
+                   const SyncProgressSnapshot now = session->impl->Progress();
+                   full.version = now.version;
+                   full.rounds_done = now.rounds_done;
+                   full.rounds_total = now.rounds_total;
+                   full.bytes_done = now.bytes_done;
+                   full.bytes_total = now.bytes_total;
+                   full.committed_version = now.committed_version;
+                   full.phase = static_cast<int32_t>(now.phase);
+                 });
 }
 
 wsync_status_t MetricsText(wsync_session_t* session, char* buffer, size_t* size) {
@@ -560,4 +578,5 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .listening_ports = wsync::ListeningPorts,
     .last_error = wsync::LastError,
     .finalize = wsync::Finalize,
+    .progress = wsync::Progress,
 };

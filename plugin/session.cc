@@ -218,18 +218,7 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
   }
   metrics_->SetArenaBytes(arenas_->held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
-  RecordCoordinatorRefusals();
   PublishState();
-}
-
-void Session::RecordCoordinatorRefusals() {
-  if (coordinator_ == nullptr) return;
-  const CoordinatorCounters counters = coordinator_->counters();
-  for (int r = 0; r < kNumRefusalReasons; ++r) {
-    const int64_t added = counters.refused[r] - refusals_recorded_[r];
-    metrics_->RecordRejected(RefusalReasonName(static_cast<RefusalReason>(r)), added);
-    refusals_recorded_[r] = counters.refused[r];
-  }
 }
 
 absl::Status Session::Remember(absl::Status status) const {
@@ -287,6 +276,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   if (!absl::SimpleAtoi(trigger, &version)) {
     return absl::DataLossError("trainer rank 0 sent an unreadable version");
   }
+  progress_.Begin(version);
   absl::Status outcome;
   // A replacement process took a lost one's rank: reach it at its new addresses, and, in a job
   // with CUDA buffers, meet its first CUDA collective.
@@ -328,12 +318,14 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   options.device = device_.get();
   options.verify = config_.verify;
   options.data_key = &data_key_;
+  options.progress = &progress_;
   int64_t rejected_messages = 0;
   options.rejected_messages = &rejected_messages;
   // A local failure votes no before the peers are told (execute.h), so that the decision names
   // this process's reason.
   std::optional<absl::Status> early_decision;
   options.before_notices = [&](const absl::Status& failure) {
+    progress_.SetPhase(SyncPhase::kVoting);
     early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
   };
   absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
@@ -357,10 +349,12 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
         .IgnoreError();
   }
   // (3) The commit decision: every process votes; a failure anywhere fails everyone.
+  progress_.SetPhase(SyncPhase::kVoting);
   absl::Status decision = early_decision ? *early_decision
                                          : client_->Decide(outcome.ok(), outcome.message(),
                                                            sync_deadline + kDecisionGrace);
   if (outcome.ok()) outcome = decision;
+  progress_.End(outcome.ok());
   {
     absl::MutexLock lock(&mu_);
     if (stats.ok()) {

@@ -16,8 +16,8 @@
 // (see WithErrorKind in common/status.h). Other errors keep their codes: DeadlineExceeded,
 // Unavailable (a peer or the coordinator lost), Aborted, Unauthenticated, Unimplemented.
 //
-// Thread safety: calls are serialized by the caller, except Abort, LastError, State, Stats and
-// the metrics (MetricsText, metrics_port, metrics_url), which any thread may call.
+// Thread safety: calls are serialized by the caller, except Abort, LastError, State, Stats,
+// Progress and the metrics (MetricsText, metrics_port, metrics_url), which any thread may call.
 //
 // Metrics (metrics/metrics.h): every sync records its result, duration, rounds, bytes by path
 // class and transport (bound once at connect from this process's schedule), direct, staged and
@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/data_key.h"
+#include "common/sync_progress.h"
 #include "executor/execute.h"
 #include "metrics/metrics.h"
 #include "planner/layout.h"
@@ -152,6 +153,9 @@ class Session {
     TransferStats stats;
   };
   SyncStats LastStats() const;
+  // Where this process stands in its current sync (or its last one: idle). Any thread; relaxed
+  // reads, no lock (common/sync_progress.h). Also sent to the coordinator with every heartbeat.
+  SyncProgressSnapshot Progress() const { return progress_.Read(); }
   std::string LastError() const;
   // Records the message of `status` as the session's last error when it is not OK; returns it.
   absl::Status Remember(absl::Status status) const;
@@ -201,9 +205,6 @@ class Session {
   void RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats, const absl::Status& outcome,
                          double seconds);
   void PublishState();
-  // Hosting the coordinator: adds the control frames it refused since the last call to
-  // wsync_rejected_messages_total (by refusal reason). Sync path only.
-  void RecordCoordinatorRefusals();
 
   SessionConfig config_;
   // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
@@ -219,6 +220,9 @@ class Session {
   // (or in Finalize once the sync threads ended); Abort reads them under handles_mu_ from any
   // thread. The sync path uses them without the lock: only those two functions change them.
   mutable absl::Mutex handles_mu_;
+  // Written by the sync path (and the executor), read by the client's heartbeat thread and by
+  // Progress; declared before client_, which reads it until it is destroyed.
+  SyncProgress progress_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
@@ -266,7 +270,6 @@ class Session {
   int64_t direct_bytes_[2] = {0, 0};
   int64_t staged_bytes_[2] = {0, 0};
   int64_t arena_peak_bytes_ = 0;  // The largest peak_arena_bytes of any sync; sync path only.
-  std::array<int64_t, kNumRefusalReasons> refusals_recorded_ = {};  // Sync path only.
 
   mutable absl::Mutex mu_;
   SessionState state_ ABSL_GUARDED_BY(mu_) = SessionState::kRegistered;

@@ -11,6 +11,7 @@
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/policy.h"
+#include "plugin/coordinator_figures.h"
 #include "plugin/roster_check.h"
 #include "plugin/session.h"
 #include "plugin/transport_setup.h"
@@ -69,6 +70,7 @@ void Session::DropConnection() {
   std::unique_ptr<RoutedTransport> transport;
   std::unique_ptr<ControlClient> client;
   std::unique_ptr<Coordinator> coordinator;
+  metrics_->SetCoordinatorSource(nullptr);
   {
     absl::MutexLock lock(&handles_mu_);
     transport = std::move(transport_);
@@ -97,6 +99,7 @@ absl::Status Session::ConnectOnce() {
   control.node_id = config_.node_id;
   control.secret = secret_;
   control.connect_timeout = config_.deadline;
+  control.progress = &progress_;
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
                          ControlClient::Connect(std::move(control)));
   process_ = client->process();
@@ -166,6 +169,10 @@ absl::Status Session::StartHostedCoordinator() {
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
                          Coordinator::Start(std::move(options)));
   coordinator_port_.store(coordinator->port(), std::memory_order_release);
+  // Read at each exposition; DropConnection removes it before the coordinator goes.
+  const Coordinator* hosted = coordinator.get();
+  const int32_t world = config_.num_trainers + config_.num_rollouts;
+  metrics_->SetCoordinatorSource([hosted, world] { return FiguresOf(hosted->counters(), world); });
   absl::MutexLock lock(&handles_mu_);
   coordinator_ = std::move(coordinator);
   return absl::OkStatus();

@@ -10,6 +10,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "metrics/metrics.h"
+#include "plugin/coordinator_figures.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator.h"
 
@@ -28,6 +30,9 @@ ABSL_FLAG(int32_t, heartbeat_interval_ms, 250,
           "Milliseconds between heartbeats; 0: none, and no silence limit.");
 ABSL_FLAG(double, silence_limit_s, 3,
           "Seconds of silence (no frame, not even a heartbeat) after which a process is lost.");
+ABSL_FLAG(std::string, metrics_address, "",
+          "`wsync coordinator`: serve its Prometheus metrics (wsync_coordinator_*, refused "
+          "connections in wsync_rejected_messages_total) on HOST:PORT at /metrics; empty: none.");
 
 namespace wsync::cli {
 namespace {
@@ -75,8 +80,20 @@ absl::Status Serve() {
       return absl::InternalError(absl::StrFormat("cannot write %s", path));
     }
   }
+  std::unique_ptr<SessionMetrics> metrics;
+  if (const std::string address = absl::GetFlag(FLAGS_metrics_address); !address.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const MetricsAddress parsed, ParseMetricsAddress(address));
+    metrics = std::make_unique<SessionMetrics>("coordinator");
+    WSYNC_RETURN_IF_ERROR(metrics->StartExporter(parsed));
+    const Coordinator* served = coordinator.get();
+    const int32_t world = absl::GetFlag(FLAGS_trainers) + absl::GetFlag(FLAGS_rollouts);
+    metrics->SetCoordinatorSource([served, world] { return FiguresOf(served->counters(), world); });
+    absl::PrintF("wsync coordinator: metrics at %s\n", metrics->exporter_url());
+    std::fflush(stdout);
+  }
   int signal_number = 0;
   sigwait(&stop, &signal_number);
+  if (metrics != nullptr) metrics->SetCoordinatorSource(nullptr);
   coordinator->Stop();
   const CoordinatorCounters counters = coordinator->counters();
   absl::PrintF("wsync coordinator: stopped by signal %d; %d joined, %d connections refused\n",
@@ -90,6 +107,7 @@ std::string CoordinatorUsage() {
   return "usage: wsync coordinator --job J --trainers T --rollouts R (--secret_file F | "
          "--secret_env V)\n"
          "                  [--address A] [--port P] [--port_file F] [--rendezvous_timeout_s S]\n"
+         "                  [--metrics_address HOST:PORT]\n"
          "  Runs the job's coordinator until SIGINT or SIGTERM.\n";
 }
 

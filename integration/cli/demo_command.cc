@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "integration/cli/demo_progress_line.h"
 #include "integration/cli/demo_report.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
@@ -61,6 +62,10 @@ ABSL_FLAG(double, demo_timeout_s, 300, "`wsync demo`: limit of the whole job, se
 ABSL_FLAG(bool, metrics, false,
           "`wsync demo`: every process serves its Prometheus metrics on 127.0.0.1 (the URLs are "
           "printed) while it runs.");
+ABSL_FLAG(bool, progress, true,
+          "`wsync demo`: a progress line on stderr (when it is a terminal) while a step's sync "
+          "runs longer than a second: rounds and bytes over every process, from the "
+          "coordinator.");
 ABSL_FLAG(double, linger_s, 0,
           "`wsync demo`: seconds every process stays alive after the last step (with --metrics: "
           "for a last scrape).");
@@ -92,6 +97,7 @@ struct DemoRequest {
   bool verify = false;        // The plugin's verify=true (xxh3 per chunk).
   bool verify_keyed = false;  // The plugin's keyed verify (a MAC per chunk); wins over verify.
   std::string calibration;    // The plugin's calibration_file; empty: none.
+  bool progress = true;       // The progress line on stderr (demo_progress_line.h).
 };
 
 std::string SelfDirectory() {
@@ -268,16 +274,21 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
 // process finished. Called with every process's output so far (harness::ProcessesSpec::on_poll).
 class DemoProgress {
  public:
-  DemoProgress(const DemoRequest& request, const DemoJob& job, absl::Time start)
-      : request_(request), job_(job), start_(start) {}
+  DemoProgress(const DemoRequest& request, const DemoJob& job, absl::Time start,
+               DemoProgressLine& line)
+      : request_(request), job_(job), start_(start), line_(line) {}
 
   void operator()(const std::vector<std::string>& outputs) {
     std::vector<ProcessReport> reports;
     for (const std::string& text : outputs) reports.push_back(ParseOutput(text));
+    if (connected_shown_ && steps_shown_ < request_.steps) {
+      line_.Poll(steps_shown_ + 1, request_.steps, step_started_);
+    }
     if (!connected_shown_ && std::all_of(reports.begin(), reports.end(), [](const auto& r) {
           return r.connect_seconds.has_value();
         })) {
       connected_shown_ = true;
+      step_started_ = absl::Now();
       double slowest = 0;
       for (const ProcessReport& r : reports) slowest = std::max(slowest, *r.connect_seconds);
       absl::PrintF("connected: %d processes (rendezvous, plan, schedule, agreement: %.2f s)\n",
@@ -291,6 +302,8 @@ class DemoProgress {
       const StepSummary s = Summarize(reports, job_.trainers, steps_shown_ + 1);
       if (s.reported < job_.trainers + job_.rollouts) break;
       ++steps_shown_;
+      step_started_ = absl::Now();
+      line_.Clear();
       PrintStep(s);
       if (steps_shown_ == request_.steps && request_.metrics) PrintMetricsTotal(reports);
     }
@@ -322,8 +335,10 @@ class DemoProgress {
   const DemoRequest& request_;
   const DemoJob& job_;
   const absl::Time start_;
+  DemoProgressLine& line_;
   bool connected_shown_ = false;
   int64_t steps_shown_ = 0;
+  absl::Time step_started_ = absl::InfiniteFuture();  // Of the step after the last one shown.
 };
 
 // Prints how each process that failed ended, with the tail of its stderr. True when all exited 0.
@@ -409,9 +424,16 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
   spec.timeout = request.timeout;
   spec.command = [&](int p) { return DemoProcessArgv(request, job, p); };
   const absl::Time start = absl::Now();
-  DemoProgress progress(request, job, start);
+  StatusQuery query;
+  query.port = job.port;
+  query.job_id = job.name;
+  query.secret = job.secret;
+  DemoProgressLine line(std::move(query), request.progress);
+  DemoProgress progress(request, job, start, line);
   spec.on_poll = [&](const std::vector<std::string>& outputs) { progress(outputs); };
-  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, harness::RunProcesses(spec));
+  absl::StatusOr<std::vector<harness::ProcessResult>> ran = harness::RunProcesses(spec);
+  line.Clear();
+  WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, std::move(ran));
 
   std::vector<ProcessReport> reports;
   for (const harness::ProcessResult& r : results) reports.push_back(ParseOutput(r.stdout_text));
@@ -513,6 +535,7 @@ int DemoMain(int argc, char** argv) {
   request.timeout = absl::Seconds(absl::GetFlag(FLAGS_demo_timeout_s));
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
+  request.progress = absl::GetFlag(FLAGS_progress);
   request.verify = absl::GetFlag(FLAGS_verify);
   request.verify_keyed = absl::GetFlag(FLAGS_verify_keyed);
   if (!absl::GetFlag(FLAGS_calibration).empty()) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "common/sync_progress.h"
 #include "integration/cli/bench_report.h"
 #include "transport/control/auth.h"
 #include "transport/control/protocol.h"
@@ -55,6 +56,36 @@ absl::Status ParseCoordinator(const std::string& text, StatusQuery& query) {
   return absl::OkStatus();
 }
 
+// The progress columns of the table: committed version, phase (with the sync's version),
+// rounds and MiB done of total; "-" where the process reported none.
+struct ProgressColumns {
+  std::string committed = "-", phase = "-", rounds = "-", bytes = "-";
+};
+
+ProgressColumns ProgressOf(const control::ProcessStatus& p) {
+  ProgressColumns columns;
+  if (!p.has_progress()) return columns;
+  const control::SyncProgress& s = p.progress();
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (s.committed_version() >= 0) columns.committed = absl::StrCat(s.committed_version());
+  columns.phase = std::string(SyncPhaseName(s.phase()));
+  if (s.version() >= 0) absl::StrAppend(&columns.phase, " v", s.version());
+  columns.rounds = absl::StrCat(s.rounds_done(), "/", s.rounds_total());
+  columns.bytes = absl::StrFormat("%.1f/%.1f MiB", s.bytes_done() / kMiB, s.bytes_total() / kMiB);
+  return columns;
+}
+
+std::string ProgressJson(const control::ProcessStatus& p) {
+  if (!p.has_progress()) return "null";
+  const control::SyncProgress& s = p.progress();
+  return absl::StrFormat(
+      "{\"version\":%d,\"phase\":%s,\"rounds_done\":%d,\"rounds_total\":%d,"
+      "\"bytes_done\":%d,\"bytes_total\":%d,\"committed_version\":%s}",
+      s.version(), JsonString(SyncPhaseName(s.phase())), s.rounds_done(), s.rounds_total(),
+      s.bytes_done(), s.bytes_total(),
+      s.committed_version() < 0 ? "null" : absl::StrCat(s.committed_version()));
+}
+
 }  // namespace
 
 std::string StatusText(const control::JobStatusBody& body) {
@@ -63,13 +94,17 @@ std::string StatusText(const control::JobStatusBody& body) {
       "job %s: %d trainers, %d rollouts; rendezvous %s (%d of %d joined); %d collectives open\n",
       body.job_id(), body.num_trainers(), body.num_rollouts(), body.rendezvous(), body.joined(),
       world, body.open_collectives());
-  absl::StrAppendFormat(&text, "%7s  %-8s %4s  %-16s %-9s %11s %11s  %s\n", "process", "role",
-                        "rank", "node", "state", "heard", "collectives", "detail");
+  static constexpr char kRow[] = "%7s  %-8s %4s  %-16s %-9s %8s %11s %9s  %-17s %9s %19s  %s\n";
+  absl::StrAppendFormat(&text, kRow, "process", "role", "rank", "node", "state", "heard",
+                        "collectives", "committed", "sync", "rounds", "bytes", "detail");
   std::vector<std::string> missing;
   for (const control::ProcessStatus& p : body.processes()) {
-    absl::StrAppendFormat(&text, "%7d  %-8s %4d  %-16s %-9s %11s %11d  %s\n", p.process(),
-                          RoleName(p.role()), p.rank(), p.node_id().empty() ? "-" : p.node_id(),
-                          p.state(), Age(p.heard_ms_ago()), p.collectives(), p.detail());
+    const ProgressColumns progress = ProgressOf(p);
+    absl::StrAppendFormat(&text, kRow, absl::StrCat(p.process()), RoleName(p.role()),
+                          absl::StrCat(p.rank()), p.node_id().empty() ? "-" : p.node_id(),
+                          p.state(), Age(p.heard_ms_ago()), absl::StrCat(p.collectives()),
+                          progress.committed, progress.phase, progress.rounds, progress.bytes,
+                          p.detail());
     if (p.state() == "missing" || p.state() == "lost") {
       missing.push_back(absl::StrCat(RoleName(p.role()), " rank ", p.rank(), " (process ",
                                      p.process(), ", ", p.state(), ")"));
@@ -88,13 +123,13 @@ std::string StatusJson(const control::JobStatusBody& body) {
   for (const control::ProcessStatus& p : body.processes()) {
     processes.push_back(absl::StrFormat(
         "{\"process\":%d,\"role\":%s,\"rank\":%d,\"node\":%s,\"state\":%s,\"detail\":%s,"
-        "\"heard_s_ago\":%s,\"collectives\":%d}",
+        "\"heard_s_ago\":%s,\"collectives\":%d,\"progress\":%s}",
         p.process(), JsonString(RoleName(p.role())), p.rank(), JsonString(p.node_id()),
         JsonString(p.state()), JsonString(p.detail()),
         p.heard_ms_ago() < 0
             ? "null"
             : absl::StrFormat("%.3f", static_cast<double>(p.heard_ms_ago()) / 1000),
-        p.collectives()));
+        p.collectives(), ProgressJson(p)));
     if (p.state() == "missing" || p.state() == "lost") missing.push_back(absl::StrCat(p.process()));
   }
   for (const control::RefusalNote& r : body.refused()) {
@@ -113,7 +148,8 @@ std::string StatusUsage() {
   return "usage: wsync status --coordinator HOST:PORT --job J (--secret_file F | --secret_env V)\n"
          "                    [--json] [--watch S] [--status_timeout_s S]\n"
          "  Asks a running job's coordinator (authenticated with the job secret, read-only)\n"
-         "  for every process's state, when it was last heard, and who is missing or refused.\n";
+         "  for every process's state, when it was last heard, its committed version and sync\n"
+         "  progress (phase, rounds, bytes), and who is missing or refused.\n";
 }
 
 int StatusMain(int argc, char** argv) {

@@ -1,8 +1,9 @@
 // Finding a stalled process: real jobs (fault_job.h) where a rollout never comes, is refused for a
 // wrong secret, or is stopped (SIGSTOP) mid-sync. The survivors' errors name the missing, refused
 // or stalled process and what they waited for, and `wsync status --json` (parsed here by Python's
-// json module) shows the same from the coordinator while the job waits. Bounds are hang bounds
-// with slack, not performance measures.
+// json module) shows the same from the coordinator while the job waits, with the sync progress
+// every process reports with its heartbeats (phase, rounds and bytes done of total, committed
+// version). Bounds are hang bounds with slack, not performance measures.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/fault/fault_job.h"
@@ -25,7 +27,9 @@ namespace {
 
 // `wsync status --json` of the running job, parsed by Python's json module into lines:
 // "rendezvous STATE JOINED", "process ID ROLE RANK STATE NODE HEARD_S_AGO" (HEARD -1: not heard),
-// "missing ID,ID", "refused TEXT". Empty when the command failed (its error is printed).
+// "progress ID VERSION PHASE ROUNDS_DONE ROUNDS_TOTAL BYTES_DONE BYTES_TOTAL COMMITTED"
+// (COMMITTED -1: none; only for processes that reported progress), "missing ID,ID",
+// "refused TEXT". Empty when the command failed (its error is printed).
 std::string StatusLines(int port, const std::string& job_id) {
   setenv("WSYNC_STATUS_SECRET", FaultJobSecret(job_id).c_str(), 1);
   const std::string parse =
@@ -36,6 +40,10 @@ std::string StatusLines(int port, const std::string& job_id) {
       "  h=p['heard_s_ago']\n"
       "  print('process', p['process'], p['role'], p['rank'], p['state'], p['node'] or '-',\n"
       "        -1 if h is None else h)\n"
+      "  g=p['progress']\n"
+      "  if g: print('progress', p['process'], g['version'], g['phase'], g['rounds_done'],\n"
+      "              g['rounds_total'], g['bytes_done'], g['bytes_total'],\n"
+      "              -1 if g['committed_version'] is None else g['committed_version'])\n"
       "print('missing', ','.join(str(m) for m in d['missing']))\n"
       "for r in d['refused']: print('refused', r['text'])\n";
   const std::string command = absl::StrCat(
@@ -58,6 +66,41 @@ std::vector<std::string> ProcessLine(const std::string& lines, int id) {
     if (words.size() == 7 && words[0] == "process" && words[1] == absl::StrCat(id)) return words;
   }
   return {};
+}
+
+// The "progress ID ..." line of `lines` for process `id`, its numbers parsed; nullopt when absent.
+struct Progress {
+  int64_t version = 0;
+  std::string phase;
+  int64_t rounds_done = 0, rounds_total = 0, bytes_done = 0, bytes_total = 0, committed = 0;
+};
+std::optional<Progress> ProgressLine(const std::string& lines, int id) {
+  for (absl::string_view line : absl::StrSplit(lines, '\n')) {
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() != 9 || words[0] != "progress" || words[1] != absl::StrCat(id)) continue;
+    Progress p;
+    p.phase = words[3];
+    if (absl::SimpleAtoi(words[2], &p.version) && absl::SimpleAtoi(words[4], &p.rounds_done) &&
+        absl::SimpleAtoi(words[5], &p.rounds_total) && absl::SimpleAtoi(words[6], &p.bytes_done) &&
+        absl::SimpleAtoi(words[7], &p.bytes_total) && absl::SimpleAtoi(words[8], &p.committed)) {
+      return p;
+    }
+  }
+  return std::nullopt;
+}
+
+// The number after " KEY=" in the worker's "STATS version=V ..." line (worker_main.cc), or -1.
+int64_t StatsField(const std::string& out, int64_t version, const std::string& key) {
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (!absl::StartsWith(line, absl::StrCat("STATS version=", version, " "))) continue;
+    for (absl::string_view word : absl::StrSplit(line, ' ')) {
+      int64_t value = 0;
+      if (absl::ConsumePrefix(&word, absl::StrCat(key, "=")) && absl::SimpleAtoi(word, &value)) {
+        return value;
+      }
+    }
+  }
+  return -1;
 }
 
 // Rollout rank 1 (process 3) never comes (not started) or is refused (a wrong secret): every
@@ -142,17 +185,20 @@ TEST(StallTest, RendezvousTimeoutNamesTheRolloutRefusedForItsSecret) {
       << run.workers[3].stderr_text;
 }
 
-// Rollout rank 1 stops itself (SIGSTOP) for 7 s at its second receive post of version 1, with
-// D = 4 s and a 30 s silence limit (so it is stalled, not lost). `wsync status`, 2 s into the
-// stall, shows every process joined and process 3 the one not heard from for the longest, at
-// least a second. Every survivor's version 1 fails within D + 2 s naming process 3; the trainers'
-// errors say what they still had outstanding with it.
+// Rollout rank 1 stops itself (SIGSTOP) for 7 s at its second receive post of version 1 (after
+// waiting 0.5 s at its first, so that a heartbeat reports it transferring), with D = 4 s and a
+// 30 s silence limit (so it is stalled, not lost). `wsync status`, 2 s into the sync, shows every
+// process joined and process 3 the one not heard from for the longest, at least a second, and
+// the progress each last reported: process 3 transferring version 1 with rounds and bytes done
+// short of its totals, the other rollout further along in the same sync. Every survivor's
+// version 1 fails within D + 2 s naming process 3; the trainers' errors say what they still had
+// outstanding with it.
 TEST(StallTest, StoppedRolloutIsNamedByTheSurvivorsAndByStatus) {
   FaultJob job;
   job.versions = 1;
   job.deadline_s = 4;
   job.silence_limit_s = 30;
-  job.failpoints[3] = "recv:stop=7s@2";
+  job.failpoints[3] = "recv:delay=500ms@1,recv:stop=7s@2";
   std::optional<absl::Time> transferring;
   std::string status;
   job.on_poll = [&](int port, const std::string& job_id, const std::vector<std::string>& outputs) {
@@ -188,6 +234,80 @@ TEST(StallTest, StoppedRolloutIsNamedByTheSurvivorsAndByStatus) {
   }
   EXPECT_GE(stalled, 1.0) << status;
   EXPECT_GT(stalled, others) << status;
+  const std::optional<Progress> stopped = ProgressLine(status, 3);
+  ASSERT_TRUE(stopped.has_value()) << status;
+  EXPECT_EQ(stopped->version, 1);
+  EXPECT_EQ(stopped->phase, "transferring") << status;
+  EXPECT_LT(stopped->rounds_done, stopped->rounds_total) << status;
+  EXPECT_LT(stopped->bytes_done, stopped->bytes_total) << status;
+  EXPECT_EQ(stopped->committed, -1) << status;
+  for (int p : {0, 1, 2}) {
+    const std::optional<Progress> other = ProgressLine(status, p);
+    ASSERT_TRUE(other.has_value()) << status;
+    EXPECT_EQ(other->version, 1) << p;
+    EXPECT_NE(other->phase, "idle") << p;
+    EXPECT_NE(other->phase, "agreeing") << p;
+  }
+  // The other rollout (the same layout's rank 0) received all or more of the same sync.
+  const std::optional<Progress> rollout0 = ProgressLine(status, 2);
+  ASSERT_TRUE(rollout0.has_value());
+  EXPECT_GT(rollout0->bytes_done, stopped->bytes_done) << status;
+  EXPECT_GT(rollout0->rounds_done, stopped->rounds_done) << status;
+}
+
+// Rollout rank 1 stops (SIGSTOP, 8 s) mid-sync after a heartbeat reported it transferring, with
+// a 30 s deadline and the default 3 s silence limit: the coordinator takes it as lost for its
+// silence, and every survivor's error names it, the silence and what it last reported.
+TEST(StallTest, ProcessLostForSilenceIsNamedWithItsLastProgress) {
+  FaultJob job;
+  job.deadline_s = 30;
+  job.coordinator_linger_s = 1;
+  job.failpoints[3] = "recv:delay=500ms@1,recv:stop=8s@2";
+  job.expected_dead = {3};
+  const FaultRun run = RunFaultJob(job);
+  ASSERT_EQ(run.workers.size(), 4u);
+  ExpectSurvivorsFailFast(
+      run, 3, {"process 3 (", "silent for", "; it last reported: transferring version 1: round "},
+      /*bound_s=*/10.0);
+}
+
+// A healthy job paused before the decision of version 2 (1.5 s): `wsync status` then shows every
+// process committed at version 1, voting on version 2 with every round and byte of it done, and
+// the totals equal what the run itself counted (the worker's STATS line of version 1, the same
+// plan: its rounds, and its bytes sent plus received).
+TEST(StallTest, StatusShowsTheCommittedVersionAndCompleteProgress) {
+  FaultJob job;
+  job.versions = 2;
+  job.deadline_s = 8;
+  job.pause_before_decide_s = 1.5;
+  std::optional<absl::Time> deciding;
+  std::string status;
+  job.on_poll = [&](int port, const std::string& job_id, const std::vector<std::string>& outputs) {
+    if (!deciding && AllPrinted(outputs, {}, "PHASE decide version=2")) deciding = absl::Now();
+    if (deciding && status.empty() && absl::Now() - *deciding > absl::Milliseconds(600)) {
+      status = StatusLines(port, job_id);
+      if (status.empty()) status = "failed";
+    }
+  };
+  const FaultRun run = RunFaultJob(job);
+  ASSERT_EQ(run.workers.size(), 4u);
+  for (int p = 0; p < 4; ++p) {
+    SCOPED_TRACE(Describe(run, p));
+    ASSERT_EQ(run.results[p].size(), 2u);
+    EXPECT_TRUE(run.results[p][0].ok && run.results[p][1].ok);
+    const std::optional<Progress> progress = ProgressLine(status, p);
+    ASSERT_TRUE(progress.has_value()) << status;
+    EXPECT_EQ(progress->committed, 1);
+    EXPECT_EQ(progress->version, 2);
+    EXPECT_EQ(progress->phase, "voting");
+    const std::string& out = run.workers[p].stdout_text;
+    EXPECT_EQ(progress->rounds_total, StatsField(out, 1, "rounds")) << status;
+    EXPECT_EQ(progress->bytes_total, StatsField(out, 1, "sent") + StatsField(out, 1, "received"))
+        << status;
+    EXPECT_GT(progress->bytes_total, 0);
+    EXPECT_EQ(progress->rounds_done, progress->rounds_total);
+    EXPECT_EQ(progress->bytes_done, progress->bytes_total);
+  }
 }
 
 }  // namespace

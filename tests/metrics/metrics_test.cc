@@ -357,6 +357,7 @@ TEST(MetricsDescriptorsTest, ExpositionIsTheTable) {
                      {"intra_node", "ucx", MetricDirection::kReceive, 20}});
   metrics.SetPlanDigest("00ff");
   metrics.SetCalibrationTime(absl::Now());
+  metrics.SetCoordinatorSource([] { return CoordinatorFigures{}; });
   const std::string text = metrics.Text();
   int families = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -382,6 +383,51 @@ TEST(MetricsDescriptorsTest, ExpositionIsTheTable) {
     }
   }
   EXPECT_EQ(FindMetricDescriptor("wsync_no_such_family"), nullptr);
+}
+
+// A coordinator's figures, read at each exposition: the gauges take the latest values, and the
+// refusals add what they grew by since the last reading to wsync_rejected_messages_total (a
+// reason outside the set counts as "other"); a new source counts from zero, none leaves the
+// last values.
+TEST(MetricsCoordinatorTest, FiguresAreReadAtEachExposition) {
+  SessionMetrics metrics("trainer");
+  EXPECT_TRUE(std::isnan(Sum(metrics.Text(), "wsync_coordinator_processes")));
+  CoordinatorFigures figures;
+  figures.expected = 4;
+  figures.joined = 3;
+  figures.lost = 1;
+  figures.in_phase = {1, 0, 2, 0, 1};
+  figures.sync_bytes_done = 300;
+  figures.sync_bytes_total = 1000;
+  figures.refused = {{"authentication_failed", 2}, {"no_such_reason", 1}};
+  metrics.SetCoordinatorSource([&figures] { return figures; });
+  std::string text = metrics.Text();
+  EXPECT_EQ(Sum(text, "wsync_coordinator_processes", {"state=\"expected\""}), 4);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_processes", {"state=\"joined\""}), 3);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_processes", {"state=\"lost\""}), 1);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_processes", {"phase=\"transferring\""}), 2);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_processes", {"phase=\"voting\""}), 1);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_processes"), 4);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_bytes", {"progress=\"done\""}), 300);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_bytes", {"progress=\"total\""}), 1000);
+  EXPECT_EQ(Sum(text, "wsync_rejected_messages_total", {"reason=\"authentication_failed\""}), 2);
+  EXPECT_EQ(Sum(text, "wsync_rejected_messages_total", {"reason=\"other\""}), 1);
+  figures.refused = {{"authentication_failed", 5}, {"no_such_reason", 1}};
+  figures.in_phase = {4, 0, 0, 0, 0};
+  text = metrics.Text();
+  EXPECT_EQ(Sum(text, "wsync_rejected_messages_total", {"reason=\"authentication_failed\""}), 5);
+  EXPECT_EQ(Sum(text, "wsync_rejected_messages_total", {"reason=\"other\""}), 1);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_processes", {"phase=\"idle\""}), 4);
+  EXPECT_EQ(Sum(text, "wsync_coordinator_sync_processes", {"phase=\"transferring\""}), 0);
+  // Another coordinator (a reconnect): its own totals add from zero.
+  CoordinatorFigures next;
+  next.refused = {{"authentication_failed", 1}};
+  metrics.SetCoordinatorSource([&next] { return next; });
+  text = metrics.Text();
+  EXPECT_EQ(Sum(text, "wsync_rejected_messages_total", {"reason=\"authentication_failed\""}), 6);
+  metrics.SetCoordinatorSource(nullptr);
+  next.expected = 9;
+  EXPECT_EQ(Sum(metrics.Text(), "wsync_coordinator_processes", {"state=\"expected\""}), 0);
 }
 
 }  // namespace

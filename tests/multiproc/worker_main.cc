@@ -33,6 +33,7 @@
 #include "calibration/link_model/link_model.h"
 #include "common/data_key.h"
 #include "common/status.h"
+#include "common/sync_progress.h"
 #include "executor/execute.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
@@ -221,7 +222,10 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat("the layout has no rank ", rank));
   }
 
+  // Sent with every heartbeat (`wsync status`); outlives the client. Set as the session sets it.
+  SyncProgress progress;
   ControlClientOptions control;
+  control.progress = &progress;
   control.coordinator_host = absl::GetFlag(FLAGS_coordinator_host);
   control.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
   control.job_id = absl::GetFlag(FLAGS_job);
@@ -333,15 +337,18 @@ absl::Status Run() {
     options.arenas = &arenas;
     options.verify = verify_mode;
     options.data_key = &data_key;
+    options.progress = &progress;
     // A local failure votes no before the peers are told (as the session does), so the decision
     // names this process's reason.
     std::optional<absl::Status> early_decision;
     options.before_notices = [&](const absl::Status& failure) {
+      progress.SetPhase(SyncPhase::kVoting);
       early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
     };
     const absl::Time call_start = absl::Now();
     const CpuTimes cpu_start = ProcessCpuTimes();
     wire.Reset();
+    progress.Begin(version);
     Marker(absl::StrCat("PHASE transfer version=", version));
     absl::StatusOr<TransferStats> stats = absl::UnknownError("not run");
     {
@@ -360,6 +367,7 @@ absl::Status Run() {
     if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
     if (outcome.ok()) outcome = memory.CheckGuards();
     const double transfer_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
+    progress.SetPhase(SyncPhase::kVoting);
     if (pause > absl::ZeroDuration()) {
       Marker(absl::StrCat("PHASE decide version=", version));
       absl::SleepFor(pause);
@@ -372,6 +380,7 @@ absl::Status Run() {
     absl::Status decision = early_decision
                                 ? *early_decision
                                 : client->Decide(outcome.ok(), outcome.message(), decide_deadline);
+    progress.End(outcome.ok() && decision.ok());
     Marker(absl::StrFormat(
         "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
         outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,

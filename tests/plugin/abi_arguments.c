@@ -22,7 +22,7 @@ void CheckTable(const wsync_plugin_v1_t* api) {
         api->sync_begin != NULL && api->sync_test != NULL && api->set_update_callbacks != NULL &&
         api->abort != NULL && api->state != NULL && api->stats != NULL &&
         api->metrics_text != NULL && api->listening_ports != NULL && api->last_error != NULL &&
-        api->finalize != NULL);
+        api->finalize != NULL && api->progress != NULL);
 }
 
 void CheckInitArguments(const wsync_plugin_v1_t* api) {
@@ -175,6 +175,10 @@ void CheckNullSession(const wsync_plugin_v1_t* api) {
   EXPECT_STATUS(NULL, api->sync_test(NULL), WSYNC_INVALID_ARGUMENT, "session");
   EXPECT_STATUS(NULL, api->state(NULL, &version, &state), WSYNC_INVALID_ARGUMENT, "session");
   EXPECT_STATUS(NULL, api->stats(NULL, &stats), WSYNC_INVALID_ARGUMENT, "session");
+  wsync_progress_t progress;
+  memset(&progress, 0, sizeof(progress));
+  progress.struct_size = sizeof(progress);
+  EXPECT_STATUS(NULL, api->progress(NULL, &progress), WSYNC_INVALID_ARGUMENT, "session");
   EXPECT_STATUS(NULL, api->schedule_report(NULL, NULL, &size), WSYNC_INVALID_ARGUMENT, "session");
   EXPECT_STATUS(NULL, api->abort(NULL, "test"), WSYNC_INVALID_ARGUMENT, "session");
   EXPECT_STATUS(NULL, api->finalize(NULL), WSYNC_INVALID_ARGUMENT, "session");
@@ -231,6 +235,19 @@ void CheckRegisteredSession(const wsync_plugin_v1_t* api) {
   stats.struct_size = sizeof(stats);
   EXPECT_STATUS(session, api->stats(session, &stats), WSYNC_OK, NULL);
   CHECK(stats.version == -1);
+
+  /* Before any sync: idle, nothing committed. */
+  wsync_progress_t progress;
+  memset(&progress, 0, sizeof(progress));
+  EXPECT_STATUS(session, api->progress(session, &progress), WSYNC_INVALID_ARGUMENT, "struct_size");
+  EXPECT_STATUS(session, api->progress(session, NULL), WSYNC_INVALID_ARGUMENT, "progress");
+  progress.struct_size = sizeof(progress);
+  progress.phase = 77;
+  EXPECT_STATUS(session, api->progress(session, &progress), WSYNC_OK, NULL);
+  CHECK(progress.version == -1);
+  CHECK(progress.committed_version == -1);
+  CHECK(progress.phase == WSYNC_PHASE_IDLE);
+  CHECK(progress.rounds_total == 0 && progress.bytes_total == 0);
 
   size_t size = 16;
   EXPECT_STATUS(session, api->schedule_report(session, NULL, NULL), WSYNC_INVALID_ARGUMENT, "size");

@@ -191,6 +191,26 @@ static void CheckStateAndStats(const wsync_plugin_v1_t* api, wsync_session_t* se
   EXPECT_STATUS(session, api->stats(session, &short_stats), WSYNC_OK, NULL);
   CHECK(short_stats.version == version);
   CHECK(short_stats.segments == 0x5a5a5a5a5a5a5a5aLL);
+
+  /* After the committed sync: idle, committed at it, every round and byte of it done, the same
+   * figures as the stats. */
+  wsync_progress_t progress;
+  memset(&progress, 0, sizeof(progress));
+  progress.struct_size = sizeof(progress);
+  EXPECT_STATUS(session, api->progress(session, &progress), WSYNC_OK, NULL);
+  CHECK(progress.phase == WSYNC_PHASE_IDLE);
+  CHECK(progress.version == version);
+  CHECK(progress.committed_version == version);
+  CHECK(progress.rounds_total == stats.rounds);
+  CHECK(progress.rounds_done == progress.rounds_total);
+  CHECK(progress.bytes_total == stats.sent_bytes + stats.received_bytes);
+  CHECK(progress.bytes_done == progress.bytes_total);
+  wsync_progress_t short_progress;
+  memset(&short_progress, 0x5a, sizeof(short_progress));
+  short_progress.struct_size = offsetof(wsync_progress_t, rounds_done);
+  EXPECT_STATUS(session, api->progress(session, &short_progress), WSYNC_OK, NULL);
+  CHECK(short_progress.version == version);
+  CHECK(short_progress.rounds_done == 0x5a5a5a5a5a5a5a5aLL);
 }
 
 /* The weights of the job processes: the trainer holds the rows of the parameter in two buffers

@@ -2,6 +2,7 @@
 trainer-triggered mode, where the rollout's Python callbacks run on the plugin's background
 thread around each push; TrainerSync.schedule() as a dict; stats and state."""
 
+import io
 import os
 import sys
 import time
@@ -41,6 +42,7 @@ def _polled(index, port):
                 time.sleep(0.001)
         out["state"] = sync.state()
         out["stats"] = sync.stats()
+        out["progress"] = sync.session.progress()
         out["value"] = model.w[3, 4].item()
         out["state_name"] = sync.state()[0].name
         del out["state"]
@@ -111,6 +113,16 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(trainer["stats"]["verified_chunks"], 0)
         self.assertEqual(rollout["state_name"], "IDLE")
         self.assertTrue(rollout["after_close"])
+        # After version 2 committed: idle, committed at 2, all of its rounds and bytes done.
+        for side in (trainer, rollout):
+            progress = side["progress"]
+            self.assertEqual(progress["phase"], "idle")
+            self.assertEqual(progress["version"], 2)
+            self.assertEqual(progress["committed_version"], 2)
+            self.assertEqual(progress["bytes_total"], 16 * 8 * 4)
+            self.assertEqual(progress["bytes_done"], progress["bytes_total"])
+            self.assertEqual(progress["rounds_done"], progress["rounds_total"])
+            self.assertEqual(progress["rounds_total"], side["stats"]["rounds"])
 
     def test_trainer_triggered_callbacks(self):
         port, = free_ports(1)
@@ -122,6 +134,62 @@ class SessionTest(unittest.TestCase):
             ("before", 2), ("after", 2, "OK", 20.0),
             ("before", 3), ("after", 3, "OK", 30.0)])
         self.assertEqual(rollout["state"], ("IDLE", 3))
+
+
+class _FakeSession:
+    """Session.progress() of a sync in its transferring phase, a round further each call."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def progress(self):
+        self.calls += 1
+        return {"version": 3, "phase": "transferring", "rounds_done": min(self.calls, 4),
+                "rounds_total": 4, "bytes_done": 1 << 20, "bytes_total": 4 << 20,
+                "committed_version": 2}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class ProgressLineTest(unittest.TestCase):
+    def test_shown_for_a_long_sync(self):
+        from wsync.progress import ProgressLine
+        stream = _Terminal()
+        with ProgressLine(_FakeSession(), "push", show=True, stream=stream, after=0.05,
+                          interval=0.01):
+            time.sleep(0.3)
+        text = stream.getvalue()
+        self.assertIn("push version 3: transferring, round 1/4, 1.0/4.0 MiB", text)
+        self.assertIn("round 4/4", text)
+        self.assertTrue(text.endswith("\n"), text)
+
+    def test_not_shown_for_a_short_sync(self):
+        from wsync.progress import ProgressLine
+        stream = _Terminal()
+        session = _FakeSession()
+        with ProgressLine(session, "pull", show=True, stream=stream, after=5):
+            time.sleep(0.05)
+        self.assertEqual(stream.getvalue(), "")
+        self.assertEqual(session.calls, 0)
+
+    def test_off_without_a_terminal_or_when_asked(self):
+        from wsync.progress import ProgressLine, wanted
+        self.assertFalse(wanted(None, io.StringIO()))
+        self.assertTrue(wanted(None, _Terminal()))
+        self.assertFalse(wanted(False, _Terminal()))
+        os.environ["WSYNC_PROGRESS"] = "0"
+        try:
+            self.assertFalse(wanted(None, _Terminal()))
+            self.assertTrue(wanted(True, io.StringIO()))
+        finally:
+            del os.environ["WSYNC_PROGRESS"]
+        stream = io.StringIO()
+        with ProgressLine(_FakeSession(), "push", stream=stream, after=0.01, interval=0.01):
+            time.sleep(0.1)
+        self.assertEqual(stream.getvalue(), "")
 
 
 if __name__ == "__main__":

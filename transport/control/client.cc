@@ -16,6 +16,7 @@
 #include "transport/control/auth.h"
 #include "transport/control/channel_keys.h"
 #include "transport/control/rendezvous_progress.h"
+#include "transport/control/sync_progress_wire.h"
 
 namespace wsync {
 namespace {
@@ -554,7 +555,7 @@ void ControlClient::SendHeartbeat() {
   if (!write_mu_.TryLock()) return;
   if (writer_.empty()) {
     control::Frame frame;
-    frame.mutable_heartbeat();
+    ProgressToProto(options_.progress, *frame.mutable_heartbeat());
     auto encoded = PrepareFrame(frame, coordinator_max_frame_bytes_);
     if (encoded.ok()) writer_.Enqueue(*std::move(encoded));  // Sealed here, under write_mu_.
   }

@@ -54,6 +54,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/sync_progress.h"
 #include "transport/control/framing.h"
 #include "transport/control/protocol.h"
 #include "transport/control/socket.h"
@@ -84,6 +85,10 @@ struct ControlClientOptions {
   // Ask for RendezvousProgress frames in the Hello (control.proto), so that Join's timeout names
   // who joined, who is missing and who was refused. False: behave as a client from before them.
   bool rendezvous_progress = true;
+  // Optional, caller-owned, outlives the client: this process's sync progress, read (relaxed, no
+  // lock) by the heartbeat thread and sent with every heartbeat (control.proto: Heartbeat), so that
+  // `wsync status` shows it. Null: heartbeats carry none.
+  const SyncProgress* progress = nullptr;
 };
 
 struct JoinRequest {

@@ -176,8 +176,8 @@ void Coordinator::Impl::KeepAlive(Connection& c, absl::Time now) {
                    absl::ToDoubleSeconds(silent), absl::ToDoubleSeconds(options_.silence_limit))));
     c.closing = true;
     c.close_deadline = now + options_.close_timeout;
-    Detach(c, absl::StrFormat("silent for %.1f s (no frame, not even a heartbeat)",
-                              absl::ToDoubleSeconds(silent)));
+    Detach(c, absl::StrFormat("silent for %.1f s (no frame, not even a heartbeat)%s",
+                              absl::ToDoubleSeconds(silent), LastProgressNote(c.process)));
     return;
   }
   if (now >= c.next_heartbeat) {
@@ -307,7 +307,7 @@ void Coordinator::Impl::ReadFrom(Connection& c, absl::Time now) {
 void Coordinator::Impl::OnFrame(Connection& c, control::Frame& frame, absl::Time now) {
   const control::Frame::KindCase kind = frame.kind_case();
   if (c.phase != Phase::kHandshake && kind == control::Frame::kHeartbeat) {
-    return;  // Liveness only, recorded as it arrived (ReadFrom); allowed in every later state.
+    return NoteProgress(c, *frame.mutable_heartbeat());  // Liveness: ReadFrom. Any later state.
   }
   if (c.phase == Phase::kHandshake && kind == control::Frame::kHello) {
     HandleHello(c, frame.hello(), now);

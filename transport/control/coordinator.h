@@ -68,6 +68,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/sync_progress.h"
 #include "transport/control/framing.h"
 
 namespace wsync {
@@ -105,6 +106,12 @@ struct CoordinatorCounters {
   int64_t rounds_completed = 0;
   int64_t rounds_failed = 0;  // Counted once per round, whatever the number of processes told.
   std::array<int64_t, kNumRefusalReasons> refused = {};
+  // From the processes' latest heartbeats (control.proto: SyncProgress; a lost process's last
+  // report stays): how many report each phase (SyncPhase values; others are not counted), and
+  // their bytes done and total summed.
+  std::array<int64_t, kSyncPhaseCount> in_phase = {};
+  int64_t sync_bytes_done = 0;
+  int64_t sync_bytes_total = 0;
 
   int64_t Refused(RefusalReason reason) const { return refused[static_cast<int>(reason)]; }
   int64_t TotalRefused() const;

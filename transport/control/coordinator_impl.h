@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -127,6 +128,8 @@ class Coordinator::Impl {
     bool lost = false;  // Its connection ended after the roster: it never contributes again.
     std::string lost_reason;
     uint64_t next_number = 0;
+    // What its latest heartbeat reported (control.proto: Heartbeat), kept after it was lost.
+    std::optional<control::SyncProgress> progress;
   };
 
   struct Round {
@@ -189,6 +192,10 @@ class Coordinator::Impl {
   // StatusBody and closes the connection.
   void HandleStatusRequest(Connection& c, const control::StatusRequest& request, absl::Time now);
   control::JobStatusBody StatusBody(absl::Time now) const;
+  // Keeps the progress a heartbeat of `c`'s process carries (when it is bound to one).
+  void NoteProgress(const Connection& c, control::Heartbeat& heartbeat);
+  // "; it last reported: transferring version 5: round 3 of 10, ..." for process `id`, or empty.
+  std::string LastProgressNote(int32_t id) const;
   void ReportProgress(absl::Time now);
   absl::Time NextProgress() const;
   std::vector<std::string> MissingProcesses() const;

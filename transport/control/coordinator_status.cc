@@ -3,10 +3,14 @@
 // the coordinator already knows, and the connection is closed. Runs on the serving thread only
 // (see coordinator_impl.h).
 
+#include <algorithm>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "transport/control/coordinator_impl.h"
+#include "transport/control/sync_progress_wire.h"
 
 namespace wsync {
 
@@ -120,6 +124,7 @@ control::JobStatusBody Coordinator::Impl::StatusBody(absl::Time now) const {
                             ? absl::ToInt64Milliseconds(now - c->last_heard)
                             : -1);
     s->set_collectives(p.next_number);
+    if (p.progress.has_value()) *s->mutable_progress() = *p.progress;
   }
   for (const RefusalRecord& r : refusals_) {
     control::RefusalNote* note = body.add_refused();
@@ -127,6 +132,41 @@ control::JobStatusBody Coordinator::Impl::StatusBody(absl::Time now) const {
     note->set_age_ms(absl::ToInt64Milliseconds(now - r.when));
   }
   return body;
+}
+
+namespace {
+
+// Rounds and bytes of a report, bounded before any sum: [0, 2^50].
+int64_t Bounded(int64_t value) { return std::clamp<int64_t>(value, 0, int64_t{1} << 50); }
+
+// Adds (sign 1) or removes (sign -1) one process's report from the counters' sums.
+void Account(const control::SyncProgress& progress, int sign, CoordinatorCounters& counters) {
+  if (progress.phase() >= 0 && progress.phase() < kSyncPhaseCount) {
+    counters.in_phase[progress.phase()] += sign;
+  }
+  counters.sync_bytes_done += sign * progress.bytes_done();
+  counters.sync_bytes_total += sign * progress.bytes_total();
+}
+
+}  // namespace
+
+void Coordinator::Impl::NoteProgress(const Connection& c, control::Heartbeat& heartbeat) {
+  if (c.process < 0 || c.process >= world_ || !heartbeat.has_progress()) return;
+  control::SyncProgress& report = *heartbeat.mutable_progress();
+  report.set_rounds_done(Bounded(report.rounds_done()));
+  report.set_rounds_total(Bounded(report.rounds_total()));
+  report.set_bytes_done(Bounded(report.bytes_done()));
+  report.set_bytes_total(Bounded(report.bytes_total()));
+  std::optional<control::SyncProgress>& kept = processes_[c.process].progress;
+  absl::MutexLock lock(&mu_);
+  if (kept.has_value()) Account(*kept, -1, counters_);
+  kept = std::move(report);
+  Account(*kept, 1, counters_);
+}
+
+std::string Coordinator::Impl::LastProgressNote(int32_t id) const {
+  if (id < 0 || id >= world_ || !processes_[id].progress.has_value()) return "";
+  return absl::StrCat("; it last reported: ", DescribeSyncProgress(*processes_[id].progress));
 }
 
 }  // namespace wsync

@@ -113,6 +113,22 @@ class Stats(ctypes.Structure):
     ]
 
 
+class Progress(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("version", ctypes.c_int64),
+        ("rounds_done", ctypes.c_int64),
+        ("rounds_total", ctypes.c_int64),
+        ("bytes_done", ctypes.c_int64),
+        ("bytes_total", ctypes.c_int64),
+        ("committed_version", ctypes.c_int64),
+        ("phase", ctypes.c_int32),
+    ]
+
+
+PHASES = ("idle", "agreeing", "transferring", "verifying", "voting")
+
+
 _status = ctypes.c_int
 _session = ctypes.c_void_p
 _i64p = ctypes.POINTER(ctypes.c_int64)
@@ -151,6 +167,7 @@ class PluginV1(ctypes.Structure):
                                              ctypes.POINTER(ctypes.c_int32))),
         ("last_error", ctypes.CFUNCTYPE(ctypes.c_char_p, _session)),
         ("finalize", ctypes.CFUNCTYPE(_status, _session)),
+        ("progress", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(Progress))),
     ]
 
 

@@ -264,6 +264,19 @@ class Session:
         self._check(self._api.stats(self._live("stats"), ctypes.byref(stats)), "stats")
         return {name: getattr(stats, name) for name, _ in _lib.Stats._fields_[1:]}
 
+    def progress(self):
+        """Where this process stands in its current (or last) sync, as a dict: version, phase
+        ('idle', 'agreeing', 'transferring', 'verifying', 'voting'), rounds_done, rounds_total,
+        bytes_done, bytes_total, committed_version (-1: none). Safe from another thread while
+        sync runs."""
+        progress = _lib.Progress()
+        progress.struct_size = ctypes.sizeof(_lib.Progress)
+        self._check(self._api.progress(self._live("progress"), ctypes.byref(progress)), "progress")
+        out = {name: getattr(progress, name) for name, _ in _lib.Progress._fields_[1:]}
+        phase = out["phase"]
+        out["phase"] = _lib.PHASES[phase] if 0 <= phase < len(_lib.PHASES) else "unknown"
+        return out
+
     def last_error(self):
         return _lib.last_error(self._handle) if self._handle is not None else ""
 

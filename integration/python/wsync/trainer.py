@@ -5,6 +5,7 @@ import re
 
 from . import placement
 from .layouts import Layout
+from .progress import ProgressLine
 from .session import Session
 
 
@@ -113,10 +114,13 @@ class TrainerSync(_Side):
         super().__init__(model, layout, rank, world, num_rollouts, coordinator, secret,
                          host_coordinator=host_coordinator, **kwargs)
 
-    def push(self, version):
+    def push(self, version, progress=None):
         """Sends `version` of the weights (call after optimizer.step(), with no write to the
-        parameters in flight); returns this process's stats of the sync."""
-        self.session.sync(version)
+        parameters in flight); returns this process's stats of the sync. progress: show rounds and
+        bytes on stderr while a sync takes more than a second (None: when stderr is a terminal and
+        WSYNC_PROGRESS is not 0; wsync.progress)."""
+        with ProgressLine(self.session, "push", show=progress):
+            self.session.sync(version)
         return self.session.stats()
 
 
@@ -143,6 +147,9 @@ class RolloutSync(_Side):
             self.session.finalize()
             raise
 
-    def pull(self, version):
-        self.session.sync(version)
+    def pull(self, version, progress=None):
+        """Receives `version` in place (the engine-RPC mode); returns this process's stats of
+        the sync. progress: as TrainerSync.push."""
+        with ProgressLine(self.session, "pull", show=progress):
+            self.session.sync(version)
         return self.session.stats()

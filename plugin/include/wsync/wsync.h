@@ -19,8 +19,8 @@
  * naming the state.
  *
  * Threads: calls on one session are serialized by the caller, except abort() and last_error(),
- * which any thread may call at any time, and state(), stats() and listening_ports(), which are
- * always safe (also while another thread is blocked in connect or sync).
+ * which any thread may call at any time, and state(), stats(), listening_ports() and
+ * progress(), which are always safe (also while another thread is blocked in connect or sync).
  * abort() may also race finalize() on another thread: an abort that starts before finalize
  * returns either acts on the session or, once finalize has begun, does nothing and returns
  * WSYNC_OK; finalize waits for an abort in flight to return before it frees the handle. An abort
@@ -61,17 +61,14 @@ typedef enum wsync_status {
   WSYNC_PEER_LOST = 6,        /* A peer or the coordinator went away. */
   WSYNC_ABORTED = 7,          /* abort() was called here or on another process. */
   WSYNC_NO_MEMORY = 8,
-  WSYNC_AUTHENTICATION = 9,   /* The job secret was refused (or missing). */
-  WSYNC_UNSUPPORTED = 10,     /* E.g. CUDA memory without a CUDA-capable transport. */
+  WSYNC_AUTHENTICATION = 9, /* The job secret was refused (or missing). */
+  WSYNC_UNSUPPORTED = 10,   /* E.g. CUDA memory without a CUDA-capable transport. */
   WSYNC_INTERNAL = 11
 } wsync_status_t;
 
 typedef enum wsync_role { WSYNC_ROLE_TRAINER = 1, WSYNC_ROLE_ROLLOUT = 2 } wsync_role_t;
 
-typedef enum wsync_memory_kind {
-  WSYNC_MEMORY_HOST = 1,
-  WSYNC_MEMORY_CUDA = 2
-} wsync_memory_kind_t;
+typedef enum wsync_memory_kind { WSYNC_MEMORY_HOST = 1, WSYNC_MEMORY_CUDA = 2 } wsync_memory_kind_t;
 
 typedef enum wsync_state {
   WSYNC_STATE_REGISTERED = 1,
@@ -91,51 +88,51 @@ typedef struct wsync_config {
   int32_t rank;         /* Within the role. */
   int32_t num_trainers; /* Processes of each role in the job. */
   int32_t num_rollouts;
-  const char* job_id;              /* Required. */
-  const char* coordinator_host;    /* Default "127.0.0.1". */
-  int32_t coordinator_port;        /* Required; host_coordinator listens on it (0 there picks a
-                                      free port: listening_ports reports it). */
-  int32_t host_coordinator;        /* Nonzero on trainer rank 0: run the coordinator in-process. */
-  const char* secret_file;         /* The job secret: a file of mode 0600 ... */
-  const char* secret_env;          /* ... or an environment variable (default "WSYNC_SECRET");
-                                      not both. */
-  const char* node_id;             /* Default: the host name. */
-  int64_t staging_budget_bytes;    /* Bytes per peer and direction; default 64 MiB (67108864).
-                                      Negative: WSYNC_INVALID_ARGUMENT. */
-  double deadline_seconds;         /* Of every blocking step; default 60. */
-  const char* replica_policy;      /* Default "local_first_least_loaded". */
-  const char* path_transports;     /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
-  const char* metrics_address;     /* "HOST:PORT" to serve /metrics (port 0 picks one, which
-                                      listening_ports reports); NULL: no exporter (metrics_text
-                                      still works). */
-  const char* calibration_file;    /* A calibration (wsync calibrate --out), read by trainer
-                                      rank 0 and shared at connect; NULL: none. Required by
-                                      replica_policy "cost_aware". */
-  int32_t verify;                  /* End-to-end integrity, default 0 (off). 1: every chunk is
-                                      hashed (xxh3) by its sender and by its receiver over what
-                                      landed; a mismatch fails the sync on every process (the
-                                      receiver votes no naming the peer and chunk). Finds
-                                      accidents, not attackers. 2 (keyed): the same with a MAC
-                                      keyed from the job secret and bound to the sync, sender,
-                                      receiver and chunk (DATA_LOSS "the MAC of chunk ..."):
-                                      forged or replayed chunks and MACs fail too. Other values
-                                      are refused. */
+  const char* job_id;           /* Required. */
+  const char* coordinator_host; /* Default "127.0.0.1". */
+  int32_t coordinator_port;     /* Required; host_coordinator listens on it (0 there picks a
+                                   free port: listening_ports reports it). */
+  int32_t host_coordinator;     /* Nonzero on trainer rank 0: run the coordinator in-process. */
+  const char* secret_file;      /* The job secret: a file of mode 0600 ... */
+  const char* secret_env;       /* ... or an environment variable (default "WSYNC_SECRET");
+                                   not both. */
+  const char* node_id;          /* Default: the host name. */
+  int64_t staging_budget_bytes; /* Bytes per peer and direction; default 64 MiB (67108864).
+                                   Negative: WSYNC_INVALID_ARGUMENT. */
+  double deadline_seconds;      /* Of every blocking step; default 60. */
+  const char* replica_policy;   /* Default "local_first_least_loaded". */
+  const char* path_transports;  /* e.g. "intra_node=ucx:sm,cma,self;inter_node=ucx:tcp". */
+  const char* metrics_address;  /* "HOST:PORT" to serve /metrics (port 0 picks one, which
+                                   listening_ports reports); NULL: no exporter (metrics_text
+                                   still works). */
+  const char* calibration_file; /* A calibration (wsync calibrate --out), read by trainer
+                                   rank 0 and shared at connect; NULL: none. Required by
+                                   replica_policy "cost_aware". */
+  int32_t verify;               /* End-to-end integrity, default 0 (off). 1: every chunk is
+                                   hashed (xxh3) by its sender and by its receiver over what
+                                   landed; a mismatch fails the sync on every process (the
+                                   receiver votes no naming the peer and chunk). Finds
+                                   accidents, not attackers. 2 (keyed): the same with a MAC
+                                   keyed from the job secret and bound to the sync, sender,
+                                   receiver and chunk (DATA_LOSS "the MAC of chunk ..."):
+                                   forged or replayed chunks and MACs fail too. Other values
+                                   are refused. */
   double heartbeat_interval_seconds; /* host_coordinator only (ignored elsewhere): the hosted
                                         coordinator's heartbeat interval, default 0.25 (at least
                                         0.001), and ... */
-  double silence_limit_seconds;    /* ... the silence after which it takes a process as lost
-                                      (SIGSTOP, a hung host), default 3; at least twice the
-                                      interval. Negative, NaN or infinite values, or a limit below
-                                      twice the interval: WSYNC_INVALID_ARGUMENT. */
-  int32_t has_device_index;        /* Nonzero: device_index says which GPU this process uses. */
-  int32_t device_index;            /* This process's GPU as its node numbers it (nvidia-smi's
-                                      index, 0..65536; not an ordinal relative to
-                                      CUDA_VISIBLE_DEVICES). Processes of one node with equal
-                                      device indexes share a GPU: path class "same_device".
-                                      Without has_device_index (the default) the GPU is unknown
-                                      and never shared, unless the layout says (set_named_layout
-                                      with colocated=1, a manifest's Process.device); a layout
-                                      that names another GPU than this is refused. */
+  double silence_limit_seconds;      /* ... the silence after which it takes a process as lost
+                                        (SIGSTOP, a hung host), default 3; at least twice the
+                                        interval. Negative, NaN or infinite values, or a limit below
+                                        twice the interval: WSYNC_INVALID_ARGUMENT. */
+  int32_t has_device_index;          /* Nonzero: device_index says which GPU this process uses. */
+  int32_t device_index;              /* This process's GPU as its node numbers it (nvidia-smi's
+                                        index, 0..65536; not an ordinal relative to
+                                        CUDA_VISIBLE_DEVICES). Processes of one node with equal
+                                        device indexes share a GPU: path class "same_device".
+                                        Without has_device_index (the default) the GPU is unknown
+                                        and never shared, unless the layout says (set_named_layout
+                                        with colocated=1, a manifest's Process.device); a layout
+                                        that names another GPU than this is refused. */
 } wsync_config_t;
 
 /* What the last sync of this process did. */
@@ -156,20 +153,42 @@ typedef struct wsync_stats {
   int64_t verified_chunks; /* With verify: received chunks whose hash matched the sender's. */
 } wsync_stats_t;
 
+/* Where a sync stands (wsync_progress_t.phase). */
+typedef enum wsync_phase {
+  WSYNC_PHASE_IDLE = 0,         /* No sync running: before the first, or after a decision. */
+  WSYNC_PHASE_AGREEING = 1,     /* The trigger and the agreement before any byte moves. */
+  WSYNC_PHASE_TRANSFERRING = 2, /* Messages with the peers (and local copies). */
+  WSYNC_PHASE_VERIFYING = 3,    /* Exchanging and checking chunk digests (verify). */
+  WSYNC_PHASE_VOTING = 4        /* The commit decision. */
+} wsync_phase_t;
+
+/* Where this process stands in its current sync, or its last one (then IDLE). */
+typedef struct wsync_progress {
+  size_t struct_size;   /* Set by the caller to sizeof(wsync_progress_t) (at least through
+                           version); fields past it are left. */
+  int64_t version;      /* Of the current or last sync; -1 before the first. */
+  int64_t rounds_done;  /* This process's rounds whose messages all completed, of rounds_total. */
+  int64_t rounds_total; /* 0 until the transfer started. */
+  int64_t bytes_done;   /* Bytes of its completed messages, sent and received, of bytes_total. */
+  int64_t bytes_total;
+  int64_t committed_version; /* The last version whose decision committed; -1: none yet. */
+  int32_t phase;             /* A wsync_phase_t. */
+} wsync_progress_t;
+
 typedef struct wsync_session wsync_session_t;
 
 /* Rollout hosts in the trainer-triggered mode: called on the library's background thread around
  * each sync the trainer starts, never on the host's threads and never both at once. before_update
  * may pause serving; after_update gets the outcome (WSYNC_OK or the error) and must not resume
  * serving on an error. `user` is passed through untouched: the library neither reads nor frees it,
- * and it must stay valid until finalize returns. A callback may call state, stats, last_error and
- * abort on the session, no other function (they are the host's thread's, which may be blocked in
- * one of them). */
+ * and it must stay valid until finalize returns. A callback may call state, stats, progress,
+ * last_error and abort on the session, no other function (they are the host's thread's, which may
+ * be blocked in one of them). */
 typedef void (*wsync_before_update_fn)(void* user, int64_t version);
 typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_t status);
 
 typedef struct wsync_plugin_v1 {
-  const char* name; /* "wsync" */
+  const char* name;    /* "wsync" */
   int32_t abi_version; /* WSYNC_ABI_VERSION */
 
   wsync_status_t (*init)(const wsync_config_t* config, wsync_session_t** session);
@@ -190,8 +209,8 @@ typedef struct wsync_plugin_v1 {
                                     uint64_t bytes, wsync_memory_kind_t kind, int32_t device);
   /* dtype: "bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64" (or torch's
    * spellings). Every string and array argument of these calls is copied before they return. */
-  wsync_status_t (*declare_parameter)(wsync_session_t* session, const char* name,
-                                      const char* dtype, int32_t num_axes, const int64_t* shape);
+  wsync_status_t (*declare_parameter)(wsync_session_t* session, const char* name, const char* dtype,
+                                      int32_t num_axes, const int64_t* shape);
   /* This buffer holds box [origin, origin + extent) of the parameter: element i at
    * offset + sum (i[a] - origin[a]) * strides[a] (elements). */
   wsync_status_t (*declare_piece)(wsync_session_t* session, const char* parameter,
@@ -259,6 +278,14 @@ typedef struct wsync_plugin_v1 {
   /* Releases everything (threads, sockets, transport, registrations, arenas) and frees the
    * session, after any abort() in flight on it returned. */
   wsync_status_t (*finalize)(wsync_session_t* session);
+
+  /* Appended to v1 (a library from before it ends the table at finalize): where this process
+   * stands in its current sync, for a progress display (its coordinator sees the same with every
+   * heartbeat: `wsync status`). Any thread, at any time between init and finalize, also while
+   * sync or sync_begin runs on another thread; never blocks (relaxed reads: the fields of one
+   * call may come from neighbouring moments, e.g. bytes of a message before its round; never torn
+   * values). WSYNC_INVALID_ARGUMENT for a NULL session or progress, or struct_size too small. */
+  wsync_status_t (*progress)(wsync_session_t* session, wsync_progress_t* progress);
 } wsync_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -1,0 +1,20 @@
+#ifndef WSYNC_PLUGIN_COORDINATOR_FIGURES_H_
+#define WSYNC_PLUGIN_COORDINATOR_FIGURES_H_
+
+// A coordinator's counters as the metrics' CoordinatorFigures (metrics/metrics.h), for the
+// coordinator a session hosts and for `wsync coordinator --metrics_address`. Pure.
+
+#include <cstdint>
+
+#include "metrics/metrics.h"
+#include "transport/control/coordinator.h"
+
+namespace wsync {
+
+// `world`: the job's processes. Joined: Joins accepted (replacements included) less processes
+// lost; lost: lost less replaced; refused by RefusalReasonName.
+CoordinatorFigures FiguresOf(const CoordinatorCounters& counters, int32_t world);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLUGIN_COORDINATOR_FIGURES_H_
