@@ -29,15 +29,24 @@ Dims QuantScaleShape(const Dims& shape, const Dims& blocks) {
   return scales;
 }
 
-Box WholeBlockBox(const Dims& blocks, const Dims& shape, const Box& box) {
-  Box whole = box;
+namespace {
+
+// `box` with each axis mapped by fn(blocks[a], shape[a], range of the axis).
+Box MapAxes(const Dims& blocks, const Dims& shape, const Box& box,
+            quant::AxisRange (*fn)(int64_t, int64_t, quant::AxisRange)) {
+  Box mapped = box;
   for (int a = 0; a < box.rank(); ++a) {
-    const quant::AxisRange range =
-        quant::WholeBlocks(blocks[a], shape[a], {box.origin[a], box.extent[a]});
-    whole.origin[a] = range.origin;
-    whole.extent[a] = range.extent;
+    const quant::AxisRange range = fn(blocks[a], shape[a], {box.origin[a], box.extent[a]});
+    mapped.origin[a] = range.origin;
+    mapped.extent[a] = range.extent;
   }
-  return whole;
+  return mapped;
+}
+
+}  // namespace
+
+Box WholeBlockBox(const Dims& blocks, const Dims& shape, const Box& box) {
+  return MapAxes(blocks, shape, box, &quant::WholeBlocks);
 }
 
 bool IsWholeBlockBox(const Dims& blocks, const Dims& shape, const Box& box) {
@@ -45,14 +54,7 @@ bool IsWholeBlockBox(const Dims& blocks, const Dims& shape, const Box& box) {
 }
 
 Box ScaleBox(const Dims& blocks, const Dims& shape, const Box& whole) {
-  Box scales = whole;
-  for (int a = 0; a < whole.rank(); ++a) {
-    const quant::AxisRange range =
-        quant::ScaleRange(blocks[a], shape[a], {whole.origin[a], whole.extent[a]});
-    scales.origin[a] = range.origin;
-    scales.extent[a] = range.extent;
-  }
-  return scales;
+  return MapAxes(blocks, shape, whole, &quant::ScaleRange);
 }
 
 QuantLinks LinkQuantParams(const Layout& layout) {
