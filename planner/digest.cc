@@ -1,5 +1,7 @@
 #include "common/hash.h"
 #include "planner/plan.h"
+#include "planner/quant_layout.h"
+#include "planner/quant_plan.h"
 
 namespace wsync {
 namespace {
@@ -34,6 +36,13 @@ void AddLayout(CanonicalHasher& h, const Layout& layout) {
     h.AddString(param.name);
     h.AddInt(static_cast<int64_t>(param.dtype));
     AddDims(h, param.shape);
+    // Only for quantized parameters, so that unquantized layouts keep their digests.
+    if (param.quant.quantized()) {
+      h.AddString(kQuantRule);
+      h.AddInt(param.quant.block_rows);
+      h.AddInt(param.quant.block_cols);
+      h.AddString(param.quant.scale_param);
+    }
   }
   h.AddInt(static_cast<int64_t>(layout.pieces.size()));
   for (const Piece& piece : layout.pieces) {
@@ -85,6 +94,12 @@ uint64_t PlanDigest(const Job& job, const Plan& plan) {
       h.AddInt(part.begin);
       h.AddInt(part.end);
     }
+  }
+  // Only when the job quantizes: the steps are a pure function of the layouts (which the
+  // layouts digest covers with each parameter's quantization) and this version.
+  if (job.HasQuantizedParams()) {
+    h.AddString("wsync.quant");
+    h.AddInt(kQuantPlannerVersion);
   }
   // Only when something is relayed, so that a plan relaying nothing keeps its digest.
   if (!plan.relays.empty()) {

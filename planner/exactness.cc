@@ -9,49 +9,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "planner/piece_match.h"
 #include "planner/plan.h"
 #include "planner/region_overlap.h"
 
 namespace wsync {
 namespace {
-
-using PieceKey = std::tuple<int32_t, uint64_t, int32_t>;  // (rank, buffer, param)
-
-absl::flat_hash_map<PieceKey, std::vector<int32_t>> IndexPieces(const Layout& layout) {
-  absl::flat_hash_map<PieceKey, std::vector<int32_t>> index;
-  for (int32_t i = 0; i < static_cast<int32_t>(layout.pieces.size()); ++i) {
-    const Piece& piece = layout.pieces[i];
-    if (Volume(piece.box) > 0) index[{piece.process, piece.buffer, piece.param}].push_back(i);
-  }
-  return index;
-}
-
-// Calls fn(piece index, part) for every piece of `layout` in the endpoint's buffer whose affine map
-// places `part` (its common box with `box`) where the endpoint's map does. Returns the number of
-// elements so accounted for; a segment that coalesced several pieces continuing each other in one
-// buffer is accounted for piece by piece.
-template <typename Fn>
-int64_t ForEachMatchingPiece(const Layout& layout,
-                             const absl::flat_hash_map<PieceKey, std::vector<int32_t>>& index,
-                             int32_t rank, int32_t param, const Box& box, const Endpoint& endpoint,
-                             Fn&& fn) {
-  auto it = index.find(PieceKey{rank, endpoint.buffer, param});
-  if (it == index.end()) return 0;
-  int64_t matched = 0;
-  for (int32_t i : it->second) {
-    const Piece& piece = layout.pieces[i];
-    if (piece.strides != endpoint.strides) continue;
-    std::optional<Box> part = Intersect(piece.box, box);
-    if (!part) continue;
-    if (SubRegionOffset(piece.box, piece.offset, piece.strides, *part) !=
-        SubRegionOffset(box, endpoint.offset, endpoint.strides, *part)) {
-      continue;
-    }
-    matched += Volume(*part);
-    fn(i, *part);
-  }
-  return matched;
-}
 
 std::string DescribeSegment(const Job& job, const Segment& s) {
   const bool known = s.param >= 0 && s.param < static_cast<int32_t>(job.target().params.size());
@@ -177,6 +140,12 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
       return absl::InternalError(
           absl::StrCat(DescribeSegment(job, s), " is not a non-empty box of its parameter"));
     }
+    if (job.quant_links().scale_of[s.param] >= 0 || job.quant_links().quantized_of[s.param] >= 0) {
+      return absl::InternalError(
+          absl::StrCat(DescribeSegment(job, s),
+                       " copies into a quantized parameter or its scales, which only "
+                       "quantization steps write (quant_plan.h)"));
+    }
     if (s.from.process < 0 || s.from.process >= job.num_processes() || s.to.process < 0 ||
         s.to.process >= job.num_processes() || job.IsSource(s.to.process)) {
       return absl::InternalError(absl::StrCat(DescribeSegment(job, s),
@@ -221,6 +190,11 @@ absl::Status ProveExact(const Job& job, absl::Span<const Segment> segments,
     const int64_t volume = Volume(piece.box);
     if (volume == 0) continue;
     if (process && job.TargetId(piece.process) != *process) continue;
+    // Quantized parameters and their scales: ProveQuantExact (quant_plan.h).
+    if (job.quant_links().scale_of[piece.param] >= 0 ||
+        job.quant_links().quantized_of[piece.param] >= 0) {
+      continue;
+    }
     int64_t written = 0;
     for (const auto& [k, part] : writers[t]) written += Volume(part);
     if (written != volume) {

@@ -66,10 +66,17 @@ absl::StatusOr<Job> Job::Create(Layout source, Layout target) {
       job.node_index_.push_back(it->second);
     }
   }
-  // Both layouts are sorted by name and hold the same names, so index i matches index i.
-  job.source_to_target_param_.resize(source.params.size());
-  std::iota(job.source_to_target_param_.begin(), job.source_to_target_param_.end(), 0);
-  job.target_to_source_param_ = job.source_to_target_param_;
+  // Both layouts are sorted by name and hold the same names, but for the target's scale
+  // parameters: a merge of the two sorted lists.
+  job.source_to_target_param_.assign(source.params.size(), -1);
+  job.target_to_source_param_.assign(target.params.size(), -1);
+  for (size_t s = 0, t = 0; s < source.params.size() && t < target.params.size(); ++t) {
+    if (source.params[s].name != target.params[t].name) continue;
+    job.source_to_target_param_[s] = static_cast<int32_t>(t);
+    job.target_to_source_param_[t] = static_cast<int32_t>(s);
+    ++s;
+  }
+  job.quant_links_ = LinkQuantParams(target);
   job.layouts_digest_ = LayoutsDigest(source, target);
   job.source_ = std::move(source);
   job.target_ = std::move(target);
@@ -82,6 +89,13 @@ absl::string_view Job::PathClass(int32_t from, int32_t to) const {
   const int32_t device = processes_[from].device;
   return device != kUnknownDevice && device == processes_[to].device ? kPathSameDevice
                                                                      : kPathIntraNode;
+}
+
+bool Job::HasQuantizedParams() const {
+  for (int32_t scale : quant_links_.scale_of) {
+    if (scale >= 0) return true;
+  }
+  return false;
 }
 
 int64_t Job::ElementSize(int32_t target_param) const {

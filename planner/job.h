@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/layout.h"
+#include "planner/quant_layout.h"
 
 namespace wsync {
 
@@ -49,7 +50,8 @@ class Job {
   int32_t TargetId(int32_t rank) const { return num_source_ + rank; }
   bool IsSource(int32_t id) const { return id < num_source_; }
 
-  // Index of the target layout's parameter that the source parameter `source_param` matches.
+  // Index of the target layout's parameter that the source parameter `source_param` matches, and
+  // back; SourceParamOf is -1 for a scale parameter (quant_layout.h), which no source holds.
   int32_t TargetParamOf(int32_t source_param) const {
     return source_to_target_param_[source_param];
   }
@@ -66,6 +68,11 @@ class Job {
   // xxh3-64 of a canonical encoding of both (canonicalised) layouts, computed once by Create.
   uint64_t layouts_digest() const { return layouts_digest_; }
 
+  // For target parameters: the scale parameter of a quantized parameter and the parameter a scale
+  // parameter scales (-1: none).
+  const QuantLinks& quant_links() const { return quant_links_; }
+  bool HasQuantizedParams() const;
+
   // Byte size of one element of target parameter `param`.
   int64_t ElementSize(int32_t target_param) const;
 
@@ -78,6 +85,7 @@ class Job {
   std::vector<int32_t> source_to_target_param_;
   std::vector<int32_t> target_to_source_param_;
   std::vector<int32_t> node_index_;
+  QuantLinks quant_links_;
   uint64_t layouts_digest_ = 0;
 };
 

@@ -39,6 +39,9 @@ inline constexpr int32_t kMaxDevice = 1 << 16;
 // The buffer id of a relay process's arena in segment endpoints (planner/relay.h). Layout
 // validation refuses it as a buffer id, so it never names a registered buffer.
 inline constexpr uint64_t kRelayArenaBuffer = ~uint64_t{0};
+// The buffer id of a receiver's quantization arena in quantization steps (plan.h QuantTransform);
+// refused as a buffer id too.
+inline constexpr uint64_t kQuantArenaBuffer = ~uint64_t{0} - 1;
 
 struct BufferInfo {
   int32_t process = 0;  // Rank of the owning process within this layout.
@@ -47,10 +50,25 @@ struct BufferInfo {
   MemoryKind kind = MemoryKind::kHost;
 };
 
+// FP8 quantization of a rollout (target) parameter (issue 22; quant/fp8.h states the rules). A
+// quantized parameter has dtype fp8_e4m3 and 2 axes ([rows, cols]) or 3 ([experts, rows, cols]);
+// its fp32 scales are the parameter `scale_param` of the same layout, of shape
+// QuantScaleShape(shape, block_rows, block_cols). The trainer holds the parameter in bf16 or fp32
+// under the same name; the plan quantizes it (planner/quant_plan.h).
+struct ParamQuant {
+  int64_t block_rows = 0;  // Rows of a scale block; kWholeAxis (quant/fp8.h) for the whole axis.
+  int64_t block_cols = 0;  // 0 (with block_rows 0): the parameter is not quantized.
+  std::string scale_param;
+
+  bool quantized() const { return block_rows > 0; }
+  friend bool operator==(const ParamQuant&, const ParamQuant&) = default;
+};
+
 struct ParamInfo {
   std::string name;
   DType dtype = DType::kBFloat16;
   Dims shape;  // At most kMaxAxes axes.
+  ParamQuant quant;
 };
 
 // "This buffer holds this box of this parameter": element `i` of the box lives at element address

@@ -29,7 +29,7 @@ const std::vector<KindInfo>& Kinds() {
   static const auto* const kinds = new std::vector<KindInfo>{
       {"megatron", {"tp", "pp", "ep", "dp"}, ""},
       {"fsdp", {"n"}, "n"},
-      {"vllm", {"tp", "ep", "dp"}, ""},
+      {"vllm", {"tp", "ep", "dp", "quant"}, ""},
   };
   return *kinds;
 }
@@ -37,6 +37,9 @@ const std::vector<KindInfo>& Kinds() {
 // Placement keys every kind takes: processes per node, and colocation with the other side.
 constexpr absl::string_view kPpnKey = "ppn";
 constexpr absl::string_view kColocatedKey = "colocated";
+
+// vllm's weight quantization: quant=none|fp8_block|fp8_channel|fp8_tensor.
+constexpr absl::string_view kQuantKey = "quant";
 
 bool IsPlacementKey(absl::string_view key) { return key == kPpnKey || key == kColocatedKey; }
 
@@ -93,6 +96,16 @@ absl::StatusOr<NamedSpec> ParseNamedSpec(absl::string_view spec) {
     ++position;
     if (parsed.Get(key).has_value()) {
       return NamedSpecError(spec, absl::StrCat("key \"", key, "\" given twice"));
+    }
+    if (key == kQuantKey) {
+      if (parsed.quant_given) {
+        return NamedSpecError(spec, absl::StrCat("key \"", key, "\" given twice"));
+      }
+      absl::StatusOr<WeightQuant> quant = ParseWeightQuant(value);
+      if (!quant.ok()) return NamedSpecError(spec, quant.status().message());
+      parsed.quant = *quant;
+      parsed.quant_given = true;
+      continue;
     }
     int64_t number = 0;
     if (key == kColocatedKey) {

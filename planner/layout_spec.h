@@ -2,7 +2,8 @@
 #define WSYNC_PLANNER_LAYOUT_SPEC_H_
 
 // The grammar of named layout specs (named_layouts.h): kind [ "(" [ arg { "," arg } ] ")" ],
-// arg = key "=" int | int, spaces ignored. Keys per kind, plus the placement keys every kind
+// arg = key "=" int | int | "quant=" name (vllm only: planner/models.h WeightQuant names), spaces
+// ignored. Keys per kind, plus the placement keys every kind
 // takes (ppn, colocated). Internal to the planner.
 
 #include <cstdint>
@@ -24,6 +25,8 @@ inline constexpr int64_t kMaxNamedProcesses = int64_t{1} << 20;
 struct NamedSpec {
   std::string kind;                                   // "megatron", "fsdp" or "vllm".
   std::vector<std::pair<std::string, int64_t>> args;  // In spec order, keys unique.
+  WeightQuant quant = WeightQuant::kNone;             // vllm's quant=, not in args.
+  bool quant_given = false;
 
   std::optional<int64_t> Get(absl::string_view key) const {
     for (const auto& [k, v] : args) {

@@ -57,6 +57,11 @@ proto::Manifest ToManifest(const Layout& layout) {
     out->set_name(param.name);
     out->set_dtype(static_cast<int32_t>(param.dtype));
     FromDims(param.shape, out->mutable_shape());
+    if (param.quant.quantized()) {
+      out->set_quant_block_rows(param.quant.block_rows);
+      out->set_quant_block_cols(param.quant.block_cols);
+      out->set_quant_scale_param(param.quant.scale_param);
+    }
   }
   manifest.mutable_pieces()->Reserve(static_cast<int>(layout.pieces.size()));
   for (const Piece& piece : layout.pieces) {
@@ -138,8 +143,13 @@ absl::StatusOr<Layout> FromManifest(const proto::Manifest& manifest, const Manif
       return absl::InvalidArgumentError(absl::StrCat("manifest parameter '", param.name(),
                                                      "' has invalid dtype ", param.dtype()));
     }
-    layout.params.push_back(
-        ParamInfo{param.name(), static_cast<DType>(param.dtype()), ToDims(param.shape())});
+    if (static_cast<int64_t>(param.quant_scale_param().size()) > limits.max_name_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest parameter ", i, " has a scale name longer than the limit"));
+    }
+    layout.params.push_back(ParamInfo{
+        param.name(), static_cast<DType>(param.dtype()), ToDims(param.shape()),
+        ParamQuant{param.quant_block_rows(), param.quant_block_cols(), param.quant_scale_param()}});
   }
   layout.pieces.reserve(manifest.pieces_size());
   for (int i = 0; i < manifest.pieces_size(); ++i) {

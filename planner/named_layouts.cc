@@ -23,6 +23,8 @@
 #include "planner/builders.h"
 #include "planner/geometry.h"
 #include "planner/layout_spec.h"
+#include "planner/named_quant.h"
+#include "planner/quant_layout.h"
 
 namespace wsync {
 namespace {
@@ -323,6 +325,7 @@ struct VllmConfig {
   int32_t tp = 1;
   int32_t ep = 1;
   int32_t dp = 1;
+  WeightQuant quant = WeightQuant::kNone;
 };
 
 // Wide expert parallelism: the routed experts spread over every rank of every DP replica.
@@ -404,11 +407,32 @@ Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t rank) {
   return ShardBox(t, c.tp, tp_rank, c.ep, IsWideEp(c) ? rank : tp_rank);
 }
 
-Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutOptions& options) {
+// The scales of an FP8 module on process `p`: one fp32 buffer, the parts' scale boxes (of their
+// whole-block boxes) concatenated along the module's axis (named_quant.h).
+void AddVllmScales(LayoutBuilder& builder, const ModelSpec& model, const VllmConfig& c,
+                   const Module& module, const std::vector<int32_t>& scale_of, int32_t p) {
+  std::vector<std::pair<int32_t, Box>> scale_parts;
+  for (int32_t i : module.parts) {
+    const ParamInfo& param = builder.layout().params[i];
+    const Dims blocks = QuantBlockDims(param.quant, static_cast<int>(param.shape.size()));
+    const Box box = VllmBox(model.tensors[i], c, p);
+    scale_parts.emplace_back(
+        scale_of[i], ScaleBox(blocks, param.shape, WholeBlockBox(blocks, param.shape, box)));
+  }
+  const MemoryKind kind = builder.layout().buffers.back().kind;
+  const uint64_t buffer = builder.AddBuffer(p, 0, kind);
+  const int64_t elements = builder.AddFusedPieces(scale_parts, module.axis, p, buffer, 0);
+  builder.mutable_layout().buffers.back().bytes = elements * DTypeSize(DType::kFloat32);
+}
+
+absl::StatusOr<Layout> BuildVllm(const ModelSpec& model, const VllmConfig& c,
+                                 const NamedLayoutOptions& options) {
   LayoutBuilder builder(Role::kRollout);
   const int64_t processes = int64_t{c.tp} * c.dp;
   AddProcesses(builder, processes, options, "rollout-node");
   AddParams(builder, model);
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<int32_t> scale_of,
+                         AddQuantParams(builder, model, c.quant));
   const std::vector<Module> modules = VllmModules(model);
   builder.mutable_layout().buffers.reserve(processes * modules.size());
   builder.mutable_layout().pieces.reserve(processes * model.tensors.size());
@@ -432,7 +456,10 @@ Layout BuildVllm(const ModelSpec& model, const VllmConfig& c, const NamedLayoutO
         for (int32_t i : module.parts) parts.emplace_back(i, VllmBox(model.tensors[i], c, p));
         elements = builder.AddFusedPieces(parts, module.axis, p, buffer, 0);
       }
-      builder.mutable_layout().buffers.back().bytes = elements * DTypeSize(first.dtype);
+      const DType dtype = builder.layout().params[module.parts.front()].dtype;
+      builder.mutable_layout().buffers.back().bytes = elements * DTypeSize(dtype);
+      if (scale_of[module.parts.front()] >= 0)
+        AddVllmScales(builder, model, c, module, scale_of, p);
     }
   }
   return std::move(builder).Build();
@@ -502,6 +529,7 @@ absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_vie
     c.tp = get("tp", 1);
     c.ep = get("ep", 1);
     c.dp = get("dp", 1);
+    c.quant = parsed.quant;
     WSYNC_RETURN_IF_ERROR(check_processes(int64_t{c.tp} * c.dp));
     WSYNC_RETURN_IF_ERROR(CheckVllm(model, c));
     return BuildVllm(model, c, options);

@@ -6,97 +6,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "planner/param_index.h"
 #include "planner/policy.h"
+#include "planner/quant_plan.h"
 #include "planner/relay_pass.h"
 
 namespace wsync {
 namespace {
-
-// Source boxes of one parameter with their holders (source piece indices, ascending by process).
-struct HolderGroup {
-  Box box;
-  std::vector<int32_t> pieces;
-};
-
-// Finds the holder groups of one parameter that intersect a query box. Groups are disjoint or
-// equal (validated), sorted by origin on `axis`, the axis with the most distinct origins.
-class ParamIndex {
- public:
-  void Build(const Layout& source, std::vector<int32_t> pieces) {
-    std::stable_sort(pieces.begin(), pieces.end(), [&](int32_t a, int32_t b) {
-      return source.pieces[a].box < source.pieces[b].box;
-    });
-    for (int32_t index : pieces) {
-      const Box& box = source.pieces[index].box;
-      if (groups_.empty() || !(groups_.back().box == box)) groups_.push_back(HolderGroup{box, {}});
-      groups_.back().pieces.push_back(index);
-    }
-    for (HolderGroup& group : groups_) {
-      std::stable_sort(group.pieces.begin(), group.pieces.end(), [&](int32_t a, int32_t b) {
-        return source.pieces[a].process < source.pieces[b].process;
-      });
-    }
-    if (groups_.empty() || groups_[0].box.rank() == 0) return;
-    size_t best_distinct = 0;
-    for (int axis = 0; axis < groups_[0].box.rank(); ++axis) {
-      std::vector<int64_t> origins;
-      origins.reserve(groups_.size());
-      for (const HolderGroup& group : groups_) origins.push_back(group.box.origin[axis]);
-      std::sort(origins.begin(), origins.end());
-      const size_t distinct = std::unique(origins.begin(), origins.end()) - origins.begin();
-      if (distinct > best_distinct) {
-        best_distinct = distinct;
-        axis_ = axis;
-      }
-    }
-    std::stable_sort(groups_.begin(), groups_.end(),
-                     [&](const HolderGroup& a, const HolderGroup& b) {
-                       return a.box.origin[axis_] < b.box.origin[axis_];
-                     });
-    prefix_max_end_.reserve(groups_.size());
-    int64_t max_end = 0;
-    for (const HolderGroup& group : groups_) {
-      max_end = std::max(max_end, group.box.origin[axis_] + group.box.extent[axis_]);
-      prefix_max_end_.push_back(max_end);
-    }
-  }
-
-  // Calls fn(group, region) for every group whose box meets `query`, region being the common box.
-  template <typename Fn>
-  void ForEachIntersecting(const Box& query, Fn&& fn) const {
-    if (groups_.empty()) return;
-    if (query.rank() == 0) {
-      for (const HolderGroup& group : groups_) fn(group, query);
-      return;
-    }
-    const int64_t begin = query.origin[axis_];
-    const int64_t end = begin + query.extent[axis_];
-    auto upper = std::lower_bound(
-        groups_.begin(), groups_.end(), end,
-        [&](const HolderGroup& group, int64_t value) { return group.box.origin[axis_] < value; });
-    for (int64_t i = (upper - groups_.begin()) - 1; i >= 0; --i) {
-      if (prefix_max_end_[i] <= begin) break;
-      if (std::optional<Box> region = Intersect(groups_[i].box, query)) fn(groups_[i], *region);
-    }
-  }
-
- private:
-  int axis_ = 0;
-  std::vector<HolderGroup> groups_;
-  std::vector<int64_t> prefix_max_end_;
-};
-
-std::vector<ParamIndex> BuildIndex(const Layout& source) {
-  std::vector<std::vector<int32_t>> by_param(source.params.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(source.pieces.size()); ++i) {
-    if (Volume(source.pieces[i].box) > 0) by_param[source.pieces[i].param].push_back(i);
-  }
-  std::vector<ParamIndex> index(source.params.size());
-  for (size_t param = 0; param < by_param.size(); ++param) {
-    index[param].Build(source, std::move(by_param[param]));
-  }
-  return index;
-}
 
 Segment MakeSegment(const Job& job, int32_t source_piece, int32_t target_piece, const Box& box) {
   const Piece& from = job.source().pieces[source_piece];
@@ -205,6 +121,11 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
   for (int32_t t = 0; t < static_cast<int32_t>(target.pieces.size()); ++t) {
     const Piece& piece = target.pieces[t];
     if (Volume(piece.box) == 0) continue;
+    // Quantized parameters and their scales are written by quantization steps (quant_plan.h).
+    if (job.quant_links().scale_of[piece.param] >= 0 ||
+        job.quant_links().quantized_of[piece.param] >= 0) {
+      continue;
+    }
     const int32_t receiver = job.TargetId(piece.process);
     const int64_t element_size = job.ElementSize(piece.param);
     index[job.SourceParamOf(piece.param)].ForEachIntersecting(
@@ -276,6 +197,17 @@ absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
   absl::Status exact = ProveExact(job, plan.segments, options.process);
   if (!exact.ok()) {
     return absl::InternalError(absl::StrCat("plan failed its exactness proof: ", exact.message()));
+  }
+  if (job.HasQuantizedParams()) {
+    WSYNC_ASSIGN_OR_RETURN(plan.quant, planner_internal::PlanQuant(job, index));
+    if (options.process) {
+      plan.quant = planner_internal::QuantForProcess(plan.quant, *options.process);
+    }
+    exact = ProveQuantExact(job, plan.quant, options.process);
+    if (!exact.ok()) {
+      return absl::InternalError(
+          absl::StrCat("plan failed its exactness proof: ", exact.message()));
+    }
   }
   plan.digest = PlanDigest(job, plan);
   plan.segments_digest = SegmentsDigest(plan.segments);

@@ -93,6 +93,45 @@ class ReplicaPolicy {
       absl::Span<const FixedPairTraffic> fixed) const = 0;
 };
 
+// Quantization steps (issue 22; quant_plan.h): a quantized target parameter is written by
+// QuantTransforms, never by Segments. Each quantizes `blocks`, a box of whole scale blocks
+// (quant_layout.h WholeBlockBox) of parameter `param` for one receiver's target piece, and writes
+// the e4m3 elements of `box` (blocks and the piece's box in common) at `to` and the scales of
+// `scale_box` (ScaleBox of blocks) at `scale_to`.
+enum class QuantSide : uint8_t {
+  // The sender holds `blocks` in one source piece: it quantizes them from `from` (a source
+  // endpoint) and sends the e4m3 bytes of `box` and the scales.
+  kSender = 1,
+  // The blocks span several source pieces (a TP cut inside a block): the QuantPlan::gathers of the
+  // receiver's arena region `from` (buffer kQuantArenaBuffer, row-major over blocks, elements of
+  // the source dtype) bring the blocks in the source dtype; the receiver quantizes there.
+  kReceiver = 2,
+};
+
+// Byte alignment of every arena region of a quantization step.
+inline constexpr int64_t kQuantArenaAlignment = 64;
+
+struct QuantTransform {
+  int32_t param = 0;        // Target parameter (quantized).
+  int32_t scale_param = 0;  // Its scale parameter.
+  QuantSide side = QuantSide::kSender;
+  Box blocks;
+  Endpoint from;
+  Box box;
+  Endpoint to;
+  Box scale_box;
+  Endpoint scale_to;
+  friend bool operator==(const QuantTransform&, const QuantTransform&) = default;
+};
+
+struct QuantPlan {
+  // By receiver piece in the target's canonical order, then as planned.
+  std::vector<QuantTransform> transforms;
+  // Receiver-side parts: segments of a quantized parameter from a source piece into a receiver's
+  // arena (to.buffer kQuantArenaBuffer), in the source dtype.
+  std::vector<Segment> gathers;
+};
+
 struct PlanOptions {
   // When set, only segments whose sender or receiver is this global process are emitted and only
   // its target pieces are proven (the replica policy still sees every request of the sync).
@@ -123,6 +162,9 @@ struct Plan {
   // segments of `process`.
   int64_t inter_node_bytes = 0;
   int64_t inter_node_bytes_without_relay = 0;
+  // The quantized parameters' steps (of every process, or those of PlanOptions::process: its
+  // sender-side transforms and gathers as sender, its transforms and gathers as receiver).
+  QuantPlan quant;
   // PlanDigest(job, *this): equal on every process whatever PlanOptions::process is.
   uint64_t digest = 0;
   // SegmentsDigest(segments): the segments this plan emitted (all of them, or one process's).
@@ -130,7 +172,8 @@ struct Plan {
 };
 
 // Fails with InvalidArgument when a policy answer is malformed (naming the request), or Internal
-// when the exactness proof fails (which would be a planner bug).
+// when the exactness proof (ProveExact, and ProveQuantExact for quantized parameters) fails
+// (which would be a planner bug).
 absl::StatusOr<Plan> MakePlan(const Job& job, const ReplicaPolicy& policy,
                               const PlanOptions& options = {});
 

@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "common/checked_math.h"
 #include "common/status.h"
+#include "planner/quant_layout.h"
 #include "planner/region_overlap.h"
 
 namespace wsync {
@@ -108,10 +109,16 @@ absl::Status ValidateBufferDisjoint(const Layout& layout, const BufferInfo& buff
 
 // Holders of one parameter hold either equal or disjoint boxes: the distinct boxes are pairwise
 // disjoint. Bounded work (planner/region_overlap.h).
+// Scale parameters are exempt: receivers whose boxes share a block of a quantized parameter each
+// hold that block's scale (ValidateQuantParams checks them).
 absl::Status ValidateHolders(const Layout& layout, int64_t& budget) {
+  const QuantLinks links = LinkQuantParams(layout);
   std::vector<std::vector<int>> by_param(layout.params.size());
   for (int i = 0; i < static_cast<int>(layout.pieces.size()); ++i) {
-    if (Volume(layout.pieces[i].box) > 0) by_param[layout.pieces[i].param].push_back(i);
+    const int param = layout.pieces[i].param;
+    if (Volume(layout.pieces[i].box) > 0 && links.quantized_of[param] < 0) {
+      by_param[param].push_back(i);
+    }
   }
   for (std::vector<int>& indices : by_param) {
     std::sort(indices.begin(), indices.end(),
@@ -162,9 +169,9 @@ absl::Status ValidateLayout(const Layout& layout) {
           absl::StrCat(where, ": process is out of range [0, ", num_processes, ")"));
     }
     if (buffer.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
-    if (buffer.id == kRelayArenaBuffer) {
+    if (buffer.id == kRelayArenaBuffer || buffer.id == kQuantArenaBuffer) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the id is reserved for relay arenas"));
+          absl::StrCat(where, ": the id is reserved for relay arenas and quantization arenas"));
     }
     if (buffer.kind != MemoryKind::kHost && buffer.kind != MemoryKind::kCuda) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": invalid memory kind"));
@@ -239,6 +246,7 @@ absl::Status ValidateLayout(const Layout& layout) {
     WSYNC_RETURN_IF_ERROR(
         ValidateBufferDisjoint(layout, layout.buffers[b], regions_by_buffer[b], budget));
   }
+  WSYNC_RETURN_IF_ERROR(ValidateQuantParams(layout));
   return ValidateHolders(layout, budget);
 }
 
@@ -297,22 +305,24 @@ absl::Status ValidatePair(const Layout& source, const Layout& target) {
     source_params.emplace(source.params[i].name, i);
   }
   absl::flat_hash_map<absl::string_view, int> target_params;
+  const QuantLinks links = LinkQuantParams(target);
   for (int i = 0; i < static_cast<int>(target.params.size()); ++i) {
     const ParamInfo& param = target.params[i];
     target_params.emplace(param.name, i);
     auto it = source_params.find(param.name);
+    if (links.quantized_of[i] >= 0) {  // Computed by the plan, never sent by a trainer.
+      if (it == source_params.end()) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", param.name, "' is a scale of the ", RoleName(target.role),
+                       " layout's quantized '", target.params[links.quantized_of[i]].name,
+                       "' but the ", RoleName(source.role), " layout declares it too"));
+    }
     if (it == source_params.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", param.name, "' is declared by the ", RoleName(target.role),
                        " layout but not by the ", RoleName(source.role), " layout"));
     }
-    const ParamInfo& other = source.params[it->second];
-    if (other.dtype != param.dtype || other.shape != param.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", param.name, "' is ", DTypeName(other.dtype), DimsToString(other.shape),
-          " in the ", RoleName(source.role), " layout but ", DTypeName(param.dtype),
-          DimsToString(param.shape), " in the ", RoleName(target.role), " layout"));
-    }
+    WSYNC_RETURN_IF_ERROR(CheckPairedParams(source.params[it->second], param));
   }
   for (const ParamInfo& param : source.params) {
     if (!target_params.contains(param.name)) {

@@ -14,11 +14,13 @@ namespace wsync {
 // dtypes, at most kMaxAxes axes, non-negative extents; every piece names a known parameter, process
 // and buffer; its box lies in the parameter, its strides are injective, its address span lies in
 // the buffer (int64 overflow included); pieces of one buffer do not overlap; holders of overlapping
-// boxes of one parameter hold equal boxes.
+// boxes of one parameter hold equal boxes (scale parameters excepted); quantized parameters and
+// their scales as ValidateQuantParams (quant_layout.h) says.
 absl::Status ValidateLayout(const Layout& layout);
 
-// The two sides: the same parameter names with equal dtypes and shapes, and every element of every
-// parameter held by at least one source piece.
+// The two sides: the same parameter names with equal dtypes and shapes (a quantized target
+// parameter from a bf16 or fp32 source; its scale parameter, computed by the plan, only in the
+// target), and every element of every parameter held by at least one source piece.
 absl::Status ValidatePair(const Layout& source, const Layout& target);
 
 }  // namespace wsync

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -78,15 +79,29 @@ absl::StatusOr<std::unique_ptr<ReplicaPolicy>> MakeSessionPolicy(absl::string_vi
 
 Traffic PlanTraffic(const Job& job, const Plan& plan) {
   std::map<std::pair<int32_t, int32_t>, PairTraffic> pairs;
-  for (const Segment& segment : plan.segments) {
-    const int32_t from = segment.from.process;
-    const int32_t to = segment.to.process;
+  auto add = [&](int32_t from, int32_t to, int64_t bytes) {
     PairTraffic& pair = pairs[{from, to}];
     pair.from = from;
     pair.to = to;
     pair.path = std::string(job.PathClass(from, to));
-    pair.bytes += segment.elements() * job.ElementSize(segment.param);
+    pair.bytes += bytes;
     ++pair.messages;
+  };
+  for (const Segment& segment : plan.segments) {
+    add(segment.from.process, segment.to.process,
+        segment.elements() * job.ElementSize(segment.param));
+  }
+  // Quantization steps (planner/quant_plan.h): e4m3 bytes and scales from sender-side steps,
+  // source-dtype gathers for receiver-side ones.
+  for (const QuantTransform& step : plan.quant.transforms) {
+    if (step.side != QuantSide::kSender) continue;
+    add(step.from.process, step.to.process,
+        Volume(step.box) * DTypeSize(DType::kFloat8E4M3) +
+            Volume(step.scale_box) * DTypeSize(DType::kFloat32));
+  }
+  for (const Segment& gather : plan.quant.gathers) {
+    add(gather.from.process, gather.to.process,
+        gather.elements() * DTypeSize(job.source().params[job.SourceParamOf(gather.param)].dtype));
   }
   Traffic traffic;
   for (auto& [key, pair] : pairs) {
@@ -111,7 +126,22 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
   for (const ProcessSchedule& schedule : schedules) {
     traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
   }
-  return PredictPriced(fits, traffic);
+  WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, traffic));
+  prediction.quantize_seconds = QuantizeSeconds(job, whole.quant);
+  prediction.seconds += prediction.quantize_seconds;
+  return prediction;
+}
+
+double QuantizeSeconds(const Job& job, const QuantPlan& plan) {
+  std::map<int32_t, int64_t> input_bytes;  // Per quantizing process.
+  for (const QuantTransform& step : plan.transforms) {
+    const int32_t process = step.side == QuantSide::kSender ? step.from.process : step.to.process;
+    input_bytes[process] +=
+        Volume(step.blocks) * DTypeSize(job.source().params[job.SourceParamOf(step.param)].dtype);
+  }
+  int64_t busiest = 0;
+  for (const auto& [process, bytes] : input_bytes) busiest = std::max(busiest, bytes);
+  return static_cast<double>(busiest) / kQuantizeInputBytesPerSecond;
 }
 
 std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,

@@ -58,8 +58,20 @@ absl::Status CheckSessionPolicyName(absl::string_view name);
 // path class; rounds = the largest segment count of a pair.
 Traffic PlanTraffic(const Job& job, const Plan& plan);
 
+// The throughput at which a process quantizes (bytes of bf16 or fp32 input per second) in
+// predictions: a constant term, not calibrated. The host kernels (quant/fp8.h) run one thread;
+// `wsync bench executor` measures them.
+inline constexpr double kQuantizeInputBytesPerSecond = 2e9;
+
+// The seconds of the plan's quantization: the busiest quantizing process's input bytes (its
+// sender-side blocks and its receiver-side blocks) at kQuantizeInputBytesPerSecond, as if
+// quantizing did not overlap the transfer.
+double QuantizeSeconds(const Job& job, const QuantPlan& plan);
+
 // The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
-// the session plans them) and prices them, with the rounds of the busiest process's schedule
+// the session plans them) and prices them (quantization steps' bytes included, and
+// QuantizeSeconds added to seconds and kept in quantize_seconds), with the rounds of the busiest
+// process's schedule
 // under `budget` for the latency term. Pairs on a path class the calibration has no fit for are
 // left out and named (PredictPriced, Prediction::unpriced_bytes).
 absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,

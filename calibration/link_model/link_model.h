@@ -127,6 +127,9 @@ struct Prediction {
   // the paths that carry bytes.
   double latency_seconds = 0;
   std::string binding;  // The busiest resource, e.g. "ingress of process 3".
+  // Seconds of quantizing FP8 targets included in `seconds` (plugin/prediction.h QuantizeSeconds);
+  // 0 when nothing is quantized.
+  double quantize_seconds = 0;
   // PredictPriced only: bytes by path class of the pairs left out because neither the pair nor
   // its path class has a fit. Empty when every pair was priced; otherwise the seconds above
   // cover only the rest of the traffic (a lower bound of the whole).

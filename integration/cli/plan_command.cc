@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "executor/schedule.h"
 #include "integration/cli/plan_pricing.h"
+#include "integration/cli/plan_quant.h"
 #include "integration/cli/plan_simgrid.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
@@ -454,6 +455,7 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   }
   PrintPaths(out, traffic);
   PrintRelay(out, request, run.plan, relay_fits != nullptr);
+  PrintQuant(out, job, run.plan);
   std::map<std::string, int64_t> unpriced;  // Over both sources.
   double cluster_bound_seconds = 0;
   for (const std::optional<PricingSource>* source : {&calibration, &cluster}) {
@@ -494,7 +496,8 @@ std::string PlanUsage() {
       absl::StrJoin(ModelNames(), ", "),
       "\n"
       "  --from      the trainer's layout: megatron(tp=1,pp=1,ep=1,dp=ep) or fsdp(n)\n"
-      "  --to        the rollout's layout: vllm(tp=1,ep=1,dp=1)\n"
+      "  --to        the rollout's layout: vllm(tp=1,ep=1,dp=1,quant=none|fp8_block|\n"
+      "              fp8_channel|fp8_tensor)\n"
       "              (keys may be omitted; the values shown are the defaults)\n"
       "              placement, in either layout: ppn=K processes (GPUs) per node (default 8,\n"
       "              or the --simulate cluster's); colocated=1 puts rank r of both sides on\n"

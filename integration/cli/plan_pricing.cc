@@ -134,19 +134,27 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
         ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{}, *request.process));
     priced.rounds = schedule.rounds;
   }
-  WSYNC_ASSIGN_OR_RETURN(const Prediction prediction, PredictPriced(fits, priced));
+  WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, priced));
+  // FP8 targets: the quantize term at its stated throughput (plugin/prediction.h).
+  prediction.quantize_seconds = QuantizeSeconds(job, plan.quant);
+  prediction.seconds += prediction.quantize_seconds;
   const bool partial = !prediction.unpriced_bytes.empty();
   if (partial && prediction.binding.empty()) {
     absl::FPrintF(out, "\npredicted (%s): none of the traffic could be priced\n", source.label);
     PrintUnpriced(out, request, prediction);
     return prediction;
   }
-  absl::FPrintF(out,
-                "\npredicted (%s): %.4f s%s = transfer %.4f s + latency %.6f s (%d rounds)\n"
-                "  binding resource: %s\n",
-                source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
-                prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
-                prediction.binding.empty() ? std::string("none") : prediction.binding);
+  absl::FPrintF(
+      out,
+      "\npredicted (%s): %.4f s%s = transfer %.4f s + latency %.6f s (%d rounds)%s\n"
+      "  binding resource: %s\n",
+      source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
+      prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
+      prediction.quantize_seconds > 0
+          ? absl::StrFormat(" + quantize %.4f s (%.0f GB/s of input per process)",
+                            prediction.quantize_seconds, kQuantizeInputBytesPerSecond / 1e9)
+          : std::string(),
+      prediction.binding.empty() ? std::string("none") : prediction.binding);
   PrintStandIns(out, request, fits, prediction);
   PrintUnpriced(out, request, prediction);
   if (!request.simulate.empty() && !request.process.has_value()) PrintPublished(out, request.model);

@@ -19,6 +19,7 @@
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"
 #include "tests/unit/executor_test_support.h"
+#include "tests/unit/quant_plan_support.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
@@ -106,6 +107,26 @@ TEST(ExecutorTest, DigestDisagreementFailsEveryProcessBeforeAnyByteMoves) {
     EXPECT_THAT(std::string(run.results[p].status().message()), HasSubstr("plan digests differ"));
     EXPECT_THAT(std::string(run.results[p].status().message()),
                 HasSubstr(p == 3 ? "0000000000000bad" : "000000000000600d"));
+  }
+  EXPECT_EQ(run.counters.TotalBytes(), 0);
+}
+
+// The executor does not run quantization steps yet: a job with FP8 targets fails on every
+// process, and no byte moves (a sync must never report FP8 weights it did not write).
+TEST(ExecutorTest, RefusesAJobWithQuantizedTargets) {
+  const Dims shape = {64, 48};
+  const quant_plan_test::AxisCuts cuts = {{0, 32, 64}, {0, 48}};
+  const Job job = *Job::Create(quant_plan_test::QuantSource(shape, cuts, 1, 0),
+                               quant_plan_test::QuantTarget(shape, ParamQuant{16, 16, ""},
+                                                            quant_plan_test::Uncut(shape), 1, 0));
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  ASSERT_FALSE(plan.quant.transforms.empty());
+  HostBuffers source(job.source(), 1), target(job.target(), test::kPoison);
+  BatchRun run = RunBatch(job, plan.segments, StagingBudget{}, source, target);
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    ASSERT_FALSE(run.results[p].ok()) << p;
+    EXPECT_THAT(std::string(run.results[p].status().message()),
+                HasSubstr("does not run quantization steps"));
   }
   EXPECT_EQ(run.counters.TotalBytes(), 0);
 }

@@ -1,0 +1,77 @@
+// The cost model of FP8 targets (plugin/prediction.h): PlanTraffic carries the quantization
+// steps' bytes (e4m3 + scales, gathers), PredictSync adds the quantize term, and a block-FP8
+// rollout's predicted transfer shrinks with its bytes.
+
+#include <cstdint>
+
+#include "calibration/link_model/link_model.h"
+#include "gtest/gtest.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/policy.h"
+#include "planner/quant_plan.h"
+#include "plugin/prediction.h"
+
+namespace wsync {
+namespace {
+
+constexpr char kLinks[] = "local=1us,20GB/s;intra_node=5us,4GB/s;inter_node=10us,2GB/s";
+
+Job MakeJob(absl::string_view model_name, absl::string_view from, absl::string_view to) {
+  const ModelSpec model = *GetModel(model_name);
+  absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(model, from, to);
+  EXPECT_TRUE(layouts.ok()) << layouts.status();
+  absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *std::move(job);
+}
+
+int64_t TrafficBytes(const Traffic& traffic) {
+  int64_t bytes = 0;
+  for (const PairTraffic& pair : traffic.pairs) bytes += pair.bytes;
+  return bytes;
+}
+
+TEST(QuantPredictionTest, TrafficCarriesTheQuantizationSteps) {
+  // tp=2 on a hidden size of 128 cuts every 128-row block: receiver-side steps as well.
+  const Job job = MakeJob("qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=2, quant=fp8_block)");
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  int64_t segment_bytes = 0;
+  for (const Segment& segment : plan.segments) {
+    segment_bytes += segment.elements() * job.ElementSize(segment.param);
+  }
+  const QuantWireBytes quant = CountQuantWireBytes(job, plan.quant);
+  EXPECT_GT(quant.gathered, 0);
+  EXPECT_GT(quant.fp8, 0);
+  EXPECT_EQ(TrafficBytes(PlanTraffic(job, plan)), segment_bytes + quant.total());
+}
+
+TEST(QuantPredictionTest, BlockFp8HalvesThePredictedTransferAndAddsTheQuantizeTerm) {
+  const LinkFits fits = *FitLinks(*SyntheticCalibration(kLinks));
+  const Job bf16 = MakeJob("qwen2.5-0.5b", "megatron", "vllm");
+  const Job fp8 = MakeJob("qwen2.5-0.5b", "megatron", "vllm(quant=fp8_block)");
+  const absl::StatusOr<Prediction> plain =
+      PredictSync(bf16, *MakeFirstHolderPolicy(), fits, StagingBudget{});
+  const absl::StatusOr<Prediction> quantized =
+      PredictSync(fp8, *MakeFirstHolderPolicy(), fits, StagingBudget{});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  EXPECT_EQ(plain->quantize_seconds, 0);
+  EXPECT_GT(quantized->quantize_seconds, 0);
+  EXPECT_DOUBLE_EQ(quantized->seconds, quantized->transfer_seconds + quantized->latency_seconds +
+                                           quantized->quantize_seconds);
+  // One link binds: the transfer scales with the bytes. The tied embedding (27% of
+  // qwen2.5-0.5b's bytes) and the norms stay bf16, the rest is halved: about 0.64.
+  const Plan plan = *MakePlan(fp8, *MakeFirstHolderPolicy());
+  const double ratio = static_cast<double>(TrafficBytes(PlanTraffic(fp8, plan))) /
+                       TrafficBytes(PlanTraffic(bf16, *MakePlan(bf16, *MakeFirstHolderPolicy())));
+  EXPECT_LT(ratio, 0.66);
+  EXPECT_NEAR(quantized->transfer_seconds / plain->transfer_seconds, ratio, 0.01);
+  // The quantize term: the one trainer quantizes every FP8 weight's bf16 bytes.
+  EXPECT_DOUBLE_EQ(quantized->quantize_seconds,
+                   static_cast<double>(CountQuantWireBytes(fp8, plan.quant).unquantized) /
+                       kQuantizeInputBytesPerSecond);
+}
+
+}  // namespace
+}  // namespace wsync

@@ -1,0 +1,249 @@
+#ifndef WSYNC_TESTS_UNIT_QUANT_PLAN_SUPPORT_H_
+#define WSYNC_TESTS_UNIT_QUANT_PLAN_SUPPORT_H_
+
+// Helpers of the quantization-plan tests: a trainer/rollout pair of one quantized parameter "w"
+// cut at arbitrary positions, and a host simulation of a plan's quantization steps (the sender
+// quantizes its blocks with quant::QuantizeFp8 and sends, the receiver gathers bf16 into an arena
+// and quantizes there), compared element by element with the reference quantizer of the whole
+// tensor.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "planner/builders.h"
+#include "planner/plan.h"
+#include "planner/quant_layout.h"
+#include "quant/fp8.h"
+#include "tests/unit/fp8_test_support.h"
+
+namespace wsync::quant_plan_test {
+
+// Cuts of each axis: the boundaries [0, c1, ..., extent] of its parts.
+using AxisCuts = std::vector<std::vector<int64_t>>;
+
+inline AxisCuts Uncut(const Dims& shape) {
+  AxisCuts cuts;
+  for (int64_t extent : shape) cuts.push_back({0, extent});
+  return cuts;
+}
+
+// The boxes of the grid that `cuts` makes, in row-major order of their cells.
+inline std::vector<Box> GridBoxes(const Dims& shape, const AxisCuts& cuts) {
+  std::vector<Box> boxes = {WholeBox(shape)};
+  for (size_t a = 0; a < shape.size(); ++a) {
+    std::vector<Box> next;
+    for (const Box& box : boxes) {
+      for (size_t c = 0; c + 1 < cuts[a].size(); ++c) {
+        Box part = box;
+        part.origin[a] = cuts[a][c];
+        part.extent[a] = cuts[a][c + 1] - cuts[a][c];
+        next.push_back(part);
+      }
+    }
+    boxes = std::move(next);
+  }
+  return boxes;
+}
+
+// Row-major strides of `extent` with the last axis padded by `pad` elements (a strided piece).
+inline Dims PaddedStrides(const Dims& extent, int64_t pad) {
+  Dims padded = extent;
+  padded.back() += pad;
+  return RowMajorStrides(padded);
+}
+
+inline int64_t SpanElements(const Dims& extent, const Dims& strides) {
+  int64_t last = 0;
+  for (size_t a = 0; a < extent.size(); ++a) last += (extent[a] - 1) * strides[a];
+  return last + 1;
+}
+
+// The trainer: "w" (bf16, `shape`) in the grid of `cuts`, each box on its own process and buffer
+// (rows padded by `pad`), all of it `replicas` times.
+inline Layout QuantSource(const Dims& shape, const AxisCuts& cuts, int replicas, int64_t pad) {
+  LayoutBuilder b(Role::kTrainer);
+  const int32_t w = b.AddParam("w", DType::kBFloat16, shape);
+  for (int r = 0; r < replicas; ++r) {
+    for (const Box& box : GridBoxes(shape, cuts)) {
+      const int32_t p = b.AddProcess("trainer-node");
+      const Dims strides = PaddedStrides(box.extent, pad);
+      const uint64_t buffer = b.AddBuffer(p, SpanElements(box.extent, strides) * 2);
+      b.AddPiece(w, p, buffer, box, 0, strides);
+    }
+  }
+  return std::move(b).Build();
+}
+
+// The rollout: "w" FP8 with `quant` and its scales "w_scale", the grid of `cuts`, each box on its
+// own process: one e4m3 buffer (rows padded by `pad`) and one fp32 buffer holding the scales of
+// the box's whole blocks; `replicas` times.
+inline Layout QuantTarget(const Dims& shape, const ParamQuant& quant, const AxisCuts& cuts,
+                          int replicas, int64_t pad) {
+  LayoutBuilder b(Role::kRollout);
+  const int32_t w = b.AddParam("w", DType::kFloat8E4M3, shape);
+  b.mutable_layout().params[w].quant = quant;
+  b.mutable_layout().params[w].quant.scale_param = "w_scale";
+  const Dims blocks = QuantBlockDims(quant, static_cast<int>(shape.size()));
+  const int32_t s = b.AddParam("w_scale", DType::kFloat32, QuantScaleShape(shape, blocks));
+  for (int r = 0; r < replicas; ++r) {
+    for (const Box& box : GridBoxes(shape, cuts)) {
+      const int32_t p = b.AddProcess("rollout-node");
+      const Dims strides = PaddedStrides(box.extent, pad);
+      b.AddPiece(w, p, b.AddBuffer(p, SpanElements(box.extent, strides)), box, 0, strides);
+      const Box scales = ScaleBox(blocks, shape, WholeBlockBox(blocks, shape, box));
+      b.AddPackedPiece(s, p, b.AddBuffer(p, Volume(scales) * 4), scales, 0);
+    }
+  }
+  return std::move(b).Build();
+}
+
+// Calls fn(index) for every index of `box`, row-major.
+inline void ForEachIndex(const Box& box, const std::function<void(const Dims&)>& fn) {
+  if (Volume(box) == 0) return;
+  Dims index = box.origin;
+  while (true) {
+    fn(index);
+    int a = box.rank() - 1;
+    for (; a >= 0; --a) {
+      if (++index[a] < box.origin[a] + box.extent[a]) break;
+      index[a] = box.origin[a];
+    }
+    if (a < 0) return;
+  }
+}
+
+// Element index of `index` (absolute) in a region mapping `box`'s origin to `offset`.
+inline int64_t At(const Box& box, int64_t offset, const Dims& strides, const Dims& index) {
+  return AddressOf(box, offset, strides, index);
+}
+
+// Memory of every process's buffers: (global process, buffer id) -> bytes.
+using Memory = std::map<std::pair<int32_t, uint64_t>, std::vector<uint8_t>>;
+
+// Allocates every buffer of the job; trainer pieces hold `tensor` (bf16 bits of [e, r, c] or
+// [r, c]), rollout buffers 0xff bytes (an e4m3 NaN, a NaN scale) to show unwritten elements.
+inline Memory AllocateMemory(const Job& job, const fp8_test::Tensor& tensor) {
+  Memory memory;
+  for (const BufferInfo& buffer : job.source().buffers) {
+    memory[{job.SourceId(buffer.process), buffer.id}].assign(buffer.bytes, 0);
+  }
+  for (const BufferInfo& buffer : job.target().buffers) {
+    memory[{job.TargetId(buffer.process), buffer.id}].assign(buffer.bytes, 0xff);
+  }
+  for (const Piece& piece : job.source().pieces) {
+    std::vector<uint8_t>& bytes = memory[{job.SourceId(piece.process), piece.buffer}];
+    const Dims strides = RowMajorStrides(job.source().params[piece.param].shape);
+    ForEachIndex(piece.box, [&](const Dims& index) {
+      const int64_t flat =
+          AddressOf(WholeBox(job.source().params[piece.param].shape), 0, strides, index);
+      const uint16_t bits = tensor.bits[flat];
+      std::memcpy(&bytes[At(piece.box, piece.offset, piece.strides, index) * 2], &bits, 2);
+    });
+  }
+  return memory;
+}
+
+// quant::Fp8Blocking of a parameter's ParamQuant.
+inline quant::Fp8Blocking BlockingOf(const ParamQuant& quant) {
+  return quant::Fp8Blocking{quant.block_rows, quant.block_cols};
+}
+
+// Quantizes `blocks` read at (base, strides) and writes the step's e4m3 box and scales.
+inline void QuantizeAndWrite(const Job& job, const QuantTransform& step, const void* base,
+                             const Dims& strides, Memory& memory) {
+  const ParamInfo& param = job.target().params[step.param];
+  const Dims packed = RowMajorStrides(step.blocks.extent);
+  std::vector<uint8_t> fp8(Volume(step.blocks));
+  std::vector<float> scales(Volume(step.scale_box));
+  quant::ConstRegion in;
+  quant::MutableRegion out, scale_out;
+  ASSERT_TRUE(quant::MakeRegion(base, strides, step.blocks.extent, in).ok());
+  ASSERT_TRUE(quant::MakeRegion<void*>(fp8.data(), packed, step.blocks.extent, out).ok());
+  ASSERT_TRUE(quant::MakeRegion<void*>(scales.data(), RowMajorStrides(step.scale_box.extent),
+                                       step.scale_box.extent, scale_out)
+                  .ok());
+  const absl::Status status =
+      quant::QuantizeFp8(BlockingOf(param.quant), DType::kBFloat16, in, out, scale_out, "w");
+  ASSERT_TRUE(status.ok()) << status;
+  std::vector<uint8_t>& target = memory[{step.to.process, step.to.buffer}];
+  ForEachIndex(step.box, [&](const Dims& index) {
+    target[At(step.box, step.to.offset, step.to.strides, index)] =
+        fp8[At(step.blocks, 0, packed, index)];
+  });
+  std::vector<uint8_t>& scale_target = memory[{step.scale_to.process, step.scale_to.buffer}];
+  const Dims scale_packed = RowMajorStrides(step.scale_box.extent);
+  ForEachIndex(step.scale_box, [&](const Dims& index) {
+    std::memcpy(
+        &scale_target[At(step.scale_box, step.scale_to.offset, step.scale_to.strides, index) * 4],
+        &scales[At(step.scale_box, 0, scale_packed, index)], 4);
+  });
+}
+
+// Runs the plan's quantization steps over `memory`: gathers into per-receiver arenas first, then
+// every transform.
+inline void RunQuantSteps(const Job& job, const QuantPlan& plan, Memory& memory) {
+  std::map<int32_t, std::vector<uint16_t>> arenas;
+  for (const Segment& gather : plan.gathers) {
+    std::vector<uint16_t>& arena = arenas[gather.to.process];
+    const std::vector<uint8_t>& source = memory[{gather.from.process, gather.from.buffer}];
+    ForEachIndex(gather.box, [&](const Dims& index) {
+      const int64_t to = At(gather.box, gather.to.offset, gather.to.strides, index);
+      if (static_cast<int64_t>(arena.size()) <= to) arena.resize(to + 1, 0xffff);
+      std::memcpy(&arena[to],
+                  &source[At(gather.box, gather.from.offset, gather.from.strides, index) * 2], 2);
+    });
+  }
+  for (const QuantTransform& step : plan.transforms) {
+    if (step.side == QuantSide::kSender) {
+      const std::vector<uint8_t>& source = memory[{step.from.process, step.from.buffer}];
+      QuantizeAndWrite(job, step, source.data() + step.from.offset * 2, step.from.strides, memory);
+    } else {
+      std::vector<uint16_t>& arena = arenas[step.to.process];
+      ASSERT_LE(step.from.offset + Volume(step.blocks), static_cast<int64_t>(arena.size()));
+      QuantizeAndWrite(job, step, arena.data() + step.from.offset, step.from.strides, memory);
+    }
+  }
+}
+
+// Every rollout piece of "w" and "w_scale" equals the reference quantization of the whole tensor,
+// bit for bit.
+inline void ExpectMatchesReference(const Job& job, const fp8_test::Tensor& tensor,
+                                   const Memory& memory) {
+  const Layout& target = job.target();
+  const QuantLinks& links = job.quant_links();
+  for (const Piece& piece : target.pieces) {
+    const int32_t q =
+        links.scale_of[piece.param] >= 0 ? piece.param : links.quantized_of[piece.param];
+    if (q < 0) continue;
+    const ParamInfo& param = target.params[q];
+    const testing::ReferenceFp8 ref = fp8_test::Reference(BlockingOf(param.quant), tensor);
+    const bool scales = piece.param != q;
+    const Dims& shape = target.params[piece.param].shape;
+    const Dims strides = RowMajorStrides(shape);
+    const std::vector<uint8_t>& bytes = memory.at({job.TargetId(piece.process), piece.buffer});
+    ForEachIndex(piece.box, [&](const Dims& index) {
+      const int64_t flat = AddressOf(WholeBox(shape), 0, strides, index);
+      const int64_t at = At(piece.box, piece.offset, piece.strides, index);
+      if (scales) {
+        uint32_t bits;
+        std::memcpy(&bits, &bytes[at * 4], 4);
+        ASSERT_EQ(bits, fp8_test::Bits(ref.scales[flat]))
+            << "scale " << DimsToString(index) << " on process " << job.TargetId(piece.process);
+      } else {
+        ASSERT_EQ(bytes[at], ref.fp8[flat])
+            << "e4m3 " << DimsToString(index) << " on process " << job.TargetId(piece.process);
+      }
+    });
+  }
+}
+
+}  // namespace wsync::quant_plan_test
+
+#endif  // WSYNC_TESTS_UNIT_QUANT_PLAN_SUPPORT_H_

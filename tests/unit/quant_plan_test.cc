@@ -1,0 +1,249 @@
+// Quantization steps of FP8 targets (planner/quant_plan.h): random shapes, blockings and TP/EP
+// cuts on both sides planned, proven, simulated on the host and compared bit for bit with the
+// reference quantizer of the whole tensor; broken plans refused by the proof.
+
+#include "planner/quant_plan.h"
+
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/policy.h"
+#include "tests/unit/quant_plan_support.h"
+
+namespace wsync {
+namespace {
+
+using quant_plan_test::AxisCuts;
+using ::testing::HasSubstr;
+
+// Sorted distinct cut points in (0, extent), at most `max_cuts`; sometimes at block boundaries.
+std::vector<int64_t> RandomCuts(std::mt19937_64& rng, int64_t extent, int64_t block, int max_cuts) {
+  std::vector<int64_t> cuts = {0, extent};
+  const int count = static_cast<int>(rng() % (max_cuts + 1));
+  for (int i = 0; i < count && extent > 1; ++i) {
+    int64_t cut = 1 + static_cast<int64_t>(rng() % (extent - 1));
+    if (rng() % 2 == 0 && block < extent) cut = std::max<int64_t>(1, cut / block * block);
+    cuts.push_back(cut);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
+}
+
+ParamQuant RandomQuant(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return ParamQuant{128, 128, ""};
+    case 1:
+      return ParamQuant{1, quant::kWholeAxis, ""};
+    case 2:
+      return ParamQuant{quant::kWholeAxis, quant::kWholeAxis, ""};
+    default:
+      return ParamQuant{1 + static_cast<int64_t>(rng() % 12), 1 + static_cast<int64_t>(rng() % 12),
+                        ""};
+  }
+}
+
+struct Counts {
+  int sender = 0;
+  int receiver = 0;
+};
+
+// One random case: plans, proves and simulates; returns how many steps of each side it had.
+void RunRandomCase(std::mt19937_64& rng, Counts& counts) {
+  const ParamQuant quant = RandomQuant(rng);
+  const bool experts = rng() % 3 == 0;
+  const int64_t big = quant.block_rows == 128 ? 300 : 40;
+  Dims shape;
+  if (experts) shape.push_back(1 + static_cast<int64_t>(rng() % 5));
+  shape.push_back(1 + static_cast<int64_t>(rng() % big));
+  shape.push_back(1 + static_cast<int64_t>(rng() % big));
+  const Dims blocks = QuantBlockDims(quant, static_cast<int>(shape.size()));
+  AxisCuts source_cuts = quant_plan_test::Uncut(shape);
+  AxisCuts target_cuts = quant_plan_test::Uncut(shape);
+  // TP cuts rows or columns, EP cuts experts; the sides cut independently, often inside blocks.
+  for (size_t a = 0; a < shape.size(); ++a) {
+    if (rng() % 2 == 0) source_cuts[a] = RandomCuts(rng, shape[a], blocks[a], 3);
+    if (rng() % 3 == 0) target_cuts[a] = RandomCuts(rng, shape[a], blocks[a], 2);
+  }
+  const int source_replicas = 1 + static_cast<int>(rng() % 2);
+  const int target_replicas = 1 + static_cast<int>(rng() % 2);
+  const int64_t pad = static_cast<int64_t>(rng() % 3);
+  SCOPED_TRACE(::testing::Message() << "shape " << DimsToString(shape) << " blocks "
+                                    << quant.block_rows << "x" << quant.block_cols);
+  absl::StatusOr<Job> job =
+      Job::Create(quant_plan_test::QuantSource(shape, source_cuts, source_replicas, pad),
+                  quant_plan_test::QuantTarget(shape, quant, target_cuts, target_replicas, pad));
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->segments.empty());
+  for (const QuantTransform& step : plan->quant.transforms) {
+    ++(step.side == QuantSide::kSender ? counts.sender : counts.receiver);
+  }
+  fp8_test::Tensor tensor =
+      fp8_test::RandomTensor(rng, experts ? shape[0] : 1, shape[shape.size() - 2], shape.back());
+  quant_plan_test::Memory memory = quant_plan_test::AllocateMemory(*job, tensor);
+  quant_plan_test::RunQuantSteps(*job, plan->quant, memory);
+  quant_plan_test::ExpectMatchesReference(*job, tensor, memory);
+
+  // Every process's own plan lists exactly its steps of the full plan, and proves.
+  for (int32_t p = 0; p < job->num_processes(); p += 1 + job->num_processes() / 4) {
+    PlanOptions options;
+    options.process = p;
+    absl::StatusOr<Plan> mine = MakePlan(*job, *MakeFirstHolderPolicy(), options);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    const QuantPlan expected = planner_internal::QuantForProcess(plan->quant, p);
+    EXPECT_EQ(mine->quant.transforms, expected.transforms);
+    EXPECT_EQ(mine->quant.gathers, expected.gathers);
+    EXPECT_EQ(mine->digest, plan->digest);
+  }
+}
+
+TEST(QuantPlanTest, RandomCutsQuantizeExactlyAsTheReference) {
+  std::mt19937_64 rng(22);
+  Counts counts;
+  for (int i = 0; i < 150; ++i) {
+    SCOPED_TRACE(i);
+    RunRandomCase(rng, counts);
+    if (HasFatalFailure()) return;
+  }
+  // Both sides were exercised.
+  EXPECT_GT(counts.sender, 50);
+  EXPECT_GT(counts.receiver, 50);
+}
+
+// A case with both sides: w [256, 300] in 128 x 128 blocks; the trainer cuts the columns at 150
+// (inside block column 1), the rollout cuts the rows at 100 (inside block row 0).
+struct FixedCase {
+  Job job;
+  Plan plan;
+};
+FixedCase MakeFixedCase(const Dims& shape = {256, 300},
+                        const AxisCuts& source_cuts = {{0, 256}, {0, 150, 300}},
+                        const AxisCuts& target_cuts = {{0, 100, 256}, {0, 300}}) {
+  const ParamQuant quant{128, 128, ""};
+  absl::StatusOr<Job> job =
+      Job::Create(quant_plan_test::QuantSource(shape, source_cuts, 1, 0),
+                  quant_plan_test::QuantTarget(shape, quant, target_cuts, 1, 0));
+  EXPECT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return FixedCase{*std::move(job), *std::move(plan)};
+}
+
+TEST(QuantPlanTest, SplitsBlocksBySide) {
+  const FixedCase c = MakeFixedCase();
+  int sender = 0, receiver = 0;
+  for (const QuantTransform& step : c.plan.quant.transforms) {
+    ++(step.side == QuantSide::kSender ? sender : receiver);
+    // Block columns 0 ([0, 128)) and 2 ([256, 300), ragged) lie inside one trainer piece each;
+    // column 150 cuts block column 1 ([128, 256)), which is gathered.
+    if (step.side == QuantSide::kSender) {
+      EXPECT_TRUE(step.blocks.origin[1] == 0 || step.blocks.origin[1] == 256)
+          << BoxToString(step.blocks);
+    } else {
+      EXPECT_EQ(step.blocks.origin[1], 128);
+      EXPECT_EQ(step.blocks.extent[1], 128);
+    }
+  }
+  // Receiver 0 (rows [0, 100)) needs block row 0; receiver 1 (rows [100, 256)) block rows 0-1.
+  EXPECT_EQ(sender, 4);
+  EXPECT_EQ(receiver, 2);
+  const QuantWireBytes bytes = CountQuantWireBytes(c.job, c.plan.quant);
+  EXPECT_EQ(bytes.fp8, 256 * (128 + 44));
+  EXPECT_EQ(bytes.scales, (2 + 4) * 4);
+  EXPECT_EQ(bytes.gathered, (128 + 256) * 128 * 2);
+  EXPECT_EQ(bytes.unquantized, 256 * 300 * 2);
+  EXPECT_EQ(bytes.without_sender_quant, (128 + 256) * 300 * 2);
+}
+
+// Each mutation breaks one rule of the proof; the proof refuses each.
+TEST(QuantPlanTest, ProofRefusesBrokenPlans) {
+  const FixedCase c = MakeFixedCase();
+  ASSERT_TRUE(ProveQuantExact(c.job, c.plan.quant).ok());
+  auto refused = [&](const QuantPlan& broken, absl::string_view reason) {
+    const absl::Status status = ProveQuantExact(c.job, broken);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << reason << ": " << status;
+    return status.message();
+  };
+  auto first_of = [&](QuantPlan& plan, QuantSide side) -> QuantTransform& {
+    for (QuantTransform& step : plan.transforms) {
+      if (step.side == side) return step;
+    }
+    return plan.transforms.front();
+  };
+  QuantPlan broken = c.plan.quant;
+  broken.transforms.erase(broken.transforms.begin());
+  EXPECT_THAT(refused(broken, "a step dropped"), HasSubstr("not written exactly once"));
+
+  broken = c.plan.quant;
+  broken.transforms.push_back(first_of(broken, QuantSide::kSender));
+  EXPECT_THAT(refused(broken, "a step twice"), HasSubstr("not written exactly once"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kSender).blocks.origin[0] += 1;
+  EXPECT_THAT(refused(broken, "blocks off the grid"), HasSubstr("whole blocks"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kSender).scale_box.extent[1] += 1;
+  EXPECT_THAT(refused(broken, "a wrong scale box"), HasSubstr("other blocks"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kSender).from.offset += 1;
+  EXPECT_THAT(refused(broken, "a wrong source address"), HasSubstr("no source piece"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kReceiver).to.offset += 1;
+  refused(broken, "a wrong target address");
+
+  broken = c.plan.quant;
+  broken.gathers.pop_back();
+  EXPECT_THAT(refused(broken, "a gather dropped"), HasSubstr("gathered exactly once"));
+
+  broken = c.plan.quant;
+  broken.gathers.push_back(broken.gathers.front());
+  EXPECT_THAT(refused(broken, "a gather twice"), HasSubstr("gathered exactly once"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kReceiver).from.offset += 1;
+  EXPECT_THAT(refused(broken, "a misaligned arena region"), HasSubstr("aligned row-major"));
+
+  broken = c.plan.quant;
+  first_of(broken, QuantSide::kReceiver).side = QuantSide::kSender;
+  refused(broken, "a receiver-side step called sender-side");
+}
+
+// Column cuts at 150 and 420 of [256, 700] leave block columns 1 and 3 cut: one receiver with
+// two receiver-side steps, whose arena regions must not overlap.
+TEST(QuantPlanTest, ProofRefusesOverlappingArenaRegions) {
+  const FixedCase c =
+      MakeFixedCase({256, 700}, {{0, 256}, {0, 150, 420, 700}}, {{0, 256}, {0, 700}});
+  std::vector<int> receiver_side;
+  for (size_t k = 0; k < c.plan.quant.transforms.size(); ++k) {
+    if (c.plan.quant.transforms[k].side == QuantSide::kReceiver) receiver_side.push_back(k);
+  }
+  ASSERT_EQ(receiver_side.size(), 2u);
+  ASSERT_TRUE(ProveQuantExact(c.job, c.plan.quant).ok());
+  QuantPlan broken = c.plan.quant;
+  broken.transforms[receiver_side[1]].from.offset = broken.transforms[receiver_side[0]].from.offset;
+  const absl::Status status = ProveQuantExact(c.job, broken);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("arena bytes another step"));
+}
+
+TEST(QuantPlanTest, OrdinarySegmentsIntoQuantizedParametersAreRefused) {
+  const FixedCase c = MakeFixedCase();
+  Segment copy;
+  copy.param = c.plan.quant.gathers.front().param;
+  copy.box = c.plan.quant.transforms.front().box;
+  copy.from = c.plan.quant.transforms.front().from;
+  copy.to = c.plan.quant.transforms.front().to;
+  const absl::Status status = ProveExact(c.job, {copy});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(status.message(), HasSubstr("quantized parameter"));
+}
+
+}  // namespace
+}  // namespace wsync
