@@ -5,21 +5,17 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/failpoint.h"
 #include "common/hash.h"
 #include "common/status.h"
-#include "executor/agreement.h"
-#include "executor/memory_kinds.h"
 #include "executor/schedule.h"
 #include "planner/policy.h"
-#include "plugin/transport_setup.h"
+#include "plugin/runtime.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
-#include "transport/control/loss_watch.h"
 #include "transport/selector/selector.h"
 
 namespace wsync {
@@ -162,22 +158,23 @@ void Session::PublishState() {
   metrics_->SetVersion(version, shown);
 }
 
-void Session::BindMetrics(const ProcessSchedule& schedule) {
-  absl::StatusOr<PathTransports> paths = ParsePathTransports(config_.path_transports);
+void Session::BindMetrics() {
+  const ConnectedJob& connected = *connected_;
+  const PathTransports& paths = connected.config().path_transports;
+  const RoutedTransport* transport = connected.transport();
   std::vector<SessionMetrics::PathBytes> bytes;
   for (int d = 0; d < 2; ++d) direct_bytes_[d] = staged_bytes_[d] = 0;
-  for (const PeerSchedule& peer : schedule.peers) {
+  for (const PeerSchedule& peer : connected.schedule().peers) {
     SessionMetrics::PathBytes path;
-    path.path_class = std::string(job_->PathClass(process_, peer.peer));
-    path.transport = "default";
-    const Transport* backend = transport_ != nullptr ? transport_->BackendFor(peer.peer) : nullptr;
+    path.path_class = std::string(connected.job().PathClass(connected.process(), peer.peer));
+    const Transport* backend = transport != nullptr ? transport->BackendFor(peer.peer) : nullptr;
     if (backend != nullptr && (backend->name() == "nccl" || backend->name() == "cuda_ipc")) {
       // CUDA pairs (executor/memory_kinds.h), whatever the class maps to.
       path.transport = backend->name();
-    } else if (paths.ok()) {
-      const TransportChoice* chosen = &paths->For(path.path_class);
+    } else {
+      const TransportChoice* chosen = &paths.For(path.path_class);
       // Host pairs of a class mapped to a CUDA-only backend use the fallback (selector.h).
-      if (chosen->backend == "nccl" || chosen->backend == "cuda_ipc") chosen = &paths->fallback;
+      if (chosen->backend == "nccl" || chosen->backend == "cuda_ipc") chosen = &paths.fallback;
       const TransportChoice& choice = *chosen;
       path.transport = choice.transports.empty()
                            ? choice.backend
@@ -193,20 +190,22 @@ void Session::BindMetrics(const ProcessSchedule& schedule) {
     bytes.push_back(std::move(path));
   }
   metrics_->BindPaths(bytes);
-  metrics_->SetPlanDigest(DigestHex(plan_.digest));
-  metrics_->SetPlanInterNodeBytes(plan_.inter_node_bytes, plan_.inter_node_bytes_without_relay);
+  const Plan& plan = connected.plan();
+  metrics_->SetPlanDigest(DigestHex(plan.digest));
+  metrics_->SetPlanInterNodeBytes(plan.inter_node_bytes, plan.inter_node_bytes_without_relay);
   std::optional<int64_t> unpriced;
-  if (prediction_.has_value()) {
+  if (connected.prediction().has_value()) {
     unpriced = 0;
-    for (const auto& [path, bytes] : prediction_->unpriced_bytes) *unpriced += bytes;
+    for (const auto& [path, bytes] : connected.prediction()->unpriced_bytes) *unpriced += bytes;
   }
   metrics_->SetUnpricedBytes(unpriced);
 }
 
 void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
                                 const absl::Status& outcome, double seconds) {
+  const std::optional<Prediction>& prediction = connected_->prediction();
   metrics_->RecordSync(outcome.ok() ? SyncResult::kOk : SyncResult::kFailed, seconds,
-                       prediction_ ? std::optional<double>(prediction_->seconds) : std::nullopt);
+                       prediction ? std::optional<double>(prediction->seconds) : std::nullopt);
   // Bytes count once this process's transfer ran to the end, whatever the decision.
   if (stats.ok()) {
     metrics_->RecordRounds(stats->rounds);
@@ -216,7 +215,7 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
     metrics_->RecordLocalCopy(stats->local_copy_bytes);
     arena_peak_bytes_ = std::max(arena_peak_bytes_, stats->peak_arena_bytes);
   }
-  metrics_->SetArenaBytes(arenas_->held_bytes(), arena_peak_bytes_);
+  metrics_->SetArenaBytes(connected_->arenas().held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
   PublishState();
 }
@@ -244,13 +243,13 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
           kErrorWrongState);
     }
   }
-  WSYNC_ASSIGN_OR_RETURN(ProcessSchedule s,
-                         ScheduleTransfers(*job_, plan_.segments, endpoints_,
-                                           StagingBudget{config_.staging_budget_bytes}, process_));
+  const ConnectedJob& connected = *connected_;
+  const ProcessSchedule& s = connected.schedule();
+  const int32_t process = connected.process();
   std::string report = absl::StrFormat(
       "process %d (%s rank %d): %d segments, %d chunks, %d rounds; sends %d B, receives %d B, "
       "copies %d B locally; direct %d B, staged %d B; arenas %d B (host %d B, cuda %d B)\n",
-      process_, RoleName(config_.role), config_.rank, s.segments, s.chunks, s.rounds, s.sent_bytes,
+      process, RoleName(config_.role), config_.rank, s.segments, s.chunks, s.rounds, s.sent_bytes,
       s.received_bytes, s.local_copy_bytes, s.direct_bytes, s.staged_bytes, s.arena_bytes,
       s.arena_bytes - s.cuda_arena_bytes, s.cuda_arena_bytes);
   for (const PeerSchedule& peer : s.peers) {
@@ -259,110 +258,47 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
     absl::StrAppendFormat(&report,
                           "  %s process %d (%s): %d rounds, %d B, arena %d B (%s memory)\n",
                           peer.direction == Direction::kSend ? "to" : "from", peer.peer,
-                          job_->PathClass(process_, peer.peer), peer.rounds.size(), bytes,
+                          connected.job().PathClass(process, peer.peer), peer.rounds.size(), bytes,
                           peer.arena_bytes(), MemoryKindName(peer.arena_kind));
   }
-  absl::StrAppend(&report, "plan digest ", DigestHex(plan_.digest), "; ",
-                  PredictionLine(prediction_, calibration_), "\n");
+  absl::StrAppend(&report, "plan digest ", DigestHex(connected.plan().digest), "; ",
+                  PredictionLine(connected.prediction(), connected.calibration()), "\n");
   return report;
 }
 
 absl::Status Session::RunStep(std::optional<int64_t> own_version) {
+  ConnectedJob& connected = *connected_;
   const absl::Duration wait = own_version ? config_.deadline : kIdleTriggerWait;
   // (1) The trigger: trainer rank 0's version.
-  const std::string mine = own_version ? absl::StrCat(*own_version) : "";
-  WSYNC_ASSIGN_OR_RETURN(std::string trigger, client_->Broadcast(0, mine, absl::Now() + wait));
-  int64_t version = 0;
-  if (!absl::SimpleAtoi(trigger, &version)) {
-    return absl::DataLossError("trainer rank 0 sent an unreadable version");
+  WSYNC_ASSIGN_OR_RETURN(const int64_t version, connected.Trigger(own_version, absl::Now() + wait));
+  StepOptions step;
+  step.version = version;
+  if (own_version && *own_version != version) {
+    step.rejection = WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                                       "ranks disagree on the version: this process syncs ",
+                                       *own_version, ", trainer rank 0 syncs ", version)),
+                                   kErrorRanksDisagree);
   }
-  progress_.Begin(version);
-  absl::Status outcome;
-  // A replacement process took a lost one's rank: reach it at its new addresses, and, in a job
-  // with CUDA buffers, meet its first CUDA collective.
-  bool cuda_collective = cuda_collective_pending_;
-  if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
-    std::vector<std::string> bundles;
-    for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
-    if (transport_ != nullptr) outcome = PathTransportSetup::Reconnect(*transport_, bundles);
-    cuda_collective = cuda_collective || cuda_job_;
-  }
-  // Every process runs it here or none does (see cuda_collective_pending_); a failure fails this
-  // sync (after the collective, so that the numbering stays the same everywhere).
-  bool cuda_collective_failed = false;
-  if (cuda_collective) {
-    absl::Status formed = RunCudaCollective(absl::Now() + config_.deadline);
-    cuda_collective_failed = !formed.ok();
-    if (outcome.ok()) outcome = formed;
-  }
-  if (outcome.ok() && own_version && *own_version != version) {
-    outcome = WithErrorKind(absl::FailedPreconditionError(
-                                absl::StrCat("ranks disagree on the version: this process syncs ",
-                                             *own_version, ", trainer rank 0 syncs ", version)),
-                            kErrorRanksDisagree);
-  }
-  const absl::Time started = absl::Now();
-  if (!own_version && before_update_) {
-    after_update_owed_ = version;
-    before_update_(version);
-  }
-  SetState(SessionState::kSyncing);
-  // (2) The transfer, after agreeing on digest and budget. It and the decision share one deadline
-  // (plus kDecisionGrace for the decision), so a failed sync ends within D + 1 s of the trigger.
-  const absl::Time sync_deadline = absl::Now() + config_.deadline;
-  ExecuteOptions options;
-  options.sync_id = static_cast<uint64_t>(version);
-  options.plan_digest = plan_.digest;
-  options.deadline = sync_deadline;
-  options.arenas = arenas_.get();
-  options.device = device_.get();
-  options.verify = config_.verify;
-  options.data_key = &data_key_;
-  options.progress = &progress_;
-  int64_t rejected_messages = 0;
-  options.rejected_messages = &rejected_messages;
-  // A local failure votes no before the peers are told (execute.h), so that the decision names
-  // this process's reason.
-  std::optional<absl::Status> early_decision;
-  options.before_notices = [&](const absl::Status& failure) {
-    progress_.SetPhase(SyncPhase::kVoting);
-    early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
+  absl::Time started = absl::Now();
+  step.on_phase = [&](StepPhase phase) {
+    if (phase != StepPhase::kTransfer) return;
+    started = absl::Now();
+    if (!own_version && before_update_) {
+      after_update_owed_ = version;
+      before_update_(version);
+    }
+    SetState(SessionState::kSyncing);
   };
-  absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
-  if (outcome.ok()) {
-    // A process lost meanwhile (the coordinator's notice, within a round trip of its connection
-    // ending) fails this process's requests with it at once (NCCL: the communicator is aborted and
-    // re-formed by the next sync), so the sync fails now naming it instead of at the deadline.
-    LossWatch watch(*client_, [this](int32_t process, const absl::Status& reason) {
-      absl::MutexLock lock(&handles_mu_);
-      if (transport_ != nullptr) transport_->PeerLost(process, reason);
-    });
-    stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
-                             StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
-                             *transport_, *client_, options);
-    outcome = stats.status();
-  } else {
-    // Take part in the agreement with the rejection, so that the other processes fail at once
-    // naming it instead of waiting for this one's transfers until their deadline.
-    AgreeOnBatch(*client_, outcome, plan_.digest, config_.staging_budget_bytes,
-                 static_cast<int32_t>(options.verify), options.deadline)
-        .IgnoreError();
-  }
-  // (3) The commit decision: every process votes; a failure anywhere fails everyone.
-  progress_.SetPhase(SyncPhase::kVoting);
-  absl::Status decision = early_decision ? *early_decision
-                                         : client_->Decide(outcome.ok(), outcome.message(),
-                                                           sync_deadline + kDecisionGrace);
-  if (outcome.ok()) outcome = decision;
-  progress_.End(outcome.ok());
+  // (2) The transfer, after agreeing on digest and budget, and (3) the commit decision: every
+  // process votes; a failure anywhere fails everyone (plugin/runtime.h).
+  const StepResult result = connected.RunStep(step);
+  const absl::Status outcome = result.status();
   {
     absl::MutexLock lock(&mu_);
-    if (stats.ok()) {
-      last_stats_ = *stats;
+    if (result.stats.ok()) {
+      last_stats_ = *result.stats;
       last_stats_version_ = version;
     }
-    cuda_collective_pending_ = cuda_deferred_.has_value() ||
-                               (!outcome.ok() && (!nccl_pairs_.empty() || cuda_collective_failed));
     if (outcome.ok()) {
       state_ = SessionState::kIdle;
       version_ = version;
@@ -370,42 +306,13 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       state_ = config_.role == Role::kRollout ? SessionState::kDirty : SessionState::kIdle;
     }
   }
-  metrics_->RecordRejected("stale_sync", rejected_messages);
-  RecordSyncMetrics(stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
+  metrics_->RecordRejected("stale_sync", result.rejected_messages);
+  RecordSyncMetrics(result.stats, outcome, absl::ToDoubleSeconds(absl::Now() - started));
   if (!own_version && after_update_) {
     after_update_owed_.reset();
     after_update_(version, outcome);
   }
   return outcome;
-}
-
-absl::Status Session::RunCudaCollective(absl::Time deadline) {
-  if (cuda_deferred_) {
-    WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
-                           ConnectCuda(*job_, nccl_pairs_, process_, cuda_device_, *cuda_deferred_,
-                                       *client_, deadline, config_.nccl_api));
-    cuda_deferred_.reset();
-    if (cuda.device != nullptr) {
-      arenas_ = std::make_unique<ArenaCache>();
-      device_ = std::move(cuda.device);
-    }
-    return cuda.nccl == nullptr ? absl::OkStatus() : ReplaceNcclBackend(std::move(cuda.nccl));
-  }
-  WSYNC_ASSIGN_OR_RETURN(
-      std::unique_ptr<Transport> nccl,
-      ReformNccl(*job_, nccl_pairs_, process_, cuda_device_, *client_, deadline, config_.nccl_api));
-  if (nccl == nullptr) return absl::OkStatus();  // Not a member.
-  return ReplaceNcclBackend(std::move(nccl));
-}
-
-absl::Status Session::ReplaceNcclBackend(std::unique_ptr<Transport> nccl) {
-  absl::MutexLock lock(&handles_mu_);  // Abort must not run while the backend is swapped.
-  for (int32_t b = 0; transport_ != nullptr && transport_->backend(b) != nullptr; ++b) {
-    if (transport_->backend(b)->name() != "nccl") continue;
-    transport_->backend(b)->Abort(absl::AbortedError("the NCCL communicator was re-formed"));
-    return transport_->ReplaceBackend(b, std::move(nccl));
-  }
-  return absl::InternalError("this process has no NCCL backend to re-form");
 }
 
 absl::Status Session::Sync(int64_t version) {
@@ -507,26 +414,30 @@ absl::Status Session::ThreadFailed(absl::string_view thread) {
 bool Session::AwaitReplacement() {
   while (!finalizing_) {
     // An unusable connection (the coordinator lost, closed or silent; Abort) ends the loop.
-    if (!client_->WatchLosses(absl::Now(), -1).ok()) return false;
-    if (client_->loss_count() <= losses_replaced_ || client_->HasRosterUpdate()) {
-      losses_replaced_ = client_->loss_count();
+    ControlClient& client = connected_->client();
+    if (!client.WatchLosses(absl::Now(), -1).ok()) return false;
+    if (client.loss_count() <= losses_replaced_ || client.HasRosterUpdate()) {
+      losses_replaced_ = client.loss_count();
       return true;
     }
-    if (!client_->WatchLosses(absl::Now() + absl::Milliseconds(100), -1).ok()) return false;
+    if (!client.WatchLosses(absl::Now() + absl::Milliseconds(100), -1).ok()) return false;
   }
   return false;
 }
 
 void Session::Abort(const absl::Status& reason) {
   absl::MutexLock lock(&handles_mu_);
-  if (client_ != nullptr) client_->Abort(reason);
-  if (transport_ != nullptr) transport_->Abort(reason);
+  if (connected_ != nullptr) {
+    connected_->Abort(reason);
+  } else {
+    connect_abort_.Abort(reason);  // A connect in progress, if any.
+  }
 }
 
 std::pair<absl::Duration, absl::Duration> Session::CoordinatorHeartbeats() const {
   absl::MutexLock lock(&handles_mu_);
-  if (client_ == nullptr) return {absl::ZeroDuration(), absl::ZeroDuration()};
-  return {client_->heartbeat_interval(), client_->silence_limit()};
+  if (connected_ == nullptr) return {absl::ZeroDuration(), absl::ZeroDuration()};
+  return connected_->Heartbeats();
 }
 
 std::pair<int64_t, SessionState> Session::State() const {

@@ -2,8 +2,9 @@
 #define WSYNC_PLUGIN_SESSION_H_
 
 // The session of one process of a job: the state machine behind the C ABI (include/wsync/wsync.h
-// states the states and what each call may do). It owns the control-plane client, the transport,
-// the job, the plan, the staging arenas and, in the trainer-triggered mode, the background thread.
+// states the states and what each call may do), over the per-process runtime (plugin/runtime.h):
+// it keeps the layout until Connect, the connected job after it, the metrics, and, in the
+// trainer-triggered mode, the background thread.
 //
 // One sync, on every process: (1) trainer rank 0 broadcasts the version (the trigger), every
 // process checks it against its own when it called Sync itself; (2) ExecuteTransfers, which first
@@ -46,16 +47,12 @@
 #include "planner/plan.h"
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
+#include "plugin/runtime.h"
 #include "plugin/transport_setup.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator.h"
 
 namespace wsync {
-
-struct Roster;  // transport/control/client.h
-
-class ControlClient;
-class RoutedTransport;
 
 struct SessionConfig {
   Role role = Role::kTrainer;
@@ -168,18 +165,11 @@ class Session {
   explicit Session(SessionConfig config, std::string secret);
   absl::Status RequireState(SessionState wanted, absl::string_view call) const;
   absl::Status ConnectOnce();
-  // Starts the coordinator this process hosts (host_coordinator) and publishes its port.
-  absl::Status StartHostedCoordinator();
-  // Routes each peer's transport (path class, memory kind), forms the CUDA connection when the
-  // job has CUDA buffers, connects the transports and registers this process's buffers.
-  absl::Status ConnectTransports(const Roster& roster, PathTransportSetup setup,
-                                 const std::vector<std::string>& bundles, absl::Time deadline);
-  // Stops and releases the coordinator, the control client and the transport.
+  // The runtime's configuration of this session (plugin/runtime.h).
+  absl::StatusOr<RuntimeConfig> MakeRuntimeConfig() const;
+  // Stops and releases the connected job (its transports, control client and coordinator).
   void DropConnection();
   absl::Status RunStep(std::optional<int64_t> own_version);  // One sync; see the class comment.
-  // Merges the parts into the job and plans this process's segments.
-  absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
-                       const std::vector<Layout>& rollout_parts);
   void BackgroundLoop();
   // BackgroundLoop after a sync failed with Unavailable: true to go on with the next sync (a
   // replacement for every process lost so far joined, or none was lost), false to end (the
@@ -192,16 +182,10 @@ class Session {
   // session aborted with it (peers fail at once; later syncs fail with it), the state DIRTY
   // (rollouts) or IDLE (trainers), the error remembered. Returns the status.
   absl::Status ThreadFailed(absl::string_view thread);
-  // The CUDA collective at the start of a sync (plugin/cuda_setup.h): a replacement's deferred
-  // ConnectCuda (its device memory and communicator), or ReformNccl on the others.
-  absl::Status RunCudaCollective(absl::Time deadline);
-  // Swaps the routed transport's NCCL backend for `nccl` (the old one is aborted: a member of its
-  // communicator may be gone).
-  absl::Status ReplaceNcclBackend(std::unique_ptr<Transport> nccl);
   void SetState(SessionState state, std::optional<int64_t> version = std::nullopt);
   // Metrics: binds the byte counters of this process's schedule (at connect); records one sync
   // (after its decision); publishes the version and state.
-  void BindMetrics(const ProcessSchedule& schedule);
+  void BindMetrics();
   void RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats, const absl::Status& outcome,
                          double seconds);
   void PublishState();
@@ -210,48 +194,21 @@ class Session {
   // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
   // at destruction. A hosted coordinator and the control client keep copies of their own.
   std::string secret_;
-  // Keyed verification's key (common/data_key.h), derived from the secret by Connect; wiped when
-  // the session is destroyed. Written by Connect only, read by the sync path.
-  DataKey data_key_;
   Layout part_;
   std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.
+  int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
 
   // Set by Connect and released by DropConnection, both under handles_mu_ on the caller's thread
-  // (or in Finalize once the sync threads ended); Abort reads them under handles_mu_ from any
-  // thread. The sync path uses them without the lock: only those two functions change them.
+  // (or in Finalize once the sync threads ended); Abort reads it under handles_mu_ from any
+  // thread. The sync path uses it without the lock: only those two functions change it.
   mutable absl::Mutex handles_mu_;
-  // Written by the sync path (and the executor), read by the client's heartbeat thread and by
-  // Progress; declared before client_, which reads it until it is destroyed.
+  // Written by the sync path (and the executor), read by the control client's heartbeat thread
+  // and by Progress; declared before connected_, whose control client reads it until destroyed.
   SyncProgress progress_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<ControlClient> client_;
-  std::unique_ptr<RoutedTransport> transport_;
+  std::unique_ptr<ConnectedJob> connected_;
+  // Aborts a Connect in progress (Abort from another thread while it waits on the job).
+  ConnectAbort connect_abort_;
   std::atomic<int32_t> coordinator_port_{0};
-  std::unique_ptr<Job> job_;
-  Plan plan_;
-  int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
-  // The job has CUDA buffers, and the members of its NCCL communicator (empty: none; both set at
-  // connect). The next sync starts
-  // with the CUDA collective (plugin/cuda_setup.h) on every process of the job, at the same point
-  // after the trigger: after a sync whose decision failed in a job with a communicator (it may
-  // have been aborted), after one whose CUDA collective failed (the same outcome everywhere), and
-  // at a replacement's first sync, which the others meet on taking the roster that admitted it.
-  // Sync path only.
-  bool cuda_job_ = false;
-  std::vector<NcclPair> nccl_pairs_;
-  bool cuda_collective_pending_ = false;
-  // A replacement process's verdict (its transport routes) for the ConnectCuda it runs at its first
-  // sync instead of at connect; cleared once that collective succeeded. Sync path only.
-  std::optional<absl::Status> cuda_deferred_;
-  // Copies and arenas of CUDA memory (set at connect when this process holds CUDA buffers);
-  // declared before arenas_, which may hold device arenas it allocated.
-  std::unique_ptr<DeviceMemory> device_;
-  SharedCalibration calibration_;         // Set at connect.
-  std::optional<Prediction> prediction_;  // Of the whole sync, when calibrated.
-  int32_t process_ = -1;
-  Endpoints endpoints_;
-  LocalBuffers buffers_;
-  std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
   BeforeUpdate before_update_;
   AfterUpdate after_update_;
   // The version whose before_update was called and whose after_update is still owed (background

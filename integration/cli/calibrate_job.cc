@@ -19,10 +19,8 @@
 #include "calibration/probe/probe.h"
 #include "common/status.h"
 #include "integration/harness/launcher.h"
-#include "plugin/transport_setup.h"
+#include "plugin/runtime.h"
 #include "transport/control/auth.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
 #include "transport/selector/selector.h"
 
 ABSL_DECLARE_FLAG(std::string, out);
@@ -116,45 +114,28 @@ absl::Status RunCalibrationWorker() {
     return absl::InvalidArgumentError("bad --probe_coordinator, --processes or --probe_worker");
   }
   WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(SecretSource::Environment(kSecretEnv)));
-  std::unique_ptr<Coordinator> coordinator;
-  if (me == 0) {
-    CoordinatorOptions options;
-    options.job_id = absl::GetFlag(FLAGS_probe_job);
-    options.secret = secret;
-    options.num_trainers = n;
-    options.address = host_port[0];
-    options.port = port;
-    options.rendezvous_timeout = absl::Seconds(60);
-    WSYNC_ASSIGN_OR_RETURN(coordinator, Coordinator::Start(std::move(options)));
-  }
   std::vector<std::string> nodes = Split(absl::GetFlag(FLAGS_nodes));
   if (nodes.empty()) nodes.assign(n, "local");
   if (static_cast<int32_t>(nodes.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(nodes.size(), " --nodes for ", n, " processes"));
   }
-  ControlClientOptions control;
-  control.coordinator_host = host_port[0];
-  control.coordinator_port = port;
-  control.job_id = absl::GetFlag(FLAGS_probe_job);
-  control.role = ControlRole::kTrainer;
-  control.rank = me;
-  control.node_id = nodes[me];
-  control.secret = std::move(secret);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
-                         ControlClient::Connect(std::move(control)));
-
-  WSYNC_ASSIGN_OR_RETURN(PathTransports paths,
+  // Every process a trainer of one job; process 0 hosts its coordinator (plugin/runtime.h).
+  RuntimeConfig config;
+  config.role = Role::kTrainer;
+  config.rank = me;
+  config.num_trainers = n;
+  config.job_id = absl::GetFlag(FLAGS_probe_job);
+  config.coordinator_host = host_port[0];
+  config.coordinator_port = port;
+  config.host_coordinator = me == 0;
+  config.node_id = nodes[me];
+  config.deadline = absl::Seconds(60);
+  WSYNC_ASSIGN_OR_RETURN(config.path_transports,
                          ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
-  WSYNC_ASSIGN_OR_RETURN(PathTransportSetup setup,
-                         PathTransportSetup::Create(client->process(), std::move(paths)));
-  JoinRequest join;
-  join.address = setup.address_bundle();
-  WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + absl::Seconds(60)));
-  std::vector<std::string> bundles;
-  for (const RosterEntry& entry : roster.processes) bundles.push_back(entry.address);
   const PathOf path_of = PathOfNodes(nodes);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         std::move(setup).Connect(path_of, bundles));
+  absl::StatusOr<ConnectedMesh> mesh = ConnectMesh(config, secret, path_of);
+  WipeSecret(secret);
+  WSYNC_RETURN_IF_ERROR(mesh.status());
 
   ProbeOptions options;
   WSYNC_ASSIGN_OR_RETURN(options.sizes, ParseSizes(absl::GetFlag(FLAGS_probe_sizes)));
@@ -167,16 +148,16 @@ absl::Status RunCalibrationWorker() {
   options.settings["path_transports"] = absl::GetFlag(FLAGS_path_transports);
   options.settings["nodes"] = absl::StrJoin(nodes, ",");
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
-                         CalibrateLinks(options, *transport, *client));
+                         CalibrateLinks(options, *mesh->transport, *mesh->client));
   if (me == 0) {
     const std::string path = absl::GetFlag(FLAGS_out);
     std::ofstream file(path, std::ios::binary | std::ios::trunc);
     file << SerializeCalibration(calibration);
     if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
   }
-  WSYNC_RETURN_IF_ERROR(client->Barrier(absl::Now() + absl::Seconds(60)));
+  WSYNC_RETURN_IF_ERROR(mesh->client->Barrier(absl::Now() + absl::Seconds(60)));
   // The coordinator goes with process 0: give the others a moment to read the barrier's result.
-  if (coordinator != nullptr) absl::SleepFor(absl::Milliseconds(300));
+  if (mesh->coordinator != nullptr) absl::SleepFor(absl::Milliseconds(300));
   return absl::OkStatus();
 }
 

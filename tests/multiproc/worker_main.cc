@@ -1,11 +1,10 @@
-// wsync_test_worker: one trainer or rollout process of a multi-process test or benchmark. It
-// connects to the coordinator, joins with its part of a named layout and its UCX worker address,
-// merges everyone's parts into the job, plans its own segments, and runs `--versions` syncs over
-// UCX. A trainer writes each version's logical values (a function of parameter, index and version)
-// before the sync; a rollout checks every element of its pieces after it, so a stale or misplaced
-// byte fails the run (--verify; --fill_pattern with --verify_hashes instead fills at memory speed
-// and lets wsync's chunk hashes compare every chunk). Every process then votes in the commit
-// decision.
+// wsync_test_worker: one trainer or rollout process of a multi-process test or benchmark, on the
+// per-process runtime (plugin/runtime.h) that libwsync.so runs: it connects with its part of a
+// named layout (coordinator, join, plan, transports) and runs `--versions` sync steps. A trainer
+// writes each version's logical values (a function of parameter, index and version) before the
+// sync; a rollout checks every element of its pieces after it, so a stale or misplaced byte fails
+// the run (--verify; --fill_pattern with --verify_hashes instead fills at memory speed and lets
+// wsync's chunk hashes compare every chunk). Every process then votes in the commit decision.
 //
 // Prints one line per sync: "STATS key=value ..." (see PrintStats; wire_sent_<path> and
 // wire_received_<path> are the bytes posted to the transport per path class, relay forwards
@@ -17,8 +16,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -31,24 +28,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "calibration/link_model/link_model.h"
-#include "common/data_key.h"
 #include "common/status.h"
 #include "common/sync_progress.h"
 #include "executor/execute.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
-#include "planner/manifest_codec.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
-#include "planner/policy.h"
-#include "plugin/prediction.h"
-#include "plugin/roster_check.h"
-#include "plugin/transport_setup.h"
+#include "planner/relay.h"
+#include "plugin/runtime.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
-#include "transport/control/loss_watch.h"
 #include "transport/forwarding_transport.h"
 #include "transport/selector/selector.h"
 
@@ -203,13 +195,67 @@ absl::StatusOr<VerifyMode> WorkerVerifyMode() {
   return ParseVerifyMode(mode);
 }
 
+// The runtime's configuration of this worker (plugin/runtime.h) from the flags; `part` is its part
+// of the layout, `memory` its buffers.
+absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
+                                           test::HostBuffers& memory) {
+  RuntimeConfig config;
+  config.role = trainer ? Role::kTrainer : Role::kRollout;
+  config.rank = absl::GetFlag(FLAGS_rank);
+  config.job_id = absl::GetFlag(FLAGS_job);
+  config.coordinator_host = absl::GetFlag(FLAGS_coordinator_host);
+  config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
+  config.node_id = absl::GetFlag(FLAGS_node_id);
+  config.part = part;
+  for (const BufferInfo& info : part.buffers) {
+    config.buffer_addresses.push_back(memory.data(test::BufferKey{config.rank, info.id}));
+  }
+  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
+  config.deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  config.control_connect_timeout = ControlClientOptions{}.connect_timeout;
+  config.replica_policy = absl::GetFlag(FLAGS_policy);
+  if (absl::GetFlag(FLAGS_path_transports).empty()) {
+    config.path_transports.fallback =
+        TransportChoice{"ucx", absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_net_devices)};
+  } else {
+    WSYNC_ASSIGN_OR_RETURN(config.path_transports,
+                           ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
+  }
+  // Every worker is given the same file; global process 0's copy goes to all (plugin/prediction.h).
+  config.calibration_file = absl::GetFlag(FLAGS_calibration);
+  WSYNC_ASSIGN_OR_RETURN(config.relay_mode, ParseRelayMode(absl::GetFlag(FLAGS_relay)));
+  config.relay_fits = nullptr;  // The bytes rule, unless --relay_links states the links.
+  if (!absl::GetFlag(FLAGS_relay_links).empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration links,
+                           SyntheticCalibration(absl::GetFlag(FLAGS_relay_links)));
+    WSYNC_ASSIGN_OR_RETURN(LinkFits relay_fits, FitLinks(links));
+    config.relay_fits = std::make_shared<const LinkFits>(std::move(relay_fits));
+  }
+  WSYNC_ASSIGN_OR_RETURN(config.verify, WorkerVerifyMode());
+  return config;
+}
+
+// Bytes this process's plan moves to and from its peers, by path class (what a relay of it
+// receives included).
+std::map<std::string, int64_t> PlannedBytesByPath(const ConnectedJob& connected) {
+  const Job& job = connected.job();
+  const int32_t me = connected.process();
+  std::map<std::string, int64_t> bytes_by_path;
+  for (const Segment& s : connected.plan().segments) {
+    if (s.from.process != me && s.to.process != me) continue;
+    const int32_t peer = s.from.process == me ? s.to.process : s.from.process;
+    bytes_by_path[std::string(job.PathClass(me, peer))] += Volume(s.box) * job.ElementSize(s.param);
+  }
+  return bytes_by_path;
+}
+
 absl::Status Run() {
   const bool trainer = absl::GetFlag(FLAGS_role) == "trainer";
   if (!trainer && absl::GetFlag(FLAGS_role) != "rollout") {
     return absl::InvalidArgumentError("--role must be trainer or rollout");
   }
   const int32_t rank = absl::GetFlag(FLAGS_rank);
-  const absl::Duration step = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  const absl::Duration step_deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
   WSYNC_ASSIGN_OR_RETURN(std::string secret,
                          LoadSecret(SecretSource::Environment(absl::GetFlag(FLAGS_secret_env))));
 
@@ -221,108 +267,29 @@ absl::Status Run() {
   if (part.processes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("the layout has no rank ", rank));
   }
-
-  // Sent with every heartbeat (`wsync status`); outlives the client. Set as the session sets it.
-  SyncProgress progress;
-  ControlClientOptions control;
-  control.progress = &progress;
-  control.coordinator_host = absl::GetFlag(FLAGS_coordinator_host);
-  control.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
-  control.job_id = absl::GetFlag(FLAGS_job);
-  control.role = trainer ? ControlRole::kTrainer : ControlRole::kRollout;
-  control.rank = rank;
-  control.node_id = absl::GetFlag(FLAGS_node_id);
-  // Keyed verification's key, derived before the secret goes to the control client.
-  WSYNC_ASSIGN_OR_RETURN(const VerifyMode verify_mode, WorkerVerifyMode());
-  WSYNC_ASSIGN_OR_RETURN(const DataKey data_key, DeriveDataKey(secret, control.job_id));
-  control.secret = std::move(secret);
-  Marker(absl::StrCat("PID ", getpid()));
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ControlClient> client,
-                         ControlClient::Connect(std::move(control)));
-  const int32_t me = client->process();
-
-  // One UCX worker per distinct transport choice; peers are routed to them by path class once the
-  // job is known.
-  PathTransports path_transports;
-  if (absl::GetFlag(FLAGS_path_transports).empty()) {
-    path_transports.fallback =
-        TransportChoice{"ucx", absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_net_devices)};
-  } else {
-    WSYNC_ASSIGN_OR_RETURN(path_transports,
-                           ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
-  }
-  WSYNC_ASSIGN_OR_RETURN(PathTransportSetup setup,
-                         PathTransportSetup::Create(me, std::move(path_transports)));
-
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   part.processes[0].node_id =
       absl::GetFlag(FLAGS_node_id).empty() ? std::string(host) : absl::GetFlag(FLAGS_node_id);
-  JoinRequest join;
-  join.manifest = SerializeLayout(part);
-  join.address = setup.address_bundle();
-  Marker("PHASE join version=0");
-  WSYNC_ASSIGN_OR_RETURN(Roster roster, client->Join(join, absl::Now() + step));
-  WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(
-      roster, me, trainer ? ControlRole::kTrainer : ControlRole::kRollout, rank, join.manifest));
-
-  std::vector<Layout> trainer_parts, rollout_parts;
-  std::vector<std::string> bundles(roster.size());
-  for (int32_t p = 0; p < roster.size(); ++p) {
-    WSYNC_ASSIGN_OR_RETURN(Layout layout, ParseLayout(roster.manifest(p)));
-    (layout.role == Role::kTrainer ? trainer_parts : rollout_parts).push_back(std::move(layout));
-    bundles[p] = roster.processes[p].address;
-  }
-  WSYNC_ASSIGN_OR_RETURN(Layout trainers, MergeLayoutParts(trainer_parts));
-  WSYNC_ASSIGN_OR_RETURN(Layout rollouts, MergeLayoutParts(rollout_parts));
-  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(trainers), std::move(rollouts)));
-  std::optional<LinkFits> fits;
-  if (!absl::GetFlag(FLAGS_calibration).empty()) {
-    std::ifstream file(absl::GetFlag(FLAGS_calibration), std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(file)),
-                            std::istreambuf_iterator<char>());
-    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
-    WSYNC_ASSIGN_OR_RETURN(fits, FitLinks(calibration));
-  }
-  WSYNC_ASSIGN_OR_RETURN(auto policy,
-                         MakeSessionPolicy(absl::GetFlag(FLAGS_policy), fits ? &*fits : nullptr));
-  PlanOptions plan_options;
-  plan_options.process = me;
-  WSYNC_ASSIGN_OR_RETURN(plan_options.relay.mode, ParseRelayMode(absl::GetFlag(FLAGS_relay)));
-  plan_options.relay.arena_bytes = RelayArenaLimit(StagingBudget{absl::GetFlag(FLAGS_budget)});
-  if (!absl::GetFlag(FLAGS_relay_links).empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const proto::Calibration links,
-                           SyntheticCalibration(absl::GetFlag(FLAGS_relay_links)));
-    WSYNC_ASSIGN_OR_RETURN(LinkFits relay_fits, FitLinks(links));
-    plan_options.relay.fits = std::make_shared<const LinkFits>(std::move(relay_fits));
-  }
-  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy, plan_options));
-  WSYNC_RETURN_IF_ERROR(CheckOwnMemory(job, plan.segments, me, part.buffers));
-  // Route every peer to the backend of its path class and connect each backend to its peers.
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<RoutedTransport> transport,
-                         std::move(setup).Connect(job, bundles));
-
-  std::map<std::string, int64_t> bytes_by_path;
-  for (const Segment& s : plan.segments) {
-    if (s.from.process != me && s.to.process != me) continue;  // What a relay of mine receives.
-    const int32_t peer = s.from.process == me ? s.to.process : s.from.process;
-    bytes_by_path[std::string(job.PathClass(me, peer))] += Volume(s.box) * job.ElementSize(s.param);
-  }
-
   test::HostBuffers memory(part, test::kPoison);
-  LocalBuffers buffers;
-  for (const BufferInfo& info : part.buffers) {
-    unsigned char* data = memory.data(test::BufferKey{rank, info.id});
-    buffers[info.id] = data;
-    WSYNC_RETURN_IF_ERROR(transport->RegisterMemory(data, info.bytes, MemoryKind::kHost).status());
-  }
-  Endpoints endpoints;
-  for (int32_t p = 0; p < roster.size(); ++p) endpoints.processes.push_back(p);
-  CountingTransport wire(*transport, job.num_processes());
-  ArenaCache arenas;
+  WSYNC_ASSIGN_OR_RETURN(RuntimeConfig config, WorkerConfig(trainer, part, memory));
+  // Sent with every heartbeat (`wsync status`); kept current by the runtime; outlives the job.
+  SyncProgress progress;
+  config.progress = &progress;
+
+  Marker(absl::StrCat("PID ", getpid()));
+  ConnectHooks hooks;
+  hooks.before_join = [] { Marker("PHASE join version=0"); };
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<ConnectedJob> connected,
+                         ConnectedJob::Connect(std::move(config), secret, hooks));
+  WipeSecret(secret);
+  const Job& job = connected->job();
+  const int32_t me = connected->process();
+  const std::map<std::string, int64_t> bytes_by_path = PlannedBytesByPath(*connected);
+  CountingTransport wire(*connected->transport(), job.num_processes());
+
   const bool verify = absl::GetFlag(FLAGS_verify);
   const bool keep_going = absl::GetFlag(FLAGS_keep_going);
-  const absl::Duration pause = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));
   int64_t failed_versions = 0;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
     if (trainer && verify) {
@@ -330,57 +297,45 @@ absl::Status Run() {
     } else if (trainer && absl::GetFlag(FLAGS_fill_pattern)) {
       test::FillPattern(static_cast<uint64_t>(version), &memory);
     }
-    ExecuteOptions options;
-    options.sync_id = static_cast<uint64_t>(version);
-    options.plan_digest = plan.digest;
-    options.deadline = absl::Now() + step;
-    options.arenas = &arenas;
-    options.verify = verify_mode;
-    options.data_key = &data_key;
-    options.progress = &progress;
-    // A local failure votes no before the peers are told (as the session does), so the decision
-    // names this process's reason.
-    std::optional<absl::Status> early_decision;
-    options.before_notices = [&](const absl::Status& failure) {
-      progress.SetPhase(SyncPhase::kVoting);
-      early_decision = client->Decide(false, failure.message(), options.deadline + kDecisionGrace);
+    StepOptions step;
+    step.version = version;
+    step.transport = &wire;
+    // The element check, a test step outside wsync's protocol, gets a deadline of its own.
+    step.check = [&]() -> absl::Status {
+      if (!trainer && verify) WSYNC_RETURN_IF_ERROR(test::CheckLogical(part, memory, version));
+      return memory.CheckGuards();
     };
-    const absl::Time call_start = absl::Now();
-    const CpuTimes cpu_start = ProcessCpuTimes();
-    wire.Reset();
-    progress.Begin(version);
-    Marker(absl::StrCat("PHASE transfer version=", version));
-    absl::StatusOr<TransferStats> stats = absl::UnknownError("not run");
-    {
-      // A process lost during the transfer fails the requests with it at once (as the session
-      // does): the coordinator's notice instead of the deadline.
-      LossWatch watch(*client, [&transport](int32_t process, const absl::Status& reason) {
-        transport->PeerLost(process, reason);
-      });
-      stats = ExecuteTransfers(job, plan.segments, endpoints,
-                               StagingBudget{absl::GetFlag(FLAGS_budget)}, me, buffers, wire,
-                               *client, options);
-    }
-    const double call_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
-    const CpuTimes cpu = ProcessCpuTimes() - cpu_start;
-    absl::Status outcome = stats.status();
-    if (outcome.ok() && !trainer && verify) outcome = test::CheckLogical(part, memory, version);
-    if (outcome.ok()) outcome = memory.CheckGuards();
-    const double transfer_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
-    progress.SetPhase(SyncPhase::kVoting);
-    if (pause > absl::ZeroDuration()) {
-      Marker(absl::StrCat("PHASE decide version=", version));
-      absl::SleepFor(pause);
-    }
-    const absl::Time decide_start = absl::Now();
-    // The decision shares the sync's deadline (as the session's does), except that the element
-    // check, a test step outside wsync's protocol, gets a deadline of its own.
-    const absl::Time decide_deadline =
-        options.deadline + kDecisionGrace + (verify ? step : absl::ZeroDuration());
-    absl::Status decision = early_decision
-                                ? *early_decision
-                                : client->Decide(outcome.ok(), outcome.message(), decide_deadline);
-    progress.End(outcome.ok() && decision.ok());
+    step.check_time = verify ? step_deadline : absl::ZeroDuration();
+    step.pause_before_decide = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));
+    absl::Time call_start, decide_start;
+    CpuTimes cpu_start, cpu;
+    double call_seconds = 0, transfer_seconds = 0;
+    step.on_phase = [&](StepPhase phase) {
+      switch (phase) {
+        case StepPhase::kTransfer:
+          call_start = absl::Now();
+          cpu_start = ProcessCpuTimes();
+          wire.Reset();
+          Marker(absl::StrCat("PHASE transfer version=", version));
+          break;
+        case StepPhase::kTransferred:
+          call_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
+          cpu = ProcessCpuTimes() - cpu_start;
+          break;
+        case StepPhase::kDecide:
+          transfer_seconds = absl::ToDoubleSeconds(absl::Now() - call_start);
+          if (step.pause_before_decide > absl::ZeroDuration()) {
+            Marker(absl::StrCat("PHASE decide version=", version));
+          }
+          break;
+        case StepPhase::kVote:
+          decide_start = absl::Now();
+          break;
+      }
+    };
+    const StepResult result = connected->RunStep(step);
+    const absl::Status& outcome = result.outcome;
+    const absl::Status& decision = result.decision;
     Marker(absl::StrFormat(
         "RESULT version=%d ok=%d transfer_s=%.3f total_s=%.3f error=%s%s%s", version,
         outcome.ok() && decision.ok() ? 1 : 0, transfer_seconds,
@@ -391,14 +346,14 @@ absl::Status Run() {
       ++failed_versions;
       continue;
     }
-    PrintStats(version, job, me, *stats, call_seconds,
+    PrintStats(version, job, me, *result.stats, call_seconds,
                absl::ToDoubleSeconds(absl::Now() - decide_start), cpu, bytes_by_path, wire);
   }
   if (failed_versions > 0) {
     return absl::AbortedError(
         absl::StrCat(failed_versions, " of ", absl::GetFlag(FLAGS_versions), " versions failed"));
   }
-  return client->Barrier(absl::Now() + step);
+  return connected->client().Barrier(absl::Now() + step_deadline);
 }
 
 }  // namespace

@@ -1,0 +1,259 @@
+#ifndef WSYNC_PLUGIN_RUNTIME_H_
+#define WSYNC_PLUGIN_RUNTIME_H_
+
+// The per-process runtime: the one implementation of connect and of a sync step that the session
+// (libwsync.so), the multi-process test worker and the link calibration job run.
+//
+// ConnectedJob::Connect returns a connected job: the hosted coordinator (when asked), the control
+// client, the roster, the merged job, this process's plan and schedule, the routed transports with
+// this process's buffers registered, the CUDA connection and the shared calibration with its
+// prediction. What it was connected with (roster, job, plan, schedule, endpoints, calibration)
+// never changes afterwards. RunStep runs one sync on it: a roster update (a replacement's
+// addresses) and the CUDA collective when due, the agreement, the transfer (with verification when
+// configured), the caller's check and the commit vote. Test and benchmark hooks are options of
+// RunStep.
+//
+// Ownership: the connected job owns the coordinator, the client, the transports, the device memory
+// and the staging arenas; it destroys the transports first, then the client, and stops the
+// coordinator last. Buffers stay the caller's: they must outlive the connected job.
+//
+// Thread safety: RunStep and the accessors are called from one thread at a time (the sync path);
+// Abort and Heartbeats may be called from any thread, also while RunStep runs.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/data_key.h"
+#include "common/sync_progress.h"
+#include "executor/execute.h"
+#include "executor/schedule.h"
+#include "planner/layout.h"
+#include "planner/plan.h"
+#include "planner/relay.h"
+#include "plugin/cuda_setup.h"
+#include "plugin/prediction.h"
+#include "plugin/transport_setup.h"
+#include "transport/control/client.h"
+#include "transport/control/coordinator.h"
+#include "transport/selector/selector.h"
+
+namespace wsync {
+
+// What a process connects with. The secret is passed to Connect on its own (never stored here).
+struct RuntimeConfig {
+  Role role = Role::kTrainer;
+  int32_t rank = 0;
+  int32_t num_trainers = 0;  // Read with host_coordinator only.
+  int32_t num_rollouts = 0;  // Read with host_coordinator only.
+  std::string job_id;
+  std::string coordinator_host = "127.0.0.1";
+  int32_t coordinator_port = 0;   // With host_coordinator: the port to listen on (0: any).
+  bool host_coordinator = false;  // This process runs the job's coordinator.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();  // host_coordinator; 0: default.
+  absl::Duration silence_limit = absl::ZeroDuration();       // host_coordinator; 0: default.
+  std::string node_id;  // Empty: the host name (ControlClientOptions).
+  // This process's part of its side's layout, and the address of each of its buffers (parallel to
+  // part.buffers). The caller keeps the memory alive and registered with nothing else.
+  Layout part;
+  std::vector<void*> buffer_addresses;
+  int32_t cuda_device = -1;  // The device of this process's CUDA buffers; -1: none.
+  double staging_budget_bytes = static_cast<double>(kDefaultStagingBudgetBytes);
+  absl::Duration deadline = absl::Seconds(60);  // Of connect, and of each step's transfer.
+  // The control client's connect and handshake; nullopt: `deadline`.
+  std::optional<absl::Duration> control_connect_timeout;
+  std::string replica_policy = "local_first_least_loaded";
+  PathTransports path_transports;  // UCX defaults when default-constructed.
+  // Read by global process 0 only and shared through the roster (plugin/prediction.h).
+  std::string calibration_file;
+  RelayMode relay_mode = RelayMode::kAuto;
+  // The relay decision's links: nullopt takes the calibration's fits (the bytes rule without
+  // one); a value (null: the bytes rule) overrides them.
+  std::optional<std::shared_ptr<const LinkFits>> relay_fits;
+  VerifyMode verify = VerifyMode::kOff;
+  NcclApiFactory nccl_api;  // Empty: the real CUDA module.
+  // Where this process stands in its steps (common/sync_progress.h): RunStep and the executor
+  // write it, the control client sends it with every heartbeat (`wsync status`). Owned by the
+  // caller and must outlive the connected job; null: none kept, none sent.
+  SyncProgress* progress = nullptr;
+};
+
+// Lets another thread abort a connect while it waits on the job: Connect attaches its control
+// client while it exists and detaches it before returning. An Abort is latched: `aborted()` tells
+// the caller to abort the connected job it then receives. Thread-safe.
+class ConnectAbort {
+ public:
+  void Abort(const absl::Status& reason);
+  std::optional<absl::Status> aborted() const;
+  void Attach(ControlClient* client);  // nullptr detaches.
+  void Reset();                        // Forgets an Abort (before a new connect).
+
+ private:
+  mutable absl::Mutex mu_;
+  ControlClient* client_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::optional<absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+};
+
+struct ConnectHooks {
+  // Called with the hosted coordinator's port as soon as it listens (host_coordinator only).
+  std::function<void(int32_t port)> coordinator_started;
+  // Called once the control client is connected and the transports started, right before the
+  // join waits for the roster.
+  std::function<void()> before_join;
+  ConnectAbort* abort = nullptr;  // Optional.
+};
+
+// Points of a step at which RunStep calls StepOptions::on_phase.
+enum class StepPhase {
+  kTransfer,     // Right before the transfer's deadline is set and the transfer starts.
+  kTransferred,  // Right after the transfer returned (ok or not), before the check.
+  kDecide,       // After the check, before pause_before_decide.
+  kVote,         // After pause_before_decide, right before the commit vote.
+};
+
+struct StepOptions {
+  // The version trainer rank 0 gave (Trigger); the sync id of every message of the step.
+  int64_t version = 0;
+  // Not OK: this process rejects the step (no transfer; it joins the agreement with the
+  // rejection, so that every process fails at once naming it, and votes no).
+  absl::Status rejection;
+  // Test and benchmark hooks (none in the session):
+  // The transfer posts through this transport when set (it must forward to transport()).
+  Transport* transport = nullptr;
+  // After a successful transfer: its error becomes this process's vote. `check_time` is added to
+  // the decision's deadline (a check outside wsync's protocol takes time of its own).
+  std::function<absl::Status()> check;
+  absl::Duration check_time = absl::ZeroDuration();
+  absl::Duration pause_before_decide = absl::ZeroDuration();
+  std::function<void(StepPhase)> on_phase;
+};
+
+struct StepResult {
+  // The transfer's own result (Aborted "not run" when the step was rejected before it).
+  absl::StatusOr<TransferStats> stats = absl::AbortedError("not run");
+  absl::Status outcome;           // This process's result before the vote (transfer, then check).
+  absl::Status decision;          // The commit decision of every process's votes.
+  int64_t rejected_messages = 0;  // Stale messages the transfer dropped.
+  // The step's status: the local outcome when it failed, else the decision.
+  absl::Status status() const { return outcome.ok() ? decision : outcome; }
+};
+
+class ConnectedJob {
+ public:
+  // Connects this process: hosts the coordinator (config.host_coordinator), connects the control
+  // client, starts the path transports, joins (with the calibration on global process 0), checks
+  // its own roster entry, plans (kErrorLayoutRefused when the parts cannot be merged, planned or
+  // scheduled), connects the CUDA buffers and the transports and registers the buffers. Every
+  // blocking wait ends by config.deadline. On failure nothing is left running.
+  static absl::StatusOr<std::unique_ptr<ConnectedJob>> Connect(RuntimeConfig config,
+                                                               absl::string_view secret,
+                                                               const ConnectHooks& hooks = {});
+  ~ConnectedJob();
+  ConnectedJob(const ConnectedJob&) = delete;
+  ConnectedJob& operator=(const ConnectedJob&) = delete;
+
+  // The trigger of a trainer-triggered or host-driven step: trainer rank 0's version, broadcast
+  // by it (`own_version` is what this process syncs; nullopt: it only follows). DataLoss for an
+  // unreadable version.
+  absl::StatusOr<int64_t> Trigger(std::optional<int64_t> own_version, absl::Time deadline);
+  // One sync step (see the file comment). Every process of the job calls it with the same version
+  // at the same point. A failed step that aborted the NCCL communicator leaves the next step to
+  // re-form it first, on every process.
+  StepResult RunStep(const StepOptions& options);
+
+  // Fails this process's waits and transfers at once with `reason`; later steps fail. Any thread.
+  void Abort(const absl::Status& reason);
+  // The heartbeat interval and silence limit the coordinator announced. Any thread.
+  std::pair<absl::Duration, absl::Duration> Heartbeats() const;
+
+  const RuntimeConfig& config() const { return config_; }
+  int32_t process() const { return process_; }
+  const Job& job() const { return *job_; }
+  const Plan& plan() const { return plan_; }
+  const ProcessSchedule& schedule() const { return schedule_; }
+  const Endpoints& endpoints() const { return endpoints_; }
+  const SharedCalibration& calibration() const { return calibration_; }
+  const std::optional<Prediction>& prediction() const { return prediction_; }
+  ControlClient& client() const { return *client_; }
+  // Null for a replacement whose routes were refused (its first step fails with that reason).
+  RoutedTransport* transport() const { return transport_.get(); }
+  Coordinator* coordinator() const { return coordinator_.get(); }  // Hosted only.
+  const ArenaCache& arenas() const { return *arenas_; }
+
+ private:
+  explicit ConnectedJob(RuntimeConfig config) : config_(std::move(config)) {}
+  absl::Status StartCoordinator(absl::string_view secret, const ConnectHooks& hooks);
+  absl::Status ConnectControl(absl::string_view secret, const ConnectHooks& hooks);
+  // Joins with the part and the transport addresses; plans the job from the roster. `bundles`:
+  // every process's published addresses.
+  absl::Status JoinAndPlan(const PathTransportSetup& setup, absl::Time deadline,
+                           std::vector<std::string>* bundles);
+  absl::Status PlanJob(const std::vector<Layout>& trainer_parts,
+                       const std::vector<Layout>& rollout_parts);
+  // Routes each peer (path class, memory kind), forms the CUDA connection when the job has CUDA
+  // buffers and connects the transports.
+  absl::Status ConnectTransports(PathTransportSetup setup, const std::vector<std::string>& bundles,
+                                 absl::Time deadline);
+  absl::Status RegisterBuffers();
+  // The roster update (a replacement's addresses) and the CUDA collective, when due.
+  absl::Status PrepareStep(bool* cuda_collective_failed);
+  absl::Status RunCudaCollective(absl::Time deadline);
+  absl::Status ReplaceNcclBackend(std::unique_ptr<Transport> nccl);
+
+  const RuntimeConfig config_;
+  DataKey data_key_;  // Keyed verification's key; wiped with the job.
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<ControlClient> client_;
+  std::unique_ptr<RoutedTransport> transport_;
+  // Guards the transport against Abort and PeerLost while RunStep swaps its NCCL backend.
+  mutable absl::Mutex transport_mu_;
+  int32_t process_ = -1;
+  int64_t roster_epoch_ = 0;
+  std::unique_ptr<Job> job_;
+  Plan plan_;
+  ProcessSchedule schedule_;
+  Endpoints endpoints_;
+  LocalBuffers buffers_;
+  SharedCalibration calibration_;
+  std::optional<Prediction> prediction_;
+  bool cuda_job_ = false;
+  std::vector<NcclPair> nccl_pairs_;
+  // The next step starts with the CUDA collective (plugin/cuda_setup.h) on every process: after
+  // a failed step in a job with a communicator, after a failed collective, and at a replacement's
+  // first step. Sync path only.
+  bool cuda_collective_pending_ = false;
+  // A replacement's route verdict for the ConnectCuda of its first step; cleared once it ran.
+  std::optional<absl::Status> cuda_deferred_;
+  // Declared before arenas_, which may hold device arenas it allocated.
+  std::unique_ptr<DeviceMemory> device_;
+  std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
+};
+
+// Processes connected without a job, for the link calibration (calibration/probe): the hosted
+// coordinator (when config.host_coordinator), the control client and host-memory transports routed
+// by `path_class(this process, peer)`. Destroys the transport, then the client, then the
+// coordinator. Not thread-safe.
+struct ConnectedMesh {
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<ControlClient> client;
+  std::unique_ptr<RoutedTransport> transport;
+};
+
+// Connects as ConnectedJob::Connect does up to the roster (its join carries no layout), with the
+// same coordinator, control and path-transport settings of `config` (part, buffers, planning and
+// verification are not read). Fails like it; on failure nothing is left running.
+absl::StatusOr<ConnectedMesh> ConnectMesh(
+    const RuntimeConfig& config, absl::string_view secret,
+    const std::function<std::string(int32_t, int32_t)>& path_class);
+
+}  // namespace wsync
+
+#endif  // WSYNC_PLUGIN_RUNTIME_H_

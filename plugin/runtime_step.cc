@@ -1,0 +1,152 @@
+// ConnectedJob's sync step (runtime.h): the trigger, the roster update and CUDA collective, the
+// agreement and transfer, the caller's check and the commit vote.
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "executor/agreement.h"
+#include "plugin/runtime.h"
+#include "transport/control/loss_watch.h"
+
+namespace wsync {
+
+absl::StatusOr<int64_t> ConnectedJob::Trigger(std::optional<int64_t> own_version,
+                                              absl::Time deadline) {
+  const std::string mine = own_version ? absl::StrCat(*own_version) : "";
+  WSYNC_ASSIGN_OR_RETURN(std::string trigger, client_->Broadcast(0, mine, deadline));
+  int64_t version = 0;
+  if (!absl::SimpleAtoi(trigger, &version)) {
+    return absl::DataLossError("trainer rank 0 sent an unreadable version");
+  }
+  return version;
+}
+
+absl::Status ConnectedJob::PrepareStep(bool* cuda_collective_failed) {
+  absl::Status outcome;
+  // A replacement process took a lost one's rank: reach it at its new addresses, and, in a job
+  // with CUDA buffers, meet its first CUDA collective.
+  bool cuda_collective = cuda_collective_pending_;
+  if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
+    std::vector<std::string> bundles;
+    for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
+    if (transport_ != nullptr) outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+    cuda_collective = cuda_collective || cuda_job_;
+  }
+  // Every process runs it here or none does (see cuda_collective_pending_); a failure fails this
+  // step (after the collective, so that the numbering stays the same everywhere).
+  if (cuda_collective) {
+    absl::Status formed = RunCudaCollective(absl::Now() + config_.deadline);
+    *cuda_collective_failed = !formed.ok();
+    if (outcome.ok()) outcome = formed;
+  }
+  return outcome;
+}
+
+StepResult ConnectedJob::RunStep(const StepOptions& step) {
+  StepResult result;
+  SyncProgress* const progress = config_.progress;
+  if (progress != nullptr) progress->Begin(step.version);
+  bool cuda_collective_failed = false;
+  result.outcome = PrepareStep(&cuda_collective_failed);
+  if (result.outcome.ok()) result.outcome = step.rejection;
+  if (step.on_phase) step.on_phase(StepPhase::kTransfer);
+  // The transfer, after agreeing on digest and budget. It and the decision share one deadline
+  // (plus kDecisionGrace for the decision), so a failed step ends within D + 1 s of its start.
+  const absl::Time sync_deadline = absl::Now() + config_.deadline;
+  ExecuteOptions options;
+  options.sync_id = static_cast<uint64_t>(step.version);
+  options.plan_digest = plan_.digest;
+  options.deadline = sync_deadline;
+  options.arenas = arenas_.get();
+  options.device = device_.get();
+  options.verify = config_.verify;
+  options.data_key = &data_key_;
+  options.rejected_messages = &result.rejected_messages;
+  options.progress = progress;
+  // A local failure votes no before the peers are told (execute.h), so that the decision names
+  // this process's reason.
+  std::optional<absl::Status> early_decision;
+  options.before_notices = [&](const absl::Status& failure) {
+    if (progress != nullptr) progress->SetPhase(SyncPhase::kVoting);
+    early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
+  };
+  if (result.outcome.ok()) {
+    // A process lost meanwhile (the coordinator's notice, within a round trip of its connection
+    // ending) fails this process's requests with it at once (NCCL: the communicator is aborted
+    // and re-formed by the next step), so the step fails now naming it, not at the deadline.
+    LossWatch watch(*client_, [this](int32_t process, const absl::Status& reason) {
+      absl::MutexLock lock(&transport_mu_);
+      if (transport_ != nullptr) transport_->PeerLost(process, reason);
+    });
+    Transport& transport = step.transport != nullptr ? *step.transport : *transport_;
+    result.stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
+                                    StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
+                                    transport, *client_, options);
+    result.outcome = result.stats.status();
+  } else {
+    // Take part in the agreement with the rejection, so that the other processes fail at once
+    // naming it instead of waiting for this one's transfers until their deadline.
+    AgreeOnBatch(*client_, result.outcome, plan_.digest, config_.staging_budget_bytes,
+                 static_cast<int32_t>(options.verify), options.deadline)
+        .IgnoreError();
+  }
+  if (step.on_phase) step.on_phase(StepPhase::kTransferred);
+  if (result.outcome.ok() && step.check) result.outcome = step.check();
+  if (progress != nullptr) progress->SetPhase(SyncPhase::kVoting);
+  if (step.on_phase) step.on_phase(StepPhase::kDecide);
+  if (step.pause_before_decide > absl::ZeroDuration()) absl::SleepFor(step.pause_before_decide);
+  if (step.on_phase) step.on_phase(StepPhase::kVote);
+  // The commit decision: every process votes; a failure anywhere fails everyone.
+  const absl::Time decide_deadline = sync_deadline + kDecisionGrace + step.check_time;
+  result.decision = early_decision ? *early_decision
+                                   : client_->Decide(result.outcome.ok(), result.outcome.message(),
+                                                     decide_deadline);
+  if (progress != nullptr) progress->End(result.status().ok());
+  cuda_collective_pending_ =
+      cuda_deferred_.has_value() ||
+      (!result.status().ok() && (!nccl_pairs_.empty() || cuda_collective_failed));
+  return result;
+}
+
+absl::Status ConnectedJob::RunCudaCollective(absl::Time deadline) {
+  if (cuda_deferred_) {
+    WSYNC_ASSIGN_OR_RETURN(CudaConnection cuda,
+                           ConnectCuda(*job_, nccl_pairs_, process_, config_.cuda_device,
+                                       *cuda_deferred_, *client_, deadline, config_.nccl_api));
+    cuda_deferred_.reset();
+    if (cuda.device != nullptr) {
+      arenas_ = std::make_unique<ArenaCache>();
+      device_ = std::move(cuda.device);
+    }
+    return cuda.nccl == nullptr ? absl::OkStatus() : ReplaceNcclBackend(std::move(cuda.nccl));
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> nccl,
+                         ReformNccl(*job_, nccl_pairs_, process_, config_.cuda_device, *client_,
+                                    deadline, config_.nccl_api));
+  if (nccl == nullptr) return absl::OkStatus();  // Not a member.
+  return ReplaceNcclBackend(std::move(nccl));
+}
+
+absl::Status ConnectedJob::ReplaceNcclBackend(std::unique_ptr<Transport> nccl) {
+  absl::MutexLock lock(&transport_mu_);  // Abort must not run while the backend is swapped.
+  for (int32_t b = 0; transport_ != nullptr && transport_->backend(b) != nullptr; ++b) {
+    if (transport_->backend(b)->name() != "nccl") continue;
+    transport_->backend(b)->Abort(absl::AbortedError("the NCCL communicator was re-formed"));
+    return transport_->ReplaceBackend(b, std::move(nccl));
+  }
+  return absl::InternalError("this process has no NCCL backend to re-form");
+}
+
+void ConnectedJob::Abort(const absl::Status& reason) {
+  absl::MutexLock lock(&transport_mu_);
+  if (client_ != nullptr) client_->Abort(reason);
+  if (transport_ != nullptr) transport_->Abort(reason);
+}
+
+std::pair<absl::Duration, absl::Duration> ConnectedJob::Heartbeats() const {
+  return {client_->heartbeat_interval(), client_->silence_limit()};
+}
+
+}  // namespace wsync
