@@ -226,6 +226,14 @@ absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes) {
   return calibration;
 }
 
+absl::StatusOr<double> ParseStatedSeconds(absl::string_view text) {
+  return ParseQuantity(text, {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}});
+}
+
+absl::StatusOr<double> ParseStatedBandwidth(absl::string_view text) {
+  return ParseQuantity(text, {{"GB/s", 1e9}, {"MB/s", 1e6}});
+}
+
 absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) {
   proto::Calibration calibration;
   calibration.set_schema_version(kCalibrationSchemaVersion);
@@ -237,10 +245,8 @@ absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) 
       return absl::InvalidArgumentError(
           absl::StrCat("link entry '", entry, "' is not <path>=<alpha>,<bandwidth>"));
     }
-    WSYNC_ASSIGN_OR_RETURN(const double alpha,
-                           ParseQuantity(parts[1], {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}}));
-    WSYNC_ASSIGN_OR_RETURN(const double bandwidth,
-                           ParseQuantity(parts[2], {{"GB/s", 1e9}, {"MB/s", 1e6}}));
+    WSYNC_ASSIGN_OR_RETURN(const double alpha, ParseStatedSeconds(parts[1]));
+    WSYNC_ASSIGN_OR_RETURN(const double bandwidth, ParseStatedBandwidth(parts[2]));
     if (bandwidth <= 0) return absl::InvalidArgumentError("bandwidth must be positive");
     const std::string path(absl::StripAsciiWhitespace(parts[0]));
     for (int64_t bytes : {int64_t{1} << 20, int64_t{1} << 28}) {

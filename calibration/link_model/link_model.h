@@ -101,6 +101,11 @@ absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes);
 // GB/s or MB/s, 1e9 and 1e6 bytes). Each class gets peer samples at two sizes between a
 // representative pair of processes ("local" between a process and itself).
 absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec);
+// The stated quantities of SyntheticCalibration: "3us" -> 3e-6 seconds (s, ms or us);
+// "450GB/s" -> 4.5e11 bytes per second (GB/s or MB/s). InvalidArgument for another unit, a
+// negative or a non-finite number.
+absl::StatusOr<double> ParseStatedSeconds(absl::string_view text);
+absl::StatusOr<double> ParseStatedBandwidth(absl::string_view text);
 
 // The bytes and messages one ordered pair moves in a sync.
 struct PairTraffic {

@@ -33,6 +33,7 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/cli/plan_compare.h"
 #include "integration/cli/plan_pricing.h"
 #include "integration/cli/plan_quant.h"
 #include "integration/cli/plan_simgrid.h"
@@ -63,6 +64,9 @@ ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto.");
 ABSL_FLAG(std::string, engine, "cost_model",
           "With --simulate: cost_model (the bound, fast) or simgrid (the executor of every "
           "process run on SimGrid).");
+ABSL_FLAG(
+    std::string, compare, "",
+    "With --engine simgrid: relay, policy or relay,policy: simulate every choice, one row each.");
 ABSL_FLAG(bool, require_prediction, false,
           "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
           "uses.");
@@ -468,7 +472,9 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   if (cluster && !request.process.has_value()) {
     WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
   }
-  if (cluster && request.engine == "simgrid") {
+  if (cluster && !request.compare.empty()) {
+    WSYNC_RETURN_IF_ERROR(PrintComparison(out, request, job, *cluster));
+  } else if (cluster && request.engine == "simgrid") {
     WSYNC_RETURN_IF_ERROR(
         PrintSimGridSimulation(out, job, run.plan, *cluster, cluster_bound_seconds));
   }
@@ -490,7 +496,7 @@ std::string PlanUsage() {
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "                  [--relay never|always|auto] [--require_prediction]\n"
-      "                  [--engine cost_model|simgrid]\n"
+      "                  [--engine cost_model|simgrid] [--compare relay,policy]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -517,8 +523,10 @@ std::string PlanUsage() {
       "              (integration/clusters/), next to published figures of other systems\n"
       "  --engine    with --simulate and without --process: cost_model (default) prices the\n"
       "              plan with the cost model (a lower bound); simgrid also runs the executor of\n"
-      "              every process on SimGrid over the cluster (a star of links for now) and\n"
+      "              every process on SimGrid over the cluster file's topology and\n"
       "              prints the simulated sync time next to the bound\n"
+      "  --compare   with --engine simgrid: relay, policy or relay,policy: plan, price and\n"
+      "              simulate every relay mode and/or policy, one table row each\n"
       "  --relay     cross a node boundary once for bytes several processes of a node need, and\n"
       "              forward them inside the node: never, always, or auto (default: the\n"
       "              calibration's or cluster's cost model decides per region; without one,\n"
@@ -551,6 +559,7 @@ int PlanMain(int argc, char** argv) {
   request.relay = absl::GetFlag(FLAGS_relay);
   request.require_prediction = absl::GetFlag(FLAGS_require_prediction);
   request.engine = absl::GetFlag(FLAGS_engine);
+  request.compare = absl::GetFlag(FLAGS_compare);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;
@@ -565,6 +574,12 @@ int PlanMain(int argc, char** argv) {
   }
   if (request.engine == "simgrid" && (request.simulate.empty() || request.process.has_value())) {
     absl::FPrintF(stderr, "wsync plan: --engine simgrid needs --simulate and no --process\n");
+    return 2;
+  }
+  if (!request.compare.empty() &&
+      (request.engine != "simgrid" || !CheckCompareList(request.compare).ok())) {
+    absl::FPrintF(stderr,
+                  "wsync plan: --compare takes relay, policy or both, with --engine simgrid\n");
     return 2;
   }
   if (request.segments_to_show < 0) {

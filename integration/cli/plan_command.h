@@ -37,6 +37,9 @@ struct PlanRequest {
   // With `simulate` and no process: "cost_model" (the bound only) or "simgrid" (also the
   // executor of every process simulated on SimGrid, integration/cli/plan_simgrid.h).
   std::string engine = "cost_model";
+  // With engine "simgrid": "relay", "policy" or "relay,policy": one plan and simulation per
+  // choice, in one table (integration/cli/plan_compare.h) instead of the single simulation.
+  std::string compare;
   // Processes per node for layouts whose spec gives no ppn (0: the named layouts' default, 8).
   int32_t procs_per_node = 0;
 };

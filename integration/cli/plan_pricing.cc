@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "common/status.h"
 #include "executor/schedule.h"
+#include "integration/simulation/cluster_file.h"
 #include "plugin/prediction.h"
 
 namespace wsync::cli {
@@ -61,8 +62,13 @@ absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
   }
   if (links.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no links: line"));
   WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, SyntheticCalibration(links));
+  absl::StatusOr<std::optional<simgrid_backend::ClusterTopology>> topology =
+      simulation::ParseClusterTopology(text);
+  if (!topology.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", topology.status().message()));
+  }
   return PricingSource{absl::StrCat("cluster ", name, ", stated links"), std::move(calibration),
-                       procs_per_node};
+                       procs_per_node, *std::move(topology)};
 }
 
 absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -15,6 +16,7 @@
 #include "integration/cli/plan_command.h"
 #include "planner/job.h"
 #include "planner/plan.h"
+#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::cli {
 
@@ -24,10 +26,13 @@ struct PricingSource {
   std::string label;
   proto::Calibration calibration;
   int32_t procs_per_node = 0;  // A cluster file's processes_per_node (0: not stated).
+  // A cluster file's topology lines (integration/simulation/cluster_file.h), if it has them.
+  std::optional<simgrid_backend::ClusterTopology> topology;
 };
 
 // A cluster file: "#" comments, "name: N", "processes_per_node: K", "links: SPEC" (the syntax of
-// SyntheticCalibration). NotFound when unreadable, InvalidArgument without a links: line.
+// SyntheticCalibration), and the topology keys of ParseClusterTopology. NotFound when unreadable,
+// InvalidArgument without a links: line or for a topology ParseClusterTopology refuses.
 absl::StatusOr<PricingSource> ReadCluster(const std::string& path);
 // A saved calibration (wsync calibrate --out).
 absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path);

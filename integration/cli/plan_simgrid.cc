@@ -1,31 +1,56 @@
 #include "integration/cli/plan_simgrid.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
-#include "integration/simulation/simulate_sync.h"
-#include "transport/simgrid/platform.h"
+#include "integration/simulation/cluster_file.h"
+#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::cli {
 namespace {
+
+using simgrid_backend::ClusterTopology;
+using simgrid_backend::GpuPlacement;
+using simgrid_backend::LinkHop;
 
 std::string ProcessLabel(const Job& job, int32_t id) {
   const JobProcess& process = job.processes()[id];
   return absl::StrFormat("p%d (%s %d)", id, RoleName(process.role), process.rank);
 }
 
-// One direction of one process's link on the star and what it carried.
-struct LinkUse {
-  int32_t process = 0;
-  bool up = true;  // Sends (up) or receives (down).
-  int64_t bytes = 0;
-};
+// The bytes each link direction carried: every delivered message along its route.
+std::vector<LinkLoad> BusiestLinks(const ClusterTopology& topology,
+                                   const std::vector<GpuPlacement>& placement,
+                                   const simulation::SimulationResult& result) {
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, int64_t> pair_bytes;
+  for (const simgrid_backend::DeliveredMessage& message : result.messages) {
+    pair_bytes[{message.from, message.to}] += message.bytes;
+  }
+  std::map<LinkHop, int64_t> hop_bytes;
+  for (const auto& [pair, bytes] : pair_bytes) {
+    for (const LinkHop& hop :
+         simgrid_backend::RouteBetween(topology, placement[pair.first], placement[pair.second])) {
+      hop_bytes[hop] += bytes;
+    }
+  }
+  std::vector<LinkLoad> loads;
+  for (const auto& [hop, bytes] : hop_bytes) {
+    loads.push_back({hop.Name(), bytes, simgrid_backend::HopBytesPerSecond(topology, hop.kind)});
+  }
+  std::stable_sort(loads.begin(), loads.end(), [](const LinkLoad& a, const LinkLoad& b) {
+    return a.bytes / a.bytes_per_second > b.bytes / b.bytes_per_second;
+  });
+  if (loads.size() > 5) loads.resize(5);
+  return loads;
+}
 
 void PrintSlowest(std::FILE* out, const Job& job, const simulation::SimulationResult& result) {
   std::vector<int32_t> order(result.processes.size());
@@ -43,61 +68,72 @@ void PrintSlowest(std::FILE* out, const Job& job, const simulation::SimulationRe
   }
 }
 
-void PrintBusiestLinks(std::FILE* out, const simulation::SimulationResult& result,
-                       double link_bytes_per_second) {
-  std::vector<LinkUse> links;
-  for (size_t p = 0; p < result.sent_bytes.size(); ++p) {
-    links.push_back({static_cast<int32_t>(p), true, result.sent_bytes[p]});
-    links.push_back({static_cast<int32_t>(p), false, result.received_bytes[p]});
-  }
-  std::stable_sort(links.begin(), links.end(),
-                   [](const LinkUse& a, const LinkUse& b) { return a.bytes > b.bytes; });
-  const size_t shown = std::min<size_t>(5, links.size());
-  absl::FPrintF(out, "  the %d busiest links (bytes; busy = bytes / bandwidth / sync time):\n",
-                shown);
-  for (size_t i = 0; i < shown; ++i) {
-    const LinkUse& link = links[i];
-    const double busy = result.sync_seconds > 0 ? static_cast<double>(link.bytes) /
-                                                      link_bytes_per_second / result.sync_seconds
-                                                : 0;
-    absl::FPrintF(out, "    link of p%d %-4s %12s  %5.1f%% busy\n", link.process,
-                  link.up ? "up" : "down", HumanBytes(link.bytes), 100 * busy);
-  }
-}
-
 }  // namespace
 
-absl::Status PrintSimGridSimulation(std::FILE* out, const Job& job, const Plan& plan,
-                                    const PricingSource& cluster, double bound_seconds) {
-  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(cluster.calibration));
-  const auto inter_node = fits.by_path.find(std::string(kPathInterNode));
-  const auto local = fits.by_path.find(std::string(kPathLocal));
-  if (inter_node == fits.by_path.end() || local == fits.by_path.end()) {
+absl::Status CheckSimulationCluster(const PricingSource& cluster) {
+  if (!cluster.topology.has_value()) {
     return absl::FailedPreconditionError(
-        "--engine simgrid needs the cluster's inter_node and local links");
+        "--engine simgrid needs the cluster file's topology (gpus_per_node, nics_per_node, "
+        "nvlink, pcie, nic, nodes_per_leaf, oversubscription, spine_latency; "
+        "integration/clusters/README.md)");
   }
-  const simgrid_backend::StarPlatform platform(
-      {inter_node->second.bytes_per_second, inter_node->second.alpha_seconds / 2});
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(cluster.calibration));
+  if (!fits.by_path.contains(std::string(kPathLocal))) {
+    return absl::FailedPreconditionError("--engine simgrid needs the cluster's local link");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& plan,
+                                                    const PricingSource& cluster) {
+  WSYNC_RETURN_IF_ERROR(CheckSimulationCluster(cluster));
+  WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(cluster.calibration));
+  const auto local = fits.by_path.find(std::string(kPathLocal));
   // GPU processes: every buffer in device memory, so that no weight byte is needed.
   WSYNC_ASSIGN_OR_RETURN(const Job device_job,
                          Job::Create(simulation::InDeviceMemory(job.source()),
                                      simulation::InDeviceMemory(job.target())));
+  simgrid_backend::ClusterPlatformSpec spec;
+  spec.topology = *cluster.topology;
+  WSYNC_ASSIGN_OR_RETURN(spec.placement, simulation::PlaceOnCluster(spec.topology, device_job));
+  const simgrid_backend::ClusterPlatform platform(spec);
   simulation::SimulationOptions options;
   options.platform = &platform;
   options.copy_bytes_per_second = local->second.bytes_per_second;
   options.needs_round_order = true;
   options.plan_digest = plan.digest;
-  WSYNC_ASSIGN_OR_RETURN(const simulation::SimulationResult result,
+  options.record_messages = true;  // For the link loads.
+  ClusterSimulation simulated;
+  WSYNC_ASSIGN_OR_RETURN(simulated.result,
                          simulation::SimulateSync(device_job, plan.segments, options));
+  simulated.platform = platform.Describe();
+  simulated.copy_bytes_per_second = options.copy_bytes_per_second;
+  simulated.busiest_links = BusiestLinks(spec.topology, spec.placement, simulated.result);
+  simulated.result.messages.clear();
+  simulated.result.messages.shrink_to_fit();
+  return simulated;
+}
+
+absl::Status PrintSimGridSimulation(std::FILE* out, const Job& job, const Plan& plan,
+                                    const PricingSource& cluster, double bound_seconds) {
+  WSYNC_ASSIGN_OR_RETURN(const ClusterSimulation simulated, SimulateOnCluster(job, plan, cluster));
+  const simulation::SimulationResult& result = simulated.result;
   absl::FPrintF(out,
                 "\nsimulated (SimGrid; the executor of all %d processes, lockstep rounds as over "
                 "NCCL):\n  platform %s; device copies at %.4g GB/s\n",
-                job.num_processes(), platform.Describe(), options.copy_bytes_per_second / 1e9);
+                job.num_processes(), simulated.platform, simulated.copy_bytes_per_second / 1e9);
   absl::FPrintF(out, "  sync time %.4f s = %.3fx the cost model's bound %.4f s\n",
                 result.sync_seconds, bound_seconds > 0 ? result.sync_seconds / bound_seconds : 0,
                 bound_seconds);
   PrintSlowest(out, job, result);
-  PrintBusiestLinks(out, result, platform.spec().link_bytes_per_second);
+  absl::FPrintF(out, "  the %d busiest links (bytes; busy = bytes / bandwidth / sync time):\n",
+                simulated.busiest_links.size());
+  for (const LinkLoad& link : simulated.busiest_links) {
+    const double busy =
+        result.sync_seconds > 0 ? link.bytes / link.bytes_per_second / result.sync_seconds : 0;
+    absl::FPrintF(out, "    %-22s %12s  %5.1f%% busy\n", link.name, HumanBytes(link.bytes),
+                  100 * busy);
+  }
   absl::FPrintF(out, "  simulation: %d messages, %.1f s wall, peak RSS %s\n", result.message_count,
                 result.wall_seconds, HumanBytes(result.peak_rss_bytes));
   return result.FirstFailure();
