@@ -61,7 +61,10 @@ absl::Status Session::ConnectOnce() {
   hooks.abort = &connect_abort_;
   absl::StatusOr<std::unique_ptr<ConnectedJob>> connected =
       ConnectedJob::Connect(std::move(runtime), secret_, hooks);
-  if (!connected.ok()) return connected.status();
+  if (!connected.ok()) {
+    coordinator_port_.store(0, std::memory_order_release);  // The runtime stopped the coordinator.
+    return connected.status();
+  }
   {
     absl::MutexLock lock(&handles_mu_);
     connected_ = *std::move(connected);
@@ -85,6 +88,7 @@ absl::Status Session::ConnectOnce() {
 
 void Session::DropConnection() {
   metrics_->SetCoordinatorSource(nullptr);
+  coordinator_port_.store(0, std::memory_order_release);
   std::unique_ptr<ConnectedJob> connected;
   {
     absl::MutexLock lock(&handles_mu_);

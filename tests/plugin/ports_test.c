@@ -7,7 +7,7 @@
  * (a partner forked before the library was loaded) through a pipe. The job then syncs once with
  * a staging budget of exactly 4096 bytes (an integer byte count: the 16 KiB matrix moves in at
  * least 4 rounds) and the rollout checks every element. Also: NULL out-pointers are fine, a NULL
- * session is refused, a negative budget is refused.
+ * session is refused, a negative budget is refused, a failed connect leaves no coordinator port.
  *
  * Output: failures on standard error, then "ports_test: N passed, M failed". Exit status 0 only
  * when nothing failed. */
@@ -125,8 +125,23 @@ static void CheckArguments(const wsync_plugin_v1_t* api) {
         "the refusal names staging_budget_bytes", __LINE__);
 }
 
+/* A connect that fails (no rollout ever joins) stops its hosted coordinator: listening_ports then
+ * reports no coordinator port rather than the stopped one's. */
+static void CheckFailedConnect(const wsync_plugin_v1_t* api) {
+  wsync_config_t config = SquareJobConfig(1, 0, "ports-test-alone", 1);
+  wsync_session_t* session = InitSquareJobWith(api, &config, weights, DIM, WSYNC_MEMORY_HOST, 0);
+  if (session == NULL) return;
+  Check(api->connect(session) != WSYNC_OK, "a connect nobody joins fails by its deadline",
+        __LINE__);
+  int32_t coordinator_port = -1;
+  CALL(session, api->listening_ports(session, NULL, &coordinator_port));
+  Check(coordinator_port == 0, "no coordinator port once the failed connect stopped it", __LINE__);
+  api->finalize(session);
+}
+
 static int Trainer(const wsync_plugin_v1_t* api, int port_pipe) {
   CheckArguments(api);
+  CheckFailedConnect(api);
   wsync_config_t config = SquareJobConfig(1, 0, "ports-test", 30);
   config.staging_budget_bytes = BUDGET_BYTES;
   config.metrics_address = "127.0.0.1:0";

@@ -266,8 +266,8 @@ typedef struct wsync_plugin_v1 {
   /* The TCP ports this session listens on, 0 for none: the metrics exporter's (from init, when
    * metrics_address is set) and the hosted coordinator's (host_coordinator only: from the moment
    * connect has started it, before connect waits for the other processes, so that a host that
-   * asked for port 0 can read it on another thread and hand it to them). Either pointer may be
-   * NULL. Any thread, any time before finalize. */
+   * asked for port 0 can read it on another thread and hand it to them; 0 again once a failed
+   * connect stopped it). Either pointer may be NULL. Any thread, any time before finalize. */
   wsync_status_t (*listening_ports)(wsync_session_t* session, int32_t* metrics_port,
                                     int32_t* coordinator_port);
   /* The detail of the most recent failure of this session ("" if none); with NULL, of this
