@@ -527,6 +527,14 @@ wsync_status_t ListeningPorts(wsync_session_t* session, int32_t* metrics_port,
   });
 }
 
+wsync_status_t RebindBuffer(wsync_session_t* session, uint64_t buffer_id, void* address) {
+  constexpr absl::string_view kCall = "rebind_buffer";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    return Report(session, session->impl->RebindBuffer(buffer_id, address));
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -579,4 +587,5 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .last_error = wsync::LastError,
     .finalize = wsync::Finalize,
     .progress = wsync::Progress,
+    .rebind_buffer = wsync::RebindBuffer,
 };

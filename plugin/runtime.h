@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -169,6 +170,15 @@ class ConnectedJob {
   // re-form it first, on every process.
   StepResult RunStep(const StepOptions& options);
 
+  // Points buffer `id` of the part at `address` for the steps that follow: memory of the same
+  // size, kind and device, holding what the old address held (an engine that released and
+  // reallocated its weights, as vLLM's sleep and wake_up do). The transports' registration moves
+  // with it; the plan, the schedule and the digest stay, and no other process is told: a peer
+  // addresses this process's memory only through the messages and descriptors of each step.
+  // InvalidArgument for a null address or an id not in the part; on any failure the binding is
+  // unchanged. Sync path only, between steps.
+  absl::Status RebindBuffer(uint64_t id, void* address);
+
   // Fails this process's waits and transfers at once with `reason`; later steps fail. Any thread.
   void Abort(const absl::Status& reason);
   // The heartbeat interval and silence limit the coordinator announced. Any thread.
@@ -222,6 +232,9 @@ class ConnectedJob {
   ProcessSchedule schedule_;
   Endpoints endpoints_;
   LocalBuffers buffers_;
+  // The transports' registration of each buffer (absent: the optional CUDA registration that no
+  // transport of this process takes).
+  std::map<uint64_t, RegistrationId> registrations_;
   SharedCalibration calibration_;
   std::optional<Prediction> prediction_;
   bool cuda_job_ = false;

@@ -16,6 +16,12 @@
 namespace wsync {
 namespace {
 
+// Registration is optional for CUDA memory (NCCL registers where it helps): no transport of this
+// process may carry it when all its peers are host processes.
+bool OptionalRegistrationDeclined(MemoryKind kind, const absl::Status& registered) {
+  return kind == MemoryKind::kCuda && absl::IsUnimplemented(registered);
+}
+
 ControlRole ControlRoleOf(Role role) {
   return role == Role::kTrainer ? ControlRole::kTrainer : ControlRole::kRollout;
 }
@@ -267,14 +273,44 @@ absl::Status ConnectedJob::RegisterBuffers() {
   for (size_t b = 0; b < infos.size(); ++b) {
     buffers_[infos[b].id] = config_.buffer_addresses[b];
     if (transport_ == nullptr) continue;
-    absl::Status registered =
-        transport_->RegisterMemory(config_.buffer_addresses[b], infos[b].bytes, infos[b].kind)
-            .status();
-    // Registration is optional for CUDA memory (NCCL registers where it helps); none of this
-    // process's transports may carry it when all its peers are host processes.
-    if (infos[b].kind == MemoryKind::kCuda && absl::IsUnimplemented(registered)) continue;
-    WSYNC_RETURN_IF_ERROR(registered);
+    absl::StatusOr<RegistrationId> registered =
+        transport_->RegisterMemory(config_.buffer_addresses[b], infos[b].bytes, infos[b].kind);
+    if (OptionalRegistrationDeclined(infos[b].kind, registered.status())) continue;
+    WSYNC_RETURN_IF_ERROR(registered.status());
+    registrations_[infos[b].id] = *registered;
   }
+  return absl::OkStatus();
+}
+
+absl::Status ConnectedJob::RebindBuffer(uint64_t id, void* address) {
+  const std::vector<BufferInfo>& infos = config_.part.buffers;
+  const auto info = std::find_if(infos.begin(), infos.end(),
+                                 [id](const BufferInfo& buffer) { return buffer.id == id; });
+  if (info == infos.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rebind_buffer: this process registered no buffer ", id));
+  }
+  if (address == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("rebind_buffer: buffer ", id, " at NULL"));
+  }
+  if (buffers_[id] == address) return absl::OkStatus();
+  if (transport_ != nullptr) {
+    // The new registration first: a refusal leaves the old one (and the binding) in place.
+    absl::StatusOr<RegistrationId> registered =
+        transport_->RegisterMemory(address, info->bytes, info->kind);
+    if (!OptionalRegistrationDeclined(info->kind, registered.status())) {
+      WSYNC_RETURN_IF_ERROR(registered.status());
+    }
+    if (auto old = registrations_.find(id); old != registrations_.end()) {
+      if (absl::Status released = transport_->DeregisterMemory(old->second); !released.ok()) {
+        if (registered.ok()) transport_->DeregisterMemory(*registered).IgnoreError();
+        return released;
+      }
+      registrations_.erase(old);
+    }
+    if (registered.ok()) registrations_[id] = *registered;
+  }
+  buffers_[id] = address;
   return absl::OkStatus();
 }
 

@@ -119,6 +119,10 @@ class Session {
   using BeforeUpdate = std::function<void(int64_t version)>;
   using AfterUpdate = std::function<void(int64_t version, const absl::Status& status)>;
   absl::Status SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after);
+  // Buffer `id` moved to `address` (same size, kind and device; ConnectedJob::RebindBuffer):
+  // IDLE or DIRTY, host-driven sessions only (a trainer-triggered one may start a sync at any
+  // moment), else FailedPrecondition with kErrorWrongState.
+  absl::Status RebindBuffer(uint64_t id, void* address);
 
   // The layout part declared so far (after SetNamedLayout: that layout's part of this rank).
   const Layout& part() const { return part_; }

@@ -146,4 +146,27 @@ absl::Status Session::SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after)
   return absl::OkStatus();
 }
 
+absl::Status Session::RebindBuffer(uint64_t id, void* address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != SessionState::kIdle && state_ != SessionState::kDirty) {
+      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                               "rebind_buffer is not allowed in state ", SessionStateName(state_),
+                               " (needs IDLE or DIRTY)")),
+                           kErrorWrongState);
+    }
+  }
+  if (trainer_triggered_) {
+    return WithErrorKind(
+        absl::FailedPreconditionError("rebind_buffer needs a host-driven session: a "
+                                      "trainer-triggered one starts its syncs on its own thread"),
+        kErrorWrongState);
+  }
+  WSYNC_RETURN_IF_ERROR(connected_->RebindBuffer(id, address));
+  for (size_t b = 0; b < part_.buffers.size(); ++b) {
+    if (part_.buffers[b].id == id) buffer_addresses_[b] = address;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace wsync

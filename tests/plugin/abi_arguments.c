@@ -22,7 +22,7 @@ void CheckTable(const wsync_plugin_v1_t* api) {
         api->sync_begin != NULL && api->sync_test != NULL && api->set_update_callbacks != NULL &&
         api->abort != NULL && api->state != NULL && api->stats != NULL &&
         api->metrics_text != NULL && api->listening_ports != NULL && api->last_error != NULL &&
-        api->finalize != NULL && api->progress != NULL);
+        api->finalize != NULL && api->progress != NULL && api->rebind_buffer != NULL);
 }
 
 void CheckInitArguments(const wsync_plugin_v1_t* api) {

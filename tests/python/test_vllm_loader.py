@@ -39,6 +39,7 @@ TP = 2
 VERSIONS = (1, 2, 3, 4, 5)
 ABORTED = 3
 SKIPPED = 5          # Worker 1 skips the loader step of this version.
+MOVED = 4            # Before it, the workers sleep and wake up: every weight reallocated.
 LATE_SECONDS = 1.5
 DEADLINE = 10.0
 
@@ -123,11 +124,18 @@ def _rollout(rank, port):
                                               data_parallel_index=0),
         model_config=types.SimpleNamespace(hf_config=tm.HF_CONFIG, dtype=tm.DTYPE))
     events = []
+    released, snapshots = {}, {}  # Storages a sleep gave up, and what they held then.
 
     class CheckedWorker(vllm_calls.Worker):
         def update_weights(self, update_info):
             engine = self.weight_transfer_engine
             version = update_info["version"]
+            if version == MOVED:  # As vLLM's sleep and wake_up may: new storage for every weight.
+                for name, param in model.named_parameters():
+                    released[name] = param.data
+                    snapshots[name] = param.data.clone()
+                    param.data = param.data.clone()
+                    addresses[name] = param.data_ptr()
             if version == ABORTED and rank == 0:
                 def abort_mid_sync():
                     deadline = time.time() + DEADLINE
@@ -166,7 +174,10 @@ def _rollout(rank, port):
                            "wrong": wrong, "checked": checked, "stats": engine.stats(),
                            "ways": {n: w for n, (w, _) in engine.landing_report().items()},
                            "in_place": all(p.data_ptr() == addresses[n]
-                                           for n, p in model.named_parameters())})
+                                           for n, p in model.named_parameters()),
+                           "released_untouched": all(torch.equal(released[n], snapshots[n])
+                                                     for n in released),
+                           "released": len(released)})
 
     worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
                            torch.device("cpu"), model)
@@ -252,6 +263,15 @@ class VllmLoaderSyncTest(unittest.TestCase):
             errors = {v: e for v, e in report["rounds"]}
             self.assertIsNotNone(errors[ABORTED], f"trainer {rank}")
             self.assertEqual([v for v, e in report["rounds"] if e is None], [1, 2, 4, 5])
+
+    def test_a_sleep_and_wake_up_that_moved_every_weight_syncs_into_the_new_storage(self):
+        for rank, report in enumerate(self._reports("rollout")):
+            after = [e for e in report["events"] if e.get("version") == MOVED and "wrong" in e][0]
+            self.assertEqual(after["wrong"], [], f"rollout {rank}: {after}")
+            self.assertFalse(after["dirty"], after)
+            self.assertTrue(after["in_place"], after)  # The new storages, written in place.
+            self.assertGreater(after["released"], 0)
+            self.assertTrue(after["released_untouched"], after)  # The old ones never written.
 
     def test_skipping_the_loader_step_is_seen_stale(self):
         import tiny_mla as tm
@@ -372,6 +392,33 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         layer.mlp.down_proj.weight = torch.nn.Parameter(layer.mlp.down_proj.weight.clone(),
                                                         requires_grad=False)
         self.assertEqual(landing.moved_parameters(model), [tm.DOWN])
+
+    def test_rebind_moves_whole_storages_and_refuses_the_rest(self):
+        import torch
+
+        import tiny_mla as tm
+
+        class Recorder:
+            def __init__(self):
+                self.calls = []
+
+            def rebind_buffer(self, buffer_id, address, keep=None):
+                self.calls.append((buffer_id, address))
+
+        model, landing = self._landing()
+        down = model.model.layers[0].mlp.down_proj.weight
+        buffer_id = landing.direct_buffers[tm.DOWN]
+        # Moved at an offset in a bigger storage: not the storage the session registered.
+        bigger = torch.empty(down.numel() + 8, dtype=down.dtype)
+        down.data = bigger[8:].view(down.shape)
+        session = Recorder()
+        self.assertEqual(landing.rebind_moved(model, session), [tm.DOWN])
+        self.assertEqual(session.calls, [])
+        # Moved whole: the buffer follows, and the landing knows the new place.
+        down.data = down.data.clone()
+        self.assertEqual(landing.rebind_moved(model, session), [])
+        self.assertEqual(session.calls, [(buffer_id, down.data_ptr())])
+        self.assertEqual(landing.moved_parameters(model), [])
 
 
 if __name__ == "__main__":

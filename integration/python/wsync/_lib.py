@@ -168,6 +168,7 @@ class PluginV1(ctypes.Structure):
         ("last_error", ctypes.CFUNCTYPE(ctypes.c_char_p, _session)),
         ("finalize", ctypes.CFUNCTYPE(_status, _session)),
         ("progress", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(Progress))),
+        ("rebind_buffer", ctypes.CFUNCTYPE(_status, _session, ctypes.c_uint64, ctypes.c_void_p)),
     ]
 
 

@@ -168,6 +168,15 @@ class Session:
         if keep is not None:
             self._keep.append(keep)
 
+    def rebind_buffer(self, buffer_id, address, keep=None):
+        """After connect, between syncs: buffer `buffer_id` now lives at `address` (same size,
+        kind and device; e.g. weights reallocated by an engine's sleep and wake-up). The plan
+        and its digest stay; the old memory is no longer touched. `keep` is held until finalize."""
+        self._check(self._api.rebind_buffer(self._live("rebind_buffer"), int(buffer_id),
+                                            ctypes.c_void_p(int(address))), "rebind_buffer")
+        if keep is not None:
+            self._keep.append(keep)
+
     def declare_parameter(self, name, dtype, shape):
         shape = list(shape)
         self._check(self._api.declare_parameter(self._live("declare_parameter"), _bytes(name),

@@ -331,12 +331,17 @@ class WsyncWeightTransferEngine(_Base):
             raise WsyncError(Status.ABORTED, f"version {version} was aborted before it started: "
                                              f"{self._abort_requested}", "receive_weights")
         moved = self.landing.moved_parameters(self.model)
-        if moved:  # Never write memory the model gave up (the trainers time out on this rank).
-            self._dirty = True
-            raise WsyncError(Status.UNSUPPORTED, f"the storage of {len(moved)} directly landed "
-                             f"parameter(s) moved since connect ({', '.join(moved[:3])}...), e.g. "
-                             "by a sleep / wake up; wsync cannot register it again yet: "
-                             "initialize a new transfer engine", "receive_weights")
+        if moved:  # E.g. a sleep / wake up reallocated them: sync into their new storage.
+            unbound = self.landing.rebind_moved(self.model, session)
+            if unbound:  # Never write memory the model gave up (the trainers time out here).
+                self._dirty = True
+                raise WsyncError(Status.UNSUPPORTED, f"the storage of {len(unbound)} directly "
+                                 f"landed parameter(s) moved other than whole since connect "
+                                 f"({', '.join(unbound[:3])}...): a storage that changed size, "
+                                 "offset or was split cannot be rebound: initialize a new "
+                                 "transfer engine", "receive_weights")
+            logger.info("wsync: rollout rank %d: %d moved parameter(s) rebound in place",
+                        self._rank, len(moved))
         self._syncing = True
         try:
             session.sync(version)

@@ -158,6 +158,9 @@ class Landing:
     loader_bytes: int = 0
     # local name -> (storage address, storage offset) of each direct parameter at connect.
     direct_storage: Dict[str, Tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # local name -> the session's buffer id of its storage; buffer id -> the storage's bytes.
+    direct_buffers: Dict[str, int] = dataclasses.field(default_factory=dict)
+    buffer_bytes: Dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def staging_bytes(self):
@@ -180,6 +183,34 @@ class Landing:
         live = dict(model.named_parameters())
         return [n for n, where in self.direct_storage.items()
                 if n not in live or _where(live[n]) != where]
+
+    def rebind_moved(self, model, session):
+        """Points the session's buffers of moved direct parameters at their new storages
+        (``Session.rebind_buffer``; vLLM's sleep and wake-up may reallocate weights). A storage
+        must have moved whole: the same size, every parameter of it at its old offset in one new
+        storage. Returns the parameters that moved otherwise; then nothing is rebound."""
+        live = dict(model.named_parameters())
+        moved = self.moved_parameters(model)
+        targets, keep, refused = {}, {}, []
+        for name in moved:
+            buffer_id = self.direct_buffers.get(name)
+            if name not in live or buffer_id is None:
+                refused.append(name)
+                continue
+            address, nbytes = layouts._storage(live[name].detach())
+            if (live[name].storage_offset() != self.direct_storage[name][1]
+                    or nbytes != self.buffer_bytes[buffer_id]
+                    or targets.setdefault(buffer_id, address) != address):
+                refused.append(name)
+            keep[buffer_id] = live[name]
+        # A parameter that stayed while another of its storage moved: the storage was split.
+        refused += [n for n, b in self.direct_buffers.items() if b in targets and n not in moved]
+        if refused:
+            return sorted(set(refused))
+        for buffer_id, address in targets.items():
+            session.rebind_buffer(buffer_id, address, keep=keep[buffer_id])
+        self.direct_storage = {n: _where(live[n]) for n in self.direct_storage}
+        return []
 
     def checkpoint_pairs(self):
         """(checkpoint name, tensor) in layer order: each logical tensor whole, except stacked
@@ -235,8 +266,12 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
     layout = layouts.vllm_layout(direct, tp_rank, tp_size, config, rules=rules,
                                  ep_rank=ep_rank, ep_size=ep_size,
                                  expert_placement=expert_placement, w13_order=w13_order)
+    rows, ids = layout.buffers()
     landing = Landing(layout, ways, {}, {}, direct_bytes=layout.logical_bytes(),
-                      direct_storage={n: _where(p) for n, p in direct})
+                      direct_storage={n: _where(p) for n, p in direct},
+                      direct_buffers={n: ids[_where(p)[0]] for n, p in direct
+                                      if _where(p)[0] in ids},
+                      buffer_bytes={row[0]: row[2] for row in rows})
     loader = [(n, p) for n, p in named if ways[n][0] == "loader"]
     if not loader:
         return landing

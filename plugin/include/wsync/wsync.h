@@ -286,6 +286,16 @@ typedef struct wsync_plugin_v1 {
    * call may come from neighbouring moments, e.g. bytes of a message before its round; never torn
    * values). WSYNC_INVALID_ARGUMENT for a NULL session or progress, or struct_size too small. */
   wsync_status_t (*progress)(wsync_session_t* session, wsync_progress_t* progress);
+
+  /* Points registered buffer `buffer_id` at `address` for the syncs that follow: memory of the
+   * same size, kind and device that now holds what the old address held (an engine that released
+   * and reallocated its weights, as vLLM's sleep and wake_up do). IDLE or DIRTY, in a host-driven
+   * session only (not after set_update_callbacks: its syncs start on their own). The plan, the
+   * schedule and its digest stay as they are, no other process is told, and the job does not
+   * reconnect. Once it returns WSYNC_OK the library no longer reads or writes the old memory; on
+   * any failure the buffer stays where it was. WSYNC_INVALID_ARGUMENT for a NULL session or
+   * address, an id this process did not register, or a call in another state or session mode. */
+  wsync_status_t (*rebind_buffer)(wsync_session_t* session, uint64_t buffer_id, void* address);
 } wsync_plugin_v1_t;
 
 #ifdef __cplusplus
