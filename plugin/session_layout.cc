@@ -150,9 +150,9 @@ absl::Status Session::RebindBuffer(uint64_t id, void* address) {
   {
     absl::MutexLock lock(&mu_);
     if (state_ != SessionState::kIdle && state_ != SessionState::kDirty) {
-      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
-                               "rebind_buffer is not allowed in state ", SessionStateName(state_),
-                               " (needs IDLE or DIRTY)")),
+      return WithErrorKind(absl::FailedPreconditionError(
+                               absl::StrCat("rebind_buffer is not allowed in state ",
+                                            SessionStateName(state_), " (needs IDLE or DIRTY)")),
                            kErrorWrongState);
     }
   }
