@@ -5,6 +5,7 @@
 #include "planner/quant_plan.h"
 
 #include <random>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -163,10 +164,11 @@ TEST(QuantPlanTest, SplitsBlocksBySide) {
 TEST(QuantPlanTest, ProofRefusesBrokenPlans) {
   const FixedCase c = MakeFixedCase();
   ASSERT_TRUE(ProveQuantExact(c.job, c.plan.quant).ok());
-  auto refused = [&](const QuantPlan& broken, absl::string_view reason) {
+  // The refusal's message, owned (the status it came from is gone when this returns).
+  auto refused = [&](const QuantPlan& broken, absl::string_view reason) -> std::string {
     const absl::Status status = ProveQuantExact(c.job, broken);
     EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << reason << ": " << status;
-    return status.message();
+    return std::string(status.message());
   };
   auto first_of = [&](QuantPlan& plan, QuantSide side) -> QuantTransform& {
     for (QuantTransform& step : plan.transforms) {
