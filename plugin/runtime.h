@@ -223,7 +223,8 @@ class ConnectedJob {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
-  // Guards the transport against Abort and PeerLost while RunStep swaps its NCCL backend.
+  // Guards the transport against Abort and PeerLost while RunStep swaps its NCCL backend or
+  // RebindBuffer moves a registration.
   mutable absl::Mutex transport_mu_;
   int32_t process_ = -1;
   int64_t roster_epoch_ = 0;

@@ -294,6 +294,7 @@ absl::Status ConnectedJob::RebindBuffer(uint64_t id, void* address) {
     return absl::InvalidArgumentError(absl::StrCat("rebind_buffer: buffer ", id, " at NULL"));
   }
   if (buffers_[id] == address) return absl::OkStatus();
+  absl::MutexLock lock(&transport_mu_);  // Abort, from any thread, must not meet a registration.
   if (transport_ != nullptr) {
     // The new registration first: a refusal leaves the old one (and the binding) in place.
     absl::StatusOr<RegistrationId> registered =
