@@ -80,6 +80,50 @@ def _triggered(index, port):
     return {"seen": seen, "state": (state[0].name, state[1])}
 
 
+def _rebound(index, port):
+    """Version 1 lands in memory the rollout then moves (a fresh copy, as after an engine's
+    sleep and wake-up): rebind_buffer and Layout.repoint, then version 2 must land in the new
+    memory, and nothing of wsync's may still hold the old one."""
+    import gc
+    import mmap
+    import weakref
+
+    import torch
+    from wsync import layouts
+    from wsync.trainer import RolloutSync, TrainerSync
+    memory = mmap.mmap(-1, 16 * 8 * 4)  # The old memory; released when no tensor holds it.
+    old_memory = weakref.ref(memory)
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(torch.frombuffer(memory, dtype=torch.float32).view(16, 8),
+                                 requires_grad=False)
+    del memory
+    side = TrainerSync if index == 0 else RolloutSync
+    peers = {"num_rollouts": 1} if index == 0 else {"num_trainers": 1}
+    sync = side(model, layouts.hf_layout(model), 0, 1, f"127.0.0.1:{port}", SECRET, **peers,
+                **COMMON)
+    out = {}
+    with sync:
+        for version in (1, 2):
+            if index == 0:
+                model.w.data.fill_(version)
+            if index == 1 and version == 2:
+                moved = model.w.data.clone()
+                model.w.data = moved
+                sync.session.rebind_buffer(0, moved.data_ptr(), keep=moved)
+                sync.layout.repoint(0, moved)
+                del moved
+                gc.collect()
+                out["old_memory_released"] = old_memory() is None
+            sync.session.sync_begin(version)
+            give_up = time.time() + 30
+            while not sync.session.sync_test():
+                if time.time() > give_up:
+                    raise RuntimeError("sync_test never finished")
+                time.sleep(0.001)
+        out["values"] = sorted(set(model.w.flatten().tolist()))
+    return out
+
+
 class SessionTest(unittest.TestCase):
     def test_listening_ports(self):
         # In this process: init only (no job), so nothing but the exporter listens.
@@ -123,6 +167,14 @@ class SessionTest(unittest.TestCase):
             self.assertEqual(progress["bytes_done"], progress["bytes_total"])
             self.assertEqual(progress["rounds_done"], progress["rounds_total"])
             self.assertEqual(progress["rounds_total"], side["stats"]["rounds"])
+
+    def test_rebind_lets_go_of_the_old_memory(self):
+        port, = free_ports(1)
+        results = run_processes(_rebound, 2, (port,), timeout=90)
+        self.assertEqual([s for s, _ in results], ["ok", "ok"], results)
+        rollout = results[1][1]
+        self.assertTrue(rollout["old_memory_released"])
+        self.assertEqual(rollout["values"], [2.0])  # Version 2 landed in the new memory.
 
     def test_trainer_triggered_callbacks(self):
         port, = free_ports(1)

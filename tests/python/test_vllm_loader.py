@@ -395,6 +395,7 @@ class VllmLoaderLayoutTest(unittest.TestCase):
 
     def test_rebind_moves_whole_storages_and_refuses_the_rest(self):
         import torch
+        from wsync import layouts
 
         import tiny_mla as tm
 
@@ -415,10 +416,21 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         self.assertEqual(landing.rebind_moved(model, session), [tm.DOWN])
         self.assertEqual(session.calls, [])
         # Moved whole: the buffer follows, and the landing knows the new place.
+        registered = landing.layout.buffers()[0][buffer_id][1]
         down.data = down.data.clone()
         self.assertEqual(landing.rebind_moved(model, session), [])
         self.assertEqual(session.calls, [(buffer_id, down.data_ptr())])
         self.assertEqual(landing.moved_parameters(model), [])
+        # The layout's views follow too (it no longer holds the old memory), numbered as before.
+        rows, _ = landing.layout.buffers()
+        self.assertEqual(rows[buffer_id][1], down.data_ptr())
+        self.assertNotIn(registered, [row[1] for row in rows])
+        moved_views = [p.view for p in landing.layout.pieces
+                       if layouts._storage(p.view)[0] == down.data_ptr()]
+        self.assertTrue(moved_views)
+        for view in moved_views:
+            view.fill_(3.0)  # Writes through the views reach the live parameter.
+        self.assertTrue(bool((down == 3.0).all()))
 
 
 if __name__ == "__main__":

@@ -205,6 +205,33 @@ class Layout:
             rows.append((len(rows), address, nbytes, kind, device.index or 0, piece.view))
         return rows, ids
 
+    def repoint(self, buffer_id, tensor):
+        """Re-creates the views of buffer `buffer_id` (numbered as by buffers()) on `tensor`'s
+        storage at the same offsets and strides, after that memory moved whole
+        (``Session.rebind_buffer``), so the layout no longer holds the old memory. The storage
+        must have the buffer's size and the pieces' dtype; LayoutError otherwise, unchanged."""
+        rows, _ = self.buffers()
+        if not 0 <= buffer_id < len(rows):
+            raise LayoutError(f"no buffer {buffer_id}: the layout has {len(rows)}")
+        old_address, nbytes = rows[buffer_id][1], rows[buffer_id][2]
+        new_address, new_bytes = _storage(tensor)
+        if new_bytes != nbytes:
+            raise LayoutError(f"buffer {buffer_id} holds {nbytes} bytes; the new storage at "
+                              f"{new_address:#x} holds {new_bytes}")
+        moved = [i for i, piece in enumerate(self.pieces)
+                 if _storage(piece.view)[0] == old_address]
+        for i in moved:
+            if self.pieces[i].view.dtype != tensor.dtype:
+                raise LayoutError(f"piece of {self.pieces[i].param} is "
+                                  f"{self.pieces[i].view.dtype}; the new storage is reached "
+                                  f"through a {tensor.dtype} tensor")
+        storage = (tensor.untyped_storage() if hasattr(tensor, "untyped_storage")
+                   else tensor.storage())
+        for i in moved:
+            piece = self.pieces[i]
+            view = tensor.new_empty(0).set_(storage, piece.offset, piece.extent, piece.strides)
+            self.pieces[i] = Piece(piece.param, piece.origin, view)
+
     def register(self, session):
         """Registers the buffers, declares the parameters and the pieces with `session`."""
         rows, ids = self.buffers()

@@ -84,7 +84,7 @@ class Session:
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
-        self._keep = []  # Objects whose memory the session was given.
+        self._keep = {}  # Buffer id -> the object whose memory the session was given.
         if coordinator is not None:
             coordinator_host, coordinator_port = parse_coordinator(coordinator)
         config = _lib.Config()
@@ -161,21 +161,24 @@ class Session:
     def register_buffer(self, buffer_id, address, nbytes, kind=MemoryKind.HOST, device=0,
                         keep=None):
         """Registers [address, address + nbytes). `keep` (e.g. the tensor or storage) is held
-        until finalize so the memory stays alive."""
+        until finalize, or until the buffer is rebound, so the memory stays alive."""
         self._check(self._api.register_buffer(self._live("register_buffer"), int(buffer_id),
                                               ctypes.c_void_p(int(address)), int(nbytes),
                                               int(kind), int(device)), "register_buffer")
         if keep is not None:
-            self._keep.append(keep)
+            self._keep[int(buffer_id)] = keep
 
     def rebind_buffer(self, buffer_id, address, keep=None):
         """After connect, between syncs: buffer `buffer_id` now lives at `address` (same size,
         kind and device; e.g. weights reallocated by an engine's sleep and wake-up). The plan
-        and its digest stay; the old memory is no longer touched. `keep` is held until finalize."""
+        and its digest stay; the old memory is no longer touched, and the session lets go of what
+        kept it (register_buffer's `keep`). `keep` is held until finalize or the next rebind."""
         self._check(self._api.rebind_buffer(self._live("rebind_buffer"), int(buffer_id),
                                             ctypes.c_void_p(int(address))), "rebind_buffer")
-        if keep is not None:
-            self._keep.append(keep)
+        if keep is None:
+            self._keep.pop(int(buffer_id), None)
+        else:
+            self._keep[int(buffer_id)] = keep
 
     def declare_parameter(self, name, dtype, shape):
         shape = list(shape)
@@ -296,7 +299,7 @@ class Session:
         try:
             _lib.check(self._api.finalize(handle), None, "finalize")
         finally:
-            self._keep = []
+            self._keep = {}
             self._callbacks = None
 
     @property

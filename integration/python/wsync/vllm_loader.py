@@ -209,6 +209,7 @@ class Landing:
             return sorted(set(refused))
         for buffer_id, address in targets.items():
             session.rebind_buffer(buffer_id, address, keep=keep[buffer_id])
+            self.layout.repoint(buffer_id, keep[buffer_id])  # Let go of the old memory.
         self.direct_storage = {n: _where(live[n]) for n in self.direct_storage}
         return []
 
