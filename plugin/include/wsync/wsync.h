@@ -1,8 +1,11 @@
 /* wsync: weight sync from RL trainers to rollout engines. The plugin's C ABI.
  *
  * Loading: dlopen("libwsync.so") and dlsym("wsyncPlugin_v1"), which is a `const wsync_plugin_v1_t`.
- * A later ABI adds wsyncPlugin_v2 and keeps wsyncPlugin_v1. The library exports no other symbol
- * and never lets a C++ exception out: every call returns a wsync_status_t, and
+ * A later ABI adds wsyncPlugin_v2 and keeps wsyncPlugin_v1. v1 is frozen (2026-12-02): no entry,
+ * field or enum value changes in place; v1 grows only at the end (a table entry after the last, a
+ * field at the end of a struct that carries struct_size), so a host built against any v1 header
+ * works with every later library (tests/plugin/abi_frozen_test.c). The library exports no other
+ * symbol and never lets a C++ exception out: every call returns a wsync_status_t, and
  * last_error(session) describes the most recent failure of that session.
  *
  * One session per process and job. Its states (wsync_state_t):
