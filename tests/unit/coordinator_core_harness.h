@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/unit/control_job.h"
 #include "transport/control/auth.h"
 #include "transport/control/control.pb.h"
 #include "transport/control/coordinator_core.h"
@@ -25,19 +27,17 @@
 
 namespace wsync::core_testing {
 
-inline constexpr char kSecret[] = "correct-horse-battery-staple-42-0123";
-inline constexpr char kJob[] = "job-1";
+using control_testing::kJob;
+using control_testing::kSecret;
 // Any fixed origin: the core reads no clock.
 inline const absl::Time kStart = absl::FromUnixSeconds(1700000000);
 
-inline CoordinatorOptions CoreOptions(int32_t trainers, int32_t rollouts) {
-  CoordinatorOptions o;
-  o.job_id = kJob;
-  o.secret = kSecret;
-  o.num_trainers = trainers;
-  o.num_rollouts = rollouts;
-  o.rendezvous_timeout = absl::Seconds(10);
-  return o;
+// control_job.h's options (10 s handshake and rendezvous timeouts) for a job of 1..max_trainers
+// trainers and 0..max_rollouts rollouts.
+inline CoordinatorOptions RandomOptions(std::mt19937& rng, int32_t max_trainers,
+                                        int32_t max_rollouts) {
+  return control_testing::Options(1 + static_cast<int32_t>(rng() % max_trainers),
+                                  static_cast<int32_t>(rng() % (max_rollouts + 1)));
 }
 
 // What the core did to one connection, in order.

@@ -14,9 +14,10 @@
 namespace wsync {
 namespace {
 
-using core_testing::CoreOptions;
+using control_testing::Options;
 using core_testing::Harness;
 using core_testing::PeerView;
+using core_testing::RandomOptions;
 using core_testing::RejectOf;
 using ::testing::HasSubstr;
 
@@ -27,10 +28,8 @@ TEST(CoordinatorCoreRoundsTest, RoundsCompleteExactlyWhenTheLastMemberArrives) {
   constexpr uint64_t kRounds = 12;
   for (uint32_t seed = 0; seed < 100; ++seed) {
     std::mt19937 rng(seed);
-    const int32_t trainers = 1 + static_cast<int32_t>(rng() % 3);
-    const int32_t rollouts = static_cast<int32_t>(rng() % 4);
-    const int32_t world = trainers + rollouts;
-    Harness h(CoreOptions(trainers, rollouts));
+    Harness h(RandomOptions(rng, 3, 3));
+    const int32_t world = h.core.options().num_trainers + h.core.options().num_rollouts;
     const std::vector<ConnectionId> ids = h.JoinAll();
     std::vector<uint64_t> next(world, 0);       // Each process's next contribution.
     std::vector<uint64_t> arrived(kRounds, 0);  // Contributions per round.
@@ -70,7 +69,7 @@ TEST(CoordinatorCoreRoundsTest, RoundsCompleteExactlyWhenTheLastMemberArrives) {
 
 // One contribution more than max_rounds_ahead unanswered is refused and the process is lost.
 TEST(CoordinatorCoreRoundsTest, TooFarAheadIsRefused) {
-  Harness h(CoreOptions(2, 0));
+  Harness h(Options(2, 0));
   const std::vector<ConnectionId> ids = h.JoinAll();
   for (uint64_t k = 0; k < 4; ++k) h.Contribute(ids[0], k, "x");
   EXPECT_FALSE(h.peers[ids[0]].ended());
@@ -88,7 +87,7 @@ TEST(CoordinatorCoreRoundsTest, TooFarAheadIsRefused) {
 // A contributor's deadline fails the round for all, naming who did not contribute; a late
 // contributor gets the same failure at once; the next round completes as usual.
 TEST(CoordinatorCoreRoundsTest, AContributorDeadlineFailsTheRoundForAll) {
-  CoordinatorOptions options = CoreOptions(2, 1);
+  CoordinatorOptions options = Options(2, 1);
   options.heartbeat_interval = absl::ZeroDuration();
   Harness h(std::move(options));
   const std::vector<ConnectionId> ids = h.JoinAll();
@@ -125,7 +124,7 @@ TEST(CoordinatorCoreRoundsTest, AContributorDeadlineFailsTheRoundForAll) {
 // silent one is lost at exactly the silence limit (Reject to it, Lost with its last report to the
 // other, its open round failed); a stall of the driver itself is not charged to anyone.
 TEST(CoordinatorCoreRoundsTest, ASilentProcessIsLostAtTheSilenceLimit) {
-  Harness h(CoreOptions(1, 1));
+  Harness h(Options(1, 1));
   const std::vector<ConnectionId> ids = h.JoinAll();
   const absl::Time joined = h.now;
   EXPECT_EQ(h.core.NextDeadline(), joined + absl::Milliseconds(250));
@@ -175,7 +174,7 @@ TEST(CoordinatorCoreRoundsTest, ASilentProcessIsLostAtTheSilenceLimit) {
 TEST(CoordinatorCoreRoundsTest, RandomEventsNeverActAfterACloseOrLeaveATimerOverdue) {
   for (uint32_t seed = 0; seed < 300; ++seed) {
     std::mt19937 rng(seed);
-    CoordinatorOptions options = CoreOptions(1 + rng() % 2, rng() % 3);
+    CoordinatorOptions options = RandomOptions(rng, 2, 2);
     options.max_pending_per_source = 3;
     options.max_open_rounds = 3;
     const int32_t world = options.num_trainers + options.num_rollouts;

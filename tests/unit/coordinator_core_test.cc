@@ -17,11 +17,12 @@
 namespace wsync {
 namespace {
 
-using core_testing::CoreOptions;
+using control_testing::Options;
 using core_testing::Harness;
 using core_testing::kJob;
 using core_testing::kSecret;
 using core_testing::PeerView;
+using core_testing::RandomOptions;
 using core_testing::RejectOf;
 using ::testing::HasSubstr;
 
@@ -30,7 +31,7 @@ using ::testing::HasSubstr;
 // the coordinator's fields, then the channel is sealed; a second Hello for the same rank is a
 // duplicate.
 TEST(CoordinatorCoreTest, AdmitsAGoodHelloAndRefusesEveryBadOne) {
-  Harness h(CoreOptions(2, 1));
+  Harness h(Options(2, 1));
   struct Case {
     const char* name;
     std::function<void(control::Hello&)> spoil;
@@ -109,10 +110,10 @@ TEST(CoordinatorCoreTest, AdmitsAGoodHelloAndRefusesEveryBadOne) {
 TEST(CoordinatorCoreTest, RandomJoinOrderAlwaysYieldsTheSameRoster) {
   for (uint32_t seed = 0; seed < 200; ++seed) {
     std::mt19937 rng(seed);
-    const int32_t trainers = 1 + static_cast<int32_t>(rng() % 4);
-    const int32_t rollouts = static_cast<int32_t>(rng() % 5);
+    Harness h(RandomOptions(rng, 4, 4));
+    const int32_t trainers = h.core.options().num_trainers;
+    const int32_t rollouts = h.core.options().num_rollouts;
     const int32_t world = trainers + rollouts;
-    Harness h(CoreOptions(trainers, rollouts));
     auto role = [&](int32_t p) {
       return p < trainers ? ControlRole::kTrainer : ControlRole::kRollout;
     };
@@ -198,7 +199,7 @@ TEST(CoordinatorCoreTest, RandomJoinOrderAlwaysYieldsTheSameRoster) {
 // whether it connected) and the refusal of a peer that claimed a rank; from then on every new
 // connection is refused. Before it, joined processes are told the progress.
 TEST(CoordinatorCoreTest, ARendezvousThatTimesOutNamesWhoIsMissing) {
-  CoordinatorOptions options = CoreOptions(2, 1);
+  CoordinatorOptions options = Options(2, 1);
   options.heartbeat_interval = absl::ZeroDuration();  // Nobody is lost for silence meanwhile.
   Harness h(std::move(options));
   const ConnectionId t0 = h.Welcomed(ControlRole::kTrainer, 0);
@@ -242,7 +243,7 @@ TEST(CoordinatorCoreTest, ARendezvousThatTimesOutNamesWhoIsMissing) {
 // `wsync status` is answered from the core's state with a MAC the client can check, and the
 // connection closes; a request with a wrong MAC learns nothing.
 TEST(CoordinatorCoreTest, AStatusQueryIsAnsweredFromTheCoreState) {
-  Harness h(CoreOptions(1, 1));
+  Harness h(Options(1, 1));
   const ConnectionId t0 = h.Welcomed(ControlRole::kTrainer, 0);
   h.Join(t0, "layout", "addr-0");
   h.Advance(absl::Milliseconds(1200));
@@ -286,7 +287,9 @@ TEST(CoordinatorCoreTest, AStatusQueryIsAnsweredFromTheCoreState) {
 // refusal; a handshake left silent times out on the fake clock; after the roster, a refused
 // process is lost and the others are told at once.
 TEST(CoordinatorCoreTest, BadFramesAreRefusedAndAfterTheRosterTheProcessIsLost) {
-  Harness h(CoreOptions(1, 2));
+  CoordinatorOptions options = Options(1, 2);
+  options.handshake_timeout = absl::Seconds(3);
+  Harness h(std::move(options));
   const ConnectionId big = h.Open();
   h.core.ReadFailed(h.now, big, absl::ResourceExhaustedError("control: frame of 99 bytes"));
   h.Apply();

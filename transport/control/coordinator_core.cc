@@ -331,24 +331,21 @@ void CoordinatorCore::Refuse(Connection& c, RefusalReason reason, const absl::St
 void CoordinatorCore::CloseAfterWrites(Connection& c, absl::Time now,
                                        std::optional<RefusalReason> refusal,
                                        absl::string_view why) {
-  if (!c.open) return;
   CoordinatorAction action;
   action.kind = CoordinatorAction::Kind::kClose;
-  action.connection = c.id;
   action.deadline = now + options_.close_timeout;
   action.refusal = refusal;
-  action.why = std::string(why);
-  actions_.push_back(std::move(action));
-  c.open = false;
-  reap_ = true;
-  Unpend(c);
-  Detach(c, why);
+  End(c, std::move(action), why);
 }
 
 void CoordinatorCore::Drop(Connection& c, absl::string_view why) {
-  if (!c.open) return;
   CoordinatorAction action;
   action.kind = CoordinatorAction::Kind::kDrop;
+  End(c, std::move(action), why);
+}
+
+void CoordinatorCore::End(Connection& c, CoordinatorAction action, absl::string_view why) {
+  if (!c.open) return;
   action.connection = c.id;
   action.why = std::string(why);
   actions_.push_back(std::move(action));

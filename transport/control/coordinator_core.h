@@ -217,6 +217,9 @@ class CoordinatorCore {
   void CloseAfterWrites(Connection& c, absl::Time now, std::optional<RefusalReason> refusal,
                         absl::string_view why);
   void Drop(Connection& c, absl::string_view why);
+  // Both: `action` (kClose or kDrop) goes out for `c`, which is then forgotten (at the end of the
+  // event) and detached from its process. Nothing when `c` already ended.
+  void End(Connection& c, CoordinatorAction action, absl::string_view why);
   void Unpend(Connection& c);
   void Detach(Connection& c, absl::string_view why);
   // Closes the oldest pending connection of `source` (of any source when empty) pending for at
