@@ -2,13 +2,10 @@
 // other addresses, lazy streams) with a loopback messenger: random messages between 2-4 processes
 // (threads) land byte for byte where the reference puts them; sizes, deadlines, peer loss, abort,
 // host memory fail as the contract says; every round is usable; a send completes only once its
-// receiver copied; each allocation's handle is opened once per receiver.
-
-#include <sys/wait.h>
-#include <unistd.h>
+// receiver copied; each allocation's handle is opened once per receiver. The real module without a
+// GPU and pairs of forked processes: cuda_ipc_process_test.cc.
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -20,8 +17,6 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/gpu/gpu_count.h"
-#include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/forwarding_transport.h"
@@ -537,67 +532,6 @@ TEST(CudaIpcTest, PeersOfThisOsProcessAreReadAtTheirOwnAddresses) {
     EXPECT_EQ(std::string(destination + offset + 5, 999), std::string(source + offset, 999));
   }
   EXPECT_EQ(job.cuda.ipc_opens(), 0);
-}
-
-// The real module's IPC calls on a machine without a GPU: errors, never a crash (the driver entry
-// point lookup included). In a forked child, so that the gtest process never maps libcudart
-// (tests/sanitizers/README.md); skipped where a GPU exists (gpu_cuda_ipc_test covers it).
-int RealApiFailsCleanlyChild() {
-  absl::StatusOr<std::unique_ptr<NcclApi>> loaded = LoadRealNcclApi();
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
-    return 1;
-  }
-  NcclApi& api = **loaded;
-  int host = 0;
-  const std::vector<std::pair<const char*, bool>> checks = {
-      {"no device", api.DeviceCount() == 0},
-      {"AllocationRange fails", !api.AllocationRange(&host).ok()},
-      {"IpcGetMemHandle fails", !api.IpcGetMemHandle(&host).ok()},
-      {"IpcOpenMemHandle fails",
-       !api.IpcOpenMemHandle(std::string(NcclApi::kIpcHandleBytes, '\0')).ok()},
-      {"a short handle is InvalidArgument",
-       api.IpcOpenMemHandle("short").status().code() == absl::StatusCode::kInvalidArgument},
-      {"IpcCloseMemHandle fails", !api.IpcCloseMemHandle(&host).ok()},
-      {"DeviceUuid fails", !api.DeviceUuid(0).ok()},
-  };
-  int failures = 0;
-  for (const auto& [what, held] : checks) {
-    if (!held) std::fprintf(stderr, "failed: %s\n", what);
-    failures += held ? 0 : 1;
-  }
-  return failures;
-}
-
-TEST(CudaIpcRealApiTest, IpcCallsFailCleanlyWithoutAGpu) {
-  if (test::GpuCount() > 0) GTEST_SKIP() << "a GPU is present; gpu_cuda_ipc_test covers it";
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) _exit(RealApiFailsCleanlyChild());
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-}
-
-// Two forked processes, each with its own fake (handles name the sender's memfd by pid, so the
-// receiver maps it through /proc), descriptors over UCX shared memory: every byte checked.
-absl::StatusOr<std::unique_ptr<NcclApi>> ChildFakeApi() {
-  static FakeCudaFabric* fabric = new FakeCudaFabric();  // One per child; never freed.
-  return fabric->Api();
-}
-
-TEST(CudaIpcForkTest, TwoProcessesOverUcxSharedMemoryEveryByteChecked) {
-  test::IpcPairOptions options;
-  options.make_api = ChildFakeApi;
-  EXPECT_EQ(test::RunIpcPair(options), (std::vector<int>{0, 0}));
-}
-
-TEST(CudaIpcForkTest, AKilledSenderFailsTheReceiverByItsDeadline) {
-  test::IpcPairOptions options;
-  options.make_api = ChildFakeApi;
-  options.kill_sender = true;
-  options.receive_timeout = absl::Seconds(2);
-  EXPECT_EQ(test::RunIpcPair(options), (std::vector<int>{128 + SIGKILL, 0}));
 }
 
 }  // namespace

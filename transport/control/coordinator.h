@@ -56,6 +56,10 @@
 //
 // Thread safety: Start, Stop and the accessors may be called from any thread. The coordinator
 // serves every connection from one thread with poll, so no connection can block another.
+//
+// Structure: every decision above is made by the protocol core (coordinator_core.h: events in,
+// actions out, no I/O, no clock); this class is the poll loop that owns the sockets and the clock
+// and drives it.
 
 #include <array>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Rendezvous progress of the coordinator: who joined, who is missing, and which identified peers
 // were refused, told to the processes waiting for the roster (control.proto: RendezvousProgress)
-// and named in the rendezvous' own failure. Runs on the serving thread only (coordinator_impl.h).
+// and named in the rendezvous' own failure. Part of the protocol core (coordinator_core.h).
 
 #include <algorithm>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "transport/control/coordinator_impl.h"
+#include "transport/control/coordinator_core.h"
 
 namespace wsync {
 namespace {
@@ -29,8 +29,7 @@ std::string WithoutPrefix(absl::string_view message) {
 
 }  // namespace
 
-void Coordinator::Impl::NoteRefusal(const Connection& c, const absl::Status& status,
-                                    absl::Time now) {
+void CoordinatorCore::NoteRefusal(const Connection& c, const absl::Status& status, absl::Time now) {
   std::string who;
   if (c.process >= 0 && c.phase != Phase::kHandshake) {
     who = Describe(c.process);  // Authenticated: the identity is known.
@@ -46,7 +45,7 @@ void Coordinator::Impl::NoteRefusal(const Connection& c, const absl::Status& sta
   if (!rendezvous_done_) progress_changed_ = true;
 }
 
-std::vector<std::string> Coordinator::Impl::MissingProcesses() const {
+std::vector<std::string> CoordinatorCore::MissingProcesses() const {
   std::vector<std::string> missing;
   for (int32_t id = 0; id < world_; ++id) {
     const Process& p = processes_[id];
@@ -59,7 +58,7 @@ std::vector<std::string> Coordinator::Impl::MissingProcesses() const {
   return missing;
 }
 
-std::string Coordinator::Impl::RefusalsText(absl::Time now) const {
+std::string CoordinatorCore::RefusalsText(absl::Time now) const {
   if (refusals_.empty()) return "";
   std::vector<std::string> notes;
   for (const RefusalRecord& r : refusals_) {
@@ -68,12 +67,12 @@ std::string Coordinator::Impl::RefusalsText(absl::Time now) const {
   return absl::StrCat("; refused: ", absl::StrJoin(notes, "; "));
 }
 
-absl::Time Coordinator::Impl::NextProgress() const {
+absl::Time CoordinatorCore::NextProgress() const {
   if (!progress_changed_ || rendezvous_done_ || rendezvous_failed_) return absl::InfiniteFuture();
   return next_progress_;
 }
 
-void Coordinator::Impl::ReportProgress(absl::Time now) {
+void CoordinatorCore::ReportProgress(absl::Time now) {
   if (now < NextProgress()) return;
   progress_changed_ = false;
   next_progress_ = now + kProgressInterval;
@@ -99,8 +98,8 @@ void Coordinator::Impl::ReportProgress(absl::Time now) {
   auto shared = *std::move(encoded);
   for (const Process& p : processes_) {
     const Connection* c = p.connection;
-    if (!p.joined || c == nullptr || c->closing || c->gone || !c->rendezvous_progress) continue;
-    p.connection->writer.Enqueue(shared);
+    if (!p.joined || c == nullptr || !c->open || !c->rendezvous_progress) continue;
+    Enqueue(*c, shared);
   }
 }
 

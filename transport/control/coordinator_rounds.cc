@@ -1,12 +1,12 @@
 // Collective rounds of the coordinator: numbering, completion, per-contributor deadlines,
-// failures and the bound on open rounds. Runs on the serving thread only (see coordinator_impl.h).
+// failures and the bound on open rounds. Part of the protocol core (coordinator_core.h).
 
 #include <algorithm>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "transport/control/coordinator_impl.h"
+#include "transport/control/coordinator_core.h"
 
 namespace wsync {
 namespace {
@@ -22,28 +22,30 @@ std::string CallName(int kind, int32_t root) {
 
 }  // namespace
 
-void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& contribute,
-                                         absl::Time now) {
+bool CoordinatorCore::AdmitContribution(Connection& c, const control::Contribute& contribute,
+                                        absl::Time now) {
   const int32_t id = c.process;
-  Process& p = processes_[id];
+  const Process& p = processes_[id];
   const uint64_t number = contribute.number();
   const int kind = contribute.kind();
   if (number != p.next_number) {
-    return Refuse(c, RefusalReason::kUnexpectedFrame,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "control: collective #", number, " where #", p.next_number, " was expected")),
-                  now);
+    Refuse(c, RefusalReason::kUnexpectedFrame,
+           absl::FailedPreconditionError(absl::StrCat("control: collective #", number, " where #",
+                                                      p.next_number, " was expected")),
+           now);
+    return false;
   }
   if (kind < control::COLLECTIVE_ALL_GATHER || kind > control::COLLECTIVE_DECIDE ||
       static_cast<int64_t>(contribute.reason().size()) > kMaxReasonBytes ||
       contribute.timeout_ms() < 0 ||
       (kind == control::COLLECTIVE_BROADCAST &&
        (contribute.root() < 0 || contribute.root() >= world_))) {
-    return Refuse(c, RefusalReason::kBadField,
-                  absl::InvalidArgumentError(
-                      absl::StrCat("control: bad contribution to collective #", number,
-                                   " (kind, root, reason length or timeout out of range)")),
-                  now);
+    Refuse(c, RefusalReason::kBadField,
+           absl::InvalidArgumentError(
+               absl::StrCat("control: bad contribution to collective #", number,
+                            " (kind, root, reason length or timeout out of range)")),
+           now);
+    return false;
   }
   // Bounded work after authentication: a few unanswered contributions and a byte cap per process.
   int32_t unanswered = 0;
@@ -54,14 +56,25 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
     held += static_cast<int64_t>(open.payloads[id].size());
   }
   if (unanswered >= options_.max_rounds_ahead || held > options_.max_held_bytes_per_process) {
-    return Refuse(c, RefusalReason::kTooFarAhead,
-                  absl::ResourceExhaustedError(
-                      absl::StrCat("control: collective #", number, " would leave ", unanswered + 1,
-                                   " contributions unanswered (at most ", options_.max_rounds_ahead,
-                                   ") holding ", held, " payload bytes (at most ",
-                                   options_.max_held_bytes_per_process, ") on the coordinator")),
-                  now);
+    Refuse(c, RefusalReason::kTooFarAhead,
+           absl::ResourceExhaustedError(
+               absl::StrCat("control: collective #", number, " would leave ", unanswered + 1,
+                            " contributions unanswered (at most ", options_.max_rounds_ahead,
+                            ") holding ", held, " payload bytes (at most ",
+                            options_.max_held_bytes_per_process, ") on the coordinator")),
+           now);
+    return false;
   }
+  return true;
+}
+
+void CoordinatorCore::HandleContribute(Connection& c, control::Contribute& contribute,
+                                       absl::Time now) {
+  if (!AdmitContribution(c, contribute, now)) return;
+  const int32_t id = c.process;
+  Process& p = processes_[id];
+  const uint64_t number = contribute.number();
+  const int kind = contribute.kind();
   ++p.next_number;
   const std::string name = absl::StrCat(KindName(kind), " #", number);
   if (number < forgotten_below_) {
@@ -124,8 +137,8 @@ void Coordinator::Impl::HandleContribute(Connection& c, control::Contribute& con
   EnforceRoundLimit();
 }
 
-void Coordinator::Impl::Answer(int32_t id, uint64_t number,
-                               std::shared_ptr<const OutgoingFrame> encoded) {
+void CoordinatorCore::Answer(int32_t id, uint64_t number,
+                             std::shared_ptr<const OutgoingFrame> encoded) {
   auto it = rounds_.find(number);
   if (it != rounds_.end()) {
     Round& r = it->second;
@@ -134,10 +147,10 @@ void Coordinator::Impl::Answer(int32_t id, uint64_t number,
     r.expiry[id] = absl::InfiniteFuture();
   }
   Connection* c = processes_[id].connection;
-  if (c != nullptr && !c->closing && !c->gone) c->writer.Enqueue(std::move(encoded));
+  if (c != nullptr && c->open) Enqueue(*c, std::move(encoded));
 }
 
-void Coordinator::Impl::AnswerStatus(int32_t id, uint64_t number, const absl::Status& status) {
+void CoordinatorCore::AnswerStatus(int32_t id, uint64_t number, const absl::Status& status) {
   control::Frame frame;
   control::Result* result = frame.mutable_result();
   result->set_number(number);
@@ -148,7 +161,7 @@ void Coordinator::Impl::AnswerStatus(int32_t id, uint64_t number, const absl::St
   if (encoded.ok()) Answer(id, number, *std::move(encoded));
 }
 
-void Coordinator::Impl::CompleteRound(uint64_t number) {
+void CoordinatorCore::CompleteRound(uint64_t number) {
   Round& r = rounds_.at(number);
   const std::string name = absl::StrCat(KindName(r.kind), " #", number);
   control::Frame frame;
@@ -175,7 +188,7 @@ void Coordinator::Impl::CompleteRound(uint64_t number) {
   ++counters_.rounds_completed;
 }
 
-void Coordinator::Impl::FailRound(uint64_t number, const absl::Status& status) {
+void CoordinatorCore::FailRound(uint64_t number, const absl::Status& status) {
   Round& r = rounds_.at(number);
   r.failure = status;
   r.payloads.assign(world_, std::string());
@@ -187,7 +200,7 @@ void Coordinator::Impl::FailRound(uint64_t number, const absl::Status& status) {
   ++counters_.rounds_failed;
 }
 
-void Coordinator::Impl::ExpireContributor(uint64_t number, int32_t id) {
+void CoordinatorCore::ExpireContributor(uint64_t number, int32_t id) {
   auto it = rounds_.find(number);
   if (it == rounds_.end()) {  // Not expected: entries leave with their round. Stay live anyway.
     for (auto e = expiries_.begin(); e != expiries_.end();) {
@@ -208,7 +221,7 @@ void Coordinator::Impl::ExpireContributor(uint64_t number, int32_t id) {
                         " processes did not contribute before the deadline: ", ListOf(missing))));
 }
 
-void Coordinator::Impl::OnProcessLost(int32_t id) {
+void CoordinatorCore::OnProcessLost(int32_t id) {
   std::vector<uint64_t> waiting;
   for (const auto& [number, r] : rounds_) {
     if (r.failure.ok()) waiting.push_back(number);
@@ -221,7 +234,7 @@ void Coordinator::Impl::OnProcessLost(int32_t id) {
   }
 }
 
-void Coordinator::Impl::EnforceRoundLimit() {
+void CoordinatorCore::EnforceRoundLimit() {
   while (static_cast<int64_t>(rounds_.size()) > options_.max_open_rounds) {
     const uint64_t oldest = rounds_.begin()->first;
     if (rounds_.begin()->second.failure.ok()) {

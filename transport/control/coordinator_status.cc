@@ -1,7 +1,7 @@
 // The coordinator's refusal names and counters, and `wsync status`: an authenticated, read-only
 // StatusRequest in place of a Hello is answered with one JobStatus (control.proto) built from what
-// the coordinator already knows, and the connection is closed. Runs on the serving thread only
-// (see coordinator_impl.h).
+// the coordinator already knows, and the connection is closed. Part of the protocol core
+// (coordinator_core.h).
 
 #include <algorithm>
 #include <optional>
@@ -9,7 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "transport/control/coordinator_impl.h"
+#include "transport/control/auth.h"
+#include "transport/control/coordinator_core.h"
 #include "transport/control/sync_progress_wire.h"
 
 namespace wsync {
@@ -56,8 +57,8 @@ int64_t CoordinatorCounters::TotalRefused() const {
   return total;
 }
 
-void Coordinator::Impl::HandleStatusRequest(Connection& c, const control::StatusRequest& request,
-                                            absl::Time now) {
+void CoordinatorCore::HandleStatusRequest(Connection& c, const control::StatusRequest& request,
+                                          absl::Time now) {
   c.claim = "a status query";
   if (request.client_nonce().size() != kNonceBytes || request.mac().size() != kMacBytes) {
     return Refuse(c, RefusalReason::kBadField,
@@ -85,11 +86,10 @@ void Coordinator::Impl::HandleStatusRequest(Connection& c, const control::Status
   status->set_mac(StatusReplyMac(options_.secret, request.client_nonce(), c.nonce, body));
   status->set_body(body);
   Send(c, frame);
-  c.closing = true;
-  c.close_deadline = now + options_.close_timeout;
+  CloseAfterWrites(c, now, std::nullopt, "status query answered");
 }
 
-control::JobStatusBody Coordinator::Impl::StatusBody(absl::Time now) const {
+control::JobStatusBody CoordinatorCore::StatusBody(absl::Time now) const {
   control::JobStatusBody body;
   body.set_job_id(options_.job_id);
   body.set_num_trainers(options_.num_trainers);
@@ -150,7 +150,7 @@ void Account(const control::SyncProgress& progress, int sign, CoordinatorCounter
 
 }  // namespace
 
-void Coordinator::Impl::NoteProgress(const Connection& c, control::Heartbeat& heartbeat) {
+void CoordinatorCore::NoteProgress(const Connection& c, control::Heartbeat& heartbeat) {
   if (c.process < 0 || c.process >= world_ || !heartbeat.has_progress()) return;
   control::SyncProgress& report = *heartbeat.mutable_progress();
   report.set_rounds_done(Bounded(report.rounds_done()));
@@ -164,7 +164,7 @@ void Coordinator::Impl::NoteProgress(const Connection& c, control::Heartbeat& he
   Account(*kept, 1, counters_);
 }
 
-std::string Coordinator::Impl::LastProgressNote(int32_t id) const {
+std::string CoordinatorCore::LastProgressNote(int32_t id) const {
   if (id < 0 || id >= world_ || !processes_[id].progress.has_value()) return "";
   return absl::StrCat("; it last reported: ", DescribeSyncProgress(*processes_[id].progress));
 }
