@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/control_fake_coordinator.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/auth.h"
 #include "transport/control/channel_keys.h"
@@ -45,6 +46,8 @@ using control_testing::MakeHello;
 using control_testing::Options;
 using control_testing::Parallel;
 using control_testing::Raw;
+using control_testing::ReadSkippingHeartbeats;
+using control_testing::ServeUpToTheRoster;
 using control_testing::StartJob;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -77,14 +80,6 @@ std::unique_ptr<ControlClient> ConnectAndJoin(int port, ControlRole role, int32_
   return roster.ok() ? *std::move(client) : nullptr;
 }
 
-// The next frame on `fd` other than a heartbeat (a peer that offered heartbeats gets them).
-absl::StatusOr<control::Frame> ReadSkippingHeartbeats(int fd, FrameReader& reader) {
-  for (;;) {
-    absl::StatusOr<control::Frame> frame = ReadFrame(fd, reader, absl::Now() + absl::Seconds(5));
-    if (!frame.ok() || !frame->has_heartbeat()) return frame;
-  }
-}
-
 absl::Status Write(int fd, const control::Frame& frame) {
   FrameWriter writer;
   return WriteFrame(fd, writer, frame, kDefaultMaxFrameBytes, absl::Now() + absl::Seconds(5));
@@ -108,61 +103,6 @@ struct Reports {
   std::vector<absl::Status> reasons;
   absl::Time first_at;
 };
-
-// A coordinator by hand for one trainer (rank 0) of a job of one trainer and one rollout: accepts
-// on `listener`, runs the handshake (heartbeats every kInterval, `silence_limit`) and the
-// rendezvous, and leaves the connection in `connection` once the roster was sent (invalid when a
-// check failed). The rollout never connects; the roster names it.
-void ServeUpToTheRoster(int listener, absl::Duration silence_limit, UniqueFd* connection,
-                        FrameReader* reader) {
-  ASSERT_TRUE(PollOne(listener, POLLIN, absl::Now() + absl::Seconds(5)).ok());
-  UniqueFd c(accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-  ASSERT_TRUE(c.valid());
-  const std::string nonce(kNonceBytes, 'n');
-  FrameWriter writer;  // Seals every frame after the Welcome, as a coordinator does.
-  auto write = [&](const control::Frame& frame) {
-    return WriteFrame(c.get(), writer, frame, kDefaultMaxFrameBytes,
-                      absl::Now() + absl::Seconds(5));
-  };
-  control::Frame frame;
-  frame.mutable_challenge()->set_protocol_version(kControlProtocolVersion);
-  frame.mutable_challenge()->set_nonce(nonce);
-  ASSERT_TRUE(write(frame).ok());
-  absl::StatusOr<control::Frame> hello = ReadSkippingHeartbeats(c.get(), *reader);
-  ASSERT_TRUE(hello.ok() && hello->has_hello()) << hello.status();
-  const bool heartbeats = hello->hello().heartbeats();
-  frame.Clear();
-  control::Welcome* welcome = frame.mutable_welcome();
-  welcome->set_process(0);
-  welcome->set_num_trainers(1);
-  welcome->set_num_rollouts(1);
-  welcome->set_max_frame_bytes(kDefaultMaxFrameBytes);
-  if (heartbeats) {
-    welcome->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(kInterval));
-    welcome->set_silence_limit_ms(absl::ToInt64Milliseconds(silence_limit));
-  }
-  welcome->set_mac(
-      WelcomeMac(kSecret, hello->hello().client_nonce(), nonce, kJob, WelcomeFieldsOf(*welcome)));
-  ASSERT_TRUE(write(frame).ok());
-  ASSERT_TRUE(SealChannel(ChannelSide::kCoordinator, kSecret, nonce, hello->hello().client_nonce(),
-                          kJob, 0, "process 0", *reader, writer)
-                  .ok());
-  absl::StatusOr<control::Frame> join = ReadSkippingHeartbeats(c.get(), *reader);
-  ASSERT_TRUE(join.ok() && join->has_join()) << join.status();
-  frame.Clear();
-  control::Roster* roster = frame.mutable_roster();
-  roster->set_num_trainers(1);
-  roster->set_num_rollouts(1);
-  roster->add_blobs("manifest");
-  for (int32_t id = 0; id < 2; ++id) {
-    control::RosterEntry* entry = roster->add_processes();
-    entry->set_process(id);
-    entry->set_role(id == 0 ? control::ROLE_TRAINER : control::ROLE_ROLLOUT);
-    entry->set_node_id(id == 0 ? hello->hello().node_id() : "node-r0");
-  }
-  ASSERT_TRUE(write(frame).ok());
-  *connection = std::move(c);
-}
 
 // Rollout rank 0 (by hand) offers heartbeats, joins, and then sends nothing while keeping its
 // connection open. The coordinator takes it as lost after the silence limit: the trainer blocked in
@@ -353,7 +293,7 @@ TEST(HeartbeatTest, ASilentCoordinatorFailsTheCallInFlightAndTheWatchNamingIt) {
   std::thread fake([&] {
     FrameReader reader(kDefaultMaxFrameBytes);
     UniqueFd c;
-    ServeUpToTheRoster(listener->get(), kCoordinatorLimit, &c, &reader);
+    ServeUpToTheRoster(listener->get(), kInterval, kCoordinatorLimit, &c, &reader);
     if (!c.valid()) return;
     // Silent from here on; reads until the client gives up on it and closes.
     for (;;) {
@@ -410,7 +350,7 @@ TEST(HeartbeatTest, ACoordinatorThatResetsTheConnectionFailsTheNextCallNamingIt)
   std::thread fake([&] {
     FrameReader reader(kDefaultMaxFrameBytes);
     UniqueFd c;
-    ServeUpToTheRoster(listener->get(), kLimit, &c, &reader);
+    ServeUpToTheRoster(listener->get(), kInterval, kLimit, &c, &reader);
     if (c.valid()) {
       const linger abort_on_close{1, 0};
       EXPECT_EQ(setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close)),

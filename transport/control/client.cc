@@ -1,22 +1,23 @@
+// ControlClient (client.h): Connect and the handshake on the caller, then the calls, which queue
+// their frames for the I/O thread (client_io.cc) and wait for their completion.
+
 #include "transport/control/client.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
 #include "transport/control/channel_keys.h"
 #include "transport/control/rendezvous_progress.h"
-#include "transport/control/sync_progress_wire.h"
 
 namespace wsync {
 namespace {
@@ -39,11 +40,38 @@ absl::Status Wrap(const absl::Status& status, absl::string_view context) {
 
 }  // namespace
 
+// Counts a public call that may wait, for its whole run, so that destruction waits for it to
+// return (the destructor fails it first).
+class ControlClient::Waiter {
+ public:
+  explicit Waiter(ControlClient* client) : client_(client) {
+    absl::MutexLock lock(&client_->mu_);
+    ++client_->waiters_;
+  }
+  ~Waiter() {
+    absl::MutexLock lock(&client_->mu_);
+    --client_->waiters_;
+  }
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+
+ private:
+  ControlClient* const client_;
+};
+
 ControlClient::~ControlClient() {
-  if (keepalive_.joinable()) {
-    const uint64_t one = 1;
-    (void)!write(stop_fd_.get(), &one, sizeof(one));
-    keepalive_.join();
+  if (io_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;  // Before Close: the I/O thread hands what is queued to the socket first.
+    }
+    Close(absl::CancelledError(absl::StrCat(Prefix(), "the control client was destroyed")));
+    io_.join();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return waiters_ == 0; };
+    mu_.Await(absl::Condition(&none));
   }
   WipeSecret(options_.secret);
 }
@@ -99,22 +127,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
     if (handshake.ok()) {
       // Needed only for the handshake: wiped now rather than at destruction.
       WipeSecret(client->options_.secret);
-      if (client->heartbeat_interval_ > absl::ZeroDuration()) {
-        client->stop_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-        client->notice_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-        if (!client->stop_fd_.valid() || !client->notice_fd_.valid()) {
-          return absl::InternalError(absl::StrCat(client->Prefix(), "eventfd failed"));
-        }
-        // The exception firewall of the heartbeat thread: an exception closes the connection
-        // with it (every call then fails with it), never the host process.
-        client->keepalive_ = std::thread([c = client.get()] {
-          try {
-            c->KeepAlive();
-          } catch (...) {
-            c->Close(StatusOfCurrentException(absl::StrCat(c->Prefix(), "heartbeat thread")));
-          }
-        });
-      }
+      WSYNC_RETURN_IF_ERROR(client->StartIo());
       return client;
     }
     client->fd_.Reset();
@@ -211,8 +224,7 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   heartbeat_interval_ = absl::Milliseconds(interval_ms);
   silence_limit_ = absl::Milliseconds(limit_ms);
   reader_.set_max_frame_bytes(options_.max_frame_bytes);
-  reader_.set_progress_counter(&bytes_heard_);
-  // Every later frame in either direction is sealed (the heartbeat thread starts after this).
+  // Every later frame in either direction is sealed (the I/O thread starts after this).
   if (absl::Status sealed = SealChannel(ChannelSide::kClient, options_.secret, nonce, client_nonce,
                                         options_.job_id, process_,
                                         absl::StrCat("the coordinator ", options_.coordinator_host,
@@ -224,110 +236,94 @@ absl::Status ControlClient::Handshake(absl::Time deadline, bool* retry) {
   return absl::OkStatus();
 }
 
-absl::Status ControlClient::Broken(const absl::Status& cause) {
-  if (closed_.load()) {
-    absl::MutexLock lock(&close_mu_);
-    return close_reason_;
-  }
-  if (broken_.ok()) {
-    broken_ = cause;
-    // A forged, replayed or reordered frame: the stream can no longer be trusted, so the
-    // connection ends now (the coordinator then takes this process as lost).
-    if (absl::IsUnauthenticated(cause) && fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
+absl::Status ControlClient::Ending::Named(absl::string_view name) const {
+  return absl::Status(code, absl::StrCat(name, text));
+}
+
+absl::Status ControlClient::UnusableLocked(absl::string_view name) {
+  if (!close_reason_.ok()) return close_reason_;
+  if (broken_.ok() && ending_.has_value()) broken_ = ending_->Named(name);
+  if (broken_.ok() && io_done_) {
+    broken_ = absl::UnavailableError(absl::StrCat(name, "the connection to the coordinator ended"));
   }
   return broken_;
 }
 
+absl::Status ControlClient::BreakLocked(const absl::Status& cause) {
+  if (broken_.ok()) broken_ = cause;
+  finish_ = true;
+  WakeIo();
+  return UnusableLocked(Prefix());
+}
+
+absl::Status ControlClient::Break(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  return BreakLocked(cause);
+}
+
 absl::StatusOr<Roster> ControlClient::Join(const JoinRequest& request, absl::Time deadline) {
-  absl::MutexLock io(&io_mu_);
-  if (closed_.load() || !broken_.ok()) return Broken(broken_);
-  if (join_attempted_) {
-    return absl::FailedPreconditionError(absl::StrCat(Prefix(), "Join may be called only once"));
-  }
-  join_attempted_ = true;
+  Call call;
+  call.name = absl::StrCat(Prefix(), "waiting for the roster, ");
   control::Frame frame;
   control::Join* join = frame.mutable_join();
   join->set_manifest(request.manifest);
   join->set_address(request.address);
   join->set_metadata(request.metadata);
-  const int fd = fd_.get();
-  absl::Status sent;
-  {
-    absl::MutexLock write(&write_mu_);
-    sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
+  const int64_t bytes = static_cast<int64_t>(frame.ByteSizeLong());
+  Waiter waiter(this);
+  absl::MutexLock lock(&mu_);
+  WSYNC_RETURN_IF_ERROR(UnusableLocked(call.name));
+  if (join_attempted_) {
+    return absl::FailedPreconditionError(absl::StrCat(Prefix(), "Join may be called only once"));
   }
-  if (!sent.ok()) {
-    // As below: a connection that failed under the write means the coordinator is gone.
-    const bool lost = !absl::IsDeadlineExceeded(sent);
-    return Broken(Wrap(sent, absl::StrCat(Prefix(), "sending the join",
-                                          lost ? ", lost the coordinator: " : ": ")));
+  join_attempted_ = true;
+  if (bytes > coordinator_max_frame_bytes_) {
+    return BreakLocked(
+        absl::ResourceExhaustedError(absl::StrCat(Prefix(), "sending the join: the join (", bytes,
+                                                  " bytes) exceeds the coordinator's frame cap of ",
+                                                  coordinator_max_frame_bytes_, " bytes")));
   }
-  frame.Clear();
-  for (;;) {
-    absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
-    if (!got.ok()) {
-      // A closed or broken connection means the coordinator is gone; a timeout does not.
-      const bool lost = !absl::IsDeadlineExceeded(got.status());
-      std::string progress;
-      if (!lost) {
-        progress =
-            rendezvous_progress_.has_value()
-                ? absl::StrCat("; the coordinator reported ",
-                               DescribeRendezvousProgress(*rendezvous_progress_,
-                                                          absl::Now() - rendezvous_progress_at_))
-                : "; the coordinator reported no rendezvous progress";
-      }
-      const absl::Status failed =
-          Wrap(got.status(), absl::StrCat(Prefix(), "waiting for the roster",
-                                          lost ? ", lost the coordinator: " : ": "));
-      return Broken(absl::Status(failed.code(), absl::StrCat(failed.message(), progress)));
-    }
-    if (got->has_rendezvous_progress()) {
-      rendezvous_progress_ = std::move(*got->mutable_rendezvous_progress());
-      rendezvous_progress_at_ = absl::Now();
-      continue;
-    }
-    if (got->has_reject()) {
-      return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()), Prefix()));
-    }
-    if (got->has_heartbeat()) continue;
-    if (got->has_lost()) {  // A replacement may hear of another loss before its roster.
-      WSYNC_RETURN_IF_ERROR(RecordLoss(got->lost()));
-      continue;
-    }
-    if (!got->has_roster()) {
-      return Broken(absl::InternalError(
-          absl::StrCat(Prefix(), "protocol error: expected the roster, got another frame")));
-    }
-    WSYNC_ASSIGN_OR_RETURN(Roster roster, ReadRoster(*got->mutable_roster()));
-    next_number_ = got->roster().next_collective();
-    joined_ = true;
-    return roster;
+  outbox_.push_back(std::move(frame));
+  join_call_ = &call;
+  WakeIo();
+  mu_.AwaitWithDeadline(absl::Condition(&call.done), deadline);
+  if (!call.done) {
+    join_call_ = nullptr;
+    const std::string progress =
+        rendezvous_progress_.has_value()
+            ? absl::StrCat("; the coordinator reported ",
+                           DescribeRendezvousProgress(*rendezvous_progress_,
+                                                      absl::Now() - rendezvous_progress_at_))
+            : "; the coordinator reported no rendezvous progress";
+    return BreakLocked(absl::DeadlineExceededError(absl::StrCat(
+        Prefix(), "waiting for the roster: no frame arrived before the deadline", progress)));
   }
+  if (!call.status.ok()) return call.status;
+  return std::move(*call.roster);
 }
 
 std::optional<Roster> ControlClient::TakeRosterUpdate() {
-  absl::MutexLock io(&io_mu_);
-  std::optional<Roster> update = std::move(roster_update_);
-  roster_update_.reset();
-  return update;
+  absl::MutexLock lock(&mu_);
+  return std::exchange(roster_update_, std::nullopt);
 }
 
 bool ControlClient::HasRosterUpdate() {
-  absl::MutexLock io(&io_mu_);
+  absl::MutexLock lock(&mu_);
   return roster_update_.has_value();
 }
 
 absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute contribute,
                                                           absl::Time deadline) {
   const absl::string_view kind = CollectiveName(contribute.kind());
-  if (closed_.load()) return Broken(broken_);
+  Call call;
+  absl::MutexLock lock(&mu_);
+  if (!close_reason_.ok()) return close_reason_;
   if (!joined_) {
     return absl::FailedPreconditionError(absl::StrCat(Prefix(), kind, " before a successful Join"));
   }
   const uint64_t number = next_number_++;
-  if (!broken_.ok()) return broken_;
-  const std::string name = absl::StrCat(Prefix(), kind, " #", number, ": ");
+  call.name = absl::StrCat(Prefix(), kind, " #", number, ": ");
+  WSYNC_RETURN_IF_ERROR(UnusableLocked(call.name));
   contribute.set_number(number);
   const absl::Duration remaining = std::max(deadline - absl::Now(), absl::ZeroDuration());
   const absl::Duration margin = std::min(remaining / 10, kMaxMargin);
@@ -337,7 +333,7 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
   absl::Status local;  // Set when this process fails its own contribution.
   if (static_cast<int64_t>(frame.ByteSizeLong()) > coordinator_max_frame_bytes_) {
     local = absl::ResourceExhaustedError(absl::StrCat(
-        name, "the contribution (", frame.ByteSizeLong(),
+        call.name, "the contribution (", frame.ByteSizeLong(),
         " bytes) exceeds the coordinator's frame cap of ", coordinator_max_frame_bytes_, " bytes"));
     // Tell the others, so that their round fails at once instead of at their deadline.
     control::Contribute* failed = frame.mutable_contribute();
@@ -345,68 +341,38 @@ absl::StatusOr<control::Result> ControlClient::Collective(control::Contribute co
     failed->set_failed(true);
     failed->set_reason(TruncateText(Strip(local.message()), kMaxReasonBytes));
   }
-  const int fd = fd_.get();
-  if (absl::Status fp = failpoint::Check("control"); !fp.ok()) return Broken(Wrap(fp, name));
-  absl::Status sent;
-  {
-    absl::MutexLock write(&write_mu_);
-    sent = WriteFrame(fd, writer_, frame, coordinator_max_frame_bytes_, deadline);
+  if (absl::Status fp = failpoint::Check("control"); !fp.ok()) {
+    return BreakLocked(Wrap(fp, call.name));
   }
-  if (!sent.ok()) {
-    // On a deadline the unsent rest stays queued and goes out first on the next call.
-    if (absl::IsDeadlineExceeded(sent) && !closed_.load()) return Wrap(sent, name);
-    // The connection failed under the write (reset, or closed by the coordinator's death): named
-    // like a failed read, whichever of the two notices first.
-    return Broken(Wrap(sent, absl::StrCat(name, "lost the coordinator: ")));
+  outbox_.push_back(std::move(frame));
+  WakeIo();
+  if (!local.ok()) return local;  // Its Result, when it comes, is dropped.
+  calls_[number] = &call;
+  mu_.AwaitWithDeadline(absl::Condition(&call.done), deadline);
+  if (!call.done) {
+    // The frame may still be on its way (it goes out before any later one); a late answer is
+    // dropped.
+    calls_.erase(number);
+    return absl::DeadlineExceededError(
+        absl::StrCat(call.name, "no answer from the coordinator before the deadline"));
   }
-  if (!local.ok()) return local;
-  for (;;) {
-    absl::StatusOr<control::Frame> got = ReadFrame(fd, reader_, deadline);
-    if (!got.ok()) {
-      if (absl::IsDeadlineExceeded(got.status()) && !closed_.load()) {
-        return absl::DeadlineExceededError(
-            absl::StrCat(name, "no answer from the coordinator before the deadline"));
-      }
-      return Broken(Wrap(got.status(), absl::StrCat(name, "lost the coordinator: ")));
-    }
-    if (got->has_reject()) {
-      return Broken(Wrap(StatusFromWire(got->reject().code(), got->reject().reason()),
-                         absl::StrCat(name, "the coordinator closed the connection: ")));
-    }
-    if (got->has_heartbeat() || got->has_rendezvous_progress()) continue;
-    if (got->has_lost()) {
-      if (absl::Status recorded = RecordLoss(got->lost()); !recorded.ok()) return recorded;
-      continue;
-    }
-    if (got->has_roster()) {  // A replacement joined: its new address, for the transport.
-      absl::StatusOr<Roster> update = ReadRoster(*got->mutable_roster());
-      if (!update.ok()) return Broken(update.status());
-      roster_update_ = *std::move(update);
-      continue;
-    }
-    if (!got->has_result() || got->result().number() > number) {
-      return Broken(absl::InternalError(
-          absl::StrCat(name, "protocol error: unexpected frame from the coordinator")));
-    }
-    if (got->result().number() < number) continue;  // The late answer of an earlier call.
-    control::Result& result = *got->mutable_result();
-    if (result.code() != 0) {
-      return StatusFromWire(result.code(), absl::StrCat(Prefix(), result.message()));
-    }
-    return std::move(result);
+  if (!call.status.ok()) return call.status;
+  if (call.result.code() != 0) {
+    return StatusFromWire(call.result.code(), absl::StrCat(Prefix(), call.result.message()));
   }
+  return std::move(call.result);
 }
 
 absl::StatusOr<std::vector<std::string>> ControlClient::AllGather(absl::string_view payload,
                                                                   absl::Time deadline) {
-  absl::MutexLock io(&io_mu_);
+  Waiter waiter(this);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_ALL_GATHER);
   c.set_payload(std::string(payload));
   WSYNC_ASSIGN_OR_RETURN(control::Result result, Collective(std::move(c), deadline));
   if (result.payloads_size() != size()) {
-    return Broken(absl::InternalError(absl::StrCat(Prefix(), "protocol error: AllGather returned ",
-                                                   result.payloads_size(), " payloads")));
+    return Break(absl::InternalError(absl::StrCat(Prefix(), "protocol error: AllGather returned ",
+                                                  result.payloads_size(), " payloads")));
   }
   std::vector<std::string> all;
   all.reserve(size());
@@ -416,7 +382,7 @@ absl::StatusOr<std::vector<std::string>> ControlClient::AllGather(absl::string_v
 
 absl::StatusOr<std::string> ControlClient::Broadcast(int32_t root, absl::string_view payload,
                                                      absl::Time deadline) {
-  absl::MutexLock io(&io_mu_);
+  Waiter waiter(this);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_BROADCAST);
   if (root < 0 || root >= size()) {
@@ -432,21 +398,21 @@ absl::StatusOr<std::string> ControlClient::Broadcast(int32_t root, absl::string_
   if (root == process_) c.set_payload(std::string(payload));
   WSYNC_ASSIGN_OR_RETURN(control::Result result, Collective(std::move(c), deadline));
   if (result.payloads_size() != 1) {
-    return Broken(absl::InternalError(absl::StrCat(Prefix(), "protocol error: Broadcast returned ",
-                                                   result.payloads_size(), " payloads")));
+    return Break(absl::InternalError(absl::StrCat(Prefix(), "protocol error: Broadcast returned ",
+                                                  result.payloads_size(), " payloads")));
   }
   return std::move(*result.mutable_payloads(0));
 }
 
 absl::Status ControlClient::Barrier(absl::Time deadline) {
-  absl::MutexLock io(&io_mu_);
+  Waiter waiter(this);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_BARRIER);
   return Collective(std::move(c), deadline).status();
 }
 
 absl::Status ControlClient::Decide(bool ok, absl::string_view reason, absl::Time deadline) {
-  absl::MutexLock io(&io_mu_);
+  Waiter waiter(this);
   control::Contribute c;
   c.set_kind(control::COLLECTIVE_DECIDE);
   c.set_ok(ok);
@@ -455,83 +421,39 @@ absl::Status ControlClient::Decide(bool ok, absl::string_view reason, absl::Time
 }
 
 size_t ControlClient::loss_count() const {
-  absl::MutexLock lock(&loss_mu_);
+  absl::MutexLock lock(&mu_);
   return losses_.size();
 }
 
 std::vector<LossNotice> ControlClient::LossesSince(size_t first) const {
-  absl::MutexLock lock(&loss_mu_);
+  absl::MutexLock lock(&mu_);
   if (first >= losses_.size()) return {};
   return std::vector<LossNotice>(losses_.begin() + static_cast<ptrdiff_t>(first), losses_.end());
 }
 
-absl::Status ControlClient::RecordLoss(const control::Lost& lost) {
-  if (lost.process() < 0 || lost.process() >= size() ||
-      static_cast<int64_t>(lost.reason().size()) > kMaxReasonBytes) {
-    return Broken(
-        absl::InternalError(absl::StrCat(Prefix(), "protocol error: a loss notice out of range")));
-  }
-  {
-    absl::MutexLock lock(&loss_mu_);
-    losses_.push_back(LossNotice{lost.process(), lost.reason()});
-  }
-  const uint64_t one = 1;
-  if (notice_fd_.valid()) (void)!write(notice_fd_.get(), &one, sizeof(one));
-  return absl::OkStatus();
-}
-
 absl::Status ControlClient::WatchLosses(absl::Time until, int wake_fd) {
-  if (closed_.load()) {
-    absl::MutexLock lock(&close_mu_);
-    return close_reason_;
+  Waiter waiter(this);
+  absl::MutexLock lock(&mu_);
+  WSYNC_RETURN_IF_ERROR(UnusableLocked(Prefix()));
+  const uint64_t seen = events_;
+  auto happened = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return events_ != seen; };
+  UniqueFd notice(wake_fd >= 0 ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1);
+  if (!notice.valid()) {
+    // No wake_fd to watch (or no descriptor left for the notice: wake_fd is then looked at every
+    // 10 ms).
+    const absl::Time slice =
+        wake_fd >= 0 ? std::min(until, absl::Now() + absl::Milliseconds(10)) : until;
+    mu_.AwaitWithDeadline(absl::Condition(&happened), slice);
+    return UnusableLocked(Prefix());
   }
-  // Negative descriptors (no heartbeat thread, no wake_fd) are ignored by poll.
-  pollfd fds[3] = {{fd_.get(), POLLIN, 0}, {notice_fd_.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
-  const int ready = poll(fds, 3, PollTimeoutMs(until));
-  if (fds[1].revents != 0) {  // The heartbeat thread recorded a notice: the caller looks now.
-    uint64_t count = 0;
-    (void)!read(notice_fd_.get(), &count, sizeof(count));
-    return absl::OkStatus();
-  }
-  if (ready <= 0 || fds[0].revents == 0 || fds[2].revents != 0) {
-    return absl::OkStatus();  // Nothing came (or EINTR), or the caller was woken.
-  }
-  if (!io_mu_.TryLock()) {
-    // A call is reading the connection and records what came; look again shortly.
-    absl::SleepFor(absl::Milliseconds(2));
-    return absl::OkStatus();
-  }
-  absl::Status status = joined_ ? ReadUnasked() : absl::OkStatus();
-  io_mu_.Unlock();
-  return status;
-}
-
-absl::Status ControlClient::ReadUnasked() {
-  if (closed_.load() || !broken_.ok()) return Broken(broken_);
-  for (;;) {
-    absl::StatusOr<bool> complete = reader_.ReadSome(fd_.get());
-    if (!complete.ok()) {
-      return Broken(Wrap(complete.status(), absl::StrCat(Prefix(), "lost the coordinator: ")));
-    }
-    if (!*complete) return absl::OkStatus();
-    absl::StatusOr<control::Frame> frame = reader_.TakeFrame();
-    if (!frame.ok()) return Broken(Wrap(frame.status(), Prefix()));
-    if (frame->has_heartbeat() || frame->has_rendezvous_progress()) {
-      // Liveness only (counted as it arrived); progress is stale once the roster came.
-    } else if (frame->has_lost()) {
-      WSYNC_RETURN_IF_ERROR(RecordLoss(frame->lost()));
-    } else if (frame->has_roster()) {
-      absl::StatusOr<Roster> update = ReadRoster(*frame->mutable_roster());
-      if (!update.ok()) return update.status();
-      roster_update_ = *std::move(update);
-    } else if (frame->has_reject()) {
-      return Broken(Wrap(StatusFromWire(frame->reject().code(), frame->reject().reason()),
-                         absl::StrCat(Prefix(), "the coordinator closed the connection: ")));
-    } else if (!frame->has_result() || frame->result().number() >= next_number_) {
-      return Broken(absl::InternalError(
-          absl::StrCat(Prefix(), "protocol error: unexpected frame from the coordinator")));
-    }  // Else the late answer of an earlier call: dropped, as a call would.
-  }
+  // NotifyLocked writes to every registered notice, under mu_: no event after `seen` is missed.
+  watchers_.push_back(notice.get());
+  mu_.Unlock();
+  pollfd fds[2] = {{notice.get(), POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  (void)poll(fds, 2, PollTimeoutMs(until));
+  mu_.Lock();
+  watchers_.erase(std::find(watchers_.begin(), watchers_.end(), notice.get()));
+  return UnusableLocked(Prefix());
 }
 
 void ControlClient::Abort(const absl::Status& reason) {
@@ -540,78 +462,12 @@ void ControlClient::Abort(const absl::Status& reason) {
 }
 
 void ControlClient::Close(const absl::Status& reason) {
-  {
-    absl::MutexLock lock(&close_mu_);
-    if (closed_.load()) return;
-    close_reason_ = reason;
-    closed_.store(true);
-  }
-  // Wakes a call blocked in poll; the descriptor itself is closed only by the destructor.
-  if (fd_.valid()) shutdown(fd_.get(), SHUT_RDWR);
-}
-
-void ControlClient::SendHeartbeat() {
-  // A call writing a frame holds the lock: its bytes tell the coordinator this process is alive.
-  if (!write_mu_.TryLock()) return;
-  if (writer_.empty()) {
-    control::Frame frame;
-    ProgressToProto(options_.progress, *frame.mutable_heartbeat());
-    auto encoded = PrepareFrame(frame, coordinator_max_frame_bytes_);
-    if (encoded.ok()) writer_.Enqueue(*std::move(encoded));  // Sealed here, under write_mu_.
-  }
-  // Never waits: what the socket does not take now goes with the next heartbeat or call; a
-  // failed connection shows on the reading side.
-  (void)writer_.Flush(fd_.get());
-  write_mu_.Unlock();
-}
-
-void ControlClient::KeepAlive() {
-  absl::Time heard_at = absl::Now();  // The Welcome just came.
-  int64_t heard_bytes = bytes_heard_.load();
-  absl::Time next_beat = heard_at + heartbeat_interval_;
-  bool poll_connection = true;
-  while (!closed_.load()) {
-    failpoint::Evaluate("keepalive_thread");
-    pollfd fds[2] = {{stop_fd_.get(), POLLIN, 0}, {poll_connection ? fd_.get() : -1, POLLIN, 0}};
-    const absl::Time wake = std::min(next_beat, heard_at + silence_limit_);
-    const int ready = poll(fds, 2, PollTimeoutMs(wake));
-    if (ready > 0 && fds[0].revents != 0) return;  // The destructor.
-    const absl::Time now = absl::Now();
-    // Woken late, this thread (or its host) stalled: silence counts only time it was there to
-    // hear. A silence check that was itself due by `wake` still fails below.
-    if (now > wake) heard_at += now - wake;
-    poll_connection = true;
-    if (ready > 0 && fds[1].revents != 0) {
-      heard_at = now;  // Something arrived (or the end, which the read below reports).
-      if (io_mu_.TryLock()) {
-        const absl::Status read = ReadUnasked();
-        io_mu_.Unlock();
-        if (!read.ok()) {
-          // The connection is unusable (the calls report why): close it, so that the coordinator
-          // takes this process as lost now instead of after the silence limit.
-          shutdown(fd_.get(), SHUT_RDWR);
-          return;
-        }
-      } else {
-        poll_connection = false;  // A call holds the connection and reads; look at the next beat.
-      }
-    }
-    if (const int64_t bytes = bytes_heard_.load(); bytes != heard_bytes) {
-      heard_bytes = bytes;
-      heard_at = now;
-    }
-    if (now - heard_at >= silence_limit_) {
-      Close(absl::UnavailableError(absl::StrFormat(
-          "%slost the coordinator: nothing arrived from it for %.1f s (the silence limit is "
-          "%.1f s)",
-          Prefix(), absl::ToDoubleSeconds(now - heard_at), absl::ToDoubleSeconds(silence_limit_))));
-      return;
-    }
-    if (now >= next_beat) {
-      SendHeartbeat();
-      next_beat = now + heartbeat_interval_;
-    }
-  }
+  absl::MutexLock lock(&mu_);
+  if (!close_reason_.ok()) return;
+  close_reason_ = reason;
+  finish_ = true;
+  EndLocked(std::nullopt);  // Every waiting call fails with the reason now.
+  WakeIo();
 }
 
 }  // namespace wsync

@@ -21,28 +21,39 @@
 // closes the connection at once. Error messages never contain the secret.
 //
 // Loss notices: once a process's connection ends after the rendezvous, the coordinator tells every
-// other process at once, unasked (control.proto: Lost). Calls record the notices they read on the
-// way; between calls WatchLosses reads them (loss_watch.h runs it on a thread of its own while a
-// sync moves data).
+// other process at once, unasked (control.proto: Lost). The I/O thread records them as they arrive;
+// WatchLosses waits for them (loss_watch.h runs it on a thread of its own while a sync moves data).
 //
-// Heartbeats (coordinator.h): when the coordinator asks for them in its Welcome, the client runs a
-// thread of its own from Connect to destruction. It sends a Heartbeat every interval (also while a
-// call blocks or the owner moves data: a process is silent only when it is frozen or cut off),
-// reads what the coordinator sends unasked while no call holds the connection (loss notices are
-// recorded at once), and when nothing at all arrived from the coordinator for the silence limit it
-// closes the connection: the call in progress and every later one fail with Unavailable ("lost the
+// One owner of the socket: after Connect (whose handshake runs on the caller), one I/O thread of
+// the client's own, from Connect to destruction, is the only thread that touches the connection.
+// Calls queue their frame and wait, each until its own deadline, for their completion: the I/O
+// thread writes the queued frames in the order they were queued (so the sealed channel's sequence
+// numbers need no lock), reads every frame the coordinator sends, routes each Result to the call
+// of its number (a late answer of a call that gave up is dropped), the roster to Join, and records
+// loss notices, replacements' rosters and rendezvous progress. When the connection ends (closed,
+// reset, a frame that fails authentication, a protocol error, a Reject) it fails every waiting
+// call with the error naming the coordinator ("Barrier #3: lost the coordinator: connection closed
+// by peer"; the first such error is kept and every later call fails with it at once), and closes.
+//
+// Heartbeats (coordinator.h): when the coordinator asks for them in its Welcome, the I/O thread
+// sends a Heartbeat every interval while nothing else is queued (also while calls block or the
+// owner moves data: a process is silent only when it is frozen or cut off), with a snapshot of
+// options.progress, and when nothing at all arrived from the coordinator for the silence limit it
+// closes the connection: every waiting and later call fails with Unavailable ("lost the
 // coordinator: nothing arrived from it for 3.0 s"), and so does WatchLosses (LossWatch then fails
 // the transfers with every peer). A stall of that thread itself (it woke later than it asked to)
-// does not count as the coordinator's silence.
+// does not count as the coordinator's silence. Without heartbeats the thread still owns the
+// connection and notices its end at once.
 //
-// Thread safety: one call at a time (thread-compatible), except Abort, which any thread may call
-// at any time, loss_count and LossesSince (any thread), and WatchLosses, which one other thread
-// may run while a call is in progress (it then leaves the connection to the call). The client owns
-// its socket; the heartbeat thread writes to it only between the calls' frames and reads only
-// while no call holds the connection.
+// Thread safety: thread-safe. Any thread may call anything at any time, also concurrently:
+// collectives of concurrent calls are numbered in the order they were queued (round k is the k-th
+// queued collective of every process). Abort, loss_count, LossesSince, TakeRosterUpdate and
+// HasRosterUpdate never wait for the connection. Destruction fails every call still waiting (with
+// Cancelled) and returns once they have returned.
 
-#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,7 +97,7 @@ struct ControlClientOptions {
   // who joined, who is missing and who was refused. False: behave as a client from before them.
   bool rendezvous_progress = true;
   // Optional, caller-owned, outlives the client: this process's sync progress, read (relaxed, no
-  // lock) by the heartbeat thread and sent with every heartbeat (control.proto: Heartbeat), so that
+  // lock) by the I/O thread and sent with every heartbeat (control.proto: Heartbeat), so that
   // `wsync status` shows it. Null: heartbeats carry none.
   const SyncProgress* progress = nullptr;
 };
@@ -140,7 +151,8 @@ class ControlClient : public Group {
   // handshake completed within connect_timeout.
   static absl::StatusOr<std::unique_ptr<ControlClient>> Connect(ControlClientOptions options);
 
-  // Stops and joins the heartbeat thread, then closes the connection.
+  // Fails every waiting call (Cancelled), stops and joins the I/O thread (which closes the
+  // connection), and returns once every waiting call returned.
   ~ControlClient() override;
   ControlClient(const ControlClient&) = delete;
   ControlClient& operator=(const ControlClient&) = delete;
@@ -173,100 +185,141 @@ class ControlClient : public Group {
   // `reason` (used when !ok) is cut to kMaxReasonBytes.
   absl::Status Decide(bool ok, absl::string_view reason, absl::Time deadline);
 
-  // The roster the coordinator sent unasked since the last call, when a replacement joined for a
+  // The roster the coordinator sent unasked since the last take, when a replacement joined for a
   // lost process (its new transport address; Roster::epoch counts replacements); nullopt when
-  // none came. Collectives receive it; this only hands it over.
+  // none came. The I/O thread receives it; this only hands it over.
   std::optional<Roster> TakeRosterUpdate();
-  // Whether such a roster is waiting to be taken. Any thread.
+  // Whether such a roster is waiting to be taken.
   bool HasRosterUpdate();
 
-  // Fails the current and every later call with Aborted(reason) and closes the connection, so the
-  // other processes' collectives fail at once naming this process. Idempotent; any thread.
+  // Fails every waiting and later call with Aborted(reason) and closes the connection, so the
+  // other processes' collectives fail at once naming this process. Idempotent.
   void Abort(const absl::Status& reason);
 
-  // Loss notices received so far (by calls, WatchLosses or the heartbeat thread), and those from
-  // index `first` on, in the order they came. Any thread.
+  // Loss notices received so far (recorded by the I/O thread as they arrive), and those from
+  // index `first` on, in the order they came.
   size_t loss_count() const;
   std::vector<LossNotice> LossesSince(size_t first) const;
 
-  // Waits until `until`, until `wake_fd` (optional, -1: none) is readable, until the coordinator
-  // sent something, or until the heartbeat thread recorded a loss notice, and reads what the
-  // coordinator sent unasked: loss notices (recorded), rosters of replacements (TakeRosterUpdate),
-  // late answers of earlier calls (dropped), heartbeats. When a call is in progress it reads
-  // nothing (the call records the notices). Errors: the connection is unusable (lost coordinator,
-  // closed or silent; protocol error; Aborted after Abort); later calls then fail the same way.
-  // Reads nothing before Join succeeded. May run on another thread than the calls (see the class
-  // comment).
+  // Waits until `until`, until `wake_fd` (optional, -1: none) is readable, or until the I/O thread
+  // recorded a loss notice or a replacement's roster or the connection became unusable, whichever
+  // comes first; reads nothing itself. Errors: the connection is unusable (lost coordinator,
+  // closed or silent; protocol error; Aborted after Abort), as every later call then fails.
+  // Several threads may wait at once.
   absl::Status WatchLosses(absl::Time until, int wake_fd);
 
  private:
+  // A call waiting for its reply (Join or a collective). Lives on the caller's stack; the I/O
+  // thread touches it only under mu_ and only while it is registered (join_call_, calls_).
+  struct Call {
+    std::string name;  // Names this call in the errors of a lost connection (ends with a space).
+    bool done = false;
+    absl::Status status;           // With done: the call's error, or OK with its reply below.
+    control::Result result;        // A collective's reply.
+    std::optional<Roster> roster;  // Join's reply.
+  };
+  // How the connection ended before a call named it: a call named `name` fails with
+  // Status(code, name + text).
+  struct Ending {
+    absl::StatusCode code = absl::StatusCode::kUnavailable;
+    std::string text;
+    absl::Status Named(absl::string_view name) const;
+  };
+  // Counts a public call that may wait (Join, collectives, WatchLosses) for its whole run, so that
+  // destruction waits for it to return. Takes mu_.
+  class Waiter;
+  // The I/O thread's clock: when the coordinator was last heard and when the next beat is due.
+  struct Beat {
+    absl::Time heard_at;
+    absl::Time next_beat;
+  };
+
   ControlClient() = default;
 
-  // Reads the challenge, sends the hello, checks the welcome. `*retry` says whether a new
-  // connection may succeed (the coordinator was busy).
+  // Reads the challenge, sends the hello, checks the welcome (on the caller, before the I/O thread
+  // starts). `*retry` says whether a new connection may succeed (the coordinator was busy).
   absl::Status Handshake(absl::Time deadline, bool* retry);
+  // Starts the I/O thread (and its wake-up eventfd).
+  absl::Status StartIo();
   // Checks a roster from the coordinator and converts it (moving its strings out of `wire`).
-  absl::StatusOr<Roster> ReadRoster(control::Roster& wire);
-  // Runs one numbered collective and returns its Result (OK code) or its error.
+  // Internal (a protocol error) when it is inconsistent.
+  absl::StatusOr<Roster> ReadRoster(control::Roster& wire) const;
+  // Queues one numbered collective and waits for its Result (OK code) or its error.
   absl::StatusOr<control::Result> Collective(control::Contribute contribute, absl::Time deadline);
-  // The error to return once the connection is unusable: Abort's reason if aborted, else `cause`
-  // (remembered for later calls).
-  absl::Status Broken(const absl::Status& cause);
-  // Reads every whole frame the socket has now (io_mu_ held, no call in progress): see WatchLosses.
-  absl::Status ReadUnasked();
-  // Records a Lost frame; a protocol error (Broken) for a process out of range or an oversized
-  // reason.
-  absl::Status RecordLoss(const control::Lost& lost);
-  // Fails the current and every later call with `reason` and shuts the socket down (Abort, and a
-  // silent coordinator). The first reason stays.
-  void Close(const absl::Status& reason);
-  // The heartbeat thread (see the class comment) and its sending step.
-  void KeepAlive();
-  void SendHeartbeat();
+  // The error of a call named `name` once the connection is unusable, OK while it is usable:
+  // Close's reason, else the first named error (which the first caller to meet an Ending names).
+  absl::Status UnusableLocked(absl::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `cause` the client's error (unless it has one) and has the I/O thread close the
+  // connection. Returns the client's error.
+  absl::Status BreakLocked(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Break(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails every waiting and later call with `reason` (verbatim) and has the I/O thread close the
+  // connection (Abort, a silent coordinator, an exception, destruction). The first reason stays.
+  void Close(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes the I/O thread (a frame was queued, or the connection is to close).
+  void WakeIo();
+
+  // The I/O thread (client_io.cc).
+  void IoLoop();
+  // One turn: writes what is queued, waits for the socket, reads and routes frames, checks the
+  // coordinator's silence and sends a heartbeat when due. An Ending when the connection failed.
+  std::optional<Ending> IoTurn(Beat& beat);
+  // Moves the queued frames to the writer (sealing them in order) and writes what the socket takes.
+  std::optional<Ending> Send() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reads every whole frame the socket has and routes them.
+  std::optional<Ending> Receive() ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<Ending> RouteLocked(control::Frame& frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<Ending> RouteBeforeRosterLocked(control::Frame& frame)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<Ending> RecordLossLocked(const control::Lost& lost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueHeartbeat();
+  // Fails every registered call (with `ending` when it is the first thing that ended the
+  // connection) and wakes WatchLosses.
+  void EndLocked(const std::optional<Ending>& ending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A loss notice, a roster update or the end happened: wakes WatchLosses.
+  void NotifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string Prefix() const;
 
+  // Immutable once Connect returns.
   ControlClientOptions options_;
-  UniqueFd fd_;
-  FrameReader reader_{kDefaultMaxFrameBytes};
-  FrameWriter writer_;
   int32_t process_ = -1;
   int32_t num_trainers_ = 0;
   int32_t num_rollouts_ = 0;
   int64_t coordinator_max_frame_bytes_ = kDefaultMaxFrameBytes;
-  bool joined_ = false;
-  bool join_attempted_ = false;
-  uint64_t next_number_ = 0;
-  std::optional<Roster> roster_update_;
-  // Join: the coordinator's latest RendezvousProgress and when it arrived.
-  std::optional<control::RendezvousProgress> rendezvous_progress_;
-  absl::Time rendezvous_progress_at_ = absl::InfinitePast();
-  absl::Status broken_;
   // Agreed in the Welcome; zero: no heartbeats.
   absl::Duration heartbeat_interval_ = absl::ZeroDuration();
   absl::Duration silence_limit_ = absl::ZeroDuration();
 
-  // Held by every call for its whole run, and by WatchLosses and the heartbeat thread while they
-  // read (so the connection's reader and the fields above have one user at a time).
-  absl::Mutex io_mu_;
-  // Held while writing writer_ to the socket: by a call (inside io_mu_) for each frame it sends,
-  // and by the heartbeat thread (TryLock only) for a heartbeat, so frames never interleave. Frames
-  // are sealed (given their sequence numbers) as they are queued, under this lock, so the numbers
-  // follow the order on the wire.
-  absl::Mutex write_mu_;
+  // The connection: Connect's until the I/O thread starts, the I/O thread's alone from then on.
+  UniqueFd fd_;
+  FrameReader reader_{kDefaultMaxFrameBytes};
+  FrameWriter writer_;
+  UniqueFd wake_fd_;  // eventfd: WakeIo.
+  std::thread io_;
 
-  // Bytes received from the coordinator (reader_'s progress counter), sampled by the heartbeat
-  // thread to see that the coordinator is alive.
-  std::atomic<int64_t> bytes_heard_{0};
-  UniqueFd stop_fd_;    // eventfd: the destructor stops the heartbeat thread.
-  UniqueFd notice_fd_;  // eventfd: the heartbeat thread recorded a loss notice (wakes WatchLosses).
-  std::thread keepalive_;
-
-  mutable absl::Mutex loss_mu_;
-  std::vector<LossNotice> losses_ ABSL_GUARDED_BY(loss_mu_);
-
-  std::atomic<bool> closed_{false};  // By Close: Abort or a silent coordinator.
-  mutable absl::Mutex close_mu_;
-  absl::Status close_reason_ ABSL_GUARDED_BY(close_mu_);
+  mutable absl::Mutex mu_;
+  // Frames queued by the calls, written by the I/O thread in this order.
+  std::deque<control::Frame> outbox_ ABSL_GUARDED_BY(mu_);
+  Call* join_call_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<uint64_t, Call*> calls_ ABSL_GUARDED_BY(mu_);  // Collectives waiting, by number.
+  bool join_attempted_ ABSL_GUARDED_BY(mu_) = false;
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_number_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Roster> roster_update_ ABSL_GUARDED_BY(mu_);
+  // Join: the coordinator's latest RendezvousProgress and when it arrived.
+  std::optional<control::RendezvousProgress> rendezvous_progress_ ABSL_GUARDED_BY(mu_);
+  absl::Time rendezvous_progress_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::vector<LossNotice> losses_ ABSL_GUARDED_BY(mu_);
+  uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;        // Counts NotifyLocked.
+  std::vector<int> watchers_ ABSL_GUARDED_BY(mu_);  // eventfds of WatchLosses calls with a wake_fd.
+  absl::Status close_reason_ ABSL_GUARDED_BY(mu_);  // Close's.
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);        // The first named error.
+  std::optional<Ending> ending_ ABSL_GUARDED_BY(mu_);
+  bool finish_ ABSL_GUARDED_BY(mu_) = false;   // The I/O thread is to close the connection.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;     // The destructor stops the I/O thread.
+  bool io_done_ ABSL_GUARDED_BY(mu_) = false;  // The I/O thread closed the connection and left.
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;       // Waiter.
 };
 
 }  // namespace wsync

@@ -1,11 +1,11 @@
-// ControlClient's check of the rosters the coordinator sends (client.h). Called with io_mu_ held.
+// ControlClient's check of the rosters the coordinator sends (client.h). Called by the I/O thread.
 
 #include "absl/strings/str_cat.h"
 #include "transport/control/client.h"
 
 namespace wsync {
 
-absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) {
+absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) const {
   const int32_t world = size();
   bool consistent = wire.num_trainers() == num_trainers_ && wire.num_rollouts() == num_rollouts_ &&
                     wire.processes_size() == world;
@@ -20,8 +20,7 @@ absl::StatusOr<Roster> ControlClient::ReadRoster(control::Roster& wire) {
                  (id != process_ || e.node_id() == options_.node_id);
   }
   if (!consistent) {
-    return Broken(absl::InternalError(
-        absl::StrCat(Prefix(), "protocol error: the coordinator sent an inconsistent roster")));
+    return absl::InternalError("protocol error: the coordinator sent an inconsistent roster");
   }
   Roster roster;
   roster.num_trainers = num_trainers_;

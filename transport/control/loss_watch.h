@@ -16,10 +16,9 @@
 // fails within a round trip of the close, or at the silence limit, instead of at its deadline. Not
 // after the owner's own Abort (the owner is failing the sync already).
 //
-// The owner keeps using the client meanwhile (one call at a time, as client.h says); the watch
-// reads the connection only between those calls, and a call records the notices it reads, which
-// the watch then reports at once (heartbeats on) or within kLossWatchPeriod (off).
-//
+// The owner keeps using the client meanwhile (from any thread, as client.h says); the client's
+// I/O thread records every notice as it arrives and wakes the watch, which reports it at once.
+
 // Thread safety: on_loss runs on the watch's thread and must be safe against whatever the owner
 // does meanwhile. The client must outlive the watch. Destruction wakes and joins the thread at
 // once.
@@ -36,7 +35,7 @@
 
 namespace wsync {
 
-// How long a loss notice that a call read (not the watch) may wait to be reported.
+// How long the watch waits in one ControlClient::WatchLosses (a notice wakes it earlier).
 inline constexpr absl::Duration kLossWatchPeriod = absl::Milliseconds(250);
 
 class LossWatch {
