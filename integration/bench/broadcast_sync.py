@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""One process of the broadcast contestants of `wsync bench compare`.
+"""One process of the broadcast contestants of `wsync-bench compare`.
 
 The weight-sync pattern most RL frameworks use today, written for this benchmark with
 torch.distributed over gloo (TCP; on one machine over loopback):
@@ -11,7 +11,7 @@ torch.distributed over gloo (TCP; on one machine over loopback):
           broadcasts one bucket at a time (checkpoint-engine's broadcast mode, verl).
 
 Processes: ranks 0..T-1 are the trainers, T..T+R-1 the rollouts, as in the layout spec that
-`wsync bench compare` writes (--spec, JSON: parameters, and per process its buffers and the pieces
+`wsync-bench compare` writes (--spec, JSON: parameters, and per process its buffers and the pieces
 of parameters they hold, offsets and strides in elements). Every trainer writes the logical values
 of version v into its pieces before sync v; every rollout checks every element of its pieces
 after it, so a wrong, stale or misplaced element fails the process (exit status 1) instead of

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Bar chart of `wsync bench compare`'s JSON: usage plot_compare.py COMPARE_JSON OUT_PNG.
+"""Bar chart of `wsync-bench compare`'s JSON: usage plot_compare.py COMPARE_JSON OUT_PNG.
 
 One panel per scenario: seconds per sync of every contestant (median bar, min-max whisker, log
 scale), and the link limits (ucx_perftest, memcpy) as the time they need for the bytes one rollout
@@ -57,7 +57,7 @@ def main(argv):
         ax.grid(axis="y", which="both", alpha=0.3)
     for panel in range(len(scenarios), rows * columns):
         axes[panel // columns][panel % columns].axis("off")
-    figure.suptitle("wsync bench compare, %s\n%s" % (report["date"], report["machine"]),
+    figure.suptitle("wsync-bench compare, %s\n%s" % (report["date"], report["machine"]),
                     fontsize=9)
     figure.tight_layout()
     figure.savefig(argv[2], dpi=110)

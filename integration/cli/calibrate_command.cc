@@ -27,15 +27,26 @@ ABSL_FLAG(std::string, show, "", "Print the fits of this calibration file.");
 ABSL_FLAG(bool, netns, false,
           "With --nodes naming two nodes: each node's processes in a network namespace of its "
           "own, the two joined by a veth, so inter_node pairs cross a network link (root).");
-ABSL_DECLARE_FLAG(int32_t, probe_worker);
-ABSL_DECLARE_FLAG(int32_t, processes);
-ABSL_DECLARE_FLAG(std::string, nodes);
 ABSL_DECLARE_FLAG(std::string, path_transports);
-ABSL_DECLARE_FLAG(std::string, probe_sizes);
-ABSL_DECLARE_FLAG(int32_t, probe_repeats);
-ABSL_DECLARE_FLAG(int32_t, probe_warmup);
-ABSL_DECLARE_FLAG(std::string, fan_widths);
-ABSL_DECLARE_FLAG(double, probe_memory);
+ABSL_FLAG(int32_t, probe_worker, -1,
+          "Internal: run as process P of a calibration job (started by `wsync calibrate`).");
+ABSL_FLAG(std::string, probe_coordinator, "", "Internal: host:port of the job's coordinator.");
+ABSL_FLAG(std::string, probe_job, "wsync-calibrate", "Internal: the job id.");
+
+// Flags shared by the launcher (`wsync calibrate --processes N --out F`) and its workers.
+ABSL_FLAG(int32_t, processes, 0, "`wsync calibrate`: processes to probe on this machine.");
+ABSL_FLAG(std::string, nodes, "",
+          "`wsync calibrate`: node id per process, e.g. 'a,a,b,b' (default: one node).");
+ABSL_FLAG(std::string, probe_sizes, "",
+          "`wsync calibrate`: message sizes, e.g. '4K,64K,1M,16M' (default 4K..256M, factors of "
+          "4, within --probe_memory).");
+ABSL_FLAG(int32_t, probe_repeats, 5, "`wsync calibrate`: timed repeats per pattern and size.");
+ABSL_FLAG(int32_t, probe_warmup, 1, "`wsync calibrate`: untimed repeats before them.");
+ABSL_FLAG(std::string, fan_widths, "",
+          "`wsync calibrate`: fan widths, e.g. '1,2,3' (default: powers of two up to the "
+          "processes per node minus one).");
+ABSL_FLAG(double, probe_memory, static_cast<double>(int64_t{1} << 30),
+          "`wsync calibrate`: bytes each process may allocate for probing.");
 
 namespace wsync::cli {
 namespace {
@@ -136,7 +147,12 @@ absl::Status Run(std::FILE* out) {
     WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, ParseCalibration(bytes));
     return Show(calibration, out);
   }
-  if (absl::GetFlag(FLAGS_probe_worker) >= 0) return RunCalibrationWorker();
+  if (absl::GetFlag(FLAGS_probe_worker) >= 0) {
+    WSYNC_ASSIGN_OR_RETURN(const CalibrationJob job, JobFromFlags(path));
+    return RunCalibrationWorker(job, absl::GetFlag(FLAGS_probe_worker),
+                                absl::GetFlag(FLAGS_probe_coordinator),
+                                absl::GetFlag(FLAGS_probe_job));
+  }
   if (absl::GetFlag(FLAGS_processes) > 0 && !path.empty()) {
     WSYNC_ASSIGN_OR_RETURN(CalibrationJob job, JobFromFlags(path));
     // Removes the namespaces when the job is done.

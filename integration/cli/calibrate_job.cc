@@ -8,8 +8,6 @@
 #include <iterator>
 #include <memory>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,29 +20,6 @@
 #include "plugin/runtime.h"
 #include "transport/control/auth.h"
 #include "transport/selector/selector.h"
-
-ABSL_DECLARE_FLAG(std::string, out);
-ABSL_DECLARE_FLAG(std::string, path_transports);
-
-ABSL_FLAG(int32_t, probe_worker, -1,
-          "Internal: run as process P of a calibration job (started by `wsync calibrate`).");
-ABSL_FLAG(std::string, probe_coordinator, "", "Internal: host:port of the job's coordinator.");
-ABSL_FLAG(std::string, probe_job, "wsync-calibrate", "Internal: the job id.");
-
-// Flags shared by the launcher (`wsync calibrate --processes N --out F`) and its workers.
-ABSL_FLAG(int32_t, processes, 0, "`wsync calibrate`: processes to probe on this machine.");
-ABSL_FLAG(std::string, nodes, "",
-          "`wsync calibrate`: node id per process, e.g. 'a,a,b,b' (default: one node).");
-ABSL_FLAG(std::string, probe_sizes, "",
-          "`wsync calibrate`: message sizes, e.g. '4K,64K,1M,16M' (default 4K..256M, factors of "
-          "4, within --probe_memory).");
-ABSL_FLAG(int32_t, probe_repeats, 5, "`wsync calibrate`: timed repeats per pattern and size.");
-ABSL_FLAG(int32_t, probe_warmup, 1, "`wsync calibrate`: untimed repeats before them.");
-ABSL_FLAG(std::string, fan_widths, "",
-          "`wsync calibrate`: fan widths, e.g. '1,2,3' (default: powers of two up to the "
-          "processes per node minus one).");
-ABSL_FLAG(double, probe_memory, static_cast<double>(int64_t{1} << 30),
-          "`wsync calibrate`: bytes each process may allocate for probing.");
 
 namespace wsync::cli {
 namespace {
@@ -104,17 +79,21 @@ absl::StatusOr<std::vector<int32_t>> ParseWidths(const std::string& text) {
   return widths;
 }
 
-absl::Status RunCalibrationWorker() {
-  const int32_t me = absl::GetFlag(FLAGS_probe_worker);
-  const int32_t n = absl::GetFlag(FLAGS_processes);
-  const std::vector<std::string> host_port =
-      absl::StrSplit(absl::GetFlag(FLAGS_probe_coordinator), ':');
+absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
+                                  const std::string& coordinator, const std::string& job_id) {
+  const int32_t n = job.processes;
+  const std::vector<std::string> host_port = absl::StrSplit(coordinator, ':');
   int port = 0;
-  if (host_port.size() != 2 || !absl::SimpleAtoi(host_port[1], &port) || n < 1 || me >= n) {
+  if (host_port.size() != 2 || !absl::SimpleAtoi(host_port[1], &port) || n < 1 || me < 0 ||
+      me >= n) {
     return absl::InvalidArgumentError("bad --probe_coordinator, --processes or --probe_worker");
   }
+  if (job.path_transports.size() > 1) {
+    return absl::InvalidArgumentError("a calibration worker takes one path transport spec");
+  }
+  const std::string path_transports = job.path_transports.empty() ? "" : job.path_transports[0];
   WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(SecretSource::Environment(kSecretEnv)));
-  std::vector<std::string> nodes = Split(absl::GetFlag(FLAGS_nodes));
+  std::vector<std::string> nodes = job.nodes;
   if (nodes.empty()) nodes.assign(n, "local");
   if (static_cast<int32_t>(nodes.size()) != n) {
     return absl::InvalidArgumentError(absl::StrCat(nodes.size(), " --nodes for ", n, " processes"));
@@ -124,33 +103,32 @@ absl::Status RunCalibrationWorker() {
   config.role = Role::kTrainer;
   config.rank = me;
   config.num_trainers = n;
-  config.job_id = absl::GetFlag(FLAGS_probe_job);
+  config.job_id = job_id;
   config.coordinator_host = host_port[0];
   config.coordinator_port = port;
   config.host_coordinator = me == 0;
   config.node_id = nodes[me];
   config.deadline = absl::Seconds(60);
-  WSYNC_ASSIGN_OR_RETURN(config.path_transports,
-                         ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
+  WSYNC_ASSIGN_OR_RETURN(config.path_transports, ParsePathTransports(path_transports));
   const PathOf path_of = PathOfNodes(nodes);
   absl::StatusOr<ConnectedMesh> mesh = ConnectMesh(config, secret, path_of);
   WipeSecret(secret);
   WSYNC_RETURN_IF_ERROR(mesh.status());
 
   ProbeOptions options;
-  WSYNC_ASSIGN_OR_RETURN(options.sizes, ParseSizes(absl::GetFlag(FLAGS_probe_sizes)));
-  options.repeats = absl::GetFlag(FLAGS_probe_repeats);
-  options.warmup = absl::GetFlag(FLAGS_probe_warmup);
+  options.sizes = job.sizes;
+  options.repeats = job.repeats;
+  options.warmup = job.warmup;
   options.path_of = path_of;
-  WSYNC_ASSIGN_OR_RETURN(options.fan_widths, ParseWidths(absl::GetFlag(FLAGS_fan_widths)));
+  options.fan_widths = job.fan_widths;
   options.nodes = nodes;
-  options.memory_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_probe_memory));
-  options.settings["path_transports"] = absl::GetFlag(FLAGS_path_transports);
+  options.memory_budget_bytes = job.memory_budget_bytes;
+  options.settings["path_transports"] = path_transports;
   options.settings["nodes"] = absl::StrJoin(nodes, ",");
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
                          CalibrateLinks(options, *mesh->transport, *mesh->client));
   if (me == 0) {
-    const std::string path = absl::GetFlag(FLAGS_out);
+    const std::string& path = job.out;
     std::ofstream file(path, std::ios::binary | std::ios::trunc);
     file << SerializeCalibration(calibration);
     if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
@@ -162,7 +140,7 @@ absl::Status RunCalibrationWorker() {
 }
 
 absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
-                                                     const std::string& self) {
+                                                     const std::string& wsync) {
   if (job.out.empty() || job.processes < 1 ||
       (job.path_transports.size() > 1 &&
        static_cast<int32_t>(job.path_transports.size()) != job.processes)) {
@@ -183,7 +161,7 @@ absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
       argv = {"ip", "netns", "exec", job.netns[p]};
     }
     const std::vector<std::string> flags = {
-        self,
+        wsync,
         "calibrate",
         absl::StrCat("--probe_worker=", p),
         absl::StrCat("--probe_coordinator=", job.coordinator_address, ":", port),

@@ -36,10 +36,11 @@ struct CalibrationJob {
   std::string out;  // The calibration file process 0 writes; required.
 };
 
-// Runs the job with `self` (this wsync binary) and returns the calibration written to job.out.
-// Fails naming the processes that failed, with their standard error.
+// Runs the job's processes as `wsync calibrate --probe_worker P`, `wsync` being the path of the
+// wsync CLI (the CLI itself, or the sibling binary wsync-bench finds), and returns the calibration
+// written to job.out. Fails naming the processes that failed, with their standard error.
 absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
-                                                     const std::string& self);
+                                                     const std::string& wsync);
 
 // "4K,64K,1M" (suffixes K, M, G: powers of 1024) into bytes; InvalidArgument on a bad entry.
 absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text);
@@ -47,8 +48,14 @@ absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text);
 // "1,2,3" into fan widths; InvalidArgument on an entry that is not a number.
 absl::StatusOr<std::vector<int32_t>> ParseWidths(const std::string& text);
 
-// The body of `wsync calibrate --probe_worker P` (flags already parsed; see calibrate_command).
-absl::Status RunCalibrationWorker();
+// The body of `wsync calibrate --probe_worker P` (calibrate_command.cc fills the arguments from
+// its flags): process `me` of `job` (job.path_transports: at most one entry, this process's;
+// job.netns, job.coordinator_address and job.timeout are the launcher's and not used here),
+// connecting to the coordinator at `coordinator` ("host:port", hosted by process 0) as job
+// `job_id`, the secret from $WSYNC_SECRET. Process 0 writes job.out. InvalidArgument on a bad
+// address, process number or node count.
+absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
+                                  const std::string& coordinator, const std::string& job_id);
 
 }  // namespace wsync::cli
 

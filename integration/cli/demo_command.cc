@@ -34,14 +34,16 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 
-// Shared with `wsync plan`, `wsync bench` and `wsync coordinator` (one flag registry per binary).
+// Shared with `wsync plan` and `wsync coordinator` (one flag registry per binary).
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, from);
 ABSL_DECLARE_FLAG(std::string, to);
 ABSL_DECLARE_FLAG(int32_t, trainers);
 ABSL_DECLARE_FLAG(int32_t, rollouts);
-ABSL_DECLARE_FLAG(int32_t, layers);
-ABSL_DECLARE_FLAG(bool, verify);
+ABSL_FLAG(int32_t, layers, 0, "`wsync demo`: keep only the first N transformer layers (0: all).");
+ABSL_FLAG(bool, verify, false,
+          "`wsync demo`: the plugin's verify=true: every chunk hashed (xxh3) by sender and "
+          "receiver, checked before the commit.");
 ABSL_FLAG(bool, verify_keyed, false,
           "wsync demo: the plugin's keyed verify (verify=2): a MAC per chunk keyed from the job "
           "secret, which a forged chunk or digest cannot pass.");

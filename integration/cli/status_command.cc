@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/sync_progress.h"
-#include "integration/cli/bench_report.h"
+#include "integration/bench/bench_report.h"
 #include "transport/control/auth.h"
 #include "transport/control/protocol.h"
 #include "transport/control/status_client.h"
@@ -28,6 +28,8 @@ ABSL_FLAG(double, watch, 0, "`wsync status`: repeat every this many seconds (0: 
 ABSL_FLAG(double, status_timeout_s, 5, "`wsync status`: limit of one query, seconds.");
 
 namespace wsync::cli {
+
+using bench::JsonString;  // integration/bench/bench_report.h (library wsync::bench_report).
 namespace {
 
 std::string RoleName(int role) {

@@ -3,7 +3,7 @@
 
 // A wsync job whose weights live in CUDA memory, every process a thread of this process driving a
 // plugin Session (the coordinator hosted by trainer rank 0 on a free loopback port): what
-// `wsync bench sync --memory cuda` times and what the gpu test GpuSessionTest checks. Needs a GPU
+// `wsync-bench sync --memory cuda` times and what the gpu test GpuSessionTest checks. Needs a GPU
 // and the NCCL backend (built only with WSYNC_HAVE_NCCL).
 //
 // Placement: process p's CUDA buffers are on device p % devices, every buffer in CUDA memory, and

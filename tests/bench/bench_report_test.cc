@@ -1,4 +1,4 @@
-#include "integration/cli/bench_report.h"
+#include "integration/bench/bench_report.h"
 
 #include <random>
 #include <string>
@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 using ::testing::HasSubstr;
@@ -170,9 +170,9 @@ TEST(BenchReportTest, TableShowsEveryResult) {
 
 TEST(BenchReportTest, JsonHoldsSamplesAndSummaries) {
   const Scenario s = Example();
-  const std::string json = ToJson({s, s}, "2026-11-29", "2 cores", "wsync bench compare");
+  const std::string json = ToJson({s, s}, "2026-11-29", "2 cores", "wsync-bench compare");
   EXPECT_THAT(json, HasSubstr("\"date\": \"2026-11-29\""));
-  EXPECT_THAT(json, HasSubstr("\"command\": \"wsync bench compare\""));
+  EXPECT_THAT(json, HasSubstr("\"command\": \"wsync-bench compare\""));
   EXPECT_THAT(json, HasSubstr("\"to\": \"vllm(tp=2)\""));
   EXPECT_THAT(json, HasSubstr("\"rollout_bytes\": 1000000000"));
   EXPECT_THAT(json, HasSubstr("\"seconds\": [3, 1, 2]"));
@@ -203,4 +203,4 @@ TEST(BenchReportTest, JsonHoldsSamplesAndSummaries) {
 }
 
 }  // namespace
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,7 +1,8 @@
-"""`wsync bench compare` in its quick mode, and the broadcast contestant's own checks.
+"""`wsync-bench compare` in its quick mode, and the broadcast contestant's own checks.
 
-Run by ctest with Debian's /usr/bin/python3 (python3-torch); WSYNC_CLI names the built `wsync`
-binary (wsync_test_worker must be built next to it, as `make build` does).
+Run by ctest with Debian's /usr/bin/python3 (python3-torch); WSYNC_BENCH names the built
+`wsync-bench` binary (wsync and wsync_test_worker must be built in the same tree, as `make build`
+does: wsync-bench finds them there).
 """
 
 import importlib.util
@@ -97,7 +98,8 @@ class BroadcastSyncTest(unittest.TestCase):
         self.assertNotIn("VERIFIED", out)
 
 
-@unittest.skipUnless(os.environ.get("WSYNC_CLI"), "WSYNC_CLI (the wsync binary) is not set")
+@unittest.skipUnless(os.environ.get("WSYNC_BENCH"),
+                     "WSYNC_BENCH (the wsync-bench binary) is not set")
 class CompareQuickTest(unittest.TestCase):
     """The whole benchmark on a tiny model: every contestant runs, is verified and is timed."""
 
@@ -107,7 +109,7 @@ class CompareQuickTest(unittest.TestCase):
             print("python3-matplotlib is not installed: compare.png is not checked",
                   file=sys.stderr)
         with tempfile.TemporaryDirectory() as out:
-            command = [os.environ["WSYNC_CLI"], "bench", "compare", "--model", "qwen2.5-tiny",
+            command = [os.environ["WSYNC_BENCH"], "compare", "--model", "qwen2.5-tiny",
                        "--from", "fsdp(2)", "--to", "vllm(tp=1,dp=2)", "--repeats", "1",
                        "--compare_syncs", "1", "--out", out,
                        "--compare_plot=%s" % ("true" if plot else "false")]
@@ -120,7 +122,7 @@ class CompareQuickTest(unittest.TestCase):
             if plot:
                 with open(os.path.join(out, "compare.png"), "rb") as f:
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
-        self.assertIn("wsync bench compare", report["command"])
+        self.assertIn("wsync-bench compare", report["command"])
         self.assertEqual(len(report["scenarios"]), 1)
         scenario = report["scenarios"][0]
         self.assertEqual((scenario["from"], scenario["to"]), ("fsdp(2)", "vllm(tp=1,dp=2)"))

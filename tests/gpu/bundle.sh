@@ -6,14 +6,14 @@
 # Environment: BUILD_DIR (default build-gpubundle), JOBS (compile jobs, default 2),
 # WSYNC_CUDA_ROOT (CUDA 13 and NCCL, default /usr/local/cuda), BUNDLE_LIMIT_MIB (default 48).
 #
-# Contract: on success (exit 0) the folder holds bin/ (the gpu-labelled test binaries and `wsync`),
-# lib/ (libwsync.so, libwsync_cuda.so and the ldd closure of everything in bin/ and lib/ minus
-# what the GPU image provides: glibc, the CUDA driver, libnccl, libstdc++ and libgcc_s), lib/ucx/
-# (UCX's cma module), lib/cudart/ (a fallback libcudart.so.13), lib/compat/ (libstdc++ and libgcc_s,
-# used only when the image's are older than the binaries need), python/ (the wsync package and the
-# torch end-to-end check), tests.tsv (the gpu tests as ctest runs them), MANIFEST.txt, run.sh and
-# README.md, at most BUNDLE_LIMIT_MIB MiB; it prints the size and the library list. Exit 1 when the
-# build fails, a dependency cannot be resolved here, or the folder is over the limit.
+# Contract: on success (exit 0) the folder holds bin/ (the gpu-labelled test binaries, `wsync` and
+# `wsync-bench`), lib/ (libwsync.so, libwsync_cuda.so and the ldd closure of everything in bin/ and
+# lib/ minus what the GPU image provides: glibc, the CUDA driver, libnccl, libstdc++ and libgcc_s),
+# lib/ucx/ (UCX's cma module), lib/cudart/ (a fallback libcudart.so.13), lib/compat/ (libstdc++ and
+# libgcc_s, used only when the image's are older than the binaries need), python/ (the wsync package
+# and the torch end-to-end check), tests.tsv (the gpu tests as ctest runs them), MANIFEST.txt,
+# run.sh and README.md, at most BUNDLE_LIMIT_MIB MiB; it prints the size and the library list. Exit
+# 1 when the build fails, a dependency cannot be resolved here, or the folder is over the limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -47,7 +47,7 @@ for test in json.load(sys.stdin)["tests"]:
 echo "gpu tests: ${gpu_tests[*]}"
 
 echo "== build (nice -n 19, -j${JOBS})"
-nice -n 19 cmake --build "$BUILD_DIR" -j"$JOBS" --target wsync wsync_plugin wsync_cuda \
+nice -n 19 cmake --build "$BUILD_DIR" -j"$JOBS" --target wsync wsync-bench wsync_plugin wsync_cuda \
   "${gpu_tests[@]}" || die "build failed"
 
 # Each gpu test exactly as ctest runs it: name, binary, timeout, environment, arguments.
@@ -85,6 +85,7 @@ while IFS=$'\t' read -r name binary timeout env args; do
   printf '%s\t%s\t%s\t%s\n' "$name" "$timeout" "$env" "$args" >>"$BUNDLE/tests.tsv"
 done <"$BUILD_DIR/bundle-tests.tsv"
 strip --strip-unneeded -o "$BUNDLE/bin/wsync" "$BUILD_DIR/integration/cli/wsync"
+strip --strip-unneeded -o "$BUNDLE/bin/wsync-bench" "$BUILD_DIR/integration/bench/wsync-bench"
 strip --strip-unneeded -o "$BUNDLE/lib/libwsync.so" "$BUILD_DIR/plugin/libwsync.so"
 strip --strip-unneeded -o "$BUNDLE/lib/libwsync_cuda.so" "$BUILD_DIR/plugin/libwsync_cuda.so"
 

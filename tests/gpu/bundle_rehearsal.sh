@@ -12,7 +12,7 @@
 # it, inside a Python package `nvidia.nccl` (a fake wheel on PYTHONPATH). Then, with a clean
 # environment and the dynamic loader's trace (LD_DEBUG=libs), it checks:
 #   - run.sh exits 2 with "RESULT: NO GPU": ldd, `wsync --help`, every test's --gtest_list_tests,
-#     `import wsync` and a torch CPU sync pass, and `wsync bench sync --memory cuda` fails with
+#     `import wsync` and a torch CPU sync pass, and `wsync-bench sync --memory cuda` fails with
 #     "no CUDA device" (the CUDA module loaded with its libraries);
 #   - every library the processes loaded that the bundle carries came from the bundle (UCX's cma
 #     module from lib/ucx), libnccl from the fake wheel, libcudart from the bundle's fallback;

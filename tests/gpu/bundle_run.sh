@@ -4,12 +4,12 @@
 #   gpu-bundle/run.sh [--load-only]
 # 1. load: the library path (the bundle's lib/, the image's libnccl.so.2 and libcudart.so.13 from
 #    its Python wheels or CUDA, the bundle's libstdc++ only when the image's is too old); ldd of
-#    every binary, `wsync --help`, each test binary's --gtest_list_tests, `import wsync`, and a
-#    torch sync of CPU tensors between two processes (UCX from the bundle).
-# 2. the GPU (nvidia-smi). None: `wsync bench sync --memory cuda` must fail with "no CUDA device"
+#    every binary, `wsync --help`, `wsync-bench help`, each test binary's --gtest_list_tests,
+#    `import wsync`, and a torch sync of CPU tensors between two processes (UCX from the bundle).
+# 2. the GPU (nvidia-smi). None: `wsync-bench sync --memory cuda` must fail with "no CUDA device"
 #    (the CUDA module and its libraries loaded), and the run ends there with status 2.
 # 3. every gpu-labelled test (tests.tsv: as ctest runs them), the torch end-to-end sync of CUDA
-#    tensors (python/gpu_torch_sync.py), and `wsync bench sync --memory cuda` over CUDA IPC between
+#    tensors (python/gpu_torch_sync.py), and `wsync-bench sync --memory cuda` over CUDA IPC between
 #    threads and between processes, and with intra_node=nccl (NCCL proper with two GPUs).
 # Everything ends within WSYNC_GPU_BUDGET_S seconds (default 470; a step that would not fit is
 # skipped and says so). Results: summary.txt, env.txt, load.log, tests.log, python.log, bench.log
@@ -157,6 +157,7 @@ else
   failures=$((failures + 1))
 fi
 step "wsync --help" 20 "$LOAD" "$BUNDLE/bin/wsync" --help
+step "wsync-bench --help" 20 "$LOAD" "$BUNDLE/bin/wsync-bench" help
 while IFS=$'\t' read -r name _; do
   step "$name --gtest_list_tests" 20 "$LOAD" "$BUNDLE/bin/$name" --gtest_list_tests
 done <"$BUNDLE/tests.tsv"
@@ -174,12 +175,12 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 if ((gpus == 0)); then
   say "no GPU: nvidia-smi lists none"
-  bench_out=$(timeout 60 "$BUNDLE/bin/wsync" bench sync --memory cuda 2>&1)
+  bench_out=$(timeout 60 "$BUNDLE/bin/wsync-bench" sync --memory cuda 2>&1)
   echo "$bench_out" >>"$RESULTS/bench.log"
   if grep -q "no CUDA device" <<<"$bench_out"; then
-    say "PASS  wsync bench sync --memory cuda fails with \"no CUDA device\" (module loaded)"
+    say "PASS  wsync-bench sync --memory cuda fails with \"no CUDA device\" (module loaded)"
   else
-    say "FAIL  wsync bench sync --memory cuda: $(tail -1 <<<"$bench_out")"
+    say "FAIL  wsync-bench sync --memory cuda: $(tail -1 <<<"$bench_out")"
     failures=$((failures + 1))
   fi
   ((failures == 0)) && finish "RESULT: NO GPU (every load check passed)" 2
@@ -213,8 +214,8 @@ grep -E '^(trainer|rollout|sync)' "$RESULTS/python.log" | tail -6 | sed 's/^/   
 for flags in "" "--cuda_forked" "--cuda_path_transports=intra_node=nccl"; do
   mark=$(wc -l <"$RESULTS/bench.log")
   # shellcheck disable=SC2086
-  step "wsync bench sync --memory cuda $flags" 90 "$RESULTS/bench.log" \
-    "$BUNDLE/bin/wsync" bench sync --memory cuda $flags
+  step "wsync-bench sync --memory cuda $flags" 90 "$RESULTS/bench.log" \
+    "$BUNDLE/bin/wsync-bench" sync --memory cuda $flags
   tail -n +"$((mark + 1))" "$RESULTS/bench.log" |
     grep -E '^(placement|wsync \(transfer|cudaMemcpy D2D|bytes per)' | sed 's/^/      /' |
     tee -a "$SUMMARY"

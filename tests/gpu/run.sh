@@ -56,12 +56,12 @@ done
 # CUDA IPC between threads (direct device pointers), between forked processes (mapped
 # allocations), and NCCL (with one GPU the trainers then keep host memory: placement printed).
 for flags in "" "--cuda_forked" "--cuda_path_transports=intra_node=nccl"; do
-  echo "== wsync bench sync --memory cuda $flags"
+  echo "== wsync-bench sync --memory cuda $flags"
   # shellcheck disable=SC2086
-  if "$BUILD_DIR/integration/cli/wsync" bench sync --memory cuda $flags; then
-    summary+=("PASS wsync bench sync --memory cuda $flags")
+  if "$BUILD_DIR/integration/bench/wsync-bench" sync --memory cuda $flags; then
+    summary+=("PASS wsync-bench sync --memory cuda $flags")
   else
-    summary+=("FAIL wsync bench sync --memory cuda $flags"); status=1
+    summary+=("FAIL wsync-bench sync --memory cuda $flags"); status=1
   fi
 done
 

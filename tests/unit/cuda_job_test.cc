@@ -1,4 +1,4 @@
-// The CUDA job of `wsync bench sync --memory cuda` and the gpu session tests (integration/cuda:
+// The CUDA job of `wsync-bench sync --memory cuda` and the gpu session tests (integration/cuda:
 // RunCudaJob) on a fake of CUDA and NCCL (tests/unit/fake_cuda_fabric.h), so that what a GPU
 // machine runs is exercised here too: qwen2.5-tiny megatron(tp=1) -> vllm(tp=1) (fused qkv_proj
 // and gate_up_proj on the rollout), every rollout element checked by the job itself.

@@ -1,4 +1,4 @@
-#include "integration/cli/perftest.h"
+#include "integration/bench/perftest.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -25,7 +25,7 @@
 
 extern char** environ;
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path);
@@ -230,4 +230,4 @@ absl::StatusOr<PerftestResult> RunPerftest(const std::string& binary, const std:
   return result;
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,7 +1,7 @@
-#ifndef WSYNC_INTEGRATION_CLI_PERFTEST_H_
-#define WSYNC_INTEGRATION_CLI_PERFTEST_H_
+#ifndef WSYNC_INTEGRATION_BENCH_PERFTEST_H_
+#define WSYNC_INTEGRATION_BENCH_PERFTEST_H_
 
-// Runs UCX's own benchmark, ucx_perftest, as the link limit that `wsync bench sync` compares with.
+// Runs UCX's own benchmark, ucx_perftest, as the link limit that `wsync-bench sync` compares with.
 
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 struct PerftestResult {
   std::vector<double> bytes_per_second;  // One per pair (concurrent pairs: each one's share).
@@ -35,6 +35,6 @@ std::string ReadWholeFile(const std::string& path);
 // The last `chars` characters of `text`, marked with "..." when cut.
 std::string TailOf(const std::string& text, size_t chars = 600);
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench
 
-#endif  // WSYNC_INTEGRATION_CLI_PERFTEST_H_
+#endif  // WSYNC_INTEGRATION_BENCH_PERFTEST_H_

@@ -1,4 +1,4 @@
-#include "integration/cli/bench_broadcast.h"
+#include "integration/bench/bench_broadcast.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,12 +19,12 @@
 #include "absl/time/time.h"
 #include "common/dtype.h"
 #include "common/status.h"
-#include "integration/cli/bench_report.h"
-#include "integration/cli/perftest.h"
+#include "integration/bench/bench_report.h"
+#include "integration/bench/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 std::string ProcessName(int32_t process, int32_t trainers) {
   return process < trainers ? absl::StrCat("trainer ", process)
@@ -161,4 +161,4 @@ absl::StatusOr<BroadcastRun> RunBroadcast(const BroadcastOptions& options,
   return run;
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

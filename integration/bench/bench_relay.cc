@@ -1,4 +1,4 @@
-#include "integration/cli/bench_relay.h"
+#include "integration/bench/bench_relay.h"
 
 #include <stdlib.h>
 
@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,7 +17,7 @@
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "executor/schedule.h"
-#include "integration/cli/bench_sync.h"
+#include "integration/bench/bench_sync.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
 #include "planner/models.h"
@@ -28,18 +26,7 @@
 #include "planner/policy.h"
 #include "planner/relay.h"
 
-ABSL_DECLARE_FLAG(double, budget);
-ABSL_FLAG(std::string, relay_model, "qwen2.5-tiny", "Model of `wsync bench relay`.");
-ABSL_FLAG(std::string, relay_from, "megatron(tp=2)", "Trainer layout of `wsync bench relay`.");
-ABSL_FLAG(std::string, relay_to, "vllm(tp=2,dp=2)", "Rollout layout of `wsync bench relay`.");
-ABSL_FLAG(int32_t, relay_rate_mbit, 100, "Rate tc gives the veth between the namespaces, Mbit/s.");
-ABSL_FLAG(std::string, relay_intra_link, "intra_node=20us,2GB/s",
-          "The shared-memory link the cost model assumes (SyntheticCalibration syntax).");
-ABSL_FLAG(int32_t, relay_syncs, 5, "Timed syncs per job (after one warm-up sync).");
-ABSL_FLAG(int32_t, relay_rounds, 2, "Jobs per mode, the modes alternating.");
-ABSL_FLAG(double, relay_timeout_s, 120, "Limit of each job, seconds.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 constexpr const char* kModes[] = {"never", "auto"};
@@ -121,18 +108,18 @@ struct Measured {
 // One job in `mode`; appends its timed syncs. Fails when a worker fails (a byte that does not
 // verify fails its rollout) or the transports' inter-node bytes change between syncs.
 absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int trainers,
-                     int rollouts, const std::string& links, const std::string& worker,
-                     const std::string& cli, Measured& measured) {
+                     int rollouts, const std::string& links, const RelayBenchOptions& options,
+                     Measured& measured) {
   const int32_t warmup = 1;
   harness::JobSpec spec;
-  spec.model = absl::GetFlag(FLAGS_relay_model);
-  spec.from = absl::GetFlag(FLAGS_relay_from);
-  spec.to = absl::GetFlag(FLAGS_relay_to);
+  spec.model = options.model;
+  spec.from = options.from;
+  spec.to = options.to;
   spec.trainers = trainers;
   spec.rollouts = rollouts;
-  spec.versions = warmup + std::max(1, absl::GetFlag(FLAGS_relay_syncs));
-  spec.budget = absl::GetFlag(FLAGS_budget);
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_relay_timeout_s));
+  spec.versions = warmup + std::max(1, options.syncs);
+  spec.budget = options.job.budget;
+  spec.timeout = absl::Seconds(options.timeout_s);
   spec.rendezvous_timeout = absl::Seconds(30);
   spec.coordinator_netns = net.ns(0);
   spec.coordinator_address = net.address(0);
@@ -140,7 +127,8 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
   for (int p = 0; p < trainers + rollouts; ++p) {
     spec.placement.push_back(harness::TwoNodePlacement(net, p < trainers ? 0 : 1));
   }
-  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
+  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
+                         harness::RunJob(spec, options.job.worker, options.job.wsync));
   for (size_t p = 0; p < result.workers.size(); ++p) {
     const harness::WorkerResult& w = result.workers[p];
     if (w.exit_code != 0 || static_cast<int>(w.stats.size()) != spec.versions) {
@@ -170,7 +158,7 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
 }  // namespace
 
 std::string RelayBenchUsage() {
-  return "wsync bench relay [--relay_model M] [--relay_from L] [--relay_to L]\n"
+  return "wsync-bench relay [--relay_model M] [--relay_from L] [--relay_to L]\n"
          "                  [--relay_rate_mbit R] [--relay_intra_link LINK] [--relay_syncs K]\n"
          "                  [--relay_rounds N] [--relay_timeout_s S] [--budget B]\n"
          "  Trainers of L (megatron(tp=2)) in one network namespace, rollouts of L\n"
@@ -181,14 +169,15 @@ std::string RelayBenchUsage() {
          "  predicted seconds per mode and the ratio. Needs root.\n";
 }
 
-absl::Status RunRelayBench(std::FILE* out) {
-  const std::string from = absl::GetFlag(FLAGS_relay_from);
-  const std::string to = absl::GetFlag(FLAGS_relay_to);
-  const int32_t rate_mbit = absl::GetFlag(FLAGS_relay_rate_mbit);
+absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
+  RelayBenchOptions options = given;
+  const std::string& from = options.from;
+  const std::string& to = options.to;
+  const int32_t rate_mbit = options.rate_mbit;
   if (rate_mbit <= 0) return absl::InvalidArgumentError("--relay_rate_mbit must be positive");
-  WSYNC_ASSIGN_OR_RETURN(const std::string cli, SelfPath());
-  WSYNC_ASSIGN_OR_RETURN(const std::string worker, FindWorker(cli));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(absl::GetFlag(FLAGS_relay_model)));
+  WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
+  WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &options.job));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(const Layout trainer_layout, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(const Layout rollout_layout, BuildNamedLayout(model, to));
   const int trainers = static_cast<int>(trainer_layout.processes.size());
@@ -196,12 +185,12 @@ absl::Status RunRelayBench(std::FILE* out) {
 
   // The links both the workers' auto decision and the projection use: the shaped veth as stated
   // (its rate; TCP's latency over it), shared memory as --relay_intra_link says.
-  const std::string links = absl::StrFormat("%s;inter_node=200us,%.3fMB/s",
-                                            absl::GetFlag(FLAGS_relay_intra_link), rate_mbit / 8.0);
+  const std::string links =
+      absl::StrFormat("%s;inter_node=200us,%.3fMB/s", options.intra_link, rate_mbit / 8.0);
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration, SyntheticCalibration(links));
   WSYNC_ASSIGN_OR_RETURN(LinkFits fits, FitLinks(calibration));
   const auto shared_fits = std::make_shared<const LinkFits>(std::move(fits));
-  const double budget = absl::GetFlag(FLAGS_budget);
+  const double budget = options.job.budget;
 
   std::string reason;
   std::optional<harness::NetnsPair> net = harness::NetnsPair::Create(&reason);
@@ -213,7 +202,7 @@ absl::Status RunRelayBench(std::FILE* out) {
     if (RunShell(shape) != 0) return absl::InternalError(absl::StrCat("'", shape, "' failed"));
   }
   absl::FPrintF(out,
-                "wsync bench relay: %s, %s -> %s\n"
+                "wsync-bench relay: %s, %s -> %s\n"
                 "  %d trainers in namespace %s (node-a), %d rollouts in %s (node-b)\n"
                 "  inter-node: UCX tcp over a veth shaped by tc tbf to %d Mbit/s; intra-node: UCX "
                 "sm,cma,self\n  cost model links: %s\n",
@@ -227,11 +216,11 @@ absl::Status RunRelayBench(std::FILE* out) {
     WSYNC_ASSIGN_OR_RETURN(projected[mode],
                            Project(model, from, to, relay_mode, shared_fits, budget));
   }
-  for (int32_t round = 0; round < std::max(1, absl::GetFlag(FLAGS_relay_rounds)); ++round) {
+  for (int32_t round = 0; round < std::max(1, options.rounds); ++round) {
     for (const char* mode : kModes) {
       const absl::Time start = absl::Now();
       WSYNC_RETURN_IF_ERROR(
-          RunMode(mode, *net, trainers, rollouts, links, worker, cli, measured[mode]));
+          RunMode(mode, *net, trainers, rollouts, links, options, measured[mode]));
       absl::FPrintF(out, "  job %d relay %-5s done in %.1f s (every byte verified)\n", round + 1,
                     mode, absl::ToDoubleSeconds(absl::Now() - start));
       std::fflush(out);
@@ -264,4 +253,4 @@ absl::Status RunRelayBench(std::FILE* out) {
   return absl::OkStatus();
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,7 +1,7 @@
-#ifndef WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
-#define WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
+#ifndef WSYNC_INTEGRATION_BENCH_BENCH_SYNC_TABLE_H_
+#define WSYNC_INTEGRATION_BENCH_BENCH_SYNC_TABLE_H_
 
-// `wsync bench sync`'s contestants and what it prints once the rounds ran: the table of every
+// `wsync-bench sync`'s contestants and what it prints once the rounds ran: the table of every
 // contestant, the ratios of wsync to ucx_perftest per transport, and the costs outside the
 // transfer, with the same figures as JSON. Private to bench_sync.cc.
 
@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "integration/cli/bench_jobs.h"
-#include "integration/cli/bench_report.h"
+#include "integration/bench/bench_jobs.h"
+#include "integration/bench/bench_report.h"
+#include "integration/bench/bench_sync.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 // A layout pair the benchmark runs, with its schedule.
 struct SyncScenario {
@@ -65,14 +66,15 @@ struct SyncRow {
 // One run of the benchmark: its settings, binaries and scenarios. Rows point at `main` and
 // `single`, so a SyncBench stays where it was made.
 struct SyncBench {
+  SyncBenchOptions options;  // As given, with options.job's binaries resolved.
   std::string model_name;
   double budget = 0;
   int32_t syncs = 0;
   int32_t warmup = 0;
   int32_t rounds = 0;
-  std::string cli, worker, perftest;
+  std::string perftest;
   SyncScenario main;
-  std::optional<SyncScenario> single;  // The 1->1 contestant, unless --sync_single_from is empty.
+  std::optional<SyncScenario> single;  // The 1->1 contestant, unless options.single_from is empty.
   std::vector<Transports> transports;
   int64_t message_bytes = 0;  // ucx_perftest's message for the main scenario, and its count.
   int32_t iters = 0;
@@ -94,6 +96,6 @@ void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE
 // the cost of verify=true against the wsync row of its transport.
 void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out);
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench
 
-#endif  // WSYNC_INTEGRATION_CLI_BENCH_SYNC_TABLE_H_
+#endif  // WSYNC_INTEGRATION_BENCH_BENCH_SYNC_TABLE_H_

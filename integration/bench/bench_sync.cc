@@ -1,4 +1,4 @@
-#include "integration/cli/bench_sync.h"
+#include "integration/bench/bench_sync.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -23,54 +21,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status.h"
-#include "integration/cli/bench_report.h"
-#include "integration/cli/bench_sync_table.h"
-#include "integration/cli/perftest.h"
+#include "integration/bench/bench_report.h"
+#include "integration/bench/bench_sync_table.h"
+#include "integration/bench/perftest.h"
 #include "planner/models.h"
 
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(std::string, from);
-ABSL_DECLARE_FLAG(std::string, to);
-ABSL_DECLARE_FLAG(double, budget);
-ABSL_DECLARE_FLAG(std::string, memory);
-ABSL_DECLARE_FLAG(double, sync_timeout_s);
-
-ABSL_FLAG(int32_t, sync_syncs, 5, "Timed syncs per wsync job (after the warm-up syncs).");
-ABSL_FLAG(int32_t, sync_warmup, 1, "Untimed syncs at the start of every wsync job.");
-ABSL_FLAG(int32_t, sync_rounds, 4,
-          "Times the contestants (wsync shm, perftest shm, wsync tcp, perftest tcp) run, in turn.");
-ABSL_FLAG(bool, sync_verify, true,
-          "First run one verification job of 2 versions per scenario and transport: every chunk's "
-          "hash compared (--verify_elements: every rollout element checked).");
-ABSL_FLAG(
-    bool, verify, false,
-    "Also time wsync with verify=true (xxh3 per chunk, checked before the commit) and with keyed "
-    "verify (a MAC per chunk) in the same rounds, and print their costs as ratios of seconds per "
-    "sync with and without them.");
-ABSL_FLAG(std::string, sync_shm_tls, "sm,cma,self", "UCX_TLS of the shared-memory contestants.");
-ABSL_FLAG(std::string, sync_tcp_tls, "tcp", "UCX_TLS of the TCP contestants.");
-ABSL_FLAG(std::string, sync_tcp_devices, "lo", "UCX_NET_DEVICES of the TCP contestants.");
-ABSL_FLAG(std::string, sync_perftest, "ucx_perftest", "ucx_perftest binary (searched in PATH).");
-ABSL_FLAG(int32_t, sync_perftest_iters, 0,
-          "Messages per ucx_perftest run; 0: as many as carry two syncs' bytes to one rollout "
-          "process.");
-ABSL_FLAG(int64_t, sync_perftest_size, 0,
-          "ucx_perftest message bytes; 0: the largest message the schedule sends.");
-ABSL_FLAG(bool, sync_perftest_concurrent, true,
-          "Also run as many concurrent ucx_perftest pairs as the schedule has busy sender -> "
-          "receiver pairs (each carrying at least a quarter of the busiest pair's bytes).");
-ABSL_FLAG(int32_t, sync_perftest_pairs, 0,
-          "Concurrent ucx_perftest pairs; 0: the schedule's busy sender -> receiver pairs.");
-ABSL_FLAG(std::string, sync_single_from, "megatron(tp=1)",
-          "Trainer layout of the 1->1 wsync contestant (compared with one ucx_perftest pair); "
-          "empty: none.");
-ABSL_FLAG(std::string, sync_single_to, "vllm(tp=1)", "Rollout layout of the 1->1 contestant.");
-ABSL_FLAG(bool, sync_perftest_wsync_settings, true,
-          "Run ucx_perftest with the UCX settings wsync's processes apply (UcxDefaultSettings); "
-          "false: with UCX's own defaults.");
-ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -87,11 +43,12 @@ std::string Join(const std::vector<double>& values, int digits) {
 }  // namespace
 
 std::string SyncBenchUsage() {
-  return "wsync bench sync [--model M] [--from L] [--to L] [--budget B] [--policy P]\n"
+  return "wsync-bench sync [--model M] [--from L] [--to L] [--budget B] [--policy P]\n"
          "                 [--sync_syncs K] [--sync_warmup W] [--sync_rounds R]\n"
          "                 [--sync_verify] [--verify_elements] [--verify]\n"
          "                 [--sync_shm_tls T] [--sync_tcp_tls T]\n"
-         "                 [--sync_tcp_devices D] [--sync_worker PATH] [--sync_perftest PATH]\n"
+         "                 [--sync_tcp_devices D] [--sync_worker PATH] [--wsync PATH]\n"
+         "                 [--sync_perftest PATH]\n"
          "                 [--sync_perftest_iters N] [--sync_perftest_size B]\n"
          "                 [--sync_perftest_concurrent] [--sync_perftest_pairs N]\n"
          "                 [--sync_single_from L] [--sync_single_to L]\n"
@@ -135,37 +92,36 @@ void PrintSchedule(std::FILE* out, const SyncScenario& scenario, double budget) 
                 facts.busy_pairs);
 }
 
-// The message size of ucx_perftest for a schedule: --sync_perftest_size or its largest; and the
-// messages per run: --sync_perftest_iters or two syncs' bytes.
-int64_t PerftestSize(const ScheduleFacts& f) {
-  return absl::GetFlag(FLAGS_sync_perftest_size) > 0 ? absl::GetFlag(FLAGS_sync_perftest_size)
-                                                     : f.largest_message;
+// The message size of ucx_perftest for a schedule: options.perftest_size or its largest; and the
+// messages per run: options.perftest_iters or two syncs' bytes.
+int64_t PerftestSize(const SyncBenchOptions& o, const ScheduleFacts& f) {
+  return o.perftest_size > 0 ? o.perftest_size : f.largest_message;
 }
-int32_t PerftestIters(const ScheduleFacts& f, int64_t size) {
-  return absl::GetFlag(FLAGS_sync_perftest_iters) > 0 ? absl::GetFlag(FLAGS_sync_perftest_iters)
-                                                      : PerftestIterations(f, size);
+int32_t PerftestIters(const SyncBenchOptions& o, const ScheduleFacts& f, int64_t size) {
+  return o.perftest_iters > 0 ? o.perftest_iters : PerftestIterations(f, size);
 }
 
-// Fills `b` from the flags: binaries, both scenarios' schedules and the ucx_perftest settings.
-absl::Status SetUp(SyncBench* b) {
-  b->model_name = absl::GetFlag(FLAGS_model).empty() ? "qwen2.5-0.5b" : absl::GetFlag(FLAGS_model);
-  b->main.from = absl::GetFlag(FLAGS_from).empty() ? "megatron(tp=2)" : absl::GetFlag(FLAGS_from);
-  b->main.to = absl::GetFlag(FLAGS_to).empty() ? "vllm(tp=2)" : absl::GetFlag(FLAGS_to);
-  b->syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
-  b->warmup = std::max(0, absl::GetFlag(FLAGS_sync_warmup));
-  b->rounds = std::max(1, absl::GetFlag(FLAGS_sync_rounds));
-  b->budget = absl::GetFlag(FLAGS_budget);
-  WSYNC_ASSIGN_OR_RETURN(b->cli, SelfPath());
-  WSYNC_ASSIGN_OR_RETURN(b->worker, FindWorker(b->cli));
-  WSYNC_ASSIGN_OR_RETURN(b->perftest, FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
+// Fills `b` from `options`: binaries, both scenarios' schedules and the ucx_perftest settings.
+absl::Status SetUp(const SyncBenchOptions& options, SyncBench* b) {
+  b->options = options;
+  const SyncBenchOptions& o = b->options;
+  b->model_name = o.model;
+  b->main.from = o.from;
+  b->main.to = o.to;
+  b->syncs = std::max(1, o.syncs);
+  b->warmup = std::max(0, o.warmup);
+  b->rounds = std::max(1, o.rounds);
+  b->budget = o.job.budget;
+  WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
+  WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &b->options.job));
+  WSYNC_ASSIGN_OR_RETURN(b->perftest, FindInPath(o.perftest, "sync_perftest"));
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(b->model_name));
-  WSYNC_ASSIGN_OR_RETURN(b->main.facts,
-                         ScheduleFactsFor(model, b->main.from, b->main.to, b->budget));
-  if (!absl::GetFlag(FLAGS_sync_single_from).empty()) {
-    b->single = SyncScenario{
-        absl::GetFlag(FLAGS_sync_single_from), absl::GetFlag(FLAGS_sync_single_to), {}};
-    WSYNC_ASSIGN_OR_RETURN(b->single->facts,
-                           ScheduleFactsFor(model, b->single->from, b->single->to, b->budget));
+  WSYNC_ASSIGN_OR_RETURN(
+      b->main.facts, ScheduleFactsFor(model, b->main.from, b->main.to, b->budget, o.job.policy));
+  if (!o.single_from.empty()) {
+    b->single = SyncScenario{o.single_from, o.single_to, {}};
+    WSYNC_ASSIGN_OR_RETURN(b->single->facts, ScheduleFactsFor(model, b->single->from, b->single->to,
+                                                              b->budget, o.job.policy));
     if (b->single->facts.trainers != 1 || b->single->facts.rollouts != 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("--sync_single_from/--sync_single_to must have one process each; ",
@@ -173,14 +129,11 @@ absl::Status SetUp(SyncBench* b) {
                        " and ", b->single->facts.rollouts));
     }
   }
-  b->transports = {
-      {"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""},
-      {"tcp", absl::GetFlag(FLAGS_sync_tcp_tls), absl::GetFlag(FLAGS_sync_tcp_devices)}};
-  b->message_bytes = PerftestSize(b->main.facts);
-  b->iters = PerftestIters(b->main.facts, b->message_bytes);
-  b->pairs = absl::GetFlag(FLAGS_sync_perftest_pairs) > 0 ? absl::GetFlag(FLAGS_sync_perftest_pairs)
-                                                          : std::max(1, b->main.facts.busy_pairs);
-  b->concurrent = absl::GetFlag(FLAGS_sync_perftest_concurrent) && b->pairs > 1;
+  b->transports = {{"shm", o.shm_tls, ""}, {"tcp", o.tcp_tls, o.tcp_devices}};
+  b->message_bytes = PerftestSize(o, b->main.facts);
+  b->iters = PerftestIters(o, b->main.facts, b->message_bytes);
+  b->pairs = o.perftest_pairs > 0 ? o.perftest_pairs : std::max(1, b->main.facts.busy_pairs);
+  b->concurrent = o.perftest_concurrent && b->pairs > 1;
   return absl::OkStatus();
 }
 
@@ -188,12 +141,12 @@ absl::Status SetUp(SyncBench* b) {
 absl::Status RunVerificationJobs(const SyncBench& b, std::FILE* out) {
   std::vector<const SyncScenario*> scenarios = {&b.main};
   if (b.single.has_value()) scenarios.push_back(&*b.single);
-  const JobCheck check = VerificationCheck();
+  const JobCheck check = VerificationCheck(b.options.job.verify_elements);
   for (const Transports& t : b.transports) {
     for (const SyncScenario* scenario : scenarios) {
       const absl::Time start = absl::Now();
       WSYNC_RETURN_IF_ERROR(RunWsync(scenario->facts, b.model_name, scenario->from, scenario->to, t,
-                                     /*warmup=*/0, /*syncs=*/2, check, b.worker, b.cli)
+                                     /*warmup=*/0, /*syncs=*/2, check, b.options.job)
                                 .status());
       absl::FPrintF(out, "verified %s -> %s over %s (UCX_TLS=%s): 2 versions, %s (%.1f s)\n",
                     scenario->from, scenario->to, t.name, t.tls, VerificationText(check),
@@ -215,7 +168,7 @@ std::vector<SyncRow> MakeRows(const SyncBench& b) {
     row.scenario = &b.main;
     row.transports = t;
     rows.push_back(row);
-    if (absl::GetFlag(FLAGS_verify)) {
+    if (b.options.verify) {
       row.contestant = "wsync+verify";
       rows.push_back(row);
       row.contestant = "wsync+keyed";
@@ -231,10 +184,10 @@ std::vector<SyncRow> MakeRows(const SyncBench& b) {
     row.message_bytes = b.message_bytes;
     row.iters = b.iters;
     rows.push_back(row);
-    if (b.single.has_value() && PerftestSize(b.single->facts) != b.message_bytes) {
+    if (b.single.has_value() && PerftestSize(b.options, b.single->facts) != b.message_bytes) {
       row.contestant = "ucx_perftest 1->1";
-      row.message_bytes = PerftestSize(b.single->facts);
-      row.iters = PerftestIters(b.single->facts, row.message_bytes);
+      row.message_bytes = PerftestSize(b.options, b.single->facts);
+      row.iters = PerftestIters(b.options, b.single->facts, row.message_bytes);
       rows.push_back(row);
     }
     if (b.concurrent) {
@@ -267,7 +220,7 @@ absl::Status RunRounds(const SyncBench& b, std::vector<SyncRow>* rows, std::FILE
                      row.hashes()  ? JobCheck::kTimedHashes
                      : row.keyed() ? JobCheck::kTimedKeyed
                                    : JobCheck::kNone,
-                     b.worker, b.cli);
+                     b.options.job);
         if (!samples.ok()) {
           status = samples.status();
           break;
@@ -279,10 +232,10 @@ absl::Status RunRounds(const SyncBench& b, std::vector<SyncRow>* rows, std::FILE
                       samples->front().rollout_bytes / Median(seconds) / 1e9);
         row.syncs.insert(row.syncs.end(), samples->begin(), samples->end());
       } else {
-        absl::StatusOr<PerftestResult> result = RunPerftest(
-            b.perftest, dir, row.transports.tls, row.transports.devices, row.message_bytes,
-            row.iters, row.pairs, absl::Seconds(absl::GetFlag(FLAGS_sync_timeout_s)),
-            absl::GetFlag(FLAGS_sync_perftest_wsync_settings));
+        absl::StatusOr<PerftestResult> result =
+            RunPerftest(b.perftest, dir, row.transports.tls, row.transports.devices,
+                        row.message_bytes, row.iters, row.pairs,
+                        absl::Seconds(b.options.job.timeout_s), b.options.perftest_wsync_settings);
         if (!result.ok()) {
           status = result.status();
           break;
@@ -310,27 +263,28 @@ absl::Status RunRounds(const SyncBench& b, std::vector<SyncRow>* rows, std::FILE
 
 }  // namespace
 
-absl::Status RunSyncBench(std::FILE* out) {
-  const std::string memory = absl::GetFlag(FLAGS_memory);
-  if (memory == "cuda") return RunCudaSyncBench(out);
-  if (memory != "host") {
-    return absl::InvalidArgumentError(absl::StrCat("--memory is host or cuda, not '", memory, "'"));
+absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
+  if (options.memory == "cuda") return RunCudaSyncBench(options, out);
+  if (options.memory != "host") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory is host or cuda, not '", options.memory, "'"));
   }
   const absl::Time bench_start = absl::Now();
   SyncBench b;
-  WSYNC_RETURN_IF_ERROR(SetUp(&b));
+  WSYNC_RETURN_IF_ERROR(SetUp(options, &b));
   const ScheduleFacts& facts = b.main.facts;
-  absl::FPrintF(out, "wsync bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
+  absl::FPrintF(out, "wsync-bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 b.model_name, b.main.from, b.main.to, facts.trainers, facts.rollouts);
-  absl::FPrintF(out, "  worker %s\n  ucx_perftest %s\n", b.worker, b.perftest);
+  absl::FPrintF(out, "  worker %s\n  wsync %s\n  ucx_perftest %s\n", b.options.job.worker,
+                b.options.job.wsync, b.perftest);
   absl::FPrintF(out, "  UCX settings of wsync's processes%s: %s\n",
-                absl::GetFlag(FLAGS_sync_perftest_wsync_settings) ? " and of ucx_perftest" : "",
+                b.options.perftest_wsync_settings ? " and of ucx_perftest" : "",
                 absl::StrJoin(WsyncUcxEnvironment(), " "));
   PrintSchedule(out, b.main, b.budget);
   if (b.single.has_value()) PrintSchedule(out, *b.single, b.budget);
   std::fflush(out);
 
-  if (absl::GetFlag(FLAGS_sync_verify)) WSYNC_RETURN_IF_ERROR(RunVerificationJobs(b, out));
+  if (b.options.verify_first) WSYNC_RETURN_IF_ERROR(RunVerificationJobs(b, out));
   std::vector<SyncRow> rows = MakeRows(b);
   WSYNC_RETURN_IF_ERROR(RunRounds(b, &rows, out));
   std::string json = PrintTable(b, rows, out);
@@ -338,7 +292,7 @@ absl::Status RunSyncBench(std::FILE* out) {
   PrintCosts(rows, out);
   absl::FPrintF(out, "total %.1f s\n", absl::ToDoubleSeconds(absl::Now() - bench_start));
 
-  const std::string json_path = absl::GetFlag(FLAGS_sync_json);
+  const std::string& json_path = b.options.json;
   if (!json_path.empty()) {
     std::ofstream file(json_path);
     file << json;
@@ -347,4 +301,4 @@ absl::Status RunSyncBench(std::FILE* out) {
   return absl::OkStatus();
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

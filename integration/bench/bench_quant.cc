@@ -1,4 +1,4 @@
-#include "integration/cli/bench_quant.h"
+#include "integration/bench/bench_quant.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "planner/models.h"
 #include "quant/fp8.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 struct Matrix {
@@ -118,4 +118,4 @@ absl::Status RunQuantizeScenario(const ModelSpec& model, int32_t repeats, std::F
   return absl::OkStatus();
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

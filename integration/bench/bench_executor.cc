@@ -1,4 +1,4 @@
-#include "integration/cli/bench_command.h"
+#include "integration/bench/bench_executor.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -10,43 +10,21 @@
 #include <thread>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
-#include "integration/cli/bench_compare.h"
-#include "integration/cli/bench_predict.h"
-#include "integration/cli/bench_quant.h"
-#include "integration/cli/bench_relay.h"
-#include "integration/cli/bench_sync.h"
+#include "integration/bench/bench_quant.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "transport/loopback/loopback.h"
 
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(std::string, from);
-ABSL_DECLARE_FLAG(std::string, to);
-ABSL_DECLARE_FLAG(std::string, policy);
-ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
-ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
-          "Staging budget in bytes per peer and direction.");
-ABSL_FLAG(int32_t, repeats, 0,
-          "bench executor: syncs per scenario (0: 5), the median reported; bench compare: rounds "
-          "of every contestant (0: 2).");
-ABSL_FLAG(bool, one_core, true,
-          "Pin every thread to one core, so that pack, unpack and memcpy are each measured "
-          "without other threads competing for memory bandwidth.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 // Page-aligned host memory, touched once so that page faults stay out of the timed runs.
@@ -173,13 +151,14 @@ std::string Rate(double bytes, double seconds) {
 
 // One scenario: the model from `from` to `to`, `repeats` syncs, pack/unpack against memcpy.
 absl::Status RunScenario(const ModelSpec& model, const std::string& from, const std::string& to,
-                         int32_t repeats, std::FILE* out) {
+                         const ExecutorBenchOptions& options, std::FILE* out) {
+  const int32_t repeats = options.repeats;
   WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
   WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
-  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(options.policy));
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
-  const StagingBudget budget{absl::GetFlag(FLAGS_budget)};
+  const StagingBudget budget{options.budget};
   absl::FPrintF(out,
                 "\n%s -> %s: %d processes, %d segments, budget %.0f bytes per peer "
                 "direction\n",
@@ -232,18 +211,19 @@ absl::Status RunScenario(const ModelSpec& model, const std::string& from, const 
   return absl::OkStatus();
 }
 
-absl::Status RunExecutorBench(std::FILE* out) {
-  const std::string model_name =
-      absl::GetFlag(FLAGS_model).empty() ? "llama-3-8b" : absl::GetFlag(FLAGS_model);
-  const int32_t layers = absl::GetFlag(FLAGS_layers) > 0 ? absl::GetFlag(FLAGS_layers) : 2;
-  const int32_t repeats = absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : 5;
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(model_name));
-  if (layers < model.num_layers) {
-    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, layers));
+}  // namespace
+
+absl::Status RunExecutorBench(const ExecutorBenchOptions& options, std::FILE* out) {
+  if (options.repeats < 1 || options.layers < 1) {
+    return absl::InvalidArgumentError("--repeats and --layers must be positive");
   }
-  absl::FPrintF(out, "wsync bench executor: %s, loopback transport (threads), host memory\n",
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
+  if (options.layers < model.num_layers) {
+    WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, options.layers));
+  }
+  absl::FPrintF(out, "wsync-bench executor: %s, loopback transport (threads), host memory\n",
                 model.name);
-  if (absl::GetFlag(FLAGS_one_core)) {
+  if (options.one_core) {
     // Threads started from here on inherit the mask.
     cpu_set_t one;
     CPU_ZERO(&one);
@@ -253,10 +233,9 @@ absl::Status RunExecutorBench(std::FILE* out) {
     }
   }
   std::vector<std::pair<std::string, std::string>> scenarios;
-  if (!absl::GetFlag(FLAGS_from).empty() || !absl::GetFlag(FLAGS_to).empty()) {
-    scenarios.emplace_back(
-        absl::GetFlag(FLAGS_from).empty() ? "megatron(tp=2)" : absl::GetFlag(FLAGS_from),
-        absl::GetFlag(FLAGS_to).empty() ? "vllm(tp=2)" : absl::GetFlag(FLAGS_to));
+  if (!options.from.empty() || !options.to.empty()) {
+    scenarios.emplace_back(options.from.empty() ? "megatron(tp=2)" : options.from,
+                           options.to.empty() ? "vllm(tp=2)" : options.to);
   } else {
     // The same TP degree lands every chunk in place; a change of degree stages the row-parallel
     // (column-block) chunks on the side that holds them strided.
@@ -265,47 +244,18 @@ absl::Status RunExecutorBench(std::FILE* out) {
                  {"megatron(tp=2)", "vllm(tp=4)"}};
   }
   for (const auto& [from, to] : scenarios) {
-    WSYNC_RETURN_IF_ERROR(RunScenario(model, from, to, repeats, out));
+    WSYNC_RETURN_IF_ERROR(RunScenario(model, from, to, options, out));
   }
-  return RunQuantizeScenario(model, repeats, out);
+  return RunQuantizeScenario(model, options.repeats, out);
 }
 
-}  // namespace
-
-std::string BenchUsage() {
-  return "usage: wsync bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
-         "                     [--repeats K] [--policy P]\n"
+std::string ExecutorBenchUsage() {
+  return "wsync-bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
+         "                     [--repeats K] [--policy P] [--one_core]\n"
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes; then\n"
-         "  quantizes M's FP8 weights from bf16 (block, channel, tensor scales) against memcpy.\n" +
-         SyncBenchUsage() + CompareBenchUsage() + PredictBenchUsage() + RelayBenchUsage();
+         "  quantizes M's FP8 weights from bf16 (block, channel, tensor scales) against memcpy.\n";
 }
 
-int BenchMain(int argc, char** argv) {
-  const absl::string_view which = argc < 2 ? "" : argv[1];
-  if (which != "executor" && which != "sync" && which != "compare" && which != "memcpy" &&
-      which != "predict" && which != "relay") {
-    absl::FPrintF(stderr, "%s", BenchUsage());
-    return 2;
-  }
-  std::vector<std::string> words = {"wsync", "bench"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    words.push_back(arg.find_first_of(" ();,'") == std::string::npos ? arg : "'" + arg + "'");
-  }
-  absl::ParseCommandLine(argc - 1, argv + 1);
-  absl::Status status = which == "memcpy"    ? RunMemcpyProbe(stdout)
-                        : which == "sync"    ? RunSyncBench(stdout)
-                        : which == "compare" ? RunCompareBench(stdout, absl::StrJoin(words, " "))
-                        : which == "predict" ? RunPredictBench(stdout)
-                        : which == "relay"   ? RunRelayBench(stdout)
-                                             : RunExecutorBench(stdout);
-  if (!status.ok()) {
-    absl::FPrintF(stderr, "wsync bench %s: %s\n", which, status.ToString());
-    return 1;
-  }
-  return 0;
-}
-
-}  // namespace wsync::cli
+}  // namespace wsync::bench

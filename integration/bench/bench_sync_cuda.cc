@@ -1,4 +1,4 @@
-// `wsync bench sync --memory cuda`: a job whose weights live in CUDA memory (integration/cuda),
+// `wsync-bench sync --memory cuda`: a job whose weights live in CUDA memory (integration/cuda),
 // GB/s per rollout against cudaMemcpy device-to-device of the same bytes on the same GPU.
 
 #include <algorithm>
@@ -6,35 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
-#include "integration/cli/bench_sync.h"
+#include "integration/bench/bench_sync.h"
 #include "plugin/cuda_setup.h"
 
 #if WSYNC_HAVE_NCCL
 #include "integration/cuda/cuda_job.h"
 #endif
 
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(int32_t, sync_syncs);
-ABSL_FLAG(std::string, memory, "host",
-          "Where the weights live: host (UCX contestants) or cuda (GPU only: CUDA IPC or NCCL, "
-          "against cudaMemcpy device-to-device).");
-ABSL_FLAG(std::string, cuda_from, "megatron(tp=1)", "Trainer layout of --memory cuda.");
-ABSL_FLAG(std::string, cuda_to, "vllm(tp=1)", "Rollout layout of --memory cuda.");
-ABSL_FLAG(std::string, cuda_path_transports, "",
-          "Path transports of --memory cuda (empty: CUDA IPC within the node; "
-          "\"intra_node=nccl\": NCCL).");
-ABSL_FLAG(bool, cuda_forked, false,
-          "--memory cuda: each process of the job a forked OS process instead of a thread.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 
 std::string CudaSyncBenchUsage() {
-  return "wsync bench sync --memory cuda [--model M] [--cuda_from L] [--cuda_to L]\n"
+  return "wsync-bench sync --memory cuda [--model M] [--cuda_from L] [--cuda_to L]\n"
          "                 [--sync_syncs K] [--cuda_path_transports SPEC] [--cuda_forked]\n"
          "  GPU only (fails at once with \"no CUDA device\" elsewhere). Runs M (default\n"
          "  qwen2.5-0.5b) from L (megatron(tp=1)) to L (vllm(tp=1)) with every buffer in CUDA\n"
@@ -47,17 +32,17 @@ std::string CudaSyncBenchUsage() {
          "  rollout's GPU, as a ratio.\n";
 }
 
-absl::Status RunCudaSyncBench(std::FILE* out) {
+absl::Status RunCudaSyncBench(const SyncBenchOptions& bench, std::FILE* out) {
 #if WSYNC_HAVE_NCCL
   CudaJobOptions options;
-  options.model = absl::GetFlag(FLAGS_model).empty() ? "qwen2.5-0.5b" : absl::GetFlag(FLAGS_model);
-  options.from = absl::GetFlag(FLAGS_cuda_from);
-  options.to = absl::GetFlag(FLAGS_cuda_to);
-  options.syncs = std::max(1, absl::GetFlag(FLAGS_sync_syncs));
+  options.model = bench.model;
+  options.from = bench.cuda.from;
+  options.to = bench.cuda.to;
+  options.syncs = std::max(1, bench.syncs);
   options.verify = true;
-  options.path_transports = absl::GetFlag(FLAGS_cuda_path_transports);
-  options.forked_processes = absl::GetFlag(FLAGS_cuda_forked);
-  absl::FPrintF(out, "wsync bench sync --memory cuda: %s %s -> %s, %d timed syncs\n", options.model,
+  options.path_transports = bench.cuda.path_transports;
+  options.forked_processes = bench.cuda.forked;
+  absl::FPrintF(out, "wsync-bench sync --memory cuda: %s %s -> %s, %d timed syncs\n", options.model,
                 options.from, options.to, options.syncs);
   WSYNC_ASSIGN_OR_RETURN(CudaJobResult job, RunCudaJob(options));
   absl::FPrintF(out, "placement %s on %d GPU(s); verified %d bytes of rollout buffers\n",
@@ -83,4 +68,4 @@ absl::Status RunCudaSyncBench(std::FILE* out) {
 #endif
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

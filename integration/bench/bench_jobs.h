@@ -1,9 +1,10 @@
-#ifndef WSYNC_INTEGRATION_CLI_BENCH_JOBS_H_
-#define WSYNC_INTEGRATION_CLI_BENCH_JOBS_H_
+#ifndef WSYNC_INTEGRATION_BENCH_BENCH_JOBS_H_
+#define WSYNC_INTEGRATION_BENCH_BENCH_JOBS_H_
 
-// The wsync jobs the benchmarks launch (`wsync bench sync`, `wsync bench compare`): what a
+// The wsync jobs the benchmarks launch (`wsync-bench sync`, `wsync-bench compare`): what a
 // layout pair's schedule sends, one job of wsync_test_worker processes over UCX with its checks
-// and its time limit, and where the binaries they need are.
+// and its time limit, and where the binaries they need are. Nothing here reads a flag: every
+// setting comes in a JobOptions (filled once per benchmark from its flags, flags.cc).
 
 #include <cstdint>
 #include <string>
@@ -11,12 +12,27 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "executor/schedule.h"
 #include "planner/models.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
+
+// What every wsync job of a benchmark is launched with.
+struct JobOptions {
+  // wsync_test_worker (the job's processes) and the `wsync` CLI (its `wsync coordinator`): paths,
+  // or empty until ResolveBinaries finds them.
+  std::string worker;
+  std::string wsync;
+  std::string policy = "local_first_least_loaded";  // Replica policy of the plan and the workers.
+  double budget = static_cast<double>(kDefaultStagingBudgetBytes);  // Per peer direction.
+  // Base of each job's limit (WsyncJobLimit) and the limit of each ucx_perftest run.
+  double timeout_s = 60;
+  // Verification jobs check every rollout element instead of every chunk's hash.
+  bool verify_elements = false;
+};
 
 // What the schedule sends to the rollout processes (every process on one node, as the benchmark
-// jobs run them), with the replica policy of --policy.
+// jobs run them).
 struct ScheduleFacts {
   int32_t trainers = 0;
   int32_t rollouts = 0;
@@ -38,10 +54,12 @@ struct ScheduleFacts {
   int32_t busy_pairs = 0;
 };
 
-// Plans `model` from `from` to `to` and schedules it with a staging budget of `budget` bytes per
-// peer direction. Fails when a layout, the plan or the schedule fails, or nothing is sent.
+// Plans `model` from `from` to `to` with the replica policy `policy` and schedules it with a
+// staging budget of `budget` bytes per peer direction. Fails when a layout, the policy, the plan
+// or the schedule fails, or nothing is sent.
 absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
-                                               const std::string& to, double budget);
+                                               const std::string& to, double budget,
+                                               const std::string& policy);
 
 // ucx_perftest messages of `message_bytes` that carry two syncs' bytes to the busiest rollout
 // process, at least 10.
@@ -69,13 +87,14 @@ enum class JobCheck {
   kTimedKeyed,   // Keyed verify (a MAC per chunk) on constant buffers: what it costs.
 };
 
-// The time limit of a job of `versions` syncs: --sync_timeout_s, plus per version
-// WsyncJobLimitSeconds's allowance for the bytes the busiest process holds.
-absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check);
+// The time limit of a job of `versions` syncs: `timeout_s`, plus per version JobLimitSeconds's
+// allowance for the bytes the busiest process holds.
+absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check,
+                             double timeout_s);
 
-// The job check of a benchmark's verification job: kElements with --verify_elements, else
+// The job check of a benchmark's verification job: kElements with `verify_elements`, else
 // kChunkHashes; and its description for the progress lines and tables.
-JobCheck VerificationCheck();
+JobCheck VerificationCheck(bool verify_elements);
 std::string VerificationText(JobCheck check);
 
 // One timed sync: the slowest process's figures.
@@ -96,27 +115,38 @@ struct SyncSample {
   double cpu_user_seconds = 0;  // The user-space part of cpu_seconds (the rest is the kernel's).
 };
 
-// Runs one wsync job (coordinator, trainers and rollouts of `worker`, coordinator from `cli`)
-// of warmup + syncs versions over `t`, with `check`. Returns the timed syncs; fails when a
-// process fails (a wrong byte or chunk hash included), the received bytes or rounds differ from
-// `facts`, or (kChunkHashes) the rollouts checked fewer chunks than the schedule sends. Sets
-// *peak_rss_bytes (when not null) to every process's peak resident set, by global process id.
-// Every process and every step of the workers is bounded by WsyncJobLimit. Uses --budget and
-// --policy.
+// Runs one wsync job (trainers and rollouts of options.worker, `options.wsync coordinator`) of
+// warmup + syncs versions over `t`, with `check`, options.budget and options.policy. Returns the
+// timed syncs; fails when a process fails (a wrong byte or chunk hash included), the received bytes
+// or rounds differ from `facts`, or (kChunkHashes) the rollouts checked fewer chunks than the
+// schedule sends. Sets *peak_rss_bytes (when not null) to every process's peak resident set, by
+// global process id. Every process and every step of the workers is bounded by WsyncJobLimit.
+// options.worker and options.wsync must be resolved (ResolveBinaries).
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, JobCheck check,
-                                                 const std::string& worker, const std::string& cli,
+                                                 const JobOptions& options,
                                                  std::vector<int64_t>* peak_rss_bytes = nullptr);
 
-// This program's path (/proc/self/exe); wsync_test_worker next to it or in its build tree (or
-// --sync_worker), for the benchmarks that launch jobs; `name` looked up in PATH (or taken as is
-// when it holds a '/').
+// This program's path (/proc/self/exe).
 absl::StatusOr<std::string> SelfPath();
-absl::StatusOr<std::string> FindWorker(const std::string& self);
-absl::StatusOr<std::string> FindInPath(const std::string& name);
 
-}  // namespace wsync::cli
+// A sibling binary of `self` (this wsync-bench): `given` when not empty (NotFound unless it is
+// an executable file), else the first executable of `self`'s folder + "/" + each of
+// `relative_paths`; NotFound naming them all (and `flag`, to pass instead) when none is.
+absl::StatusOr<std::string> FindSibling(const std::string& self, const std::string& given,
+                                        const std::vector<std::string>& relative_paths,
+                                        const std::string& flag);
 
-#endif  // WSYNC_INTEGRATION_CLI_BENCH_JOBS_H_
+// Fills options->worker (wsync_test_worker: next to `self`, as in a bundle's bin/, or in the
+// build tree, tests/multiproc/) and options->wsync (the `wsync` CLI: next to `self`, or in the
+// build tree, integration/cli/) where they are empty; a path already there must be executable.
+absl::Status ResolveBinaries(const std::string& self, JobOptions* options);
+
+// `name` looked up in PATH (or taken as is when it holds a '/'); NotFound naming `flag`.
+absl::StatusOr<std::string> FindInPath(const std::string& name, const std::string& flag);
+
+}  // namespace wsync::bench
+
+#endif  // WSYNC_INTEGRATION_BENCH_BENCH_JOBS_H_

@@ -1,4 +1,4 @@
-#include "integration/cli/bench_compare.h"
+#include "integration/bench/bench_compare.h"
 
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -15,8 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -30,61 +28,18 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status.h"
-#include "integration/cli/bench_broadcast.h"
-#include "integration/cli/bench_jobs.h"
-#include "integration/cli/bench_report.h"
-#include "integration/cli/perftest.h"
+#include "integration/bench/bench_broadcast.h"
+#include "integration/bench/bench_jobs.h"
+#include "integration/bench/bench_report.h"
+#include "integration/bench/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(std::string, from);
-ABSL_DECLARE_FLAG(std::string, to);
-ABSL_DECLARE_FLAG(std::string, out);
-ABSL_DECLARE_FLAG(int32_t, repeats);
-ABSL_DECLARE_FLAG(double, budget);
-ABSL_DECLARE_FLAG(std::string, sync_shm_tls);
-ABSL_DECLARE_FLAG(std::string, sync_tcp_tls);
-ABSL_DECLARE_FLAG(std::string, sync_tcp_devices);
-ABSL_DECLARE_FLAG(std::string, sync_perftest);
-
-#ifndef WSYNC_BENCH_SCRIPT_DIR
-#define WSYNC_BENCH_SCRIPT_DIR "integration/bench"
-#endif
-
-ABSL_FLAG(int32_t, compare_syncs, 3, "Timed syncs per contestant run (after the warm-up syncs).");
-ABSL_FLAG(int32_t, compare_warmup, 1, "Untimed syncs at the start of every contestant run.");
-ABSL_FLAG(int64_t, compare_bucket_bytes, int64_t{1} << 30,
-          "Bucket size of the bucketed broadcast, bytes.");
-ABSL_FLAG(std::string, compare_python, "/usr/bin/python3",
-          "Python with torch (Debian's python3-torch) for the broadcast contestants and the plot.");
-ABSL_FLAG(std::string, compare_scripts, WSYNC_BENCH_SCRIPT_DIR,
-          "Folder of broadcast_sync.py and plot_compare.py.");
-ABSL_FLAG(double, compare_timeout_s, 600,
-          "Limit of each broadcast, ucx_perftest and memcpy run, seconds (wsync jobs: "
-          "--sync_timeout_s plus their bytes' allowance).");
-ABSL_FLAG(bool, compare_long, false,
-          "Without --model and --to: qwen2.5-0.5b and llama-3.2-1b (2.3 GiB), each to vllm(tp=2) "
-          "and vllm(tp=1,dp=2) (the four scenarios took 1150 s at 3 rounds on the 2-core machine "
-          "of docs/benchmarks.md).");
-ABSL_FLAG(bool, compare_plot, true, "Write compare.png next to compare.json.");
-ABSL_FLAG(int64_t, compare_memcpy_bytes, 0, "wsync bench memcpy: bytes to copy.");
-ABSL_FLAG(int32_t, compare_memcpy_pattern, 0x5a, "wsync bench memcpy: the source's byte value.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
-// The default run: the scenario the goals are stated on, 2 rounds (its wall time on the
-// 2-core machine is in README.md, "Default runs"). --compare_long: both models, both rollout
-// layouts.
-constexpr char kDefaultModels[] = "qwen2.5-0.5b";
-constexpr char kLongModels[] = "qwen2.5-0.5b,llama-3.2-1b";
-constexpr int32_t kDefaultRepeats = 2;
-constexpr char kDefaultFrom[] = "megatron(tp=2)";
-constexpr char kDefaultTo[] = "vllm(tp=2)";
-constexpr char kLongTo[] = "vllm(tp=2);vllm(tp=1,dp=2)";
 constexpr char kGlooTransport[] = "gloo tcp (lo)";
 
 // Keeps the largest peak RSS seen per process over the runs of one result.
@@ -97,29 +52,30 @@ void KeepPeaks(const std::vector<int64_t>& peaks, int32_t trainers, Measured* m)
 
 // The binaries and scripts a run needs, found once.
 struct Tools {
-  std::string cli, worker, perftest, python, scripts;
+  std::string self, perftest, python, scripts;
 };
 
 // ---------------------------------------------------------------------------------------------
-// memcpy of the bytes one rollout process must receive, in a child process (`wsync bench memcpy`):
+// memcpy of the bytes one rollout process must receive, in a child process (`wsync-bench memcpy`):
 // the launcher's own peak RSS is handed down to every child it spawns (posix_spawn shares its
 // memory until exec), so the launcher itself never touches buffers of that size.
 
-absl::StatusOr<double> RunMemcpyChild(const Tools& tools, int64_t bytes, int32_t round) {
+absl::StatusOr<double> RunMemcpyChild(const Tools& tools, int64_t bytes, int32_t round,
+                                      absl::Duration timeout) {
   harness::ProcessesSpec spec;
   spec.processes = 1;
   spec.command = [&](int) {
-    return std::vector<std::string>{tools.cli, "bench", "memcpy",
+    return std::vector<std::string>{tools.self, "memcpy",
                                     absl::StrCat("--compare_memcpy_bytes=", bytes),
                                     absl::StrCat("--compare_memcpy_pattern=", 0x5a ^ round)};
   };
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s));
+  spec.timeout = timeout;
   WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> r, harness::RunProcesses(spec));
   double seconds = 0;
   if (r[0].exit_code != 0 ||
       sscanf(r[0].stdout_text.c_str(), "MEMCPY seconds=%lf", &seconds) != 1) {
     return absl::InternalError(
-        absl::StrCat("wsync bench memcpy failed: ", r[0].stdout_text, TailOf(r[0].stderr_text)));
+        absl::StrCat("wsync-bench memcpy failed: ", r[0].stdout_text, TailOf(r[0].stderr_text)));
   }
   return seconds;
 }
@@ -205,6 +161,7 @@ std::vector<std::string> GoalLines(const Scenario& scenario) {
 
 // What the runs of one scenario share.
 struct ScenarioRun {
+  const CompareBenchOptions& options;  // options.job's binaries resolved.
   const Tools& tools;
   std::string model_name, from, to, work_dir;
   std::string spec_path;  // The layouts as JSON, for the broadcast contestants.
@@ -219,7 +176,8 @@ struct ScenarioRun {
 std::vector<Measured> Contestants(const ScenarioRun& run) {
   const std::string rollout_check = "every element of every rollout piece, every sync";
   const std::string wsync_check =
-      absl::StrCat("a verified job of 2 versions first (", VerificationText(VerificationCheck()),
+      absl::StrCat("a verified job of 2 versions first (",
+                   VerificationText(VerificationCheck(run.options.job.verify_elements)),
                    "); timed jobs: bytes and rounds each rollout received equal the schedule");
   const std::string perftest =
       absl::StrFormat("ucx_perftest tag_bw, one pair, %d x %d B", run.iters, run.message);
@@ -238,7 +196,7 @@ std::vector<Measured> Contestants(const ScenarioRun& run) {
       Result("bucketed",
              absl::StrFormat("bucketed broadcast: whole parameters in %.0f MiB buckets "
                              "(torch.distributed gloo)",
-                             absl::GetFlag(FLAGS_compare_bucket_bytes) / 1048576.0),
+                             run.options.bucket_bytes / 1048576.0),
              kGlooTransport, "perftest-tcp", rollout_check),
       Limit("perftest-shm", perftest, "UCX shm", "not applicable: moves no weights"),
       Limit("perftest-tcp", perftest, tcp_name, "not applicable: moves no weights"),
@@ -259,14 +217,13 @@ absl::StatusOr<std::vector<double>> MeasureOnce(const ScenarioRun& run, int32_t 
     WSYNC_ASSIGN_OR_RETURN(
         std::vector<SyncSample> s,
         RunWsync(facts, run.model_name, run.from, run.to, m.id == "wsync-shm" ? run.shm : run.tcp,
-                 run.warmup, run.syncs, JobCheck::kNone, run.tools.worker, run.tools.cli, &peaks));
+                 run.warmup, run.syncs, JobCheck::kNone, run.options.job, &peaks));
     for (const SyncSample& sample : s) samples.push_back(sample.seconds);
     KeepPeaks(peaks, facts.trainers, &m);
   } else if (m.id == "per-param" || m.id == "bucketed") {
     const BroadcastOptions options{run.tools.python, run.tools.scripts,
                                    m.id == "per-param" ? "param" : "bucket",
-                                   absl::GetFlag(FLAGS_compare_bucket_bytes),
-                                   absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))};
+                                   run.options.bucket_bytes, absl::Seconds(run.options.timeout_s)};
     WSYNC_ASSIGN_OR_RETURN(BroadcastRun broadcast,
                            RunBroadcast(options, run.spec_path, facts.trainers, facts.rollouts,
                                         run.warmup, run.syncs));
@@ -276,15 +233,16 @@ absl::StatusOr<std::vector<double>> MeasureOnce(const ScenarioRun& run, int32_t 
     verified = true;
   } else if (m.id == "memcpy") {
     WSYNC_ASSIGN_OR_RETURN(const double seconds,
-                           RunMemcpyChild(run.tools, facts.bytes_per_rollout, round));
+                           RunMemcpyChild(run.tools, facts.bytes_per_rollout, round,
+                                          absl::Seconds(run.options.timeout_s)));
     samples.push_back(seconds);
     verified = true;
   } else {
     const Transports& transports = m.id == "perftest-shm" ? run.shm : run.tcp;
-    WSYNC_ASSIGN_OR_RETURN(PerftestResult r,
-                           RunPerftest(run.tools.perftest, run.work_dir, transports.tls,
-                                       transports.devices, run.message, run.iters, 1,
-                                       absl::Seconds(absl::GetFlag(FLAGS_compare_timeout_s))));
+    WSYNC_ASSIGN_OR_RETURN(
+        PerftestResult r,
+        RunPerftest(run.tools.perftest, run.work_dir, transports.tls, transports.devices,
+                    run.message, run.iters, 1, absl::Seconds(run.options.timeout_s)));
     if (r.bytes_per_second.empty() || r.bytes_per_second[0] <= 0) {
       return absl::InternalError(absl::StrCat(m.id, " reported no bandwidth"));
     }
@@ -305,7 +263,7 @@ void AddNotes(const ScenarioRun& run, int32_t repeats, const std::string& bucket
              &largest_bucket) == 2) {
     scenario.notes.push_back(absl::StrFormat(
         "bucketed: %d bucket(s) of at most %.0f MiB; the largest holds %.2f MiB%s.", bucket_count,
-        absl::GetFlag(FLAGS_compare_bucket_bytes) / 1048576.0, largest_bucket / 1048576.0,
+        run.options.bucket_bytes / 1048576.0, largest_bucket / 1048576.0,
         bucket_count == 1 ? " (the whole model fits in one bucket)" : ""));
   }
   scenario.notes.push_back(absl::StrFormat(
@@ -329,32 +287,32 @@ void AddNotes(const ScenarioRun& run, int32_t repeats, const std::string& bucket
   for (const std::string& line : GoalLines(scenario)) scenario.notes.push_back(line);
 }
 
-absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& model_name,
-                                     const std::string& from, const std::string& to,
-                                     const std::string& work_dir, int32_t index, std::FILE* out) {
-  const int32_t repeats =
-      absl::GetFlag(FLAGS_repeats) > 0 ? absl::GetFlag(FLAGS_repeats) : kDefaultRepeats;
+absl::StatusOr<Scenario> RunScenario(const CompareBenchOptions& options, const Tools& tools,
+                                     const std::string& model_name, const std::string& from,
+                                     const std::string& to, const std::string& work_dir,
+                                     int32_t index, std::FILE* out) {
+  const int32_t repeats = std::max(1, options.repeats);
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(model_name));
   WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts,
-                         ScheduleFactsFor(model, from, to, absl::GetFlag(FLAGS_budget)));
+                         ScheduleFactsFor(model, from, to, options.job.budget, options.job.policy));
   WSYNC_ASSIGN_OR_RETURN(const Layout trainers, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(const Layout rollouts, BuildNamedLayout(model, to));
   WSYNC_ASSIGN_OR_RETURN(const std::string spec_json,
                          LayoutSpecJson(model_name, trainers, rollouts));
-  const ScenarioRun run{
-      .tools = tools,
-      .model_name = model_name,
-      .from = from,
-      .to = to,
-      .work_dir = work_dir,
-      .spec_path = absl::StrCat(work_dir, "/layout", index, ".json"),
-      .facts = facts,
-      .shm = {"shm", absl::GetFlag(FLAGS_sync_shm_tls), ""},
-      .tcp = {"tcp", absl::GetFlag(FLAGS_sync_tcp_tls), absl::GetFlag(FLAGS_sync_tcp_devices)},
-      .message = facts.largest_message,
-      .iters = PerftestIterations(facts, facts.largest_message),
-      .syncs = std::max(1, absl::GetFlag(FLAGS_compare_syncs)),
-      .warmup = std::max(0, absl::GetFlag(FLAGS_compare_warmup))};
+  const ScenarioRun run{.options = options,
+                        .tools = tools,
+                        .model_name = model_name,
+                        .from = from,
+                        .to = to,
+                        .work_dir = work_dir,
+                        .spec_path = absl::StrCat(work_dir, "/layout", index, ".json"),
+                        .facts = facts,
+                        .shm = {"shm", options.shm_tls, ""},
+                        .tcp = {"tcp", options.tcp_tls, options.tcp_devices},
+                        .message = facts.largest_message,
+                        .iters = PerftestIterations(facts, facts.largest_message),
+                        .syncs = std::max(1, options.syncs),
+                        .warmup = std::max(0, options.warmup)};
   {
     std::ofstream file(run.spec_path);
     file << spec_json;
@@ -383,14 +341,14 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
   // GB per version here); the timed jobs then check the bytes and rounds every rollout received
   // against the schedule. The broadcast rollouts check every element after every sync
   // (vectorized torch).
-  const JobCheck check = VerificationCheck();
+  const JobCheck check = VerificationCheck(options.job.verify_elements);
   std::map<std::string, bool> ok;
   for (Measured& m : scenario.results) {
     if (m.id != "wsync-shm" && m.id != "wsync-tcp") continue;
     const absl::Time start = absl::Now();
     WSYNC_RETURN_IF_ERROR(RunWsync(facts, model_name, from, to,
                                    m.id == "wsync-shm" ? run.shm : run.tcp,
-                                   /*warmup=*/0, /*syncs=*/2, check, tools.worker, tools.cli)
+                                   /*warmup=*/0, /*syncs=*/2, check, options.job)
                               .status());
     ok[m.id] = true;
     absl::FPrintF(out, "  verified %s: 2 versions, %s (%.1f s)\n", m.id, VerificationText(check),
@@ -423,9 +381,10 @@ absl::StatusOr<Scenario> RunScenario(const Tools& tools, const std::string& mode
 }
 
 // Writes compare.json (and compare.png with --compare_plot) for the scenarios so far.
-absl::Status WriteResults(const Tools& tools, const std::vector<Scenario>& scenarios,
-                          const std::string& out_dir, const std::string& date,
-                          const std::string& machine, const std::string& command, std::FILE* out) {
+absl::Status WriteResults(const CompareBenchOptions& options, const Tools& tools,
+                          const std::vector<Scenario>& scenarios, const std::string& out_dir,
+                          const std::string& date, const std::string& machine,
+                          const std::string& command, std::FILE* out) {
   const std::string json_path = out_dir + "/compare.json";
   {
     std::ofstream file(json_path);
@@ -433,7 +392,7 @@ absl::Status WriteResults(const Tools& tools, const std::vector<Scenario>& scena
     if (!file.good()) return absl::InternalError(absl::StrCat("cannot write ", json_path));
   }
   absl::FPrintF(out, "\nwrote %s\n", json_path);
-  if (absl::GetFlag(FLAGS_compare_plot)) {
+  if (options.plot) {
     const std::string png_path = out_dir + "/compare.png";
     harness::ProcessesSpec plot;
     plot.processes = 1;
@@ -454,10 +413,9 @@ absl::Status WriteResults(const Tools& tools, const std::vector<Scenario>& scena
 
 }  // namespace
 
-absl::Status RunMemcpyProbe(std::FILE* out) {
-  const int64_t bytes = absl::GetFlag(FLAGS_compare_memcpy_bytes);
+absl::Status RunMemcpyProbe(int64_t bytes, int32_t pattern_value, std::FILE* out) {
   if (bytes <= 0) return absl::InvalidArgumentError("--compare_memcpy_bytes must be positive");
-  const auto pattern = static_cast<unsigned char>(absl::GetFlag(FLAGS_compare_memcpy_pattern));
+  const auto pattern = static_cast<unsigned char>(pattern_value);
   std::vector<unsigned char> from(bytes, pattern), to(bytes, static_cast<unsigned char>(~pattern));
   const absl::Time start = absl::Now();
   std::memcpy(to.data(), from.data(), bytes);
@@ -470,7 +428,7 @@ absl::Status RunMemcpyProbe(std::FILE* out) {
 }
 
 std::string CompareBenchUsage() {
-  return "wsync bench compare [--model M,M] [--compare_long] [--from L;L] [--to L;L]\n"
+  return "wsync-bench compare [--model M,M] [--compare_long] [--from L;L] [--to L;L]\n"
          "                    [--repeats R] [--out DIR] [--compare_syncs K] [--compare_warmup W]\n"
          "                    [--compare_bucket_bytes B] [--compare_python PATH]\n"
          "                    [--compare_scripts DIR] [--compare_plot] [--compare_timeout_s S]\n"
@@ -484,29 +442,20 @@ std::string CompareBenchUsage() {
          "  sender and receiver; --verify_elements: every rollout element); the broadcast\n"
          "  rollouts check every element after every sync. Prints a table per scenario and\n"
          "  writes compare.json and\n"
-         "  compare.png to DIR (default bench-results/compare). `wsync bench memcpy\n"
+         "  compare.png to DIR (default bench-results/compare). `wsync-bench memcpy\n"
          "  --compare_memcpy_bytes N` is its memcpy limit, run as a child process.\n";
 }
 
-absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
+absl::Status RunCompareBench(const CompareBenchOptions& given, std::FILE* out) {
   const absl::Time bench_start = absl::Now();
-  const std::string models = !absl::GetFlag(FLAGS_model).empty() ? absl::GetFlag(FLAGS_model)
-                             : absl::GetFlag(FLAGS_compare_long) ? kLongModels
-                                                                 : kDefaultModels;
-  const std::string froms =
-      absl::GetFlag(FLAGS_from).empty() ? kDefaultFrom : absl::GetFlag(FLAGS_from);
-  const std::string tos = !absl::GetFlag(FLAGS_to).empty()    ? absl::GetFlag(FLAGS_to)
-                          : absl::GetFlag(FLAGS_compare_long) ? kLongTo
-                                                              : kDefaultTo;
-  const std::string out_dir =
-      absl::GetFlag(FLAGS_out).empty() ? "bench-results/compare" : absl::GetFlag(FLAGS_out);
-
+  CompareBenchOptions options = given;
+  const std::string& out_dir = options.out_dir;
   Tools tools;
-  WSYNC_ASSIGN_OR_RETURN(tools.cli, SelfPath());
-  WSYNC_ASSIGN_OR_RETURN(tools.worker, FindWorker(tools.cli));
-  WSYNC_ASSIGN_OR_RETURN(tools.perftest, FindInPath(absl::GetFlag(FLAGS_sync_perftest)));
-  WSYNC_ASSIGN_OR_RETURN(tools.python, FindInPath(absl::GetFlag(FLAGS_compare_python)));
-  tools.scripts = absl::GetFlag(FLAGS_compare_scripts);
+  WSYNC_ASSIGN_OR_RETURN(tools.self, SelfPath());
+  WSYNC_RETURN_IF_ERROR(ResolveBinaries(tools.self, &options.job));
+  WSYNC_ASSIGN_OR_RETURN(tools.perftest, FindInPath(options.perftest, "sync_perftest"));
+  WSYNC_ASSIGN_OR_RETURN(tools.python, FindInPath(options.python, "compare_python"));
+  tools.scripts = options.scripts;
   if (access((tools.scripts + "/broadcast_sync.py").c_str(), R_OK) != 0) {
     return absl::NotFoundError(
         absl::StrCat(tools.scripts, "/broadcast_sync.py not found; pass --compare_scripts"));
@@ -521,23 +470,24 @@ absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
 
   const std::string machine = MachineDescription();
   const std::string date = absl::FormatTime("%Y-%m-%d %H:%M UTC", bench_start, absl::UTCTimeZone());
-  absl::FPrintF(out, "wsync bench compare, %s\n  machine: %s\n  command: %s\n", date, machine,
-                command);
+  absl::FPrintF(out, "wsync-bench compare, %s\n  machine: %s\n  command: %s\n", date, machine,
+                options.command);
   std::vector<Scenario> scenarios;
   absl::Status status;
   int32_t index = 0;
-  for (absl::string_view model : absl::StrSplit(models, ',', absl::SkipWhitespace())) {
-    for (absl::string_view from : absl::StrSplit(froms, ';', absl::SkipWhitespace())) {
-      for (absl::string_view to : absl::StrSplit(tos, ';', absl::SkipWhitespace())) {
+  for (absl::string_view model : absl::StrSplit(options.models, ',', absl::SkipWhitespace())) {
+    for (absl::string_view from : absl::StrSplit(options.froms, ';', absl::SkipWhitespace())) {
+      for (absl::string_view to : absl::StrSplit(options.tos, ';', absl::SkipWhitespace())) {
         if (!status.ok()) break;
         absl::StatusOr<Scenario> scenario =
-            RunScenario(tools, std::string(absl::StripAsciiWhitespace(model)),
+            RunScenario(options, tools, std::string(absl::StripAsciiWhitespace(model)),
                         std::string(absl::StripAsciiWhitespace(from)),
                         std::string(absl::StripAsciiWhitespace(to)), work_dir, ++index, out);
         if (scenario.ok()) {
           scenarios.push_back(*std::move(scenario));
           // After every scenario, so that a later failure keeps the finished ones.
-          status = WriteResults(tools, scenarios, out_dir, date, machine, command, out);
+          status =
+              WriteResults(options, tools, scenarios, out_dir, date, machine, options.command, out);
         } else {
           status = absl::Status(
               scenario.status().code(),
@@ -553,4 +503,4 @@ absl::Status RunCompareBench(std::FILE* out, const std::string& command) {
   return absl::OkStatus();
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

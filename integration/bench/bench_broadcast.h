@@ -1,7 +1,7 @@
-#ifndef WSYNC_INTEGRATION_CLI_BENCH_BROADCAST_H_
-#define WSYNC_INTEGRATION_CLI_BENCH_BROADCAST_H_
+#ifndef WSYNC_INTEGRATION_BENCH_BENCH_BROADCAST_H_
+#define WSYNC_INTEGRATION_BENCH_BENCH_BROADCAST_H_
 
-// The broadcast contestants of `wsync bench compare`: the layout spec that
+// The broadcast contestants of `wsync-bench compare`: the layout spec that
 // integration/bench/broadcast_sync.py reads, and one run of its processes (one per trainer and
 // rollout rank, torch.distributed over gloo on loopback).
 
@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "planner/layout.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 // "trainer P" for P < trainers, else "rollout P - trainers".
 std::string ProcessName(int32_t process, int32_t trainers);
@@ -47,6 +47,6 @@ absl::StatusOr<BroadcastRun> RunBroadcast(const BroadcastOptions& options,
                                           const std::string& spec_path, int32_t trainers,
                                           int32_t rollouts, int32_t warmup, int32_t syncs);
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench
 
-#endif  // WSYNC_INTEGRATION_CLI_BENCH_BROADCAST_H_
+#endif  // WSYNC_INTEGRATION_BENCH_BENCH_BROADCAST_H_

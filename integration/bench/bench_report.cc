@@ -1,4 +1,4 @@
-#include "integration/cli/bench_report.h"
+#include "integration/bench/bench_report.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -196,4 +196,4 @@ std::string ToJson(const std::vector<Scenario>& scenarios, const std::string& da
   return json;
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,4 +1,4 @@
-#include "integration/cli/bench_sync_table.h"
+#include "integration/bench/bench_sync_table.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "integration/cli/bench_report.h"
+#include "integration/bench/bench_report.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 // The ratios of wsync to ucx_perftest on one transport (0 where a contestant did not run).
@@ -219,4 +219,4 @@ void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out) {
   }
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,4 +1,4 @@
-#include "integration/cli/bench_predict.h"
+#include "integration/bench/bench_predict.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
-#include "integration/cli/bench_sync.h"
+#include "integration/bench/bench_sync.h"
 #include "integration/cli/calibrate_job.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
@@ -30,26 +28,7 @@
 #include "planner/named_layouts.h"
 #include "plugin/prediction.h"
 
-ABSL_DECLARE_FLAG(double, budget);
-
-ABSL_FLAG(std::string, predict_model, "qwen2.5-0.5b", "`wsync bench predict`: the model synced.");
-ABSL_FLAG(std::string, predict_scenarios, "",
-          "`wsync bench predict`: the scenarios to run, by name, comma-separated, or `all`; "
-          "default: the six of the default run (all but 'netns tc tp2->tp2' and 'replicated dp2 "
-          "shm').");
-ABSL_FLAG(int32_t, predict_rounds, 2,
-          "`wsync bench predict`: rounds; each round calibrates and measures every scenario once, "
-          "scenarios interleaved.");
-ABSL_FLAG(int32_t, predict_syncs, 5, "`wsync bench predict`: timed syncs per measured job.");
-ABSL_FLAG(int32_t, predict_warmup, 2, "`wsync bench predict`: untimed syncs before them.");
-ABSL_FLAG(std::string, predict_rate, "2gbit",
-          "`wsync bench predict`: tc tbf rate of the veth link between the two namespaces.");
-ABSL_FLAG(std::string, predict_probe_sizes, "256K,1M,4M,16M,64M",
-          "`wsync bench predict`: calibration message sizes.");
-ABSL_FLAG(int32_t, predict_probe_repeats, 5, "`wsync bench predict`: calibration repeats.");
-ABSL_FLAG(double, predict_timeout_s, 300, "`wsync bench predict`: limit of each child job.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 constexpr char kShm[] = "ucx:sm,cma,self";
@@ -65,7 +44,7 @@ struct Scenario {
   std::function<std::string(int32_t process, int32_t trainers, const std::string& device)> paths;
   bool netns = false;             // Node "a" in one namespace, every other node in the other.
   bool compare_policies = false;  // Also measure first_holder against cost_aware.
-  bool in_default_run = true;     // Run when --predict_scenarios is empty.
+  bool in_default_run = true;     // Run when no scenario is named.
 
   // The namespace of a process in the netns scenarios: 0 on node "a", else 1.
   int Side(int32_t p, int32_t trainers) const { return node(p, trainers) == "a" ? 0 : 1; }
@@ -114,7 +93,8 @@ double Median(std::vector<double> values) {
 
 // When `wanted`, two namespaces with the veth link between them shaped by tc on both ends (nullopt,
 // said on `out`, where namespaces cannot be made).
-absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, std::FILE* out) {
+absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, const std::string& rate,
+                                                             std::FILE* out) {
   if (!wanted) return std::optional<harness::NetnsPair>();
   std::string reason;
   std::optional<harness::NetnsPair> pair = harness::NetnsPair::Create(&reason);
@@ -123,9 +103,9 @@ absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, std::F
     return pair;
   }
   for (int side = 0; side < 2; ++side) {
-    const std::string command = absl::StrCat(
-        "ip netns exec ", pair->ns(side), " tc qdisc add dev ", pair->device(side),
-        " root tbf rate ", absl::GetFlag(FLAGS_predict_rate), " burst 1mb latency 100ms");
+    const std::string command =
+        absl::StrCat("ip netns exec ", pair->ns(side), " tc qdisc add dev ", pair->device(side),
+                     " root tbf rate ", rate, " burst 1mb latency 100ms");
     if (std::system(command.c_str()) != 0) {
       return absl::InternalError(absl::StrCat("'", command, "' failed"));
     }
@@ -141,18 +121,18 @@ struct Measured {
 absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model, int32_t trainers,
                                      int32_t rollouts, const std::vector<std::string>& paths,
                                      const harness::NetnsPair* pair, const std::string& policy,
-                                     const std::string& calibration, const std::string& worker,
-                                     const std::string& cli) {
+                                     const std::string& calibration,
+                                     const PredictBenchOptions& options) {
   harness::JobSpec spec;
   spec.model = model;
   spec.from = s.from;
   spec.to = s.to;
   spec.trainers = trainers;
   spec.rollouts = rollouts;
-  const int32_t warmup = absl::GetFlag(FLAGS_predict_warmup);
-  spec.versions = warmup + absl::GetFlag(FLAGS_predict_syncs);
-  spec.budget = absl::GetFlag(FLAGS_budget);
-  spec.timeout = absl::Seconds(absl::GetFlag(FLAGS_predict_timeout_s));
+  const int32_t warmup = options.warmup;
+  spec.versions = warmup + options.syncs;
+  spec.budget = options.job.budget;
+  spec.timeout = absl::Seconds(options.timeout_s);
   spec.rendezvous_timeout = absl::Seconds(60);
   if (pair != nullptr) {
     spec.coordinator_netns = pair->ns(0);
@@ -166,7 +146,8 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
     spec.placement.push_back(placement);
   }
   spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
-  WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result, harness::RunJob(spec, worker, cli));
+  WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
+                         harness::RunJob(spec, options.job.worker, options.job.wsync));
   Measured measured;
   for (int32_t v = warmup; v < spec.versions; ++v) {
     double slowest = 0;
@@ -217,8 +198,8 @@ struct Row {
 // Calibrates, predicts and measures one scenario once (round `round`), adding to its rows (one
 // per policy measured, created in the first round).
 absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const std::string& dir,
-                              const std::string& worker, const std::string& cli, int32_t round,
-                              std::FILE* out, std::vector<Row>* rows) {
+                              const PredictBenchOptions& options, int32_t round, std::FILE* out,
+                              std::vector<Row>* rows) {
   absl::FPrintF(out, "[round %d] %s: %s -> %s over %s\n", round + 1, s.name, s.from, s.to,
                 s.transports);
   std::fflush(out);
@@ -232,11 +213,11 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
   }
   WSYNC_ASSIGN_OR_RETURN(const Job job, Job::Create(std::move(from), std::move(to)));
 
-  absl::StatusOr<std::optional<harness::NetnsPair>> shaped = ShapedPair(s.netns, out);
+  absl::StatusOr<std::optional<harness::NetnsPair>> shaped = ShapedPair(s.netns, options.rate, out);
   WSYNC_RETURN_IF_ERROR(shaped.status());
   const std::optional<harness::NetnsPair>& pair = *shaped;
   if (s.netns && !pair) return absl::OkStatus();
-  CalibrationJob calibration;
+  cli::CalibrationJob calibration;
   calibration.processes = n;
   for (int32_t p = 0; p < n; ++p) {
     const int side = s.Side(p, trainers);
@@ -246,14 +227,15 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
     if (pair) calibration.netns.push_back(pair->ns(side));
   }
   if (pair) calibration.coordinator_address = pair->address(0);
-  WSYNC_ASSIGN_OR_RETURN(calibration.sizes, ParseSizes(absl::GetFlag(FLAGS_predict_probe_sizes)));
-  calibration.repeats = absl::GetFlag(FLAGS_predict_probe_repeats);
+  WSYNC_ASSIGN_OR_RETURN(calibration.sizes, cli::ParseSizes(options.probe_sizes));
+  calibration.repeats = options.probe_repeats;
   std::string file_name = absl::StrCat(round, "-", s.name);
   std::replace_if(
       file_name.begin(), file_name.end(), [](char c) { return !absl::ascii_isalnum(c); }, '_');
   calibration.out = absl::StrCat(dir, "/", file_name, ".pb");
   const absl::Time start = absl::Now();
-  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration measured, RunCalibrationJob(calibration, cli));
+  WSYNC_ASSIGN_OR_RETURN(const proto::Calibration measured,
+                         cli::RunCalibrationJob(calibration, options.job.wsync));
   WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(measured));
   absl::FPrintF(out, "  calibrated %d processes in %.1f s (%d samples, %d fits left out)\n", n,
                 absl::ToDoubleSeconds(absl::Now() - start), measured.samples_size(),
@@ -273,12 +255,11 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
       row = rows->end() - 1;
     }
     WSYNC_ASSIGN_OR_RETURN(auto policy, MakeSessionPolicy(name, &fits));
-    WSYNC_ASSIGN_OR_RETURN(
-        const Prediction predicted,
-        PredictSync(job, *policy, fits, StagingBudget{absl::GetFlag(FLAGS_budget)}));
+    WSYNC_ASSIGN_OR_RETURN(const Prediction predicted,
+                           PredictSync(job, *policy, fits, StagingBudget{options.job.budget}));
     WSYNC_ASSIGN_OR_RETURN(
         Measured synced, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
-                                     pair ? &*pair : nullptr, name, calibration.out, worker, cli));
+                                     pair ? &*pair : nullptr, name, calibration.out, options));
     absl::FPrintF(
         out,
         "  %-12s predicted %.4f s = transfer %.4f + latency %.4f (binding %s), measured %s s -> "
@@ -304,7 +285,7 @@ std::string Range(const std::vector<double>& values) {
 }  // namespace
 
 std::string PredictBenchUsage() {
-  return "wsync bench predict [--predict_model M] [--predict_scenarios NAME,...]\n"
+  return "wsync-bench predict [--predict_model M] [--predict_scenarios NAME,...]\n"
          "                    [--predict_rounds N] [--predict_syncs K] [--predict_warmup W]\n"
          "                    [--predict_rate RATE] [--predict_probe_sizes S,...]\n"
          "                    [--predict_probe_repeats R]\n"
@@ -320,12 +301,13 @@ std::string PredictBenchUsage() {
          "  replica 1 and the rollouts on node b (two namespaces, tc-shaped veth).\n";
 }
 
-absl::Status RunPredictBench(std::FILE* out) {
+absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   const absl::Time bench_start = absl::Now();
-  WSYNC_ASSIGN_OR_RETURN(const std::string cli, SelfPath());
-  WSYNC_ASSIGN_OR_RETURN(const std::string worker, FindWorker(cli));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(absl::GetFlag(FLAGS_predict_model)));
-  const std::string scenario_flag = absl::GetFlag(FLAGS_predict_scenarios);
+  PredictBenchOptions options = given;
+  WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
+  WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &options.job));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(options.model));
+  const std::string& scenario_flag = options.scenarios;
   const std::vector<std::string> wanted = absl::StrSplit(scenario_flag, ',', absl::SkipEmpty());
   std::vector<Scenario> scenarios;
   for (Scenario& s : Scenarios()) {
@@ -349,20 +331,19 @@ absl::Status RunPredictBench(std::FILE* out) {
   char dir_template[] = "/tmp/wsync-bench-predict-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   const std::string dir = dir_template;
-  const int32_t rounds = absl::GetFlag(FLAGS_predict_rounds);
+  const int32_t rounds = options.rounds;
   if (rounds < 1) return absl::InvalidArgumentError("--predict_rounds must be >= 1");
   absl::FPrintF(out,
-                "wsync bench predict: %s (%.1f MiB), %d rounds, each calibrating and running %d "
+                "wsync-bench predict: %s (%.1f MiB), %d rounds, each calibrating and running %d "
                 "timed syncs after %d warm-up per scenario\n",
-                model.name, model.TotalBytes() / 1048576.0, rounds,
-                absl::GetFlag(FLAGS_predict_syncs), absl::GetFlag(FLAGS_predict_warmup));
+                model.name, model.TotalBytes() / 1048576.0, rounds, options.syncs, options.warmup);
   std::vector<Row> rows;
   absl::Status status;
   // Rounds interleave the scenarios, so that a stretch of heavy foreign load on this machine
   // falls on one round of many scenarios (which the medians drop) rather than on one scenario.
   for (int32_t round = 0; round < rounds && status.ok(); ++round) {
     for (const Scenario& s : scenarios) {
-      status = RunScenarioRound(s, model, dir, worker, cli, round, out, &rows);
+      status = RunScenarioRound(s, model, dir, options, round, out, &rows);
       if (!status.ok()) break;
     }
   }
@@ -416,4 +397,4 @@ absl::Status RunPredictBench(std::FILE* out) {
   return absl::OkStatus();
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

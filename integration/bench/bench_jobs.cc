@@ -1,17 +1,16 @@
-#include "integration/cli/bench_jobs.h"
+#include "integration/bench/bench_jobs.h"
 
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/flags/declare.h"
-#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -24,8 +23,8 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "executor/schedule.h"
-#include "integration/cli/bench_report.h"
-#include "integration/cli/perftest.h"
+#include "integration/bench/bench_report.h"
+#include "integration/bench/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/job.h"
 #include "planner/models.h"
@@ -33,20 +32,7 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 
-ABSL_DECLARE_FLAG(std::string, policy);
-ABSL_DECLARE_FLAG(double, budget);
-
-ABSL_FLAG(std::string, sync_worker, "",
-          "wsync_test_worker binary; default: found next to this binary or in its build tree.");
-ABSL_FLAG(double, sync_timeout_s, 60,
-          "Limit of each ucx_perftest run, and the base of each wsync job's limit, which adds "
-          "per version 10 s per GB the busiest process holds (160 s with --verify_elements).");
-ABSL_FLAG(bool, verify_elements, false,
-          "`wsync bench sync` and `compare`: the verification jobs check every rollout element "
-          "against its logical value (about a minute per GB per version here) instead of "
-          "comparing the sender's and the receiver's hash of every chunk.");
-
-namespace wsync::cli {
+namespace wsync::bench {
 namespace {
 
 bool Executable(const std::string& path) {
@@ -67,24 +53,36 @@ absl::StatusOr<std::string> SelfPath() {
   return std::string(buffer, n);
 }
 
-absl::StatusOr<std::string> FindWorker(const std::string& self) {
-  const std::string flag = absl::GetFlag(FLAGS_sync_worker);
-  if (!flag.empty()) {
-    if (Executable(flag)) return flag;
-    return absl::NotFoundError(absl::StrCat("--sync_worker ", flag, " is not an executable file"));
+absl::StatusOr<std::string> FindSibling(const std::string& self, const std::string& given,
+                                        const std::vector<std::string>& relative_paths,
+                                        const std::string& flag) {
+  if (!given.empty()) {
+    if (Executable(given)) return given;
+    return absl::NotFoundError(absl::StrCat("--", flag, " ", given, " is not an executable file"));
   }
   const std::string dir = Dirname(self);
-  const std::vector<std::string> candidates = {dir + "/wsync_test_worker",
-                                               dir + "/../../tests/multiproc/wsync_test_worker"};
-  for (const std::string& candidate : candidates) {
-    if (Executable(candidate)) return candidate;
+  std::vector<std::string> candidates;
+  for (const std::string& relative : relative_paths) {
+    candidates.push_back(
+        std::filesystem::path(absl::StrCat(dir, "/", relative)).lexically_normal().string());
+    if (Executable(candidates.back())) return candidates.back();
   }
-  return absl::NotFoundError(
-      absl::StrCat("wsync_test_worker not found (looked for ", absl::StrJoin(candidates, " and "),
-                   "); build the target wsync_test_worker or pass --sync_worker"));
+  return absl::NotFoundError(absl::StrCat(
+      relative_paths.front(), " not found (looked for ", absl::StrJoin(candidates, " and "),
+      "); build the target ", relative_paths.front(), " or pass --", flag));
 }
 
-absl::StatusOr<std::string> FindInPath(const std::string& name) {
+absl::Status ResolveBinaries(const std::string& self, JobOptions* options) {
+  WSYNC_ASSIGN_OR_RETURN(
+      options->worker,
+      FindSibling(self, options->worker,
+                  {"wsync_test_worker", "../../tests/multiproc/wsync_test_worker"}, "sync_worker"));
+  WSYNC_ASSIGN_OR_RETURN(options->wsync,
+                         FindSibling(self, options->wsync, {"wsync", "../cli/wsync"}, "wsync"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FindInPath(const std::string& name, const std::string& flag) {
   if (absl::StrContains(name, "/")) {
     if (Executable(name)) return name;
     return absl::NotFoundError(absl::StrCat(name, " is not an executable file"));
@@ -95,15 +93,17 @@ absl::StatusOr<std::string> FindInPath(const std::string& name) {
     const std::string candidate = absl::StrCat(dir, "/", name);
     if (Executable(candidate)) return candidate;
   }
-  return absl::NotFoundError(absl::StrCat(
-      name, " not found in PATH (Debian: apt-get install ucx-utils); or pass --sync_perftest"));
+  return absl::NotFoundError(absl::StrCat(name, " not found in PATH (Debian: apt-get install ",
+                                          name == "ucx_perftest" ? "ucx-utils" : "it",
+                                          "); or pass --", flag));
 }
 
 // ---------------------------------------------------------------------------------------------
 // What the schedule sends to a rollout process.
 
 absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
-                                               const std::string& to, double budget) {
+                                               const std::string& to, double budget,
+                                               const std::string& policy_name) {
   WSYNC_ASSIGN_OR_RETURN(Layout source, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(Layout target, BuildNamedLayout(model, to));
   ScheduleFacts facts;
@@ -120,7 +120,7 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
   for (ProcessInfo& p : source.processes) p.node_id = "local";
   for (ProcessInfo& p : target.processes) p.node_id = "local";
   WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
-  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(absl::GetFlag(FLAGS_policy)));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(policy_name));
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
@@ -177,13 +177,14 @@ int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
       std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
 }
 
-absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check) {
-  return absl::Seconds(JobLimitSeconds(absl::GetFlag(FLAGS_sync_timeout_s), versions,
-                                       facts.largest_process_bytes, check == JobCheck::kElements));
+absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check,
+                             double timeout_s) {
+  return absl::Seconds(JobLimitSeconds(timeout_s, versions, facts.largest_process_bytes,
+                                       check == JobCheck::kElements));
 }
 
-JobCheck VerificationCheck() {
-  return absl::GetFlag(FLAGS_verify_elements) ? JobCheck::kElements : JobCheck::kChunkHashes;
+JobCheck VerificationCheck(bool verify_elements) {
+  return verify_elements ? JobCheck::kElements : JobCheck::kChunkHashes;
 }
 
 std::string VerificationText(JobCheck check) {
@@ -222,11 +223,11 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
                                                  int32_t warmup, int32_t syncs, JobCheck check,
-                                                 const std::string& worker, const std::string& cli,
+                                                 const JobOptions& options,
                                                  std::vector<int64_t>* peak_rss_bytes) {
   const bool elements = check == JobCheck::kElements;
   const bool hashes = check == JobCheck::kChunkHashes || check == JobCheck::kTimedHashes;
-  const absl::Duration limit = WsyncJobLimit(facts, warmup + syncs, check);
+  const absl::Duration limit = WsyncJobLimit(facts, warmup + syncs, check, options.timeout_s);
   harness::JobSpec spec;
   spec.model = model;
   spec.from = from;
@@ -235,7 +236,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   spec.rollouts = facts.rollouts;
   spec.tls = t.tls;
   spec.versions = warmup + syncs;
-  spec.budget = absl::GetFlag(FLAGS_budget);
+  spec.budget = options.budget;
   spec.timeout = limit;
   spec.rendezvous_timeout = absl::Seconds(30);
   if (!t.devices.empty()) {
@@ -244,13 +245,14 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   }
   spec.extra_worker_flags = {
       "--policy",
-      absl::GetFlag(FLAGS_policy),
+      options.policy,
       absl::StrCat("--verify=", elements ? "true" : "false"),
       absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
       absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
       absl::StrCat("--verify_mode=", check == JobCheck::kTimedKeyed ? "keyed" : ""),
       absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
-  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result, harness::RunJob(spec, worker, cli));
+  WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
+                         harness::RunJob(spec, options.worker, options.wsync));
   const int total = facts.trainers + facts.rollouts;
   for (int p = 0; p < total; ++p) {
     const harness::WorkerResult& w = result.workers[p];
@@ -307,4 +309,4 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   return samples;
 }
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench

@@ -1,7 +1,7 @@
-#ifndef WSYNC_INTEGRATION_CLI_BENCH_REPORT_H_
-#define WSYNC_INTEGRATION_CLI_BENCH_REPORT_H_
+#ifndef WSYNC_INTEGRATION_BENCH_BENCH_REPORT_H_
+#define WSYNC_INTEGRATION_BENCH_BENCH_REPORT_H_
 
-// The pure part of `wsync bench compare` (and the statistics `wsync bench sync` shares): per
+// The pure part of `wsync-bench compare` (and the statistics `wsync-bench sync` shares): per
 // scenario, the measured samples of every contestant and link limit, summarized into seconds per
 // sync, GB/s per rollout process, speed-ups and fractions of the link limits, and rendered as a
 // text table and as JSON. No I/O, no processes: everything here is a function of its inputs.
@@ -14,7 +14,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace wsync::cli {
+namespace wsync::bench {
 
 // Median (the mean of the two middle values for an even count), smallest and largest; 0 for none.
 double Median(std::vector<double> values);
@@ -84,6 +84,6 @@ std::string FormatTable(const Scenario& scenario);
 std::string ToJson(const std::vector<Scenario>& scenarios, const std::string& date,
                    const std::string& machine, const std::string& command);
 
-}  // namespace wsync::cli
+}  // namespace wsync::bench
 
-#endif  // WSYNC_INTEGRATION_CLI_BENCH_REPORT_H_
+#endif  // WSYNC_INTEGRATION_BENCH_BENCH_REPORT_H_

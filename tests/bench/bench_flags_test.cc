@@ -1,0 +1,132 @@
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "gtest/gtest.h"
+#include "integration/bench/flags.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, to);
+ABSL_DECLARE_FLAG(int32_t, repeats);
+ABSL_DECLARE_FLAG(int32_t, layers);
+ABSL_DECLARE_FLAG(bool, compare_long);
+ABSL_DECLARE_FLAG(std::string, sync_worker);
+ABSL_DECLARE_FLAG(std::string, wsync);
+ABSL_DECLARE_FLAG(double, sync_timeout_s);
+ABSL_DECLARE_FLAG(bool, verify_elements);
+ABSL_DECLARE_FLAG(std::string, policy);
+ABSL_DECLARE_FLAG(int32_t, sync_rounds);
+ABSL_DECLARE_FLAG(std::string, sync_single_from);
+
+namespace wsync::bench {
+namespace {
+
+// Every test starts from the flags' defaults.
+class FlagsTest : public ::testing::Test {
+ protected:
+  absl::FlagSaver saver_;
+};
+
+// The defaults of `wsync bench <benchmark>` before the move, which `wsync-bench` keeps.
+TEST_F(FlagsTest, DefaultsAreTheBenchmarksOwn) {
+  const ExecutorBenchOptions executor = ExecutorOptionsFromFlags();
+  EXPECT_EQ(executor.model, "llama-3-8b");
+  EXPECT_EQ(executor.layers, 2);
+  EXPECT_EQ(executor.repeats, 5);
+  EXPECT_TRUE(executor.from.empty() && executor.to.empty());
+  EXPECT_TRUE(executor.one_core);
+  EXPECT_EQ(executor.policy, "local_first_least_loaded");
+
+  const SyncBenchOptions sync = SyncOptionsFromFlags();
+  EXPECT_EQ(sync.model, "qwen2.5-0.5b");
+  EXPECT_EQ(sync.from, "megatron(tp=2)");
+  EXPECT_EQ(sync.to, "vllm(tp=2)");
+  EXPECT_EQ(sync.memory, "host");
+  EXPECT_EQ(sync.syncs, 5);
+  EXPECT_EQ(sync.warmup, 1);
+  EXPECT_EQ(sync.rounds, 4);
+  EXPECT_TRUE(sync.verify_first);
+  EXPECT_FALSE(sync.verify);
+  EXPECT_EQ(sync.shm_tls, "sm,cma,self");
+  EXPECT_EQ(sync.tcp_tls, "tcp");
+  EXPECT_EQ(sync.tcp_devices, "lo");
+  EXPECT_EQ(sync.single_from, "megatron(tp=1)");
+  EXPECT_EQ(sync.single_to, "vllm(tp=1)");
+  EXPECT_TRUE(sync.perftest_concurrent);
+  EXPECT_TRUE(sync.perftest_wsync_settings);
+  EXPECT_EQ(sync.job.timeout_s, 60);
+  EXPECT_FALSE(sync.job.verify_elements);
+  EXPECT_EQ(sync.job.budget, static_cast<double>(kDefaultStagingBudgetBytes));
+  EXPECT_EQ(sync.cuda.from, "megatron(tp=1)");
+  EXPECT_EQ(sync.cuda.to, "vllm(tp=1)");
+
+  const CompareBenchOptions compare = CompareOptionsFromFlags("wsync-bench compare");
+  EXPECT_EQ(compare.models, "qwen2.5-0.5b");
+  EXPECT_EQ(compare.froms, "megatron(tp=2)");
+  EXPECT_EQ(compare.tos, "vllm(tp=2)");
+  EXPECT_EQ(compare.repeats, 2);
+  EXPECT_EQ(compare.syncs, 3);
+  EXPECT_EQ(compare.warmup, 1);
+  EXPECT_EQ(compare.timeout_s, 600);
+  EXPECT_EQ(compare.out_dir, "bench-results/compare");
+  EXPECT_EQ(compare.command, "wsync-bench compare");
+
+  const PredictBenchOptions predict = PredictOptionsFromFlags();
+  EXPECT_EQ(predict.model, "qwen2.5-0.5b");
+  EXPECT_EQ(predict.rounds, 2);
+  EXPECT_EQ(predict.syncs, 5);
+  EXPECT_EQ(predict.warmup, 2);
+  EXPECT_EQ(predict.timeout_s, 300);
+
+  const RelayBenchOptions relay = RelayOptionsFromFlags();
+  EXPECT_EQ(relay.model, "qwen2.5-tiny");
+  EXPECT_EQ(relay.to, "vllm(tp=2,dp=2)");
+  EXPECT_EQ(relay.rate_mbit, 100);
+  EXPECT_EQ(relay.timeout_s, 120);
+}
+
+TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
+  absl::SetFlag(&FLAGS_model, "qwen2.5-tiny");
+  absl::SetFlag(&FLAGS_repeats, 7);
+  absl::SetFlag(&FLAGS_layers, 3);
+  absl::SetFlag(&FLAGS_sync_worker, "/w");
+  absl::SetFlag(&FLAGS_wsync, "/c");
+  absl::SetFlag(&FLAGS_sync_timeout_s, 9.5);
+  absl::SetFlag(&FLAGS_verify_elements, true);
+  absl::SetFlag(&FLAGS_policy, "first_holder");
+  absl::SetFlag(&FLAGS_sync_rounds, 1);
+  absl::SetFlag(&FLAGS_sync_single_from, "");
+  const ExecutorBenchOptions executor = ExecutorOptionsFromFlags();
+  EXPECT_EQ(executor.model, "qwen2.5-tiny");
+  EXPECT_EQ(executor.layers, 3);
+  EXPECT_EQ(executor.repeats, 7);
+  EXPECT_EQ(executor.policy, "first_holder");
+  const SyncBenchOptions sync = SyncOptionsFromFlags();
+  EXPECT_EQ(sync.model, "qwen2.5-tiny");
+  EXPECT_EQ(sync.rounds, 1);
+  EXPECT_TRUE(sync.single_from.empty());
+  for (const JobOptions& job : {sync.job, CompareOptionsFromFlags("").job,
+                                PredictOptionsFromFlags().job, RelayOptionsFromFlags().job}) {
+    EXPECT_EQ(job.worker, "/w");
+    EXPECT_EQ(job.wsync, "/c");
+    EXPECT_EQ(job.timeout_s, 9.5);
+    EXPECT_TRUE(job.verify_elements);
+    EXPECT_EQ(job.policy, "first_holder");
+  }
+  EXPECT_EQ(CompareOptionsFromFlags("").repeats, 7);
+  EXPECT_EQ(CompareOptionsFromFlags("").models, "qwen2.5-tiny");
+}
+
+TEST_F(FlagsTest, CompareLongRunsBothModelsAndBothRolloutLayoutsUnlessNamed) {
+  absl::SetFlag(&FLAGS_compare_long, true);
+  CompareBenchOptions compare = CompareOptionsFromFlags("");
+  EXPECT_EQ(compare.models, "qwen2.5-0.5b,llama-3.2-1b");
+  EXPECT_EQ(compare.tos, "vllm(tp=2);vllm(tp=1,dp=2)");
+  absl::SetFlag(&FLAGS_to, "vllm(tp=1)");
+  compare = CompareOptionsFromFlags("");
+  EXPECT_EQ(compare.tos, "vllm(tp=1)");
+}
+
+}  // namespace
+}  // namespace wsync::bench
