@@ -195,6 +195,16 @@ TEST(ClusterPlatformTest, OneToOneIsBoundByItsSlowestLink) {
   }
 }
 
+// `model` from megatron(tp=2) on one node of two GPUs to vllm(tp=1,dp=2) on another.
+absl::StatusOr<Job> TrainerNodeToRolloutNode(const ModelSpec& model) {
+  NamedLayoutOptions placement;
+  placement.procs_per_node = 2;
+  absl::StatusOr<NamedJobLayouts> layouts =
+      BuildNamedJobLayouts(model, "megatron(tp=2)", "vllm(tp=1,dp=2)", placement);
+  if (!layouts.ok()) return layouts.status();
+  return Job::Create(layouts->source, layouts->target);
+}
+
 // qwen2.5-0.5b from megatron(tp=2) on one node (leaf 0) to vllm(dp=2) on another (leaf 1): each
 // of the two rollout GPUs takes the whole model from the two trainer GPUs, four flows through one
 // pair of leaf uplinks. At 4:1 an uplink carries 5 GB/s and binds: both copies of the model over
@@ -203,12 +213,7 @@ TEST(ClusterPlatformTest, OneToOneIsBoundByItsSlowestLink) {
 TEST(ClusterPlatformTest, OversubscribedManyToManyIsBoundByTheSpine) {
   absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-0.5b");
   ASSERT_TRUE(model.ok()) << model.status();
-  NamedLayoutOptions placement;
-  placement.procs_per_node = 2;
-  absl::StatusOr<NamedJobLayouts> layouts =
-      BuildNamedJobLayouts(*model, "megatron(tp=2)", "vllm(tp=1,dp=2)", placement);
-  ASSERT_TRUE(layouts.ok()) << layouts.status();
-  absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
+  absl::StatusOr<Job> job = TrainerNodeToRolloutNode(*model);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->num_processes(), 4);
   const double model_bytes = static_cast<double>(model->TotalBytes());
@@ -247,12 +252,7 @@ TEST(ClusterPlatformTest, OversubscribedManyToManyIsBoundByTheSpine) {
 TEST(ClusterPlatformTest, MergedLinksSimulateAsEveryLink) {
   absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-0.5b");
   ASSERT_TRUE(model.ok()) << model.status();
-  NamedLayoutOptions placement;
-  placement.procs_per_node = 2;
-  absl::StatusOr<NamedJobLayouts> layouts =
-      BuildNamedJobLayouts(*model, "megatron(tp=2)", "vllm(tp=1,dp=2)", placement);
-  ASSERT_TRUE(layouts.ok()) << layouts.status();
-  absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
+  absl::StatusOr<Job> job = TrainerNodeToRolloutNode(*model);
   ASSERT_TRUE(job.ok()) << job.status();
   struct Case {
     const char* what;
