@@ -57,12 +57,33 @@ LinkConstants ConstantsOf(const ClusterTopology& topology, LinkHop::Kind kind) {
   return {};
 }
 
+// Which link of a PCIe/NIC pair SimGrid is given when one of the two can never bind (kNone: both).
+// A GPU's PCIe link carries exactly its inter-node messages, each of which also crosses its NIC,
+// so when PCIe is at least as fast as the NIC the NIC's share of those messages never exceeds
+// PCIe's capacity: PCIe is dropped and its latency added to the NIC's (every route that crosses
+// one crosses the other, so route latencies stay as stated). With one GPU per NIC the two carry
+// the same messages and the slower one alone is kept, either way round. Each inter-node route
+// then has two links fewer, which SimGrid's max-min solver visits per message event.
+LinkHop::Kind MergedAway(const ClusterTopology& topology, bool merge) {
+  if (!merge) return LinkHop::Kind::kDevice;  // kDevice: nothing is merged away.
+  if (topology.pcie.bytes_per_second >= topology.nic.bytes_per_second) return LinkHop::Kind::kPcie;
+  if (topology.gpus_per_node == topology.nics_per_node) return LinkHop::Kind::kNic;
+  return LinkHop::Kind::kDevice;
+}
+
 // The SimGrid links of one platform, made on first use (only the GPUs, NICs and leaves a job
-// uses). The device link is one shared direction; every other link is split duplex.
+// uses). The device link is one shared direction; every other link is split duplex. Hops of the
+// merged-away kind (MergedAway) are skipped, their latency carried by the kept link of the pair.
 class LinkMaker {
  public:
-  LinkMaker(sg4::NetZone* zone, const ClusterTopology& topology)
-      : zone_(zone), topology_(topology) {}
+  LinkMaker(sg4::NetZone* zone, const ClusterTopology& topology, LinkHop::Kind merged_away)
+      : zone_(zone), topology_(topology), merged_away_(merged_away) {}
+
+  // Appends the link of `hop` to `route`, unless its kind is merged away.
+  void Append(const LinkHop& hop, std::vector<sg4::LinkInRoute>& route) {
+    if (merged_away_ != LinkHop::Kind::kDevice && hop.kind == merged_away_) return;
+    route.push_back(Get(hop));
+  }
 
   sg4::LinkInRoute Get(const LinkHop& hop) {
     using Direction = sg4::LinkInRoute::Direction;
@@ -71,7 +92,11 @@ class LinkMaker {
     auto [it, inserted] = links_.try_emplace(key, nullptr);
     if (inserted) {
       const std::string name = absl::StrCat(KindName(hop.kind), hop.first, ".", hop.second);
-      const LinkConstants constants = ConstantsOf(topology_, hop.kind);
+      LinkConstants constants = ConstantsOf(topology_, hop.kind);
+      if (merged_away_ != LinkHop::Kind::kDevice &&
+          (hop.kind == LinkHop::Kind::kPcie || hop.kind == LinkHop::Kind::kNic)) {
+        constants.latency_seconds = topology_.pcie.latency_seconds + topology_.nic.latency_seconds;
+      }
       it->second = hop.kind == LinkHop::Kind::kDevice
                        ? zone_->create_link(name, constants.bytes_per_second)
                        : static_cast<sg4::Link*>(
@@ -85,6 +110,7 @@ class LinkMaker {
  private:
   sg4::NetZone* zone_;
   const ClusterTopology& topology_;
+  const LinkHop::Kind merged_away_;
   std::map<LinkHop, sg4::Link*> links_;  // By hop with up = true.
 };
 
@@ -168,14 +194,14 @@ absl::StatusOr<std::vector<sg4::Host*>> ClusterPlatform::Build(int32_t processes
     // Actors only wait; the host's speed is never used.
     hosts.push_back(zone->create_host(absl::StrCat("p", p), 1e9)->seal());
   }
-  LinkMaker links(zone, topology);
+  LinkMaker links(zone, topology, MergedAway(topology, spec_.merge_dominated_links));
   std::vector<sg4::LinkInRoute> route;
   for (int32_t a = 0; a < processes; ++a) {
     for (int32_t b = 0; b < processes; ++b) {
       if (a == b) continue;
       route.clear();
       for (const LinkHop& hop : RouteBetween(topology, spec_.placement[a], spec_.placement[b])) {
-        route.push_back(links.Get(hop));
+        links.Append(hop, route);
       }
       zone->add_route(hosts[a]->get_netpoint(), hosts[b]->get_netpoint(), nullptr, nullptr, route,
                       false);

@@ -82,6 +82,15 @@ double HopBytesPerSecond(const ClusterTopology& topology, LinkHop::Kind kind);
 struct ClusterPlatformSpec {
   ClusterTopology topology;
   std::vector<GpuPlacement> placement;  // By global process id.
+  // Give SimGrid one link of a PCIe/NIC pair when the other can never bind (PCIe at least as
+  // fast as the NIC, or one GPU per NIC), with the pair's summed latency: the same bandwidth
+  // shares and route latencies with two links fewer per inter-node route, which is what the
+  // solver's cost grows with. SimGrid's sharing penalty of a flow also adds S / bandwidth per
+  // link crossed (its weight-S, 20537 in 3.32's CM02), which the dropped link no longer adds:
+  // every inter-node flow's penalty drops by the same amount, which changes shares only on a
+  // link that carries flows of different penalties at once (same-leaf and cross-leaf inter-node
+  // messages together). false: every link of RouteBetween (tests compare the two).
+  bool merge_dominated_links = true;
 };
 
 class ClusterPlatform final : public Platform {
