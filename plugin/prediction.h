@@ -60,7 +60,7 @@ Traffic PlanTraffic(const Job& job, const Plan& plan);
 
 // The throughput at which a process quantizes (bytes of bf16 or fp32 input per second) in
 // predictions: a constant term, not calibrated. The host kernels (quant/fp8.h) run one thread;
-// `wsync bench executor` measures them.
+// `wsync-bench executor` measures them.
 inline constexpr double kQuantizeInputBytesPerSecond = 2e9;
 
 // The seconds of the plan's quantization: the busiest quantizing process's input bytes (its

@@ -492,7 +492,7 @@ absl::StatusOr<RequestId> UcxTransportImpl::Post(Kind kind, int32_t peer, Messag
 std::vector<UcxDefaultSetting> UcxDefaultSettings() {
   // Each TCP receive reads up to a segment into UCX's buffer before moving the payload to its
   // destination; UCX 1.13's 64 KiB segments cost about a sixth more CPU per byte received over
-  // loopback than 1 MiB ones (docs/benchmarks.md: `wsync bench sync`). The buffer is per
+  // loopback than 1 MiB ones (docs/benchmarks.md: `wsync-bench sync`). The buffer is per
   // receiving endpoint.
   return {{"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "1m", "tcp"}};
 }
