@@ -22,7 +22,7 @@
 // control (the k-th control-plane collective frame a client writes), register (the k-th memory
 // registration of the UCX transport), sync_thread (the sync_begin thread, at its start),
 // background_thread (each step of the trainer-triggered loop), keepalive_thread (each turn of a
-// control client's heartbeat thread), loss_watch_thread (each turn of LossWatch's thread),
+// control client's I/O thread, which sends the heartbeats), loss_watch_thread (each turn of LossWatch's thread),
 // coordinator_thread (each turn of the coordinator's serving thread).
 //
 // Cost when disabled: one relaxed atomic load per evaluation. A malformed WSYNC_FAILPOINTS aborts

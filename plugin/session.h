@@ -206,8 +206,9 @@ class Session {
   // (or in Finalize once the sync threads ended); Abort reads it under handles_mu_ from any
   // thread. The sync path uses it without the lock: only those two functions change it.
   mutable absl::Mutex handles_mu_;
-  // Written by the sync path (and the executor), read by the control client's heartbeat thread
-  // and by Progress; declared before connected_, whose control client reads it until destroyed.
+  // Written by the sync path (and the executor), read by the control client's I/O thread (for
+  // heartbeats) and by Progress; declared before connected_, whose control client reads it until
+  // destroyed.
   SyncProgress progress_;
   std::unique_ptr<ConnectedJob> connected_;
   // Aborts a Connect in progress (Abort from another thread while it waits on the job).
