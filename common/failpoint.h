@@ -22,8 +22,8 @@
 // control (the k-th control-plane collective frame a client writes), register (the k-th memory
 // registration of the UCX transport), sync_thread (the sync_begin thread, at its start),
 // background_thread (each step of the trainer-triggered loop), keepalive_thread (each turn of a
-// control client's I/O thread, which sends the heartbeats), loss_watch_thread (each turn of LossWatch's thread),
-// coordinator_thread (each turn of the coordinator's serving thread).
+// control client's I/O thread, which sends the heartbeats), loss_watch_thread (each turn of
+// LossWatch's thread), coordinator_thread (each turn of the coordinator's serving thread).
 //
 // Cost when disabled: one relaxed atomic load per evaluation. A malformed WSYNC_FAILPOINTS aborts
 // the process with a message at the first evaluation (tests must not run with a silently ignored
