@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/agreement.h"
+#include "executor/quant_work.h"
 #include "executor/run.h"
 #include "executor/work.h"
 #include "planner/relay.h"
@@ -26,7 +27,10 @@ absl::Status CheckBuffers(const Job& job, const Work& work, absl::Span<const Seg
         "and a CUDA device)"));
   }
   auto check = [&](const Endpoint& end) -> absl::Status {
-    if (end.process != work.process || end.buffer == kRelayArenaBuffer) return absl::OkStatus();
+    if (end.process != work.process || end.buffer == kRelayArenaBuffer ||
+        end.buffer == kQuantArenaBuffer || end.buffer == kQuantStagingBuffer) {
+      return absl::OkStatus();
+    }
     if (!buffers.contains(end.buffer)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "process ", work.process, " was given no address for its buffer ", end.buffer));
@@ -91,10 +95,22 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
                                                const StagingBudget& budget, int32_t process,
                                                const LocalBuffers& buffers, Transport& transport,
                                                Group& group, const ExecuteOptions& options) {
-  absl::StatusOr<Work> work =
-      executor_internal::BuildWork(job, segments, endpoints, budget, process);
-  absl::Status local = work.status();
-  if (local.ok()) local = CheckBuffers(job, *work, segments, buffers, options);
+  absl::Status local = executor_internal::CheckQuantRun(job, options.quant);
+  absl::StatusOr<executor_internal::QuantWork> quant = executor_internal::QuantWork{};
+  if (local.ok() && options.quant != nullptr) {
+    quant = executor_internal::BuildQuantWork(job, segments, *options.quant, process);
+    local = quant.status();
+  }
+  // The segments that run: the plan's, plus the quantization steps' (quant_work.h).
+  const absl::Span<const Segment> all = quant.ok() && job.HasQuantizedParams()
+                                            ? absl::Span<const Segment>(quant->segments)
+                                            : segments;
+  absl::StatusOr<Work> work = absl::FailedPreconditionError("not built");
+  if (local.ok()) {
+    work = executor_internal::BuildWorkWithQuant(job, segments, *quant, endpoints, budget, process);
+    local = work.status();
+  }
+  if (local.ok()) local = CheckBuffers(job, *work, all, buffers, options);
   if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
     local = absl::FailedPreconditionError("verify: keyed verification without a data key");
   }
@@ -102,7 +118,7 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
                                      static_cast<int32_t>(options.verify), options.deadline));
   WSYNC_ASSIGN_OR_RETURN(
       TransferStats stats,
-      executor_internal::RunWork(job, segments, *work, buffers, transport, options));
+      executor_internal::RunWork(job, all, *work, *quant, buffers, transport, options));
   stats.segments = work->segments;
   return stats;
 }

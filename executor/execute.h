@@ -109,11 +109,16 @@ struct ExecuteOptions {
   // kVerifying while the chunk digests are checked. The caller sets the other phases (Begin before
   // the agreement, kVoting, End).
   SyncProgress* progress = nullptr;
+  // The plan's quantization steps (Plan::quant, whole or this process's own), caller-owned;
+  // required when the job has quantized parameters (refused on every process through the
+  // agreement otherwise, as is a quantized job with CUDA buffers: host memory only so far).
+  // executor/quant_work.h states how they run.
+  const QuantPlan* quant = nullptr;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
 // segments, chunks, rounds, sent, received, local-copy, direct, staged and forwarded bytes and
-// peak arena bytes.
+// peak arena bytes (quantization staging and arena included), quantized elements.
 struct TransferStats {
   int64_t segments = 0;
   int64_t chunks = 0;
@@ -137,6 +142,10 @@ struct TransferStats {
   int64_t verified_chunks = 0;
   // Messages of earlier syncs that arrived for this process and were rejected unread.
   int64_t rejected_messages = 0;
+  // Elements quantized to FP8 (whole blocks, sender- and receiver-side steps) and the thread CPU
+  // time spent on it.
+  int64_t quantized_elements = 0;
+  double quantize_cpu_seconds = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

@@ -30,11 +30,12 @@ int64_t VerifyBounceBytes(int64_t budget_bytes) {
 
 class Run final : public RunSteps {
  public:
-  Run(const Job& job, absl::Span<const Segment> segments, Work& work, const LocalBuffers& buffers,
-      Transport& transport, const ExecuteOptions& options)
+  Run(const Job& job, absl::Span<const Segment> segments, Work& work, const QuantWork& quant,
+      const LocalBuffers& buffers, Transport& transport, const ExecuteOptions& options)
       : job_(job),
         segments_(segments),
         work_(work),
+        quant_(quant),
         buffers_(buffers),
         transport_(transport),
         options_(options),
@@ -66,6 +67,7 @@ class Run final : public RunSteps {
     progress_.Start();
     absl::Status status = AllocateArenas();
     RejectStaleMessages();
+    if (status.ok()) status = Quantize(/*sending=*/true);
     for (int32_t index : work_.local_segments) {
       if (status.ok()) status = CopyLocal(segments_[index]);
     }
@@ -86,6 +88,7 @@ class Run final : public RunSteps {
     if (status.ok()) status = driver_->Drive(*this);
     if (status.ok() && verifier_) progress_.Verifying();
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
+    if (status.ok()) status = Quantize(/*sending=*/false);
     if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
       NoticeUnsentMessages(status);
@@ -173,7 +176,10 @@ class Run final : public RunSteps {
       if (!message.direct) return nullptr;
       const Chunk& chunk = work_.chunks[message.chunks[0]];
       const Endpoint& to = segments_[chunk.segment].to;
-      if (to.buffer == kRelayArenaBuffer && relay_arena_ == nullptr) return nullptr;
+      if ((to.buffer == kRelayArenaBuffer && relay_arena_ == nullptr) ||
+          (to.buffer == kQuantArenaBuffer && quant_arena_ == nullptr)) {
+        return nullptr;
+      }
       return BufferAddress(to, chunk.to_offset, chunk.element_size);
     };
     std::vector<RequestId> requests;
@@ -237,6 +243,36 @@ class Run final : public RunSteps {
       WSYNC_ASSIGN_OR_RETURN(
           relay_arena_, get(work_.lanes.size(), work_.relay_arena_bytes, work_.relay_arena_kind));
     }
+    // Host memory (quantized jobs are host-only), kept in the cache after the relay arena.
+    if (work_.quant_arena_bytes > 0) {
+      WSYNC_ASSIGN_OR_RETURN(
+          quant_arena_, get(work_.lanes.size() + 1, work_.quant_arena_bytes, MemoryKind::kHost));
+    }
+    if (work_.quant_staging_bytes > 0) {
+      WSYNC_ASSIGN_OR_RETURN(quant_staging_, get(work_.lanes.size() + 2, work_.quant_staging_bytes,
+                                                 MemoryKind::kHost));
+    }
+    return absl::OkStatus();
+  }
+
+  // Sender-side steps into the staging (before the rounds), or receiver-side ones from the arena
+  // into the targets (after them).
+  absl::Status Quantize(bool sending) {
+    if (sending ? quant_.sends.empty() : quant_.receives.empty()) return absl::OkStatus();
+    const double start = ThreadCpuSeconds();
+    const absl::Status status = sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
+                                        : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
+    stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
+    if (!status.ok()) return status;
+    if (sending) {
+      for (const StagedQuantStep& staged : quant_.sends) {
+        stats_.quantized_elements += Volume(staged.step.blocks);
+      }
+    } else {
+      for (const QuantTransform& step : quant_.receives) {
+        stats_.quantized_elements += Volume(step.blocks);
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -273,13 +309,25 @@ class Run final : public RunSteps {
   }
 
   char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
-    char* base = end.buffer == kRelayArenaBuffer ? relay_arena_
-                                                 : static_cast<char*>(buffers_.at(end.buffer));
+    char* base;
+    switch (end.buffer) {
+      case kRelayArenaBuffer:
+        base = relay_arena_;
+        break;
+      case kQuantArenaBuffer:
+        base = quant_arena_;
+        break;
+      case kQuantStagingBuffer:
+        base = quant_staging_;
+        break;
+      default:
+        base = static_cast<char*>(buffers_.at(end.buffer));
+    }
     return base + offset * element_size;
   }
 
   absl::Status CopyLocal(const Segment& s) {
-    const int64_t element_size = job_.ElementSize(s.param);
+    const int64_t element_size = SegmentElementSize(job_, s);
     WSYNC_RETURN_IF_ERROR(
         Copy(BufferAddress(s.to, s.to.offset, element_size), LocalKind(s.to.buffer), s.to.strides,
              BufferAddress(s.from, s.from.offset, element_size), LocalKind(s.from.buffer),
@@ -494,13 +542,16 @@ class Run final : public RunSteps {
   const Job& job_;
   absl::Span<const Segment> segments_;
   Work& work_;
+  const QuantWork& quant_;
   const LocalBuffers& buffers_;
   Transport& transport_;
   const ExecuteOptions& options_;
   RunProgress progress_;  // Into options_.progress.
   TransferStats stats_;
-  ArenaCache fresh_arenas_;      // Used when the caller keeps no cache.
-  char* relay_arena_ = nullptr;  // Memory owned by a cache.
+  ArenaCache fresh_arenas_;        // Used when the caller keeps no cache.
+  char* relay_arena_ = nullptr;    // Memory owned by a cache.
+  char* quant_arena_ = nullptr;    // kQuantArenaBuffer, owned by a cache.
+  char* quant_staging_ = nullptr;  // kQuantStagingBuffer, owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<LaneState> lanes_;
   std::unique_ptr<LaneDriver> driver_;  // Lockstep or independent lanes, chosen in Go.
@@ -516,16 +567,10 @@ class Run final : public RunSteps {
 }  // namespace
 
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
-                                      Work& work, const LocalBuffers& buffers, Transport& transport,
+                                      Work& work, const QuantWork& quant,
+                                      const LocalBuffers& buffers, Transport& transport,
                                       const ExecuteOptions& options) {
-  // The quantization steps of FP8 targets (planner/quant_plan.h) have no executor yet: a sync
-  // that ran only the segments would leave the FP8 weights unwritten and report success.
-  if (job.HasQuantizedParams()) {
-    return absl::UnimplementedError(
-        "the rollout layout has quantized (FP8) parameters; the executor does not run "
-        "quantization steps yet (issue 22)");
-  }
-  Run run(job, segments, work, buffers, transport, options);
+  Run run(job, segments, work, quant, buffers, transport, options);
   return run.Go();
 }
 

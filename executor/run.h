@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "executor/execute.h"
+#include "executor/quant_work.h"
 #include "executor/work.h"
 #include "planner/job.h"
 #include "planner/plan.h"
@@ -17,11 +18,15 @@
 
 namespace wsync::executor_internal {
 
-// Runs `work` (BuildWork's for this process over `segments`) with `buffers` over `transport`.
-// The stats equal the schedule's for the same inputs; on error the target buffers are partially
-// written (dirty) and no request is left posted.
+// Runs `work` (BuildWorkWithQuant's for this process over `segments`, which are quant.segments
+// for a quantized job) and the quantization steps of `quant` with `buffers` over `transport`:
+// sender-side steps are quantized into the staging before the local copies and rounds,
+// receiver-side ones after the rounds and the chunk verification (quant_work.h). The stats equal
+// the schedule's for the same inputs; on error the target buffers are partially written (dirty)
+// and no request is left posted.
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
-                                      Work& work, const LocalBuffers& buffers, Transport& transport,
+                                      Work& work, const QuantWork& quant,
+                                      const LocalBuffers& buffers, Transport& transport,
                                       const ExecuteOptions& options);
 
 }  // namespace wsync::executor_internal

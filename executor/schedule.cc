@@ -1,6 +1,7 @@
 #include "executor/schedule.h"
 
 #include "common/status.h"
+#include "executor/quant_work.h"
 #include "executor/work.h"
 
 namespace wsync {
@@ -12,6 +13,21 @@ absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
   WSYNC_ASSIGN_OR_RETURN(executor_internal::Work work,
                          executor_internal::BuildWork(job, segments, endpoints, budget, process));
   return executor_internal::Summarize(job, work, segments);
+}
+
+absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
+                                                  absl::Span<const Segment> segments,
+                                                  const QuantPlan& quant,
+                                                  const Endpoints& endpoints,
+                                                  const StagingBudget& budget, int32_t process) {
+  WSYNC_ASSIGN_OR_RETURN(const executor_internal::QuantWork quant_work,
+                         executor_internal::BuildQuantWork(job, segments, quant, process));
+  WSYNC_ASSIGN_OR_RETURN(
+      executor_internal::Work work,
+      executor_internal::BuildWorkWithQuant(job, segments, quant_work, endpoints, budget, process));
+  return executor_internal::Summarize(
+      job, work,
+      job.HasQuantizedParams() ? absl::Span<const Segment>(quant_work.segments) : segments);
 }
 
 int64_t RelayArenaLimit(const StagingBudget& budget) {

@@ -33,6 +33,10 @@
 // - Memory kinds (memory_kinds.h): messages between two CUDA processes travel in CUDA memory,
 //   all others in host memory; a side whose buffer is of the other kind stages (the pack or unpack
 //   copies between the kinds), and an arena is of its pair's kind.
+// - Quantization steps (executor/quant_work.h): a sender-side step's e4m3 bytes and scales are
+//   two segments from the sender's quantization staging, a receiver-side step's gathers are
+//   segments into the receiver's quantization arena; they are chunked, packed into messages and
+//   given rounds by the rules above like any segment.
 
 #include <cstdint>
 #include <vector>
@@ -112,6 +116,12 @@ struct ProcessSchedule {
   int64_t forwarded_received_bytes = 0;
   int64_t relay_arena_bytes = 0;
   int64_t inter_node_bytes_saved = 0;
+  // Quantization steps (zero without; executor/quant_work.h): the staging this process quantizes
+  // its sender-side steps into, the arena its gathers land in (both also in arena_bytes), and the
+  // elements it quantizes (whole blocks, sender- and receiver-side).
+  int64_t quant_staging_bytes = 0;
+  int64_t quant_arena_bytes = 0;
+  int64_t quantized_elements = 0;
 };
 
 // The schedule of `process` for `segments` (a plan's segments, all of them or those touching the
@@ -119,6 +129,15 @@ struct ProcessSchedule {
 // or a segment that cannot be staged.
 absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
                                                   absl::Span<const Segment> segments,
+                                                  const Endpoints& endpoints,
+                                                  const StagingBudget& budget, int32_t process);
+
+// The same for a plan with quantization steps (Plan::quant, whole or this process's own): the
+// schedule of what ExecuteTransfers runs with ExecuteOptions::quant = &quant. The overload
+// without `quant` schedules the segments only (for a quantized job, not what runs).
+absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
+                                                  absl::Span<const Segment> segments,
+                                                  const QuantPlan& quant,
                                                   const Endpoints& endpoints,
                                                   const StagingBudget& budget, int32_t process);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/memory_kinds.h"
+#include "executor/quant_work.h"
 #include "executor/relay_work.h"
 #include "transport/transport.h"
 
@@ -26,7 +27,7 @@ std::string DescribeSegment(const Job& job, const Segment& s) {
 // that a side would have to stage. A side whose buffer is not of the pair's memory kind stages.
 absl::Status AppendChunks(const Job& job, const JobMemoryKinds& kinds, const Segment& s,
                           int32_t index, int64_t cap, int64_t budget, std::vector<Chunk>& out) {
-  const int64_t element_size = job.ElementSize(s.param);
+  const int64_t element_size = SegmentElementSize(job, s);
   const int64_t bytes = Volume(s.box) * element_size;
   const MemoryKind wire = kinds.Pair(s.from.process, s.to.process);
   const MemoryKind from_kind = kinds.Buffer(s.from.process, s.from.buffer);
@@ -266,12 +267,16 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
   for (int32_t index : work.local_segments) {
     const Segment& s = segments[index];
     const int64_t elements = Volume(s.box);
-    const int64_t bytes = elements * job.ElementSize(s.param);
+    const int64_t bytes = elements * SegmentElementSize(job, s);
     schedule.local_copies.push_back(LocalCopy{index, bytes, elements});
     schedule.local_copy_bytes += bytes;
     ++schedule.chunks;
   }
   SummarizeRelays(job, work, segments, schedule);
+  schedule.quant_staging_bytes = work.quant_staging_bytes;
+  schedule.quant_arena_bytes = work.quant_arena_bytes;
+  schedule.quantized_elements = work.quantized_elements;
+  schedule.arena_bytes += work.quant_staging_bytes + work.quant_arena_bytes;
   if (work.relay_arena_kind == MemoryKind::kCuda) {
     schedule.cuda_arena_bytes += work.relay_arena_bytes;
   }

@@ -42,6 +42,9 @@ inline constexpr uint64_t kRelayArenaBuffer = ~uint64_t{0};
 // The buffer id of a receiver's quantization arena in quantization steps (plan.h QuantTransform);
 // refused as a buffer id too.
 inline constexpr uint64_t kQuantArenaBuffer = ~uint64_t{0} - 1;
+// The buffer id of a sender's quantization staging (the e4m3 bytes and scales it quantized for
+// sender-side steps; executor/quant_work.h) in the executor's segments; refused as a buffer id too.
+inline constexpr uint64_t kQuantStagingBuffer = ~uint64_t{0} - 2;
 
 struct BufferInfo {
   int32_t process = 0;  // Rank of the owning process within this layout.

@@ -169,9 +169,10 @@ absl::Status ValidateLayout(const Layout& layout) {
           absl::StrCat(where, ": process is out of range [0, ", num_processes, ")"));
     }
     if (buffer.bytes < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative size"));
-    if (buffer.id == kRelayArenaBuffer || buffer.id == kQuantArenaBuffer) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": the id is reserved for relay arenas and quantization arenas"));
+    if (buffer.id == kRelayArenaBuffer || buffer.id == kQuantArenaBuffer ||
+        buffer.id == kQuantStagingBuffer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": the id is reserved for relay arenas and quantization arenas and staging"));
     }
     if (buffer.kind != MemoryKind::kHost && buffer.kind != MemoryKind::kCuda) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": invalid memory kind"));

@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<ConnectedJob>> ConnectedJob::Connect(RuntimeConfi
   // The schedule is built now so that a budget or geometry problem shows at connect, not at the
   // first step; every process agrees on it before the first byte moves.
   absl::StatusOr<ProcessSchedule> schedule =
-      ScheduleTransfers(*job.job_, job.plan_.segments, job.endpoints_,
+      ScheduleTransfers(*job.job_, job.plan_.segments, job.plan_.quant, job.endpoints_,
                         StagingBudget{job.config_.staging_budget_bytes}, job.process_);
   WSYNC_RETURN_IF_ERROR(WithErrorKind(schedule.status(), kErrorLayoutRefused));
   job.schedule_ = *std::move(schedule);

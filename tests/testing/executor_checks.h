@@ -51,6 +51,7 @@ inline void ExpectStatsMatchSchedule(const ProcessSchedule& schedule, const Tran
   EXPECT_EQ(stats.staged_bytes, schedule.staged_bytes);
   EXPECT_EQ(stats.forwarded_bytes, schedule.forwarded_bytes);
   EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
+  EXPECT_EQ(stats.quantized_elements, schedule.quantized_elements);
 }
 
 // The run wrote exactly what the reference copier writes for the same plan (version 3), and no

@@ -111,7 +111,7 @@ TEST(ExecutorTest, DigestDisagreementFailsEveryProcessBeforeAnyByteMoves) {
   EXPECT_EQ(run.counters.TotalBytes(), 0);
 }
 
-// The executor does not run quantization steps yet: a job with FP8 targets fails on every
+// A job with FP8 targets run without its quantization steps (ExecuteOptions::quant) fails on every
 // process, and no byte moves (a sync must never report FP8 weights it did not write).
 TEST(ExecutorTest, RefusesAJobWithQuantizedTargets) {
   const Dims shape = {64, 48};
@@ -126,7 +126,7 @@ TEST(ExecutorTest, RefusesAJobWithQuantizedTargets) {
   for (int32_t p = 0; p < job.num_processes(); ++p) {
     ASSERT_FALSE(run.results[p].ok()) << p;
     EXPECT_THAT(std::string(run.results[p].status().message()),
-                HasSubstr("does not run quantization steps"));
+                HasSubstr("was given no quantization steps"));
   }
   EXPECT_EQ(run.counters.TotalBytes(), 0);
 }

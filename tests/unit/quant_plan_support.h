@@ -13,12 +13,14 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "planner/builders.h"
 #include "planner/plan.h"
+#include "planner/policy.h"
 #include "planner/quant_layout.h"
 #include "quant/fp8.h"
 #include "tests/unit/fp8_test_support.h"
@@ -27,6 +29,36 @@ namespace wsync::quant_plan_test {
 
 // Cuts of each axis: the boundaries [0, c1, ..., extent] of its parts.
 using AxisCuts = std::vector<std::vector<int64_t>>;
+
+// Sorted distinct cut points in (0, extent), at most `max_cuts`; sometimes at block boundaries.
+inline std::vector<int64_t> RandomCuts(std::mt19937_64& rng, int64_t extent, int64_t block,
+                                       int max_cuts) {
+  std::vector<int64_t> cuts = {0, extent};
+  const int count = static_cast<int>(rng() % (max_cuts + 1));
+  for (int i = 0; i < count && extent > 1; ++i) {
+    int64_t cut = 1 + static_cast<int64_t>(rng() % (extent - 1));
+    if (rng() % 2 == 0 && block < extent) cut = std::max<int64_t>(1, cut / block * block);
+    cuts.push_back(cut);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
+}
+
+// 128 x 128 blocks, per channel, per tensor, or small blocks (many ragged ones).
+inline ParamQuant RandomQuant(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return ParamQuant{128, 128, ""};
+    case 1:
+      return ParamQuant{1, quant::kWholeAxis, ""};
+    case 2:
+      return ParamQuant{quant::kWholeAxis, quant::kWholeAxis, ""};
+    default:
+      return ParamQuant{1 + static_cast<int64_t>(rng() % 12), 1 + static_cast<int64_t>(rng() % 12),
+                        ""};
+  }
+}
 
 inline AxisCuts Uncut(const Dims& shape) {
   AxisCuts cuts;
@@ -63,6 +95,36 @@ inline int64_t SpanElements(const Dims& extent, const Dims& strides) {
   int64_t last = 0;
   for (size_t a = 0; a < extent.size(); ++a) last += (extent[a] - 1) * strides[a];
   return last + 1;
+}
+
+// A random quantized parameter "w" and how each side cuts it: a random blocking (RandomQuant), 2
+// axes or, one time in three, 3 (an expert axis of 1 to `max_experts`), up to 300 rows and
+// columns with 128 x 128 blocks (40 otherwise); TP cuts rows or columns and EP cuts experts, the
+// sides independently and often inside blocks (the trainer up to `source_max_cuts` per axis, the
+// rollout up to 2).
+struct Geometry {
+  ParamQuant quant;
+  bool experts = false;
+  Dims shape;
+  AxisCuts source_cuts;
+  AxisCuts target_cuts;
+};
+inline Geometry RandomGeometry(std::mt19937_64& rng, int max_experts, int source_max_cuts) {
+  Geometry g;
+  g.quant = RandomQuant(rng);
+  g.experts = rng() % 3 == 0;
+  const int64_t big = g.quant.block_rows == 128 ? 300 : 40;
+  if (g.experts) g.shape.push_back(1 + static_cast<int64_t>(rng() % max_experts));
+  g.shape.push_back(1 + static_cast<int64_t>(rng() % big));
+  g.shape.push_back(1 + static_cast<int64_t>(rng() % big));
+  const Dims blocks = QuantBlockDims(g.quant, static_cast<int>(g.shape.size()));
+  g.source_cuts = Uncut(g.shape);
+  g.target_cuts = Uncut(g.shape);
+  for (size_t a = 0; a < g.shape.size(); ++a) {
+    if (rng() % 2 == 0) g.source_cuts[a] = RandomCuts(rng, g.shape[a], blocks[a], source_max_cuts);
+    if (rng() % 3 == 0) g.target_cuts[a] = RandomCuts(rng, g.shape[a], blocks[a], 2);
+  }
+  return g;
 }
 
 // The trainer: "w" (bf16, `shape`) in the grid of `cuts`, each box on its own process and buffer
@@ -104,6 +166,24 @@ inline Layout QuantTarget(const Dims& shape, const ParamQuant& quant, const Axis
   return std::move(b).Build();
 }
 
+// A case with both sides: w [256, 300] in 128 x 128 blocks; the trainer cuts the columns at 150
+// (inside block column 1), the rollout cuts the rows at 100 (inside block row 0).
+struct FixedCase {
+  Job job;
+  Plan plan;
+};
+inline FixedCase MakeFixedCase(const Dims& shape = {256, 300},
+                               const AxisCuts& source_cuts = {{0, 256}, {0, 150, 300}},
+                               const AxisCuts& target_cuts = {{0, 100, 256}, {0, 300}}) {
+  const ParamQuant quant{128, 128, ""};
+  absl::StatusOr<Job> job = Job::Create(QuantSource(shape, source_cuts, 1, 0),
+                                        QuantTarget(shape, quant, target_cuts, 1, 0));
+  EXPECT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return FixedCase{*std::move(job), *std::move(plan)};
+}
+
 // Calls fn(index) for every index of `box`, row-major.
 inline void ForEachIndex(const Box& box, const std::function<void(const Dims&)>& fn) {
   if (Volume(box) == 0) return;
@@ -127,9 +207,17 @@ inline int64_t At(const Box& box, int64_t offset, const Dims& strides, const Dim
 // Memory of every process's buffers: (global process, buffer id) -> bytes.
 using Memory = std::map<std::pair<int32_t, uint64_t>, std::vector<uint8_t>>;
 
-// Allocates every buffer of the job; trainer pieces hold `tensor` (bf16 bits of [e, r, c] or
-// [r, c]), rollout buffers 0xff bytes (an e4m3 NaN, a NaN scale) to show unwritten elements.
-inline Memory AllocateMemory(const Job& job, const fp8_test::Tensor& tensor) {
+// The element of `size` bytes holding bf16 `bits`: the bf16 itself, or for 4 bytes the fp32 of the
+// same value (which quantizes as the bf16 does).
+inline uint32_t ElementBits(uint16_t bits, int64_t size) {
+  EXPECT_TRUE(size == 2 || size == 4) << size;
+  return size == 4 ? uint32_t{bits} << 16 : bits;
+}
+
+// Allocates every buffer of the job; trainer pieces of source parameter i hold tensors[i] (bf16
+// bits, row-major over the parameter's shape, as ElementBits of the parameter's dtype), rollout
+// buffers 0xff bytes (an e4m3 NaN, a NaN scale) to show unwritten elements.
+inline Memory AllocateMemory(const Job& job, const std::vector<fp8_test::Tensor>& tensors) {
   Memory memory;
   for (const BufferInfo& buffer : job.source().buffers) {
     memory[{job.SourceId(buffer.process), buffer.id}].assign(buffer.bytes, 0);
@@ -139,15 +227,21 @@ inline Memory AllocateMemory(const Job& job, const fp8_test::Tensor& tensor) {
   }
   for (const Piece& piece : job.source().pieces) {
     std::vector<uint8_t>& bytes = memory[{job.SourceId(piece.process), piece.buffer}];
-    const Dims strides = RowMajorStrides(job.source().params[piece.param].shape);
+    const ParamInfo& param = job.source().params[piece.param];
+    const int64_t size = DTypeSize(param.dtype);
+    const Dims strides = RowMajorStrides(param.shape);
     ForEachIndex(piece.box, [&](const Dims& index) {
-      const int64_t flat =
-          AddressOf(WholeBox(job.source().params[piece.param].shape), 0, strides, index);
-      const uint16_t bits = tensor.bits[flat];
-      std::memcpy(&bytes[At(piece.box, piece.offset, piece.strides, index) * 2], &bits, 2);
+      const int64_t flat = AddressOf(WholeBox(param.shape), 0, strides, index);
+      const uint32_t bits = ElementBits(tensors[piece.param].bits[flat], size);
+      std::memcpy(&bytes[At(piece.box, piece.offset, piece.strides, index) * size], &bits, size);
     });
   }
   return memory;
+}
+
+// The same for a job of one parameter "w" holding `tensor` (bf16 bits of [e, r, c] or [r, c]).
+inline Memory AllocateMemory(const Job& job, const fp8_test::Tensor& tensor) {
+  return AllocateMemory(job, std::vector<fp8_test::Tensor>{tensor});
 }
 
 // quant::Fp8Blocking of a parameter's ParamQuant.
@@ -212,36 +306,48 @@ inline void RunQuantSteps(const Job& job, const QuantPlan& plan, Memory& memory)
   }
 }
 
-// Every rollout piece of "w" and "w_scale" equals the reference quantization of the whole tensor,
-// bit for bit.
-inline void ExpectMatchesReference(const Job& job, const fp8_test::Tensor& tensor,
+// Every rollout piece of a quantized parameter and of its scales equals the reference
+// quantization of the whole source tensor (tensors[source parameter]), bit for bit; every piece
+// of another parameter holds the source tensor's elements (ElementBits).
+inline void ExpectMatchesReference(const Job& job, const std::vector<fp8_test::Tensor>& tensors,
                                    const Memory& memory) {
   const Layout& target = job.target();
   const QuantLinks& links = job.quant_links();
+  std::map<int32_t, fp8_test::ReferenceFp8> refs;  // By quantized parameter.
   for (const Piece& piece : target.pieces) {
     const int32_t q =
         links.scale_of[piece.param] >= 0 ? piece.param : links.quantized_of[piece.param];
-    if (q < 0) continue;
-    const ParamInfo& param = target.params[q];
-    const testing::ReferenceFp8 ref = fp8_test::Reference(BlockingOf(param.quant), tensor);
-    const bool scales = piece.param != q;
     const Dims& shape = target.params[piece.param].shape;
     const Dims strides = RowMajorStrides(shape);
     const std::vector<uint8_t>& bytes = memory.at({job.TargetId(piece.process), piece.buffer});
+    const int32_t source = job.SourceParamOf(q < 0 ? piece.param : q);
+    if (q >= 0 && !refs.contains(q)) {
+      refs[q] = fp8_test::Reference(BlockingOf(target.params[q].quant), tensors[source]);
+    }
     ForEachIndex(piece.box, [&](const Dims& index) {
       const int64_t flat = AddressOf(WholeBox(shape), 0, strides, index);
       const int64_t at = At(piece.box, piece.offset, piece.strides, index);
-      if (scales) {
+      const std::string where = target.params[piece.param].name + " " + DimsToString(index) +
+                                " on process " + std::to_string(job.TargetId(piece.process));
+      if (q < 0) {
+        const int64_t size = DTypeSize(target.params[piece.param].dtype);
+        uint32_t bits = 0;
+        std::memcpy(&bits, &bytes[at * size], size);
+        ASSERT_EQ(bits, ElementBits(tensors[source].bits[flat], size)) << "copied " << where;
+      } else if (piece.param != q) {
         uint32_t bits;
         std::memcpy(&bits, &bytes[at * 4], 4);
-        ASSERT_EQ(bits, fp8_test::Bits(ref.scales[flat]))
-            << "scale " << DimsToString(index) << " on process " << job.TargetId(piece.process);
+        ASSERT_EQ(bits, fp8_test::Bits(refs[q].scales[flat])) << "scale " << where;
       } else {
-        ASSERT_EQ(bytes[at], ref.fp8[flat])
-            << "e4m3 " << DimsToString(index) << " on process " << job.TargetId(piece.process);
+        ASSERT_EQ(bytes[at], refs[q].fp8[flat]) << "e4m3 " << where;
       }
     });
   }
+}
+
+inline void ExpectMatchesReference(const Job& job, const fp8_test::Tensor& tensor,
+                                   const Memory& memory) {
+  ExpectMatchesReference(job, std::vector<fp8_test::Tensor>{tensor}, memory);
 }
 
 }  // namespace wsync::quant_plan_test

@@ -18,34 +18,6 @@ namespace {
 using quant_plan_test::AxisCuts;
 using ::testing::HasSubstr;
 
-// Sorted distinct cut points in (0, extent), at most `max_cuts`; sometimes at block boundaries.
-std::vector<int64_t> RandomCuts(std::mt19937_64& rng, int64_t extent, int64_t block, int max_cuts) {
-  std::vector<int64_t> cuts = {0, extent};
-  const int count = static_cast<int>(rng() % (max_cuts + 1));
-  for (int i = 0; i < count && extent > 1; ++i) {
-    int64_t cut = 1 + static_cast<int64_t>(rng() % (extent - 1));
-    if (rng() % 2 == 0 && block < extent) cut = std::max<int64_t>(1, cut / block * block);
-    cuts.push_back(cut);
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  return cuts;
-}
-
-ParamQuant RandomQuant(std::mt19937_64& rng) {
-  switch (rng() % 4) {
-    case 0:
-      return ParamQuant{128, 128, ""};
-    case 1:
-      return ParamQuant{1, quant::kWholeAxis, ""};
-    case 2:
-      return ParamQuant{quant::kWholeAxis, quant::kWholeAxis, ""};
-    default:
-      return ParamQuant{1 + static_cast<int64_t>(rng() % 12), 1 + static_cast<int64_t>(rng() % 12),
-                        ""};
-  }
-}
-
 struct Counts {
   int sender = 0;
   int receiver = 0;
@@ -53,21 +25,12 @@ struct Counts {
 
 // One random case: plans, proves and simulates; returns how many steps of each side it had.
 void RunRandomCase(std::mt19937_64& rng, Counts& counts) {
-  const ParamQuant quant = RandomQuant(rng);
-  const bool experts = rng() % 3 == 0;
-  const int64_t big = quant.block_rows == 128 ? 300 : 40;
-  Dims shape;
-  if (experts) shape.push_back(1 + static_cast<int64_t>(rng() % 5));
-  shape.push_back(1 + static_cast<int64_t>(rng() % big));
-  shape.push_back(1 + static_cast<int64_t>(rng() % big));
-  const Dims blocks = QuantBlockDims(quant, static_cast<int>(shape.size()));
-  AxisCuts source_cuts = quant_plan_test::Uncut(shape);
-  AxisCuts target_cuts = quant_plan_test::Uncut(shape);
-  // TP cuts rows or columns, EP cuts experts; the sides cut independently, often inside blocks.
-  for (size_t a = 0; a < shape.size(); ++a) {
-    if (rng() % 2 == 0) source_cuts[a] = RandomCuts(rng, shape[a], blocks[a], 3);
-    if (rng() % 3 == 0) target_cuts[a] = RandomCuts(rng, shape[a], blocks[a], 2);
-  }
+  const quant_plan_test::Geometry g = quant_plan_test::RandomGeometry(rng, 5, 3);
+  const ParamQuant& quant = g.quant;
+  const bool experts = g.experts;
+  const Dims& shape = g.shape;
+  const AxisCuts& source_cuts = g.source_cuts;
+  const AxisCuts& target_cuts = g.target_cuts;
   const int source_replicas = 1 + static_cast<int>(rng() % 2);
   const int target_replicas = 1 + static_cast<int>(rng() % 2);
   const int64_t pad = static_cast<int64_t>(rng() % 3);
@@ -115,24 +78,8 @@ TEST(QuantPlanTest, RandomCutsQuantizeExactlyAsTheReference) {
   EXPECT_GT(counts.receiver, 50);
 }
 
-// A case with both sides: w [256, 300] in 128 x 128 blocks; the trainer cuts the columns at 150
-// (inside block column 1), the rollout cuts the rows at 100 (inside block row 0).
-struct FixedCase {
-  Job job;
-  Plan plan;
-};
-FixedCase MakeFixedCase(const Dims& shape = {256, 300},
-                        const AxisCuts& source_cuts = {{0, 256}, {0, 150, 300}},
-                        const AxisCuts& target_cuts = {{0, 100, 256}, {0, 300}}) {
-  const ParamQuant quant{128, 128, ""};
-  absl::StatusOr<Job> job =
-      Job::Create(quant_plan_test::QuantSource(shape, source_cuts, 1, 0),
-                  quant_plan_test::QuantTarget(shape, quant, target_cuts, 1, 0));
-  EXPECT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  return FixedCase{*std::move(job), *std::move(plan)};
-}
+using quant_plan_test::FixedCase;
+using quant_plan_test::MakeFixedCase;
 
 TEST(QuantPlanTest, SplitsBlocksBySide) {
   const FixedCase c = MakeFixedCase();
