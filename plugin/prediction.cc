@@ -132,7 +132,7 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
   return prediction;
 }
 
-double QuantizeSeconds(const Job& job, const QuantPlan& plan) {
+double QuantizeSeconds(const Job& job, const QuantPlan& plan, double input_bytes_per_second) {
   std::map<int32_t, int64_t> input_bytes;  // Per quantizing process.
   for (const QuantTransform& step : plan.transforms) {
     const int32_t process = step.side == QuantSide::kSender ? step.from.process : step.to.process;
@@ -141,7 +141,7 @@ double QuantizeSeconds(const Job& job, const QuantPlan& plan) {
   }
   int64_t busiest = 0;
   for (const auto& [process, bytes] : input_bytes) busiest = std::max(busiest, bytes);
-  return static_cast<double>(busiest) / kQuantizeInputBytesPerSecond;
+  return static_cast<double>(busiest) / input_bytes_per_second;
 }
 
 std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,

@@ -58,15 +58,18 @@ absl::Status CheckSessionPolicyName(absl::string_view name);
 // path class; rounds = the largest segment count of a pair.
 Traffic PlanTraffic(const Job& job, const Plan& plan);
 
-// The throughput at which a process quantizes (bytes of bf16 or fp32 input per second) in
-// predictions: a constant term, not calibrated. The host kernels (quant/fp8.h) run one thread;
-// `wsync-bench executor` measures them.
-inline constexpr double kQuantizeInputBytesPerSecond = 2e9;
+// The throughput at which a process quantizes host memory (bytes of bf16 or fp32 input per
+// second) in predictions: a constant term, not calibrated. The host kernels (quant/fp8.h) run one
+// thread: `quant_bench` and `quant_sync_bench` measured 5.5 GB/s of bf16 input on this project's
+// 2-core VM (2026-12-02, under load; memcpy 11 GB/s). A cluster file states its GPUs' own rate
+// (`quantize:`, integration/clusters/README.md).
+inline constexpr double kQuantizeInputBytesPerSecond = 5.5e9;
 
 // The seconds of the plan's quantization: the busiest quantizing process's input bytes (its
-// sender-side blocks and its receiver-side blocks) at kQuantizeInputBytesPerSecond, as if
+// sender-side blocks and its receiver-side blocks) at `input_bytes_per_second` (> 0), as if
 // quantizing did not overlap the transfer.
-double QuantizeSeconds(const Job& job, const QuantPlan& plan);
+double QuantizeSeconds(const Job& job, const QuantPlan& plan,
+                       double input_bytes_per_second = kQuantizeInputBytesPerSecond);
 
 // The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
 // the session plans them) and prices them (quantization steps' bytes included, and

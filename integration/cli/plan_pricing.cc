@@ -48,6 +48,7 @@ absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
   WSYNC_ASSIGN_OR_RETURN(const std::string text, ReadFileBytes(path));
   std::string name = path, links;
   int32_t procs_per_node = 0;
+  double quantize_bytes_per_second = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
@@ -59,6 +60,15 @@ absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": processes_per_node must be a positive integer"));
     }
+    if (absl::ConsumePrefix(&line, "quantize:")) {
+      absl::StatusOr<double> rate = ParseStatedBandwidth(absl::StripAsciiWhitespace(line));
+      if (!rate.ok() || !(*rate > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": quantize must be a positive rate such as 2000GB/s: ",
+            rate.ok() ? std::string("not positive") : std::string(rate.status().message())));
+      }
+      quantize_bytes_per_second = *rate;
+    }
   }
   if (links.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no links: line"));
   WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, SyntheticCalibration(links));
@@ -68,7 +78,7 @@ absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", topology.status().message()));
   }
   return PricingSource{absl::StrCat("cluster ", name, ", stated links"), std::move(calibration),
-                       procs_per_node, *std::move(topology)};
+                       procs_per_node, *std::move(topology), quantize_bytes_per_second};
 }
 
 absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {
@@ -142,7 +152,10 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, priced));
   // FP8 targets: the quantize term at its stated throughput (plugin/prediction.h).
-  prediction.quantize_seconds = QuantizeSeconds(job, plan.quant);
+  const double quantize_rate = source.quantize_bytes_per_second > 0
+                                   ? source.quantize_bytes_per_second
+                                   : kQuantizeInputBytesPerSecond;
+  prediction.quantize_seconds = QuantizeSeconds(job, plan.quant, quantize_rate);
   prediction.seconds += prediction.quantize_seconds;
   const bool partial = !prediction.unpriced_bytes.empty();
   if (partial && prediction.binding.empty()) {
@@ -158,7 +171,7 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
       prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
       prediction.quantize_seconds > 0
           ? absl::StrFormat(" + quantize %.4f s (%.0f GB/s of input per process)",
-                            prediction.quantize_seconds, kQuantizeInputBytesPerSecond / 1e9)
+                            prediction.quantize_seconds, quantize_rate / 1e9)
           : std::string(),
       prediction.binding.empty() ? std::string("none") : prediction.binding);
   PrintStandIns(out, request, fits, prediction);

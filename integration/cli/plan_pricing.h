@@ -28,11 +28,16 @@ struct PricingSource {
   int32_t procs_per_node = 0;  // A cluster file's processes_per_node (0: not stated).
   // A cluster file's topology lines (integration/simulation/cluster_file.h), if it has them.
   std::optional<simgrid_backend::ClusterTopology> topology;
+  // A cluster file's `quantize:` rate (bytes of input per second per process); 0: not stated,
+  // the host kernels' kQuantizeInputBytesPerSecond (plugin/prediction.h).
+  double quantize_bytes_per_second = 0;
 };
 
 // A cluster file: "#" comments, "name: N", "processes_per_node: K", "links: SPEC" (the syntax of
-// SyntheticCalibration), and the topology keys of ParseClusterTopology. NotFound when unreadable,
-// InvalidArgument without a links: line or for a topology ParseClusterTopology refuses.
+// SyntheticCalibration), "quantize: RATE" (e.g. 2000GB/s: how fast one process quantizes, in
+// bytes of bf16 input), and the topology keys of ParseClusterTopology. NotFound when unreadable,
+// InvalidArgument without a links: line, for a rate that is not a positive bandwidth, or for a
+// topology ParseClusterTopology refuses.
 absl::StatusOr<PricingSource> ReadCluster(const std::string& path);
 // A saved calibration (wsync calibrate --out).
 absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path);

@@ -27,7 +27,7 @@ constexpr absl::string_view kTopologyKeys[] = {
     "nic",           "nodes_per_leaf", "oversubscription", "spine_latency",
 };
 // Keys of the links-only format (integration/cli's ReadCluster reads them).
-constexpr absl::string_view kLinkKeys[] = {"name", "processes_per_node", "links"};
+constexpr absl::string_view kLinkKeys[] = {"name", "processes_per_node", "links", "quantize"};
 
 bool Contains(absl::Span<const absl::string_view> keys, absl::string_view key) {
   for (absl::string_view known : keys) {
