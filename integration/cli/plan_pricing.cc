@@ -163,17 +163,16 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
     PrintUnpriced(out, request, prediction);
     return prediction;
   }
-  absl::FPrintF(
-      out,
-      "\npredicted (%s): %.4f s%s = transfer %.4f s + latency %.6f s (%d rounds)%s\n"
-      "  binding resource: %s\n",
-      source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
-      prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
-      prediction.quantize_seconds > 0
-          ? absl::StrFormat(" + quantize %.4f s (%.0f GB/s of input per process)",
-                            prediction.quantize_seconds, quantize_rate / 1e9)
-          : std::string(),
-      prediction.binding.empty() ? std::string("none") : prediction.binding);
+  absl::FPrintF(out,
+                "\npredicted (%s): %.4f s%s = transfer %.4f s + latency %.6f s (%d rounds)%s\n"
+                "  binding resource: %s\n",
+                source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
+                prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
+                prediction.quantize_seconds > 0
+                    ? absl::StrFormat(" + quantize %.4f s (%.0f GB/s of input per process)",
+                                      prediction.quantize_seconds, quantize_rate / 1e9)
+                    : std::string(),
+                prediction.binding.empty() ? std::string("none") : prediction.binding);
   PrintStandIns(out, request, fits, prediction);
   PrintUnpriced(out, request, prediction);
   if (!request.simulate.empty() && !request.process.has_value()) PrintPublished(out, request.model);
