@@ -439,12 +439,23 @@ TEST_P(UcxTest, APeerWhoseProcessExitedFailsItsRequests) {
     exited += ucx_internal::ProcessTrailer(child, pid_namespace);
     ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
     std::vector<uint8_t> buf(64, 0);
-    auto r = job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
-    ASSERT_TRUE(r.ok()) << r.status();
-    const absl::Status waited = job[0]->WaitAll({*r}, In(absl::Seconds(10)));
-    EXPECT_TRUE(absl::IsUnavailable(waited)) << waited;
-    EXPECT_THAT(waited.message(),
-                HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
+    // The post checks too (a receive may match an announced message inside the post): the
+    // request fails at the post when the period since the last check has passed, else when
+    // waited for. The send goes first, after the period: only the post's own check fails it.
+    for (bool send : {true, false}) {
+      SCOPED_TRACE(send ? "send" : "receive");
+      if (send) absl::SleepFor(absl::Milliseconds(300));  // The check at the post runs.
+      auto posted = send ? job[0]->PostSend(1, MakeTag(16, 1, 0), buf.data(), buf.size())
+                         : job[0]->PostReceive(1, MakeTag(16, 1, 1), buf.data(), buf.size());
+      const absl::Status failed =
+          posted.ok() ? job[0]->WaitAll({*posted}, In(absl::Seconds(10))) : posted.status();
+      EXPECT_TRUE(absl::IsUnavailable(failed)) << failed;
+      EXPECT_THAT(failed.message(),
+                  HasSubstr(absl::StrCat("ucx: peer process 1 (pid ", child, ") has exited")));
+      if (send) {
+        EXPECT_FALSE(posted.ok()) << "the post did not check for exited peers";
+      }
+    }
     if (!reaped) {
       EXPECT_EQ(waitpid(child, nullptr, 0), child);
     }
@@ -453,7 +464,7 @@ TEST_P(UcxTest, APeerWhoseProcessExitedFailsItsRequests) {
     exited.resize(exited.size() - ucx_internal::ProcessTrailer(0, 0).size());
     exited += ucx_internal::ProcessTrailer(child, pid_namespace + 1);
     ASSERT_TRUE(job[0]->ConnectPeers({job[0]->WorkerAddress(), exited}).ok());
-    r = job[0]->PostReceive(1, MakeTag(16, 2, 1), buf.data(), buf.size());
+    auto r = job[0]->PostReceive(1, MakeTag(16, 2, 1), buf.data(), buf.size());
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(absl::IsDeadlineExceeded(job[0]->WaitAll({*r}, In(absl::Milliseconds(600)))));
   }

@@ -419,6 +419,11 @@ absl::StatusOr<RequestId> UcxTransportImpl::Post(Kind kind, int32_t peer, Messag
                                                    " (see MakeTag)"));
   }
   const ucp_tag_t wire = (tag.value & ~kSenderMask) | sender_bits;
+  // A receive can match a message its sender announced and run the copy inside the post, before
+  // any progress: a process resumed after a stop must fail its exited peers here first.
+  TakeLostPeers();
+  FailExitedPeers();
+  HandleFailures();
   Peer& p = *peers_[peer];
   ucp_ep_h ep = nullptr;
   if (kind == Kind::kSend) {
