@@ -479,13 +479,15 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
     }
   }
   if (busiest != nullptr) prediction.binding = busiest->Name();
-  // The executor keeps kRoundsInFlight rounds posted at once, so a round's latency overlaps the
-  // bytes of its neighbours: the chain of latencies costs rounds x alpha / kRoundsInFlight and
-  // shows only where it outlasts the transfer; the first message's latency is never hidden.
-  const double latency_chain =
-      static_cast<double>(traffic.rounds) * max_alpha / static_cast<double>(kRoundsInFlight);
+  // Per-round costs add to the transfer: the executor keeps kRoundsInFlight rounds posted per pair,
+  // so the busiest process's rounds cost rounds x alpha / kRoundsInFlight (at least one alpha).
+  // They are not hidden behind the bytes: where alpha was measured on the cores that move the
+  // bytes (loopback TCP, shared memory) it is their CPU time per message, and where it is a
+  // fabric's wire latency (microseconds) the term is small. cost_aware_policy.cc charges each
+  // message the same alpha / kRoundsInFlight.
   prediction.latency_seconds =
-      max_alpha + std::max(0.0, latency_chain - prediction.transfer_seconds);
+      std::max(max_alpha, static_cast<double>(traffic.rounds) * max_alpha /
+                              static_cast<double>(kRoundsInFlight));
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
   return prediction;
 }

@@ -7,9 +7,9 @@
 // raw samples weighted to minimise relative error, with the largest relative error of the fit at
 // those sizes. The cost model prices a
 // traffic matrix as its busiest resource (a sender's egress, a receiver's ingress, a pair's link,
-// everything one node sends another) over that resource's calibrated capacity, plus the latency
-// of the slowest path used: once, and beyond that only where the chain of per-round latencies
-// (rounds x alpha over the rounds the executor keeps in flight) outlasts the transfer.
+// everything one node sends another) over that resource's calibrated capacity, plus the per-round
+// cost of the slowest path used: rounds x alpha over the rounds the executor keeps in flight (at
+// least one alpha), not hidden behind the transfer.
 
 #include <cstdint>
 #include <map>
@@ -128,8 +128,8 @@ inline constexpr int64_t kRoundsInFlight = 2;
 struct Prediction {
   double seconds = 0;
   double transfer_seconds = 0;  // The busiest resource's bytes over its capacity.
-  // alpha + max(0, rounds x alpha / kRoundsInFlight - transfer_seconds), alpha the largest of
-  // the paths that carry bytes.
+  // max(alpha, rounds x alpha / kRoundsInFlight), alpha the largest of the paths that carry
+  // bytes.
   double latency_seconds = 0;
   std::string binding;  // The busiest resource, e.g. "ingress of process 3".
   // Seconds of quantizing FP8 targets included in `seconds` (plugin/prediction.h QuantizeSeconds);

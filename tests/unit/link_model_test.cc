@@ -100,19 +100,24 @@ TEST(LinkModelTest, PredictionNamesTheBindingResource) {
   EXPECT_EQ(prediction->binding, "ingress of process 3");
   EXPECT_NEAR(prediction->transfer_seconds,
               3e9 / fits.fan_aggregate.begin()->second.bytes_per_second, 1e-9);
-  // Bandwidth-bound: the 10 rounds' latencies hide behind the transfer but for the first one.
+  // The rounds' costs add to the transfer, two rounds in flight: 10 rounds cost 5 alpha.
   const double alpha = fits.by_path.at("inter_node").alpha_seconds;
   ASSERT_GT(alpha, 0);
   ASSERT_LT(10 * alpha / kRoundsInFlight, prediction->transfer_seconds);
-  EXPECT_NEAR(prediction->latency_seconds, alpha, 1e-12);
-  // Latency-bound: so many rounds that their chain outlasts the transfer; the excess shows.
+  EXPECT_NEAR(prediction->latency_seconds, 10 * alpha / kRoundsInFlight, 1e-12);
+  EXPECT_NEAR(prediction->seconds, prediction->transfer_seconds + prediction->latency_seconds,
+              1e-12);
+  // One round still costs its alpha in full.
+  traffic.rounds = 1;
+  absl::StatusOr<Prediction> one_round = Predict(fits, traffic);
+  ASSERT_TRUE(one_round.ok());
+  EXPECT_NEAR(one_round->latency_seconds, alpha, 1e-12);
+  // Latency-bound: so many rounds that their chain outlasts the transfer; all of it shows.
   traffic.rounds = static_cast<int64_t>(4 * prediction->transfer_seconds / alpha) + 1;
   absl::StatusOr<Prediction> many_rounds = Predict(fits, traffic);
   ASSERT_TRUE(many_rounds.ok());
   EXPECT_NEAR(many_rounds->transfer_seconds, prediction->transfer_seconds, 1e-12);
-  EXPECT_NEAR(many_rounds->latency_seconds,
-              alpha + traffic.rounds * alpha / kRoundsInFlight - prediction->transfer_seconds,
-              1e-9);
+  EXPECT_NEAR(many_rounds->latency_seconds, traffic.rounds * alpha / kRoundsInFlight, 1e-9);
   EXPECT_GT(many_rounds->seconds, 2 * prediction->transfer_seconds);
 
   // One pair alone: its own measured link (0 -> 1 at ~20 GB/s) binds.
