@@ -81,7 +81,9 @@ TEST(RuntimeTest, StepsMoveEveryElementAndCallThePhasesInOrder) {
     EXPECT_EQ((*connected)->job().num_processes(), 4);
     EXPECT_EQ((*connected)->coordinator() != nullptr, index == 0);
     for (int64_t version = 1; version <= 3; ++version) {
-      if (trainer) ASSERT_TRUE(test::FillLogical(process.part, version, process.memory.get()).ok());
+      if (trainer) {
+        ASSERT_TRUE(test::FillLogical(process.part, version, process.memory.get()).ok());
+      }
       std::vector<StepPhase> phases;
       StepOptions step;
       step.version = version;
@@ -139,7 +141,9 @@ TEST(RuntimeTest, ARejectedStepMovesNothingAndFailsEveryProcess) {
     EXPECT_FALSE(result.status().ok()) << "process " << index;
     EXPECT_TRUE(absl::StrContains(result.status().message(), "trainer 1 refuses"))
         << result.status();
-    if (index == 1) EXPECT_FALSE(result.stats.ok());
+    if (index == 1) {
+      EXPECT_FALSE(result.stats.ok());
+    }
   });
 }
 
