@@ -1,9 +1,25 @@
 #include "planner/layout_parts.h"
 
+#include <string>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "quant/fp8.h"
 
 namespace wsync {
+namespace {
+
+// "not quantized" or "fp8_e4m3 blocks 128 x 128, scales 'w_scale_inv'" (kWholeAxis: "all").
+std::string QuantText(const ParamQuant& quant) {
+  if (!quant.quantized()) return "not quantized";
+  const auto axis = [](int64_t block) {
+    return block == wsync::quant::kWholeAxis ? std::string("all") : absl::StrCat(block);
+  };
+  return absl::StrCat("fp8_e4m3 blocks ", axis(quant.block_rows), " x ", axis(quant.block_cols),
+                      ", scales '", quant.scale_param, "'");
+}
+
+}  // namespace
 
 Layout LayoutPart(const Layout& layout, int32_t rank) {
   Layout part;
@@ -53,6 +69,13 @@ absl::StatusOr<Layout> MergeLayoutParts(absl::Span<const Layout> parts) {
               " in the part of ", RoleName(merged.role), " rank ",
               parts[owner[it->second]].processes[0].rank, " but ", DTypeName(param.dtype),
               DimsToString(param.shape), " in the part of rank ", part.processes[0].rank));
+        }
+        if (first.quant != param.quant) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", param.name, "' is quantized as ", QuantText(first.quant),
+              " in the part of ", RoleName(merged.role), " rank ",
+              parts[owner[it->second]].processes[0].rank, " but as ", QuantText(param.quant),
+              " in the part of rank ", part.processes[0].rank));
         }
       }
       remap[p] = it->second;

@@ -18,8 +18,9 @@ Layout LayoutPart(const Layout& layout, int32_t rank);
 
 // Joins parts of one side: processes, buffers and pieces are appended; parameters are matched by
 // name. Fails with InvalidArgument, naming the parts, when parts have different roles, a part
-// lists other than one process, or two parts declare one parameter with different dtypes or
-// shapes. The result still needs ValidateLayout (Job::Create does it).
+// lists other than one process, or two parts declare one parameter with different dtypes,
+// shapes or quantization (ParamQuant: blocks and scale parameter). The result still needs
+// ValidateLayout (Job::Create does it).
 absl::StatusOr<Layout> MergeLayoutParts(absl::Span<const Layout> parts);
 
 }  // namespace wsync

@@ -159,25 +159,6 @@ wsync_status_t Guarded(wsync_session_t* session, absl::string_view call, Body&& 
   }
 }
 
-// Checks `num_axes` and that each array it names is non-null (NULL is fine for 0 axes).
-absl::Status CheckAxes(int32_t num_axes,
-                       std::initializer_list<std::pair<const char*, const void*>> arrays) {
-  if (num_axes < 0 || num_axes > kMaxAxes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_axes must be in 0..", kMaxAxes, ", got ", num_axes));
-  }
-  for (const auto& [name, array] : arrays) {
-    if (num_axes > 0 && array == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " is NULL with ", num_axes, " axes"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-Dims ToDims(const int64_t* values, int32_t num_axes) {
-  return num_axes == 0 ? Dims() : Dims(values, values + num_axes);
-}
-
 // Copies `text` and its NUL into buffer[0, *size) with snprintf semantics: a smaller buffer gets
 // a NUL-terminated prefix (nothing when *size is 0); *size becomes the bytes needed.
 void CopyOut(const std::string& text, char* buffer, size_t* size) {
@@ -535,6 +516,19 @@ wsync_status_t RebindBuffer(wsync_session_t* session, uint64_t buffer_id, void* 
   });
 }
 
+wsync_status_t DeclareFp8Parameter(wsync_session_t* session, const wsync_fp8_parameter_t* fp8) {
+  constexpr absl::string_view kCall = "declare_fp8_parameter";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (fp8 == nullptr) return Invalid(session, kCall, "fp8 is NULL");
+    absl::StatusOr<Fp8Declaration> declared = ToFp8Declaration(*fp8);
+    if (!declared.ok()) return Invalid(session, kCall, declared.status().message());
+    return Report(session,
+                  session->impl->DeclareFp8Parameter(declared->parameter, declared->quant,
+                                                     declared->scale_dtype, declared->scale_shape));
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -588,4 +582,5 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .finalize = wsync::Finalize,
     .progress = wsync::Progress,
     .rebind_buffer = wsync::RebindBuffer,
+    .declare_fp8_parameter = wsync::DeclareFp8Parameter,
 };

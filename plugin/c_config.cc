@@ -1,13 +1,84 @@
 #include "plugin/c_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status.h"
+#include "quant/fp8.h"
 
 namespace wsync {
+
+absl::Status CheckAxes(int32_t num_axes,
+                       std::initializer_list<std::pair<const char*, const void*>> arrays) {
+  if (num_axes < 0 || num_axes > kMaxAxes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_axes must be in 0..", kMaxAxes, ", got ", num_axes));
+  }
+  for (const auto& [name, array] : arrays) {
+    if (num_axes > 0 && array == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is NULL with ", num_axes, " axes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Dims ToDims(const int64_t* values, int32_t num_axes) {
+  return num_axes == 0 ? Dims() : Dims(values, values + num_axes);
+}
+
+absl::StatusOr<Fp8Declaration> ToFp8Declaration(const wsync_fp8_parameter_t& caller) {
+  WSYNC_RETURN_IF_ERROR(
+      CheckStructSize(caller.struct_size, kMinFp8ParameterSize, "fp8", "wsync_fp8_parameter_t"));
+  // Fields of a newer header past this library's struct are not read.
+  wsync_fp8_parameter_t c;
+  std::memset(&c, 0, sizeof(c));
+  std::memcpy(&c, &caller, std::min(caller.struct_size, sizeof(c)));
+  if (c.parameter == nullptr) return absl::InvalidArgumentError("fp8->parameter is NULL");
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 parameter '", c.parameter, "': ", why));
+  };
+  Fp8Declaration declared;
+  declared.parameter = c.parameter;
+  if (c.block_rows < 0 || c.block_cols < 0) {
+    return refuse(absl::StrCat("block_rows ", c.block_rows, " and block_cols ", c.block_cols,
+                               " must not be negative"));
+  }
+  switch (c.scheme) {
+    case WSYNC_QUANT_FP8_BLOCK:
+      declared.quant.block_rows = c.block_rows == 0 ? 128 : c.block_rows;
+      declared.quant.block_cols = c.block_cols == 0 ? 128 : c.block_cols;
+      break;
+    case WSYNC_QUANT_FP8_CHANNEL:
+    case WSYNC_QUANT_FP8_TENSOR:
+      if (c.block_rows != 0 || c.block_cols != 0) {
+        return refuse("block_rows and block_cols are for WSYNC_QUANT_FP8_BLOCK; give 0");
+      }
+      declared.quant.block_rows = c.scheme == WSYNC_QUANT_FP8_CHANNEL ? 1 : quant::kWholeAxis;
+      declared.quant.block_cols = quant::kWholeAxis;
+      break;
+    default:
+      return refuse(
+          absl::StrCat("scheme must be WSYNC_QUANT_FP8_BLOCK (1), _CHANNEL (2) or "
+                       "_TENSOR (3), got ",
+                       c.scheme));
+  }
+  if (c.scale_name == nullptr) return refuse("scale_name is NULL");
+  declared.quant.scale_param = c.scale_name;
+  if (c.scale_dtype == nullptr) return refuse("scale_dtype is NULL");
+  absl::StatusOr<DType> dtype = ParseDType(c.scale_dtype);
+  if (!dtype.ok()) return refuse(absl::StrCat("scale_dtype: ", dtype.status().message()));
+  declared.scale_dtype = *dtype;
+  if (absl::Status axes = CheckAxes(c.scale_num_axes, {{"scale_shape", c.scale_shape}});
+      !axes.ok()) {
+    return refuse(axes.message());
+  }
+  declared.scale_shape = ToDims(c.scale_shape, c.scale_num_axes);
+  return declared;
+}
 
 absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   SessionConfig config;

@@ -9,11 +9,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "planner/geometry.h"
+#include "planner/layout.h"
 #include "plugin/session.h"
 #include "wsync/wsync.h"
 
@@ -56,6 +62,32 @@ int EnumValue(const Enum& value) {
   std::memcpy(&raw, &value, sizeof(raw));
   return raw;
 }
+
+// The smallest wsync_fp8_parameter_t: every field (through scale_shape).
+inline constexpr size_t kMinFp8ParameterSize =
+    offsetof(wsync_fp8_parameter_t, scale_shape) + sizeof(const int64_t*);
+
+// OK when `num_axes` is in 0..kMaxAxes and each array it names is non-null (NULL is fine for 0
+// axes); else InvalidArgument naming the array.
+absl::Status CheckAxes(int32_t num_axes,
+                       std::initializer_list<std::pair<const char*, const void*>> arrays);
+
+// The first `num_axes` values of `values` (checked by CheckAxes).
+Dims ToDims(const int64_t* values, int32_t num_axes);
+
+// A declare_fp8_parameter call's arguments as the Session takes them.
+struct Fp8Declaration {
+  std::string parameter;
+  ParamQuant quant;  // Blocks from the scheme (quant/fp8.h kWholeAxis for a whole axis).
+  DType scale_dtype = DType::kFloat32;
+  Dims scale_shape;
+};
+
+// The Fp8Declaration of a caller's struct (of caller.struct_size bytes): the checks the ABI makes
+// by itself (struct size, NULL strings and arrays, the scheme, block sizes, the scale dtype's
+// name, the axis count). InvalidArgument naming the parameter otherwise. The Session checks the
+// rest (DeclareFp8Parameter).
+absl::StatusOr<Fp8Declaration> ToFp8Declaration(const wsync_fp8_parameter_t& caller);
 
 // The SessionConfig of a config already copied into a zeroed full-size struct: defaults for zero
 // and NULL fields, and the checks that the conversion itself needs (enums, NULL strings, port

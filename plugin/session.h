@@ -109,6 +109,12 @@ class Session {
   absl::Status DeclareParameter(const std::string& name, DType dtype, const Dims& shape);
   absl::Status DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
                             int64_t offset, const Dims& strides);
+  // Marks declared parameter `name` (fp8_e4m3, 2 or 3 axes, not yet quantized) as quantized by
+  // `quant` and declares its scale parameter quant.scale_param (scale_dtype fp32, shape
+  // QuantScaleShape of the parameter's blocks). Rollout processes only. InvalidArgument naming the
+  // parameter otherwise (the ABI's declare_fp8_parameter states each refusal).
+  absl::Status DeclareFp8Parameter(const std::string& name, const ParamQuant& quant,
+                                   DType scale_dtype, const Dims& scale_shape);
   absl::Status SetManifest(absl::string_view bytes);
   // SetManifest keeps the manifest's device of this rank (ProcessInfo::device) and places the
   // process on node_id. SetNamedLayout with placement keys in `layout` (ppn=K, colocated=0|1)

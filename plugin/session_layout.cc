@@ -6,12 +6,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
+#include "planner/quant_layout.h"
 #include "plugin/session.h"
+#include "quant/fp8.h"
 
 namespace wsync {
 namespace {
@@ -26,6 +29,19 @@ absl::StatusOr<int32_t> JoinDevice(int32_t configured, int32_t from_layout,
                                                    from_layout, "; device_index is ", configured));
   }
   return from_layout;
+}
+
+// "128 x 128", "1 x all columns", "the whole matrix" for a ParamQuant's blocks.
+std::string BlockText(const ParamQuant& quant) {
+  if (quant.block_rows == wsync::quant::kWholeAxis &&
+      quant.block_cols == wsync::quant::kWholeAxis) {
+    return "the whole matrix";
+  }
+  const auto axis = [](int64_t block, absl::string_view whole) {
+    return block == wsync::quant::kWholeAxis ? std::string(whole) : absl::StrCat(block);
+  };
+  return absl::StrCat(axis(quant.block_rows, "all rows"), " x ",
+                      axis(quant.block_cols, "all columns"));
 }
 
 }  // namespace
@@ -70,6 +86,62 @@ absl::Status Session::DeclareParameter(const std::string& name, DType dtype, con
     }
   }
   part_.params.push_back(ParamInfo{name, dtype, shape});
+  return absl::OkStatus();
+}
+
+absl::Status Session::DeclareFp8Parameter(const std::string& name, const ParamQuant& quant,
+                                          DType scale_dtype, const Dims& scale_shape) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "declare_fp8_parameter"));
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("FP8 parameter '", name, "': ", why));
+  };
+  if (config_.role != Role::kRollout) {
+    return refuse(
+        "a trainer holds its parameters unquantized (bf16 or fp32); FP8 parameters are rollout "
+        "targets, which the sync quantizes");
+  }
+  ParamInfo* param = nullptr;
+  for (ParamInfo& declared : part_.params) {
+    if (declared.name == name) param = &declared;
+    if (declared.name == quant.scale_param) {
+      return refuse(absl::StrCat("its scale tensor '", quant.scale_param,
+                                 "' is already declared as a parameter"));
+    }
+    if (declared.quant.scale_param == name) {
+      return refuse(absl::StrCat("it is the scale tensor of '", declared.name, "'"));
+    }
+  }
+  if (param == nullptr) return refuse("not declared (declare_parameter it as fp8_e4m3 first)");
+  if (param->quant.quantized()) return refuse("declared FP8 twice");
+  if (param->dtype != DType::kFloat8E4M3) {
+    return refuse(absl::StrCat("declared as ", DTypeName(param->dtype), ", not fp8_e4m3"));
+  }
+  const int rank = static_cast<int>(param->shape.size());
+  if (rank != 2 && rank != 3) {
+    return refuse(absl::StrCat("has ", rank,
+                               " axes; FP8 parameters have 2 ([rows, cols]) or 3 ([experts, "
+                               "rows, cols])"));
+  }
+  if (quant.block_rows < 1 || quant.block_cols < 1) {
+    return refuse(absl::StrCat("blocks of ", quant.block_rows, " x ", quant.block_cols,
+                               " elements; both must be at least 1"));
+  }
+  if (quant.scale_param.empty() || quant.scale_param == name) {
+    return refuse("its scale tensor needs a name of its own");
+  }
+  if (scale_dtype != DType::kFloat32) {
+    return refuse(absl::StrCat("its scale tensor '", quant.scale_param, "' is ",
+                               DTypeName(scale_dtype), "; scales are fp32"));
+  }
+  const Dims expected = QuantScaleShape(param->shape, QuantBlockDims(quant, rank));
+  if (scale_shape != expected) {
+    return refuse(absl::StrCat("its scale tensor '", quant.scale_param, "' has shape ",
+                               DimsToString(scale_shape), "; blocks of ", BlockText(quant),
+                               " over ", DimsToString(param->shape), " need ",
+                               DimsToString(expected)));
+  }
+  param->quant = quant;
+  part_.params.push_back(ParamInfo{quant.scale_param, DType::kFloat32, scale_shape});
   return absl::OkStatus();
 }
 

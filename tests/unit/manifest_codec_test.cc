@@ -8,6 +8,7 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/validate.h"
+#include "quant/fp8.h"
 
 namespace wsync {
 namespace {
@@ -142,6 +143,21 @@ TEST(LayoutPartsTest, RefusesConflictingParts) {
               HasSubstr("part 1 is a trainer layout"));
   EXPECT_THAT(std::string(MergeLayoutParts({Sample()}).status().message()),
               HasSubstr("lists 2 processes"));
+}
+
+TEST(LayoutPartsTest, RefusesPartsThatQuantizeAParameterDifferently) {
+  Layout a = LayoutPart(Sample(), 0);
+  Layout b = LayoutPart(Sample(), 1);
+  a.params[0].quant = ParamQuant{128, 128, "q_scale_inv"};
+  EXPECT_THAT(std::string(MergeLayoutParts({a, b}).status().message()),
+              HasSubstr("parameter 'q' is quantized as fp8_e4m3 blocks 128 x 128, scales "
+                        "'q_scale_inv' in the part of rollout rank 0 but as not quantized in the "
+                        "part of rank 1"));
+  b.params[0].quant = ParamQuant{1, quant::kWholeAxis, "q_scale_inv"};
+  EXPECT_THAT(std::string(MergeLayoutParts({a, b}).status().message()),
+              HasSubstr("but as fp8_e4m3 blocks 1 x all, scales 'q_scale_inv'"));
+  b.params[0].quant = a.params[0].quant;
+  EXPECT_TRUE(MergeLayoutParts({a, b}).ok());
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 """wsync: weight sync from RL trainers to rollout engines (Python binding of libwsync.so)."""
 
-from ._lib import MemoryKind, Role, State, Status, WsyncError, library_path
+from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError, library_path
 from .session import Session
 
-__all__ = ["MemoryKind", "Role", "State", "Status", "WsyncError", "Session", "library_path",
+__all__ = ["MemoryKind", "QuantScheme", "Role", "State", "Status", "WsyncError", "Session", "library_path",
            "TrainerSync", "RolloutSync"]
 __version__ = "0.1.0"
 

@@ -51,6 +51,13 @@ class State(enum.IntEnum):
     DIRTY = 5
 
 
+class QuantScheme(enum.IntEnum):
+    """wsync_quant_scheme_t: how an FP8 target parameter is scaled (declare_fp8_parameter)."""
+    FP8_BLOCK = 1    # Blocks (default 128 x 128), vLLM's "<module>.weight_scale_inv".
+    FP8_CHANNEL = 2  # One scale per output row, "<module>.weight_scale" [rows, 1].
+    FP8_TENSOR = 3   # One scale per matrix, "<module>.weight_scale" [1, 1].
+
+
 class WsyncError(RuntimeError):
     """A wsync call failed. ``code`` is a :class:`Status`, ``message`` the session's last_error,
     ``call`` the C function that returned it."""
@@ -137,6 +144,20 @@ BeforeUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 AfterUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
 
 
+class Fp8Parameter(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("parameter", ctypes.c_char_p),
+        ("scheme", ctypes.c_int32),
+        ("scale_num_axes", ctypes.c_int32),
+        ("block_rows", ctypes.c_int64),
+        ("block_cols", ctypes.c_int64),
+        ("scale_name", ctypes.c_char_p),
+        ("scale_dtype", ctypes.c_char_p),
+        ("scale_shape", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
 class PluginV1(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -169,6 +190,8 @@ class PluginV1(ctypes.Structure):
         ("finalize", ctypes.CFUNCTYPE(_status, _session)),
         ("progress", ctypes.CFUNCTYPE(_status, _session, ctypes.POINTER(Progress))),
         ("rebind_buffer", ctypes.CFUNCTYPE(_status, _session, ctypes.c_uint64, ctypes.c_void_p)),
+        ("declare_fp8_parameter", ctypes.CFUNCTYPE(_status, _session,
+                                                   ctypes.POINTER(Fp8Parameter))),
     ]
 
 

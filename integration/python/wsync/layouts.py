@@ -172,15 +172,19 @@ class Layout:
     def __init__(self):
         self.params: Dict[str, Parameter] = {}
         self.pieces: List[Piece] = []
+        self.fp8 = {}  # FP8 parameter name -> wsync.fp8.Fp8Spec (wsync.fp8.add_fp8).
 
-    def add(self, param, shape, origin, view):
+    def add(self, param, shape, origin, view, dtype=None):
+        """`dtype` (default: the view's) is what the parameter is declared as: "fp8_e4m3" for a
+        uint8 view of e4m3 bytes (wsync.fp8.add_fp8)."""
         shape = tuple(int(s) for s in shape)
         origin = tuple(int(o) for o in origin)
+        dtype = view.dtype if dtype is None else dtype
         known = self.params.get(param)
         if known is None:
-            self.params[param] = Parameter(param, view.dtype, shape)
-        elif known.shape != shape or known.dtype != view.dtype:
-            raise LayoutError(f"parameter {param}: shape {shape} ({view.dtype}) here, "
+            self.params[param] = Parameter(param, dtype, shape)
+        elif known.shape != shape or known.dtype != dtype:
+            raise LayoutError(f"parameter {param}: shape {shape} ({dtype}) here, "
                               f"{known.shape} ({known.dtype}) from another tensor")
         if len(origin) != len(shape) or view.dim() != len(shape):
             raise LayoutError(f"parameter {param}: a box of {view.dim()} axes for {len(shape)}")
@@ -233,12 +237,20 @@ class Layout:
             self.pieces[i] = Piece(piece.param, piece.origin, view)
 
     def register(self, session):
-        """Registers the buffers, declares the parameters and the pieces with `session`."""
+        """Registers the buffers, declares the parameters (FP8 ones with their scale tensors)
+        and the pieces with `session`."""
         rows, ids = self.buffers()
         for buffer_id, address, nbytes, kind, device, keep in rows:
             session.register_buffer(buffer_id, address, nbytes, kind, device, keep=keep)
+        scales = {spec.scale_name for spec in self.fp8.values()}
         for param in self.params.values():
+            if param.name in scales:
+                continue  # Declared with its FP8 parameter.
             session.declare_parameter(param.name, dtype_name(param.dtype), param.shape)
+            spec = self.fp8.get(param.name)
+            if spec is not None:
+                session.declare_fp8_parameter(param.name, spec.scheme, spec.scale_name,
+                                              spec.scale_shape, spec.block)
         for piece in self.pieces:
             address, _ = _storage(piece.view)
             session.declare_piece(piece.param, ids[address], piece.origin, piece.extent,

@@ -5,7 +5,7 @@ import os
 import tempfile
 
 from . import _lib
-from ._lib import MemoryKind, Role, State, Status, WsyncError
+from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError
 
 _TORCH_DTYPES = {
     "torch.float32": "fp32", "torch.float": "fp32",
@@ -35,6 +35,20 @@ def _role(role):
             raise WsyncError(Status.INVALID_ARGUMENT,
                              f"role must be 'trainer' or 'rollout', not {role!r}", "init")
     return Role(role)
+
+
+_QUANT_SCHEMES = {"fp8_block": QuantScheme.FP8_BLOCK, "fp8_channel": QuantScheme.FP8_CHANNEL,
+                  "fp8_tensor": QuantScheme.FP8_TENSOR}
+
+
+def _quant_scheme(scheme):
+    if isinstance(scheme, QuantScheme):
+        return scheme
+    if scheme not in _QUANT_SCHEMES:
+        raise WsyncError(Status.INVALID_ARGUMENT,
+                         f"unknown FP8 scheme {scheme!r}; expected one of "
+                         f"{', '.join(_QUANT_SCHEMES)}", "declare_fp8_parameter")
+    return _QUANT_SCHEMES[scheme]
 
 
 def _bytes(text):
@@ -197,6 +211,28 @@ class Session:
                                             _lib.int64_array(origin), _lib.int64_array(extent),
                                             int(offset), _lib.int64_array(strides)),
                     "declare_piece")
+
+    def declare_fp8_parameter(self, name, scheme, scale_name, scale_shape, block=None,
+                              scale_dtype="fp32"):
+        """Declares parameter `name` (declared before as "fp8_e4m3"; rollouts only) as FP8
+        quantized by `scheme` ("fp8_block", "fp8_channel", "fp8_tensor" or a QuantScheme), and
+        its fp32 scale tensor `scale_name` of `scale_shape`, whose pieces follow with
+        declare_piece. `block`: (rows, cols) of fp8_block's blocks, None for 128 x 128."""
+        scheme = _quant_scheme(scheme)
+        scale_shape = [int(s) for s in scale_shape]
+        rows, cols = (0, 0) if block is None else (int(block[0]), int(block[1]))
+        fp8 = _lib.Fp8Parameter()
+        fp8.struct_size = ctypes.sizeof(_lib.Fp8Parameter)
+        fp8.parameter = _bytes(name)
+        fp8.scheme = int(scheme)
+        fp8.scale_num_axes = len(scale_shape)
+        fp8.block_rows, fp8.block_cols = rows, cols
+        fp8.scale_name = _bytes(scale_name)
+        fp8.scale_dtype = _bytes(dtype_name(scale_dtype))
+        shape = _lib.int64_array(scale_shape)
+        fp8.scale_shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        self._check(self._api.declare_fp8_parameter(self._live("declare_fp8_parameter"),
+                                                    ctypes.byref(fp8)), "declare_fp8_parameter")
 
     def set_manifest(self, data):
         data = bytes(data)

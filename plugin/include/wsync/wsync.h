@@ -178,6 +178,37 @@ typedef struct wsync_progress {
   int32_t phase;             /* A wsync_phase_t. */
 } wsync_progress_t;
 
+/* FP8 quantization schemes of a rollout parameter (wsync_fp8_parameter_t.scheme). */
+typedef enum wsync_quant_scheme {
+  WSYNC_QUANT_FP8_BLOCK = 1,   /* Blocks of block_rows x block_cols (default 128 x 128) with one
+                                  scale each: DeepSeek-V3 / Kimi-K2 block FP8, vLLM's
+                                  "<module>.weight_scale_inv" [ceil(rows/128), ceil(cols/128)]. */
+  WSYNC_QUANT_FP8_CHANNEL = 2, /* One scale per output row: vLLM's "<module>.weight_scale"
+                                  [rows, 1]. */
+  WSYNC_QUANT_FP8_TENSOR = 3   /* One scale per matrix: vLLM's "<module>.weight_scale" [1, 1]. */
+} wsync_quant_scheme_t;
+
+/* An FP8 e4m3 target parameter and its fp32 scale tensor (declare_fp8_parameter). A parameter of
+ * 2 axes [rows, cols] or 3 [experts, rows, cols] (each expert scaled on its own: the scale tensor
+ * has the experts axis first). The sync quantizes the trainers' bf16 or fp32 values into it:
+ * fp8 = e4m3(clamp(x / scale, -448, 448)) rounded to nearest even, scale = fp32(max(amax of the
+ * block, 1e-10) / 448), which the engine reads as dequantized = fp8 * scale. `struct_size` must
+ * be sizeof(wsync_fp8_parameter_t) as the caller compiled it (at least through scale_shape). */
+typedef struct wsync_fp8_parameter {
+  size_t struct_size;
+  const char* parameter;      /* Declared before with dtype "fp8_e4m3" (rollout processes only). */
+  int32_t scheme;             /* A wsync_quant_scheme_t. */
+  int32_t scale_num_axes;     /* The parameter's axis count. */
+  int64_t block_rows;         /* WSYNC_QUANT_FP8_BLOCK: rows and columns of a block, 0 for 128 */
+  int64_t block_cols;         /* (vLLM's weight_block_size); 0 for the other schemes. */
+  const char* scale_name;     /* The scale tensor as the engine names it ("...weight_scale_inv",
+                                 "...weight_scale"); declared by this call, its pieces by
+                                 declare_piece (origin, extent and strides in scale elements). */
+  const char* scale_dtype;    /* "fp32" ("float32"): the only one accepted. */
+  const int64_t* scale_shape; /* scale_num_axes values: per axis ceil(extent / block) (1 for a
+                                 whole axis, experts 1 by 1); any other shape is refused. */
+} wsync_fp8_parameter_t;
+
 typedef struct wsync_session wsync_session_t;
 
 /* Rollout hosts in the trainer-triggered mode: called on the library's background thread around
@@ -299,6 +330,23 @@ typedef struct wsync_plugin_v1 {
    * any failure the buffer stays where it was. WSYNC_INVALID_ARGUMENT for a NULL session or
    * address, an id this process did not register, or a call in another state or session mode. */
   wsync_status_t (*rebind_buffer)(wsync_session_t* session, uint64_t buffer_id, void* address);
+
+  /* Appended to v1 (a library from before it ends the table at rebind_buffer): declares
+   * `fp8->parameter`, a parameter this rollout process declared with dtype "fp8_e4m3", as
+   * quantized by `fp8->scheme`, and declares its scale tensor `fp8->scale_name` (fp32, shape
+   * `fp8->scale_shape`) as a parameter whose pieces (buffer, offset, strides) the process gives
+   * with declare_piece. REGISTERED only. Every rollout process declares the parameter, quantized
+   * the same way (a difference fails connect on every process with WSYNC_LAYOUT_REFUSED naming
+   * it); the trainers declare it under the same name in bf16 or fp32, unquantized, and declare no
+   * scale tensor. A process's pieces of the parameter must be whole blocks (the last block of an
+   * axis ragged) sharing no block, and its scale pieces must hold exactly their blocks' scales
+   * (refused at connect otherwise). WSYNC_INVALID_ARGUMENT, with a message naming the parameter,
+   * for a NULL session or fp8, a struct_size too small, a NULL or unknown parameter, one not
+   * fp8_e4m3, not of 2 or 3 axes or already quantized, a trainer process, an unknown scheme, block
+   * sizes negative or given for a scheme without blocks, a scale name that is NULL, empty or
+   * already declared, a scale dtype other than fp32, or a scale shape other than the scheme's. */
+  wsync_status_t (*declare_fp8_parameter)(wsync_session_t* session,
+                                          const wsync_fp8_parameter_t* fp8);
 } wsync_plugin_v1_t;
 
 #ifdef __cplusplus
