@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -142,6 +143,11 @@ template <typename T>
   return absl::InternalError("non-finite amax without a non-finite element");
 }
 
+// One band of blocks (block rows r0..r1 of every column block) at a time, each pass over whole
+// rows of the band: first the amax of every block of the band, row by row, then the elements,
+// row by row. Rows are read front to back (the hardware prefetcher streams them) instead of a
+// block's 128 short row segments at a stride of a whole row each. The bits are those of one block
+// at a time: the same amax, scale and encoding per element.
 template <typename T>
 WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input,
                                               const MutableRegion& fp8, const MutableRegion& scales,
@@ -151,29 +157,43 @@ WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const
   auto* scale_out = static_cast<float*>(scales.base);
   const int64_t block_rows = std::min(blocking.rows, input.rows);
   const int64_t block_cols = std::min(blocking.cols, input.cols);
+  absl::InlinedVector<typename T::AbsBits, 64> amax(scales.cols);
+  absl::InlinedVector<float, 64> band_scales(scales.cols);
   for (int64_t e = 0; e < input.experts; ++e) {
+    const auto* matrix = in + e * input.expert_stride;
+    uint8_t* out_matrix = out + e * fp8.expert_stride;
     for (int64_t br = 0; br < scales.rows; ++br) {
       const int64_t r0 = br * block_rows;
       const int64_t r1 = r0 + std::min(block_rows, input.rows - r0);
+      std::fill(amax.begin(), amax.end(), 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        const auto* row = matrix + r * input.row_stride;
+        for (int64_t bc = 0; bc < scales.cols; ++bc) {
+          const int64_t c0 = bc * block_cols;
+          amax[bc] =
+              RowAbsMax<T>(row + c0 * input.col_stride, std::min(block_cols, input.cols - c0),
+                           input.col_stride, amax[bc]);
+        }
+      }
       for (int64_t bc = 0; bc < scales.cols; ++bc) {
         const int64_t c0 = bc * block_cols;
-        const int64_t c1 = c0 + std::min(block_cols, input.cols - c0);
-        const auto* block = in + e * input.expert_stride + c0 * input.col_stride;
-        typename T::AbsBits amax = 0;
-        for (int64_t r = r0; r < r1; ++r) {
-          amax = RowAbsMax<T>(block + r * input.row_stride, c1 - c0, input.col_stride, amax);
+        if (amax[bc] >= T::kNonFinite) {
+          return NonFiniteError<T>(in, input, e, r0, r1, c0,
+                                   c0 + std::min(block_cols, input.cols - c0), parameter);
         }
-        if (amax >= T::kNonFinite) {
-          return NonFiniteError<T>(in, input, e, r0, r1, c0, c1, parameter);
-        }
-        const float scale =
-            std::max(T::ToFloat(static_cast<uint32_t>(amax)), kFp8AmaxFloor) / kFp8E4m3Max;
+        band_scales[bc] =
+            std::max(T::ToFloat(static_cast<uint32_t>(amax[bc])), kFp8AmaxFloor) / kFp8E4m3Max;
         scale_out[e * scales.expert_stride + br * scales.row_stride + bc * scales.col_stride] =
-            scale;
-        uint8_t* out_block = out + e * fp8.expert_stride + c0 * fp8.col_stride;
-        for (int64_t r = r0; r < r1; ++r) {
-          QuantizeRow<T>(block + r * input.row_stride, c1 - c0, input.col_stride, scale,
-                         out_block + r * fp8.row_stride, fp8.col_stride);
+            band_scales[bc];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const auto* row = matrix + r * input.row_stride;
+        uint8_t* out_row = out_matrix + r * fp8.row_stride;
+        for (int64_t bc = 0; bc < scales.cols; ++bc) {
+          const int64_t c0 = bc * block_cols;
+          QuantizeRow<T>(row + c0 * input.col_stride, std::min(block_cols, input.cols - c0),
+                         input.col_stride, band_scales[bc], out_row + c0 * fp8.col_stride,
+                         fp8.col_stride);
         }
       }
     }

@@ -31,6 +31,7 @@
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "planner/quant_plan.h"
 
 namespace wsync::bench {
 namespace {
@@ -124,10 +125,20 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
   WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *policy));
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-  WSYNC_ASSIGN_OR_RETURN(std::vector<ProcessSchedule> schedules,
-                         ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{budget}));
-  for (const ProcessSchedule& s : schedules) {
-    if (job.IsSource(s.process)) continue;
+  for (const Piece& piece : job.target().pieces) {
+    if (job.target().params[piece.param].quant.quantized()) facts.fp8_elements += Volume(piece.box);
+  }
+  facts.quant = CountQuantWireBytes(job, plan.quant);
+  for (const Segment& segment : plan.segments) {
+    if (!job.IsSource(segment.from.process)) continue;  // From trainers (relays forward them).
+    facts.plain_bytes += segment.elements() * job.ElementSize(segment.param);
+  }
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    if (job.IsSource(p)) continue;
+    // With the quantization steps: e4m3 bytes, scales and gathers are received too.
+    WSYNC_ASSIGN_OR_RETURN(
+        const ProcessSchedule s,
+        ScheduleTransfers(job, plan.segments, plan.quant, endpoints, StagingBudget{budget}, p));
     for (const PeerSchedule& peer : s.peers) {
       if (peer.direction != Direction::kReceive) continue;
       int64_t bytes = 0;
@@ -172,6 +183,21 @@ absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std
   return facts;
 }
 
+absl::StatusOr<std::string> QuantizedSpec(const std::string& to, const std::string& quant) {
+  const size_t open = to.find('(');
+  if (open == std::string::npos || to.empty() || to.back() != ')' || quant.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot add quant=", quant, " to '", to,
+                     "': a named layout KIND(KEY=VALUE,...) is needed"));
+  }
+  if (absl::StrContains(to, "quant=")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", to, "' already names a quant; the FP8 scenario adds quant=", quant));
+  }
+  const bool empty = open + 2 == to.size();
+  return absl::StrCat(to.substr(0, to.size() - 1), empty ? "" : ",", "quant=", quant, ")");
+}
+
 int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
   return static_cast<int32_t>(
       std::max<int64_t>(10, (facts.bytes_per_rollout * 2 + message_bytes - 1) / message_bytes));
@@ -179,8 +205,10 @@ int32_t PerftestIterations(const ScheduleFacts& facts, int64_t message_bytes) {
 
 absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check,
                              double timeout_s) {
-  return absl::Seconds(JobLimitSeconds(timeout_s, versions, facts.largest_process_bytes,
-                                       check == JobCheck::kElements));
+  const bool element_check =
+      check == JobCheck::kElements || (check == JobCheck::kChunkHashes && facts.fp8_elements > 0);
+  return absl::Seconds(
+      JobLimitSeconds(timeout_s, versions, facts.largest_process_bytes, element_check));
 }
 
 JobCheck VerificationCheck(bool verify_elements) {
@@ -217,6 +245,16 @@ double Field(const std::map<std::string, std::string>& stats, const std::string&
   return value;
 }
 
+// The sum of every field whose key starts with `prefix` (wire_sent_<path> over the path classes).
+int64_t SumFields(const std::map<std::string, std::string>& stats, const std::string& prefix) {
+  int64_t sum = 0;
+  for (auto it = stats.lower_bound(prefix); it != stats.end(); ++it) {
+    if (!absl::StartsWith(it->first, prefix)) break;
+    sum += static_cast<int64_t>(Field(stats, it->first));
+  }
+  return sum;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
@@ -227,6 +265,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  std::vector<int64_t>* peak_rss_bytes) {
   const bool elements = check == JobCheck::kElements;
   const bool hashes = check == JobCheck::kChunkHashes || check == JobCheck::kTimedHashes;
+  const bool verify_quant = check == JobCheck::kChunkHashes && facts.fp8_elements > 0;
   const absl::Duration limit = WsyncJobLimit(facts, warmup + syncs, check, options.timeout_s);
   harness::JobSpec spec;
   spec.model = model;
@@ -249,6 +288,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       absl::StrCat("--verify=", elements ? "true" : "false"),
       absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
       absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
+      absl::StrCat("--verify_quant=", verify_quant ? "true" : "false"),
       absl::StrCat("--verify_mode=", check == JobCheck::kTimedKeyed ? "keyed" : ""),
       absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
@@ -272,7 +312,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
   for (int v = 0; v < spec.versions; ++v) {
     SyncSample s;
     int32_t rounds = 0;
-    int64_t verified = 0;
+    int64_t verified = 0, quant_verified = 0;
     for (int p = 0; p < total; ++p) {
       const auto& stats = result.workers[p].stats[v];
       const double seconds = Field(stats, "seconds");
@@ -284,13 +324,21 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       s.step_seconds = std::max(s.step_seconds, call + decide);
       s.cpu_seconds += Field(stats, "cpu_seconds");
       s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
+      s.wire_bytes += SumFields(stats, "wire_sent_");
       if (p >= facts.trainers) {
         const auto received = static_cast<int64_t>(Field(stats, "received"));
         s.rollout_bytes = std::max(s.rollout_bytes, received);
         rounds = std::max(rounds, static_cast<int32_t>(Field(stats, "rounds")));
         s.total_bytes += received;
         verified += static_cast<int64_t>(Field(stats, "verified"));
+        quant_verified += static_cast<int64_t>(Field(stats, "quant_verified"));
       }
+    }
+    if (verify_quant && quant_verified != facts.fp8_elements) {
+      return absl::InternalError(absl::StrFormat(
+          "wsync job over UCX_TLS=%s: the rollouts checked %d e4m3 elements against the reference "
+          "quantizer in sync %d; they hold %d",
+          t.tls, quant_verified, v + 1, facts.fp8_elements));
     }
     if (hashes && verified != facts.received_chunks) {
       return absl::InternalError(absl::StrFormat(

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "executor/schedule.h"
 #include "planner/models.h"
+#include "planner/quant_plan.h"
 
 namespace wsync::bench {
 
@@ -37,7 +38,15 @@ struct ScheduleFacts {
   int32_t trainers = 0;
   int32_t rollouts = 0;
   int64_t bytes_per_rollout = 0;  // The busiest rollout process's received bytes.
-  int64_t bytes_total = 0;        // All rollout processes.
+  int64_t bytes_total = 0;        // All rollout processes (quantization steps' bytes included).
+  // The e4m3 elements all rollout processes hold (FP8 targets, planner/quant_plan.h): what their
+  // verification checks against the reference quantizer; 0 without quantized parameters.
+  int64_t fp8_elements = 0;
+  // The quantization steps' bytes (CountQuantWireBytes: e4m3, scales, gathered bf16, and the
+  // quantized parameters' bf16 bytes) and the bytes of the plan's other segments (parameters sent
+  // as they are) to the rollouts.
+  QuantWireBytes quant;
+  int64_t plain_bytes = 0;
   // The most buffer bytes one process (trainer or rollout) holds: what it fills or checks.
   int64_t largest_process_bytes = 0;
   int64_t largest_message = 0;
@@ -55,11 +64,17 @@ struct ScheduleFacts {
 };
 
 // Plans `model` from `from` to `to` with the replica policy `policy` and schedules it with a
-// staging budget of `budget` bytes per peer direction. Fails when a layout, the policy, the plan
+// staging budget of `budget` bytes per peer direction, quantization steps included (what a
+// worker's ExecuteTransfers runs for FP8 targets). Fails when a layout, the policy, the plan
 // or the schedule fails, or nothing is sent.
 absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
                                                const std::string& to, double budget,
                                                const std::string& policy);
+
+// The named layout `to` with quant=`quant` added: "vllm(tp=2)" and "fp8_block" give
+// "vllm(tp=2,quant=fp8_block)", "vllm()" gives "vllm(quant=fp8_block)". InvalidArgument when `to`
+// does not end with ')' after its '(' or already names a quant.
+absl::StatusOr<std::string> QuantizedSpec(const std::string& to, const std::string& quant);
 
 // ucx_perftest messages of `message_bytes` that carry two syncs' bytes to the busiest rollout
 // process, at least 10.
@@ -77,7 +92,9 @@ enum class JobCheck {
   kNone,  // Trainers' buffers hold a constant: for timed jobs.
   // Trainers write test::FillPattern before every sync and wsync's verify=true compares the
   // sender's and the receiver's xxh3 of every chunk (DataLoss on a mismatch); every chunk the
-  // schedule sends must be checked. At memory speed.
+  // schedule sends must be checked. At memory speed. With FP8 targets the rollouts also check
+  // every e4m3 element and scale against the reference quantizer (--verify_quant), and all of
+  // them (ScheduleFacts::fp8_elements) must have been checked.
   kChunkHashes,
   // Trainers write the logical value of every element and rollouts check every element they
   // hold (test::CheckLogical): also what no chunk covers, but about a minute per GB per version
@@ -88,7 +105,8 @@ enum class JobCheck {
 };
 
 // The time limit of a job of `versions` syncs: `timeout_s`, plus per version JobLimitSeconds's
-// allowance for the bytes the busiest process holds.
+// allowance for the bytes the busiest process holds (with the element check's allowance for
+// kElements, and for kChunkHashes with FP8 targets, whose reference check walks every element).
 absl::Duration WsyncJobLimit(const ScheduleFacts& facts, int32_t versions, JobCheck check,
                              double timeout_s);
 
@@ -113,6 +131,9 @@ struct SyncSample {
   // work the sync costs, which other load on the cores inflates far less than seconds.
   double cpu_seconds = 0;
   double cpu_user_seconds = 0;  // The user-space part of cpu_seconds (the rest is the kernel's).
+  // Bytes all processes posted to their transports to send during the sync (the workers'
+  // wire_sent_<path> counters): what went on the wire, measured, not planned.
+  int64_t wire_bytes = 0;
 };
 
 // Runs one wsync job (trainers and rollouts of options.worker, `options.wsync coordinator`) of

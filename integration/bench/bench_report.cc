@@ -29,6 +29,62 @@ double JobLimitSeconds(double base_seconds, int32_t versions, int64_t process_by
   return base_seconds + std::max(0, versions) * seconds_per_gb * (process_bytes / 1e9);
 }
 
+namespace {
+
+double PositiveRatio(double a, double b) { return b > 0 ? a / b : 0; }
+
+std::string Goal(double ratio) {
+  return absl::StrFormat("goal <= %.2f: %s", kQuantWireRatioGoal,
+                         ratio > 0 && ratio <= kQuantWireRatioGoal ? "met" : "NOT met");
+}
+
+}  // namespace
+
+double WireRatio(const QuantComparison& c) {
+  return PositiveRatio(c.fp8_wire_bytes, c.bf16_wire_bytes);
+}
+double QuantizedWireRatio(const QuantComparison& c) {
+  return PositiveRatio(c.fp8_wire_bytes - c.plain_bytes, c.bf16_wire_bytes - c.plain_bytes);
+}
+double PlanRatio(const QuantComparison& c) {
+  return PositiveRatio(c.fp8_plan_bytes, c.bf16_plan_bytes);
+}
+double QuantizedPlanRatio(const QuantComparison& c) {
+  return PositiveRatio(c.fp8_bytes + c.scale_bytes + c.gathered_bytes, c.quantized_bf16_bytes);
+}
+double TimeRatio(const QuantComparison& c) { return PositiveRatio(c.fp8_seconds, c.bf16_seconds); }
+
+std::string FormatQuantComparison(const QuantComparison& c) {
+  return absl::StrFormat(
+      "FP8 rollouts against bf16 over %s (medians of the same alternating rounds):\n"
+      "  bytes on the wire (sent, measured): bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
+      "  of them the quantized parameters (less the %d B of parameters both send in bf16):\n"
+      "    bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
+      "  the plans: bf16 %d B, fp8 %d B: ratio %.4f; quantized parameters: bf16 %d B ->\n"
+      "    e4m3 %d B + scales %d B (sender-side) + bf16 %d B gathered (receiver-side): "
+      "ratio %.4f\n"
+      "  seconds per sync: bf16 %.4f s, fp8 %.4f s: ratio %.3f\n",
+      c.transport, c.bf16_wire_bytes, c.fp8_wire_bytes, WireRatio(c), Goal(WireRatio(c)),
+      c.plain_bytes, c.bf16_wire_bytes - c.plain_bytes, c.fp8_wire_bytes - c.plain_bytes,
+      QuantizedWireRatio(c), Goal(QuantizedWireRatio(c)), c.bf16_plan_bytes, c.fp8_plan_bytes,
+      PlanRatio(c), c.quantized_bf16_bytes, c.fp8_bytes, c.scale_bytes, c.gathered_bytes,
+      QuantizedPlanRatio(c), c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
+}
+
+std::string QuantComparisonJson(const QuantComparison& c) {
+  return absl::StrFormat(
+      "{\"transport\": %s, \"bf16_wire_bytes\": %.0f, \"fp8_wire_bytes\": %.0f, "
+      "\"wire_ratio\": %.6f, \"quantized_wire_ratio\": %.6f, \"bf16_plan_bytes\": %d, "
+      "\"fp8_plan_bytes\": %d, \"plan_ratio\": %.6f, \"plain_bytes\": %d, \"fp8_bytes\": %d, "
+      "\"scale_bytes\": %d, \"gathered_bytes\": %d, \"quantized_bf16_bytes\": %d, "
+      "\"quantized_plan_ratio\": %.6f, \"bf16_seconds\": %.6f, \"fp8_seconds\": %.6f, "
+      "\"time_ratio\": %.6f}",
+      JsonString(c.transport), c.bf16_wire_bytes, c.fp8_wire_bytes, WireRatio(c),
+      QuantizedWireRatio(c), c.bf16_plan_bytes, c.fp8_plan_bytes, PlanRatio(c), c.plain_bytes,
+      c.fp8_bytes, c.scale_bytes, c.gathered_bytes, c.quantized_bf16_bytes, QuantizedPlanRatio(c),
+      c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
+}
+
 std::string JsonString(absl::string_view text) {
   std::string out = "\"";
   for (const char c : text) {

@@ -28,6 +28,49 @@ double Max(const std::vector<double>& values);
 double JobLimitSeconds(double base_seconds, int32_t versions, int64_t process_bytes,
                        bool element_check);
 
+// `wsync-bench sync`'s FP8 scenario (issue 22): the sync into FP8 rollouts against the same sync
+// into bf16, over one transport, from the same alternating rounds. Both syncs also send the
+// parameters an FP8 rollout keeps in bf16 (embeddings, norms, biases: `plain_bytes`, the same
+// bytes in both), so the quantized parameters' own ratio is the wire bytes less those.
+struct QuantComparison {
+  std::string transport;       // "tcp".
+  double bf16_wire_bytes = 0;  // Median per sync of the bytes every process posted to send.
+  double fp8_wire_bytes = 0;
+  int64_t bf16_plan_bytes = 0;  // What the schedule sends the rollouts (quantization included).
+  int64_t fp8_plan_bytes = 0;
+  // Of fp8_plan_bytes: parameters sent unquantized (in both syncs); e4m3 bytes and scales that
+  // senders quantized; bf16 gathered for receivers to quantize (blocks cut by the trainers'
+  // shards). And the bf16 bytes of the quantized parameters (what the bf16 sync sends of them).
+  int64_t plain_bytes = 0;
+  int64_t fp8_bytes = 0;
+  int64_t scale_bytes = 0;
+  int64_t gathered_bytes = 0;
+  int64_t quantized_bf16_bytes = 0;
+  double bf16_seconds = 0;  // Median seconds per sync.
+  double fp8_seconds = 0;
+};
+
+// Ratios of FP8 to bf16 (0 where the denominator is not positive): the whole syncs' measured
+// wire bytes; the quantized parameters' measured wire bytes (each sync's less plain_bytes); the
+// plans' bytes; the quantized parameters' planned bytes (fp8 + scales + gathered over
+// quantized_bf16_bytes); seconds per sync.
+double WireRatio(const QuantComparison& c);
+double QuantizedWireRatio(const QuantComparison& c);
+double PlanRatio(const QuantComparison& c);
+double QuantizedPlanRatio(const QuantComparison& c);
+double TimeRatio(const QuantComparison& c);
+
+// Goal of the wire-bytes ratio (issue 22: at most 0.52 of the bf16 sync's bytes).
+inline constexpr double kQuantWireRatioGoal = 0.52;
+
+// The comparison as text lines: measured wire bytes of both syncs and of the quantized
+// parameters, each ratio against the goal ("met" or "NOT met"), the plans' bytes and ratios,
+// seconds per sync and the time ratio.
+std::string FormatQuantComparison(const QuantComparison& c);
+
+// The same as a JSON object.
+std::string QuantComparisonJson(const QuantComparison& c);
+
 // `text` as a JSON string literal (quotes, backslashes and control characters escaped).
 std::string JsonString(absl::string_view text);
 

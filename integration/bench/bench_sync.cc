@@ -53,7 +53,7 @@ std::string SyncBenchUsage() {
          "                 [--sync_perftest_concurrent] [--sync_perftest_pairs N]\n"
          "                 [--sync_single_from L] [--sync_single_to L]\n"
          "                 [--sync_perftest_wsync_settings]\n"
-         "                 [--sync_timeout_s S] [--sync_json PATH]\n"
+         "                 [--sync_timeout_s S] [--sync_json PATH] [--sync_quant Q]\n"
          "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
          "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
          "  memory and over UCX TCP, and a 1->1 job (megatron(tp=1) -> vllm(tp=1)): one verified\n"
@@ -68,7 +68,12 @@ std::string SyncBenchUsage() {
          "  adds wsync+verify (xxh3 per chunk) and wsync+keyed (a MAC per chunk) to the same "
          "rounds and\n"
          "  prints its cost as a ratio. Each wsync job's limit is S (default 60) seconds plus,\n"
-         "  per version, 10 s per GB its busiest process holds (160 with --verify_elements).\n" +
+         "  per version, 10 s per GB its busiest process holds (160 with --verify_elements).\n"
+         "  The FP8 scenario (--sync_quant Q, default fp8_block; empty: none): L -> L with\n"
+         "  quant=Q over TCP, its verification job also checking every e4m3 byte and scale\n"
+         "  against the reference quantizer, timed in the same rounds as the sync into bf16;\n"
+         "  prints both syncs' bytes on the wire (measured and planned) and the ratios of bytes\n"
+         "  (goal <= 0.52) and seconds.\n" +
          CudaSyncBenchUsage();
 }
 
@@ -129,7 +134,16 @@ absl::Status SetUp(const SyncBenchOptions& options, SyncBench* b) {
                        " and ", b->single->facts.rollouts));
     }
   }
-  b->transports = {{"shm", o.shm_tls, ""}, {"tcp", o.tcp_tls, o.tcp_devices}};
+  if (!o.quant.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const std::string to, QuantizedSpec(b->main.to, o.quant));
+    b->fp8 = SyncScenario{b->main.from, to, {}};
+    WSYNC_ASSIGN_OR_RETURN(b->fp8->facts,
+                           ScheduleFactsFor(model, b->fp8->from, to, b->budget, o.job.policy));
+    if (b->fp8->facts.fp8_elements == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(to, " quantizes no parameter of ", o.model));
+    }
+  }
+  b->transports = {{"shm", o.shm_tls, ""}, {kFp8Transport, o.tcp_tls, o.tcp_devices}};
   b->message_bytes = PerftestSize(o, b->main.facts);
   b->iters = PerftestIters(o, b->main.facts, b->message_bytes);
   b->pairs = o.perftest_pairs > 0 ? o.perftest_pairs : std::max(1, b->main.facts.busy_pairs);
@@ -143,13 +157,24 @@ absl::Status RunVerificationJobs(const SyncBench& b, std::FILE* out) {
   if (b.single.has_value()) scenarios.push_back(&*b.single);
   const JobCheck check = VerificationCheck(b.options.job.verify_elements);
   for (const Transports& t : b.transports) {
-    for (const SyncScenario* scenario : scenarios) {
+    std::vector<const SyncScenario*> here = scenarios;
+    if (b.fp8.has_value() && t.name == kFp8Transport) here.push_back(&*b.fp8);
+    for (const SyncScenario* scenario : here) {
       const absl::Time start = absl::Now();
+      // FP8 rollouts are checked against the trainers' pattern (logical values are no finite
+      // floats, and an FP8 element is no copy of one).
+      const JobCheck used =
+          scenario == (b.fp8 ? &*b.fp8 : nullptr) ? JobCheck::kChunkHashes : check;
       WSYNC_RETURN_IF_ERROR(RunWsync(scenario->facts, b.model_name, scenario->from, scenario->to, t,
-                                     /*warmup=*/0, /*syncs=*/2, check, b.options.job)
+                                     /*warmup=*/0, /*syncs=*/2, used, b.options.job)
                                 .status());
-      absl::FPrintF(out, "verified %s -> %s over %s (UCX_TLS=%s): 2 versions, %s (%.1f s)\n",
-                    scenario->from, scenario->to, t.name, t.tls, VerificationText(check),
+      absl::FPrintF(out, "verified %s -> %s over %s (UCX_TLS=%s): 2 versions, %s%s (%.1f s)\n",
+                    scenario->from, scenario->to, t.name, t.tls, VerificationText(used),
+                    scenario->facts.fp8_elements > 0 && used == JobCheck::kChunkHashes
+                        ? absl::StrFormat("; all %d e4m3 elements and their scales equal to the "
+                                          "reference quantizer's of the trainers' bytes",
+                                          scenario->facts.fp8_elements)
+                        : std::string(),
                     absl::ToDoubleSeconds(absl::Now() - start));
       std::fflush(out);
     }
@@ -168,6 +193,13 @@ std::vector<SyncRow> MakeRows(const SyncBench& b) {
     row.scenario = &b.main;
     row.transports = t;
     rows.push_back(row);
+    if (b.fp8.has_value() && t.name == kFp8Transport) {
+      row.contestant = "wsync fp8";
+      row.scenario = &*b.fp8;
+      rows.push_back(row);
+      row.contestant = "wsync";
+      row.scenario = &b.main;
+    }
     if (b.options.verify) {
       row.contestant = "wsync+verify";
       rows.push_back(row);
@@ -282,6 +314,7 @@ absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
                 absl::StrJoin(WsyncUcxEnvironment(), " "));
   PrintSchedule(out, b.main, b.budget);
   if (b.single.has_value()) PrintSchedule(out, *b.single, b.budget);
+  if (b.fp8.has_value()) PrintSchedule(out, *b.fp8, b.budget);
   std::fflush(out);
 
   if (b.options.verify_first) WSYNC_RETURN_IF_ERROR(RunVerificationJobs(b, out));

@@ -4,7 +4,8 @@
 // `wsync-bench sync`: real multi-process syncs (a coordinator, trainer and rollout processes of
 // wsync_test_worker, moving weights over UCX) over shared memory and over TCP, timed per sync and
 // compared with `ucx_perftest` tag_bw between two processes at the largest message the schedule
-// sends, the contestants alternating so that noise hits all of them.
+// sends, the contestants alternating so that noise hits all of them; and the same sync into FP8
+// rollouts (quantized during the sync) against the sync into bf16, bytes on the wire and seconds.
 
 #include <cstdio>
 #include <string>
@@ -46,7 +47,11 @@ struct SyncBenchOptions {
   std::string single_from = "megatron(tp=1)";  // The 1->1 contestant; empty: none.
   std::string single_to = "vllm(tp=1)";
   bool perftest_wsync_settings = true;  // ucx_perftest with wsync's UCX settings.
-  std::string json;                     // Also write the table as JSON here; empty: no.
+  // The FP8 scenario (issue 22): `from` -> `to` with quant=Q (QuantizedSpec) over TCP, verified
+  // against the reference quantizer, then timed in the same rounds as the sync into bf16; prints
+  // both syncs' bytes on the wire and their ratio. Empty: none.
+  std::string quant = "fp8_block";
+  std::string json;  // Also write the table as JSON here; empty: no.
   JobOptions job;
   CudaSyncOptions cuda;
 };

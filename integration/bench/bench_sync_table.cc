@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,40 @@ std::string PrintTable(const SyncBench& b, const std::vector<SyncRow>& rows, std
   return json;
 }
 
+namespace {
+
+// The FP8 row against the bf16 "wsync" row of its transport; nullopt when either did not run.
+std::optional<QuantComparison> CompareQuant(const SyncBench& b, const std::vector<SyncRow>& rows) {
+  const SyncRow *bf16 = nullptr, *fp8 = nullptr;
+  for (const SyncRow& row : rows) {
+    if (row.transports.name != kFp8Transport || row.syncs.empty()) continue;
+    if (row.contestant == "wsync") bf16 = &row;
+    if (row.contestant == "wsync fp8") fp8 = &row;
+  }
+  if (!b.fp8.has_value() || bf16 == nullptr || fp8 == nullptr) return std::nullopt;
+  auto wire = [](const SyncRow& row) {
+    std::vector<double> bytes;
+    for (const SyncSample& s : row.syncs) bytes.push_back(static_cast<double>(s.wire_bytes));
+    return Median(bytes);
+  };
+  QuantComparison c;
+  c.transport = kFp8Transport;
+  c.bf16_wire_bytes = wire(*bf16);
+  c.fp8_wire_bytes = wire(*fp8);
+  c.bf16_plan_bytes = b.main.facts.bytes_total;
+  c.fp8_plan_bytes = b.fp8->facts.bytes_total;
+  c.plain_bytes = b.fp8->facts.plain_bytes;
+  c.fp8_bytes = b.fp8->facts.quant.fp8;
+  c.scale_bytes = b.fp8->facts.quant.scales;
+  c.gathered_bytes = b.fp8->facts.quant.gathered;
+  c.quantized_bf16_bytes = b.fp8->facts.quant.unquantized;
+  c.bf16_seconds = Median(bf16->Seconds());
+  c.fp8_seconds = Median(fp8->Seconds());
+  return c;
+}
+
+}  // namespace
+
 void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE* out,
                  std::string* json) {
   const References refs(rows);
@@ -176,7 +211,13 @@ void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE
         r.per_receiver_vs_concurrent, r.aggregate_vs_concurrent, r.aggregate_vs_pair,
         r.single_vs_pair);
   }
-  *json += "\n  }\n}\n";
+  *json += "\n  }";
+  if (const std::optional<QuantComparison> quant = CompareQuant(b, rows); quant.has_value()) {
+    absl::FPrintF(out, "\n%s -> %s against %s -> %s\n%s", b.fp8->from, b.fp8->to, b.main.from,
+                  b.main.to, FormatQuantComparison(*quant));
+    absl::StrAppend(json, ",\n  \"fp8\": ", QuantComparisonJson(*quant));
+  }
+  *json += "\n}\n";
 }
 
 void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out) {

@@ -27,8 +27,9 @@ struct SyncScenario {
 
 // One contestant on one transport, with its samples of every round.
 struct SyncRow {
-  // "wsync", "wsync+verify", "wsync+keyed", "wsync 1->1", "ucx_perftest", "ucx_perftest xN" or
-  // "ucx_perftest 1->1" (one pair at the 1->1 schedule's largest message, where it differs).
+  // "wsync", "wsync+verify", "wsync+keyed", "wsync 1->1", "wsync fp8" (into FP8 rollouts),
+  // "ucx_perftest", "ucx_perftest xN" or "ucx_perftest 1->1" (one pair at the 1->1 schedule's
+  // largest message, where it differs).
   std::string contestant;
   const SyncScenario* scenario = nullptr;  // wsync.
   Transports transports;
@@ -75,6 +76,9 @@ struct SyncBench {
   std::string perftest;
   SyncScenario main;
   std::optional<SyncScenario> single;  // The 1->1 contestant, unless options.single_from is empty.
+  // The FP8 scenario (main's layouts, the rollouts quantized), unless options.quant is empty; on
+  // the transport named kFp8Transport only.
+  std::optional<SyncScenario> fp8;
   std::vector<Transports> transports;
   int64_t message_bytes = 0;  // ucx_perftest's message for the main scenario, and its count.
   int32_t iters = 0;
@@ -82,13 +86,17 @@ struct SyncBench {
   bool concurrent = false;  // Whether they run (more than one).
 };
 
+// The transport of the FP8 scenario (issue 22: over UCX TCP).
+inline constexpr char kFp8Transport[] = "tcp";
+
 // Prints the table, one line per row (per-receiver throughput against one ucx_perftest pair, the
 // goal, and against the concurrent pairs; a 1->1 row against one pair at its own message size),
 // and its legend. Returns the JSON document's head and rows, up to the "ratios" object.
 std::string PrintTable(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE* out);
 
 // Prints the ratios per transport, the like-for-like ones next to the literal goal, and appends
-// them to `json` as its "ratios" object, closing the document.
+// them to `json` as its "ratios" object; with an FP8 scenario, prints its comparison with the sync
+// into bf16 (FormatQuantComparison) and appends it as "fp8"; closes the document.
 void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE* out,
                  std::string* json);
 

@@ -82,6 +82,10 @@ ABSL_FLAG(bool, sync_perftest_wsync_settings,
           "Run ucx_perftest with the UCX settings wsync's processes apply (UcxDefaultSettings); "
           "false: with UCX's own defaults.");
 ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
+ABSL_FLAG(std::string, sync_quant, wsync::bench::SyncBenchOptions().quant,
+          "The FP8 scenario: --to with quant=Q (fp8_block, fp8_channel or fp8_tensor) over UCX "
+          "TCP, verified against the reference quantizer and timed next to the sync into bf16 "
+          "(bytes on the wire and seconds, as ratios); empty: none.");
 ABSL_FLAG(std::string, memory, wsync::bench::SyncBenchOptions().memory,
           "Where the weights live: host (UCX contestants) or cuda (GPU only: CUDA IPC or NCCL, "
           "against cudaMemcpy device-to-device).");
@@ -214,6 +218,7 @@ SyncBenchOptions SyncOptionsFromFlags() {
   o.single_to = absl::GetFlag(FLAGS_sync_single_to);
   o.perftest_wsync_settings = absl::GetFlag(FLAGS_sync_perftest_wsync_settings);
   o.json = absl::GetFlag(FLAGS_sync_json);
+  o.quant = absl::GetFlag(FLAGS_sync_quant);
   o.job = JobOptionsFromFlags();
   o.cuda.from = absl::GetFlag(FLAGS_cuda_from);
   o.cuda.to = absl::GetFlag(FLAGS_cuda_to);

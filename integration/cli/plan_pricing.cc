@@ -145,9 +145,9 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
   if (request.process.has_value()) {
     Endpoints endpoints;
     for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-    WSYNC_ASSIGN_OR_RETURN(
-        const ProcessSchedule schedule,
-        ScheduleTransfers(job, plan.segments, endpoints, StagingBudget{}, *request.process));
+    WSYNC_ASSIGN_OR_RETURN(const ProcessSchedule schedule,
+                           ScheduleTransfers(job, plan.segments, plan.quant, endpoints,
+                                             StagingBudget{}, *request.process));
     priced.rounds = schedule.rounds;
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, priced));
@@ -189,12 +189,10 @@ absl::Status PrintIngressFloor(std::FILE* out, const Job& job, const Plan& plan,
   for (int32_t id = 0; id < job.num_processes(); ++id) {
     if (!job.IsSource(id)) ++rollouts[job.NodeIndex(id)];
   }
-  for (const Segment& segment : plan.segments) {
-    if (job.IsSource(segment.to.process) ||
-        job.PathClass(segment.from.process, segment.to.process) != kPathInterNode) {
-      continue;
-    }
-    bytes_in[job.NodeIndex(segment.to.process)] += SegmentBytes(job, segment);
+  // Every pair's bytes, quantization steps' e4m3 bytes, scales and gathers included.
+  for (const PairTraffic& pair : PlanTraffic(job, plan).pairs) {
+    if (job.IsSource(pair.to) || pair.path != kPathInterNode) continue;
+    bytes_in[job.NodeIndex(pair.to)] += pair.bytes;
   }
   const auto busiest =
       std::max_element(bytes_in.begin(), bytes_in.end(),

@@ -44,16 +44,18 @@ absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path);
 
 // Prices the planned traffic (PredictPriced: the busiest resource over its capacity plus latency)
 // and prints it. With request.process the traffic is that process's pairs and the rounds its
-// schedule; otherwise every pair, each pair's segment count standing in for its messages. Pairs
-// on a path class the source has no fit for are left out, named with their bytes and, where one
-// exists, the `wsync calibrate` command that measures them; the prediction says what it left out.
+// schedule (quantization steps included); otherwise every pair, each pair's segment count standing
+// in for its messages. Pairs on a path class the source has no fit for are left out, named with
+// their bytes and, where one exists, the `wsync calibrate` command that measures them; the
+// prediction says what it left out.
 absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& request,
                                            const Job& job, const Plan& plan,
                                            const PricingSource& source);
 
 // The bound no schedule beats on a cluster file: the rollout node that takes in the most bytes
-// from other nodes, over the summed inter_node rate of its rollout processes (one NIC per process,
-// as the cluster files state). Prints nothing without an inter_node fit or inter-node bytes.
+// from other nodes (PlanTraffic's: FP8 targets' e4m3 bytes, scales and gathers, not their bf16),
+// over the summed inter_node rate of its rollout processes (one NIC per process, as the cluster
+// files state). Prints nothing without an inter_node fit or inter-node bytes.
 absl::Status PrintIngressFloor(std::FILE* out, const Job& job, const Plan& plan,
                                const PricingSource& source);
 

@@ -18,6 +18,7 @@ ABSL_DECLARE_FLAG(bool, verify_elements);
 ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(int32_t, sync_rounds);
 ABSL_DECLARE_FLAG(std::string, sync_single_from);
+ABSL_DECLARE_FLAG(std::string, sync_quant);
 
 namespace wsync::bench {
 namespace {
@@ -53,6 +54,7 @@ TEST_F(FlagsTest, DefaultsAreTheBenchmarksOwn) {
   EXPECT_EQ(sync.tcp_devices, "lo");
   EXPECT_EQ(sync.single_from, "megatron(tp=1)");
   EXPECT_EQ(sync.single_to, "vllm(tp=1)");
+  EXPECT_EQ(sync.quant, "fp8_block");
   EXPECT_TRUE(sync.perftest_concurrent);
   EXPECT_TRUE(sync.perftest_wsync_settings);
   EXPECT_EQ(sync.job.timeout_s, 60);
@@ -97,6 +99,7 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   absl::SetFlag(&FLAGS_policy, "first_holder");
   absl::SetFlag(&FLAGS_sync_rounds, 1);
   absl::SetFlag(&FLAGS_sync_single_from, "");
+  absl::SetFlag(&FLAGS_sync_quant, "fp8_channel");
   const ExecutorBenchOptions executor = ExecutorOptionsFromFlags();
   EXPECT_EQ(executor.model, "qwen2.5-tiny");
   EXPECT_EQ(executor.layers, 3);
@@ -106,6 +109,7 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   EXPECT_EQ(sync.model, "qwen2.5-tiny");
   EXPECT_EQ(sync.rounds, 1);
   EXPECT_TRUE(sync.single_from.empty());
+  EXPECT_EQ(sync.quant, "fp8_channel");
   for (const JobOptions& job : {sync.job, CompareOptionsFromFlags("").job,
                                 PredictOptionsFromFlags().job, RelayOptionsFromFlags().job}) {
     EXPECT_EQ(job.worker, "/w");

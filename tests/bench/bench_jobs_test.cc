@@ -7,11 +7,18 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/job.h"
 #include "planner/models.h"
+#include "planner/named_layouts.h"
+#include "planner/plan.h"
+#include "planner/policy.h"
+#include "planner/quant_plan.h"
 
 namespace wsync::bench {
 namespace {
@@ -103,6 +110,60 @@ TEST(ScheduleFactsTest, UsesThePolicyItIsGiven) {
   EXPECT_EQ(facts->rollouts, 2);
   EXPECT_GT(facts->bytes_total, 0);
   EXPECT_GE(facts->bytes_total, facts->bytes_per_rollout);
+}
+
+// FP8 rollouts: the facts count the quantization steps' bytes (e4m3, scales, gathers), which the
+// workers' ExecuteTransfers receives, and the e4m3 elements the verification checks.
+TEST(ScheduleFactsTest, CountsTheQuantizationStepsOfFp8Rollouts) {
+  const absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-0.5b");
+  ASSERT_TRUE(model.ok());
+  const double budget = static_cast<double>(kDefaultStagingBudgetBytes);
+  const std::string policy = "local_first_least_loaded";
+  const std::string to = "vllm(tp=2,quant=fp8_block)";
+  const absl::StatusOr<ScheduleFacts> bf16 =
+      ScheduleFactsFor(*model, "megatron(tp=2)", "vllm(tp=2)", budget, policy);
+  const absl::StatusOr<ScheduleFacts> fp8 =
+      ScheduleFactsFor(*model, "megatron(tp=2)", to, budget, policy);
+  ASSERT_TRUE(bf16.ok() && fp8.ok()) << bf16.status() << fp8.status();
+  EXPECT_EQ(bf16->fp8_elements, 0);
+
+  absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(*model, "megatron(tp=2)", to);
+  ASSERT_TRUE(layouts.ok()) << layouts.status();
+  absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<Plan> plan = MakePlan(*job, **MakeReplicaPolicy(policy));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t expected = CountQuantWireBytes(*job, plan->quant).total(), fp8_elements = 0;
+  ASSERT_GT(expected, 0);
+  for (const Segment& s : plan->segments) expected += s.elements() * job->ElementSize(s.param);
+  for (const Piece& piece : job->target().pieces) {
+    if (job->target().params[piece.param].quant.quantized()) fp8_elements += Volume(piece.box);
+  }
+  EXPECT_EQ(fp8->bytes_total, expected);
+  EXPECT_EQ(fp8->quant.total(), CountQuantWireBytes(*job, plan->quant).total());
+  EXPECT_EQ(fp8->plain_bytes + fp8->quant.total(), fp8->bytes_total);
+  EXPECT_GT(fp8->quant.unquantized, fp8->quant.total());
+  EXPECT_EQ(fp8->fp8_elements, fp8_elements);
+  EXPECT_GT(fp8->fp8_elements, 0);
+  EXPECT_LT(fp8->bytes_total, bf16->bytes_total);
+  // The FP8 verification walks every element: its job gets the element check's allowance.
+  EXPECT_GT(WsyncJobLimit(*fp8, 2, JobCheck::kChunkHashes, 60),
+            WsyncJobLimit(*bf16, 2, JobCheck::kChunkHashes, 60));
+}
+
+TEST(QuantizedSpecTest, AddsTheQuantToANamedLayout) {
+  EXPECT_EQ(*QuantizedSpec("vllm(tp=2)", "fp8_block"), "vllm(tp=2,quant=fp8_block)");
+  EXPECT_EQ(*QuantizedSpec("vllm(tp=1,dp=2)", "fp8_channel"), "vllm(tp=1,dp=2,quant=fp8_channel)");
+  EXPECT_EQ(*QuantizedSpec("vllm()", "fp8_tensor"), "vllm(quant=fp8_tensor)");
+  for (const auto& [to, quant] :
+       std::vector<std::pair<std::string, std::string>>{{"vllm(tp=2,quant=fp8_block)", "fp8_block"},
+                                                        {"vllm", "fp8_block"},
+                                                        {"vllm(tp=2", "fp8_block"},
+                                                        {"", "fp8_block"},
+                                                        {"vllm(tp=2)", ""}}) {
+    const absl::StatusOr<std::string> spec = QuantizedSpec(to, quant);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << to << " " << quant;
+  }
 }
 
 TEST(JobLimitTest, GrowsWithTheGivenBaseAndTheElementCheck) {

@@ -202,5 +202,51 @@ TEST(BenchReportTest, JsonHoldsSamplesAndSummaries) {
   EXPECT_FALSE(in_string);
 }
 
+TEST(BenchReportTest, QuantComparisonRatiosAndGoal) {
+  QuantComparison c;
+  c.transport = "tcp";
+  c.bf16_wire_bytes = 1300;
+  c.fp8_wire_bytes = 810;
+  c.bf16_plan_bytes = 1300;
+  c.fp8_plan_bytes = 805;
+  c.plain_bytes = 300;  // Sent in bf16 by both: the quantized parameters are 1000 and 510.
+  c.fp8_bytes = 480;
+  c.scale_bytes = 5;
+  c.gathered_bytes = 20;
+  c.quantized_bf16_bytes = 1000;
+  c.bf16_seconds = 0.4;
+  c.fp8_seconds = 0.3;
+  EXPECT_DOUBLE_EQ(WireRatio(c), 810.0 / 1300);
+  EXPECT_DOUBLE_EQ(QuantizedWireRatio(c), 0.51);
+  EXPECT_DOUBLE_EQ(PlanRatio(c), 805.0 / 1300);
+  EXPECT_DOUBLE_EQ(QuantizedPlanRatio(c), 0.505);
+  EXPECT_DOUBLE_EQ(TimeRatio(c), 0.75);
+  const std::string text = FormatQuantComparison(c);
+  EXPECT_THAT(text, HasSubstr("over tcp"));
+  EXPECT_THAT(text, HasSubstr("bf16 1300 B, fp8 810 B: ratio 0.6231 (goal <= 0.52: NOT met)"));
+  EXPECT_THAT(text, HasSubstr("less the 300 B of parameters both send in bf16"));
+  EXPECT_THAT(text, HasSubstr("bf16 1000 B, fp8 510 B: ratio 0.5100 (goal <= 0.52: met)"));
+  EXPECT_THAT(text, HasSubstr("bf16 1300 B, fp8 805 B: ratio 0.6192"));
+  EXPECT_THAT(text, HasSubstr("e4m3 480 B + scales 5 B (sender-side) + bf16 20 B gathered"));
+  EXPECT_THAT(text, HasSubstr("ratio 0.5050\n"));
+  EXPECT_THAT(text, HasSubstr("bf16 0.4000 s, fp8 0.3000 s: ratio 0.750"));
+  const std::string json = QuantComparisonJson(c);
+  EXPECT_THAT(json, HasSubstr("\"quantized_wire_ratio\": 0.510000"));
+  EXPECT_THAT(json, HasSubstr("\"quantized_plan_ratio\": 0.505000"));
+  EXPECT_THAT(json, HasSubstr("\"time_ratio\": 0.750000"));
+
+  // Nothing measured for bf16: no ratio, and the goal is not met.
+  c.bf16_wire_bytes = 0;
+  c.bf16_seconds = 0;
+  c.bf16_plan_bytes = 0;
+  c.quantized_bf16_bytes = 0;
+  EXPECT_EQ(WireRatio(c), 0);
+  EXPECT_EQ(QuantizedWireRatio(c), 0);
+  EXPECT_EQ(TimeRatio(c), 0);
+  EXPECT_EQ(PlanRatio(c), 0);
+  EXPECT_EQ(QuantizedPlanRatio(c), 0);
+  EXPECT_THAT(FormatQuantComparison(c), HasSubstr("ratio 0.0000 (goal <= 0.52: NOT met)"));
+}
+
 }  // namespace
 }  // namespace wsync::bench

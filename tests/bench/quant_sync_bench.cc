@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,7 +23,7 @@
 #include "planner/policy.h"
 #include "planner/quant_layout.h"
 #include "quant/fp8.h"
-#include "transport/loopback/loopback.h"
+#include "tests/testing/loopback_threads.h"
 
 namespace wsync {
 namespace {
@@ -77,30 +76,20 @@ void BM_Sync(benchmark::State& state, ParamQuant quant) {
   const Endpoints endpoints{{0, 1}};
   ArenaCache arenas[2];
   uint64_t sync = 0;
-  std::vector<absl::StatusOr<TransferStats>> results(2, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<TransferStats>> results;
   for (auto _ : state) {
-    LoopbackFabric fabric(2);
     ++sync;
-    std::vector<std::thread> threads;
-    for (int32_t p = 0; p < 2; ++p) {
-      threads.emplace_back([&, p] {
-        auto transport = fabric.Connect(p);
-        auto group = fabric.MakeGroup(p);
-        if (!transport.ok() || !group.ok()) {
-          results[p] = transport.ok() ? group.status() : transport.status();
-          return;
-        }
-        ExecuteOptions options;
-        options.sync_id = sync;
-        options.plan_digest = plan->digest;
-        options.deadline = absl::Now() + absl::Seconds(120);
-        options.arenas = &arenas[p];
-        options.quant = &plan->quant;
-        results[p] = ExecuteTransfers(*job, plan->segments, endpoints, StagingBudget{}, p,
-                                      buffers[p], **transport, **group, options);
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    results = test::RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
+        2, [&](int32_t p, std::unique_ptr<Transport> transport, Group& group) {
+          ExecuteOptions options;
+          options.sync_id = sync;
+          options.plan_digest = plan->digest;
+          options.deadline = absl::Now() + absl::Seconds(120);
+          options.arenas = &arenas[p];
+          options.quant = &plan->quant;
+          return ExecuteTransfers(*job, plan->segments, endpoints, StagingBudget{}, p, buffers[p],
+                                  *transport, group, options);
+        });
     for (const auto& result : results) {
       if (!result.ok()) {
         state.SkipWithError(result.status().ToString().c_str());

@@ -4,12 +4,15 @@
 // writes each version's logical values (a function of parameter, index and version) before the
 // sync; a rollout checks every element of its pieces after it, so a stale or misplaced byte fails
 // the run (--verify; --fill_pattern with --verify_hashes instead fills at memory speed and lets
-// wsync's chunk hashes compare every chunk). Every process then votes in the commit decision.
+// wsync's chunk hashes compare every chunk, and --verify_quant has FP8 rollouts check their e4m3
+// bytes and scales against the reference quantizer of that pattern). Every process then votes in
+// the commit decision.
 //
 // Prints one line per sync: "STATS key=value ..." (see PrintStats; wire_sent_<path> and
 // wire_received_<path> are the bytes posted to the transport per path class, relay forwards
-// included; --relay chooses the relay mode). Exit status: 0 when every
-// version committed, 1 otherwise (the error on stderr), 2 for bad flags.
+// included; quant_verified the e4m3 elements --verify_quant checked; --relay chooses the relay
+// mode). Exit status: 0 when every version committed, 1 otherwise (the error on stderr), 2 for bad
+// flags.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -38,6 +41,7 @@
 #include "planner/plan.h"
 #include "planner/relay.h"
 #include "plugin/runtime.h"
+#include "tests/testing/quant_pattern_check.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
@@ -73,6 +77,11 @@ ABSL_FLAG(bool, fill_pattern, false,
           "Trainers write test::FillPattern of the version over all their buffer bytes before each "
           "sync (at memory speed; with --verify_hashes the chunk hashes then compare distinct "
           "bytes). Ignored with --verify, which writes the logical values.");
+ABSL_FLAG(bool, verify_quant, false,
+          "Rollouts check every FP8 weight and scale they hold against the reference quantizer "
+          "applied to the bytes the trainers' --fill_pattern wrote (test::CheckQuantizedPattern; "
+          "the trainers must use --fill_pattern and hold each element once). Prints "
+          "quant_verified=<e4m3 elements checked> in STATS.");
 ABSL_FLAG(bool, verify_hashes, false,
           "wsync's end-to-end integrity (ExecuteOptions::verify): xxh3 per chunk, sender against "
           "receiver, before the commit vote.");
@@ -165,8 +174,8 @@ void Marker(const std::string& line) {
 
 void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats& stats,
                 double call_seconds, double decide_seconds, const CpuTimes& cpu,
-                const std::map<std::string, int64_t>& bytes_by_path,
-                const CountingTransport& wire) {
+                const std::map<std::string, int64_t>& bytes_by_path, const CountingTransport& wire,
+                int64_t quant_verified) {
   std::string line = absl::StrFormat(
       "STATS version=%d process=%d role=%s rank=%d seconds=%.6f sent=%d received=%d direct=%d "
       "staged=%d rounds=%d chunks=%d arena=%d verified=%d call_seconds=%.6f decide_seconds=%.6f "
@@ -177,7 +186,7 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
       cpu.user + cpu.system, cpu.user);
   for (const auto& [path, bytes] : bytes_by_path)
     absl::StrAppend(&line, " path_", path, "=", bytes);
-  absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes);
+  absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes, " quant_verified=", quant_verified);
   for (const bool sent : {true, false}) {
     for (const auto& [path, bytes] : wire.ByPath(job, sent)) {
       absl::StrAppend(&line, sent ? " wire_sent_" : " wire_received_", path, "=", bytes);
@@ -236,15 +245,28 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
 }
 
 // Bytes this process's plan moves to and from its peers, by path class (what a relay of it
-// receives included).
+// receives included; quantization steps' e4m3 bytes, scales and gathers too).
 std::map<std::string, int64_t> PlannedBytesByPath(const ConnectedJob& connected) {
   const Job& job = connected.job();
   const int32_t me = connected.process();
   std::map<std::string, int64_t> bytes_by_path;
+  auto add = [&](int32_t from, int32_t to, int64_t bytes) {
+    if (from != me && to != me) return;
+    bytes_by_path[std::string(job.PathClass(me, from == me ? to : from))] += bytes;
+  };
   for (const Segment& s : connected.plan().segments) {
-    if (s.from.process != me && s.to.process != me) continue;
-    const int32_t peer = s.from.process == me ? s.to.process : s.from.process;
-    bytes_by_path[std::string(job.PathClass(me, peer))] += Volume(s.box) * job.ElementSize(s.param);
+    add(s.from.process, s.to.process, Volume(s.box) * job.ElementSize(s.param));
+  }
+  const QuantPlan& quant = connected.plan().quant;
+  for (const QuantTransform& step : quant.transforms) {
+    if (step.side != QuantSide::kSender) continue;
+    add(step.from.process, step.to.process, Volume(step.box) * DTypeSize(DType::kFloat8E4M3));
+    add(step.from.process, step.scale_to.process,
+        Volume(step.scale_box) * DTypeSize(DType::kFloat32));
+  }
+  for (const Segment& gather : quant.gathers) {
+    add(gather.from.process, gather.to.process,
+        Volume(gather.box) * DTypeSize(job.source().params[job.SourceParamOf(gather.param)].dtype));
   }
   return bytes_by_path;
 }
@@ -289,6 +311,11 @@ absl::Status Run() {
   CountingTransport wire(*connected->transport(), job.num_processes());
 
   const bool verify = absl::GetFlag(FLAGS_verify);
+  const bool verify_quant = !trainer && absl::GetFlag(FLAGS_verify_quant);
+  Layout source;  // The whole trainer layout, for --verify_quant.
+  if (verify_quant) {
+    WSYNC_ASSIGN_OR_RETURN(source, BuildNamedLayout(model, absl::GetFlag(FLAGS_from)));
+  }
   const bool keep_going = absl::GetFlag(FLAGS_keep_going);
   int64_t failed_versions = 0;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
@@ -300,12 +327,17 @@ absl::Status Run() {
     StepOptions step;
     step.version = version;
     step.transport = &wire;
-    // The element check, a test step outside wsync's protocol, gets a deadline of its own.
+    // The element checks, test steps outside wsync's protocol, get a deadline of their own.
+    int64_t quant_verified = 0;
     step.check = [&]() -> absl::Status {
       if (!trainer && verify) WSYNC_RETURN_IF_ERROR(test::CheckLogical(part, memory, version));
+      if (verify_quant) {
+        WSYNC_ASSIGN_OR_RETURN(quant_verified,
+                               test::CheckQuantizedPattern(source, part, memory, version));
+      }
       return memory.CheckGuards();
     };
-    step.check_time = verify ? step_deadline : absl::ZeroDuration();
+    step.check_time = verify || verify_quant ? step_deadline : absl::ZeroDuration();
     step.pause_before_decide = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));
     absl::Time call_start, decide_start;
     CpuTimes cpu_start, cpu;
@@ -347,7 +379,8 @@ absl::Status Run() {
       continue;
     }
     PrintStats(version, job, me, *result.stats, call_seconds,
-               absl::ToDoubleSeconds(absl::Now() - decide_start), cpu, bytes_by_path, wire);
+               absl::ToDoubleSeconds(absl::Now() - decide_start), cpu, bytes_by_path, wire,
+               quant_verified);
   }
   if (failed_versions > 0) {
     return absl::AbortedError(

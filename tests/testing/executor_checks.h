@@ -2,9 +2,9 @@
 #define WSYNC_TESTS_TESTING_EXECUTOR_CHECKS_H_
 
 // Checks shared by the executor's test suites (host and CUDA memory): every process as an
-// endpoint, a process's buffer addresses in the test's host buffers, the run's stats against its
-// schedule, and the targets against the reference copier. Header-only; include from gtest suites
-// that link wsync::executor and wsync::testing.
+// endpoint, a test sync's options, a process's buffer addresses in the test's host buffers, the
+// run's stats against its schedule, and the targets against the reference copier. Header-only;
+// include from gtest suites that link wsync::executor and wsync::testing.
 
 #include <cstring>
 #include <functional>
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gtest/gtest.h"
@@ -25,6 +27,19 @@ inline Endpoints AllProcesses(const Job& job) {
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
   return endpoints;
+}
+
+// The options of one test sync of `plan`: its digest, `sync_id`, `verify`, a deadline `timeout`
+// from now.
+inline ExecuteOptions SyncOptionsOf(const Plan& plan, uint64_t sync_id,
+                                    VerifyMode verify = VerifyMode::kOff,
+                                    absl::Duration timeout = absl::Seconds(30)) {
+  ExecuteOptions options;
+  options.sync_id = sync_id;
+  options.plan_digest = plan.digest;
+  options.deadline = absl::Now() + timeout;
+  options.verify = verify;
+  return options;
 }
 
 // The addresses of process `p`'s buffers in `source` (trainers) or `target` (rollouts).

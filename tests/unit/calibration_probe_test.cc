@@ -3,7 +3,6 @@
 // bytes the fabric delivered are exactly what the patterns move; bad options are refused.
 
 #include <map>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +10,7 @@
 #include "calibration/probe/probe.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/loopback_threads.h"
 #include "tests/testing/probe_samples.h"
 #include "transport/loopback/loopback.h"
 
@@ -22,23 +22,12 @@ using ::testing::HasSubstr;
 // Runs CalibrateLinks on every process of a fresh loopback fabric, each in its own thread.
 std::vector<absl::StatusOr<proto::Calibration>> RunAll(int32_t n, const ProbeOptions& options,
                                                        LoopbackCounters* counters = nullptr) {
-  LoopbackFabric fabric(n);
-  std::vector<absl::StatusOr<proto::Calibration>> results(n, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < n; ++p) {
-    threads.emplace_back([&, p] {
-      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
-      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = absl::InternalError("cannot connect");
-        return;
-      }
-      results[p] = CalibrateLinks(options, **transport, **group);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  if (counters != nullptr) *counters = fabric.counters();
-  return results;
+  return test::RunOnLoopbackThreads<absl::StatusOr<proto::Calibration>>(
+      n,
+      [&](int32_t, std::unique_ptr<Transport> transport, Group& group) {
+        return CalibrateLinks(options, *transport, group);
+      },
+      counters);
 }
 
 std::map<std::string, std::string> Settings(const proto::Calibration& calibration) {

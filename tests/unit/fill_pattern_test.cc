@@ -1,17 +1,20 @@
 // test::FillPattern, the memory-speed content of the benchmarks' chunk-hash verification: the
 // same (buffer, version) gives the same bytes, and a stale version, another buffer's bytes or a
-// shifted chunk never reads the same, so a compared hash catches it; and over the executor with
-// verify=true, a chunk that never lands fails the sync with the pattern and goes unnoticed
-// without it.
+// shifted chunk never reads the same, so a compared hash catches it; every element of every float
+// dtype is finite (the FP8 quantizer refuses NaN), and PatternView reads back any byte; and over
+// the executor with verify=true, a chunk that never lands fails the sync with the pattern and
+// goes unnoticed without it.
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/dtype.h"
 #include "executor/execute.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,9 +25,9 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
+#include "tests/testing/loopback_threads.h"
 #include "tests/testing/reference.h"
 #include "transport/forwarding_transport.h"
-#include "transport/loopback/loopback.h"
 
 namespace wsync::test {
 namespace {
@@ -117,6 +120,59 @@ TEST(FillPatternTest, FillsTheTailOfAnOddSizeAndKeepsTheGuards) {
   EXPECT_NE(a, std::vector<unsigned char>(13, kPoison));
 }
 
+// Whether `bits` (the element's bytes, little-endian) encode a finite value of `dtype`.
+bool Finite(DType dtype, uint64_t bits) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return ((bits >> 7) & 0xff) != 0xff;
+    case DType::kFloat16:
+      return ((bits >> 10) & 0x1f) != 0x1f;
+    case DType::kFloat32:
+      return ((bits >> 23) & 0xff) != 0xff;
+    case DType::kFloat8E4M3:
+      return (bits & 0x7f) != 0x7f;  // e4m3fn: no infinities, NaN S.1111.111.
+    case DType::kFloat8E5M2:
+      return ((bits >> 2) & 0x1f) != 0x1f;
+    default:
+      return true;
+  }
+}
+
+TEST(FillPatternTest, EveryFloatElementIsFiniteAtRandomOffsetsAndSeeds) {
+  std::mt19937_64 rng(22);
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32, DType::kFloat8E4M3,
+                            DType::kFloat8E5M2}) {
+    const int size = static_cast<int>(DTypeSize(dtype));
+    std::set<uint64_t> exponents;
+    for (int trial = 0; trial < 20000; ++trial) {
+      const PatternView view(rng(), BufferKey{static_cast<int32_t>(rng() % 64), rng()});
+      const int64_t position = static_cast<int64_t>(rng() % (int64_t{1} << 40)) * size;
+      const uint64_t bits = view.Bytes(position, size);
+      ASSERT_TRUE(Finite(dtype, bits)) << "dtype " << DTypeName(dtype) << " bits " << bits;
+      exponents.insert(bits >> (8 * size - 6));  // Sign and the top exponent bits but one.
+    }
+    // The mask fixes one exponent bit only: both signs and the other top bits still vary.
+    EXPECT_GE(exponents.size(), 16u) << DTypeName(dtype);
+  }
+}
+
+TEST(FillPatternTest, APatternViewReadsWhatFillPatternWrote) {
+  std::mt19937_64 rng(7);
+  const Layout layout = Buffers({{3, 9, 1003}});
+  HostBuffers buffers(layout, kPoison);
+  FillPattern(5, &buffers);
+  const std::vector<unsigned char> bytes = Bytes(buffers, {3, 9});
+  const PatternView view(5, BufferKey{3, 9});
+  for (int trial = 0; trial < 5000; ++trial) {
+    const int count = 1 + static_cast<int>(rng() % 8);
+    const int64_t position = static_cast<int64_t>(rng() % (bytes.size() - count + 1));
+    uint64_t expected = 0;
+    std::memcpy(&expected, bytes.data() + position, count);  // Little-endian.
+    ASSERT_EQ(view.Bytes(position, count), expected) << position << " " << count;
+  }
+  EXPECT_NE(PatternView(6, BufferKey{3, 9}).Bytes(0, 8), view.Bytes(0, 8));
+}
+
 // Receives the first message of at least 1 KiB into scratch memory instead of where the executor
 // asked (the hash message of verify=true is smaller): the chunk it carries never lands, and its
 // destination keeps the last sync's bytes.
@@ -157,33 +213,16 @@ Job OneChunkJob() {
 // result.
 std::vector<absl::Status> VerifiedSync(const Job& job, const Plan& plan, uint64_t sync_id,
                                        HostBuffers& source, HostBuffers& target, bool divert) {
-  LoopbackFabric fabric(job.num_processes());
-  std::vector<absl::Status> results(job.num_processes(), absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    threads.emplace_back([&, p] {
-      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
-      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = transport.ok() ? group.status() : transport.status();
-        return;
-      }
-      std::unique_ptr<Transport> used = *std::move(transport);
-      if (divert && !job.IsSource(p)) {
-        used = std::make_unique<DivertFirstDataReceive>(std::move(used));
-      }
-      ExecuteOptions options;
-      options.sync_id = sync_id;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Seconds(30);
-      options.verify = VerifyMode::kHash;
-      results[p] = ExecuteTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20},
-                                    p, BuffersOf(job, p, source, target), *used, **group, options)
-                       .status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  return results;
+  return RunOnLoopbackThreads<absl::Status>(
+      job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
+        if (divert && !job.IsSource(p)) {
+          used = std::make_unique<DivertFirstDataReceive>(std::move(used));
+        }
+        return ExecuteTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20}, p,
+                                BuffersOf(job, p, source, target), *used, group,
+                                SyncOptionsOf(plan, sync_id, VerifyMode::kHash))
+            .status();
+      });
 }
 
 TEST(FillPatternTest, ALostChunkFailsVerifyOnlyWhenThePatternChangesWithTheVersion) {

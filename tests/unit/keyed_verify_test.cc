@@ -13,7 +13,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,10 +30,10 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
+#include "tests/testing/loopback_threads.h"
 #include "tests/testing/random_regions.h"
 #include "tests/testing/reference.h"
 #include "transport/forwarding_transport.h"
-#include "transport/loopback/loopback.h"
 
 namespace wsync {
 namespace {
@@ -49,6 +48,8 @@ using test::AllProcesses;
 using test::BufferKey;
 using test::BuffersOf;
 using test::HostBuffers;
+using test::RunOnLoopbackThreads;
+using test::SyncOptionsOf;
 using ::testing::HasSubstr;
 
 constexpr int32_t kTrainer = 0;
@@ -262,34 +263,16 @@ struct SyncSetup {
 std::vector<absl::StatusOr<TransferStats>> Sync(const Job& job, HostBuffers& source,
                                                 HostBuffers& target, const SyncSetup& setup) {
   const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
-  LoopbackFabric fabric(job.num_processes());
-  std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
-                                                     absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    threads.emplace_back([&, p] {
-      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
-      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = transport.ok() ? group.status() : transport.status();
-        return;
-      }
-      std::unique_ptr<Transport> used = *std::move(transport);
-      if (p == kTrainer) used = std::make_unique<Attacker>(std::move(used), setup.attack);
-      const DataKey key = KeyOf(p == kTrainer ? setup.trainer_secret : setup.rollout_secret);
-      ExecuteOptions options;
-      options.sync_id = setup.sync_id;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Seconds(30);
-      options.verify = setup.mode;
-      options.data_key = &key;
-      results[p] = ExecuteTransfers(job, plan.segments, AllProcesses(job),
-                                    StagingBudget{static_cast<double>(setup.budget)}, p,
-                                    BuffersOf(job, p, source, target), *used, **group, options);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  return results;
+  return RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
+      job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
+        if (p == kTrainer) used = std::make_unique<Attacker>(std::move(used), setup.attack);
+        const DataKey key = KeyOf(p == kTrainer ? setup.trainer_secret : setup.rollout_secret);
+        ExecuteOptions options = SyncOptionsOf(plan, setup.sync_id, setup.mode);
+        options.data_key = &key;
+        return ExecuteTransfers(job, plan.segments, AllProcesses(job),
+                                StagingBudget{static_cast<double>(setup.budget)}, p,
+                                BuffersOf(job, p, source, target), *used, group, options);
+      });
 }
 
 void FillRandom(const Layout& layout, uint64_t seed, HostBuffers* buffers) {
@@ -450,25 +433,13 @@ TEST(KeyedVerifyTest, KeyedVerifyWithoutAKeyIsRefusedBeforeAnyByteMoves) {
   const Job job = TwoProcessJob(false);
   const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
   HostBuffers source(job.source(), 0), target(job.target(), 0);
-  LoopbackFabric fabric(job.num_processes());
-  std::vector<absl::Status> results(job.num_processes());
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    threads.emplace_back([&, p] {
-      auto transport = fabric.Connect(p);
-      auto group = fabric.MakeGroup(p);
-      ExecuteOptions options;
-      options.sync_id = 1;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Seconds(30);
-      options.verify = VerifyMode::kKeyed;
-      results[p] =
-          ExecuteTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20}, p,
-                           BuffersOf(job, p, source, target), **transport, **group, options)
-              .status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  const std::vector<absl::Status> results = RunOnLoopbackThreads<absl::Status>(
+      job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> transport, Group& group) {
+        return ExecuteTransfers(job, plan.segments, AllProcesses(job), StagingBudget{1 << 20}, p,
+                                BuffersOf(job, p, source, target), *transport, group,
+                                SyncOptionsOf(plan, 1, VerifyMode::kKeyed))
+            .status();
+      });
   for (const absl::Status& status : results) {
     EXPECT_FALSE(status.ok());
     EXPECT_THAT(std::string(status.message()), HasSubstr("without a data key"));

@@ -13,7 +13,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,9 +25,9 @@
 #include "planner/policy.h"
 #include "planner/quant_plan.h"
 #include "tests/testing/executor_checks.h"
+#include "tests/testing/loopback_threads.h"
 #include "tests/unit/executor_test_support.h"
 #include "tests/unit/quant_plan_support.h"
-#include "transport/loopback/loopback.h"
 
 namespace wsync {
 namespace {
@@ -50,39 +49,25 @@ struct SyncOptions {
 std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& plan,
                                                    const QuantPlan& quant, const SyncOptions& sync,
                                                    Memory& memory) {
-  LoopbackFabric fabric(job.num_processes());
-  std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
-                                                     absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    threads.emplace_back([&, p] {
-      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
-      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = transport.ok() ? group.status() : transport.status();
-        return;
-      }
-      std::unique_ptr<Transport> used = *std::move(transport);
-      if (sync.lockstep)
-        used = std::make_unique<test::executor::LockstepTransport>(std::move(used));
-      LocalBuffers buffers;
-      for (auto& [key, bytes] : memory) {
-        if (key.first == p) buffers[key.second] = bytes.data();
-      }
-      const Plan& mine = sync.own != nullptr ? (*sync.own)[p] : plan;
-      ExecuteOptions options;
-      options.sync_id = 5;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Seconds(60);
-      options.verify = sync.verify;
-      options.quant = sync.own != nullptr ? &mine.quant : &quant;
-      results[p] = ExecuteTransfers(job, mine.segments, test::AllProcesses(job),
-                                    StagingBudget{static_cast<double>(sync.budget)}, p, buffers,
-                                    *used, **group, options);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  return results;
+  return test::RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
+      job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
+        if (sync.lockstep)
+          used = std::make_unique<test::executor::LockstepTransport>(std::move(used));
+        LocalBuffers buffers;
+        for (auto& [key, bytes] : memory) {
+          if (key.first == p) buffers[key.second] = bytes.data();
+        }
+        const Plan& mine = sync.own != nullptr ? (*sync.own)[p] : plan;
+        ExecuteOptions options;
+        options.sync_id = 5;
+        options.plan_digest = plan.digest;
+        options.deadline = absl::Now() + absl::Seconds(60);
+        options.verify = sync.verify;
+        options.quant = sync.own != nullptr ? &mine.quant : &quant;
+        return ExecuteTransfers(job, mine.segments, test::AllProcesses(job),
+                                StagingBudget{static_cast<double>(sync.budget)}, p, buffers, *used,
+                                group, options);
+      });
 }
 
 // Every run succeeded and counted what its schedule says.
