@@ -4,8 +4,9 @@
 // that chunk and stage, both lane drivers, with and without verification, whole and per-process
 // plans. The rollouts' e4m3 bytes and scales equal the reference quantizer's applied to the
 // whole bf16 tensor, bit for bit; a plan forced to quantize every block at the receiver gives the
-// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; CUDA
-// memory and a missing quantization plan are refused on every process; named layouts sync.
+// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; a CUDA
+// process quantizing host memory and a missing quantization plan are refused on every process;
+// named layouts sync. CUDA processes quantizing device memory: quant_device_executor_test.cc.
 
 #include <algorithm>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -27,6 +29,7 @@
 #include "planner/quant_plan.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/unit/executor_test_support.h"
+#include "tests/unit/quant_loopback_run.h"
 #include "tests/unit/quant_plan_support.h"
 #include "transport/loopback/loopback.h"
 
@@ -50,39 +53,27 @@ struct SyncOptions {
 std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& plan,
                                                    const QuantPlan& quant, const SyncOptions& sync,
                                                    Memory& memory) {
-  LoopbackFabric fabric(job.num_processes());
-  std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
-                                                     absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    threads.emplace_back([&, p] {
-      absl::StatusOr<std::unique_ptr<Transport>> transport = fabric.Connect(p);
-      absl::StatusOr<std::unique_ptr<Group>> group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = transport.ok() ? group.status() : transport.status();
-        return;
-      }
-      std::unique_ptr<Transport> used = *std::move(transport);
-      if (sync.lockstep)
-        used = std::make_unique<test::executor::LockstepTransport>(std::move(used));
-      LocalBuffers buffers;
-      for (auto& [key, bytes] : memory) {
-        if (key.first == p) buffers[key.second] = bytes.data();
-      }
-      const Plan& mine = sync.own != nullptr ? (*sync.own)[p] : plan;
-      ExecuteOptions options;
-      options.sync_id = 5;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Seconds(60);
-      options.verify = sync.verify;
-      options.quant = sync.own != nullptr ? &mine.quant : &quant;
-      results[p] = ExecuteTransfers(job, mine.segments, test::AllProcesses(job),
-                                    StagingBudget{static_cast<double>(sync.budget)}, p, buffers,
-                                    *used, **group, options);
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  return results;
+  return test::RunOnLoopback(job, [&](int32_t p, Transport& transport, Group& group) {
+    std::unique_ptr<Transport> lockstep;
+    if (sync.lockstep) {
+      lockstep = std::make_unique<test::executor::LockstepTransport>(transport);
+    }
+    Transport& used = lockstep ? *lockstep : transport;
+    LocalBuffers buffers;
+    for (auto& [key, bytes] : memory) {
+      if (key.first == p) buffers[key.second] = bytes.data();
+    }
+    const Plan& mine = sync.own != nullptr ? (*sync.own)[p] : plan;
+    ExecuteOptions options;
+    options.sync_id = 5;
+    options.plan_digest = plan.digest;
+    options.deadline = absl::Now() + absl::Seconds(60);
+    options.verify = sync.verify;
+    options.quant = sync.own != nullptr ? &mine.quant : &quant;
+    return ExecuteTransfers(job, mine.segments, test::AllProcesses(job),
+                            StagingBudget{static_cast<double>(sync.budget)}, p, buffers, used,
+                            group, options);
+  });
 }
 
 // Every run succeeded and counted what its schedule says.
@@ -275,14 +266,10 @@ TEST(QuantExecutorTest, NaNIsRefusedNamingTheParameter) {
     Memory memory = quant_plan_test::AllocateMemory(c.job, tensor);
     const auto results = RunSync(c.job, c.plan, c.plan.quant, SyncOptions{}, memory);
     // Sender-side: trainer 0 (columns [0, 150)); receiver-side: both rollouts (2, 3).
-    const std::vector<int32_t> quantizers =
-        col < 128 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 3};
-    for (int32_t p : quantizers) {
-      ASSERT_FALSE(results[p].ok()) << p;
-      EXPECT_EQ(results[p].status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("parameter w"));
-      EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("NaN"));
-    }
+    // Element (0, 7, col) of block column 0 (trainer 0) or 1 (the rollouts: columns [128, 256)).
+    test::ExpectNaNRefused(results,
+                           col < 128 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 3},
+                           absl::StrCat("(0, 7, ", col % 128, ")"));
     if (col < 128) {  // The rollouts never got their e4m3 bytes: they fail too.
       EXPECT_FALSE(results[2].ok());
       EXPECT_FALSE(results[3].ok());
@@ -290,9 +277,10 @@ TEST(QuantExecutorTest, NaNIsRefusedNamingTheParameter) {
   }
 }
 
-// With CUDA buffers every process refuses before any byte moves (host memory only so far; a run
-// without the steps is refused in executor_refusals_test.cc).
-TEST(QuantExecutorTest, CudaMemoryIsRefusedOnEveryProcess) {
+// A rollout with its e4m3 buffer in CUDA memory but its scales in host memory would quantize on
+// its device into host memory: every process refuses before any byte moves (a run without the
+// steps is refused in executor_refusals_test.cc).
+TEST(QuantExecutorTest, CudaProcessQuantizingHostMemoryIsRefusedOnEveryProcess) {
   const FixedCase c = MakeFixedCase();
   Layout target = c.job.target();
   target.buffers[0].kind = MemoryKind::kCuda;
@@ -304,7 +292,8 @@ TEST(QuantExecutorTest, CudaMemoryIsRefusedOnEveryProcess) {
   for (int32_t p = 0; p < cuda.num_processes(); ++p) {
     ASSERT_FALSE(results[p].ok()) << p;
     EXPECT_EQ(results[p].status().code(), absl::StatusCode::kUnimplemented) << results[p].status();
-    EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("host memory only"));
+    EXPECT_THAT(std::string(results[p].status().message()),
+                HasSubstr("would quantize into host memory"));
   }
   for (const auto& [key, bytes] : memory) {
     if (!cuda.IsSource(key.first)) {
