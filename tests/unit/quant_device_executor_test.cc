@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
@@ -107,6 +108,9 @@ struct SyncOptions {
   int64_t budget = int64_t{1} << 20;
   VerifyMode verify = VerifyMode::kOff;
   bool no_kernel = false;  // CUDA processes get a DeviceMemory without FP8 kernels.
+  // A process that did not fail itself may wait this long for peers that failed (a sender whose
+  // receivers gave up before its messages came), so failure tests use a shorter one.
+  absl::Duration deadline = absl::Seconds(60);
 };
 
 // One process's run: its CUDA buffers copied into device memory of its own DeviceMemory and back.
@@ -133,7 +137,7 @@ absl::StatusOr<TransferStats> RunProcess(const Job& job, const Plan& plan, int32
     buffers[key.second] = area;
     WSYNC_RETURN_IF_ERROR(device->CopyStridedAsync(area, {1}, bytes.data(), {1}, {size}, 1));
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  const absl::Time deadline = absl::Now() + sync.deadline;
   if (device) {
     WSYNC_RETURN_IF_ERROR(device->Synchronize(deadline));
   }
@@ -237,7 +241,9 @@ TEST(QuantDeviceExecutorTest, NaNOnTheDeviceIsRefusedNamingTheParameter) {
     fp8_test::Tensor tensor = fp8_test::RandomTensor(rng, 1, 256, 300);
     tensor.at(0, 7, col) = 0x7fc0;
     Memory memory = quant_plan_test::AllocateMemory(job, tensor);
-    const auto results = RunSync(job, plan, SyncOptions{}, memory);
+    SyncOptions sync;
+    sync.deadline = absl::Seconds(10);
+    const auto results = RunSync(job, plan, sync, memory);
     // Element (0, 7, col) of block column 0 (trainer 0) or 1 (the rollouts: columns [128, 256)).
     test::ExpectNaNRefused(results,
                            col < 128 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 3},
@@ -270,6 +276,7 @@ TEST(QuantDeviceExecutorTest, UnrunnableDeviceStepsAreRefusedOnEveryProcess) {
     Memory memory = quant_plan_test::AllocateMemory(*k.job, tensor);
     SyncOptions sync;
     sync.no_kernel = k.no_kernel;
+    sync.deadline = absl::Seconds(10);
     const auto results = RunSync(*k.job, plan, sync, memory);
     for (int32_t p = 0; p < k.job->num_processes(); ++p) {
       ASSERT_FALSE(results[p].ok()) << p;
