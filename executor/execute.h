@@ -111,8 +111,8 @@ struct ExecuteOptions {
   SyncProgress* progress = nullptr;
   // The plan's quantization steps (Plan::quant, whole or this process's own), caller-owned;
   // required when the job has quantized parameters (refused on every process through the
-  // agreement otherwise, as is a quantized job with CUDA buffers: host memory only so far).
-  // executor/quant_work.h states how they run.
+  // agreement otherwise). executor/quant_work.h states how they run, quant_device.h how a CUDA
+  // process runs them on its `device`.
   const QuantPlan* quant = nullptr;
 };
 

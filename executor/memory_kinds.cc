@@ -23,7 +23,9 @@ MemoryKind JobMemoryKinds::Process(int32_t process) const {
 }
 
 MemoryKind JobMemoryKinds::Buffer(int32_t process, uint64_t buffer) const {
-  if (buffer == kRelayArenaBuffer) return Process(process);
+  if (buffer == kRelayArenaBuffer || buffer == kQuantArenaBuffer || buffer == kQuantStagingBuffer) {
+    return Process(process);
+  }
   return cuda_buffers_.contains({process, buffer}) ? MemoryKind::kCuda : MemoryKind::kHost;
 }
 

@@ -8,7 +8,8 @@
 // CUDA processes travel in CUDA memory (the transport chosen for CUDA memory, NCCL by default, sees
 // only device pointers); every other pair exchanges host memory. A chunk whose buffer on a side is
 // of the other kind is staged on that side, its arena in the pair's kind, and the pack or unpack is
-// the copy between the kinds. A CUDA process's relay arena is CUDA memory.
+// the copy between the kinds. A CUDA process's relay arena, quantization arena and quantization
+// staging are CUDA memory.
 
 #include <cstdint>
 #include <utility>
@@ -28,8 +29,8 @@ class JobMemoryKinds {
   bool any_cuda() const { return !cuda_processes_.empty(); }
   // kCuda for a CUDA process (global id).
   MemoryKind Process(int32_t process) const;
-  // The kind of buffer `buffer` of `process`; the relay arena (kRelayArenaBuffer) is of the
-  // process's kind.
+  // The kind of buffer `buffer` of `process`; the relay arena and the quantization arena and
+  // staging (kRelayArenaBuffer, kQuantArenaBuffer, kQuantStagingBuffer) are of the process's kind.
   MemoryKind Buffer(int32_t process, uint64_t buffer) const;
   // The kind of the messages between `a` and `b`: kCuda when both are CUDA processes.
   MemoryKind Pair(int32_t a, int32_t b) const;

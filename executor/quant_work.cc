@@ -75,17 +75,39 @@ int64_t SegmentElementSize(const Job& job, const Segment& s) {
   return job.ElementSize(s.param);
 }
 
-absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant) {
+absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t process,
+                           const DeviceMemory* device) {
   if (!job.HasQuantizedParams()) return absl::OkStatus();
   if (quant == nullptr) {
     return absl::FailedPreconditionError(
         "the rollout layout has quantized (FP8) parameters but the run was given no quantization "
         "steps (ExecuteOptions::quant = &Plan::quant)");
   }
-  if (JobMemoryKinds(job).any_cuda()) {
-    return absl::UnimplementedError(
-        "the rollout layout has quantized (FP8) parameters and the job has CUDA buffers: "
-        "quantization runs on host memory only so far (issue 22)");
+  const JobMemoryKinds kinds(job);
+  if (!kinds.any_cuda()) return absl::OkStatus();
+  for (const QuantTransform& step : quant->transforms) {
+    const bool sender = step.side == QuantSide::kSender;
+    const int32_t quantizer = sender ? step.from.process : step.to.process;
+    if (kinds.Process(quantizer) != MemoryKind::kCuda) continue;
+    const absl::string_view name = job.target().params[step.param].name;
+    const bool host_input =
+        sender && kinds.Buffer(quantizer, step.from.buffer) == MemoryKind::kHost;
+    const bool host_output =
+        !sender && (kinds.Buffer(quantizer, step.to.buffer) == MemoryKind::kHost ||
+                    kinds.Buffer(quantizer, step.scale_to.buffer) == MemoryKind::kHost);
+    if (host_input || host_output) {
+      return absl::UnimplementedError(absl::StrCat(
+          "quantized parameter '", name, "': process ", quantizer,
+          " holds CUDA buffers and would quantize ", host_input ? "from" : "into",
+          " host memory; its FP8 steps run on the device, which reads and writes CUDA buffers "
+          "only"));
+    }
+    if (quantizer == process && (device == nullptr || !device->HasFp8Kernel())) {
+      return absl::UnimplementedError(absl::StrCat(
+          "quantized parameter '", name, "': process ", process, " quantizes CUDA memory but ",
+          device == nullptr ? "was given no device memory"
+                            : "its device memory has no FP8 kernel (a build without nvcc)"));
+    }
   }
   return absl::OkStatus();
 }

@@ -19,7 +19,9 @@
 // The schedule and the run both use QuantWork::segments, so the schedule counts the quantized
 // bytes on the wire; the staging and the arena are reported apart (ProcessSchedule) and in
 // arena_bytes, outside the per-peer staging budget (the planner sizes the arena).
-// Only host memory: a quantized job with CUDA buffers is refused (CheckQuantRun).
+// On a CUDA process the staging and the arena are device memory and the steps run on the device
+// (quant_device.h); every step a CUDA process quantizes must then read and write CUDA buffers only
+// (CheckQuantRun).
 // Not thread-safe; pure but for the memory QuantizeForSending / QuantizeReceived write.
 
 #include <cstdint>
@@ -58,11 +60,15 @@ struct QuantWork {
 // quantization arena, else the target parameter's.
 int64_t SegmentElementSize(const Job& job, const Segment& s);
 
-// Whether a run of `job` can quantize: Ok without quantized parameters; FailedPrecondition when
-// the job has some and `quant` is null (the caller must pass Plan::quant: the segments alone
-// would leave the FP8 weights unwritten); Unimplemented when some buffer of the job is CUDA
-// memory (quantization runs on host memory only so far).
-absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant);
+// Whether a run of `job` can quantize on `process`: Ok without quantized parameters;
+// FailedPrecondition when the job has some and `quant` is null (the caller must pass Plan::quant:
+// the segments alone would leave the FP8 weights unwritten); Unimplemented when a step of `quant`
+// is quantized by a CUDA process (memory_kinds.h) from or into a host buffer of it (the device
+// kernels read and write device memory only), or when `process` quantizes on its device and
+// `device` is null or has no FP8 kernel. Every process of the job computes the same verdict on
+// the steps it knows, so the agreement refuses the batch everywhere.
+absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t process,
+                           const DeviceMemory* device);
 
 // The QuantWork of `process` for `segments` and `quant` (a plan's, whole or the process's own:
 // staging offsets are computed over the steps `quant` lists, so a receiver's view of a sender's

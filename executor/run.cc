@@ -15,6 +15,7 @@
 #include "executor/lane_drivers.h"
 #include "executor/lane_state.h"
 #include "executor/memory_kinds.h"
+#include "executor/quant_device.h"
 #include "executor/run_progress.h"
 #include "executor/verify.h"
 #include "planner/relay.h"
@@ -223,6 +224,10 @@ class Run final : public RunSteps {
 
   absl::Time Now() const { return options_.now ? options_.now() : absl::Now(); }
 
+  // The arena cache slot of the quantization arena; the staging and the device quantization's
+  // report words take the next two (after the lanes', the relay arena's and the verifier's).
+  size_t QuantArenaSlot() const { return work_.lanes.size() + 2; }
+
   // The caller's arena cache, or this run's own.
   ArenaCache& Arenas() { return options_.arenas != nullptr ? *options_.arenas : fresh_arenas_; }
 
@@ -243,14 +248,15 @@ class Run final : public RunSteps {
       WSYNC_ASSIGN_OR_RETURN(
           relay_arena_, get(work_.lanes.size(), work_.relay_arena_bytes, work_.relay_arena_kind));
     }
-    // Host memory (quantized jobs are host-only), kept in the cache after the relay arena.
+    // Of the process's kind, kept in the cache after the relay arena and the verifier's area.
+    const MemoryKind quant_kind = LocalKind(kQuantArenaBuffer);
     if (work_.quant_arena_bytes > 0) {
-      WSYNC_ASSIGN_OR_RETURN(
-          quant_arena_, get(work_.lanes.size() + 1, work_.quant_arena_bytes, MemoryKind::kHost));
+      WSYNC_ASSIGN_OR_RETURN(quant_arena_,
+                             get(QuantArenaSlot(), work_.quant_arena_bytes, quant_kind));
     }
     if (work_.quant_staging_bytes > 0) {
-      WSYNC_ASSIGN_OR_RETURN(quant_staging_, get(work_.lanes.size() + 2, work_.quant_staging_bytes,
-                                                 MemoryKind::kHost));
+      WSYNC_ASSIGN_OR_RETURN(quant_staging_,
+                             get(QuantArenaSlot() + 1, work_.quant_staging_bytes, quant_kind));
     }
     return absl::OkStatus();
   }
@@ -260,8 +266,16 @@ class Run final : public RunSteps {
   absl::Status Quantize(bool sending) {
     if (sending ? quant_.sends.empty() : quant_.receives.empty()) return absl::OkStatus();
     const double start = ThreadCpuSeconds();
-    const absl::Status status = sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
-                                        : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
+    absl::Status status;
+    if (LocalKind(kQuantArenaBuffer) == MemoryKind::kCuda) {  // The device's FP8 kernels.
+      device_pending_ = true;  // A failed wait leaves them to the failure path's.
+      status =
+          QuantizeOnDevice(job_, quant_, sending, buffers_, sending ? quant_staging_ : quant_arena_,
+                           *options_.device, Arenas(), QuantArenaSlot() + 2, options_.deadline);
+    } else {
+      status = sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
+                       : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
+    }
     stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
     if (!status.ok()) return status;
     if (sending) {

@@ -277,8 +277,9 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
   schedule.quant_arena_bytes = work.quant_arena_bytes;
   schedule.quantized_elements = work.quantized_elements;
   schedule.arena_bytes += work.quant_staging_bytes + work.quant_arena_bytes;
-  if (work.relay_arena_kind == MemoryKind::kCuda) {
-    schedule.cuda_arena_bytes += work.relay_arena_bytes;
+  if (work.relay_arena_kind == MemoryKind::kCuda) {  // The process's kind (memory_kinds.h).
+    schedule.cuda_arena_bytes +=
+        work.relay_arena_bytes + work.quant_staging_bytes + work.quant_arena_bytes;
   }
   return schedule;
 }

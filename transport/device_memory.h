@@ -17,9 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/memory_kind.h"
+#include "quant/fp8_device.h"
 
 namespace wsync {
 
@@ -44,6 +46,18 @@ class DeviceMemory {
   // may then still run: the caller must not free their memory before a later Synchronize succeeds
   // or the device is torn down).
   virtual absl::Status Synchronize(absl::Time deadline) = 0;
+
+  // Whether QuantizeFp8Async runs (a build whose CUDA module has the FP8 kernels).
+  virtual bool HasFp8Kernel() const { return false; }
+
+  // Enqueues the FP8 quantization of `q` (quant/fp8_device.h; every pointer device memory), in
+  // order with the copies. Its report word is meaningful after the next Synchronize (copy it to
+  // the host first, also in order). InvalidArgument naming `parameter` for a request that fails
+  // quant::CheckFp8DeviceQuant; Unimplemented when !HasFp8Kernel().
+  virtual absl::Status QuantizeFp8Async(const quant::Fp8DeviceQuant& q,
+                                        absl::string_view parameter) {
+    return absl::UnimplementedError("this device memory has no FP8 quantization kernel");
+  }
 };
 
 }  // namespace wsync

@@ -202,7 +202,7 @@ while IFS=$'\t' read -r name ctest_timeout env args; do
   step "$name" "$cap" "$TESTS" env "${envs[@]}" "$BUNDLE/bin/$name" "${argv[@]}"
   # What the tests print about the bytes they checked, where they ran and how they failed.
   tail -n +"$((mark + 1))" "$TESTS" |
-    grep -E 'rollout:|survivor:|process [01]:|placement|^\[  (FAILED|PASSED|SKIPPED) ' |
+    grep -E 'rollout:|survivor:|process [01]:|placement|^quantize |^\[  (FAILED|PASSED|SKIPPED) ' |
     sed 's/^/      /' | tee -a "$SUMMARY"
 done <"$BUNDLE/tests.tsv"
 

@@ -22,14 +22,15 @@ if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_WITH_N
    ! cmake --build "$BUILD_DIR" -j"$JOBS" --target gpu_nccl_test gpu_session_test \
        gpu_cuda_ipc_test nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test \
        cuda_job_test session_cuda_test wsync \
-       wsync_plugin wsync_cuda cuda_module_test; then
+       wsync_plugin wsync_cuda cuda_module_test \
+       gpu_fp8_quant_test gpu_quant_executor_test quant_device_executor_test fp8_device_test; then
   echo "run.sh: build failed" >&2
   exit 1
 fi
 
 echo "== unit tests of the NCCL backend (fake NcclApi) and of loading libwsync_cuda.so"
 for t in nccl_test cuda_ipc_test cuda_ipc_executor_test nccl_executor_test cuda_job_test \
-    session_cuda_test needed_test cuda_module_test; do
+    session_cuda_test needed_test cuda_module_test quant_device_executor_test fp8_device_test; do
   if ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error -R "^${t}(_shard[0-9]+)?$"; then
     summary+=("PASS $t (unit)")
   else
@@ -48,9 +49,11 @@ for t in $gpu_tests; do
   fi
   summary+=("$result $t ($((SECONDS - start)) s)")
 done
-# The test binaries print per-test lines (bytes verified, placement, abort latency); show them.
-for b in gpu_nccl_test gpu_session_test gpu_cuda_ipc_test; do
-  "$BUILD_DIR/tests/gpu/$b" 2>&1 | grep -E 'rollout:|survivor:|process [01]:|^\[  (PASSED|FAILED)' || true
+# The test binaries print per-test lines (bytes verified, placement, abort latency, FP8 kernel
+# throughput); show them.
+for b in gpu_nccl_test gpu_session_test gpu_cuda_ipc_test gpu_fp8_quant_test; do
+  "$BUILD_DIR/tests/gpu/$b" 2>&1 |
+    grep -E 'rollout:|survivor:|process [01]:|^quantize |^\[  (PASSED|FAILED)' || true
 done
 
 # CUDA IPC between threads (direct device pointers), between forked processes (mapped

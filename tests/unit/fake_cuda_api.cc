@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "executor/copy.h"
+#include "quant/fp8_device_host.h"
 #include "tests/unit/fake_cuda_state.h"
 
 namespace wsync::test {
@@ -260,6 +261,23 @@ class FakeApi final : public NcclApi {
     ++s_->kernel_launches;
     s_->Enqueue(Id(stream), [=] {
       CopyStrided(dst, to, src, from, extent, element_size);
+      return true;
+    });
+    return absl::OkStatus();
+  }
+
+  // The FP8 kernels as their host emulation (the same per-element code), in stream order.
+  bool HasQuantKernel() override { return true; }
+  absl::Status QuantizeFp8Async(const quant::Fp8DeviceQuant& q, CudaStream stream) override {
+    absl::MutexLock lock(&s_->mu);
+    if (quant::MakeFp8Tiling(q).tiles > 0 &&
+        (!s_->IsDevice(q.input) || !s_->IsDevice(q.scales) || !s_->IsDevice(q.report) ||
+         (q.fp8 != nullptr && !s_->IsDevice(q.fp8)))) {
+      return absl::InternalError("fake: FP8 kernel launched on host memory");
+    }
+    ++s_->kernel_launches;
+    s_->Enqueue(Id(stream), [=] {
+      quant::QuantizeFp8DeviceOnHost(q);
       return true;
     });
     return absl::OkStatus();

@@ -14,7 +14,8 @@
 //   process. Unlike CUDA, a process may open its own handles (threads stand in for processes)
 //   unless set_opens_own_ipc_handles(false). A handle of a freed allocation fails to open. Opens
 //   and closes are counted.
-// - The strided copy kernel (NcclApi::CopyKernelAsync) is a host strided copy.
+// - The strided copy kernel (NcclApi::CopyKernelAsync) is a host strided copy; the FP8 kernels
+//   (NcclApi::QuantizeFp8Async) are their host emulation (quant/fp8_device_host.h), in stream order.
 // - Streams are queues run lazily: Memcpy2DAsync and each NCCL group are enqueued and run only
 //   when an event recorded after them is queried (or the communicator polled), in order. A caller
 //   that reads a copy's destination without synchronising sees stale bytes, so a missing
@@ -61,8 +62,8 @@ class FakeCudaFabric {
   // ranks of each flipped message, in order.
   void FlipByteOfReceivedMessage(int k);
   std::vector<std::pair<int, int>> flipped_messages() const;
-  // Communicators aborted so far, over all ranks; copy kernel launches (the fake runs the kernel
-  // as a host strided copy in stream order).
+  // Communicators aborted so far, over all ranks; kernel launches, copy and FP8 (the fake runs
+  // them on the host in stream order).
   int aborts() const;
   int64_t kernel_launches() const;
   // IpcGetMemHandle calls, IpcOpenMemHandle successes and IpcCloseMemHandle successes so far.

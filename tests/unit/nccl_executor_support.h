@@ -67,6 +67,8 @@ struct RunHooks {
   std::function<Group*(int32_t)> group;
   // Made just before the process's run and destroyed right after it (e.g. a LossWatch).
   std::function<std::shared_ptr<void>(int32_t, Transport&)> during_run;
+  // The plan's quantization steps (ExecuteOptions::quant), for jobs with FP8 targets.
+  const QuantPlan* quant = nullptr;
 };
 
 struct CudaRun {
@@ -142,6 +144,7 @@ inline CudaRun RunCudaBatch(const Job& job, const std::vector<Segment>& segments
       options.device = device.get();
       options.arenas = &arenas;
       options.verify = hooks.verify ? VerifyMode::kHash : VerifyMode::kOff;
+      options.quant = hooks.quant;
       const absl::Time start = absl::Now();
       const std::vector<Segment> mine = hooks.segments_of ? hooks.segments_of(p) : segments;
       std::shared_ptr<void> during = hooks.during_run ? hooks.during_run(p, **transport) : nullptr;

@@ -4,8 +4,9 @@
 // that chunk and stage, both lane drivers, with and without verification, whole and per-process
 // plans. The rollouts' e4m3 bytes and scales equal the reference quantizer's applied to the
 // whole bf16 tensor, bit for bit; a plan forced to quantize every block at the receiver gives the
-// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; CUDA
-// memory and a missing quantization plan are refused on every process; named layouts sync.
+// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; a CUDA
+// process quantizing host memory and a missing quantization plan are refused on every process;
+// named layouts sync. CUDA processes quantizing device memory: quant_device_executor_test.cc.
 
 #include <algorithm>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -27,6 +29,7 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/loopback_threads.h"
 #include "tests/unit/executor_test_support.h"
+#include "tests/unit/quant_loopback_run.h"
 #include "tests/unit/quant_plan_support.h"
 
 namespace wsync {
@@ -260,14 +263,10 @@ TEST(QuantExecutorTest, NaNIsRefusedNamingTheParameter) {
     Memory memory = quant_plan_test::AllocateMemory(c.job, tensor);
     const auto results = RunSync(c.job, c.plan, c.plan.quant, SyncOptions{}, memory);
     // Sender-side: trainer 0 (columns [0, 150)); receiver-side: both rollouts (2, 3).
-    const std::vector<int32_t> quantizers =
-        col < 128 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 3};
-    for (int32_t p : quantizers) {
-      ASSERT_FALSE(results[p].ok()) << p;
-      EXPECT_EQ(results[p].status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("parameter w"));
-      EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("NaN"));
-    }
+    // Element (0, 7, col) of block column 0 (trainer 0) or 1 (the rollouts: columns [128, 256)).
+    test::ExpectNaNRefused(results,
+                           col < 128 ? std::vector<int32_t>{0} : std::vector<int32_t>{2, 3},
+                           absl::StrCat("(0, 7, ", col % 128, ")"));
     if (col < 128) {  // The rollouts never got their e4m3 bytes: they fail too.
       EXPECT_FALSE(results[2].ok());
       EXPECT_FALSE(results[3].ok());
@@ -275,9 +274,10 @@ TEST(QuantExecutorTest, NaNIsRefusedNamingTheParameter) {
   }
 }
 
-// With CUDA buffers every process refuses before any byte moves (host memory only so far; a run
-// without the steps is refused in executor_refusals_test.cc).
-TEST(QuantExecutorTest, CudaMemoryIsRefusedOnEveryProcess) {
+// A rollout with its e4m3 buffer in CUDA memory but its scales in host memory would quantize on
+// its device into host memory: every process refuses before any byte moves (a run without the
+// steps is refused in executor_refusals_test.cc).
+TEST(QuantExecutorTest, CudaProcessQuantizingHostMemoryIsRefusedOnEveryProcess) {
   const FixedCase c = MakeFixedCase();
   Layout target = c.job.target();
   target.buffers[0].kind = MemoryKind::kCuda;
@@ -289,7 +289,8 @@ TEST(QuantExecutorTest, CudaMemoryIsRefusedOnEveryProcess) {
   for (int32_t p = 0; p < cuda.num_processes(); ++p) {
     ASSERT_FALSE(results[p].ok()) << p;
     EXPECT_EQ(results[p].status().code(), absl::StatusCode::kUnimplemented) << results[p].status();
-    EXPECT_THAT(std::string(results[p].status().message()), HasSubstr("host memory only"));
+    EXPECT_THAT(std::string(results[p].status().message()),
+                HasSubstr("would quantize into host memory"));
   }
   for (const auto& [key, bytes] : memory) {
     if (!cuda.IsSource(key.first)) {

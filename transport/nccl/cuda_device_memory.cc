@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "quant/fp8_device_host.h"
 #include "transport/nccl/cuda_copy.h"
 
 namespace wsync {
@@ -32,6 +33,7 @@ absl::StatusOr<std::unique_ptr<CudaDeviceMemory>> CudaDeviceMemory::Create(
   WSYNC_RETURN_IF_ERROR(memory->api_->SetDevice(device));
   WSYNC_ASSIGN_OR_RETURN(memory->stream_, memory->api_->StreamCreate());
   WSYNC_ASSIGN_OR_RETURN(memory->event_, memory->api_->EventCreate());
+  memory->has_fp8_kernel_ = memory->api_->HasQuantKernel();
   return memory;
 }
 
@@ -57,6 +59,16 @@ absl::Status CudaDeviceMemory::CopyStridedAsync(void* dst, absl::Span<const int6
                                                 int64_t element_size) {
   return wsync::CopyStridedAsync(*api_, stream_, dst, dst_strides, src, src_strides, shape,
                                  element_size);
+}
+
+absl::Status CudaDeviceMemory::QuantizeFp8Async(const quant::Fp8DeviceQuant& q,
+                                                absl::string_view parameter) {
+  if (!has_fp8_kernel_) {
+    return absl::UnimplementedError(
+        "CUDA FP8 quantization needs the module's kernels (nvcc was not found at build time)");
+  }
+  WSYNC_RETURN_IF_ERROR(quant::CheckFp8DeviceQuant(q, parameter));
+  return api_->QuantizeFp8Async(q, stream_);
 }
 
 absl::Status CudaDeviceMemory::Synchronize(absl::Time deadline) {

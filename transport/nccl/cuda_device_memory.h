@@ -31,6 +31,10 @@ class CudaDeviceMemory final : public DeviceMemory {
                                 absl::Span<const int64_t> src_strides,
                                 absl::Span<const int64_t> shape, int64_t element_size) override;
   absl::Status Synchronize(absl::Time deadline) override;
+  // The kernels of the NcclApi (NcclApi::QuantizeFp8Async) on the copies' stream.
+  bool HasFp8Kernel() const override { return has_fp8_kernel_; }
+  absl::Status QuantizeFp8Async(const quant::Fp8DeviceQuant& q,
+                                absl::string_view parameter) override;
 
   int device() const { return device_; }
 
@@ -42,6 +46,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   const int device_;
   CudaStream stream_ = nullptr;
   CudaEvent event_ = nullptr;
+  bool has_fp8_kernel_ = false;
 };
 
 // FailedPrecondition "no CUDA device (cudaGetDeviceCount found none): ..." when `api` sees no

@@ -32,8 +32,8 @@ namespace wsync {
 inline constexpr char kCudaModuleEnv[] = "WSYNC_CUDA_MODULE";
 inline constexpr char kCudaModuleFileName[] = "libwsync_cuda.so";
 inline constexpr char kCudaModuleEntry[] = "wsyncCudaModule_v1";
-// Changes whenever NcclApi or WsyncCudaModuleV1 changes.
-inline constexpr int32_t kCudaModuleInterface = 2;
+// Changes whenever NcclApi or WsyncCudaModuleV1 changes (3: the FP8 quantization kernels).
+inline constexpr int32_t kCudaModuleInterface = 3;
 
 struct WsyncCudaModuleV1 {
   uint32_t struct_size;  // sizeof(WsyncCudaModuleV1) in the module's build.

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/memory_kind.h"
+#include "quant/fp8_device.h"
 
 namespace wsync {
 
@@ -80,6 +81,14 @@ class NcclApi {
                                        absl::Span<const int64_t> shape, int64_t element_size,
                                        CudaStream stream) {
     return absl::UnimplementedError("this NcclApi has no strided copy kernel");
+  }
+  // The FP8 quantization kernels (transport/nccl/cuda_quant_kernel.h) on `stream`, when this API
+  // has them: the real API when nvcc built them, a fake that runs their host emulation
+  // (quant/fp8_device_host.h). `q` passed quant::CheckFp8DeviceQuant; its pointers are device
+  // memory. The defaults say there are none.
+  virtual bool HasQuantKernel() { return false; }
+  virtual absl::Status QuantizeFp8Async(const quant::Fp8DeviceQuant& q, CudaStream stream) {
+    return absl::UnimplementedError("this NcclApi has no FP8 quantization kernel");
   }
 
   // --- CUDA IPC (transport/cuda_ipc) ---

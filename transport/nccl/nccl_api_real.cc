@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "transport/nccl/cuda_copy_kernel.h"
+#include "transport/nccl/cuda_quant_kernel.h"
 
 namespace wsync {
 namespace {
@@ -233,6 +234,17 @@ class RealNcclApi final : public NcclApi {
                                absl::Span<const int64_t> shape, int64_t element_size,
                                CudaStream stream) override {
     return CopyStridedKernelAsync(stream, dst, dst_strides, src, src_strides, shape, element_size);
+  }
+
+  bool HasQuantKernel() override { return HasCopyKernel(); }  // Built together.
+  absl::Status QuantizeFp8Async(const quant::Fp8DeviceQuant& q, CudaStream stream) override {
+#ifdef WSYNC_CUDA_KERNELS
+    const int error = LaunchQuantizeFp8(q, stream);
+    if (error != 0) return CudaError(static_cast<cudaError_t>(error), "FP8 quantization launch");
+    return absl::OkStatus();
+#else
+    return absl::UnimplementedError("this build has no CUDA FP8 kernels (nvcc was not found)");
+#endif
   }
 
   absl::StatusOr<NcclUniqueId> GetUniqueId() override {
