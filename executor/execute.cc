@@ -95,7 +95,8 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
                                                const StagingBudget& budget, int32_t process,
                                                const LocalBuffers& buffers, Transport& transport,
                                                Group& group, const ExecuteOptions& options) {
-  absl::Status local = executor_internal::CheckQuantRun(job, options.quant);
+  absl::Status local =
+      executor_internal::CheckQuantRun(job, options.quant, options.simulated_quantize != nullptr);
   absl::StatusOr<executor_internal::QuantWork> quant = executor_internal::QuantWork{};
   if (local.ok() && options.quant != nullptr) {
     quant = executor_internal::BuildQuantWork(job, segments, *options.quant, process);

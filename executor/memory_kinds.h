@@ -11,6 +11,7 @@
 // the copy between the kinds. A CUDA process's relay arena is CUDA memory.
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -20,25 +21,34 @@
 
 namespace wsync {
 
+// Thread-safe. Built from the layouts once per job and process: constructions for a job whose
+// layouts digest (which covers every buffer's kind) equals the previous construction's share
+// that one's tables, as the processes of one simulated job (integration/simulation) do, which
+// run in one OS thread and would otherwise each build them over the whole job.
 class JobMemoryKinds {
  public:
   explicit JobMemoryKinds(const Job& job);
 
   // Whether any buffer of the job is CUDA memory.
-  bool any_cuda() const { return !cuda_processes_.empty(); }
+  bool any_cuda() const { return !tables_->cuda_processes.empty(); }
   // kCuda for a CUDA process (global id).
   MemoryKind Process(int32_t process) const;
-  // The kind of buffer `buffer` of `process`; the relay arena (kRelayArenaBuffer) is of the
-  // process's kind.
+  // The kind of buffer `buffer` of `process`; the relay arena (kRelayArenaBuffer) and the
+  // quantization staging and arena (kQuantStagingBuffer, kQuantArenaBuffer: host memory unless
+  // the run is simulated, quant_work.h) are of the process's kind.
   MemoryKind Buffer(int32_t process, uint64_t buffer) const;
   // The kind of the messages between `a` and `b`: kCuda when both are CUDA processes.
   MemoryKind Pair(int32_t a, int32_t b) const;
   // The CUDA processes in ascending global id.
   std::vector<int32_t> CudaProcesses() const;
 
+  struct Tables {
+    absl::flat_hash_set<int32_t> cuda_processes;
+    absl::flat_hash_set<std::pair<int32_t, uint64_t>> cuda_buffers;
+  };
+
  private:
-  absl::flat_hash_set<int32_t> cuda_processes_;
-  absl::flat_hash_set<std::pair<int32_t, uint64_t>> cuda_buffers_;
+  std::shared_ptr<const Tables> tables_;
 };
 
 }  // namespace wsync

@@ -75,19 +75,33 @@ int64_t SegmentElementSize(const Job& job, const Segment& s) {
   return job.ElementSize(s.param);
 }
 
-absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant) {
+absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, bool simulated) {
   if (!job.HasQuantizedParams()) return absl::OkStatus();
   if (quant == nullptr) {
     return absl::FailedPreconditionError(
         "the rollout layout has quantized (FP8) parameters but the run was given no quantization "
         "steps (ExecuteOptions::quant = &Plan::quant)");
   }
-  if (JobMemoryKinds(job).any_cuda()) {
+  if (!simulated && JobMemoryKinds(job).any_cuda()) {
     return absl::UnimplementedError(
         "the rollout layout has quantized (FP8) parameters and the job has CUDA buffers: "
         "quantization runs on host memory only so far (issue 22)");
   }
   return absl::OkStatus();
+}
+
+int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending) {
+  int64_t bytes = 0;
+  if (sending) {
+    for (const StagedQuantStep& staged : quant.sends) {
+      bytes += Volume(staged.step.blocks) * SourceElementSize(job, staged.step.param);
+    }
+  } else {
+    for (const QuantTransform& step : quant.receives) {
+      bytes += Volume(step.blocks) * SourceElementSize(job, step.param);
+    }
+  }
+  return bytes;
 }
 
 absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segment> segments,

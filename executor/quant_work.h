@@ -19,7 +19,8 @@
 // The schedule and the run both use QuantWork::segments, so the schedule counts the quantized
 // bytes on the wire; the staging and the arena are reported apart (ProcessSchedule) and in
 // arena_bytes, outside the per-peer staging budget (the planner sizes the arena).
-// Only host memory: a quantized job with CUDA buffers is refused (CheckQuantRun).
+// Only host memory: a quantized job with CUDA buffers is refused (CheckQuantRun), but in a
+// simulated run (ExecuteOptions::simulated_quantize), which quantizes nothing.
 // Not thread-safe; pure but for the memory QuantizeForSending / QuantizeReceived write.
 
 #include <cstdint>
@@ -61,8 +62,13 @@ int64_t SegmentElementSize(const Job& job, const Segment& s);
 // Whether a run of `job` can quantize: Ok without quantized parameters; FailedPrecondition when
 // the job has some and `quant` is null (the caller must pass Plan::quant: the segments alone
 // would leave the FP8 weights unwritten); Unimplemented when some buffer of the job is CUDA
-// memory (quantization runs on host memory only so far).
-absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant);
+// memory (quantization runs on host memory only so far) unless `simulated` (the run's
+// ExecuteOptions::simulated_quantize is set).
+absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, bool simulated);
+
+// Bytes of source-dtype input the quantize step reads: quant.sends' blocks (sending) or
+// quant.receives' blocks, at the source parameter's element size.
+int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending);
 
 // The QuantWork of `process` for `segments` and `quant` (a plan's, whole or the process's own:
 // staging offsets are computed over the steps `quant` lists, so a receiver's view of a sender's

@@ -243,14 +243,16 @@ class Run final : public RunSteps {
       WSYNC_ASSIGN_OR_RETURN(
           relay_arena_, get(work_.lanes.size(), work_.relay_arena_bytes, work_.relay_arena_kind));
     }
-    // Host memory (quantized jobs are host-only), kept in the cache after the relay arena.
+    // Of the process's kind (host: quantized jobs are host-only unless simulated), kept in the
+    // cache after the relay arena.
+    const MemoryKind quant_kind = kinds_.Process(work_.process);
     if (work_.quant_arena_bytes > 0) {
-      WSYNC_ASSIGN_OR_RETURN(
-          quant_arena_, get(work_.lanes.size() + 1, work_.quant_arena_bytes, MemoryKind::kHost));
+      WSYNC_ASSIGN_OR_RETURN(quant_arena_,
+                             get(work_.lanes.size() + 1, work_.quant_arena_bytes, quant_kind));
     }
     if (work_.quant_staging_bytes > 0) {
-      WSYNC_ASSIGN_OR_RETURN(quant_staging_, get(work_.lanes.size() + 2, work_.quant_staging_bytes,
-                                                 MemoryKind::kHost));
+      WSYNC_ASSIGN_OR_RETURN(quant_staging_,
+                             get(work_.lanes.size() + 2, work_.quant_staging_bytes, quant_kind));
     }
     return absl::OkStatus();
   }
@@ -260,8 +262,11 @@ class Run final : public RunSteps {
   absl::Status Quantize(bool sending) {
     if (sending ? quant_.sends.empty() : quant_.receives.empty()) return absl::OkStatus();
     const double start = ThreadCpuSeconds();
-    const absl::Status status = sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
-                                        : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
+    const absl::Status status =
+        options_.simulated_quantize
+            ? options_.simulated_quantize(QuantizeInputBytes(job_, quant_, sending))
+        : sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
+                  : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
     stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
     if (!status.ok()) return status;
     if (sending) {
