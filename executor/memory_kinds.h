@@ -25,6 +25,7 @@ namespace wsync {
 // layouts digest (which covers every buffer's kind) equals the previous construction's share
 // that one's tables, as the processes of one simulated job (integration/simulation) do, which
 // run in one OS thread and would otherwise each build them over the whole job.
+// The last job's tables stay held (one per OS process) until a construction for another job.
 class JobMemoryKinds {
  public:
   explicit JobMemoryKinds(const Job& job);
