@@ -96,7 +96,8 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
                                                const LocalBuffers& buffers, Transport& transport,
                                                Group& group, const ExecuteOptions& options) {
   absl::Status local =
-      executor_internal::CheckQuantRun(job, options.quant, process, options.device);
+      executor_internal::CheckQuantRun(job, options.quant, process, options.device,
+                                       options.simulated_quantize != nullptr);
   absl::StatusOr<executor_internal::QuantWork> quant = executor_internal::QuantWork{};
   if (local.ok() && options.quant != nullptr) {
     quant = executor_internal::BuildQuantWork(job, segments, *options.quant, process);

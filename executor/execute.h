@@ -114,6 +114,14 @@ struct ExecuteOptions {
   // agreement otherwise). executor/quant_work.h states how they run, quant_device.h how a CUDA
   // process runs them on its `device`.
   const QuantPlan* quant = nullptr;
+  // Simulated quantization (integration/simulation, whose device memory holds nothing): when set,
+  // a job with quantized parameters runs with CUDA buffers too, its quantization staging and
+  // arena are memory of the process's kind (CUDA: options.device) as its relay arena is, and
+  // each quantize step (a sender's before its rounds, a receiver's after them) calls this with
+  // the bytes of source-dtype input its kernels would read instead of running them: no element
+  // is quantized or written, the messages are those of a real run. It returns once the simulated
+  // quantization finished; an error fails the run. Null: the host kernels (host memory only).
+  std::function<absl::Status(int64_t input_bytes)> simulated_quantize;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -12,6 +12,7 @@
 // staging are CUDA memory.
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -21,12 +22,17 @@
 
 namespace wsync {
 
+// Thread-safe. Built from the layouts once per job and process: constructions for a job whose
+// layouts digest (which covers every buffer's kind) equals the previous construction's share
+// that one's tables, as the processes of one simulated job (integration/simulation) do, which
+// run in one OS thread and would otherwise each build them over the whole job.
+// The last job's tables stay held (one per OS process) until a construction for another job.
 class JobMemoryKinds {
  public:
   explicit JobMemoryKinds(const Job& job);
 
   // Whether any buffer of the job is CUDA memory.
-  bool any_cuda() const { return !cuda_processes_.empty(); }
+  bool any_cuda() const { return !tables_->cuda_processes.empty(); }
   // kCuda for a CUDA process (global id).
   MemoryKind Process(int32_t process) const;
   // The kind of buffer `buffer` of `process`; the relay arena and the quantization arena and
@@ -37,9 +43,13 @@ class JobMemoryKinds {
   // The CUDA processes in ascending global id.
   std::vector<int32_t> CudaProcesses() const;
 
+  struct Tables {
+    absl::flat_hash_set<int32_t> cuda_processes;
+    absl::flat_hash_set<std::pair<int32_t, uint64_t>> cuda_buffers;
+  };
+
  private:
-  absl::flat_hash_set<int32_t> cuda_processes_;
-  absl::flat_hash_set<std::pair<int32_t, uint64_t>> cuda_buffers_;
+  std::shared_ptr<const Tables> tables_;
 };
 
 }  // namespace wsync

@@ -76,13 +76,14 @@ int64_t SegmentElementSize(const Job& job, const Segment& s) {
 }
 
 absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t process,
-                           const DeviceMemory* device) {
+                           const DeviceMemory* device, bool simulated) {
   if (!job.HasQuantizedParams()) return absl::OkStatus();
   if (quant == nullptr) {
     return absl::FailedPreconditionError(
         "the rollout layout has quantized (FP8) parameters but the run was given no quantization "
         "steps (ExecuteOptions::quant = &Plan::quant)");
   }
+  if (simulated) return absl::OkStatus();  // Quantizes nothing: only the step's time.
   const JobMemoryKinds kinds(job);
   if (!kinds.any_cuda()) return absl::OkStatus();
   for (const QuantTransform& step : quant->transforms) {
@@ -110,6 +111,20 @@ absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t proce
     }
   }
   return absl::OkStatus();
+}
+
+int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending) {
+  int64_t bytes = 0;
+  if (sending) {
+    for (const StagedQuantStep& staged : quant.sends) {
+      bytes += Volume(staged.step.blocks) * SourceElementSize(job, staged.step.param);
+    }
+  } else {
+    for (const QuantTransform& step : quant.receives) {
+      bytes += Volume(step.blocks) * SourceElementSize(job, step.param);
+    }
+  }
+  return bytes;
 }
 
 absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segment> segments,

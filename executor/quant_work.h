@@ -22,6 +22,8 @@
 // On a CUDA process the staging and the arena are device memory and the steps run on the device
 // (quant_device.h); every step a CUDA process quantizes must then read and write CUDA buffers only
 // (CheckQuantRun).
+// A simulated run (ExecuteOptions::simulated_quantize) quantizes nothing: its step takes the
+// time the simulation gives it for the step's input bytes.
 // Not thread-safe; pure but for the memory QuantizeForSending / QuantizeReceived write.
 
 #include <cstdint>
@@ -65,10 +67,15 @@ int64_t SegmentElementSize(const Job& job, const Segment& s);
 // the segments alone would leave the FP8 weights unwritten); Unimplemented when a step of `quant`
 // is quantized by a CUDA process (memory_kinds.h) from or into a host buffer of it (the device
 // kernels read and write device memory only), or when `process` quantizes on its device and
-// `device` is null or has no FP8 kernel. Every process of the job computes the same verdict on
+// `device` is null or has no FP8 kernel; Ok for those when `simulated` (the run's
+// ExecuteOptions::simulated_quantize is set). Every process of the job computes the same verdict on
 // the steps it knows, so the agreement refuses the batch everywhere.
 absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t process,
-                           const DeviceMemory* device);
+                           const DeviceMemory* device, bool simulated);
+
+// Bytes of source-dtype input the quantize step reads: quant.sends' blocks (sending) or
+// quant.receives' blocks, at the source parameter's element size.
+int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending);
 
 // The QuantWork of `process` for `segments` and `quant` (a plan's, whole or the process's own:
 // staging offsets are computed over the steps `quant` lists, so a receiver's view of a sender's

@@ -267,7 +267,9 @@ class Run final : public RunSteps {
     if (sending ? quant_.sends.empty() : quant_.receives.empty()) return absl::OkStatus();
     const double start = ThreadCpuSeconds();
     absl::Status status;
-    if (LocalKind(kQuantArenaBuffer) == MemoryKind::kCuda) {  // The device's FP8 kernels.
+    if (options_.simulated_quantize) {  // A simulated process: the quantize step's time only.
+      status = options_.simulated_quantize(QuantizeInputBytes(job_, quant_, sending));
+    } else if (LocalKind(kQuantArenaBuffer) == MemoryKind::kCuda) {  // The device's FP8 kernels.
       device_pending_ = true;  // A failed wait leaves them to the failure path's.
       status =
           QuantizeOnDevice(job_, quant_, sending, buffers_, sending ? quant_staging_ : quant_arena_,

@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, engine, "cost_model",
 ABSL_FLAG(
     std::string, compare, "",
     "With --engine simgrid: relay, policy or relay,policy: simulate every choice, one row each.");
+ABSL_FLAG(std::string, simulate_lanes, "lockstep",
+          "With --engine simgrid: lockstep (rounds, as over NCCL) or independent (each peer "
+          "direction on its own, as over UCX).");
 ABSL_FLAG(bool, require_prediction, false,
           "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
           "uses.");
@@ -476,7 +479,8 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
     WSYNC_RETURN_IF_ERROR(PrintComparison(out, request, job, *cluster));
   } else if (cluster && request.engine == "simgrid") {
     WSYNC_RETURN_IF_ERROR(
-        PrintSimGridSimulation(out, job, run.plan, *cluster, cluster_bound_seconds));
+        PrintSimGridSimulation(out, job, run.plan, *cluster, cluster_bound_seconds,
+                               /*lockstep=*/request.simulate_lanes == "lockstep"));
   }
   PrintCost(out, run);
   if (request.require_prediction && !unpriced.empty()) {
@@ -497,6 +501,7 @@ std::string PlanUsage() {
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "                  [--relay never|always|auto] [--require_prediction]\n"
       "                  [--engine cost_model|simgrid] [--compare relay,policy]\n"
+      "                  [--simulate_lanes lockstep|independent]\n"
       "\n"
       "  --model     one of: ",
       absl::StrJoin(ModelNames(), ", "),
@@ -527,6 +532,8 @@ std::string PlanUsage() {
       "              prints the simulated sync time next to the bound\n"
       "  --compare   with --engine simgrid: relay, policy or relay,policy: plan, price and\n"
       "              simulate every relay mode and/or policy, one table row each\n"
+      "  --simulate_lanes  with --engine simgrid: lockstep (default: rounds, as over NCCL) or\n"
+      "              independent (each peer direction on its own, as over UCX)\n"
       "  --relay     cross a node boundary once for bytes several processes of a node need, and\n"
       "              forward them inside the node: never, always, or auto (default: the\n"
       "              calibration's or cluster's cost model decides per region; without one,\n"
@@ -560,6 +567,7 @@ int PlanMain(int argc, char** argv) {
   request.require_prediction = absl::GetFlag(FLAGS_require_prediction);
   request.engine = absl::GetFlag(FLAGS_engine);
   request.compare = absl::GetFlag(FLAGS_compare);
+  request.simulate_lanes = absl::GetFlag(FLAGS_simulate_lanes);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;
@@ -580,6 +588,10 @@ int PlanMain(int argc, char** argv) {
       (request.engine != "simgrid" || !CheckCompareList(request.compare).ok())) {
     absl::FPrintF(stderr,
                   "wsync plan: --compare takes relay, policy or both, with --engine simgrid\n");
+    return 2;
+  }
+  if (request.simulate_lanes != "lockstep" && request.simulate_lanes != "independent") {
+    absl::FPrintF(stderr, "wsync plan: --simulate_lanes must be lockstep or independent\n");
     return 2;
   }
   if (request.segments_to_show < 0) {

@@ -40,6 +40,9 @@ struct PlanRequest {
   // With engine "simgrid": "relay", "policy" or "relay,policy": one plan and simulation per
   // choice, in one table (integration/cli/plan_compare.h) instead of the single simulation.
   std::string compare;
+  // With engine "simgrid" and no compare: "lockstep" (rounds as over NCCL, which GPU clusters use
+  // between nodes) or "independent" (each peer direction on its own, as over UCX).
+  std::string simulate_lanes = "lockstep";
   // Processes per node for layouts whose spec gives no ppn (0: the named layouts' default, 8).
   int32_t procs_per_node = 0;
 };

@@ -1,6 +1,7 @@
 #include "integration/cli/plan_simgrid.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -9,9 +10,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "integration/simulation/cluster_file.h"
+#include "plugin/prediction.h"
 #include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::cli {
@@ -85,7 +88,7 @@ absl::Status CheckSimulationCluster(const PricingSource& cluster) {
 }
 
 absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& plan,
-                                                    const PricingSource& cluster) {
+                                                    const PricingSource& cluster, bool lockstep) {
   WSYNC_RETURN_IF_ERROR(CheckSimulationCluster(cluster));
   WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(cluster.calibration));
   const auto local = fits.by_path.find(std::string(kPathLocal));
@@ -100,9 +103,20 @@ absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& 
   simulation::SimulationOptions options;
   options.platform = &platform;
   options.copy_bytes_per_second = local->second.bytes_per_second;
-  options.needs_round_order = true;
+  options.needs_round_order = lockstep;
   options.plan_digest = plan.digest;
+  if (job.HasQuantizedParams()) {  // At the rate the cost model prices the quantize step with.
+    options.quant = &plan.quant;
+    options.quantize_bytes_per_second = cluster.quantize_bytes_per_second > 0
+                                            ? cluster.quantize_bytes_per_second
+                                            : kQuantizeInputBytesPerSecond;
+  }
   options.record_messages = true;  // For the link loads.
+  // Measuring the engine's own settings (integration/simulation/README.md): space-separated
+  // SimGrid --cfg settings, e.g. WSYNC_SIMGRID_CFG="network/optim:Full".
+  if (const char* settings = std::getenv("WSYNC_SIMGRID_CFG"); settings != nullptr) {
+    options.simgrid_config = absl::StrSplit(settings, ' ', absl::SkipEmpty());
+  }
   ClusterSimulation simulated;
   WSYNC_ASSIGN_OR_RETURN(simulated.result,
                          simulation::SimulateSync(device_job, plan.segments, options));
@@ -115,13 +129,17 @@ absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& 
 }
 
 absl::Status PrintSimGridSimulation(std::FILE* out, const Job& job, const Plan& plan,
-                                    const PricingSource& cluster, double bound_seconds) {
-  WSYNC_ASSIGN_OR_RETURN(const ClusterSimulation simulated, SimulateOnCluster(job, plan, cluster));
+                                    const PricingSource& cluster, double bound_seconds,
+                                    bool lockstep) {
+  WSYNC_ASSIGN_OR_RETURN(const ClusterSimulation simulated,
+                         SimulateOnCluster(job, plan, cluster, lockstep));
   const simulation::SimulationResult& result = simulated.result;
   absl::FPrintF(out,
-                "\nsimulated (SimGrid; the executor of all %d processes, lockstep rounds as over "
-                "NCCL):\n  platform %s; device copies at %.4g GB/s\n",
-                job.num_processes(), simulated.platform, simulated.copy_bytes_per_second / 1e9);
+                "\nsimulated (SimGrid; the executor of all %d processes, %s):\n  platform %s; "
+                "device copies at %.4g GB/s\n",
+                job.num_processes(),
+                lockstep ? "lockstep rounds as over NCCL" : "independent lanes as over UCX",
+                simulated.platform, simulated.copy_bytes_per_second / 1e9);
   absl::FPrintF(out, "  sync time %.4f s = %.3fx the cost model's bound %.4f s\n",
                 result.sync_seconds, bound_seconds > 0 ? result.sync_seconds / bound_seconds : 0,
                 bound_seconds);

@@ -40,18 +40,21 @@ absl::Status CheckSimulationCluster(const PricingSource& cluster);
 
 // Simulates `plan` of `job` (all processes, every buffer taken as device memory) on `cluster`'s
 // topology: processes placed by simulation::PlaceOnCluster, device copies at the cluster's local
-// fit, lockstep rounds as over NCCL. FailedPrecondition when the cluster file states no topology
+// fit, lockstep rounds as over NCCL (`lockstep`) or each peer direction on its own as over UCX.
+// FailedPrecondition when the cluster file states no topology
 // or no local link; the placement's and the simulation's errors. A failed process is in the
 // result (SimulationResult::FirstFailure), not an error.
 absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& plan,
-                                                    const PricingSource& cluster);
+                                                    const PricingSource& cluster,
+                                                    bool lockstep = true);
 
 // SimulateOnCluster, then prints the simulated sync time, its ratio to `bound_seconds` (the cost
 // model's price of the same plan on the same cluster), the ten slowest processes' finish times,
 // the busiest links and what the simulation cost. Returns a failed process's error after the
 // report.
 absl::Status PrintSimGridSimulation(std::FILE* out, const Job& job, const Plan& plan,
-                                    const PricingSource& cluster, double bound_seconds);
+                                    const PricingSource& cluster, double bound_seconds,
+                                    bool lockstep = true);
 
 }  // namespace wsync::cli
 

@@ -147,6 +147,14 @@ absl::StatusOr<SimulationResult> RunEngine(const Job& job, absl::Span<const Segm
   sg4::Engine::set_config("network/model:CM02");
   sg4::Engine::set_config("network/crosstraffic:0");
   sg4::Engine::set_config("network/TCP-gamma:0");
+  for (const std::string& setting : options.simgrid_config) {
+    try {
+      sg4::Engine::set_config(setting);
+    } catch (const std::exception& error) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("simulation: SimGrid setting '", setting, "': ", error.what()));
+    }
+  }
   WSYNC_ASSIGN_OR_RETURN(std::vector<sg4::Host*> hosts,
                          options.platform->Build(job.num_processes()));
 
@@ -173,6 +181,14 @@ absl::StatusOr<SimulationResult> RunEngine(const Job& job, absl::Span<const Segm
                              : simgrid_backend::SimulatedNow() + options.deadline;
       execute.device = &device;
       execute.now = simgrid_backend::SimulatedNow;
+      execute.quant = options.quant;
+      if (options.quant != nullptr) {
+        execute.simulated_quantize = [&device, &options,
+                                      deadline = execute.deadline](int64_t input_bytes) {
+          device.Occupy(static_cast<double>(input_bytes) / options.quantize_bytes_per_second);
+          return device.Synchronize(deadline);
+        };
+      }
       absl::StatusOr<TransferStats> stats =
           ExecuteTransfers(job, segments, endpoints, options.budget, p, buffers,
                            wrapped ? *wrapped : transport, group, execute);
@@ -233,6 +249,9 @@ Layout InDeviceMemory(Layout layout) {
 absl::StatusOr<SimulationResult> SimulateSync(const Job& job, absl::Span<const Segment> segments,
                                               const SimulationOptions& options) {
   if (options.platform == nullptr) return absl::InvalidArgumentError("simulation: no platform");
+  if (options.quant != nullptr && !(options.quantize_bytes_per_second > 0)) {
+    return absl::InvalidArgumentError("simulation: quantization steps without a quantize rate");
+  }
   for (const Layout* layout : {&job.source(), &job.target()}) {
     for (const BufferInfo& buffer : layout->buffers) {
       if (buffer.kind != MemoryKind::kCuda) {

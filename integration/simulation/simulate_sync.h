@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,12 +39,22 @@ struct SimulationOptions {
   // Transport::NeedsRoundOrder of every process: true runs lockstep rounds, as over NCCL.
   bool needs_round_order = true;
   StagingBudget budget;
+  // The plan's quantization steps (Plan::quant), caller-owned; required when the job has
+  // quantized parameters. Each process's quantize step then occupies its device stream for its
+  // input bytes / quantize_bytes_per_second (ExecuteOptions::simulated_quantize): nothing is
+  // quantized, the FP8 bytes and scales travel as scheduled.
+  const QuantPlan* quant = nullptr;
+  double quantize_bytes_per_second = 0;  // Required (> 0) with `quant`.
   uint64_t plan_digest = 0;
   // Simulated time each process's run may take (ExecuteOptions::deadline); infinite by default,
   // SimGrid then ends a run that waits for a message nobody sends (a deadlock) with an error.
   absl::Duration deadline = absl::InfiniteDuration();
   // Keep every delivered message (SimulationResult::messages), for tests.
   bool record_messages = false;
+  // SimGrid settings on top of the model's (CM02 without TCP factors, window or cross traffic),
+  // each "key:value" as SimGrid's --cfg takes it, e.g. "network/optim:Full"; applied after the
+  // model's, so a setting here overrides them. A bad one fails the simulation.
+  std::vector<std::string> simgrid_config;
   // Tests: process p's transport is wrap_transport(p, the SimGrid transport) when set.
   std::function<std::unique_ptr<Transport>(int32_t process, Transport& inner)> wrap_transport;
 };

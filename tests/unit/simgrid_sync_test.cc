@@ -14,6 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/simulation/simulate_sync.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
@@ -242,6 +244,69 @@ TEST(SimGridSyncTest, FailedSenderReleasesItsPeerWithinTheSimulatedGrace) {
   EXPECT_FALSE(result->processes[1].status.ok());
   EXPECT_LT(result->sync_seconds, 0.5);
   EXPECT_GE(result->sync_seconds, 0.2);  // The rollout waited out its grace for messages 2 and 3.
+}
+
+// A block-FP8 rollout (qwen2.5-tiny megatron(tp=2) -> vllm(tp=2,quant=fp8_block)) simulated with
+// the plan's quantization steps: every process runs, its stats equal its schedule with the steps,
+// the delivered messages are the scheduled ones (e4m3 bytes and scales), and the quantize steps
+// take simulated time: at 100 MB/s of input the sync is later than at 1 PB/s by at least the
+// busiest process's input bytes over 100 MB/s. Without the steps every process is refused.
+TEST(SimGridSyncTest, QuantizedRolloutMovesTheScheduledBytesAndTakesTheQuantizeTime) {
+  absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-tiny");
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<NamedJobLayouts> layouts =
+      BuildNamedJobLayouts(*model, "megatron(tp=2)", "vllm(tp=2,quant=fp8_block)");
+  ASSERT_TRUE(layouts.ok()) << layouts.status();
+  absl::StatusOr<Job> host_job = Job::Create(layouts->source, layouts->target);
+  ASSERT_TRUE(host_job.ok()) << host_job.status();
+  const Job job = DeviceJob(*host_job);
+  ASSERT_TRUE(job.HasQuantizedParams());
+  absl::StatusOr<Plan> plan = MakePlan(job, *MakeFirstHolderPolicy(), PlanOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t source_element_bytes = 0;
+  for (const ParamInfo& param : job.source().params) {
+    if (source_element_bytes == 0) source_element_bytes = DTypeSize(param.dtype);
+    ASSERT_EQ(DTypeSize(param.dtype), source_element_bytes) << param.name;
+  }
+  std::vector<ProcessSchedule> schedules;
+  int64_t busiest_input_bytes = 0;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    absl::StatusOr<ProcessSchedule> schedule = ScheduleTransfers(
+        job, plan->segments, plan->quant, test::AllProcesses(job), StagingBudget{}, p);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    busiest_input_bytes =
+        std::max(busiest_input_bytes, schedule->quantized_elements * source_element_bytes);
+    schedules.push_back(*std::move(schedule));
+  }
+  ASSERT_GT(busiest_input_bytes, 0);
+  SimulationOptions options;
+  options.platform = &kTenGigabytes;
+  options.record_messages = true;
+  options.quant = &plan->quant;
+  double seconds[2] = {0, 0};
+  for (const int slow : {0, 1}) {
+    SCOPED_TRACE(slow ? "100 MB/s" : "1 PB/s");
+    options.quantize_bytes_per_second = slow ? 1e8 : 1e15;
+    absl::StatusOr<SimulationResult> result = SimulateSync(job, plan->segments, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_TRUE(result->FirstFailure().ok()) << result->FirstFailure();
+    for (size_t p = 0; p < schedules.size(); ++p) {
+      SCOPED_TRACE(absl::StrCat("process ", p));
+      test::ExpectStatsMatchSchedule(schedules[p], result->processes[p].stats);
+    }
+    std::vector<DeliveredMessage> delivered = result->messages;
+    std::sort(delivered.begin(), delivered.end());
+    EXPECT_EQ(delivered, ScheduledMessages(schedules));
+    seconds[slow] = result->sync_seconds;
+  }
+  EXPECT_GE(seconds[1] - seconds[0], 0.999 * static_cast<double>(busiest_input_bytes) / 1e8);
+  options.quant = nullptr;
+  absl::StatusOr<SimulationResult> refused = SimulateSync(job, plan->segments, options);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  for (const simulation::ProcessOutcome& process : refused->processes) {
+    EXPECT_FALSE(process.status.ok());
+    EXPECT_THAT(std::string(process.status.message()), HasSubstr("quantization steps"));
+  }
 }
 
 TEST(SimGridSyncTest, HostMemoryIsRefused) {

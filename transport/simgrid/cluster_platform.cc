@@ -74,14 +74,18 @@ LinkHop::Kind MergedAway(const ClusterTopology& topology, bool merge) {
 // The SimGrid links of one platform, made on first use (only the GPUs, NICs and leaves a job
 // uses). The device link is one shared direction; every other link is split duplex. Hops of the
 // merged-away kind (MergedAway) are skipped, their latency carried by the kept link of the pair.
+// Uplinks are skipped when `drop_uplinks` (ClusterPlatformSpec::drop_redundant_uplinks at 1:1),
+// their latency carried by each NIC crossing.
 class LinkMaker {
  public:
-  LinkMaker(sg4::NetZone* zone, const ClusterTopology& topology, LinkHop::Kind merged_away)
-      : zone_(zone), topology_(topology), merged_away_(merged_away) {}
+  LinkMaker(sg4::NetZone* zone, const ClusterTopology& topology, LinkHop::Kind merged_away,
+            bool drop_uplinks)
+      : zone_(zone), topology_(topology), merged_away_(merged_away), drop_uplinks_(drop_uplinks) {}
 
-  // Appends the link of `hop` to `route`, unless its kind is merged away.
+  // Appends the link of `hop` to `route`, unless its kind is merged away or dropped.
   void Append(const LinkHop& hop, std::vector<sg4::LinkInRoute>& route) {
     if (merged_away_ != LinkHop::Kind::kDevice && hop.kind == merged_away_) return;
+    if (drop_uplinks_ && hop.kind == LinkHop::Kind::kLeafUplink) return;
     route.push_back(Get(hop));
   }
 
@@ -97,6 +101,13 @@ class LinkMaker {
           (hop.kind == LinkHop::Kind::kPcie || hop.kind == LinkHop::Kind::kNic)) {
         constants.latency_seconds = topology_.pcie.latency_seconds + topology_.nic.latency_seconds;
       }
+      // Every inter-node route crosses one link of the sender's pair up and one of the
+      // receiver's down, the NIC (or what the merge kept of its pair).
+      if (drop_uplinks_ &&
+          (hop.kind == LinkHop::Kind::kNic ||
+           (hop.kind == LinkHop::Kind::kPcie && merged_away_ == LinkHop::Kind::kNic))) {
+        constants.latency_seconds += topology_.spine_latency_seconds;
+      }
       it->second = hop.kind == LinkHop::Kind::kDevice
                        ? zone_->create_link(name, constants.bytes_per_second)
                        : static_cast<sg4::Link*>(
@@ -111,6 +122,7 @@ class LinkMaker {
   sg4::NetZone* zone_;
   const ClusterTopology& topology_;
   const LinkHop::Kind merged_away_;
+  const bool drop_uplinks_;
   std::map<LinkHop, sg4::Link*> links_;  // By hop with up = true.
 };
 
@@ -194,7 +206,8 @@ absl::StatusOr<std::vector<sg4::Host*>> ClusterPlatform::Build(int32_t processes
     // Actors only wait; the host's speed is never used.
     hosts.push_back(zone->create_host(absl::StrCat("p", p), 1e9)->seal());
   }
-  LinkMaker links(zone, topology, MergedAway(topology, spec_.merge_dominated_links));
+  LinkMaker links(zone, topology, MergedAway(topology, spec_.merge_dominated_links),
+                  spec_.drop_redundant_uplinks && topology.oversubscription <= 1);
   std::vector<sg4::LinkInRoute> route;
   for (int32_t a = 0; a < processes; ++a) {
     for (int32_t b = 0; b < processes; ++b) {
@@ -215,10 +228,13 @@ std::string ClusterPlatform::Describe() const {
   const ClusterTopology& t = spec_.topology;
   return absl::StrFormat(
       "cluster: %d GPUs and %d NICs per node; NVLink %.4g GB/s, PCIe %.4g GB/s, NIC %.4g GB/s "
-      "each way; %d nodes per leaf, spine %.4g:1 oversubscribed (%.4g GB/s per leaf)",
+      "each way; %d nodes per leaf, spine %.4g:1 oversubscribed (%.4g GB/s per leaf)%s",
       t.gpus_per_node, t.nics_per_node, t.nvlink.bytes_per_second / 1e9,
       t.pcie.bytes_per_second / 1e9, t.nic.bytes_per_second / 1e9, t.nodes_per_leaf,
-      t.oversubscription, t.LeafUplinkBytesPerSecond() / 1e9);
+      t.oversubscription, t.LeafUplinkBytesPerSecond() / 1e9,
+      spec_.drop_redundant_uplinks && t.oversubscription <= 1
+          ? " (never binding: left out, their latency in the NIC crossings)"
+          : "");
 }
 
 }  // namespace wsync::simgrid_backend

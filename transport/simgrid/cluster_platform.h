@@ -91,6 +91,16 @@ struct ClusterPlatformSpec {
   // link that carries flows of different penalties at once (same-leaf and cross-leaf inter-node
   // messages together). false: every link of RouteBetween (tests compare the two).
   bool merge_dominated_links = true;
+  // At oversubscription 1 give SimGrid no leaf uplinks: an uplink's capacity is then the sum of
+  // its leaf's NICs, and every flow crossing it also crosses one of those NICs in the same
+  // direction, so it can never bind and the max-min shares are those with it. Its latency moves
+  // into each NIC crossing (spine_latency more per NIC link, twice per inter-node route), so a
+  // cross-leaf route keeps its latency and a same-leaf route gains 2 x spine_latency (with the
+  // h100 file: 10 us for both, the links: line's inter_node alpha, instead of 9 us within a
+  // leaf). The uplinks' weight-S term (S / uplink bandwidth, 1.3e-8 s at 1.6 TB/s) leaves every
+  // cross-leaf flow's sharing penalty. The uplinks are the constraints with the most flows (every
+  // flow of 32 GPUs), which the max-min solver visits at each message event. false: keep them.
+  bool drop_redundant_uplinks = true;
 };
 
 class ClusterPlatform final : public Platform {

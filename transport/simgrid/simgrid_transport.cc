@@ -354,6 +354,11 @@ absl::Status VirtualDeviceMemory::CopyStridedAsync(void* dst, absl::Span<const i
   return absl::OkStatus();
 }
 
+void VirtualDeviceMemory::Occupy(double seconds) {
+  if (!(seconds > 0)) return;
+  stream_idle_at_ = std::max(stream_idle_at_, sg4::Engine::get_clock()) + seconds;
+}
+
 absl::Status VirtualDeviceMemory::Synchronize(absl::Time deadline) {
   const double limit = SimulatedSeconds(deadline);
   if (stream_idle_at_ <= sg4::Engine::get_clock()) return absl::OkStatus();

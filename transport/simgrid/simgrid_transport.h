@@ -159,6 +159,9 @@ class VirtualDeviceMemory final : public DeviceMemory {
                                 absl::Span<const int64_t> src_strides,
                                 absl::Span<const int64_t> shape, int64_t element_size) override;
   absl::Status Synchronize(absl::Time deadline) override;
+  // Keeps the stream busy for `seconds` more after what it holds (a simulated kernel, e.g. a
+  // quantization): Synchronize then waits for it too. Negative or NaN counts as 0.
+  void Occupy(double seconds);
 
   int64_t copied_bytes() const { return copied_bytes_; }
   int64_t allocated_bytes() const { return allocated_bytes_; }
