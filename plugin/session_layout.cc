@@ -85,7 +85,7 @@ absl::Status Session::DeclareParameter(const std::string& name, DType dtype, con
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is declared twice"));
     }
   }
-  part_.params.push_back(ParamInfo{name, dtype, shape});
+  part_.params.push_back(ParamInfo{name, dtype, shape, ParamQuant{}});
   return absl::OkStatus();
 }
 
@@ -141,7 +141,7 @@ absl::Status Session::DeclareFp8Parameter(const std::string& name, const ParamQu
                                DimsToString(expected)));
   }
   param->quant = quant;
-  part_.params.push_back(ParamInfo{quant.scale_param, DType::kFloat32, scale_shape});
+  part_.params.push_back(ParamInfo{quant.scale_param, DType::kFloat32, scale_shape, ParamQuant{}});
   return absl::OkStatus();
 }
 

@@ -84,8 +84,10 @@ absl::StatusOr<PricingSource> ReadCluster(const std::string& path) {
 absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path) {
   WSYNC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileBytes(path));
   WSYNC_ASSIGN_OR_RETURN(proto::Calibration calibration, ParseCalibration(bytes));
-  return PricingSource{absl::StrCat("calibration ", path, ", ", calibration.transport()),
-                       std::move(calibration)};
+  PricingSource source;
+  source.label = absl::StrCat("calibration ", path, ", ", calibration.transport());
+  source.calibration = std::move(calibration);
+  return source;
 }
 
 namespace {
