@@ -120,10 +120,12 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
   Traffic traffic = PlanTraffic(job, whole);
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-  WSYNC_ASSIGN_OR_RETURN(const std::vector<ProcessSchedule> schedules,
-                         ScheduleTransfers(job, whole.segments, endpoints, budget));
+  // The rounds of what runs: the quantization steps' segments (e4m3, scales, gathers) included.
   traffic.rounds = 0;
-  for (const ProcessSchedule& schedule : schedules) {
+  for (int32_t process : endpoints.processes) {
+    WSYNC_ASSIGN_OR_RETURN(
+        const ProcessSchedule schedule,
+        ScheduleTransfers(job, whole.segments, whole.quant, endpoints, budget, process));
     traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, traffic));

@@ -74,8 +74,8 @@ double QuantizeSeconds(const Job& job, const QuantPlan& plan,
 // The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
 // the session plans them) and prices them (quantization steps' bytes included, and
 // QuantizeSeconds added to seconds and kept in quantize_seconds), with the rounds of the busiest
-// process's schedule
-// under `budget` for the latency term. Pairs on a path class the calibration has no fit for are
+// process's schedule under `budget` (the quantization steps' segments included, as they run) for
+// the latency term. Pairs on a path class the calibration has no fit for are
 // left out and named (PredictPriced, Prediction::unpriced_bytes).
 absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& policy,
                                        const LinkFits& fits, StagingBudget budget,

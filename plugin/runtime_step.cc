@@ -81,7 +81,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
       if (transport_ != nullptr) transport_->PeerLost(process, reason);
     });
     Transport& transport = step.transport != nullptr ? *step.transport : *transport_;
-    options.quant = &plan_.quant;  // FP8 targets (host memory): executor/quant_work.h.
+    options.quant = &plan_.quant;  // FP8 targets, host or device: executor/quant_work.h.
     result.stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
                                     StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
                                     transport, *client_, options);

@@ -1,10 +1,13 @@
 // The cost model of FP8 targets (plugin/prediction.h): PlanTraffic carries the quantization
-// steps' bytes (e4m3 + scales, gathers), PredictSync adds the quantize term, and a block-FP8
-// rollout's predicted transfer shrinks with its bytes.
+// steps' bytes (e4m3 + scales, gathers), PredictSync adds the quantize term and counts the rounds
+// of the quantization steps' segments, and a block-FP8 rollout's predicted transfer shrinks with
+// its bytes.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "calibration/link_model/link_model.h"
+#include "executor/schedule.h"
 #include "gtest/gtest.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -71,6 +74,42 @@ TEST(QuantPredictionTest, BlockFp8HalvesThePredictedTransferAndAddsTheQuantizeTe
   EXPECT_DOUBLE_EQ(quantized->quantize_seconds,
                    static_cast<double>(CountQuantWireBytes(fp8, plan.quant).unquantized) /
                        kQuantizeInputBytesPerSecond);
+}
+
+// The busiest process's rounds under `budget`: with the quantization steps' segments (as they run)
+// or the plan's segments alone.
+int64_t BusiestRounds(const Job& job, const Plan& plan, StagingBudget budget, bool with_quant) {
+  Endpoints endpoints;
+  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  int64_t rounds = 0;
+  for (int32_t p : endpoints.processes) {
+    absl::StatusOr<ProcessSchedule> schedule =
+        with_quant ? ScheduleTransfers(job, plan.segments, plan.quant, endpoints, budget, p)
+                   : ScheduleTransfers(job, plan.segments, endpoints, budget, p);
+    EXPECT_TRUE(schedule.ok()) << schedule.status();
+    if (schedule.ok()) rounds = std::max<int64_t>(rounds, schedule->rounds);
+  }
+  return rounds;
+}
+
+TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfTheQuantizationSteps) {
+  // Latency-bound links: 1 ms per message, bandwidth that makes the transfer negligible.
+  constexpr double kAlpha = 1e-3;
+  const LinkFits fits = *FitLinks(*SyntheticCalibration(
+      "local=1ms,1000GB/s;intra_node=1ms,1000GB/s;inter_node=1ms,1000GB/s"));
+  // The trainers' tp=2 cuts q/k/v/o blocks: sender-side steps and gathers both.
+  const Job job = MakeJob("qwen2.5-0.5b", "megatron(tp=2)", "vllm(quant=fp8_block)");
+  const StagingBudget budget{4 << 20};
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const int64_t rounds = BusiestRounds(job, plan, budget, /*with_quant=*/true);
+  // The FP8 weights move only in quantization steps: the plan's segments alone (the bf16
+  // embedding and norms) take fewer rounds.
+  ASSERT_GT(rounds, BusiestRounds(job, plan, budget, /*with_quant=*/false));
+  const absl::StatusOr<Prediction> prediction =
+      PredictSync(job, *MakeFirstHolderPolicy(), fits, budget);
+  ASSERT_TRUE(prediction.ok()) << prediction.status();
+  const double expected = std::max(kAlpha, rounds * kAlpha / kRoundsInFlight);
+  EXPECT_NEAR(prediction->latency_seconds, expected, expected * 1e-6);
 }
 
 }  // namespace
