@@ -95,8 +95,8 @@ int64_t BusiestRounds(const Job& job, const Plan& plan, StagingBudget budget, bo
 TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfTheQuantizationSteps) {
   // Latency-bound links: 1 ms per message, bandwidth that makes the transfer negligible.
   constexpr double kAlpha = 1e-3;
-  const LinkFits fits = *FitLinks(*SyntheticCalibration(
-      "local=1ms,1000GB/s;intra_node=1ms,1000GB/s;inter_node=1ms,1000GB/s"));
+  const LinkFits fits = *FitLinks(
+      *SyntheticCalibration("local=1ms,1000GB/s;intra_node=1ms,1000GB/s;inter_node=1ms,1000GB/s"));
   // The trainers' tp=2 cuts q/k/v/o blocks: sender-side steps and gathers both.
   const Job job = MakeJob("qwen2.5-0.5b", "megatron(tp=2)", "vllm(quant=fp8_block)");
   const StagingBudget budget{4 << 20};
