@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +18,9 @@ namespace {
 int64_t AlignUp(int64_t bytes) {
   return (bytes + kQuantArenaAlignment - 1) / kQuantArenaAlignment * kQuantArenaAlignment;
 }
+
+// A sender-side step's input: sender, source buffer and offset, target parameter, blocks.
+using SenderStepKey = std::tuple<int32_t, uint64_t, int64_t, int32_t, Box>;
 
 int64_t SourceElementSize(const Job& job, int32_t target_param) {
   return DTypeSize(job.source().params[job.SourceParamOf(target_param)].dtype);
@@ -133,6 +137,9 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
   if (!job.HasQuantizedParams()) return work;
   work.segments.assign(segments.begin(), segments.end());
   absl::flat_hash_map<int32_t, int64_t> staging;  // Bytes used per sender.
+  // The staged output of each sender's distinct step: replicas of a target piece (rollout DP
+  // replicas) get steps of the same blocks from the same source region, quantized once.
+  absl::flat_hash_map<SenderStepKey, StagedQuantStep> staged_once;
   for (const QuantTransform& step : quant.transforms) {
     if (step.blocks.rank() != 2 && step.blocks.rank() != 3) {
       return absl::InvalidArgumentError(
@@ -147,13 +154,23 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
       work.quantized_elements += Volume(step.blocks);
       continue;
     }
-    int64_t& used = staging[step.from.process];
-    StagedQuantStep staged{step, AlignUp(used), 0};
-    staged.scale_offset = AlignUp(staged.fp8_offset + Volume(step.blocks));
-    used = staged.scale_offset + Volume(step.scale_box) * static_cast<int64_t>(sizeof(float));
+    const SenderStepKey key{step.from.process, step.from.buffer, step.from.offset, step.param,
+                            step.blocks};
+    auto [it, first] = staged_once.try_emplace(key);
+    StagedQuantStep staged{step, 0, 0};
+    if (first) {
+      int64_t& used = staging[step.from.process];
+      staged.fp8_offset = AlignUp(used);
+      staged.scale_offset = AlignUp(staged.fp8_offset + Volume(step.blocks));
+      used = staged.scale_offset + Volume(step.scale_box) * static_cast<int64_t>(sizeof(float));
+      it->second = staged;
+    } else {
+      staged.fp8_offset = it->second.fp8_offset;
+      staged.scale_offset = it->second.scale_offset;
+    }
     if (step.from.process != process && step.to.process != process) continue;
     AppendSentSegments(staged, work.segments);
-    if (step.from.process != process) continue;
+    if (step.from.process != process || !first) continue;
     work.quantized_elements += Volume(step.blocks);
     work.sends.push_back(std::move(staged));
   }

@@ -11,6 +11,9 @@
 //   `scale_box`, each region 64-byte aligned, steps in plan order). Two segments carry them like
 //   any other: the e4m3 elements of `box` (the target parameter, 1 byte each) from the staging
 //   to `to`, and the scales of `scale_box` (the scale parameter, 4 bytes each) to `scale_to`.
+//   Steps of the same blocks read from the same source region (one per rollout replica of the
+//   target piece) are quantized and staged once; each still gets its two segments, all reading
+//   that one staged output.
 // - Receiver side (kReceiver): the plan's gathers are segments into the receiver's quantization
 //   arena (kQuantArenaBuffer, elements of the source dtype, regions as planned); after its rounds
 //   (and the chunk verification) the receiver quantizes each step's blocks there and writes the
@@ -51,7 +54,7 @@ struct QuantWork {
   // and scale segments it sends or receives, gathers it sends or receives), or empty for a job
   // without quantized parameters (then the plan's segments are used as given).
   std::vector<Segment> segments;
-  std::vector<StagedQuantStep> sends;    // Sender-side steps this process quantizes.
+  std::vector<StagedQuantStep> sends;    // Sender-side steps this process quantizes, once each.
   std::vector<QuantTransform> receives;  // Receiver-side steps this process quantizes.
   int64_t staging_bytes = 0;             // Of kQuantStagingBuffer on this process.
   int64_t arena_bytes = 0;               // Of kQuantArenaBuffer on this process.

@@ -2,11 +2,12 @@
 // process as a thread over the loopback transport, random shapes, blockings and TP/EP cuts on
 // both sides (blocks cut by sources, ragged last blocks, zeros, values at and past 448), budgets
 // that chunk and stage, both lane drivers, with and without verification, whole and per-process
-// plans. The rollouts' e4m3 bytes and scales equal the reference quantizer's applied to the
-// whole bf16 tensor, bit for bit; a plan forced to quantize every block at the receiver gives the
-// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; a CUDA
-// process quantizing host memory and a missing quantization plan are refused on every process;
-// named layouts sync. CUDA processes quantizing device memory: quant_device_executor_test.cc.
+// plans, rollout replicas sharing their sender's quantization. The rollouts' e4m3 bytes and scales
+// equal the reference quantizer's applied to the whole bf16 tensor, bit for bit; a plan forced to
+// quantize every block at the receiver gives the same bytes; every run's stats equal its schedule;
+// a NaN fails naming the parameter; a CUDA process quantizing host memory and a missing
+// quantization plan are refused on every process; named layouts sync. CUDA processes quantizing
+// device memory: quant_device_executor_test.cc.
 
 #include <algorithm>
 #include <functional>
@@ -299,6 +300,62 @@ TEST(QuantExecutorTest, CudaProcessQuantizingHostMemoryIsRefusedOnEveryProcess) 
   }
 }
 
+// The job of `model` from `source` to `target`, named layouts.
+absl::StatusOr<Job> NamedJob(absl::string_view model_name, absl::string_view source,
+                             absl::string_view target) {
+  absl::StatusOr<ModelSpec> model = GetModel(model_name);
+  if (!model.ok()) return model.status();
+  absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(*model, source, target);
+  if (!layouts.ok()) return layouts.status();
+  return Job::Create(layouts->source, layouts->target);
+}
+
+// A random logical tensor per source parameter of `job`.
+std::vector<fp8_test::Tensor> RandomTensors(const Job& job, std::mt19937_64& rng) {
+  std::vector<fp8_test::Tensor> tensors;
+  for (const ParamInfo& param : job.source().params) {
+    const Dims& shape = param.shape;
+    const int64_t cols = shape.back();
+    const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+    tensors.push_back(
+        fp8_test::RandomTensor(rng, Volume(WholeBox(shape)) / (rows * cols), rows, cols));
+  }
+  return tensors;
+}
+
+// Two rollout replicas (dp=2) of one trainer's blocks: the trainer quantizes and stages each block
+// once and both replicas land the reference's bytes.
+TEST(QuantExecutorTest, RolloutReplicasShareTheSendersQuantization) {
+  absl::StatusOr<Job> single = NamedJob("qwen2.5-tiny", "megatron", "vllm(quant=fp8_block)");
+  absl::StatusOr<Job> replicated =
+      NamedJob("qwen2.5-tiny", "megatron", "vllm(dp=2, quant=fp8_block)");
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_TRUE(replicated.ok()) << replicated.status();
+  ASSERT_EQ(replicated->num_processes(), 3);
+  const Plan single_plan = *MakePlan(*single, *MakeFirstHolderPolicy());
+  const Plan plan = *MakePlan(*replicated, *MakeFirstHolderPolicy());
+  const SyncOptions sync;
+  const StagingBudget budget{static_cast<double>(sync.budget)};
+  absl::StatusOr<ProcessSchedule> alone = ScheduleTransfers(
+      *single, single_plan.segments, single_plan.quant, test::AllProcesses(*single), budget, 0);
+  absl::StatusOr<ProcessSchedule> shared = ScheduleTransfers(
+      *replicated, plan.segments, plan.quant, test::AllProcesses(*replicated), budget, 0);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_GT(alone->quantized_elements, 0);
+  EXPECT_EQ(shared->quantized_elements, alone->quantized_elements);
+  EXPECT_EQ(shared->quant_staging_bytes, alone->quant_staging_bytes);
+
+  std::mt19937_64 rng(6);
+  const std::vector<fp8_test::Tensor> tensors = RandomTensors(*replicated, rng);
+  Memory memory = quant_plan_test::AllocateMemory(*replicated, tensors);
+  const auto results = RunSync(*replicated, plan, plan.quant, sync, memory);
+  ExpectRunsAsScheduled(*replicated, plan, plan.quant, sync, results);
+  if (HasFatalFailure()) return;
+  quant_plan_test::ExpectMatchesReference(*replicated, tensors, memory);
+  EXPECT_EQ(results[0]->quantized_elements, alone->quantized_elements);
+}
+
 // Named layouts: every parameter of a small model, the FP8 ones quantized as the reference does
 // and the others copied.
 TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
@@ -316,23 +373,12 @@ TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
   std::mt19937_64 rng(5);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.model << " " << c.source << " -> " << c.target);
-    absl::StatusOr<ModelSpec> model = GetModel(c.model);
-    ASSERT_TRUE(model.ok()) << model.status();
-    absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(*model, c.source, c.target);
-    ASSERT_TRUE(layouts.ok()) << layouts.status();
-    absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
+    absl::StatusOr<Job> job = NamedJob(c.model, c.source, c.target);
     ASSERT_TRUE(job.ok()) << job.status();
     ASSERT_TRUE(job->HasQuantizedParams());
     absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
     ASSERT_TRUE(plan.ok()) << plan.status();
-    std::vector<fp8_test::Tensor> tensors;
-    for (const ParamInfo& param : job->source().params) {
-      const Dims& shape = param.shape;
-      const int64_t cols = shape.back();
-      const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
-      tensors.push_back(
-          fp8_test::RandomTensor(rng, Volume(WholeBox(shape)) / (rows * cols), rows, cols));
-    }
+    const std::vector<fp8_test::Tensor> tensors = RandomTensors(*job, rng);
     Memory memory = quant_plan_test::AllocateMemory(*job, tensors);
     SyncOptions sync;
     sync.verify = VerifyMode::kHash;
