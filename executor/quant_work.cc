@@ -137,9 +137,10 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
   if (!job.HasQuantizedParams()) return work;
   work.segments.assign(segments.begin(), segments.end());
   absl::flat_hash_map<int32_t, int64_t> staging;  // Bytes used per sender.
-  // The staged output of each sender's distinct step: replicas of a target piece (rollout DP
-  // replicas) get steps of the same blocks from the same source region, quantized once.
-  absl::flat_hash_map<SenderStepKey, StagedQuantStep> staged_once;
+  // The staging offsets (e4m3, scales) of each distinct step this process sends: replicas of a
+  // target piece (rollout DP replicas) get steps of the same blocks from the same source region,
+  // quantized once.
+  absl::flat_hash_map<SenderStepKey, std::pair<int64_t, int64_t>> staged_once;
   for (const QuantTransform& step : quant.transforms) {
     if (step.blocks.rank() != 2 && step.blocks.rank() != 3) {
       return absl::InvalidArgumentError(
@@ -154,23 +155,25 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
       work.quantized_elements += Volume(step.blocks);
       continue;
     }
-    const SenderStepKey key{step.from.process, step.from.buffer, step.from.offset, step.param,
-                            step.blocks};
-    auto [it, first] = staged_once.try_emplace(key);
+    // Only this process's own steps are looked up (the offsets of others' are never read).
+    const bool own = step.from.process == process;
+    auto [it, first] =
+        own ? staged_once.try_emplace(SenderStepKey{step.from.process, step.from.buffer,
+                                                    step.from.offset, step.param, step.blocks})
+            : std::make_pair(staged_once.end(), true);
     StagedQuantStep staged{step, 0, 0};
     if (first) {
       int64_t& used = staging[step.from.process];
       staged.fp8_offset = AlignUp(used);
       staged.scale_offset = AlignUp(staged.fp8_offset + Volume(step.blocks));
       used = staged.scale_offset + Volume(step.scale_box) * static_cast<int64_t>(sizeof(float));
-      it->second = staged;
+      if (own) it->second = {staged.fp8_offset, staged.scale_offset};
     } else {
-      staged.fp8_offset = it->second.fp8_offset;
-      staged.scale_offset = it->second.scale_offset;
+      std::tie(staged.fp8_offset, staged.scale_offset) = it->second;
     }
-    if (step.from.process != process && step.to.process != process) continue;
+    if (!own && step.to.process != process) continue;
     AppendSentSegments(staged, work.segments);
-    if (step.from.process != process || !first) continue;
+    if (!own || !first) continue;
     work.quantized_elements += Volume(step.blocks);
     work.sends.push_back(std::move(staged));
   }
