@@ -141,6 +141,34 @@ class SessionTest(unittest.TestCase):
                           staging_budget_bytes=-1)
         self.assertIn("staging_budget_bytes", str(refused.exception))
 
+    def test_entries_past_the_loaded_table_are_refused(self):
+        # The table's ELF symbol size is its length: the whole v1 table of this build. A library
+        # whose table ends before an appended entry (played by shrinking the recorded size) is
+        # refused by name instead of jumping past its table.
+        import ctypes
+        import wsync
+        from wsync import _lib
+        api = _lib.load()
+        self.assertEqual(api._size, ctypes.sizeof(_lib.PluginV1))
+        with wsync.Session("trainer", job_id="python-table", coordinator_port=1,
+                           secret=SECRET) as session:
+            session.progress()
+            recorded = api._size
+            try:
+                for entry in ("progress", "rebind_buffer", "declare_fp8_parameter"):
+                    api._size = getattr(_lib.PluginV1, entry).offset
+                    with self.assertRaises(wsync.WsyncError) as refused:
+                        _lib.require(entry)
+                    self.assertEqual(refused.exception.code, wsync.Status.UNSUPPORTED)
+                    self.assertIn(f"predates {entry}", str(refused.exception))
+                api._size = _lib.PluginV1.progress.offset
+                with self.assertRaises(wsync.WsyncError) as refused:
+                    session.progress()
+                self.assertIn("predates progress", str(refused.exception))
+            finally:
+                api._size = recorded
+            session.progress()
+
     def test_polled(self):
         port, = free_ports(1)
         results = run_processes(_polled, 2, (port,), timeout=90)

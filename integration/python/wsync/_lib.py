@@ -200,6 +200,54 @@ _api = None
 _path = None
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+class _Elf64Sym(ctypes.Structure):
+    _fields_ = [("st_name", ctypes.c_uint32), ("st_info", ctypes.c_uint8),
+                ("st_other", ctypes.c_uint8), ("st_shndx", ctypes.c_uint16),
+                ("st_value", ctypes.c_uint64), ("st_size", ctypes.c_uint64)]
+
+
+_RTLD_DL_SYMENT = 1  # <dlfcn.h>
+
+
+def table_size(table):
+    """Bytes of the loaded library's wsyncPlugin_v1 table: its ELF symbol's size (glibc's
+    dladdr1), which is sizeof(wsync_plugin_v1_t) of the header the library was built with. None
+    when the loader cannot tell (then every entry is taken as present)."""
+    try:
+        dladdr1 = ctypes.CDLL(None).dladdr1
+    except AttributeError:
+        return None
+    dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo),
+                        ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    dladdr1.restype = ctypes.c_int
+    info = _DlInfo()
+    symbol = ctypes.c_void_p()
+    if not dladdr1(ctypes.addressof(table), ctypes.byref(info), ctypes.byref(symbol),
+                   _RTLD_DL_SYMENT) or not symbol.value:
+        return None
+    return _Elf64Sym.from_address(symbol.value).st_size
+
+
+def require(entry):
+    """The table, after checking that the loaded library has `entry` (one appended to v1 later,
+    e.g. "progress", "rebind_buffer", "declare_fp8_parameter"): a library from before it ends
+    its table earlier, and calling past the end would jump to whatever follows it. Raises
+    WsyncError(UNSUPPORTED) naming the library, the entry and the sizes."""
+    api = load()
+    field = getattr(PluginV1, entry)
+    needed = field.offset + field.size
+    if api._size is not None and api._size < needed:
+        raise WsyncError(Status.UNSUPPORTED,
+                         f"{_path} predates {entry}: its wsyncPlugin_v1 table has {api._size} "
+                         f"bytes, {entry} needs {needed} (load a newer libwsync.so)", entry)
+    return api
+
+
 def candidate_paths():
     """Where load() looks, in order."""
     paths = []
@@ -243,6 +291,7 @@ def load():
                                  f"{path} has ABI version {table.abi_version}, not {ABI_VERSION}",
                                  "load")
             table._library = library  # Keeps the library loaded for the table's lifetime.
+            table._size = table_size(table)
             _api, _path = table, path
             return _api
         raise WsyncError(Status.UNSUPPORTED,

@@ -4,7 +4,12 @@
  * A later ABI adds wsyncPlugin_v2 and keeps wsyncPlugin_v1. v1 is frozen (2026-12-02): no entry,
  * field or enum value changes in place; v1 grows only at the end (a table entry after the last, a
  * field at the end of a struct that carries struct_size), so a host built against any v1 header
- * works with every later library (tests/plugin/abi_frozen_test.c). The library exports no other
+ * works with every later library (tests/plugin/abi_frozen_test.c). Which entries a loaded library
+ * has: the size of its wsyncPlugin_v1 symbol (the ELF st_size, e.g. glibc's dladdr1(table, &info,
+ * (void**)&symbol, RTLD_DL_SYMENT)) is sizeof(wsync_plugin_v1_t) of the header it was built with,
+ * and WSYNC_PLUGIN_V1_HAS(size, entry) says whether `entry` lies inside it; a library from before
+ * an entry was appended ends its table earlier (tests/plugin/table_size_test.c; the Python
+ * package refuses such calls by name). The library exports no other
  * symbol and never lets a C++ exception out: every call returns a wsync_status_t, and
  * last_error(session) describes the most recent failure of that session.
  *
@@ -348,6 +353,12 @@ typedef struct wsync_plugin_v1 {
   wsync_status_t (*declare_fp8_parameter)(wsync_session_t* session,
                                           const wsync_fp8_parameter_t* fp8);
 } wsync_plugin_v1_t;
+
+/* Whether a v1 table of `table_size` bytes (the library's wsyncPlugin_v1 symbol size, above) has
+ * entry `entry`, a member name of wsync_plugin_v1_t. */
+#define WSYNC_PLUGIN_V1_HAS(table_size, entry)                     \
+  ((size_t)(table_size) >= offsetof(wsync_plugin_v1_t, entry) + \
+                               sizeof(((const wsync_plugin_v1_t*)0)->entry))
 
 #ifdef __cplusplus
 }
