@@ -61,6 +61,8 @@ struct Config {
   // quantization_config of the model's FP8 checkpoints (QuantizationConfig); every model uses
   // the defaults below unless its entry in Configs() says otherwise.
   std::vector<std::string> modules_not_converted = DefaultModulesNotConverted();
+  int64_t block_rows = 128;  // weight_block_size
+  int64_t block_cols = 128;
 };
 
 void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
@@ -161,6 +163,8 @@ ModelSpec Build(const Config& c) {
   spec.vocab = c.vocab;
   spec.tied_embeddings = c.tied;
   spec.quantization.modules_not_converted = c.modules_not_converted;
+  spec.quantization.weight_block_rows = c.block_rows;
+  spec.quantization.weight_block_cols = c.block_cols;
   ModelSpec& w = spec;
   w.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
   for (int32_t layer = 0; layer < c.layers; ++layer) {
@@ -217,6 +221,9 @@ void AddTestConfigs(std::vector<Config>& configs) {
     c.layers = 3, c.experts = 8, c.moe_intermediate = 16, c.shared_experts = 1;
     c.first_dense = 1, c.router_bias = true;
     c.mla = true, c.q_lora = 24, c.kv_lora = 16, c.qk_nope = 8, c.qk_rope = 8, c.v_head = 8;
+    // 8 x 8 blocks: every partition of vllm(tp=2, ep=2) and of tp=1 is whole blocks, as vLLM
+    // requires of block FP8 (named_quant.h); 128 would exceed the 16 rows of an expert.
+    c.block_rows = 8, c.block_cols = 8;
   }
   {
     Config c = configs.back();  // Kimi-K2's structure is DeepSeek-V3's.
@@ -276,6 +283,11 @@ std::vector<Config> Configs() {
     c.name = "qwen2.5-tiny";
     c.hidden = 128, c.intermediate = 320, c.layers = 2, c.heads = 4, c.kv_heads = 2;
     c.head_dim = 32, c.vocab = 1000, c.tied = true, c.qkv_bias = true;
+    // Its FP8 checkpoint is ours: 64 x 128 blocks make the rows of q, k and gate whole blocks at
+    // vllm(tp=1) (vLLM requires it of fused parts, named_quant.h; 128 rows would cut k's 64),
+    // while megatron(tp=2) still cuts k, v, gate, up (rows) and o, down (columns) inside blocks
+    // and down's 320 columns end in a ragged block. vllm(tp=2) is refused: k has 32 rows a rank.
+    c.block_rows = 64, c.block_cols = 128;
   }
   AddTestConfigs(configs);
   return configs;

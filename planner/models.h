@@ -102,7 +102,10 @@ absl::StatusOr<bool> IsQuantizedParameter(const ModelSpec& model, absl::string_v
 // 2 layers, 4 heads, 2 kv heads, vocab 1000), and the test sizes of the other families:
 // "llama-3-tiny", "qwen3-tiny", "qwen3-moe-tiny" (6 experts), "qwen2-moe-tiny" (4 experts, a
 // shared expert and its gate), "deepseek-v3-tiny" (8 experts, MLA, a first dense layer) and
-// "kimi-k2-tiny" (6 experts); see tests/python/families.py.
+// "kimi-k2-tiny" (6 experts); see tests/python/families.py. The published models' FP8 blocks are
+// their checkpoints' 128 x 128; the test models' are ours: qwen2.5-tiny 64 x 128, deepseek-v3-tiny
+// and kimi-k2-tiny 8 x 8, the others 128 x 128, more rows than their q_proj has, so that
+// vllm(..., quant=fp8_block) refuses them at every tp as vLLM would (named_quant.h).
 std::vector<std::string> ModelNames();
 
 // The embedded model of that name; NotFound otherwise.

@@ -1,7 +1,6 @@
 #include "planner/named_layouts.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstdint>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "planner/geometry.h"
 #include "planner/layout_spec.h"
 #include "planner/named_quant.h"
+#include "planner/packed_buffers.h"
 #include "planner/quant_layout.h"
 
 namespace wsync {
@@ -180,64 +180,6 @@ Box VocabBox(const TensorSpec& tensor, const VocabShard& shard) {
   box.extent[0] = shard.size;
   return box;
 }
-
-// Per process: one buffer per dtype, created on first use, with pieces packed back to back.
-class PackedBuffers {
- public:
-  PackedBuffers(LayoutBuilder& builder, MemoryKind kind) : builder_(builder), kind_(kind) {}
-
-  // Starts a process; its buffers are created as dtypes appear.
-  void Begin(int32_t process) {
-    Finish();
-    process_ = process;
-  }
-
-  // Places `box` of `param` at the next free element of the process's `dtype` buffer, reserving
-  // `reserved` elements (>= the box's volume) for it.
-  void Place(int32_t param, DType dtype, const Box& box, int64_t reserved) {
-    Slot& slot = SlotFor(dtype);
-    if (Volume(box) > 0) builder_.AddPackedPiece(param, process_, slot.id, box, slot.elements);
-    slot.elements += reserved;
-  }
-
-  // Places the row-major flat range [begin, end) of `param` at the next free element of the
-  // process's `dtype` buffer, reserving `reserved` elements (>= end - begin) for it.
-  void PlaceFlat(int32_t param, DType dtype, int64_t begin, int64_t end, int64_t reserved) {
-    Slot& slot = SlotFor(dtype);
-    builder_.AddFlatRange(param, process_, slot.id, begin, end, slot.elements);
-    slot.elements += reserved;
-  }
-
-  // Sets the byte sizes of the current process's buffers and forgets them.
-  void Finish() {
-    for (size_t d = 0; d < slots_.size(); ++d) {
-      if (slots_[d].buffer_index < 0) continue;
-      builder_.mutable_layout().buffers[slots_[d].buffer_index].bytes =
-          slots_[d].elements * DTypeSize(static_cast<DType>(d));
-    }
-    slots_.fill(Slot{});
-  }
-
- private:
-  struct Slot {
-    int64_t buffer_index = -1;  // Index into Layout::buffers.
-    uint64_t id = 0;
-    int64_t elements = 0;
-  };
-
-  Slot& SlotFor(DType dtype) {
-    Slot& slot = slots_[static_cast<size_t>(dtype)];
-    if (slot.buffer_index < 0) {
-      slot.buffer_index = static_cast<int64_t>(builder_.layout().buffers.size());
-      slot.id = builder_.AddBuffer(process_, 0, kind_);
-    }
-    return slot;
-  }
-  LayoutBuilder& builder_;
-  MemoryKind kind_;
-  int32_t process_ = 0;
-  std::array<Slot, 9> slots_;  // Indexed by DType's value (1..8).
-};
 
 // ---------------------------------------------------------------------------------------------
 // megatron(tp, pp, ep, dp)
@@ -407,6 +349,43 @@ Box VllmBox(const TensorSpec& t, const VllmConfig& c, int32_t rank) {
   return ShardBox(t, c.tp, tp_rank, c.ep, IsWideEp(c) ? rank : tp_rank);
 }
 
+// vLLM's block-FP8 partition rule (CheckVllmBlockPartitions) for every module of `c`.
+absl::Status CheckVllmBlocks(const ModelSpec& model, const VllmConfig& c) {
+  if (c.quant != WeightQuant::kFp8Block) return absl::OkStatus();
+  for (const Module& module : VllmModules(model)) {
+    WSYNC_RETURN_IF_ERROR(
+        CheckVllmBlockPartitions(model, c.quant, c.tp, module.parts,
+                                 [&](int32_t i) { return VllmBox(model.tensors[i], c, 0); }));
+  }
+  return absl::OkStatus();
+}
+
+// CheckVllm and CheckVllmBlocks; a block refusal names the layouts of as many processes that vLLM
+// serves: experts kept whole (ep) or a smaller tp with more DP replicas.
+absl::Status CheckVllmWithBlocks(const ModelSpec& model, const VllmConfig& c) {
+  WSYNC_RETURN_IF_ERROR(CheckVllm(model, c));
+  const absl::Status blocks = CheckVllmBlocks(model, c);
+  if (blocks.ok()) return blocks;
+  std::vector<std::string> works;
+  auto consider = [&](const VllmConfig& other) {
+    if (CheckVllm(model, other).ok() && CheckVllmBlocks(model, other).ok()) {
+      works.push_back(absl::StrCat("vllm(tp=", other.tp, ",ep=", other.ep, ",dp=", other.dp,
+                                   ",quant=fp8_block)"));
+    }
+  };
+  if (c.ep == 1 && c.tp > 1) consider(VllmConfig{c.tp, c.tp, c.dp, c.quant});
+  for (int32_t tp = c.tp / 2; tp >= 1 && works.size() < 2; --tp) {
+    if (c.tp % tp != 0) continue;
+    const int32_t dp = c.dp * (c.tp / tp);
+    consider(VllmConfig{tp, c.ep == 1 ? 1 : (IsWideEp(c) ? tp * dp : tp), dp, c.quant});
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(blocks.message(), "; ",
+                   works.empty() ? "no vllm layout of as many processes is whole blocks"
+                                 : absl::StrCat("whole blocks: ", absl::StrJoin(works, " or ")),
+                   "; fp8_channel and fp8_tensor have no such rule"));
+}
+
 // The scales of an FP8 module on process `p`: one fp32 buffer, the parts' scale boxes (of their
 // whole-block boxes) concatenated along the module's axis (named_quant.h).
 void AddVllmScales(LayoutBuilder& builder, const ModelSpec& model, const VllmConfig& c,
@@ -531,7 +510,7 @@ absl::StatusOr<Layout> BuildNamedLayout(const ModelSpec& model, absl::string_vie
     c.dp = get("dp", 1);
     c.quant = parsed.quant;
     WSYNC_RETURN_IF_ERROR(check_processes(int64_t{c.tp} * c.dp));
-    WSYNC_RETURN_IF_ERROR(CheckVllm(model, c));
+    WSYNC_RETURN_IF_ERROR(CheckVllmWithBlocks(model, c));
     return BuildVllm(model, c, options);
   }
   return BuildFsdp(model, get("n", 1), options);

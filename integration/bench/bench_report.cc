@@ -53,6 +53,11 @@ double QuantizedPlanRatio(const QuantComparison& c) {
   return PositiveRatio(c.fp8_bytes + c.scale_bytes + c.gathered_bytes, c.quantized_bf16_bytes);
 }
 double TimeRatio(const QuantComparison& c) { return PositiveRatio(c.fp8_seconds, c.bf16_seconds); }
+double WholeRatioFloor(const QuantComparison& c) {
+  const double plain = static_cast<double>(c.plain_bytes);
+  const double quantized = static_cast<double>(c.quantized_bf16_bytes);
+  return PositiveRatio(plain + quantized / 2, plain + quantized);
+}
 
 std::string FormatQuantComparison(const QuantComparison& c) {
   return absl::StrFormat(
@@ -60,15 +65,18 @@ std::string FormatQuantComparison(const QuantComparison& c) {
       "  bytes on the wire (sent, measured): bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
       "  of them the quantized parameters (less the %d B of parameters both send in bf16):\n"
       "    bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
+      "  floor of the whole ratio set by the parameters kept in bf16 (tied embedding, norms,\n"
+      "    biases): (%d B + %d B / 2) / (%d B + %d B) = %.4f\n"
       "  the plans: bf16 %d B, fp8 %d B: ratio %.4f; quantized parameters: bf16 %d B ->\n"
       "    e4m3 %d B + scales %d B (sender-side) + bf16 %d B gathered (receiver-side): "
       "ratio %.4f\n"
       "  seconds per sync: bf16 %.4f s, fp8 %.4f s: ratio %.3f\n",
       c.transport, c.bf16_wire_bytes, c.fp8_wire_bytes, WireRatio(c), Goal(WireRatio(c)),
       c.plain_bytes, c.bf16_wire_bytes - c.plain_bytes, c.fp8_wire_bytes - c.plain_bytes,
-      QuantizedWireRatio(c), Goal(QuantizedWireRatio(c)), c.bf16_plan_bytes, c.fp8_plan_bytes,
-      PlanRatio(c), c.quantized_bf16_bytes, c.fp8_bytes, c.scale_bytes, c.gathered_bytes,
-      QuantizedPlanRatio(c), c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
+      QuantizedWireRatio(c), Goal(QuantizedWireRatio(c)), c.plain_bytes, c.quantized_bf16_bytes,
+      c.plain_bytes, c.quantized_bf16_bytes, WholeRatioFloor(c), c.bf16_plan_bytes,
+      c.fp8_plan_bytes, PlanRatio(c), c.quantized_bf16_bytes, c.fp8_bytes, c.scale_bytes,
+      c.gathered_bytes, QuantizedPlanRatio(c), c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
 }
 
 std::string QuantComparisonJson(const QuantComparison& c) {
@@ -77,12 +85,12 @@ std::string QuantComparisonJson(const QuantComparison& c) {
       "\"wire_ratio\": %.6f, \"quantized_wire_ratio\": %.6f, \"bf16_plan_bytes\": %d, "
       "\"fp8_plan_bytes\": %d, \"plan_ratio\": %.6f, \"plain_bytes\": %d, \"fp8_bytes\": %d, "
       "\"scale_bytes\": %d, \"gathered_bytes\": %d, \"quantized_bf16_bytes\": %d, "
-      "\"quantized_plan_ratio\": %.6f, \"bf16_seconds\": %.6f, \"fp8_seconds\": %.6f, "
-      "\"time_ratio\": %.6f}",
+      "\"quantized_plan_ratio\": %.6f, \"whole_ratio_floor\": %.6f, \"bf16_seconds\": %.6f, "
+      "\"fp8_seconds\": %.6f, \"time_ratio\": %.6f}",
       JsonString(c.transport), c.bf16_wire_bytes, c.fp8_wire_bytes, WireRatio(c),
       QuantizedWireRatio(c), c.bf16_plan_bytes, c.fp8_plan_bytes, PlanRatio(c), c.plain_bytes,
       c.fp8_bytes, c.scale_bytes, c.gathered_bytes, c.quantized_bf16_bytes, QuantizedPlanRatio(c),
-      c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
+      WholeRatioFloor(c), c.bf16_seconds, c.fp8_seconds, TimeRatio(c));
 }
 
 std::string JsonString(absl::string_view text) {

@@ -59,13 +59,17 @@ double QuantizedWireRatio(const QuantComparison& c);
 double PlanRatio(const QuantComparison& c);
 double QuantizedPlanRatio(const QuantComparison& c);
 double TimeRatio(const QuantComparison& c);
+// The least whole-sync wire ratio the parameters kept in bf16 allow: (plain + quantized / 2) /
+// (plain + quantized), every quantized bf16 byte become half an e4m3 byte and nothing else (no
+// scales, nothing gathered); 0 without bytes.
+double WholeRatioFloor(const QuantComparison& c);
 
 // Goal of the wire-bytes ratio (issue 22: at most 0.52 of the bf16 sync's bytes).
 inline constexpr double kQuantWireRatioGoal = 0.52;
 
 // The comparison as text lines: measured wire bytes of both syncs and of the quantized
-// parameters, each ratio against the goal ("met" or "NOT met"), the plans' bytes and ratios,
-// seconds per sync and the time ratio.
+// parameters, each ratio against the goal ("met" or "NOT met"), the floor WholeRatioFloor, the
+// plans' bytes and ratios, seconds per sync and the time ratio.
 std::string FormatQuantComparison(const QuantComparison& c);
 
 // The same as a JSON object.

@@ -54,6 +54,7 @@ std::string SyncBenchUsage() {
          "                 [--sync_single_from L] [--sync_single_to L]\n"
          "                 [--sync_perftest_wsync_settings]\n"
          "                 [--sync_timeout_s S] [--sync_json PATH] [--sync_quant Q]\n"
+         "                 [--sync_quant_from L] [--sync_quant_to L]\n"
          "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
          "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
          "  memory and over UCX TCP, and a 1->1 job (megatron(tp=1) -> vllm(tp=1)): one verified\n"
@@ -69,11 +70,14 @@ std::string SyncBenchUsage() {
          "rounds and\n"
          "  prints its cost as a ratio. Each wsync job's limit is S (default 60) seconds plus,\n"
          "  per version, 10 s per GB its busiest process holds (160 with --verify_elements).\n"
-         "  The FP8 scenario (--sync_quant Q, default fp8_block; empty: none): L -> L with\n"
-         "  quant=Q over TCP, its verification job also checking every e4m3 byte and scale\n"
-         "  against the reference quantizer, timed in the same rounds as the sync into bf16;\n"
-         "  prints both syncs' bytes on the wire (measured and planned) and the ratios of bytes\n"
-         "  (goal <= 0.52) and seconds.\n" +
+         "  The FP8 scenario (--sync_quant Q, default fp8_block; empty: none): F -> T with\n"
+         "  quant=Q (--sync_quant_from F, default megatron(tp=2); --sync_quant_to T, default\n"
+         "  vllm(tp=1)) over TCP, its verification job also checking every e4m3 byte and scale\n"
+         "  against the reference quantizer, timed in the same rounds as F -> T into bf16 (the\n"
+         "  main row when F -> T is L -> L, else a 'wsync bf16' row); prints both syncs' bytes\n"
+         "  on the wire (measured and planned), the ratios of bytes (goal <= 0.52) for the whole\n"
+         "  sync and for the quantized parameters alone, the floor the parameters kept in bf16\n"
+         "  set, and the ratio of seconds.\n" +
          CudaSyncBenchUsage();
 }
 
@@ -135,12 +139,17 @@ absl::Status SetUp(const SyncBenchOptions& options, SyncBench* b) {
     }
   }
   if (!o.quant.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const std::string to, QuantizedSpec(b->main.to, o.quant));
-    b->fp8 = SyncScenario{b->main.from, to, {}};
+    WSYNC_ASSIGN_OR_RETURN(const std::string to, QuantizedSpec(o.quant_to, o.quant));
+    b->fp8 = SyncScenario{o.quant_from, to, {}};
     WSYNC_ASSIGN_OR_RETURN(b->fp8->facts,
                            ScheduleFactsFor(model, b->fp8->from, to, b->budget, o.job.policy));
     if (b->fp8->facts.fp8_elements == 0) {
       return absl::InvalidArgumentError(absl::StrCat(to, " quantizes no parameter of ", o.model));
+    }
+    if (o.quant_from != b->main.from || o.quant_to != b->main.to) {
+      b->fp8_base = SyncScenario{o.quant_from, o.quant_to, {}};
+      WSYNC_ASSIGN_OR_RETURN(b->fp8_base->facts, ScheduleFactsFor(model, o.quant_from, o.quant_to,
+                                                                  b->budget, o.job.policy));
     }
   }
   b->transports = {{"shm", o.shm_tls, ""}, {kFp8Transport, o.tcp_tls, o.tcp_devices}};
@@ -158,6 +167,7 @@ absl::Status RunVerificationJobs(const SyncBench& b, std::FILE* out) {
   const JobCheck check = VerificationCheck(b.options.job.verify_elements);
   for (const Transports& t : b.transports) {
     std::vector<const SyncScenario*> here = scenarios;
+    if (b.fp8_base.has_value() && t.name == kFp8Transport) here.push_back(&*b.fp8_base);
     if (b.fp8.has_value() && t.name == kFp8Transport) here.push_back(&*b.fp8);
     for (const SyncScenario* scenario : here) {
       const absl::Time start = absl::Now();
@@ -194,6 +204,11 @@ std::vector<SyncRow> MakeRows(const SyncBench& b) {
     row.transports = t;
     rows.push_back(row);
     if (b.fp8.has_value() && t.name == kFp8Transport) {
+      if (b.fp8_base.has_value()) {
+        row.contestant = "wsync bf16";
+        row.scenario = &*b.fp8_base;
+        rows.push_back(row);
+      }
       row.contestant = "wsync fp8";
       row.scenario = &*b.fp8;
       rows.push_back(row);
@@ -314,6 +329,7 @@ absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
                 absl::StrJoin(WsyncUcxEnvironment(), " "));
   PrintSchedule(out, b.main, b.budget);
   if (b.single.has_value()) PrintSchedule(out, *b.single, b.budget);
+  if (b.fp8_base.has_value()) PrintSchedule(out, *b.fp8_base, b.budget);
   if (b.fp8.has_value()) PrintSchedule(out, *b.fp8, b.budget);
   std::fflush(out);
 

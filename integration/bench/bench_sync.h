@@ -47,10 +47,15 @@ struct SyncBenchOptions {
   std::string single_from = "megatron(tp=1)";  // The 1->1 contestant; empty: none.
   std::string single_to = "vllm(tp=1)";
   bool perftest_wsync_settings = true;  // ucx_perftest with wsync's UCX settings.
-  // The FP8 scenario (issue 22): `from` -> `to` with quant=Q (QuantizedSpec) over TCP, verified
-  // against the reference quantizer, then timed in the same rounds as the sync into bf16; prints
-  // both syncs' bytes on the wire and their ratio. Empty: none.
+  // The FP8 scenario (issue 22): `quant_from` -> `quant_to` with quant=Q (QuantizedSpec) over
+  // TCP, verified against the reference quantizer, then timed in the same rounds as the sync of the
+  // same layouts into bf16 (the main scenario's row when its layouts are these, else a
+  // "wsync bf16" contestant); prints both syncs' bytes on the wire and their ratios. Empty quant:
+  // none. The default rollout is one vLLM rank: vllm(tp=2, quant=fp8_block) of qwen2.5-0.5b is
+  // no layout vLLM serves (planner/named_quant.h), and megatron(tp=2) still cuts q/k/v/o blocks.
   std::string quant = "fp8_block";
+  std::string quant_from = "megatron(tp=2)";
+  std::string quant_to = "vllm(tp=1)";
   std::string json;  // Also write the table as JSON here; empty: no.
   JobOptions job;
   CudaSyncOptions cuda;

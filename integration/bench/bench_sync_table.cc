@@ -143,9 +143,10 @@ namespace {
 // The FP8 row against the bf16 "wsync" row of its transport; nullopt when either did not run.
 std::optional<QuantComparison> CompareQuant(const SyncBench& b, const std::vector<SyncRow>& rows) {
   const SyncRow *bf16 = nullptr, *fp8 = nullptr;
+  const char* base = b.fp8_base.has_value() ? "wsync bf16" : "wsync";
   for (const SyncRow& row : rows) {
     if (row.transports.name != kFp8Transport || row.syncs.empty()) continue;
-    if (row.contestant == "wsync") bf16 = &row;
+    if (row.contestant == base) bf16 = &row;
     if (row.contestant == "wsync fp8") fp8 = &row;
   }
   if (!b.fp8.has_value() || bf16 == nullptr || fp8 == nullptr) return std::nullopt;
@@ -158,7 +159,7 @@ std::optional<QuantComparison> CompareQuant(const SyncBench& b, const std::vecto
   c.transport = kFp8Transport;
   c.bf16_wire_bytes = wire(*bf16);
   c.fp8_wire_bytes = wire(*fp8);
-  c.bf16_plan_bytes = b.main.facts.bytes_total;
+  c.bf16_plan_bytes = (b.fp8_base.has_value() ? *b.fp8_base : b.main).facts.bytes_total;
   c.fp8_plan_bytes = b.fp8->facts.bytes_total;
   c.plain_bytes = b.fp8->facts.plain_bytes;
   c.fp8_bytes = b.fp8->facts.quant.fp8;
@@ -213,8 +214,9 @@ void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE
   }
   *json += "\n  }";
   if (const std::optional<QuantComparison> quant = CompareQuant(b, rows); quant.has_value()) {
-    absl::FPrintF(out, "\n%s -> %s against %s -> %s\n%s", b.fp8->from, b.fp8->to, b.main.from,
-                  b.main.to, FormatQuantComparison(*quant));
+    const SyncScenario& base = b.fp8_base.has_value() ? *b.fp8_base : b.main;
+    absl::FPrintF(out, "\n%s -> %s against %s -> %s\n%s", b.fp8->from, b.fp8->to, base.from,
+                  base.to, FormatQuantComparison(*quant));
     absl::StrAppend(json, ",\n  \"fp8\": ", QuantComparisonJson(*quant));
   }
   *json += "\n}\n";

@@ -28,6 +28,7 @@ struct SyncScenario {
 // One contestant on one transport, with its samples of every round.
 struct SyncRow {
   // "wsync", "wsync+verify", "wsync+keyed", "wsync 1->1", "wsync fp8" (into FP8 rollouts),
+  // "wsync bf16" (the FP8 scenario's layouts into bf16, unless they are main's),
   // "ucx_perftest", "ucx_perftest xN" or "ucx_perftest 1->1" (one pair at the 1->1 schedule's
   // largest message, where it differs).
   std::string contestant;
@@ -76,9 +77,11 @@ struct SyncBench {
   std::string perftest;
   SyncScenario main;
   std::optional<SyncScenario> single;  // The 1->1 contestant, unless options.single_from is empty.
-  // The FP8 scenario (main's layouts, the rollouts quantized), unless options.quant is empty; on
-  // the transport named kFp8Transport only.
+  // The FP8 scenario (options.quant_from -> quant_to, the rollouts quantized), unless
+  // options.quant is empty, and its bf16 baseline (the same layouts unquantized) where main's
+  // layouts are others; on the transport named kFp8Transport only.
   std::optional<SyncScenario> fp8;
+  std::optional<SyncScenario> fp8_base;
   std::vector<Transports> transports;
   int64_t message_bytes = 0;  // ucx_perftest's message for the main scenario, and its count.
   int32_t iters = 0;

@@ -83,9 +83,14 @@ ABSL_FLAG(bool, sync_perftest_wsync_settings,
           "false: with UCX's own defaults.");
 ABSL_FLAG(std::string, sync_json, "", "Also write the table as JSON to this path.");
 ABSL_FLAG(std::string, sync_quant, wsync::bench::SyncBenchOptions().quant,
-          "The FP8 scenario: --to with quant=Q (fp8_block, fp8_channel or fp8_tensor) over UCX "
-          "TCP, verified against the reference quantizer and timed next to the sync into bf16 "
-          "(bytes on the wire and seconds, as ratios); empty: none.");
+          "The FP8 scenario: --sync_quant_from -> --sync_quant_to with quant=Q (fp8_block, "
+          "fp8_channel or fp8_tensor) over UCX TCP, verified against the reference quantizer and "
+          "timed next to the sync of the same layouts into bf16 (bytes on the wire and seconds, "
+          "as ratios); empty: none.");
+ABSL_FLAG(std::string, sync_quant_from, wsync::bench::SyncBenchOptions().quant_from,
+          "Trainer layout of the FP8 scenario.");
+ABSL_FLAG(std::string, sync_quant_to, wsync::bench::SyncBenchOptions().quant_to,
+          "Rollout layout of the FP8 scenario, without quant= (--sync_quant adds it).");
 ABSL_FLAG(std::string, memory, wsync::bench::SyncBenchOptions().memory,
           "Where the weights live: host (UCX contestants) or cuda (GPU only: CUDA IPC or NCCL, "
           "against cudaMemcpy device-to-device).");
@@ -219,6 +224,8 @@ SyncBenchOptions SyncOptionsFromFlags() {
   o.perftest_wsync_settings = absl::GetFlag(FLAGS_sync_perftest_wsync_settings);
   o.json = absl::GetFlag(FLAGS_sync_json);
   o.quant = absl::GetFlag(FLAGS_sync_quant);
+  o.quant_from = absl::GetFlag(FLAGS_sync_quant_from);
+  o.quant_to = absl::GetFlag(FLAGS_sync_quant_to);
   o.job = JobOptionsFromFlags();
   o.cuda.from = absl::GetFlag(FLAGS_cuda_from);
   o.cuda.to = absl::GetFlag(FLAGS_cuda_to);

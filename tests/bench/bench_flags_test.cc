@@ -19,6 +19,8 @@ ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(int32_t, sync_rounds);
 ABSL_DECLARE_FLAG(std::string, sync_single_from);
 ABSL_DECLARE_FLAG(std::string, sync_quant);
+ABSL_DECLARE_FLAG(std::string, sync_quant_from);
+ABSL_DECLARE_FLAG(std::string, sync_quant_to);
 
 namespace wsync::bench {
 namespace {
@@ -55,6 +57,8 @@ TEST_F(FlagsTest, DefaultsAreTheBenchmarksOwn) {
   EXPECT_EQ(sync.single_from, "megatron(tp=1)");
   EXPECT_EQ(sync.single_to, "vllm(tp=1)");
   EXPECT_EQ(sync.quant, "fp8_block");
+  EXPECT_EQ(sync.quant_from, "megatron(tp=2)");
+  EXPECT_EQ(sync.quant_to, "vllm(tp=1)");
   EXPECT_TRUE(sync.perftest_concurrent);
   EXPECT_TRUE(sync.perftest_wsync_settings);
   EXPECT_EQ(sync.job.timeout_s, 60);
@@ -100,6 +104,8 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   absl::SetFlag(&FLAGS_sync_rounds, 1);
   absl::SetFlag(&FLAGS_sync_single_from, "");
   absl::SetFlag(&FLAGS_sync_quant, "fp8_channel");
+  absl::SetFlag(&FLAGS_sync_quant_from, "megatron(tp=1)");
+  absl::SetFlag(&FLAGS_sync_quant_to, "vllm(dp=2)");
   const ExecutorBenchOptions executor = ExecutorOptionsFromFlags();
   EXPECT_EQ(executor.model, "qwen2.5-tiny");
   EXPECT_EQ(executor.layers, 3);
@@ -110,6 +116,8 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   EXPECT_EQ(sync.rounds, 1);
   EXPECT_TRUE(sync.single_from.empty());
   EXPECT_EQ(sync.quant, "fp8_channel");
+  EXPECT_EQ(sync.quant_from, "megatron(tp=1)");
+  EXPECT_EQ(sync.quant_to, "vllm(dp=2)");
   for (const JobOptions& job : {sync.job, CompareOptionsFromFlags("").job,
                                 PredictOptionsFromFlags().job, RelayOptionsFromFlags().job}) {
     EXPECT_EQ(job.worker, "/w");

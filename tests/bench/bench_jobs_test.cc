@@ -112,16 +112,17 @@ TEST(ScheduleFactsTest, UsesThePolicyItIsGiven) {
   EXPECT_GE(facts->bytes_total, facts->bytes_per_rollout);
 }
 
-// FP8 rollouts: the facts count the quantization steps' bytes (e4m3, scales, gathers), which the
-// workers' ExecuteTransfers receives, and the e4m3 elements the verification checks.
+// FP8 rollouts (the FP8 scenario's layouts): the facts count the quantization steps' bytes
+// (e4m3, scales, gathers), which the workers' ExecuteTransfers receives, and the e4m3 elements
+// the verification checks.
 TEST(ScheduleFactsTest, CountsTheQuantizationStepsOfFp8Rollouts) {
   const absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-0.5b");
   ASSERT_TRUE(model.ok());
   const double budget = static_cast<double>(kDefaultStagingBudgetBytes);
   const std::string policy = "local_first_least_loaded";
-  const std::string to = "vllm(tp=2,quant=fp8_block)";
+  const std::string to = "vllm(tp=1,quant=fp8_block)";
   const absl::StatusOr<ScheduleFacts> bf16 =
-      ScheduleFactsFor(*model, "megatron(tp=2)", "vllm(tp=2)", budget, policy);
+      ScheduleFactsFor(*model, "megatron(tp=2)", "vllm(tp=1)", budget, policy);
   const absl::StatusOr<ScheduleFacts> fp8 =
       ScheduleFactsFor(*model, "megatron(tp=2)", to, budget, policy);
   ASSERT_TRUE(bf16.ok() && fp8.ok()) << bf16.status() << fp8.status();
@@ -143,6 +144,7 @@ TEST(ScheduleFactsTest, CountsTheQuantizationStepsOfFp8Rollouts) {
   EXPECT_EQ(fp8->quant.total(), CountQuantWireBytes(*job, plan->quant).total());
   EXPECT_EQ(fp8->plain_bytes + fp8->quant.total(), fp8->bytes_total);
   EXPECT_GT(fp8->quant.unquantized, fp8->quant.total());
+  EXPECT_GT(fp8->quant.gathered, 0);  // The trainers' TP cuts q/k/v/o blocks.
   EXPECT_EQ(fp8->fp8_elements, fp8_elements);
   EXPECT_GT(fp8->fp8_elements, 0);
   EXPECT_LT(fp8->bytes_total, bf16->bytes_total);

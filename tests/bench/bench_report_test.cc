@@ -221,11 +221,13 @@ TEST(BenchReportTest, QuantComparisonRatiosAndGoal) {
   EXPECT_DOUBLE_EQ(PlanRatio(c), 805.0 / 1300);
   EXPECT_DOUBLE_EQ(QuantizedPlanRatio(c), 0.505);
   EXPECT_DOUBLE_EQ(TimeRatio(c), 0.75);
+  EXPECT_DOUBLE_EQ(WholeRatioFloor(c), 800.0 / 1300);  // (300 + 1000 / 2) / (300 + 1000).
   const std::string text = FormatQuantComparison(c);
   EXPECT_THAT(text, HasSubstr("over tcp"));
   EXPECT_THAT(text, HasSubstr("bf16 1300 B, fp8 810 B: ratio 0.6231 (goal <= 0.52: NOT met)"));
   EXPECT_THAT(text, HasSubstr("less the 300 B of parameters both send in bf16"));
   EXPECT_THAT(text, HasSubstr("bf16 1000 B, fp8 510 B: ratio 0.5100 (goal <= 0.52: met)"));
+  EXPECT_THAT(text, HasSubstr("(300 B + 1000 B / 2) / (300 B + 1000 B) = 0.6154\n"));
   EXPECT_THAT(text, HasSubstr("bf16 1300 B, fp8 805 B: ratio 0.6192"));
   EXPECT_THAT(text, HasSubstr("e4m3 480 B + scales 5 B (sender-side) + bf16 20 B gathered"));
   EXPECT_THAT(text, HasSubstr("ratio 0.5050\n"));
@@ -234,6 +236,7 @@ TEST(BenchReportTest, QuantComparisonRatiosAndGoal) {
   EXPECT_THAT(json, HasSubstr("\"quantized_wire_ratio\": 0.510000"));
   EXPECT_THAT(json, HasSubstr("\"quantized_plan_ratio\": 0.505000"));
   EXPECT_THAT(json, HasSubstr("\"time_ratio\": 0.750000"));
+  EXPECT_THAT(json, HasSubstr("\"whole_ratio_floor\": 0.615385"));
 
   // Nothing measured for bf16: no ratio, and the goal is not met.
   c.bf16_wire_bytes = 0;
@@ -245,6 +248,8 @@ TEST(BenchReportTest, QuantComparisonRatiosAndGoal) {
   EXPECT_EQ(TimeRatio(c), 0);
   EXPECT_EQ(PlanRatio(c), 0);
   EXPECT_EQ(QuantizedPlanRatio(c), 0);
+  c.plain_bytes = 0;
+  EXPECT_EQ(WholeRatioFloor(c), 0);
   EXPECT_THAT(FormatQuantComparison(c), HasSubstr("ratio 0.0000 (goal <= 0.52: NOT met)"));
 }
 

@@ -36,8 +36,9 @@ int64_t TrafficBytes(const Traffic& traffic) {
 }
 
 TEST(QuantPredictionTest, TrafficCarriesTheQuantizationSteps) {
-  // tp=2 on a hidden size of 128 cuts every 128-row block: receiver-side steps as well.
-  const Job job = MakeJob("qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=2, quant=fp8_block)");
+  // megatron(tp=2) cuts qwen2.5-tiny's 64 x 128 blocks of k, v, gate, up, o and down:
+  // receiver-side steps as well.
+  const Job job = MakeJob("qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)");
   const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
   int64_t segment_bytes = 0;
   for (const Segment& segment : plan.segments) {

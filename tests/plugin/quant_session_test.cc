@@ -84,8 +84,10 @@ class QuantSessionTest : public ::testing::Test {
   }
 };
 
+// Two rollout replicas: megatron(tp=2) cuts qwen2.5-tiny's 64 x 128 blocks of k, v, gate, up, o
+// and down (receivers quantize those), q's are whole on a trainer (senders quantize them).
 TEST_F(QuantSessionTest, BlockScaledFp8) {
-  SyncNamed("megatron(tp=2)", "vllm(tp=2, quant=fp8_block)", "fp8-block");
+  SyncNamed("megatron(tp=2)", "vllm(dp=2, quant=fp8_block)", "fp8-block");
 }
 
 TEST_F(QuantSessionTest, PerChannelFp8FromAnotherCut) {

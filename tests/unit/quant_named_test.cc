@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/checked_math.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/builders.h"
@@ -47,8 +48,10 @@ Planned PlanNamed(const ModelSpec& model, absl::string_view source, absl::string
 
 TEST(QuantNamedTest, BlockQuantMakesWeightsFp8WithVllmScaleNames) {
   const ModelSpec model = Model("qwen2.5-tiny");
-  absl::StatusOr<Layout> layout = BuildNamedLayout(model, "vllm(tp=2, quant=fp8_block)");
+  absl::StatusOr<Layout> layout = BuildNamedLayout(model, "vllm(dp=2, quant=fp8_block)");
   ASSERT_TRUE(layout.ok()) << layout.status();
+  const int64_t rows = model.quantization.weight_block_rows;  // 64 x 128 (models.cc).
+  const int64_t cols = model.quantization.weight_block_cols;
   int quantized = 0;
   for (const TensorSpec& t : model.tensors) {
     const ParamInfo* param = FindParam(*layout, t.name);
@@ -65,12 +68,14 @@ TEST(QuantNamedTest, BlockQuantMakesWeightsFp8WithVllmScaleNames) {
     const ParamInfo* scale = FindParam(*layout, param->quant.scale_param);
     ASSERT_NE(scale, nullptr);
     EXPECT_EQ(scale->dtype, DType::kFloat32);
-    EXPECT_EQ(scale->shape, (Dims{(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128}));
+    EXPECT_EQ(scale->shape, (Dims{CeilDiv(t.shape[0], rows), CeilDiv(t.shape[1], cols)}));
   }
   EXPECT_GT(quantized, 4);
   EXPECT_FALSE(FindParam(*layout, "model.embed_tokens.weight")->quant.quantized());
   EXPECT_EQ(FindParam(*layout, "model.layers.0.self_attn.k_proj.weight_scale_inv")->shape,
             (Dims{1, 1}));
+  EXPECT_EQ(FindParam(*layout, "model.layers.0.mlp.down_proj.weight_scale_inv")->shape,
+            (Dims{2, 3}));  // [128, 320]: 320 columns end in a ragged block.
 }
 
 TEST(QuantNamedTest, ChannelAndTensorScalesAndExperts) {
@@ -81,6 +86,8 @@ TEST(QuantNamedTest, ChannelAndTensorScalesAndExperts) {
   }
   ASSERT_FALSE(expert.empty());
   const Dims shape = FindParam(*BuildNamedLayout(model, "vllm"), expert)->shape;
+  const int64_t rows = model.quantization.weight_block_rows;  // 8 x 8 (models.cc).
+  const int64_t cols = model.quantization.weight_block_cols;
   struct Case {
     const char* spec;
     const char* suffix;
@@ -89,7 +96,7 @@ TEST(QuantNamedTest, ChannelAndTensorScalesAndExperts) {
   const Case cases[] = {
       {"vllm(tp=2, ep=2, quant=fp8_block)",
        "_scale_inv",
-       {shape[0], (shape[1] + 127) / 128, (shape[2] + 127) / 128}},
+       {shape[0], CeilDiv(shape[1], rows), CeilDiv(shape[2], cols)}},
       {"vllm(tp=2, quant=fp8_channel)", "_scale", {shape[0], shape[1], 1}},
       {"vllm(quant=fp8_tensor)", "_scale", {shape[0], 1, 1}},
   };
@@ -119,18 +126,18 @@ TEST(QuantNamedTest, SpecRefusals) {
 
 TEST(QuantNamedTest, DigestsCoverTheQuantization) {
   const ModelSpec model = Model("qwen2.5-tiny");
-  const Planned none = PlanNamed(model, "megatron(tp=2)", "vllm(tp=2)");
-  const Planned block = PlanNamed(model, "megatron(tp=2)", "vllm(tp=2, quant=fp8_block)");
-  const Planned channel = PlanNamed(model, "megatron(tp=2)", "vllm(tp=2, quant=fp8_channel)");
+  const Planned none = PlanNamed(model, "megatron(tp=2)", "vllm(dp=2)");
+  const Planned block = PlanNamed(model, "megatron(tp=2)", "vllm(dp=2, quant=fp8_block)");
+  const Planned channel = PlanNamed(model, "megatron(tp=2)", "vllm(dp=2, quant=fp8_channel)");
   EXPECT_NE(none.job.layouts_digest(), block.job.layouts_digest());
   EXPECT_NE(block.job.layouts_digest(), channel.job.layouts_digest());
   EXPECT_NE(none.plan.digest, block.plan.digest);
   EXPECT_NE(block.plan.digest, channel.plan.digest);
   // Same inputs, same digest.
   EXPECT_EQ(block.plan.digest,
-            PlanNamed(model, "megatron(tp=2)", "vllm(tp=2, quant=fp8_block)").plan.digest);
+            PlanNamed(model, "megatron(tp=2)", "vllm(dp=2, quant=fp8_block)").plan.digest);
   // A layout whose block size differs (another process's build) differs too.
-  absl::StatusOr<Layout> other = BuildNamedLayout(model, "vllm(tp=2, quant=fp8_block)");
+  absl::StatusOr<Layout> other = BuildNamedLayout(model, "vllm(dp=2, quant=fp8_block)");
   ASSERT_TRUE(other.ok());
   for (ParamInfo& param : other->params) {
     if (param.quant.quantized()) param.quant.block_cols = 64;
@@ -167,7 +174,7 @@ TEST(QuantNamedTest, BlockFp8HalvesTheBytes) {
 TEST(QuantNamedTest, ValidationRefusals) {
   const ModelSpec model = Model("qwen2.5-tiny");
   absl::StatusOr<NamedJobLayouts> good =
-      BuildNamedJobLayouts(model, "megatron(tp=2)", "vllm(tp=2, quant=fp8_block)");
+      BuildNamedJobLayouts(model, "megatron(tp=2)", "vllm(dp=2, quant=fp8_block)");
   ASSERT_TRUE(good.ok());
   const std::string q = "model.layers.0.self_attn.q_proj.weight";
   auto param_of = [&](Layout& layout, const std::string& name) -> ParamInfo& {
@@ -188,7 +195,7 @@ TEST(QuantNamedTest, ValidationRefusals) {
   }
   {  // A scale tensor of the wrong shape.
     Layout target = good->target;
-    param_of(target, q + "_scale_inv").shape = {2, 1};
+    param_of(target, q + "_scale_inv").shape = {3, 1};  // q's 128 rows are 2 blocks.
     EXPECT_THAT(refused(good->source, target), HasSubstr("scale parameter"));
   }
   {  // A scale the layout does not declare.

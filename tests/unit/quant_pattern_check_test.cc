@@ -84,7 +84,7 @@ const Piece& FirstPiece(const Layout& part, bool scales) {
 }
 
 TEST(QuantPatternCheckTest, EveryRolloutPassesAfterARealSync) {
-  for (const char* to : {"vllm(tp=2,quant=fp8_block)", "vllm(dp=2,quant=fp8_channel)",
+  for (const char* to : {"vllm(dp=2,quant=fp8_block)", "vllm(dp=2,quant=fp8_channel)",
                          "vllm(tp=2,quant=fp8_tensor)"}) {
     SCOPED_TRACE(to);
     Synced synced = SyncPattern("megatron(tp=2)", to, 3);
@@ -100,7 +100,7 @@ TEST(QuantPatternCheckTest, EveryRolloutPassesAfterARealSync) {
 }
 
 TEST(QuantPatternCheckTest, AFlippedByteOrScaleOrAnotherVersionFails) {
-  Synced synced = SyncPattern("megatron(tp=2)", "vllm(tp=2,quant=fp8_block)", 1);
+  Synced synced = SyncPattern("megatron(tp=2)", "vllm(dp=2,quant=fp8_block)", 1);
   const Layout part = LayoutPart(synced.job.target(), 1);
   const absl::StatusOr<int64_t> stale =
       CheckQuantizedPattern(synced.job.source(), part, synced.target, 2);
@@ -126,7 +126,7 @@ TEST(QuantPatternCheckTest, AFlippedByteOrScaleOrAnotherVersionFails) {
 }
 
 TEST(QuantPatternCheckTest, ReplicatedOrMissingSourceElementsAreRefused) {
-  Synced synced = SyncPattern("megatron(tp=2)", "vllm(tp=2,quant=fp8_block)", 1);
+  Synced synced = SyncPattern("megatron(tp=2)", "vllm(dp=2,quant=fp8_block)", 1);
   const Layout part = LayoutPart(synced.job.target(), 0);
   Layout doubled = synced.job.source();
   doubled.pieces.insert(doubled.pieces.end(), synced.job.source().pieces.begin(),

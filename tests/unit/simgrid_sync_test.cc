@@ -246,7 +246,8 @@ TEST(SimGridSyncTest, FailedSenderReleasesItsPeerWithinTheSimulatedGrace) {
   EXPECT_GE(result->sync_seconds, 0.2);  // The rollout waited out its grace for messages 2 and 3.
 }
 
-// A block-FP8 rollout (qwen2.5-tiny megatron(tp=2) -> vllm(tp=2,quant=fp8_block)) simulated with
+// A block-FP8 rollout (qwen2.5-tiny megatron(tp=2) -> vllm(tp=1,quant=fp8_block), the trainers
+// cutting blocks the rollout quantizes) simulated with
 // the plan's quantization steps: every process runs, its stats equal its schedule with the steps,
 // the delivered messages are the scheduled ones (e4m3 bytes and scales), and the quantize steps
 // take simulated time: at 100 MB/s of input the sync is later than at 1 PB/s by at least the
@@ -255,7 +256,7 @@ TEST(SimGridSyncTest, QuantizedRolloutMovesTheScheduledBytesAndTakesTheQuantizeT
   absl::StatusOr<ModelSpec> model = GetModel("qwen2.5-tiny");
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<NamedJobLayouts> layouts =
-      BuildNamedJobLayouts(*model, "megatron(tp=2)", "vllm(tp=2,quant=fp8_block)");
+      BuildNamedJobLayouts(*model, "megatron(tp=2)", "vllm(tp=1,quant=fp8_block)");
   ASSERT_TRUE(layouts.ok()) << layouts.status();
   absl::StatusOr<Job> host_job = Job::Create(layouts->source, layouts->target);
   ASSERT_TRUE(host_job.ok()) << host_job.status();
