@@ -22,8 +22,9 @@ int64_t SourceElementSize(const Job& job, int32_t target_param) {
   return DTypeSize(job.source().params[job.SourceParamOf(target_param)].dtype);
 }
 
-// The two segments that carry a sender-side step's output from the staging.
-void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out) {
+// The two segments that carry a sender-side step's output from the staging; their indices into
+// `out` go to `staged`.
+void AppendSentSegments(StagedQuantStep& staged, std::vector<Segment>& out) {
   const QuantTransform& step = staged.step;
   const Dims fp8_strides = RowMajorStrides(step.blocks.extent);
   Segment fp8;
@@ -33,6 +34,7 @@ void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out
       Endpoint{step.from.process, kQuantStagingBuffer,
                SubRegionOffset(step.blocks, staged.fp8_offset, fp8_strides, step.box), fp8_strides};
   fp8.to = step.to;
+  staged.fp8_segment = static_cast<int32_t>(out.size());
   out.push_back(std::move(fp8));
   Segment scales;
   scales.param = step.scale_param;
@@ -41,6 +43,7 @@ void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out
                          staged.scale_offset / static_cast<int64_t>(sizeof(float)),
                          RowMajorStrides(step.scale_box.extent)};
   scales.to = step.scale_to;
+  staged.scale_segment = static_cast<int32_t>(out.size());
   out.push_back(std::move(scales));
 }
 
@@ -167,27 +170,28 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
 }
 
 absl::StatusOr<Work> BuildWorkWithQuant(const Job& job, absl::Span<const Segment> segments,
-                                        const QuantWork& quant, const Endpoints& endpoints,
+                                        QuantWork& quant, const Endpoints& endpoints,
                                         const StagingBudget& budget, int32_t process) {
   const bool quantized = job.HasQuantizedParams();
   WSYNC_ASSIGN_OR_RETURN(
       Work work, BuildWork(job, quantized ? absl::Span<const Segment>(quant.segments) : segments,
                            endpoints, budget, process));
-  work.quant_staging_bytes = quant.staging_bytes;
+  WSYNC_ASSIGN_OR_RETURN(quant.layout, LayOutQuantStaging(work, quant));
+  work.quant_staging_bytes = quant.layout.bytes;
+  work.quant_staging_whole_bytes = quant.staging_bytes;
   work.quant_arena_bytes = quant.arena_bytes;
   work.quantized_elements = quant.quantized_elements;
   return work;
 }
 
-absl::Status QuantizeForSending(const Job& job, const QuantWork& quant, const LocalBuffers& buffers,
-                                char* staging) {
-  for (const StagedQuantStep& staged : quant.sends) {
-    const QuantTransform& step = staged.step;
+absl::Status QuantizeSends(const Job& job, absl::Span<const SendQuantCall> calls,
+                           const LocalBuffers& buffers) {
+  for (const SendQuantCall& call : calls) {
+    const QuantTransform& step = *call.step;
     const int64_t element_size = SourceElementSize(job, step.param);
-    WSYNC_RETURN_IF_ERROR(
-        QuantizeStep(job, step, Address(buffers, step.from, element_size), step.from.strides,
-                     staging + staged.fp8_offset, RowMajorStrides(step.blocks.extent),
-                     staging + staged.scale_offset, RowMajorStrides(step.scale_box.extent)));
+    WSYNC_RETURN_IF_ERROR(QuantizeStep(
+        job, step, Address(buffers, step.from, element_size), step.from.strides, call.fp8,
+        RowMajorStrides(step.blocks.extent), call.scales, RowMajorStrides(step.scale_box.extent)));
   }
   return absl::OkStatus();
 }

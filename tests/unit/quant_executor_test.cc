@@ -6,7 +6,10 @@
 // whole bf16 tensor, bit for bit; a plan forced to quantize every block at the receiver gives the
 // same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; a CUDA
 // process quantizing host memory and a missing quantization plan are refused on every process;
-// named layouts sync. CUDA processes quantizing device memory: quant_device_executor_test.cc.
+// named layouts sync; the quantization staging stays within the bound executor/quant_work.h
+// states at every budget (far below every step at once for many steps), and a NaN in a step
+// reached mid-run fails every process. CUDA processes quantizing device memory:
+// quant_device_executor_test.cc.
 
 #include <algorithm>
 #include <functional>
@@ -22,8 +25,6 @@
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner/models.h"
-#include "planner/named_layouts.h"
 #include "planner/policy.h"
 #include "planner/quant_plan.h"
 #include "tests/testing/executor_checks.h"
@@ -73,7 +74,45 @@ std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& p
       });
 }
 
-// Every run succeeded and counted what its schedule says.
+// The bound executor/quant_work.h states on the quantization staging of sender `p` running
+// `quant` under `budget`, computed from the plan alone: the resident scales, the transient of the
+// steps it sends itself, and per receiver min(all its steps, 3 x the largest + W x the e4m3 bytes
+// of two messages), each region 64-byte aligned. Scales never go out before their e4m3 bytes
+// here (scale parameters follow their weights), so no scales are computed twice.
+int64_t StagingBound(const QuantPlan& quant, int64_t budget, int32_t p) {
+  auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  struct Receiver {
+    int64_t all = 0, largest = 0, row = 0, steps = 0;
+    double widen = 1;  // The most a step's blocks exceed its box.
+  };
+  std::map<int32_t, Receiver> receivers;
+  int64_t bound = 0, transient = 0;
+  for (const QuantTransform& step : quant.transforms) {
+    if (step.side != QuantSide::kSender || step.from.process != p) continue;
+    bound += aligned(Volume(step.scale_box) * 4);
+    const int64_t blocks = aligned(Volume(step.blocks));
+    if (step.to.process == p) {
+      transient = std::max(transient, blocks);
+      continue;
+    }
+    Receiver& r = receivers[step.to.process];
+    r.all += blocks;
+    r.largest = std::max(r.largest, blocks);
+    ++r.steps;
+    r.widen = std::max(r.widen, static_cast<double>(Volume(step.blocks)) / Volume(step.box));
+    size_t axis = 0;  // Chunks are rows along the outermost axis of extent > 1.
+    while (axis + 1 < step.box.extent.size() && step.box.extent[axis] == 1) ++axis;
+    r.row = std::max(r.row, Volume(step.box) / step.box.extent[axis]);
+  }
+  for (const auto& [q, r] : receivers) {
+    const int64_t message = std::max(budget / 2, r.row);  // The e4m3 bytes of one message.
+    bound += std::min<int64_t>(
+        r.all, 3 * r.largest + static_cast<int64_t>(r.widen * 2 * message) + 64 * r.steps);
+  }
+  return bound + transient;
+}
+
+// Every run succeeded and counted what its schedule says, within the staging bound.
 void ExpectRunsAsScheduled(const Job& job, const Plan& plan, const QuantPlan& quant,
                            const SyncOptions& sync,
                            const std::vector<absl::StatusOr<TransferStats>>& results) {
@@ -86,6 +125,9 @@ void ExpectRunsAsScheduled(const Job& job, const Plan& plan, const QuantPlan& qu
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     SCOPED_TRACE(::testing::Message() << "process " << p);
     test::ExpectStatsMatchSchedule(*schedule, *results[p]);
+    EXPECT_LE(schedule->quant_staging_bytes,
+              StagingBound(sync.own != nullptr ? mine.quant : quant, sync.budget, p));
+    EXPECT_LE(schedule->quant_staging_bytes, schedule->quant_staging_whole_bytes + 64);
     if (sync.verify != VerifyMode::kOff && schedule->received_bytes > 0) {
       EXPECT_GT(results[p]->verified_chunks, 0);
     }
@@ -299,14 +341,25 @@ TEST(QuantExecutorTest, CudaProcessQuantizingHostMemoryIsRefusedOnEveryProcess) 
   }
 }
 
+// A job of named layouts with random bf16 source tensors and its plan.
+struct NamedCase {
+  Job job;
+  Plan plan;
+  std::vector<fp8_test::Tensor> tensors;  // Per source parameter.
+};
+
+NamedCase MakeNamedCase(const quant_plan_test::NamedSpec& spec, std::mt19937_64& rng) {
+  absl::StatusOr<quant_plan_test::NamedJob> named = quant_plan_test::MakeNamedJob(spec);
+  EXPECT_TRUE(named.ok()) << named.status();
+  EXPECT_TRUE(named->job.HasQuantizedParams());
+  std::vector<fp8_test::Tensor> tensors = quant_plan_test::RandomSourceTensors(named->job, rng);
+  return NamedCase{std::move(named->job), std::move(named->plan), std::move(tensors)};
+}
+
 // Named layouts: every parameter of a small model, the FP8 ones quantized as the reference does
 // and the others copied.
 TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
-  struct Case {
-    const char* model;
-    const char* source;
-    const char* target;
-  };
+  using Case = quant_plan_test::NamedSpec;
   const Case cases[] = {
       {"qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)"},
       {"qwen2.5-tiny", "megatron(tp=2, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
@@ -316,31 +369,120 @@ TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
   std::mt19937_64 rng(5);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.model << " " << c.source << " -> " << c.target);
-    absl::StatusOr<ModelSpec> model = GetModel(c.model);
-    ASSERT_TRUE(model.ok()) << model.status();
-    absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(*model, c.source, c.target);
-    ASSERT_TRUE(layouts.ok()) << layouts.status();
-    absl::StatusOr<Job> job = Job::Create(layouts->source, layouts->target);
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_TRUE(job->HasQuantizedParams());
-    absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    std::vector<fp8_test::Tensor> tensors;
-    for (const ParamInfo& param : job->source().params) {
-      const Dims& shape = param.shape;
-      const int64_t cols = shape.back();
-      const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
-      tensors.push_back(
-          fp8_test::RandomTensor(rng, Volume(WholeBox(shape)) / (rows * cols), rows, cols));
-    }
-    Memory memory = quant_plan_test::AllocateMemory(*job, tensors);
+    NamedCase n = MakeNamedCase(c, rng);
+    if (HasFailure()) return;
+    Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
     SyncOptions sync;
     sync.verify = VerifyMode::kHash;
-    const auto results = RunSync(*job, *plan, plan->quant, sync, memory);
-    ExpectRunsAsScheduled(*job, *plan, plan->quant, sync, results);
+    const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+    ExpectRunsAsScheduled(n.job, n.plan, n.plan.quant, sync, results);
     if (HasFatalFailure()) return;
-    quant_plan_test::ExpectMatchesReference(*job, tensors, memory);
+    quant_plan_test::ExpectMatchesReference(n.job, n.tensors, memory);
     if (HasFatalFailure()) return;
+  }
+}
+
+// A trainer of a named layout sends many quantized parameters to each rollout: under small
+// budgets its staging holds a few steps at a time (ExpectRunsAsScheduled checks the stated bound
+// and that the run allocated what the schedule says and wrote no further), far below every step
+// at once, and the rollouts still get the reference quantization, with either lane driver.
+TEST(QuantExecutorTest, StagingOfManyStepsStaysWithinTheBudgetBound) {
+  std::mt19937_64 rng(6);
+  NamedCase n =
+      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)"}, rng);
+  if (HasFailure()) return;
+  for (const int64_t budget : {int64_t{64} << 20, int64_t{64} << 10, int64_t{8} << 10}) {
+    for (const bool lockstep : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "budget " << budget << " lockstep " << lockstep);
+      SyncOptions sync;
+      sync.budget = budget;
+      sync.lockstep = lockstep;
+      sync.verify = lockstep ? VerifyMode::kHash : VerifyMode::kOff;
+      Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
+      const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+      ExpectRunsAsScheduled(n.job, n.plan, n.plan.quant, sync, results);
+      if (HasFatalFailure()) return;
+      quant_plan_test::ExpectMatchesReference(n.job, n.tensors, memory);
+      if (HasFatalFailure()) return;
+      for (int32_t p = 0; p < n.job.num_processes(); ++p) {
+        if (n.job.IsSource(p)) {
+          EXPECT_GT(results[p]->quant_staging_written_bytes, 0) << p;
+        }
+      }
+    }
+  }
+}
+
+// A trainer of a real model sends hundreds of quantized parameters: its staging is laid out for a
+// few at a time, far below all of them at once (what it took before), and within the bound.
+TEST(QuantExecutorTest, StagingOfARealModelIsFarBelowEveryStepAtOnce) {
+  using Case = quant_plan_test::NamedSpec;
+  const Case cases[] = {
+      {"qwen2.5-0.5b", "megatron(tp=1)", "vllm(tp=1, quant=fp8_block)"},
+      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(tp=4, quant=fp8_block)"},
+      {"llama-3-8b", "megatron(tp=4, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<quant_plan_test::NamedJob> named = quant_plan_test::MakeNamedJob(c);
+    ASSERT_TRUE(named.ok()) << named.status();
+    const Job* job = &named->job;
+    const Plan* plan = &named->plan;
+    for (const int64_t budget : {int64_t{64} << 20, int64_t{1} << 20, int64_t{64} << 10}) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.model << " " << c.source << " -> " << c.target << " budget " << budget);
+      for (int32_t p = 0; p < job->num_processes(); ++p) {
+        if (!job->IsSource(p)) continue;
+        absl::StatusOr<ProcessSchedule> schedule =
+            ScheduleTransfers(*job, plan->segments, plan->quant, test::AllProcesses(*job),
+                              StagingBudget{static_cast<double>(budget)}, p);
+        ASSERT_TRUE(schedule.ok()) << schedule.status();
+        EXPECT_LE(schedule->quant_staging_bytes, StagingBound(plan->quant, budget, p)) << p;
+        EXPECT_LE(schedule->quant_staging_bytes * 8, schedule->quant_staging_whole_bytes) << p;
+      }
+    }
+  }
+}
+
+// A NaN in the last quantized parameter a trainer sends, under a small budget: the trainer fails
+// naming the parameter when it reaches that step, after earlier messages landed (the rollouts'
+// buffers are partly written), and every other process fails too.
+TEST(QuantExecutorTest, NaNInALaterStepFailsEveryProcessMidRun) {
+  std::mt19937_64 rng(7);
+  NamedCase n =
+      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=1)", "vllm(tp=2, quant=fp8_block)"}, rng);
+  if (HasFailure()) return;
+  const QuantTransform* last = nullptr;  // The sender-side step of the highest parameter.
+  for (const QuantTransform& step : n.plan.quant.transforms) {
+    if (step.side == QuantSide::kSender && (last == nullptr || step.param > last->param)) {
+      last = &step;
+    }
+  }
+  ASSERT_NE(last, nullptr);
+  const int32_t source_param = n.job.SourceParamOf(last->param);
+  const Dims& origin = last->blocks.origin;
+  fp8_test::Tensor& tensor = n.tensors[source_param];
+  const size_t rank = origin.size();
+  tensor.at(rank == 3 ? origin[0] : 0, origin[rank - 2], origin[rank - 1]) = 0x7fc0;  // bf16 NaN.
+  const std::string name = n.job.target().params[last->param].name;
+  for (const bool lockstep : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "lockstep " << lockstep);
+    SyncOptions sync;
+    sync.budget = int64_t{8} << 10;
+    sync.lockstep = lockstep;
+    Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
+    const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+    for (int32_t p = 0; p < n.job.num_processes(); ++p) {
+      ASSERT_FALSE(results[p].ok()) << p;
+    }
+    const absl::Status& failed = results[last->from.process].status();
+    EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument) << failed;
+    EXPECT_THAT(std::string(failed.message()), HasSubstr("parameter " + name));
+    EXPECT_THAT(std::string(failed.message()), HasSubstr("cannot quantize NaN"));
+    int64_t landed = 0;  // Rollout bytes written before the failure.
+    for (const auto& [key, bytes] : Rollouts(n.job, memory)) {
+      landed += std::count_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0xff; });
+    }
+    EXPECT_GT(landed, 0);
   }
 }
 
