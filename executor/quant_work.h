@@ -32,9 +32,10 @@
 //   capacity live + largest never overlaps a live step, where live is the most e4m3 blocks of the
 //   steps alive at once: those whose e4m3 bytes travel in the message being prepared or the one
 //   before it. A ring takes min(that capacity, all of its steps) bytes;
-// - a transient region (the largest step that needs it; none in the named layouts): steps the
-//   sender also receives (copied before the rounds, one at a time) and steps whose scales may go
-//   out before their e4m3 bytes (scales first in the lane or on another lane), whose scales are
+// - a transient region (the largest step that needs it; none in the named layouts, whose scale
+//   parameters are named after their weights: parameters are ordered by name): steps the sender
+//   also receives (copied before the rounds, one at a time) and steps whose scales may go out
+//   before their e4m3 bytes (scales first in the lane or on another lane), whose scales are
 //   computed when first sent, the e4m3 output dropped, with a scratch for the second computation.
 // Bound: staging <= scales + transient + scratch + sum over send lanes of
 // min(all its steps, 3 x its largest step + W x (e4m3 bytes of two consecutive messages)), where

@@ -46,6 +46,7 @@ struct SyncOptions {
   bool lockstep = false;
   // Per global process, its own plan (PlanOptions::process); the whole plan when empty.
   const std::vector<Plan>* own = nullptr;
+  bool scales_first = false;  // Scale parameters precede their weights (ScalesFirst).
 };
 
 // One sync of every process as a thread over a fresh loopback fabric, with `quant` as the
@@ -77,9 +78,10 @@ std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& p
 // The bound executor/quant_work.h states on the quantization staging of sender `p` running
 // `quant` under `budget`, computed from the plan alone: the resident scales, the transient of the
 // steps it sends itself, and per receiver min(all its steps, 3 x the largest + W x the e4m3 bytes
-// of two messages), each region 64-byte aligned. Scales never go out before their e4m3 bytes
-// here (scale parameters follow their weights), so no scales are computed twice.
-int64_t StagingBound(const QuantPlan& quant, int64_t budget, int32_t p) {
+// of two messages), each region 64-byte aligned; with `scales_first` (scales may go out before
+// their e4m3 bytes: a scale parameter named before its weight) also the transient and the
+// scratch of scales computed twice.
+int64_t StagingBound(const QuantPlan& quant, int64_t budget, int32_t p, bool scales_first) {
   auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
   struct Receiver {
     int64_t all = 0, largest = 0, row = 0, steps = 0;
@@ -91,6 +93,10 @@ int64_t StagingBound(const QuantPlan& quant, int64_t budget, int32_t p) {
     if (step.side != QuantSide::kSender || step.from.process != p) continue;
     bound += aligned(Volume(step.scale_box) * 4);
     const int64_t blocks = aligned(Volume(step.blocks));
+    if (scales_first) {
+      transient = std::max(transient, blocks);
+      bound += aligned(Volume(step.scale_box) * 4);  // At most the scratch.
+    }
     if (step.to.process == p) {
       transient = std::max(transient, blocks);
       continue;
@@ -125,9 +131,11 @@ void ExpectRunsAsScheduled(const Job& job, const Plan& plan, const QuantPlan& qu
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     SCOPED_TRACE(::testing::Message() << "process " << p);
     test::ExpectStatsMatchSchedule(*schedule, *results[p]);
-    EXPECT_LE(schedule->quant_staging_bytes,
-              StagingBound(sync.own != nullptr ? mine.quant : quant, sync.budget, p));
-    EXPECT_LE(schedule->quant_staging_bytes, schedule->quant_staging_whole_bytes + 64);
+    EXPECT_LE(schedule->quant_staging_bytes, StagingBound(sync.own != nullptr ? mine.quant : quant,
+                                                          sync.budget, p, sync.scales_first));
+    if (!sync.scales_first) {
+      EXPECT_LE(schedule->quant_staging_bytes, schedule->quant_staging_whole_bytes + 64);
+    }
     if (sync.verify != VerifyMode::kOff && schedule->received_bytes > 0) {
       EXPECT_GT(results[p]->verified_chunks, 0);
     }
@@ -261,6 +269,58 @@ TEST(QuantExecutorTest, RandomSyncsWriteTheReferenceQuantization) {
   EXPECT_GT(counts.sender, 30);
   EXPECT_GT(counts.receiver, 30);
   EXPECT_GT(counts.staged_budgets, 10);
+}
+
+// `target` (QuantTarget's: "w" with scales "w_scale") with the scales renamed "a_scale":
+// parameters are ordered by name, so each lane then carries a step's scales before its e4m3 bytes.
+Layout ScalesFirst(Layout target) {
+  for (ParamInfo& param : target.params) {
+    if (param.name == "w_scale") param.name = "a_scale";
+    if (param.quant.scale_param == "w_scale") param.quant.scale_param = "a_scale";
+  }
+  return target;
+}
+
+// Scales that go out before their e4m3 bytes: the sender computes them when they are first sent
+// (the e4m3 output dropped into the transient) and again, into a scratch, when the e4m3 bytes
+// are due; the rollouts get the reference quantization and the staging stays within the bound.
+TEST(QuantExecutorTest, ScalesSentBeforeTheirBlocksAreTheReferenceScales) {
+  std::mt19937_64 rng(2424);
+  struct Case {
+    Dims shape;
+    AxisCuts source_cuts, target_cuts;
+  };
+  // Steps of more than 64 KiB of e4m3 bytes travel alone, after their scales.
+  const Case cases[] = {
+      {{512, 384}, {{0, 512}, {0, 256, 384}}, {{0, 256, 512}, {0, 384}}},
+      {{1024, 256}, {{0, 1024}, {0, 256}}, {{0, 256, 512, 768, 1024}, {0, 256}}},
+      {{2, 512, 256}, {{0, 2}, {0, 512}, {0, 256}}, {{0, 1, 2}, {0, 512}, {0, 256}}},
+  };
+  for (const Case& c : cases) {
+    for (const bool lockstep : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << DimsToString(c.shape) << " lockstep " << lockstep);
+      SyncOptions sync;
+      sync.scales_first = true;
+      sync.lockstep = lockstep;
+      sync.verify = static_cast<VerifyMode>(lockstep);
+      absl::StatusOr<Job> job =
+          Job::Create(quant_plan_test::QuantSource(c.shape, c.source_cuts, 1, 0),
+                      ScalesFirst(quant_plan_test::QuantTarget(c.shape, ParamQuant{128, 128, ""},
+                                                               c.target_cuts, 1, 0)));
+      ASSERT_TRUE(job.ok()) << job.status();
+      absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const int64_t rank = static_cast<int64_t>(c.shape.size());
+      const fp8_test::Tensor tensor = fp8_test::RandomTensor(rng, rank == 3 ? c.shape[0] : 1,
+                                                             c.shape[rank - 2], c.shape[rank - 1]);
+      Memory memory = quant_plan_test::AllocateMemory(*job, tensor);
+      const auto results = RunSync(*job, *plan, plan->quant, sync, memory);
+      ExpectRunsAsScheduled(*job, *plan, plan->quant, sync, results);
+      if (HasFatalFailure()) return;
+      quant_plan_test::ExpectMatchesReference(*job, tensor, memory);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 // The fixed case (quant_plan_support.h): block column 0 is quantized by trainer 0, block column 2
@@ -436,7 +496,7 @@ TEST(QuantExecutorTest, StagingOfARealModelIsFarBelowEveryStepAtOnce) {
             ScheduleTransfers(*job, plan->segments, plan->quant, test::AllProcesses(*job),
                               StagingBudget{static_cast<double>(budget)}, p);
         ASSERT_TRUE(schedule.ok()) << schedule.status();
-        EXPECT_LE(schedule->quant_staging_bytes, StagingBound(plan->quant, budget, p)) << p;
+        EXPECT_LE(schedule->quant_staging_bytes, StagingBound(plan->quant, budget, p, false)) << p;
         EXPECT_LE(schedule->quant_staging_bytes * 8, schedule->quant_staging_whole_bytes) << p;
       }
     }
