@@ -154,6 +154,10 @@ struct TransferStats {
   // time spent on it.
   int64_t quantized_elements = 0;
   double quantize_cpu_seconds = 0;
+  // The quantization staging the run allocated (equals ProcessSchedule::quant_staging_bytes) and
+  // the most of it any quantization wrote: the end of the furthest e4m3 or scale region written.
+  int64_t quant_staging_bytes = 0;
+  int64_t quant_staging_written_bytes = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

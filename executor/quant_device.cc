@@ -64,50 +64,77 @@ char* At(const LocalBuffers& buffers, const Endpoint& end, int64_t element_size)
 
 }  // namespace
 
-absl::Status QuantizeOnDevice(const Job& job, const QuantWork& quant, bool sending,
-                              const LocalBuffers& buffers, char* staging_or_arena,
-                              DeviceMemory& device, ArenaCache& arenas, size_t report_slot,
-                              absl::Time deadline) {
-  const size_t steps = sending ? quant.sends.size() : quant.receives.size();
-  if (steps == 0) return absl::OkStatus();
+namespace {
+
+// Launches `requests` (each of steps[i], without its report word) on `device`, waits for them and
+// turns their report words into a status.
+absl::Status LaunchAndReport(const Job& job, absl::Span<const QuantTransform* const> steps,
+                             std::vector<Fp8DeviceQuant>& requests, DeviceMemory& device,
+                             ArenaCache& arenas, size_t report_slot, absl::Time deadline) {
+  if (requests.empty()) return absl::OkStatus();
   using Word = unsigned long long;  // NOLINT(runtime/int): the report word's type.
-  const int64_t report_bytes = static_cast<int64_t>(steps * sizeof(Word));
+  const int64_t count = static_cast<int64_t>(requests.size());
+  const int64_t report_bytes = count * static_cast<int64_t>(sizeof(Word));
   WSYNC_ASSIGN_OR_RETURN(char* device_words, arenas.GetDevice(device, report_slot, report_bytes));
   Word* reports = reinterpret_cast<Word*>(device_words);
   Word* host_reports = reinterpret_cast<Word*>(arenas.Get(report_slot, report_bytes));
-  std::vector<Fp8DeviceQuant> requests;
-  requests.reserve(steps);
-  for (size_t i = 0; i < steps; ++i) {
-    const QuantTransform& step = sending ? quant.sends[i].step : quant.receives[i];
-    const int64_t element_size =
-        DTypeSize(job.source().params[job.SourceParamOf(step.param)].dtype);
-    const char* input = sending ? At(buffers, step.from, element_size)
-                                : staging_or_arena + step.from.offset * element_size;
-    WSYNC_ASSIGN_OR_RETURN(Fp8DeviceQuant q, StepRequest(job, step, input, step.from.strides));
-    if (sending) {
-      SetOutput(step, step.blocks, staging_or_arena + quant.sends[i].fp8_offset,
-                RowMajorStrides(step.blocks.extent), q);
-      q.scales = reinterpret_cast<float*>(staging_or_arena + quant.sends[i].scale_offset);
-      SetAxes(RowMajorStrides(step.scale_box.extent), 0, q.scale_strides);
-    } else {
-      SetOutput(step, step.box, At(buffers, step.to, 1), step.to.strides, q);
-      q.scales = reinterpret_cast<float*>(At(buffers, step.scale_to, sizeof(float)));
-      SetAxes(step.scale_to.strides, 0, q.scale_strides);
-    }
-    q.report = reports + i;
-    WSYNC_RETURN_IF_ERROR(device.QuantizeFp8Async(q, job.target().params[step.param].name));
-    requests.push_back(q);
+  for (int64_t i = 0; i < count; ++i) {
+    requests[i].report = reports + i;
+    WSYNC_RETURN_IF_ERROR(
+        device.QuantizeFp8Async(requests[i], job.target().params[steps[i]->param].name));
   }
-  const int64_t count = static_cast<int64_t>(steps);
   WSYNC_RETURN_IF_ERROR(
       device.CopyStridedAsync(host_reports, {1}, reports, {1}, {count}, sizeof(Word)));
   WSYNC_RETURN_IF_ERROR(device.Synchronize(deadline));
-  for (size_t i = 0; i < steps; ++i) {
-    const QuantTransform& step = sending ? quant.sends[i].step : quant.receives[i];
-    WSYNC_RETURN_IF_ERROR(
-        quant::Fp8ReportStatus(host_reports[i], requests[i], job.target().params[step.param].name));
+  for (int64_t i = 0; i < count; ++i) {
+    WSYNC_RETURN_IF_ERROR(quant::Fp8ReportStatus(host_reports[i], requests[i],
+                                                 job.target().params[steps[i]->param].name));
   }
   return absl::OkStatus();
+}
+
+int64_t SourceSize(const Job& job, const QuantTransform& step) {
+  return DTypeSize(job.source().params[job.SourceParamOf(step.param)].dtype);
+}
+
+}  // namespace
+
+absl::Status QuantizeSendsOnDevice(const Job& job, absl::Span<const SendQuantCall> calls,
+                                   const LocalBuffers& buffers, DeviceMemory& device,
+                                   ArenaCache& arenas, size_t report_slot, absl::Time deadline) {
+  std::vector<const QuantTransform*> steps;
+  std::vector<Fp8DeviceQuant> requests;
+  for (const SendQuantCall& call : calls) {
+    const QuantTransform& step = *call.step;
+    WSYNC_ASSIGN_OR_RETURN(
+        Fp8DeviceQuant q,
+        StepRequest(job, step, At(buffers, step.from, SourceSize(job, step)), step.from.strides));
+    SetOutput(step, step.blocks, call.fp8, RowMajorStrides(step.blocks.extent), q);
+    q.scales = reinterpret_cast<float*>(call.scales);
+    SetAxes(RowMajorStrides(step.scale_box.extent), 0, q.scale_strides);
+    steps.push_back(&step);
+    requests.push_back(q);
+  }
+  return LaunchAndReport(job, steps, requests, device, arenas, report_slot, deadline);
+}
+
+absl::Status QuantizeReceivedOnDevice(const Job& job, const QuantWork& quant,
+                                      const LocalBuffers& buffers, const char* arena,
+                                      DeviceMemory& device, ArenaCache& arenas, size_t report_slot,
+                                      absl::Time deadline) {
+  std::vector<const QuantTransform*> steps;
+  std::vector<Fp8DeviceQuant> requests;
+  for (const QuantTransform& step : quant.receives) {
+    WSYNC_ASSIGN_OR_RETURN(Fp8DeviceQuant q,
+                           StepRequest(job, step, arena + step.from.offset * SourceSize(job, step),
+                                       step.from.strides));
+    SetOutput(step, step.box, At(buffers, step.to, 1), step.to.strides, q);
+    q.scales = reinterpret_cast<float*>(At(buffers, step.scale_to, sizeof(float)));
+    SetAxes(step.scale_to.strides, 0, q.scale_strides);
+    steps.push_back(&step);
+    requests.push_back(q);
+  }
+  return LaunchAndReport(job, steps, requests, device, arenas, report_slot, deadline);
 }
 
 }  // namespace wsync::executor_internal

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "executor/execute.h"
 #include "executor/quant_work.h"
 #include "planner/job.h"
@@ -29,16 +30,19 @@
 
 namespace wsync::executor_internal {
 
-// Runs quant.sends into `staging` (sending) or quant.receives from `arena` (both device memory of
-// quant.staging_bytes / quant.arena_bytes) on `device`, waiting until `deadline`. The report words
+// Runs `calls` (sender-side steps, their outputs in device memory) on `device`, or quant.receives
+// from `arena` (device memory of quant.arena_bytes), waiting until `deadline`. The report words
 // live in `arenas` (device and host arena `report_slot`), so that a launch or copy still running
 // after a failed wait writes memory the run's failure path outlives. InvalidArgument for a NaN or
 // infinity (naming the parameter) or a source dtype other than bf16/fp32; the device's errors
 // (Unimplemented without kernels, DeadlineExceeded) otherwise.
-absl::Status QuantizeOnDevice(const Job& job, const QuantWork& quant, bool sending,
-                              const LocalBuffers& buffers, char* staging_or_arena,
-                              DeviceMemory& device, ArenaCache& arenas, size_t report_slot,
-                              absl::Time deadline);
+absl::Status QuantizeSendsOnDevice(const Job& job, absl::Span<const SendQuantCall> calls,
+                                   const LocalBuffers& buffers, DeviceMemory& device,
+                                   ArenaCache& arenas, size_t report_slot, absl::Time deadline);
+absl::Status QuantizeReceivedOnDevice(const Job& job, const QuantWork& quant,
+                                      const LocalBuffers& buffers, const char* arena,
+                                      DeviceMemory& device, ArenaCache& arenas, size_t report_slot,
+                                      absl::Time deadline);
 
 }  // namespace wsync::executor_internal
 

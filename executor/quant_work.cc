@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,15 +18,13 @@ int64_t AlignUp(int64_t bytes) {
   return (bytes + kQuantArenaAlignment - 1) / kQuantArenaAlignment * kQuantArenaAlignment;
 }
 
-// A sender-side step's input: sender, source buffer and offset, target parameter, blocks.
-using SenderStepKey = std::tuple<int32_t, uint64_t, int64_t, int32_t, Box>;
-
 int64_t SourceElementSize(const Job& job, int32_t target_param) {
   return DTypeSize(job.source().params[job.SourceParamOf(target_param)].dtype);
 }
 
-// The two segments that carry a sender-side step's output from the staging.
-void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out) {
+// The two segments that carry a sender-side step's output from the staging; their indices into
+// `out` go to `staged`.
+void AppendSentSegments(StagedQuantStep& staged, std::vector<Segment>& out) {
   const QuantTransform& step = staged.step;
   const Dims fp8_strides = RowMajorStrides(step.blocks.extent);
   Segment fp8;
@@ -37,6 +34,7 @@ void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out
       Endpoint{step.from.process, kQuantStagingBuffer,
                SubRegionOffset(step.blocks, staged.fp8_offset, fp8_strides, step.box), fp8_strides};
   fp8.to = step.to;
+  staged.fp8_segment = static_cast<int32_t>(out.size());
   out.push_back(std::move(fp8));
   Segment scales;
   scales.param = step.scale_param;
@@ -45,6 +43,7 @@ void AppendSentSegments(const StagedQuantStep& staged, std::vector<Segment>& out
                          staged.scale_offset / static_cast<int64_t>(sizeof(float)),
                          RowMajorStrides(step.scale_box.extent)};
   scales.to = step.scale_to;
+  staged.scale_segment = static_cast<int32_t>(out.size());
   out.push_back(std::move(scales));
 }
 
@@ -137,10 +136,6 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
   if (!job.HasQuantizedParams()) return work;
   work.segments.assign(segments.begin(), segments.end());
   absl::flat_hash_map<int32_t, int64_t> staging;  // Bytes used per sender.
-  // The staging offsets (e4m3, scales) of each distinct step this process sends: replicas of a
-  // target piece (rollout DP replicas) get steps of the same blocks from the same source region,
-  // quantized once.
-  absl::flat_hash_map<SenderStepKey, std::pair<int64_t, int64_t>> staged_once;
   for (const QuantTransform& step : quant.transforms) {
     if (step.blocks.rank() != 2 && step.blocks.rank() != 3) {
       return absl::InvalidArgumentError(
@@ -155,25 +150,13 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
       work.quantized_elements += Volume(step.blocks);
       continue;
     }
-    // Only this process's own steps are looked up (the offsets of others' are never read).
-    const bool own = step.from.process == process;
-    auto [it, first] =
-        own ? staged_once.try_emplace(SenderStepKey{step.from.process, step.from.buffer,
-                                                    step.from.offset, step.param, step.blocks})
-            : std::make_pair(staged_once.end(), true);
-    StagedQuantStep staged{step, 0, 0};
-    if (first) {
-      int64_t& used = staging[step.from.process];
-      staged.fp8_offset = AlignUp(used);
-      staged.scale_offset = AlignUp(staged.fp8_offset + Volume(step.blocks));
-      used = staged.scale_offset + Volume(step.scale_box) * static_cast<int64_t>(sizeof(float));
-      if (own) it->second = {staged.fp8_offset, staged.scale_offset};
-    } else {
-      std::tie(staged.fp8_offset, staged.scale_offset) = it->second;
-    }
-    if (!own && step.to.process != process) continue;
+    int64_t& used = staging[step.from.process];
+    StagedQuantStep staged{step, AlignUp(used), 0};
+    staged.scale_offset = AlignUp(staged.fp8_offset + Volume(step.blocks));
+    used = staged.scale_offset + Volume(step.scale_box) * static_cast<int64_t>(sizeof(float));
+    if (step.from.process != process && step.to.process != process) continue;
     AppendSentSegments(staged, work.segments);
-    if (!own || !first) continue;
+    if (step.from.process != process) continue;
     work.quantized_elements += Volume(step.blocks);
     work.sends.push_back(std::move(staged));
   }
@@ -187,27 +170,28 @@ absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segmen
 }
 
 absl::StatusOr<Work> BuildWorkWithQuant(const Job& job, absl::Span<const Segment> segments,
-                                        const QuantWork& quant, const Endpoints& endpoints,
+                                        QuantWork& quant, const Endpoints& endpoints,
                                         const StagingBudget& budget, int32_t process) {
   const bool quantized = job.HasQuantizedParams();
   WSYNC_ASSIGN_OR_RETURN(
       Work work, BuildWork(job, quantized ? absl::Span<const Segment>(quant.segments) : segments,
                            endpoints, budget, process));
-  work.quant_staging_bytes = quant.staging_bytes;
+  WSYNC_ASSIGN_OR_RETURN(quant.layout, LayOutQuantStaging(work, quant));
+  work.quant_staging_bytes = quant.layout.bytes;
+  work.quant_staging_whole_bytes = quant.staging_bytes;
   work.quant_arena_bytes = quant.arena_bytes;
   work.quantized_elements = quant.quantized_elements;
   return work;
 }
 
-absl::Status QuantizeForSending(const Job& job, const QuantWork& quant, const LocalBuffers& buffers,
-                                char* staging) {
-  for (const StagedQuantStep& staged : quant.sends) {
-    const QuantTransform& step = staged.step;
+absl::Status QuantizeSends(const Job& job, absl::Span<const SendQuantCall> calls,
+                           const LocalBuffers& buffers) {
+  for (const SendQuantCall& call : calls) {
+    const QuantTransform& step = *call.step;
     const int64_t element_size = SourceElementSize(job, step.param);
-    WSYNC_RETURN_IF_ERROR(
-        QuantizeStep(job, step, Address(buffers, step.from, element_size), step.from.strides,
-                     staging + staged.fp8_offset, RowMajorStrides(step.blocks.extent),
-                     staging + staged.scale_offset, RowMajorStrides(step.scale_box.extent)));
+    WSYNC_RETURN_IF_ERROR(QuantizeStep(
+        job, step, Address(buffers, step.from, element_size), step.from.strides, call.fp8,
+        RowMajorStrides(step.blocks.extent), call.scales, RowMajorStrides(step.scale_box.extent)));
   }
   return absl::OkStatus();
 }

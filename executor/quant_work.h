@@ -2,18 +2,17 @@
 #define WSYNC_EXECUTOR_QUANT_WORK_H_
 
 // Private to the executor: what one process runs of a plan's quantization steps (issue 22;
-// planner/quant_plan.h), on host memory, as segments the rounds move plus a quantize step before
-// and after them.
+// planner/quant_plan.h), on host memory, as segments the rounds move plus quantize steps before,
+// during (quant_run.h) and after them.
 //
-// - Sender side (QuantSide::kSender): before its rounds, the sender quantizes the step's whole
-//   blocks from its source piece into its quantization staging (buffer kQuantStagingBuffer:
-//   per step the e4m3 bytes row-major over `blocks`, then the fp32 scales row-major over
-//   `scale_box`, each region 64-byte aligned, steps in plan order). Two segments carry them like
-//   any other: the e4m3 elements of `box` (the target parameter, 1 byte each) from the staging
-//   to `to`, and the scales of `scale_box` (the scale parameter, 4 bytes each) to `scale_to`.
-//   Steps of the same blocks read from the same source region (one per rollout replica of the
-//   target piece) are quantized and staged once; each still gets its two segments, all reading
-//   that one staged output.
+// - Sender side (QuantSide::kSender): the sender quantizes the step's whole blocks from its
+//   source piece into its quantization staging (buffer kQuantStagingBuffer) and two segments carry
+//   them like any other: the e4m3 elements of `box` (the target parameter, 1 byte each) from the
+//   staging to `to`, and the scales of `scale_box` (the scale parameter, 4 bytes each) to
+//   `scale_to`. The segments address a virtual staging (per step the e4m3 bytes row-major over
+//   `blocks`, then the fp32 scales row-major over `scale_box`, each region 64-byte aligned, steps
+//   in plan order) that every process computes alike; only the sender reads it, through
+//   QuantStagingLayout, which places it in far less memory (below).
 // - Receiver side (kReceiver): the plan's gathers are segments into the receiver's quantization
 //   arena (kQuantArenaBuffer, elements of the source dtype, regions as planned); after its rounds
 //   (and the chunk verification) the receiver quantizes each step's blocks there and writes the
@@ -22,16 +21,39 @@
 // The schedule and the run both use QuantWork::segments, so the schedule counts the quantized
 // bytes on the wire; the staging and the arena are reported apart (ProcessSchedule) and in
 // arena_bytes, outside the per-peer staging budget (the planner sizes the arena).
+//
+// The sender's staging (QuantStagingLayout, LayOutQuantStaging) holds at once:
+// - the scales of every step it quantizes (resident for the run: 4 bytes per block);
+// - per send lane, a ring of the e4m3 blocks of the steps that lane sends: a step is quantized
+//   when the lane prepares the first message carrying its e4m3 bytes, and its region is reused
+//   once the message after its last one is prepared (a lane's messages before the one it prepares
+//   minus one have completed, with either lane driver, so nothing reads the region any more). A
+//   lane's steps live in lane order (their e4m3 bytes are contiguous in it), so the ring of
+//   capacity live + largest never overlaps a live step, where live is the most e4m3 blocks of the
+//   steps alive at once: those whose e4m3 bytes travel in the message being prepared or the one
+//   before it. A ring takes min(that capacity, all of its steps) bytes;
+// - a transient region (the largest step that needs it; none in the named layouts, whose scale
+//   parameters are named after their weights: parameters are ordered by name): steps the sender
+//   also receives (copied before the rounds, one at a time) and steps whose scales may go out
+//   before their e4m3 bytes (scales first in the lane or on another lane), whose scales are
+//   computed when first sent, the e4m3 output dropped, with a scratch for the second computation.
+// Bound: staging <= scales + transient + scratch + sum over send lanes of
+// min(all its steps, 3 x its largest step + W x (e4m3 bytes of two consecutive messages)), where
+// W is the most a step's blocks exceed its box (1 for block-aligned pieces) and a message carries
+// at most budget/2 bytes (or one row of a piece, when larger). A single step is never split: a
+// step larger than the budget is held whole while its bytes are sent.
 // On a CUDA process the staging and the arena are device memory and the steps run on the device
 // (quant_device.h); every step a CUDA process quantizes must then read and write CUDA buffers only
 // (CheckQuantRun).
 // A simulated run (ExecuteOptions::simulated_quantize) quantizes nothing: its step takes the
 // time the simulation gives it for the step's input bytes.
-// Not thread-safe; pure but for the memory QuantizeForSending / QuantizeReceived write.
+// Not thread-safe; pure but for the memory QuantizeSends / QuantizeReceived write.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -42,11 +64,41 @@
 
 namespace wsync::executor_internal {
 
-// A sender-side step this process quantizes, with where its output lies in the staging.
+// A sender-side step this process quantizes, with where its output lies in the virtual staging
+// (what its segments address) and which of QuantWork::segments carry it.
 struct StagedQuantStep {
   QuantTransform step;
-  int64_t fp8_offset = 0;    // Bytes into the staging: e4m3 row-major over step.blocks.
-  int64_t scale_offset = 0;  // Bytes into the staging: fp32 row-major over step.scale_box.
+  int64_t fp8_offset = 0;    // Bytes into the virtual staging: e4m3 row-major over step.blocks.
+  int64_t scale_offset = 0;  // Bytes into the virtual staging: fp32 row-major over scale_box.
+  int32_t fp8_segment = -1;  // Indices into QuantWork::segments.
+  int32_t scale_segment = -1;
+};
+
+// Where the sender's staging really lies and when each step is quantized (LayOutQuantStaging).
+struct QuantStagingLayout {
+  struct Placement {     // Of QuantWork::sends[i].
+    int32_t lane = -1;   // The send lane carrying its e4m3 bytes; -1: copied locally.
+    int32_t birth = 0;   // The message of `lane` at whose preparation it is quantized.
+    int64_t fp8 = 0;     // Bytes into the staging: its e4m3 blocks (the transient if local).
+    int64_t scales = 0;  // Bytes into the staging: its scales.
+  };
+  std::vector<Placement> steps;  // Parallel to QuantWork::sends.
+  // Per (lane, message index): the sends quantized when it is prepared, and those whose scales it
+  // carries while their e4m3 blocks may not be quantized yet.
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, std::vector<int32_t>> births;
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, std::vector<int32_t>> scale_needs;
+  int64_t transient = 0;      // Bytes into the staging: e4m3 output copied locally or dropped.
+  int64_t scale_scratch = 0;  // Bytes into the staging: scales computed a second time.
+  int64_t bytes = 0;          // Of the staging: what the run allocates.
+  // Virtual staging ranges of this process's sends, ascending: [begin, end) bytes.
+  struct Range {
+    int64_t begin = 0;
+    int64_t end = 0;
+    int64_t physical = 0;  // Where `begin` lies in the staging.
+  };
+  std::vector<Range> ranges;
+  // Bytes into the staging of virtual staging byte `offset` (inside one of `ranges`).
+  int64_t Physical(int64_t offset) const;
 };
 
 struct QuantWork {
@@ -54,9 +106,10 @@ struct QuantWork {
   // and scale segments it sends or receives, gathers it sends or receives), or empty for a job
   // without quantized parameters (then the plan's segments are used as given).
   std::vector<Segment> segments;
-  std::vector<StagedQuantStep> sends;    // Sender-side steps this process quantizes, once each.
+  std::vector<StagedQuantStep> sends;    // Sender-side steps this process quantizes.
   std::vector<QuantTransform> receives;  // Receiver-side steps this process quantizes.
-  int64_t staging_bytes = 0;             // Of kQuantStagingBuffer on this process.
+  int64_t staging_bytes = 0;             // Of the virtual staging: every send at once.
+  QuantStagingLayout layout;             // Set by BuildWorkWithQuant.
   int64_t arena_bytes = 0;               // Of kQuantArenaBuffer on this process.
   int64_t quantized_elements = 0;        // Volume of the blocks of sends and receives.
 };
@@ -87,16 +140,28 @@ int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending)
 absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segment> segments,
                                          const QuantPlan& quant, int32_t process);
 
-// BuildWork over quant.segments (or `segments` when it is empty), with the quantization staging
-// and arena sizes of `quant`.
+// BuildWork over quant.segments (or `segments` when it is empty), then quant.layout
+// (LayOutQuantStaging), with the staging's and the arena's sizes in the work.
 absl::StatusOr<Work> BuildWorkWithQuant(const Job& job, absl::Span<const Segment> segments,
-                                        const QuantWork& quant, const Endpoints& endpoints,
+                                        QuantWork& quant, const Endpoints& endpoints,
                                         const StagingBudget& budget, int32_t process);
 
-// Quantizes every step of quant.sends from this process's source buffers into `staging`
-// (quant.staging_bytes). InvalidArgument naming the parameter for a NaN or infinity.
-absl::Status QuantizeForSending(const Job& job, const QuantWork& quant, const LocalBuffers& buffers,
-                                char* staging);
+// The staging layout of quant.sends over `work`'s send lanes (the header states it). Internal if a
+// ring would overlap a live step (a broken invariant).
+absl::StatusOr<QuantStagingLayout> LayOutQuantStaging(const Work& work, const QuantWork& quant);
+
+// One sender-side quantization: `step`'s whole blocks from the process's source piece into `fp8`
+// (row-major over step->blocks) and `scales` (row-major over step->scale_box).
+struct SendQuantCall {
+  const QuantTransform* step = nullptr;
+  char* fp8 = nullptr;
+  char* scales = nullptr;
+};
+
+// Runs `calls` on host memory in order. InvalidArgument naming the parameter for a NaN or
+// infinity.
+absl::Status QuantizeSends(const Job& job, absl::Span<const SendQuantCall> calls,
+                           const LocalBuffers& buffers);
 
 // Quantizes every step of quant.receives from `arena` (quant.arena_bytes, every gather landed)
 // into this process's target buffers. InvalidArgument naming the parameter for a NaN or

@@ -15,7 +15,7 @@
 #include "executor/lane_drivers.h"
 #include "executor/lane_state.h"
 #include "executor/memory_kinds.h"
-#include "executor/quant_device.h"
+#include "executor/quant_run.h"
 #include "executor/run_progress.h"
 #include "executor/verify.h"
 #include "planner/relay.h"
@@ -36,11 +36,14 @@ class Run final : public RunSteps {
       : job_(job),
         segments_(segments),
         work_(work),
-        quant_(quant),
         buffers_(buffers),
         transport_(transport),
         options_(options),
-        progress_(work, options.progress) {
+        progress_(work, options.progress),
+        quant_steps_(
+            job, quant, buffers, options,
+            work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
+            device_pending_, stats_) {
     if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,
@@ -68,9 +71,14 @@ class Run final : public RunSteps {
     progress_.Start();
     absl::Status status = AllocateArenas();
     RejectStaleMessages();
-    if (status.ok()) status = Quantize(/*sending=*/true);
-    for (int32_t index : work_.local_segments) {
-      if (status.ok()) status = CopyLocal(segments_[index]);
+    quant_steps_.SetMemory(quant_staging_, quant_arena_, &Arenas(), QuantArenaSlot() + 2);
+    if (status.ok()) {
+      status = quant_steps_.BeforeRounds(
+          [this](int32_t segment) { return CopyLocal(segments_[segment]); });
+    }
+    for (int32_t index : work_.local_segments) {  // Sends copied locally went with their step.
+      const Segment& s = segments_[index];
+      if (status.ok() && s.from.buffer != kQuantStagingBuffer) status = CopyLocal(s);
     }
 
     const int32_t rounds = RoundsOf(work_);
@@ -89,7 +97,7 @@ class Run final : public RunSteps {
     if (status.ok()) status = driver_->Drive(*this);
     if (status.ok() && verifier_) progress_.Verifying();
     if (status.ok() && verifier_) status = verifier_->Finish(transport_, options_.deadline);
-    if (status.ok()) status = Quantize(/*sending=*/false);
+    if (status.ok()) status = quant_steps_.AfterRounds();
     if (status.ok()) status = SynchronizeDevice(options_.deadline);
     if (!status.ok()) {
       NoticeUnsentMessages(status);
@@ -257,37 +265,7 @@ class Run final : public RunSteps {
     if (work_.quant_staging_bytes > 0) {
       WSYNC_ASSIGN_OR_RETURN(quant_staging_,
                              get(QuantArenaSlot() + 1, work_.quant_staging_bytes, quant_kind));
-    }
-    return absl::OkStatus();
-  }
-
-  // Sender-side steps into the staging (before the rounds), or receiver-side ones from the arena
-  // into the targets (after them).
-  absl::Status Quantize(bool sending) {
-    if (sending ? quant_.sends.empty() : quant_.receives.empty()) return absl::OkStatus();
-    const double start = ThreadCpuSeconds();
-    absl::Status status;
-    if (options_.simulated_quantize) {  // A simulated process: the quantize step's time only.
-      status = options_.simulated_quantize(QuantizeInputBytes(job_, quant_, sending));
-    } else if (LocalKind(kQuantArenaBuffer) == MemoryKind::kCuda) {  // The device's FP8 kernels.
-      device_pending_ = true;  // A failed wait leaves them to the failure path's.
-      status =
-          QuantizeOnDevice(job_, quant_, sending, buffers_, sending ? quant_staging_ : quant_arena_,
-                           *options_.device, Arenas(), QuantArenaSlot() + 2, options_.deadline);
-    } else {
-      status = sending ? QuantizeForSending(job_, quant_, buffers_, quant_staging_)
-                       : QuantizeReceived(job_, quant_, quant_arena_, buffers_);
-    }
-    stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
-    if (!status.ok()) return status;
-    if (sending) {
-      for (const StagedQuantStep& staged : quant_.sends) {
-        stats_.quantized_elements += Volume(staged.step.blocks);
-      }
-    } else {
-      for (const QuantTransform& step : quant_.receives) {
-        stats_.quantized_elements += Volume(step.blocks);
-      }
+      stats_.quant_staging_bytes = work_.quant_staging_bytes;
     }
     return absl::OkStatus();
   }
@@ -333,9 +311,8 @@ class Run final : public RunSteps {
       case kQuantArenaBuffer:
         base = quant_arena_;
         break;
-      case kQuantStagingBuffer:
-        base = quant_staging_;
-        break;
+      case kQuantStagingBuffer:  // Laid out by QuantStagingLayout.
+        return quant_steps_.StagingAddress(offset * element_size);
       default:
         base = static_cast<char*>(buffers_.at(end.buffer));
     }
@@ -402,8 +379,9 @@ class Run final : public RunSteps {
   // are posted by now), when it may be packed now, ahead of its round: the lane is a sending lane
   // that is not forwarding (what it forwards may not have arrived), none of its messages from
   // `first` on is packed already, the message is one chunk from host memory into a host arena,
-  // and its slot is not `busy_slot` (filled now) and holds nothing in flight. Returns -1
-  // otherwise.
+  // and its slot is not `busy_slot` (filled now) and holds nothing in flight, and it is not read
+  // from the quantization staging (whose steps are quantized when their message is due). Returns
+  // -1 otherwise.
   int32_t PackableAhead(int32_t lane, int32_t first, int32_t busy_slot) const {
     const Lane& l = work_.lanes[lane];
     if (l.direction != Direction::kSend || l.forwarding || l.kind != MemoryKind::kHost ||
@@ -414,8 +392,9 @@ class Run final : public RunSteps {
       const Message& message = l.messages[index];
       if (message.direct) continue;
       const bool free = message.slot != busy_slot && !lanes_[lane].slot_busy[message.slot];
-      const bool host_chunk = message.chunks.size() == 1 &&
-                              work_.chunks[message.chunks[0]].from_kind == MemoryKind::kHost;
+      const Chunk& chunk = work_.chunks[message.chunks[0]];
+      const bool host_chunk = message.chunks.size() == 1 && chunk.from_kind == MemoryKind::kHost &&
+                              segments_[chunk.segment].from.buffer != kQuantStagingBuffer;
       return free && host_chunk ? index : -1;
     }
     return -1;
@@ -431,6 +410,7 @@ class Run final : public RunSteps {
   // gain little from a shared pass), and only lanes with a free slot and a staged send left are
   // looked at (look_ahead_lanes_), which keeps a call's cost in the lanes it posts and those.
   absl::Status PrepareNext(absl::Span<const int32_t> lanes) override {
+    WSYNC_RETURN_IF_ERROR(quant_steps_.BeforeMessages(lanes, lanes_));
     std::vector<StridedCopy> packs;
     std::vector<std::pair<int32_t, int32_t>> packed;  // (lane, message index)
     ++prepare_calls_;                                 // Marks the due_* fields this call sets.
@@ -558,12 +538,14 @@ class Run final : public RunSteps {
   const Job& job_;
   absl::Span<const Segment> segments_;
   Work& work_;
-  const QuantWork& quant_;
   const LocalBuffers& buffers_;
   Transport& transport_;
   const ExecuteOptions& options_;
-  RunProgress progress_;  // Into options_.progress.
+  const JobMemoryKinds kinds_{job_};
+  bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
+  RunProgress progress_;         // Into options_.progress.
   TransferStats stats_;
+  QuantSteps quant_steps_;         // When this process quantizes (quant_run.h).
   ArenaCache fresh_arenas_;        // Used when the caller keeps no cache.
   char* relay_arena_ = nullptr;    // Memory owned by a cache.
   char* quant_arena_ = nullptr;    // kQuantArenaBuffer, owned by a cache.
@@ -576,8 +558,6 @@ class Run final : public RunSteps {
   absl::btree_set<int32_t> look_ahead_lanes_;
   int64_t prepare_calls_ = 0;                // PrepareNext calls so far: LaneState::due_call.
   std::unique_ptr<ChunkVerifier> verifier_;  // With options.verify only.
-  const JobMemoryKinds kinds_{job_};
-  bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
 };
 
 }  // namespace

@@ -20,10 +20,11 @@ namespace wsync::executor_internal {
 
 // Runs `work` (BuildWorkWithQuant's for this process over `segments`, which are quant.segments
 // for a quantized job) and the quantization steps of `quant` with `buffers` over `transport`:
-// sender-side steps are quantized into the staging before the local copies and rounds,
-// receiver-side ones after the rounds and the chunk verification (quant_work.h). The stats equal
-// the schedule's for the same inputs; on error the target buffers are partially written (dirty)
-// and no request is left posted.
+// sender-side steps are quantized into the staging as quant.layout says (those copied locally
+// before the rounds, the others when their lane's first message carrying them is due),
+// receiver-side ones after the rounds and the chunk verification (quant_work.h, quant_run.h). The
+// stats equal the schedule's for the same inputs; on error the target buffers are partially written
+// (dirty) and no request is left posted.
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
                                       Work& work, const QuantWork& quant,
                                       const LocalBuffers& buffers, Transport& transport,

@@ -20,7 +20,7 @@ absl::StatusOr<ProcessSchedule> ScheduleTransfers(const Job& job,
                                                   const QuantPlan& quant,
                                                   const Endpoints& endpoints,
                                                   const StagingBudget& budget, int32_t process) {
-  WSYNC_ASSIGN_OR_RETURN(const executor_internal::QuantWork quant_work,
+  WSYNC_ASSIGN_OR_RETURN(executor_internal::QuantWork quant_work,
                          executor_internal::BuildQuantWork(job, segments, quant, process));
   WSYNC_ASSIGN_OR_RETURN(
       executor_internal::Work work,

@@ -118,8 +118,12 @@ struct ProcessSchedule {
   int64_t inter_node_bytes_saved = 0;
   // Quantization steps (zero without; executor/quant_work.h): the staging this process quantizes
   // its sender-side steps into, the arena its gathers land in (both also in arena_bytes), and the
-  // elements it quantizes (whole blocks, sender- and receiver-side).
+  // elements it quantizes (whole blocks, sender- and receiver-side). The staging is laid out over
+  // the rounds (a step's e4m3 blocks held from its first message to the one after its last) and
+  // bounded as quant_work.h states; quant_staging_whole_bytes is what holding every step at
+  // once would take (not allocated; for comparison).
   int64_t quant_staging_bytes = 0;
+  int64_t quant_staging_whole_bytes = 0;
   int64_t quant_arena_bytes = 0;
   int64_t quantized_elements = 0;
 };

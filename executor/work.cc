@@ -274,6 +274,7 @@ ProcessSchedule Summarize(const Job& job, const Work& work, absl::Span<const Seg
   }
   SummarizeRelays(job, work, segments, schedule);
   schedule.quant_staging_bytes = work.quant_staging_bytes;
+  schedule.quant_staging_whole_bytes = work.quant_staging_whole_bytes;
   schedule.quant_arena_bytes = work.quant_arena_bytes;
   schedule.quantized_elements = work.quantized_elements;
   schedule.arena_bytes += work.quant_staging_bytes + work.quant_arena_bytes;

@@ -63,9 +63,10 @@ struct Work {
   int64_t relay_arena_bytes = 0;        // Where stage 1 lands for boxes this process only relays.
   MemoryKind relay_arena_kind = MemoryKind::kHost;
   bool any_cuda = false;  // Some buffer of the job is CUDA memory.
-  // Quantization steps (quant_work.h): this process's staging of sender-side output, its arena of
-  // gathers, and the elements it quantizes.
+  // Quantization steps (quant_work.h): this process's staging of sender-side output (as laid out,
+  // and every step at once), its arena of gathers, and the elements it quantizes.
   int64_t quant_staging_bytes = 0;
+  int64_t quant_staging_whole_bytes = 0;
   int64_t quant_arena_bytes = 0;
   int64_t quantized_elements = 0;
 };

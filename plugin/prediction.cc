@@ -6,8 +6,6 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -138,18 +136,8 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
 
 double QuantizeSeconds(const Job& job, const QuantPlan& plan, double input_bytes_per_second) {
   std::map<int32_t, int64_t> input_bytes;  // Per quantizing process.
-  // A sender quantizes the same blocks of the same source region once for all its receivers
-  // (executor/quant_work.h).
-  std::set<std::tuple<int32_t, uint64_t, int64_t, int32_t, Box>> sender_steps;
   for (const QuantTransform& step : plan.transforms) {
-    const bool sender = step.side == QuantSide::kSender;
-    if (sender && !sender_steps
-                       .emplace(step.from.process, step.from.buffer, step.from.offset, step.param,
-                                step.blocks)
-                       .second) {
-      continue;
-    }
-    const int32_t process = sender ? step.from.process : step.to.process;
+    const int32_t process = step.side == QuantSide::kSender ? step.from.process : step.to.process;
     input_bytes[process] +=
         Volume(step.blocks) * DTypeSize(job.source().params[job.SourceParamOf(step.param)].dtype);
   }

@@ -66,7 +66,7 @@ Traffic PlanTraffic(const Job& job, const Plan& plan);
 inline constexpr double kQuantizeInputBytesPerSecond = 5.5e9;
 
 // The seconds of the plan's quantization: the busiest quantizing process's input bytes (its
-// sender-side blocks, each distinct step once whatever the number of its receivers, and its
+// sender-side blocks, once per receiving piece as the executor quantizes them, and its
 // receiver-side blocks) at `input_bytes_per_second` (> 0), as if quantizing did not overlap the
 // transfer.
 double QuantizeSeconds(const Job& job, const QuantPlan& plan,

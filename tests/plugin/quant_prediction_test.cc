@@ -113,15 +113,5 @@ TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfTheQuantizationSteps) {
   EXPECT_NEAR(prediction->latency_seconds, expected, expected * 1e-6);
 }
 
-TEST(QuantPredictionTest, RolloutReplicasAddNoQuantizeTime) {
-  // The one trainer quantizes each block once for both replicas (executor/quant_work.h).
-  const Job single = MakeJob("qwen2.5-0.5b", "megatron", "vllm(quant=fp8_block)");
-  const Job replicated = MakeJob("qwen2.5-0.5b", "megatron", "vllm(dp=2, quant=fp8_block)");
-  const double alone = QuantizeSeconds(single, MakePlan(single, *MakeFirstHolderPolicy())->quant);
-  ASSERT_GT(alone, 0);
-  EXPECT_DOUBLE_EQ(
-      QuantizeSeconds(replicated, MakePlan(replicated, *MakeFirstHolderPolicy())->quant), alone);
-}
-
 }  // namespace
 }  // namespace wsync

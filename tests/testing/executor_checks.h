@@ -67,6 +67,8 @@ inline void ExpectStatsMatchSchedule(const ProcessSchedule& schedule, const Tran
   EXPECT_EQ(stats.forwarded_bytes, schedule.forwarded_bytes);
   EXPECT_EQ(stats.peak_arena_bytes, schedule.arena_bytes);
   EXPECT_EQ(stats.quantized_elements, schedule.quantized_elements);
+  EXPECT_EQ(stats.quant_staging_bytes, schedule.quant_staging_bytes);
+  EXPECT_LE(stats.quant_staging_written_bytes, stats.quant_staging_bytes);
 }
 
 // The run wrote exactly what the reference copier writes for the same plan (version 3), and no

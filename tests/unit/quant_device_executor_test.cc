@@ -227,8 +227,47 @@ TEST(QuantDeviceExecutorTest, RandomSyncsQuantizeOnTheDeviceAsTheReference) {
   EXPECT_GT(device_receiver, 5);
 }
 
-// A NaN in a block a CUDA trainer quantizes fails it before any byte moves (its rollouts then
-// fail too); one in a block the CUDA rollouts quantize fails those, naming the parameter.
+// Many quantized parameters per CUDA trainer: the trainers quantize each step on the device into
+// its place in their lanes' staging rings (executor/quant_work.h) when its first message is due,
+// under a small budget reusing the bytes of steps already sent, and the rollouts get the
+// reference quantization; the run allocates what the schedule says and writes no further.
+TEST(QuantDeviceExecutorTest, NamedModelReusesTheDeviceStagingAsTheReference) {
+  RequireDevice();
+  if (HasFatalFailure()) return;
+  absl::StatusOr<quant_plan_test::NamedJob> named = quant_plan_test::MakeNamedJob(
+      {"qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)"});
+  ASSERT_TRUE(named.ok()) << named.status();
+  const Job job = Place(named->job, Placement::kTrainers);
+  absl::StatusOr<Plan> plan = MakePlan(job, *MakeFirstHolderPolicy());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::mt19937_64 rng(8);
+  const std::vector<fp8_test::Tensor> tensors = quant_plan_test::RandomSourceTensors(job, rng);
+  for (const int64_t budget : {int64_t{1} << 20, int64_t{8} << 10}) {
+    SCOPED_TRACE(budget);
+    SyncOptions sync;
+    sync.budget = budget;
+    sync.verify = VerifyMode::kHash;
+    Memory memory = quant_plan_test::AllocateMemory(job, tensors);
+    const auto results = RunSync(job, *plan, sync, memory);
+    ExpectRunsAsScheduled(job, *plan, sync, results);
+    if (HasFatalFailure()) return;
+    quant_plan_test::ExpectMatchesReference(job, tensors, memory);
+    if (HasFatalFailure()) return;
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      if (!job.IsSource(p)) continue;
+      EXPECT_GT(results[p]->quant_staging_written_bytes, 0) << p;
+      const ProcessSchedule schedule =
+          *ScheduleTransfers(job, plan->segments, plan->quant, test::AllProcesses(job),
+                             StagingBudget{static_cast<double>(budget)}, p);
+      if (budget < (int64_t{1} << 20)) {  // Many messages: steps sent before are reused.
+        EXPECT_LT(schedule.quant_staging_bytes, schedule.quant_staging_whole_bytes) << p;
+      }
+    }
+  }
+}
+
+// A NaN in a block a CUDA trainer quantizes fails it when its step is due (its rollouts then fail
+// too); one in a block the CUDA rollouts quantize fails those, naming the parameter.
 TEST(QuantDeviceExecutorTest, NaNOnTheDeviceIsRefusedNamingTheParameter) {
   RequireDevice();
   if (HasFatalFailure()) return;

@@ -2,12 +2,14 @@
 // process as a thread over the loopback transport, random shapes, blockings and TP/EP cuts on
 // both sides (blocks cut by sources, ragged last blocks, zeros, values at and past 448), budgets
 // that chunk and stage, both lane drivers, with and without verification, whole and per-process
-// plans, rollout replicas sharing their sender's quantization. The rollouts' e4m3 bytes and scales
-// equal the reference quantizer's applied to the whole bf16 tensor, bit for bit; a plan forced to
-// quantize every block at the receiver gives the same bytes; every run's stats equal its schedule;
-// a NaN fails naming the parameter; a CUDA process quantizing host memory and a missing
-// quantization plan are refused on every process; named layouts sync. CUDA processes quantizing
-// device memory: quant_device_executor_test.cc.
+// plans. The rollouts' e4m3 bytes and scales equal the reference quantizer's applied to the
+// whole bf16 tensor, bit for bit; a plan forced to quantize every block at the receiver gives the
+// same bytes; every run's stats equal its schedule; a NaN fails naming the parameter; a CUDA
+// process quantizing host memory and a missing quantization plan are refused on every process;
+// named layouts sync; the quantization staging stays within the bound executor/quant_work.h
+// states at every budget (far below every step at once for many steps), and a NaN in a step
+// reached mid-run fails every process. CUDA processes quantizing device memory:
+// quant_device_executor_test.cc.
 
 #include <algorithm>
 #include <functional>
@@ -23,8 +25,6 @@
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "planner/models.h"
-#include "planner/named_layouts.h"
 #include "planner/policy.h"
 #include "planner/quant_plan.h"
 #include "tests/testing/executor_checks.h"
@@ -46,6 +46,7 @@ struct SyncOptions {
   bool lockstep = false;
   // Per global process, its own plan (PlanOptions::process); the whole plan when empty.
   const std::vector<Plan>* own = nullptr;
+  bool scales_first = false;  // Scale parameters precede their weights (ScalesFirst).
 };
 
 // One sync of every process as a thread over a fresh loopback fabric, with `quant` as the
@@ -74,7 +75,50 @@ std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& p
       });
 }
 
-// Every run succeeded and counted what its schedule says.
+// The bound executor/quant_work.h states on the quantization staging of sender `p` running
+// `quant` under `budget`, computed from the plan alone: the resident scales, the transient of the
+// steps it sends itself, and per receiver min(all its steps, 3 x the largest + W x the e4m3 bytes
+// of two messages), each region 64-byte aligned; with `scales_first` (scales may go out before
+// their e4m3 bytes: a scale parameter named before its weight) also the transient and the
+// scratch of scales computed twice.
+int64_t StagingBound(const QuantPlan& quant, int64_t budget, int32_t p, bool scales_first) {
+  auto aligned = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  struct Receiver {
+    int64_t all = 0, largest = 0, row = 0, steps = 0;
+    double widen = 1;  // The most a step's blocks exceed its box.
+  };
+  std::map<int32_t, Receiver> receivers;
+  int64_t bound = 0, transient = 0;
+  for (const QuantTransform& step : quant.transforms) {
+    if (step.side != QuantSide::kSender || step.from.process != p) continue;
+    bound += aligned(Volume(step.scale_box) * 4);
+    const int64_t blocks = aligned(Volume(step.blocks));
+    if (scales_first) {
+      transient = std::max(transient, blocks);
+      bound += aligned(Volume(step.scale_box) * 4);  // At most the scratch.
+    }
+    if (step.to.process == p) {
+      transient = std::max(transient, blocks);
+      continue;
+    }
+    Receiver& r = receivers[step.to.process];
+    r.all += blocks;
+    r.largest = std::max(r.largest, blocks);
+    ++r.steps;
+    r.widen = std::max(r.widen, static_cast<double>(Volume(step.blocks)) / Volume(step.box));
+    size_t axis = 0;  // Chunks are rows along the outermost axis of extent > 1.
+    while (axis + 1 < step.box.extent.size() && step.box.extent[axis] == 1) ++axis;
+    r.row = std::max(r.row, Volume(step.box) / step.box.extent[axis]);
+  }
+  for (const auto& [q, r] : receivers) {
+    const int64_t message = std::max(budget / 2, r.row);  // The e4m3 bytes of one message.
+    bound += std::min<int64_t>(
+        r.all, 3 * r.largest + static_cast<int64_t>(r.widen * 2 * message) + 64 * r.steps);
+  }
+  return bound + transient;
+}
+
+// Every run succeeded and counted what its schedule says, within the staging bound.
 void ExpectRunsAsScheduled(const Job& job, const Plan& plan, const QuantPlan& quant,
                            const SyncOptions& sync,
                            const std::vector<absl::StatusOr<TransferStats>>& results) {
@@ -87,6 +131,11 @@ void ExpectRunsAsScheduled(const Job& job, const Plan& plan, const QuantPlan& qu
     ASSERT_TRUE(schedule.ok()) << schedule.status();
     SCOPED_TRACE(::testing::Message() << "process " << p);
     test::ExpectStatsMatchSchedule(*schedule, *results[p]);
+    EXPECT_LE(schedule->quant_staging_bytes, StagingBound(sync.own != nullptr ? mine.quant : quant,
+                                                          sync.budget, p, sync.scales_first));
+    if (!sync.scales_first) {
+      EXPECT_LE(schedule->quant_staging_bytes, schedule->quant_staging_whole_bytes + 64);
+    }
     if (sync.verify != VerifyMode::kOff && schedule->received_bytes > 0) {
       EXPECT_GT(results[p]->verified_chunks, 0);
     }
@@ -222,6 +271,58 @@ TEST(QuantExecutorTest, RandomSyncsWriteTheReferenceQuantization) {
   EXPECT_GT(counts.staged_budgets, 10);
 }
 
+// `target` (QuantTarget's: "w" with scales "w_scale") with the scales renamed "a_scale":
+// parameters are ordered by name, so each lane then carries a step's scales before its e4m3 bytes.
+Layout ScalesFirst(Layout target) {
+  for (ParamInfo& param : target.params) {
+    if (param.name == "w_scale") param.name = "a_scale";
+    if (param.quant.scale_param == "w_scale") param.quant.scale_param = "a_scale";
+  }
+  return target;
+}
+
+// Scales that go out before their e4m3 bytes: the sender computes them when they are first sent
+// (the e4m3 output dropped into the transient) and again, into a scratch, when the e4m3 bytes
+// are due; the rollouts get the reference quantization and the staging stays within the bound.
+TEST(QuantExecutorTest, ScalesSentBeforeTheirBlocksAreTheReferenceScales) {
+  std::mt19937_64 rng(2424);
+  struct Case {
+    Dims shape;
+    AxisCuts source_cuts, target_cuts;
+  };
+  // Steps of more than 64 KiB of e4m3 bytes travel alone, after their scales.
+  const Case cases[] = {
+      {{512, 384}, {{0, 512}, {0, 256, 384}}, {{0, 256, 512}, {0, 384}}},
+      {{1024, 256}, {{0, 1024}, {0, 256}}, {{0, 256, 512, 768, 1024}, {0, 256}}},
+      {{2, 512, 256}, {{0, 2}, {0, 512}, {0, 256}}, {{0, 1, 2}, {0, 512}, {0, 256}}},
+  };
+  for (const Case& c : cases) {
+    for (const bool lockstep : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << DimsToString(c.shape) << " lockstep " << lockstep);
+      SyncOptions sync;
+      sync.scales_first = true;
+      sync.lockstep = lockstep;
+      sync.verify = static_cast<VerifyMode>(lockstep);
+      absl::StatusOr<Job> job =
+          Job::Create(quant_plan_test::QuantSource(c.shape, c.source_cuts, 1, 0),
+                      ScalesFirst(quant_plan_test::QuantTarget(c.shape, ParamQuant{128, 128, ""},
+                                                               c.target_cuts, 1, 0)));
+      ASSERT_TRUE(job.ok()) << job.status();
+      absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const int64_t rank = static_cast<int64_t>(c.shape.size());
+      const fp8_test::Tensor tensor = fp8_test::RandomTensor(rng, rank == 3 ? c.shape[0] : 1,
+                                                             c.shape[rank - 2], c.shape[rank - 1]);
+      Memory memory = quant_plan_test::AllocateMemory(*job, tensor);
+      const auto results = RunSync(*job, *plan, plan->quant, sync, memory);
+      ExpectRunsAsScheduled(*job, *plan, plan->quant, sync, results);
+      if (HasFatalFailure()) return;
+      quant_plan_test::ExpectMatchesReference(*job, tensor, memory);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // The fixed case (quant_plan_support.h): block column 0 is quantized by trainer 0, block column 2
 // by trainer 1 (sender side), block column 1, cut by the trainers at 150, by each rollout.
 using quant_plan_test::FixedCase;
@@ -300,70 +401,25 @@ TEST(QuantExecutorTest, CudaProcessQuantizingHostMemoryIsRefusedOnEveryProcess) 
   }
 }
 
-// The job of `model` from `source` to `target`, named layouts.
-absl::StatusOr<Job> NamedJob(absl::string_view model_name, absl::string_view source,
-                             absl::string_view target) {
-  absl::StatusOr<ModelSpec> model = GetModel(model_name);
-  if (!model.ok()) return model.status();
-  absl::StatusOr<NamedJobLayouts> layouts = BuildNamedJobLayouts(*model, source, target);
-  if (!layouts.ok()) return layouts.status();
-  return Job::Create(layouts->source, layouts->target);
-}
+// A job of named layouts with random bf16 source tensors and its plan.
+struct NamedCase {
+  Job job;
+  Plan plan;
+  std::vector<fp8_test::Tensor> tensors;  // Per source parameter.
+};
 
-// A random logical tensor per source parameter of `job`.
-std::vector<fp8_test::Tensor> RandomTensors(const Job& job, std::mt19937_64& rng) {
-  std::vector<fp8_test::Tensor> tensors;
-  for (const ParamInfo& param : job.source().params) {
-    const Dims& shape = param.shape;
-    const int64_t cols = shape.back();
-    const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
-    tensors.push_back(
-        fp8_test::RandomTensor(rng, Volume(WholeBox(shape)) / (rows * cols), rows, cols));
-  }
-  return tensors;
-}
-
-// Two rollout replicas (dp=2) of one trainer's blocks: the trainer quantizes and stages each block
-// once and both replicas land the reference's bytes.
-TEST(QuantExecutorTest, RolloutReplicasShareTheSendersQuantization) {
-  absl::StatusOr<Job> single = NamedJob("qwen2.5-tiny", "megatron", "vllm(quant=fp8_block)");
-  absl::StatusOr<Job> replicated =
-      NamedJob("qwen2.5-tiny", "megatron", "vllm(dp=2, quant=fp8_block)");
-  ASSERT_TRUE(single.ok()) << single.status();
-  ASSERT_TRUE(replicated.ok()) << replicated.status();
-  ASSERT_EQ(replicated->num_processes(), 3);
-  const Plan single_plan = *MakePlan(*single, *MakeFirstHolderPolicy());
-  const Plan plan = *MakePlan(*replicated, *MakeFirstHolderPolicy());
-  const SyncOptions sync;
-  const StagingBudget budget{static_cast<double>(sync.budget)};
-  absl::StatusOr<ProcessSchedule> alone = ScheduleTransfers(
-      *single, single_plan.segments, single_plan.quant, test::AllProcesses(*single), budget, 0);
-  absl::StatusOr<ProcessSchedule> shared = ScheduleTransfers(
-      *replicated, plan.segments, plan.quant, test::AllProcesses(*replicated), budget, 0);
-  ASSERT_TRUE(alone.ok()) << alone.status();
-  ASSERT_TRUE(shared.ok()) << shared.status();
-  ASSERT_GT(alone->quantized_elements, 0);
-  EXPECT_EQ(shared->quantized_elements, alone->quantized_elements);
-  EXPECT_EQ(shared->quant_staging_bytes, alone->quant_staging_bytes);
-
-  std::mt19937_64 rng(6);
-  const std::vector<fp8_test::Tensor> tensors = RandomTensors(*replicated, rng);
-  Memory memory = quant_plan_test::AllocateMemory(*replicated, tensors);
-  const auto results = RunSync(*replicated, plan, plan.quant, sync, memory);
-  ExpectRunsAsScheduled(*replicated, plan, plan.quant, sync, results);
-  if (HasFatalFailure()) return;
-  quant_plan_test::ExpectMatchesReference(*replicated, tensors, memory);
-  EXPECT_EQ(results[0]->quantized_elements, alone->quantized_elements);
+NamedCase MakeNamedCase(const quant_plan_test::NamedSpec& spec, std::mt19937_64& rng) {
+  absl::StatusOr<quant_plan_test::NamedJob> named = quant_plan_test::MakeNamedJob(spec);
+  EXPECT_TRUE(named.ok()) << named.status();
+  EXPECT_TRUE(named->job.HasQuantizedParams());
+  std::vector<fp8_test::Tensor> tensors = quant_plan_test::RandomSourceTensors(named->job, rng);
+  return NamedCase{std::move(named->job), std::move(named->plan), std::move(tensors)};
 }
 
 // Named layouts: every parameter of a small model, the FP8 ones quantized as the reference does
 // and the others copied.
 TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
-  struct Case {
-    const char* model;
-    const char* source;
-    const char* target;
-  };
+  using Case = quant_plan_test::NamedSpec;
   const Case cases[] = {
       {"qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)"},
       {"qwen2.5-tiny", "megatron(tp=2, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
@@ -373,20 +429,120 @@ TEST(QuantExecutorTest, NamedModelsSyncIntoFp8Rollouts) {
   std::mt19937_64 rng(5);
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.model << " " << c.source << " -> " << c.target);
-    absl::StatusOr<Job> job = NamedJob(c.model, c.source, c.target);
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_TRUE(job->HasQuantizedParams());
-    absl::StatusOr<Plan> plan = MakePlan(*job, *MakeFirstHolderPolicy());
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    const std::vector<fp8_test::Tensor> tensors = RandomTensors(*job, rng);
-    Memory memory = quant_plan_test::AllocateMemory(*job, tensors);
+    NamedCase n = MakeNamedCase(c, rng);
+    if (HasFailure()) return;
+    Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
     SyncOptions sync;
     sync.verify = VerifyMode::kHash;
-    const auto results = RunSync(*job, *plan, plan->quant, sync, memory);
-    ExpectRunsAsScheduled(*job, *plan, plan->quant, sync, results);
+    const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+    ExpectRunsAsScheduled(n.job, n.plan, n.plan.quant, sync, results);
     if (HasFatalFailure()) return;
-    quant_plan_test::ExpectMatchesReference(*job, tensors, memory);
+    quant_plan_test::ExpectMatchesReference(n.job, n.tensors, memory);
     if (HasFatalFailure()) return;
+  }
+}
+
+// A trainer of a named layout sends many quantized parameters to each rollout: under small
+// budgets its staging holds a few steps at a time (ExpectRunsAsScheduled checks the stated bound
+// and that the run allocated what the schedule says and wrote no further), far below every step
+// at once, and the rollouts still get the reference quantization, with either lane driver.
+TEST(QuantExecutorTest, StagingOfManyStepsStaysWithinTheBudgetBound) {
+  std::mt19937_64 rng(6);
+  NamedCase n =
+      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=1, quant=fp8_block)"}, rng);
+  if (HasFailure()) return;
+  for (const int64_t budget : {int64_t{64} << 20, int64_t{64} << 10, int64_t{8} << 10}) {
+    for (const bool lockstep : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "budget " << budget << " lockstep " << lockstep);
+      SyncOptions sync;
+      sync.budget = budget;
+      sync.lockstep = lockstep;
+      sync.verify = lockstep ? VerifyMode::kHash : VerifyMode::kOff;
+      Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
+      const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+      ExpectRunsAsScheduled(n.job, n.plan, n.plan.quant, sync, results);
+      if (HasFatalFailure()) return;
+      quant_plan_test::ExpectMatchesReference(n.job, n.tensors, memory);
+      if (HasFatalFailure()) return;
+      for (int32_t p = 0; p < n.job.num_processes(); ++p) {
+        if (n.job.IsSource(p)) {
+          EXPECT_GT(results[p]->quant_staging_written_bytes, 0) << p;
+        }
+      }
+    }
+  }
+}
+
+// A trainer of a real model sends hundreds of quantized parameters: its staging is laid out for a
+// few at a time, far below all of them at once (what it took before), and within the bound.
+TEST(QuantExecutorTest, StagingOfARealModelIsFarBelowEveryStepAtOnce) {
+  using Case = quant_plan_test::NamedSpec;
+  const Case cases[] = {
+      {"qwen2.5-0.5b", "megatron(tp=1)", "vllm(tp=1, quant=fp8_block)"},
+      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(tp=4, quant=fp8_block)"},
+      {"llama-3-8b", "megatron(tp=4, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<quant_plan_test::NamedJob> named = quant_plan_test::MakeNamedJob(c);
+    ASSERT_TRUE(named.ok()) << named.status();
+    const Job* job = &named->job;
+    const Plan* plan = &named->plan;
+    for (const int64_t budget : {int64_t{64} << 20, int64_t{1} << 20, int64_t{64} << 10}) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.model << " " << c.source << " -> " << c.target << " budget " << budget);
+      for (int32_t p = 0; p < job->num_processes(); ++p) {
+        if (!job->IsSource(p)) continue;
+        absl::StatusOr<ProcessSchedule> schedule =
+            ScheduleTransfers(*job, plan->segments, plan->quant, test::AllProcesses(*job),
+                              StagingBudget{static_cast<double>(budget)}, p);
+        ASSERT_TRUE(schedule.ok()) << schedule.status();
+        EXPECT_LE(schedule->quant_staging_bytes, StagingBound(plan->quant, budget, p, false)) << p;
+        EXPECT_LE(schedule->quant_staging_bytes * 8, schedule->quant_staging_whole_bytes) << p;
+      }
+    }
+  }
+}
+
+// A NaN in the last quantized parameter a trainer sends, under a small budget: the trainer fails
+// naming the parameter when it reaches that step, after earlier messages landed (the rollouts'
+// buffers are partly written), and every other process fails too.
+TEST(QuantExecutorTest, NaNInALaterStepFailsEveryProcessMidRun) {
+  std::mt19937_64 rng(7);
+  NamedCase n =
+      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=1)", "vllm(tp=2, quant=fp8_block)"}, rng);
+  if (HasFailure()) return;
+  const QuantTransform* last = nullptr;  // The sender-side step of the highest parameter.
+  for (const QuantTransform& step : n.plan.quant.transforms) {
+    if (step.side == QuantSide::kSender && (last == nullptr || step.param > last->param)) {
+      last = &step;
+    }
+  }
+  ASSERT_NE(last, nullptr);
+  const int32_t source_param = n.job.SourceParamOf(last->param);
+  const Dims& origin = last->blocks.origin;
+  fp8_test::Tensor& tensor = n.tensors[source_param];
+  const size_t rank = origin.size();
+  tensor.at(rank == 3 ? origin[0] : 0, origin[rank - 2], origin[rank - 1]) = 0x7fc0;  // bf16 NaN.
+  const std::string name = n.job.target().params[last->param].name;
+  for (const bool lockstep : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "lockstep " << lockstep);
+    SyncOptions sync;
+    sync.budget = int64_t{8} << 10;
+    sync.lockstep = lockstep;
+    Memory memory = quant_plan_test::AllocateMemory(n.job, n.tensors);
+    const auto results = RunSync(n.job, n.plan, n.plan.quant, sync, memory);
+    for (int32_t p = 0; p < n.job.num_processes(); ++p) {
+      ASSERT_FALSE(results[p].ok()) << p;
+    }
+    const absl::Status& failed = results[last->from.process].status();
+    EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument) << failed;
+    EXPECT_THAT(std::string(failed.message()), HasSubstr("parameter " + name));
+    EXPECT_THAT(std::string(failed.message()), HasSubstr("cannot quantize NaN"));
+    int64_t landed = 0;  // Rollout bytes written before the failure.
+    for (const auto& [key, bytes] : Rollouts(n.job, memory)) {
+      landed += std::count_if(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0xff; });
+    }
+    EXPECT_GT(landed, 0);
   }
 }
 

@@ -17,8 +17,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "planner/builders.h"
+#include "planner/models.h"
+#include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "planner/quant_layout.h"
@@ -348,6 +352,40 @@ inline void ExpectMatchesReference(const Job& job, const std::vector<fp8_test::T
 inline void ExpectMatchesReference(const Job& job, const fp8_test::Tensor& tensor,
                                    const Memory& memory) {
   ExpectMatchesReference(job, std::vector<fp8_test::Tensor>{tensor}, memory);
+}
+
+// Named layouts (planner/named_layouts.h): `model`, `source` -> `target`.
+struct NamedSpec {
+  const char* model;
+  const char* source;
+  const char* target;
+};
+
+// A job of named layouts and its first-holder plan; the errors of the layouts, the job or the plan.
+struct NamedJob {
+  Job job;
+  Plan plan;
+};
+inline absl::StatusOr<NamedJob> MakeNamedJob(const NamedSpec& spec) {
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(spec.model));
+  WSYNC_ASSIGN_OR_RETURN(const NamedJobLayouts layouts,
+                         BuildNamedJobLayouts(model, spec.source, spec.target));
+  WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(layouts.source, layouts.target));
+  WSYNC_ASSIGN_OR_RETURN(Plan plan, MakePlan(job, *MakeFirstHolderPolicy()));
+  return NamedJob{std::move(job), std::move(plan)};
+}
+
+// Random bf16 tensors (fp8_test::RandomTensor) for every source parameter of `job`, in order.
+inline std::vector<fp8_test::Tensor> RandomSourceTensors(const Job& job, std::mt19937_64& rng) {
+  std::vector<fp8_test::Tensor> tensors;
+  for (const ParamInfo& param : job.source().params) {
+    const Dims& shape = param.shape;
+    const int64_t cols = shape.back();
+    const int64_t rows = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+    tensors.push_back(
+        fp8_test::RandomTensor(rng, Volume(WholeBox(shape)) / (rows * cols), rows, cols));
+  }
+  return tensors;
 }
 
 }  // namespace wsync::quant_plan_test
