@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "quant/fp8_avx512.h"
 
 namespace wsync::quant {
 namespace {
@@ -21,10 +23,10 @@ namespace {
 // GCC function multiversioning: QuantizeBf16 / QuantizeFp32 are built for x86-64-v4 (AVX-512),
 // x86-64-v3 (AVX2) and the baseline, and the loader picks the best the CPU runs. Every clone
 // computes the same bits: integer operations and IEEE fp32 division and addition in the default
-// rounding mode (the target builds with -ffp-contract=off).
+// rounding mode (the target builds with -ffp-contract=off). On x86-64-v4 CPUs the contiguous bf16
+// rows go to the hand-vectorized QuantizeBf16RowAvx512 (fp8_avx512.cc), the same arithmetic.
 // Not in the sanitizer builds (WSYNC_QUANT_NO_CLONES, quant/CMakeLists.txt).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(WSYNC_QUANT_NO_CLONES)
+#ifdef WSYNC_QUANT_MULTIVERSION
 #define WSYNC_QUANT_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -143,38 +145,54 @@ template <typename T>
   return absl::InternalError("non-finite amax without a non-finite element");
 }
 
+// Adds the |x| of row `row` to the amax of each of its column blocks (`maxima`, one per block).
+template <typename T>
+WSYNC_QUANT_INLINE void AddRowAbsMax(const typename T::Bits* row, const ConstRegion& input,
+                                     int64_t block_cols, absl::Span<typename T::AbsBits> maxima) {
+  for (int64_t bc = 0; bc < static_cast<int64_t>(maxima.size()); ++bc) {
+    const int64_t c0 = bc * block_cols;
+    maxima[bc] = RowAbsMax<T>(row + c0 * input.col_stride, std::min(block_cols, input.cols - c0),
+                              input.col_stride, maxima[bc]);
+  }
+}
+
+// A quantizer of whole contiguous bf16 rows (internal::QuantizeBf16RowAvx512's signature).
+using Bf16RowFn = void (*)(const uint16_t* row, int64_t cols, int64_t block_cols,
+                           const float* scales, uint8_t* out, const uint16_t* next_row);
+
 // One band of blocks (block rows r0..r1 of every column block) at a time, each pass over whole
 // rows of the band: first the amax of every block of the band, row by row, then the elements,
 // row by row. Rows are read front to back (the hardware prefetcher streams them) instead of a
-// block's 128 short row segments at a stride of a whole row each. The bits are those of one block
-// at a time: the same amax, scale and encoding per element.
+// block's 128 short row segments at a stride of a whole row each. The amax pass of the next band
+// runs interleaved with the quantize pass of this one (a row of each in turn), so that its reads
+// from memory overlap the quantize pass's arithmetic. The bits are those of one block at a time:
+// the same amax, scale and encoding per element. `bf16_rows` (null, or bf16 only) quantizes the
+// rows when input and output rows are contiguous, and prefetches the next band's row.
 template <typename T>
 WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const ConstRegion& input,
                                               const MutableRegion& fp8, const MutableRegion& scales,
-                                              absl::string_view parameter) {
+                                              absl::string_view parameter, Bf16RowFn bf16_rows) {
+  using AbsBits = typename T::AbsBits;
   const auto* in = static_cast<const typename T::Bits*>(input.base);
   auto* out = static_cast<uint8_t*>(fp8.base);
   auto* scale_out = static_cast<float*>(scales.base);
   const int64_t block_rows = std::min(blocking.rows, input.rows);
   const int64_t block_cols = std::min(blocking.cols, input.cols);
-  absl::InlinedVector<typename T::AbsBits, 64> amax(scales.cols);
+  const bool whole_rows = bf16_rows != nullptr && input.col_stride == 1 && fp8.col_stride == 1;
+  absl::InlinedVector<AbsBits, 64> amax(scales.cols), next_amax(scales.cols);
   absl::InlinedVector<float, 64> band_scales(scales.cols);
   for (int64_t e = 0; e < input.experts; ++e) {
     const auto* matrix = in + e * input.expert_stride;
     uint8_t* out_matrix = out + e * fp8.expert_stride;
+    std::fill(amax.begin(), amax.end(), 0);
+    for (int64_t r = 0; r < block_rows; ++r) {
+      AddRowAbsMax<T>(matrix + r * input.row_stride, input, block_cols, absl::MakeSpan(amax));
+    }
     for (int64_t br = 0; br < scales.rows; ++br) {
       const int64_t r0 = br * block_rows;
       const int64_t r1 = r0 + std::min(block_rows, input.rows - r0);
-      std::fill(amax.begin(), amax.end(), 0);
-      for (int64_t r = r0; r < r1; ++r) {
-        const auto* row = matrix + r * input.row_stride;
-        for (int64_t bc = 0; bc < scales.cols; ++bc) {
-          const int64_t c0 = bc * block_cols;
-          amax[bc] =
-              RowAbsMax<T>(row + c0 * input.col_stride, std::min(block_cols, input.cols - c0),
-                           input.col_stride, amax[bc]);
-        }
-      }
+      // The next band, rows r1..next_end: no more rows than this one (only the last is ragged).
+      const int64_t next_end = std::min(input.rows, r1 + block_rows);
       for (int64_t bc = 0; bc < scales.cols; ++bc) {
         const int64_t c0 = bc * block_cols;
         if (amax[bc] >= T::kNonFinite) {
@@ -186,16 +204,29 @@ WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const
         scale_out[e * scales.expert_stride + br * scales.row_stride + bc * scales.col_stride] =
             band_scales[bc];
       }
+      std::fill(next_amax.begin(), next_amax.end(), 0);
       for (int64_t r = r0; r < r1; ++r) {
         const auto* row = matrix + r * input.row_stride;
         uint8_t* out_row = out_matrix + r * fp8.row_stride;
-        for (int64_t bc = 0; bc < scales.cols; ++bc) {
+        const int64_t ahead = r1 + (r - r0);  // The next band's row read after this one.
+        if constexpr (std::is_same_v<T, Bf16>) {
+          if (whole_rows) {
+            bf16_rows(row, input.cols, block_cols, band_scales.data(), out_row,
+                      ahead < next_end ? matrix + ahead * input.row_stride : nullptr);
+          }
+        }
+        for (int64_t bc = 0; bc < scales.cols && !whole_rows; ++bc) {
           const int64_t c0 = bc * block_cols;
           QuantizeRow<T>(row + c0 * input.col_stride, std::min(block_cols, input.cols - c0),
                          input.col_stride, band_scales[bc], out_row + c0 * fp8.col_stride,
                          fp8.col_stride);
         }
+        if (ahead < next_end) {
+          AddRowAbsMax<T>(matrix + ahead * input.row_stride, input, block_cols,
+                          absl::MakeSpan(next_amax));
+        }
       }
+      std::swap(amax, next_amax);
     }
   }
   return absl::OkStatus();
@@ -203,14 +234,14 @@ WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const
 
 WSYNC_QUANT_CLONES absl::Status QuantizeBf16(const Fp8Blocking& blocking, const ConstRegion& input,
                                              const MutableRegion& fp8, const MutableRegion& scales,
-                                             absl::string_view parameter) {
-  return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter);
+                                             absl::string_view parameter, Bf16RowFn bf16_rows) {
+  return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter, bf16_rows);
 }
 
 WSYNC_QUANT_CLONES absl::Status QuantizeFp32(const Fp8Blocking& blocking, const ConstRegion& input,
                                              const MutableRegion& fp8, const MutableRegion& scales,
                                              absl::string_view parameter) {
-  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter);
+  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter, nullptr);
 }
 
 template <typename A, typename B>
@@ -284,7 +315,11 @@ absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const C
     return status;
   }
   if (input_dtype == DType::kBFloat16) {
-    return QuantizeBf16(blocking, input, fp8, scales, parameter);
+    Bf16RowFn bf16_rows = nullptr;
+#ifdef WSYNC_QUANT_MULTIVERSION
+    if (internal::HasAvx512Rows()) bf16_rows = internal::QuantizeBf16RowAvx512;
+#endif
+    return QuantizeBf16(blocking, input, fp8, scales, parameter, bf16_rows);
   }
   return QuantizeFp32(blocking, input, fp8, scales, parameter);
 }
