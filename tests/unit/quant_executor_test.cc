@@ -479,7 +479,7 @@ TEST(QuantExecutorTest, StagingOfARealModelIsFarBelowEveryStepAtOnce) {
   using Case = quant_plan_test::NamedSpec;
   const Case cases[] = {
       {"qwen2.5-0.5b", "megatron(tp=1)", "vllm(tp=1, quant=fp8_block)"},
-      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(tp=4, quant=fp8_block)"},
+      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(dp=4, quant=fp8_block)"},
       {"llama-3-8b", "megatron(tp=4, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
   };
   for (const Case& c : cases) {
@@ -509,7 +509,7 @@ TEST(QuantExecutorTest, StagingOfARealModelIsFarBelowEveryStepAtOnce) {
 TEST(QuantExecutorTest, NaNInALaterStepFailsEveryProcessMidRun) {
   std::mt19937_64 rng(7);
   NamedCase n =
-      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=1)", "vllm(tp=2, quant=fp8_block)"}, rng);
+      MakeNamedCase({"qwen2.5-tiny", "megatron(tp=1)", "vllm(dp=2, quant=fp8_block)"}, rng);
   if (HasFailure()) return;
   const QuantTransform* last = nullptr;  // The sender-side step of the highest parameter.
   for (const QuantTransform& step : n.plan.quant.transforms) {

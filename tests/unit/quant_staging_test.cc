@@ -109,7 +109,7 @@ void CheckLayout(const Work& work, const QuantWork& quant) {
 TEST(QuantStagingTest, StepsShareStagingOnlyWhenTheirLivesDoNotOverlap) {
   using Case = quant_plan_test::NamedSpec;
   const Case cases[] = {
-      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(tp=4, quant=fp8_block)"},
+      {"qwen2.5-0.5b", "megatron(tp=2)", "vllm(dp=4, quant=fp8_block)"},
       {"qwen2.5-tiny", "megatron(tp=2, pp=2)", "vllm(tp=2, quant=fp8_channel)"},
       {"deepseek-v3-tiny", "megatron(tp=2, ep=2)", "vllm(tp=2, ep=2, quant=fp8_block)"},
   };
