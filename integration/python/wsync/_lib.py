@@ -216,8 +216,9 @@ _RTLD_DL_SYMENT = 1  # <dlfcn.h>
 
 def table_size(table):
     """Bytes of the loaded library's wsyncPlugin_v1 table: its ELF symbol's size (glibc's
-    dladdr1), which is sizeof(wsync_plugin_v1_t) of the header the library was built with. None
-    when the loader cannot tell (then every entry is taken as present)."""
+    dladdr1), which is sizeof(wsync_plugin_v1_t) of the header the library was built with (plus
+    AddressSanitizer's redzone in an ASan build). None when the loader cannot tell (then every
+    entry is taken as present)."""
     try:
         dladdr1 = ctypes.CDLL(None).dladdr1
     except AttributeError:

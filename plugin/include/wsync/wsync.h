@@ -6,8 +6,9 @@
  * field at the end of a struct that carries struct_size), so a host built against any v1 header
  * works with every later library (tests/plugin/abi_frozen_test.c). Which entries a loaded library
  * has: the size of its wsyncPlugin_v1 symbol (the ELF st_size, e.g. glibc's dladdr1(table, &info,
- * (void**)&symbol, RTLD_DL_SYMENT)) is sizeof(wsync_plugin_v1_t) of the header it was built with,
- * and WSYNC_PLUGIN_V1_HAS(size, entry) says whether `entry` lies inside it; a library from before
+ * (void**)&symbol, RTLD_DL_SYMENT)) is sizeof(wsync_plugin_v1_t) of the header it was built with
+ * (more in an AddressSanitizer build, whose redzone it includes), and WSYNC_PLUGIN_V1_HAS(size,
+ * entry) says whether `entry` lies inside it; a library from before
  * an entry was appended ends its table earlier (tests/plugin/table_size_test.c; the Python
  * package refuses such calls by name). The library exports no other
  * symbol and never lets a C++ exception out: every call returns a wsync_status_t, and
