@@ -187,8 +187,9 @@ class Session:
         kind and device; e.g. weights reallocated by an engine's sleep and wake-up). The plan
         and its digest stay; the old memory is no longer touched, and the session lets go of what
         kept it (register_buffer's `keep`). `keep` is held until finalize or the next rebind."""
-        self._check(_lib.require("rebind_buffer").rebind_buffer(self._live("rebind_buffer"), int(buffer_id),
-                                            ctypes.c_void_p(int(address))), "rebind_buffer")
+        api = _lib.require("rebind_buffer")
+        self._check(api.rebind_buffer(self._live("rebind_buffer"), int(buffer_id),
+                                      ctypes.c_void_p(int(address))), "rebind_buffer")
         if keep is None:
             self._keep.pop(int(buffer_id), None)
         else:
@@ -231,8 +232,9 @@ class Session:
         fp8.scale_dtype = _bytes(dtype_name(scale_dtype))
         shape = _lib.int64_array(scale_shape)
         fp8.scale_shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-        self._check(_lib.require("declare_fp8_parameter").declare_fp8_parameter(self._live("declare_fp8_parameter"),
-                                                    ctypes.byref(fp8)), "declare_fp8_parameter")
+        api = _lib.require("declare_fp8_parameter")
+        self._check(api.declare_fp8_parameter(self._live("declare_fp8_parameter"),
+                                              ctypes.byref(fp8)), "declare_fp8_parameter")
 
     def set_manifest(self, data):
         data = bytes(data)
@@ -319,7 +321,8 @@ class Session:
         sync runs."""
         progress = _lib.Progress()
         progress.struct_size = ctypes.sizeof(_lib.Progress)
-        self._check(_lib.require("progress").progress(self._live("progress"), ctypes.byref(progress)), "progress")
+        api = _lib.require("progress")
+        self._check(api.progress(self._live("progress"), ctypes.byref(progress)), "progress")
         out = {name: getattr(progress, name) for name, _ in _lib.Progress._fields_[1:]}
         phase = out["phase"]
         out["phase"] = _lib.PHASES[phase] if 0 <= phase < len(_lib.PHASES) else "unknown"
