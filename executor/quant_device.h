@@ -8,7 +8,7 @@
 // A CUDA process's quantization staging and arena are device memory (memory_kinds.h), and every
 // step it quantizes reads and writes device memory only (CheckQuantRun refuses the others):
 // - sending: each step's whole blocks from its source piece into the staging (e4m3 row-major
-//   over `blocks`, then the scales), as QuantizeForSending;
+//   over `blocks`, then the scales), as QuantizeSends;
 // - receiving: each step's blocks from the arena, the e4m3 elements of `box` written straight
 //   into the target (the kernel writes only the window of the piece: no scratch) and the scales
 //   into the scale target, as QuantizeReceived.

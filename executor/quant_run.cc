@@ -40,10 +40,7 @@ absl::Status QuantSteps::Run(absl::Span<const SendQuantCall> calls, bool counted
   absl::Status status;
   if (options_.simulated_quantize) {  // A simulated process: the quantize step's time only.
     int64_t input_bytes = 0;
-    for (const SendQuantCall& call : calls) {
-      input_bytes += Volume(call.step->blocks) *
-                     DTypeSize(job_.source().params[job_.SourceParamOf(call.step->param)].dtype);
-    }
+    for (const SendQuantCall& call : calls) input_bytes += QuantizeInputBytes(job_, *call.step);
     status = options_.simulated_quantize(input_bytes);
   } else if (on_device_) {   // The device's FP8 kernels.
     device_pending_ = true;  // A failed wait leaves them to the failure path's.
@@ -108,7 +105,10 @@ absl::Status QuantSteps::AfterRounds() {
   const double start = ThreadCpuSeconds();
   absl::Status status;
   if (options_.simulated_quantize) {
-    status = options_.simulated_quantize(QuantizeInputBytes(job_, quant_, /*sending=*/false));
+    int64_t input_bytes = 0;
+    for (const QuantTransform& step : quant_.receives)
+      input_bytes += QuantizeInputBytes(job_, step);
+    status = options_.simulated_quantize(input_bytes);
   } else if (on_device_) {
     device_pending_ = true;
     status = QuantizeReceivedOnDevice(job_, quant_, buffers_, arena_, *options_.device, *arenas_,

@@ -116,18 +116,8 @@ absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t proce
   return absl::OkStatus();
 }
 
-int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending) {
-  int64_t bytes = 0;
-  if (sending) {
-    for (const StagedQuantStep& staged : quant.sends) {
-      bytes += Volume(staged.step.blocks) * SourceElementSize(job, staged.step.param);
-    }
-  } else {
-    for (const QuantTransform& step : quant.receives) {
-      bytes += Volume(step.blocks) * SourceElementSize(job, step.param);
-    }
-  }
-  return bytes;
+int64_t QuantizeInputBytes(const Job& job, const QuantTransform& step) {
+  return Volume(step.blocks) * SourceElementSize(job, step.param);
 }
 
 absl::StatusOr<QuantWork> BuildQuantWork(const Job& job, absl::Span<const Segment> segments,

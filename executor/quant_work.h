@@ -129,9 +129,9 @@ int64_t SegmentElementSize(const Job& job, const Segment& s);
 absl::Status CheckQuantRun(const Job& job, const QuantPlan* quant, int32_t process,
                            const DeviceMemory* device, bool simulated);
 
-// Bytes of source-dtype input the quantize step reads: quant.sends' blocks (sending) or
-// quant.receives' blocks, at the source parameter's element size.
-int64_t QuantizeInputBytes(const Job& job, const QuantWork& quant, bool sending);
+// Bytes of source-dtype input quantizing `step` reads: its blocks at the source parameter's
+// element size.
+int64_t QuantizeInputBytes(const Job& job, const QuantTransform& step);
 
 // The QuantWork of `process` for `segments` and `quant` (a plan's, whole or the process's own:
 // staging offsets are computed over the steps `quant` lists, so a receiver's view of a sender's
