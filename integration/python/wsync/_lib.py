@@ -142,6 +142,7 @@ _i64p = ctypes.POINTER(ctypes.c_int64)
 
 BeforeUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 AfterUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
+WaveFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32)
 
 
 class Fp8Parameter(ctypes.Structure):
@@ -192,6 +193,9 @@ class PluginV1(ctypes.Structure):
         ("rebind_buffer", ctypes.CFUNCTYPE(_status, _session, ctypes.c_uint64, ctypes.c_void_p)),
         ("declare_fp8_parameter", ctypes.CFUNCTYPE(_status, _session,
                                                    ctypes.POINTER(Fp8Parameter))),
+        ("set_parameter_wave", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p,
+                                                ctypes.c_int32)),
+        ("set_wave_callback", ctypes.CFUNCTYPE(_status, _session, WaveFn, ctypes.c_void_p)),
     ]
 
 

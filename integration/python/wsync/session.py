@@ -98,6 +98,8 @@ class Session:
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
+        self._wave_callback = None
+        self._wave_error = None  # What the wave callback raised in the running sync.
         self._keep = {}  # Buffer id -> the object whose memory the session was given.
         if coordinator is not None:
             coordinator_host, coordinator_port = parse_coordinator(coordinator)
@@ -236,6 +238,34 @@ class Session:
         self._check(api.declare_fp8_parameter(self._live("declare_fp8_parameter"),
                                               ctypes.byref(fp8)), "declare_fp8_parameter")
 
+    def set_parameter_wave(self, name, wave):
+        """Puts declared parameter `name` of this rollout in wave `wave` (0 .. 4095) of a streamed
+        sync: waves move in order, each landing whole on every process (and its wave callback
+        run) before the next moves; parameters of different waves may share memory."""
+        api = _lib.require("set_parameter_wave")
+        self._check(api.set_parameter_wave(self._live("set_parameter_wave"), _bytes(name),
+                                           int(wave)), "set_parameter_wave")
+
+    def set_wave_callback(self, fn):
+        """fn(version, wave) runs on the thread running the sync after each wave landed, before
+        the next moves (None: none). An exception it raises fails the sync on every process; the
+        sync then raises WsyncError naming the wave, whose `wave_error` is the exception."""
+        api = _lib.require("set_wave_callback")
+        if fn is None:
+            callback = _lib.WaveFn()
+        else:
+            def call(user, version, wave):
+                try:
+                    fn(int(version), int(wave))
+                    return int(Status.OK)
+                except BaseException as error:  # noqa: BLE001 - nothing may propagate into C.
+                    self._wave_error = error
+                    return int(Status.INTERNAL)
+            callback = _lib.WaveFn(call)
+        self._check(api.set_wave_callback(self._live("set_wave_callback"), callback, None),
+                    "set_wave_callback")
+        self._wave_callback = callback  # Alive while a sync may call it.
+
     def set_manifest(self, data):
         data = bytes(data)
         self._check(self._api.set_manifest(self._live("set_manifest"), data, len(data)),
@@ -284,16 +314,29 @@ class Session:
                                               ctypes.byref(coordinator_port)), "listening_ports")
         return metrics_port.value, coordinator_port.value
 
+    def _check_sync(self, code, call):
+        try:
+            return self._check(code, call)
+        except WsyncError as error:
+            cause, self._wave_error = self._wave_error, None
+            if cause is None:
+                raise
+            error.wave_error = cause
+            raise error from cause
+
     def sync(self, version):
-        self._check(self._api.sync(self._live("sync"), int(version)), "sync")
+        self._wave_error = None
+        self._check_sync(self._api.sync(self._live("sync"), int(version)), "sync")
 
     def sync_begin(self, version):
+        self._wave_error = None
         self._check(self._api.sync_begin(self._live("sync_begin"), int(version)), "sync_begin")
 
     def sync_test(self):
         """True when the sync started by sync_begin committed, False while it runs; raises its
         error."""
-        return self._check(self._api.sync_test(self._live("sync_test")), "sync_test") == Status.OK
+        return self._check_sync(self._api.sync_test(self._live("sync_test")),
+                                "sync_test") == Status.OK
 
     def abort(self, reason="aborted by the host"):
         if self._handle is not None:
@@ -340,6 +383,7 @@ class Session:
         finally:
             self._keep = {}
             self._callbacks = None
+            self._wave_callback = None
 
     @property
     def finalized(self):

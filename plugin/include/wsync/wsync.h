@@ -227,6 +227,14 @@ typedef struct wsync_session wsync_session_t;
 typedef void (*wsync_before_update_fn)(void* user, int64_t version);
 typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_t status);
 
+/* Streamed syncs (set_parameter_wave, set_wave_callback): called on the thread running the sync
+ * (the host's in sync, the library's in sync_begin and the trainer-triggered mode) after wave
+ * `wave` of sync `version` landed on this process, before any byte of the next wave moves. It
+ * returns WSYNC_OK, or an error that fails the sync on every process (this process votes no; its
+ * last_error names the wave). It may read and change the memory of that wave's parameters and
+ * call state, stats, progress, last_error and abort on the session, no other function. */
+typedef wsync_status_t (*wsync_wave_fn)(void* user, int64_t version, int32_t wave);
+
 typedef struct wsync_plugin_v1 {
   const char* name;    /* "wsync" */
   int32_t abi_version; /* WSYNC_ABI_VERSION */
@@ -353,6 +361,31 @@ typedef struct wsync_plugin_v1 {
    * already declared, a scale dtype other than fp32, or a scale shape other than the scheme's. */
   wsync_status_t (*declare_fp8_parameter)(wsync_session_t* session,
                                           const wsync_fp8_parameter_t* fp8);
+
+  /* Appended to v1 (a library from before them ends the table at declare_fp8_parameter):
+   * streamed syncs, for a rollout that must hand what it receives to the engine's own loader in
+   * bounded memory. A sync moves its parameters in waves 0, 1, ...: every byte of wave w lands on
+   * every process, and each process runs its wave callback for w (when set), before any byte of
+   * wave w + 1 moves (each wave begins with an agreement of every process, as a sync does). The
+   * commit vote follows the last wave: a failure in any wave or callback fails the sync on every
+   * process, the later waves do not run, and a rollout is DIRTY (the waves before it may have
+   * been handed on: it holds neither version). Waves with no parameter in the job are skipped.
+   *
+   * set_parameter_wave puts declared parameter `parameter` of this rollout process in wave `wave`
+   * (0 .. 4095; every parameter is in wave 0 until set). Pieces of parameters in different waves
+   * may share memory (one staging area reused wave after wave); within a wave they may not. Every
+   * rollout process declaring the parameter gives it the same wave (a difference fails connect on
+   * every process with WSYNC_LAYOUT_REFUSED naming it); trainers set no waves. FP8-quantized
+   * parameters and their scales stay in wave 0. REGISTERED only. WSYNC_INVALID_ARGUMENT, naming
+   * the parameter, for a NULL session or parameter, an undeclared or quantized parameter, a wave
+   * out of range, or a trainer process.
+   *
+   * set_wave_callback sets the function called after each wave (NULL: none); `user` is passed
+   * through untouched and must stay valid until finalize returns. REGISTERED only. */
+  wsync_status_t (*set_parameter_wave)(wsync_session_t* session, const char* parameter,
+                                       int32_t wave);
+  wsync_status_t (*set_wave_callback)(wsync_session_t* session, wsync_wave_fn callback,
+                                      void* user);
 } wsync_plugin_v1_t;
 
 /* Whether a v1 table of `table_size` bytes (the library's wsyncPlugin_v1 symbol size, above) has
