@@ -328,7 +328,7 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         _, landing = self._landing()
         self._landing(staging_budget_bytes=landing.staging_bytes)
         with self.assertRaises(WsyncError) as caught:
-            self._landing(staging_budget_bytes=landing.staging_bytes - 1)
+            self._landing(staging_budget_bytes=landing.staging_bytes - 1, stream="whole")
         self.assertEqual(caught.exception.code, Status.NO_MEMORY)
         self.assertIn(str(landing.staging_bytes), str(caught.exception))
 

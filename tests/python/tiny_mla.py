@@ -1,5 +1,6 @@
-"""A tiny vLLM-style model whose parameters land both ways (written for the tests): one MLA-like
-layer with vLLM's parameter names and loading machinery, TP-sharded.
+"""A tiny vLLM-style model whose parameters land both ways (written for the tests): MLA-like
+decoder layers (one by default, `layers` of them) with vLLM's parameter names and loading
+machinery, TP-sharded, and with `head=True` a quantized ``lm_head`` outside the layers.
 
 - ``input_layernorm.weight`` (replicated) and ``mlp.down_proj.weight`` / ``.bias``
   (RowParallelLinear, unquantized): live parameters are plain slices of the checkpoint tensors
@@ -10,6 +11,8 @@ layer with vLLM's parameter names and loading machinery, TP-sharded.
 - ``self_attn.o_proj.weight`` (RowParallelLinear with a stand-in quantization method): after
   loading, the method rounds the weight to a 1/16 grid and stores it transposed, a kernel layout
   no affine view of the checkpoint gives (loader).
+- ``lm_head.weight`` (vocabulary rows over TP, the same stand-in quantization; `head=True`):
+  a loader parameter outside every decoder layer.
 
 Loading follows vLLM: each parameter carries a ``weight_loader(param, loaded_weight)`` that
 narrows the whole checkpoint tensor to its rank's part (vllm/model_executor/layers/linear.py),
@@ -34,18 +37,48 @@ NORM, KV_B, O_PROJ = P + "input_layernorm.weight", P + "self_attn.kv_b_proj.weig
 DOWN, DOWN_BIAS = P + "mlp.down_proj.weight", P + "mlp.down_proj.bias"
 DIRECT = (NORM, DOWN, DOWN_BIAS)
 LOADER = (KV_B, O_PROJ)
+VOCAB = 16
+HEAD = "lm_head.weight"
 HF_CONFIG = {"num_attention_heads": HEADS, "num_key_value_heads": HEADS, "hidden_size": HIDDEN,
-             "head_dim": NOPE + V_DIM, "vocab_size": 16, "kv_lora_rank": KV_LORA}
+             "head_dim": NOPE + V_DIM, "vocab_size": VOCAB, "kv_lora_rank": KV_LORA}
 
 
-def logical_shapes():
-    return {NORM: (HIDDEN,), KV_B: (HEADS * (NOPE + V_DIM), KV_LORA),
-            O_PROJ: (HIDDEN, HEADS * V_DIM), DOWN: (HIDDEN, INTER), DOWN_BIAS: (HIDDEN,)}
+def prefix(layer):
+    return f"model.layers.{layer}."
 
 
-def random_logical(seed):
+def layer_names(layer):
+    """(norm, kv_b, o_proj, down, down_bias) of decoder layer `layer`."""
+    p = prefix(layer)
+    return (p + "input_layernorm.weight", p + "self_attn.kv_b_proj.weight",
+            p + "self_attn.o_proj.weight", p + "mlp.down_proj.weight", p + "mlp.down_proj.bias")
+
+
+def loader_names(layers=1, head=False):
+    """The parameters landing through the loader, in the model's order."""
+    names = [n for i in range(layers) for n in layer_names(i)[1:3]]
+    return names + ([HEAD] if head else [])
+
+
+def derived_names(layers=1):
+    return [prefix(i) + "self_attn.attn." + m for i in range(layers) for m in ("W_UK_T", "W_UV")]
+
+
+def logical_shapes(layers=1, head=False):
+    shapes = {}
+    for i in range(layers):
+        norm, kv_b, o_proj, down, bias = layer_names(i)
+        shapes.update({norm: (HIDDEN,), kv_b: (HEADS * (NOPE + V_DIM), KV_LORA),
+                       o_proj: (HIDDEN, HEADS * V_DIM), down: (HIDDEN, INTER), bias: (HIDDEN,)})
+    if head:
+        shapes[HEAD] = (VOCAB, HIDDEN)
+    return shapes
+
+
+def random_logical(seed, layers=1, head=False):
     g = torch.Generator().manual_seed(seed)
-    return {n: torch.randn(s, generator=g, dtype=DTYPE) for n, s in logical_shapes().items()}
+    return {n: torch.randn(s, generator=g, dtype=DTYPE)
+            for n, s in logical_shapes(layers, head).items()}
 
 
 def grid_quantize(weight):
@@ -59,15 +92,27 @@ def derive(kv_b_local):
 
 
 def expected(logical, rank, tp):
-    """{name: tensor} a rank's live state must equal: parameters and derived matrices."""
+    """{name: tensor} a rank's live state must equal: parameters and derived matrices (the
+    layers and head `logical` has)."""
     rows = KV_B_ROWS // tp
-    kv_b = logical[KV_B][rank * rows:(rank + 1) * rows]
     o_cols, d_cols = HEADS * V_DIM // tp, INTER // tp
-    uk, uv = derive(kv_b)
-    return {NORM: logical[NORM], KV_B: kv_b, DOWN_BIAS: logical[DOWN_BIAS],
-            DOWN: logical[DOWN][:, rank * d_cols:(rank + 1) * d_cols],
-            O_PROJ: grid_quantize(logical[O_PROJ][:, rank * o_cols:(rank + 1) * o_cols]).t(),
-            P + "self_attn.attn.W_UK_T": uk, P + "self_attn.attn.W_UV": uv}
+    out = {}
+    layer = 0
+    while prefix(layer) + "input_layernorm.weight" in logical:
+        norm, kv_b_name, o_proj, down, bias = layer_names(layer)
+        kv_b = logical[kv_b_name][rank * rows:(rank + 1) * rows]
+        o_local = logical[o_proj][:, rank * o_cols:(rank + 1) * o_cols]
+        uk, uv = derive(kv_b)
+        out.update({norm: logical[norm], kv_b_name: kv_b, bias: logical[bias],
+                    down: logical[down][:, rank * d_cols:(rank + 1) * d_cols],
+                    o_proj: grid_quantize(o_local).t(),
+                    prefix(layer) + "self_attn.attn.W_UK_T": uk,
+                    prefix(layer) + "self_attn.attn.W_UV": uv})
+        layer += 1
+    if HEAD in logical:
+        vocab_rows = VOCAB // tp
+        out[HEAD] = grid_quantize(logical[HEAD][rank * vocab_rows:(rank + 1) * vocab_rows]).t()
+    return out
 
 
 KV_B_ROWS = HEADS * (NOPE + V_DIM)
@@ -76,9 +121,9 @@ KV_B_ROWS = HEADS * (NOPE + V_DIM)
 def live(model):
     """The same names as expected(): the model's parameters and its derived matrices."""
     state = {n: p.detach() for n, p in model.named_parameters()}
-    attn = model.model.layers[0].self_attn.attn
-    state[P + "self_attn.attn.W_UK_T"] = attn.W_UK_T
-    state[P + "self_attn.attn.W_UV"] = attn.W_UV
+    for i, layer in enumerate(model.model.layers):
+        state[prefix(i) + "self_attn.attn.W_UK_T"] = layer.self_attn.attn.W_UK_T
+        state[prefix(i) + "self_attn.attn.W_UV"] = layer.self_attn.attn.W_UV
     return state
 
 
@@ -151,10 +196,13 @@ class TinyMLA(torch.nn.Module):
     """Built and loaded as vLLM's loader does: create, record the checkpoint-format metadata,
     load_weights, process_weights_after_loading."""
 
-    def __init__(self, tp_rank, tp, logical):
+    def __init__(self, tp_rank, tp, logical, layers=1, head=False):
         super().__init__()
         self.model = torch.nn.Module()
-        self.model.layers = torch.nn.ModuleList([_Layer(tp_rank, tp)])
+        self.model.layers = torch.nn.ModuleList([_Layer(tp_rank, tp) for _ in range(layers)])
+        if head:
+            self.lm_head = _Linear((VOCAB // tp, HIDDEN), 0, tp_rank, tp,
+                                   quant_method=GridQuantLinearMethod())
         record_metadata_for_reloading(self)
         self.load_weights(logical.items())
         process_weights_after_loading(self, DTYPE)

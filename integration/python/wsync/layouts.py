@@ -173,6 +173,9 @@ class Layout:
         self.params: Dict[str, Parameter] = {}
         self.pieces: List[Piece] = []
         self.fp8 = {}  # FP8 parameter name -> wsync.fp8.Fp8Spec (wsync.fp8.add_fp8).
+        # Parameter name -> its wave of a streamed sync (rollouts; absent: wave 0). Pieces of
+        # parameters of different waves may share memory (wsync.vllm_loader's staging pool).
+        self.waves: Dict[str, int] = {}
 
     def add(self, param, shape, origin, view, dtype=None):
         """`dtype` (default: the view's) is what the parameter is declared as: "fp8_e4m3" for a
@@ -237,8 +240,9 @@ class Layout:
             self.pieces[i] = Piece(piece.param, piece.origin, view)
 
     def register(self, session):
-        """Registers the buffers, declares the parameters (FP8 ones with their scale tensors)
-        and the pieces with `session`."""
+        """Registers the buffers, declares the parameters (FP8 ones with their scale tensors;
+        each with its wave, when `waves` gives one other than 0) and the pieces with
+        `session`."""
         rows, ids = self.buffers()
         for buffer_id, address, nbytes, kind, device, keep in rows:
             session.register_buffer(buffer_id, address, nbytes, kind, device, keep=keep)
@@ -251,6 +255,8 @@ class Layout:
             if spec is not None:
                 session.declare_fp8_parameter(param.name, spec.scheme, spec.scale_name,
                                               spec.scale_shape, spec.block)
+            if self.waves.get(param.name, 0):
+                session.set_parameter_wave(param.name, self.waves[param.name])
         for piece in self.pieces:
             address, _ = _storage(piece.view)
             session.declare_piece(piece.param, ids[address], piece.origin, piece.extent,

@@ -18,11 +18,16 @@ Each parameter lands one of two ways, chosen at connect (``wsync.vllm_loader``):
 ones are registered in place (no copy of the weights: the plugin writes the fused qkv_proj /
 gate_up_proj / vocabulary shards directly); parameters vLLM post-processes after loading
 (quantized layers, MLA's kv_b_proj, a layout changed since load) land **through the loader**:
-wsync writes their checkpoint-format tensors into staging, then ``receive_weights`` hands them
-to ``model.load_weights`` inside vLLM's layerwise reload bracket. ``receive_weights`` is one
+wsync writes their checkpoint-format tensors into staging, and the worker hands them to
+``model.load_weights`` inside vLLM's layerwise reload bracket. ``receive_weights`` is one
 wsync sync of ``update_info.version``, which every trainer rank joins
-(``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_weights``), then that loader step;
-the bracket opens only after the sync committed, so a failed sync never leaves layers on meta.
+(``wsync.vllm_trainer.WsyncTrainerWeightTransferEngine.send_weights``), with that loader step:
+``loader_stream="whole"`` runs it after the sync committed (a failed sync hands nothing over);
+``"layer"`` streams the sync in waves, one per decoder layer, and the wave callback hands each
+wave to ``load_weights`` inside one bracket opened before the first loader wave and closed after
+the sync, committed or failed (a failed streamed sync may leave earlier layers at the new
+version: dirty either way); ``"auto"`` (default) streams only when the whole staging is over
+``loader_staging_budget_bytes``.
 
 A failed or aborted sync (or a failed loader step) leaves the weights dirty: ``weights_dirty``
 is True, every later ``finish_weight_update`` raises ("do not serve") and
@@ -179,6 +184,8 @@ class WsyncInitInfo(_InitBase):
     # [pattern, "direct" | "loader"]: wsync.rules.LandingRule rows, before the classification.
     landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
     loader_staging_budget_bytes: int = 0  # 0: unbounded; else refuse a larger staging
+    # "auto" | "layer" | "whole": how the loader step runs (wsync.vllm_loader's docstring).
+    loader_stream: str = "auto"
 
 
 @dataclasses.dataclass
@@ -235,6 +242,8 @@ class WsyncWeightTransferEngine(_Base):
         self._replace = False        # The session was aborted: replace it before the next sync.
         self._abort_requested = None  # A reason, when abort came before the sync started.
         self._syncing = False        # receive_weights is inside a sync (abort may come meanwhile).
+        self._wave_loader = None     # vllm_loader.WaveLoader of the streamed sync running now.
+        self._waves_loaded = 0       # Loader waves the last streamed sync handed the model.
 
     # -- worker side ------------------------------------------------------------------------------
     def _model_config(self):
@@ -284,7 +293,8 @@ class WsyncWeightTransferEngine(_Base):
             self.model, tp_rank, tp_size, self._model_config(),
             rules=make_rules(init_info.extra_rules), landing_rules=init_info.landing_rules,
             skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
-            staging_budget_bytes=init_info.loader_staging_budget_bytes)
+            staging_budget_bytes=init_info.loader_staging_budget_bytes,
+            stream=init_info.loader_stream)
         self.layout = self.landing.layout
         self._init_info, self._rank = init_info, rank
         self.session = self._open_session()
@@ -295,6 +305,8 @@ class WsyncWeightTransferEngine(_Base):
                           num_rollouts=info.num_rollouts, **session_options(info))
         try:
             self.layout.register(session)
+            if self.landing.streamed:
+                session.set_wave_callback(self._on_wave)
             session.connect()
         except BaseException:
             session.finalize()
@@ -343,11 +355,16 @@ class WsyncWeightTransferEngine(_Base):
             logger.info("wsync: rollout rank %d: %d moved parameter(s) rebound in place",
                         self._rank, len(moved))
         self._syncing = True
+        waves = vllm_loader.WaveLoader(self.landing, self.model, self.model_config) \
+            if self.landing.streamed else None
+        self._wave_loader, self._waves_loaded = waves, 0
         try:
             session.sync(version)
         except BaseException:
             self._syncing = False
             self._dirty = True
+            self._wave_loader = None
+            self._close_waves(waves, version)
             if self._replace:
                 # Replaced at once, before the trainers start the next round: a process entering
                 # a sync while this rank is lost fails it. A failure here is retried at the next
@@ -359,8 +376,12 @@ class WsyncWeightTransferEngine(_Base):
             raise
         finally:
             self._syncing = False
+            self._wave_loader = None
         try:
-            self.landing.apply(self.model, self.model_config)
+            if waves is None:
+                self.landing.apply(self.model, self.model_config)
+            else:
+                waves.close()
         except BaseException:
             self._dirty = True
             logger.error("wsync: version %d committed, but handing the loader parameters to the "
@@ -368,6 +389,31 @@ class WsyncWeightTransferEngine(_Base):
             raise
         self.version = version
         self._dirty = False
+
+    def _on_wave(self, version, wave):
+        """The session's wave callback (streamed landing): hands wave `wave` to the model. A
+        raise fails the sync on every process."""
+        waves = self._wave_loader
+        if waves is None:
+            raise WsyncError(Status.INTERNAL, f"wave {wave} of version {version} landed outside "
+                             "receive_weights", "wave")
+        waves.load(version, wave)
+        self._waves_loaded = len(waves.loaded)
+
+    def _close_waves(self, waves, version):
+        """Ends a failed streamed sync's reload bracket (never raises: the sync's error is the
+        one raised); the weights are dirty already."""
+        if waves is None:
+            return
+        try:
+            waves.close()
+        except Exception as error:  # noqa: BLE001
+            logger.error("wsync: closing the reload bracket of failed version %d: %s", version,
+                         error)
+        if waves.loaded:
+            logger.error("wsync: version %d failed after %d loader wave(s) were handed to the "
+                         "model: rollout rank %s holds layers of two versions", version,
+                         len(waves.loaded), self._rank)
 
     def finish_weight_update(self):
         self._require("finish_weight_update")
@@ -432,14 +478,19 @@ class WsyncWeightTransferEngine(_Base):
     def stats(self):
         """The session's stats of the last sync, with the bytes landing each way per sync
         (direct_bytes, loader_bytes), the loader staging held (loader_staging_bytes) and the
-        parameter counts (direct_parameters, loader_parameters)."""
+        parameter counts (direct_parameters, loader_parameters); the loader step's mode
+        (loader_stream: "whole" or "layer"), its waves (loader_waves; loader_waves_loaded: those
+        the last streamed sync handed the model), loader_largest_wave_bytes (the pool) and
+        loader_whole_staging_bytes (what whole staging takes)."""
         stats = self._require("stats").stats()
         stats.update(self.landing.report())
+        stats["loader_waves_loaded"] = self._waves_loaded
         return stats
 
     def landing_report(self):
-        """{local parameter name: (way, reason)}: how each parameter lands."""
-        return dict(self.landing.ways) if self.landing is not None else {}
+        """{local parameter name: (way, reason)}: how each parameter lands (streamed, a loader
+        parameter's reason ends with its wave and layer)."""
+        return self.landing.ways_report() if self.landing is not None else {}
 
     def _require(self, call):
         if self.session is None:

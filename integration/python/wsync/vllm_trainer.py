@@ -86,6 +86,7 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     # The workers' (forwarded in their init info): how their parameters land, see wsync.vllm.
     landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
     loader_staging_budget_bytes: int = 0
+    loader_stream: str = "auto"
 
     def worker_init_info(self):
         """The workers' init request (a JSON-able dict of WsyncInitInfo's fields): the job, not
@@ -96,7 +97,8 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
                              path_transports=self.path_transports,
                              staging_budget_bytes=self.staging_budget_bytes,
                              landing_rules=[list(r) for r in self.landing_rules],
-                             loader_staging_budget_bytes=self.loader_staging_budget_bytes)
+                             loader_staging_budget_bytes=self.loader_staging_budget_bytes,
+                             loader_stream=self.loader_stream)
         return dataclasses.asdict(info)
 
 

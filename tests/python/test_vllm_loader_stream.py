@@ -1,0 +1,460 @@
+"""Loader staging streamed layer by layer (wsync.vllm_loader, loader_stream "layer" / "auto").
+
+vLLM's layerwise reload keeps its state per layer (``LAYERWISE_INFO``: loads are buffered per
+layer and a layer is processed once its elements are in, whichever ``load_weights`` call brought
+them), so several ``load_weights`` calls share one ``initialize_layerwise_reload`` /
+``finalize_layerwise_reload`` bracket: vllm/model_executor/model_loader/reload/layerwise.py
+@ 01424e4b (``online_process_loader``, ``finalize_layerwise_processing``), and vLLM's NCCL engine
+calls ``load_weights`` once per received batch inside the worker's one bracket
+(vllm/distributed/weight_transfer/nccl_engine.py @ 04b06efe, ``receive_weights``). The stand-in
+(tests/python/vllm_standin/.../reload/layerwise.py) does the same: per-layer state, processing
+on the load that completes a layer, attention layers at finalize.
+
+The model: tiny_mla with three decoder layers and a quantized lm_head (loader parameters in
+waves 1, 2, 3 and 4095), TP 2. A budget between the largest wave and the whole staging makes
+"auto" stream.
+
+One job (2 trainer ranks, 2 vLLM workers, vLLM's worker calls and HTTP routes):
+- versions 1, 2, 4, 6 commit: on every worker every element of every parameter and derived
+  matrix equals the oracle of that version, each sync opened one reload bracket and closed it,
+  handed 4 loader waves, and the pool is smaller than whole staging;
+- version 3: worker 1's load of wave 2 raises: the sync fails on every process (trainers too),
+  worker 1's error carries the exception as `wave_error`, both workers are dirty with the bracket
+  closed, and worker 1 holds layer 0 at version 3 and the rest at version 2 (mixed: dirty);
+- version 5: worker 0 aborts from inside wave 2 (abort_weight_update): dirty, bracket closed,
+  layers 0 and 1 at version 5 and the rest at version 4; its session is replaced;
+- version 7: trainer 1 aborts its session while the workers are inside wave 2: the sync fails
+  everywhere; both workers dirty, bracket closed.
+"""
+
+import os
+import sys
+import threading
+import time
+import types
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "vllm_standin")
+sys.path.insert(0, HERE)
+from harness import free_ports, role_reports, run_processes  # noqa: E402
+
+SECRET = "python-vllm-loader-stream-secret-0123456789"
+TP = 2
+LAYERS = 3
+VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+COMMITTED = (1, 2, 4, 6)
+WAVE_RAISES = 3      # Worker 1's load of wave 2 raises.
+SELF_ABORT = 5       # Worker 0 aborts from inside wave 2.
+TRAINER_ABORT = 7    # Trainer 1 aborts while the workers are inside wave 2.
+SLOW_WAVE_SECONDS = 2.0
+TRAINER_ABORT_AFTER = 1.0
+BUDGET = 1000        # Between the largest wave (704 bytes) and whole staging (2096).
+DEADLINE = 10.0
+
+
+def _seed(version):
+    return 500 + version
+
+
+def _logical(version):
+    import tiny_mla as tm
+    return tm.random_logical(_seed(version), LAYERS, True)
+
+
+def _trainer(rank, coordinator, urls):
+    import tiny_mla as tm
+    import vllm_calls
+    from vllm.distributed.weight_transfer.base import ModuleSource
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+    from wsync.vllm_trainer import WsyncTrainerInitInfo
+
+    names = sorted(tm.logical_shapes(LAYERS, True))[rank::TP]
+    model = tm.trainer_module(_logical(0), names)
+    client = vllm_calls.FanOutHTTPClient(urls) if rank == 0 else vllm_calls.NoCallsClient()
+    if rank == 0:
+        client.wait_ready()
+    info = WsyncTrainerInitInfo(coordinator=coordinator, num_trainers=TP, num_rollouts=TP,
+                                job_id="python-vllm-loader-stream", layout="hf",
+                                hf_config=tm.HF_CONFIG, deadline_seconds=DEADLINE,
+                                path_transports="*=ucx:sm,cma,self", rank=rank,
+                                loader_staging_budget_bytes=BUDGET)
+    engine = WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                       source=ModuleSource(model))
+    push = engine.sync.push
+
+    def push_or_abort(version):
+        if version == TRAINER_ABORT and rank == 1:
+            session = engine.sync.session
+            threading.Timer(TRAINER_ABORT_AFTER,
+                            lambda: session.abort("trainer 1 fails mid-sync")).start()
+        return push(version)
+
+    engine.sync.push = push_or_abort
+    rounds = []
+    for version in VERSIONS:
+        tm.load_trainer(model, _logical(version))
+        try:
+            engine.send_weights()
+            rounds.append((version, None))
+        except Exception as error:  # noqa: BLE001
+            rounds.append((version, f"{type(error).__name__}: {error}"))
+    if rank == 0:
+        client.shutdown_servers()
+    try:
+        engine.shutdown()
+    except Exception:  # noqa: BLE001 - rank 1's session was aborted.
+        pass
+    return {"rounds": rounds}
+
+
+def _versions_of(model, rank, version, previous):
+    """{name: "new" | "old" | "neither"}: each parameter and derived matrix against the oracles
+    of `version` and `previous`."""
+    import torch
+
+    import tiny_mla as tm
+    new, old = tm.expected(_logical(version), rank, TP), tm.expected(_logical(previous), rank, TP)
+    have = tm.live(model)
+    return {n: "new" if torch.equal(have[n], new[n]) else
+            "old" if torch.equal(have[n], old[n]) else "neither" for n in new}
+
+
+def _bracket_closed(model, kernel):
+    """Every live tensor of `kernel` ({name: parameter} before the sync) back in place."""
+    live = dict(model.named_parameters())
+    return live.keys() == kernel.keys() and \
+        all(live[n] is p and not p.is_meta for n, p in kernel.items())
+
+
+def _rollout(rank, port):
+    import torch
+
+    import tiny_mla as tm
+    import vllm_calls
+    from vllm.model_executor.model_loader import reload
+
+    model = tm.TinyMLA(rank, TP, _logical(1), LAYERS, True)
+    kernel = dict(model.named_parameters())
+    counts = {"initialize": 0, "finalize": 0}
+    for call in ("initialize", "finalize"):
+        original = getattr(reload, f"{call}_layerwise_reload")
+
+        def counted(*args, _original=original, _call=call, **kwargs):
+            counts[_call] += 1
+            return _original(*args, **kwargs)
+        setattr(reload, f"{call}_layerwise_reload", counted)
+    vllm_config = types.SimpleNamespace(
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=TP, rank=rank, world_size=TP,
+                                              data_parallel_index=0),
+        model_config=types.SimpleNamespace(hf_config=tm.HF_CONFIG, dtype=tm.DTYPE))
+    events = []
+    state = {}
+    load_weights = model.load_weights
+    layer1 = tm.prefix(1)
+
+    def sabotaged_load(weights):
+        """Loads as the model does, except in the versions that fail inside wave 2."""
+        weights = list(weights)
+        in_wave_2 = any(n.startswith(layer1) for n, _ in weights)
+        version = state["version"]
+        if in_wave_2 and version == WAVE_RAISES and rank == 1:
+            raise RuntimeError("sabotaged load of wave 2")
+        result = load_weights(weights)
+        if in_wave_2 and version == SELF_ABORT and rank == 0:
+            state["engine"].abort_weight_update()
+        if in_wave_2 and version == TRAINER_ABORT:
+            time.sleep(SLOW_WAVE_SECONDS)
+        return result
+
+    model.load_weights = sabotaged_load
+
+    class CheckedWorker(vllm_calls.Worker):
+        def update_weights(self, update_info):
+            engine = self.weight_transfer_engine
+            state.update(version=update_info["version"], engine=engine, counts=dict(counts))
+            try:
+                super().update_weights(update_info)
+            except Exception as error:
+                try:
+                    engine.finish_weight_update()
+                    refused = None
+                except Exception as refusal:  # noqa: BLE001
+                    refused = str(refusal)
+                version = state["version"]
+                previous = max(v for v in COMMITTED if v < version)
+                wave_error = getattr(error, "wave_error", None)
+                events.append({"version": version, "error": f"{type(error).__name__}: {error}",
+                               "wave_error": repr(wave_error) if wave_error else None,
+                               "dirty": engine.weights_dirty, "finish_refused": refused,
+                               "brackets": {k: counts[k] - state["counts"][k] for k in counts},
+                               "closed": _bracket_closed(model, kernel),
+                               "versions": _versions_of(model, rank, version, previous)})
+                raise
+
+        def finish_weight_update(self):
+            super().finish_weight_update()
+            engine = self.weight_transfer_engine
+            version = engine.version
+            want = tm.expected(_logical(version), rank, TP)
+            have = tm.live(model)
+            events.append({"version": version, "dirty": engine.weights_dirty,
+                           "wrong": sorted(n for n, t in want.items()
+                                           if not torch.equal(have[n], t)),
+                           "checked": sum(t.numel() for t in want.values()),
+                           "brackets": {k: counts[k] - state["counts"][k] for k in counts},
+                           "stats": engine.stats(),
+                           "report": {n: r for n, (_, r) in engine.landing_report().items()}})
+
+    worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
+                           torch.device("cpu"), model)
+    server, stopped = vllm_calls.serve(worker, port)
+    try:
+        stopped.wait(120)
+    finally:
+        server.shutdown()
+        worker.shutdown()
+    return {"events": events}
+
+
+def _process(index, ports):
+    sys.path.insert(0, STANDIN)
+    os.environ["WSYNC_SECRET"] = SECRET
+    import wsync.vllm
+    wsync.vllm.register()
+    wsync_port, http_ports = ports[0], ports[1:]
+    if index < TP:
+        return _trainer(index, f"127.0.0.1:{wsync_port}",
+                        [f"http://127.0.0.1:{p}" for p in http_ports])
+    return _rollout(index - TP, http_ports[index - TP])
+
+
+class VllmLoaderStreamSyncTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP),), timeout=170)
+
+    def _reports(self, role):
+        return role_reports(self, self.results, TP, role)
+
+    def _failed(self, rank, version):
+        events = [e for e in self._reports("rollout")[rank]["events"]
+                  if "error" in e and e["version"] == version]
+        self.assertEqual(len(events), 1, self._reports("rollout")[rank]["events"])
+        return events[0]
+
+    def test_streamed_versions_commit_fresh_in_a_pool_smaller_than_whole_staging(self):
+        import tiny_mla as tm
+        for rank, report in enumerate(self._reports("rollout")):
+            done = [e for e in report["events"] if "wrong" in e]
+            self.assertEqual([e["version"] for e in done], list(COMMITTED))
+            for event in done:
+                self.assertEqual(event["wrong"], [], f"rollout {rank}: {event}")
+                self.assertGreater(event["checked"], 0)
+                self.assertFalse(event["dirty"], event)
+                self.assertEqual(event["brackets"], {"initialize": 1, "finalize": 1}, event)
+                stats = event["stats"]
+                self.assertEqual((stats["loader_stream"], stats["loader_waves"],
+                                  stats["loader_waves_loaded"]), ("layer", 4, 4), stats)
+                self.assertEqual(stats["loader_staging_bytes"], 704)
+                self.assertEqual(stats["loader_whole_staging_bytes"], 2096)
+                self.assertLessEqual(stats["loader_staging_bytes"], BUDGET)
+                self.assertTrue(event["report"][tm.HEAD].endswith(
+                    "; wave 4095 (outside the decoder layers)"), event["report"])
+                self.assertTrue(event["report"][tm.layer_names(2)[1]].endswith(
+                    "; wave 3 (model.layers.2)"), event["report"])
+
+    def test_a_wave_that_raises_fails_the_sync_everywhere_and_leaves_mixed_layers_dirty(self):
+        import tiny_mla as tm
+        for rank in range(TP):
+            event = self._failed(rank, WAVE_RAISES)
+            self.assertTrue(event["dirty"], event)
+            self.assertIn("do not serve", event["finish_refused"] or "")
+            self.assertTrue(event["closed"], event)
+            self.assertEqual(event["brackets"]["initialize"], event["brackets"]["finalize"])
+        event = self._failed(1, WAVE_RAISES)
+        self.assertIn("sabotaged load of wave 2", event["wave_error"] or "", event)
+        self.assertEqual(event["brackets"], {"initialize": 1, "finalize": 1}, event)
+        versions = event["versions"]
+        new = sorted(n for n, v in versions.items() if v == "new")
+        layer0 = list(tm.layer_names(0)[1:3]) + tm.derived_names(1)
+        direct = [n for i in range(LAYERS) for n in tm.layer_names(i) if n not in
+                  tm.loader_names(LAYERS, True)]
+        self.assertEqual(new, sorted(layer0 + direct), versions)  # Layer 0 only: two versions.
+        self.assertNotIn("neither", versions.values())
+        for rank, report in enumerate(self._reports("trainer")):
+            errors = dict(report["rounds"])
+            self.assertIsNotNone(errors[WAVE_RAISES], f"trainer {rank}")
+
+    def test_an_abort_inside_a_wave_leaves_the_weights_dirty_and_the_bracket_closed(self):
+        import tiny_mla as tm
+        event = self._failed(0, SELF_ABORT)
+        self.assertTrue(event["dirty"], event)
+        self.assertIn("do not serve", event["finish_refused"] or "")
+        self.assertTrue(event["closed"], event)
+        self.assertEqual(event["brackets"], {"initialize": 1, "finalize": 1}, event)
+        loaded = [n for i in (0, 1) for n in tm.layer_names(i)[1:3]] + tm.derived_names(2)
+        self.assertEqual(sorted(n for n in loaded if event["versions"][n] != "new"), [], event)
+        later = [tm.layer_names(2)[1], tm.layer_names(2)[2], tm.HEAD]
+        self.assertEqual([event["versions"][n] for n in later], ["old"] * 3, event)
+        other = self._failed(1, SELF_ABORT)
+        self.assertTrue(other["dirty"] and other["closed"], other)
+        self.assertEqual(other["brackets"]["initialize"], other["brackets"]["finalize"])
+
+    def test_a_trainer_failing_mid_sync_leaves_every_worker_dirty_with_the_bracket_closed(self):
+        for rank in range(TP):
+            event = self._failed(rank, TRAINER_ABORT)
+            self.assertTrue(event["dirty"], event)
+            self.assertIn("do not serve", event["finish_refused"] or "")
+            self.assertTrue(event["closed"], event)
+            # Opened in wave 1 unless the abort came first (timing): closed either way.
+            self.assertEqual(event["brackets"]["initialize"], event["brackets"]["finalize"])
+        for rank, report in enumerate(self._reports("trainer")):
+            errors = dict(report["rounds"])
+            self.assertEqual([v for v in VERSIONS if errors[v] is None], list(COMMITTED),
+                             f"trainer {rank}: {report['rounds']}")
+
+
+class VllmLoaderStreamLayoutTest(unittest.TestCase):
+    """In one process, no sync: the waves, the pool, the budget, and the wave loader itself (a
+    wave's staging filled by hand stands in for what the sync writes before its callback)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if STANDIN not in sys.path:
+            sys.path.insert(0, STANDIN)
+
+    def _landing(self, rank=0, **kwargs):
+        import tiny_mla as tm
+        from wsync import layouts, vllm_loader
+        model = tm.TinyMLA(rank, TP, _logical(1), LAYERS, True)
+        config = layouts.ModelConfig.from_hf(tm.HF_CONFIG)
+        return model, vllm_loader.vllm_landing(model, rank, TP, config, **kwargs)
+
+    def test_waves_by_decoder_layer_and_one_pool_for_the_largest(self):
+        import tiny_mla as tm
+        from wsync import layouts
+        _, landing = self._landing(staging_budget_bytes=BUDGET)
+        self.assertEqual(landing.stream, "layer")
+        self.assertEqual(landing.wave_labels, {1: "model.layers.0", 2: "model.layers.1",
+                                               3: "model.layers.2",
+                                               4095: "outside the decoder layers"})
+        self.assertEqual(landing.layout.waves, {n: w for w, i in ((1, 0), (2, 1), (3, 2))
+                                                for n in tm.layer_names(i)[1:3]} |
+                         {tm.HEAD: 4095})
+        self.assertEqual((landing.staging_bytes, landing.whole_staging_bytes), (704, 2096))
+        pool = landing.pool
+        self.assertEqual(list(pool), [landing.staging[tm.HEAD].device])
+        base = next(iter(pool.values())).data_ptr()
+        spans = {}
+        for name, staging in landing.staging.items():
+            self.assertEqual(layouts._storage(staging)[0], base, name)  # Views of the pool.
+            begin = staging.data_ptr() - base
+            spans.setdefault(landing.waves[name], []).append(
+                (begin, begin + staging.numel() * staging.element_size()))
+        for wave, ranges in spans.items():  # Within a wave no overlap; every wave from 0.
+            ranges.sort()
+            self.assertEqual(ranges[0][0], 0)
+            self.assertTrue(all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), ranges)
+        self.assertEqual(landing.layout.buffers()[0][-1][2], 704)  # One buffer: the pool.
+
+    def test_auto_and_whole_keep_whole_staging_and_layer_refuses_below_one_layer(self):
+        from wsync import Status, WsyncError
+        for kwargs in ({}, {"staging_budget_bytes": 2096},
+                       {"stream": "whole", "staging_budget_bytes": 2096}):
+            _, landing = self._landing(**kwargs)
+            self.assertEqual((landing.stream, landing.staging_bytes, landing.pool),
+                             ("whole", 2096, {}), kwargs)
+            self.assertEqual(landing.layout.waves, {})
+        self._landing(stream="layer", staging_budget_bytes=704)
+        with self.assertRaises(WsyncError) as caught:
+            self._landing(stream="layer", staging_budget_bytes=703)
+        self.assertEqual(caught.exception.code, Status.NO_MEMORY)
+        for part in ("model.layers.0 (wave 1)", "704 bytes", "budget_bytes 703"):
+            self.assertIn(part, str(caught.exception))
+        with self.assertRaises(WsyncError) as caught:
+            self._landing(stream="whole", staging_budget_bytes=2095)
+        self.assertEqual(caught.exception.code, Status.NO_MEMORY)
+        self.assertIn("2096", str(caught.exception))
+        with self.assertRaisesRegex(WsyncError, "loader stream 'sideways'"):
+            self._landing(stream="sideways")
+
+    def test_register_declares_the_loader_waves_after_their_parameters(self):
+        import tiny_mla as tm
+
+        class Recorder:
+            def __init__(self):
+                self.calls = []
+
+            def __getattr__(self, name):
+                return lambda *args, **kwargs: self.calls.append((name,) + args[:2])
+
+        _, landing = self._landing(stream="layer")
+        session = Recorder()
+        landing.layout.register(session)
+        waves = {c[1]: c[2] for c in session.calls if c[0] == "set_parameter_wave"}
+        self.assertEqual(waves, landing.layout.waves)
+        self.assertEqual(sorted(waves), sorted(tm.loader_names(LAYERS, True)))
+        for name, wave in waves.items():
+            declared = [i for i, c in enumerate(session.calls)
+                        if c[:2] == ("declare_parameter", name)]
+            self.assertEqual(len(declared), 1, name)
+            self.assertLess(declared[0], session.calls.index(("set_parameter_wave", name, wave)))
+
+    def _fill_wave(self, landing, logical, wave):
+        for name, staging in landing.staging.items():
+            if landing.waves[name] != wave:
+                continue
+            for origin, extent in landing.boxes[name]:
+                box = tuple(slice(o, o + e) for o, e in zip(origin, extent))
+                staging[box] = logical[name][box]
+
+    def test_waves_handed_one_by_one_make_every_layer_fresh_in_one_bracket(self):
+        import torch
+
+        import tiny_mla as tm
+        from vllm.model_executor.model_loader import reload
+        from wsync import vllm_loader
+        opened = []
+        original = reload.initialize_layerwise_reload
+        reload.initialize_layerwise_reload = lambda m: (opened.append(m), original(m))
+        try:
+            for rank in range(TP):
+                model, landing = self._landing(rank, stream="layer")
+                logical = _logical(9)
+                waves = vllm_loader.WaveLoader(landing, model, types.SimpleNamespace(
+                    dtype=tm.DTYPE))
+                for wave in (0, 1, 2, 3, 4095):
+                    self._fill_wave(landing, logical, wave)
+                    waves.load(9, wave)
+                self.assertEqual(waves.loaded, [1, 2, 3, 4095])
+                waves.close()
+                want, have = tm.expected(logical, rank, TP), tm.live(model)
+                stale = sorted(n for n, t in want.items() if not torch.equal(have[n], t))
+                direct = [n for i in range(LAYERS) for n in tm.layer_names(i)
+                          if n not in tm.loader_names(LAYERS, True)]
+                self.assertEqual(stale, sorted(direct))  # wsync's job in a sync, not the loader's.
+                self.assertFalse(any(p.is_meta for p in model.parameters()))
+            self.assertEqual(len(opened), TP)  # One bracket per sync.
+        finally:
+            reload.initialize_layerwise_reload = original
+
+    def test_a_layer_left_unprocessed_by_its_wave_fails_that_wave(self):
+        import tiny_mla as tm
+        from wsync import WsyncError, vllm_loader
+        model, landing = self._landing(stream="layer")
+        load = model.load_weights
+        o_proj = tm.layer_names(1)[2]
+        model.load_weights = lambda weights: load((n, t) for n, t in weights if n != o_proj)
+        waves = vllm_loader.WaveLoader(landing, model, types.SimpleNamespace(dtype=tm.DTYPE))
+        waves.load(1, 1)
+        with self.assertRaisesRegex(WsyncError, r"wave 2 \(model.layers.1\).*"
+                                                r"model.layers.1.self_attn.o_proj"):
+            waves.load(1, 2)
+        waves.close()
+        self.assertFalse(any(p.is_meta for p in model.parameters()))
+        self.assertFalse(waves.opened)
+
+
+if __name__ == "__main__":
+    unittest.main()
