@@ -156,15 +156,8 @@ def _rollout(rank, port):
 
 
 def _process(index, ports):
-    sys.path.insert(0, STANDIN)  # `import vllm` finds the stand-in.
-    os.environ["WSYNC_SECRET"] = SECRET
-    import wsync.vllm
-    wsync.vllm.register()  # What vLLM's load_general_plugins does with the entry point.
-    wsync_port, http_ports = ports[0], ports[1:]
-    if index < TP:
-        return _trainer(index, f"127.0.0.1:{wsync_port}",
-                        [f"http://127.0.0.1:{p}" for p in http_ports])
-    return _rollout(index - TP, http_ports[index - TP])
+    import vllm_calls
+    return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN, _trainer, _rollout)
 
 
 class VllmEnginesTest(unittest.TestCase):

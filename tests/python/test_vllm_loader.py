@@ -57,9 +57,7 @@ def _trainer(rank, coordinator, urls):
 
     names = sorted(tm.logical_shapes())[rank::TP]
     model = tm.trainer_module(tm.random_logical(0), names)
-    client = vllm_calls.FanOutHTTPClient(urls) if rank == 0 else vllm_calls.NoCallsClient()
-    if rank == 0:
-        client.wait_ready()
+    client = vllm_calls.trainer_client(rank, urls)
     info = WsyncTrainerInitInfo(coordinator=coordinator, num_trainers=TP, num_rollouts=TP,
                                 job_id="python-vllm-loader", layout="hf",
                                 hf_config=tm.HF_CONFIG, deadline_seconds=DEADLINE,
@@ -74,14 +72,8 @@ def _trainer(rank, coordinator, urls):
         return push(version)
 
     engine.sync.push = late_push
-    rounds = []
-    for version in VERSIONS:
-        tm.load_trainer(model, tm.random_logical(_seed(version)))
-        try:
-            engine.send_weights()
-            rounds.append((version, None))
-        except Exception as error:  # noqa: BLE001
-            rounds.append((version, f"{type(error).__name__}: {error}"))
+    rounds = vllm_calls.send_rounds(
+        engine, VERSIONS, lambda v: tm.load_trainer(model, tm.random_logical(_seed(v))))
     if rank == 0:
         client.shutdown_servers()
     engine.shutdown()
@@ -181,25 +173,13 @@ def _rollout(rank, port):
 
     worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
                            torch.device("cpu"), model)
-    server, stopped = vllm_calls.serve(worker, port)
-    try:
-        stopped.wait(90)
-    finally:
-        server.shutdown()
-        worker.shutdown()
+    vllm_calls.serve_until_shutdown(worker, port, 90)
     return {"events": events}
 
 
 def _process(index, ports):
-    sys.path.insert(0, STANDIN)
-    os.environ["WSYNC_SECRET"] = SECRET
-    import wsync.vllm
-    wsync.vllm.register()
-    wsync_port, http_ports = ports[0], ports[1:]
-    if index < TP:
-        return _trainer(index, f"127.0.0.1:{wsync_port}",
-                        [f"http://127.0.0.1:{p}" for p in http_ports])
-    return _rollout(index - TP, http_ports[index - TP])
+    import vllm_calls
+    return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN, _trainer, _rollout)
 
 
 def _local_bytes(names, rank):

@@ -71,9 +71,7 @@ def _trainer(rank, coordinator, urls):
 
     names = sorted(tm.logical_shapes(LAYERS, True))[rank::TP]
     model = tm.trainer_module(_logical(0), names)
-    client = vllm_calls.FanOutHTTPClient(urls) if rank == 0 else vllm_calls.NoCallsClient()
-    if rank == 0:
-        client.wait_ready()
+    client = vllm_calls.trainer_client(rank, urls)
     info = WsyncTrainerInitInfo(coordinator=coordinator, num_trainers=TP, num_rollouts=TP,
                                 job_id="python-vllm-loader-stream", layout="hf",
                                 hf_config=tm.HF_CONFIG, deadline_seconds=DEADLINE,
@@ -91,14 +89,8 @@ def _trainer(rank, coordinator, urls):
         return push(version)
 
     engine.sync.push = push_or_abort
-    rounds = []
-    for version in VERSIONS:
-        tm.load_trainer(model, _logical(version))
-        try:
-            engine.send_weights()
-            rounds.append((version, None))
-        except Exception as error:  # noqa: BLE001
-            rounds.append((version, f"{type(error).__name__}: {error}"))
+    rounds = vllm_calls.send_rounds(engine, VERSIONS,
+                                    lambda v: tm.load_trainer(model, _logical(v)))
     if rank == 0:
         client.shutdown_servers()
     try:
@@ -208,25 +200,13 @@ def _rollout(rank, port):
 
     worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
                            torch.device("cpu"), model)
-    server, stopped = vllm_calls.serve(worker, port)
-    try:
-        stopped.wait(120)
-    finally:
-        server.shutdown()
-        worker.shutdown()
+    vllm_calls.serve_until_shutdown(worker, port, 120)
     return {"events": events}
 
 
 def _process(index, ports):
-    sys.path.insert(0, STANDIN)
-    os.environ["WSYNC_SECRET"] = SECRET
-    import wsync.vllm
-    wsync.vllm.register()
-    wsync_port, http_ports = ports[0], ports[1:]
-    if index < TP:
-        return _trainer(index, f"127.0.0.1:{wsync_port}",
-                        [f"http://127.0.0.1:{p}" for p in http_ports])
-    return _rollout(index - TP, http_ports[index - TP])
+    import vllm_calls
+    return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN, _trainer, _rollout)
 
 
 class VllmLoaderStreamSyncTest(unittest.TestCase):
@@ -238,10 +218,17 @@ class VllmLoaderStreamSyncTest(unittest.TestCase):
         return role_reports(self, self.results, TP, role)
 
     def _failed(self, rank, version):
+        """Worker `rank`'s failure of `version`, checked dirty (finish refused) with the reload
+        bracket closed: every live tensor back, every opening finalized."""
         events = [e for e in self._reports("rollout")[rank]["events"]
                   if "error" in e and e["version"] == version]
         self.assertEqual(len(events), 1, self._reports("rollout")[rank]["events"])
-        return events[0]
+        event = events[0]
+        self.assertTrue(event["dirty"], event)
+        self.assertIn("do not serve", event["finish_refused"] or "")
+        self.assertTrue(event["closed"], event)
+        self.assertEqual(event["brackets"]["initialize"], event["brackets"]["finalize"], event)
+        return event
 
     def test_streamed_versions_commit_fresh_in_a_pool_smaller_than_whole_staging(self):
         import tiny_mla as tm
@@ -266,12 +253,7 @@ class VllmLoaderStreamSyncTest(unittest.TestCase):
 
     def test_a_wave_that_raises_fails_the_sync_everywhere_and_leaves_mixed_layers_dirty(self):
         import tiny_mla as tm
-        for rank in range(TP):
-            event = self._failed(rank, WAVE_RAISES)
-            self.assertTrue(event["dirty"], event)
-            self.assertIn("do not serve", event["finish_refused"] or "")
-            self.assertTrue(event["closed"], event)
-            self.assertEqual(event["brackets"]["initialize"], event["brackets"]["finalize"])
+        self._failed(0, WAVE_RAISES)
         event = self._failed(1, WAVE_RAISES)
         self.assertIn("sabotaged load of wave 2", event["wave_error"] or "", event)
         self.assertEqual(event["brackets"], {"initialize": 1, "finalize": 1}, event)
@@ -289,26 +271,16 @@ class VllmLoaderStreamSyncTest(unittest.TestCase):
     def test_an_abort_inside_a_wave_leaves_the_weights_dirty_and_the_bracket_closed(self):
         import tiny_mla as tm
         event = self._failed(0, SELF_ABORT)
-        self.assertTrue(event["dirty"], event)
-        self.assertIn("do not serve", event["finish_refused"] or "")
-        self.assertTrue(event["closed"], event)
         self.assertEqual(event["brackets"], {"initialize": 1, "finalize": 1}, event)
         loaded = [n for i in (0, 1) for n in tm.layer_names(i)[1:3]] + tm.derived_names(2)
         self.assertEqual(sorted(n for n in loaded if event["versions"][n] != "new"), [], event)
         later = [tm.layer_names(2)[1], tm.layer_names(2)[2], tm.HEAD]
         self.assertEqual([event["versions"][n] for n in later], ["old"] * 3, event)
-        other = self._failed(1, SELF_ABORT)
-        self.assertTrue(other["dirty"] and other["closed"], other)
-        self.assertEqual(other["brackets"]["initialize"], other["brackets"]["finalize"])
+        self._failed(1, SELF_ABORT)
 
     def test_a_trainer_failing_mid_sync_leaves_every_worker_dirty_with_the_bracket_closed(self):
         for rank in range(TP):
-            event = self._failed(rank, TRAINER_ABORT)
-            self.assertTrue(event["dirty"], event)
-            self.assertIn("do not serve", event["finish_refused"] or "")
-            self.assertTrue(event["closed"], event)
-            # Opened in wave 1 unless the abort came first (timing): closed either way.
-            self.assertEqual(event["brackets"]["initialize"], event["brackets"]["finalize"])
+            self._failed(rank, TRAINER_ABORT)  # Opened in wave 1 unless the abort came first.
         for rank, report in enumerate(self._reports("trainer")):
             errors = dict(report["rounds"])
             self.assertEqual([v for v in VERSIONS if errors[v] is None], list(COMMITTED),

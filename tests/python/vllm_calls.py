@@ -161,6 +161,58 @@ def serve(worker, port):
     return server, stopped
 
 
+def trainer_client(rank, urls):
+    """A trainer rank's VLLMWeightSyncClient: rank 0 posts to every worker (once each answers
+    GET /health, as an RL script waits for vLLM), the other ranks post nothing."""
+    if rank != 0:
+        return NoCallsClient()
+    client = FanOutHTTPClient(urls)
+    client.wait_ready()
+    return client
+
+
+def send_rounds(engine, versions, load):
+    """[(version, None or the error as text)] of engine.send_weights() per version, each after
+    load(version) put that version's weights in the trainer's module."""
+    rounds = []
+    for version in versions:
+        load(version)
+        try:
+            engine.send_weights()
+            rounds.append((version, None))
+        except Exception as error:  # noqa: BLE001
+            rounds.append((version, f"{type(error).__name__}: {error}"))
+    return rounds
+
+
+def serve_until_shutdown(worker, port, seconds):
+    """Serves `worker` (see serve) until POST /shutdown or `seconds`, then shuts it down."""
+    server, stopped = serve(worker, port)
+    try:
+        stopped.wait(seconds)
+    finally:
+        server.shutdown()
+        worker.shutdown()
+
+
+def job_process(index, ports, tp, secret, standin, trainer, rollout):
+    """Process `index` of a job of `tp` trainer ranks, then `tp` workers: `import vllm` finds the
+    stand-in, "wsync" is registered as vLLM's load_general_plugins does with the entry point,
+    and the process runs trainer(rank, coordinator, worker urls) or rollout(rank, http port).
+    `ports`: the coordinator's, then one HTTP port per worker."""
+    import os
+    import sys
+    sys.path.insert(0, standin)
+    os.environ["WSYNC_SECRET"] = secret
+    import wsync.vllm
+    wsync.vllm.register()
+    wsync_port, http_ports = ports[0], ports[1:]
+    if index < tp:
+        return trainer(index, f"127.0.0.1:{wsync_port}",
+                       [f"http://127.0.0.1:{p}" for p in http_ports])
+    return rollout(index - tp, http_ports[index - tp])
+
+
 class FanOutHTTPClient:
     def __init__(self, base_urls, timeout=60.0):
         self.base_urls = [u.rstrip("/") for u in base_urls]
