@@ -118,6 +118,7 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   }
   WSYNC_RETURN_IF_ERROR(AgreeOnBatch(group, local, options.plan_digest, budget.bytes,
                                      static_cast<int32_t>(options.verify), options.deadline));
+  if (options.agreed != nullptr) *options.agreed = true;
   WSYNC_ASSIGN_OR_RETURN(
       TransferStats stats,
       executor_internal::RunWork(job, all, *work, *quant, buffers, transport, options));

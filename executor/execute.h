@@ -122,6 +122,10 @@ struct ExecuteOptions {
   // is quantized or written, the messages are those of a real run. It returns once the simulated
   // quantization finished; an error fails the run. Null: the host kernels (host memory only).
   std::function<absl::Status(int64_t input_bytes)> simulated_quantize;
+  // Optional, caller-owned: set to true once every process agreed and the run started moving
+  // data (left as it was when the agreement failed), so that a caller of several runs in one sync
+  // (executor/waves.h) knows whether its peers saw the failure there.
+  bool* agreed = nullptr;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:

@@ -121,7 +121,7 @@ int32_t LayoutBuilder::AddParam(const std::string& name, DType dtype, const Dims
   const auto [it, inserted] =
       param_index_.try_emplace(name, static_cast<int32_t>(layout_.params.size()));
   if (inserted) {
-    layout_.params.push_back(ParamInfo{name, dtype, shape, ParamQuant{}});
+    layout_.params.push_back(ParamInfo{name, dtype, shape, ParamQuant{}, 0});
     ++indexed_params_;
   }
   return it->second;

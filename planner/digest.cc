@@ -43,6 +43,11 @@ void AddLayout(CanonicalHasher& h, const Layout& layout) {
       h.AddInt(param.quant.block_cols);
       h.AddString(param.quant.scale_param);
     }
+    // Only for streamed parameters, so that layouts without waves keep their digests.
+    if (param.wave != 0) {
+      h.AddString("wsync.wave");
+      h.AddInt(param.wave);
+    }
   }
   h.AddInt(static_cast<int64_t>(layout.pieces.size()));
   for (const Piece& piece : layout.pieces) {

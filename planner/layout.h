@@ -67,11 +67,17 @@ struct ParamQuant {
   friend bool operator==(const ParamQuant&, const ParamQuant&) = default;
 };
 
+// Waves of a streamed sync (wsync.h, set_parameter_wave): ParamInfo::wave is in [0, kMaxWaves).
+inline constexpr int32_t kMaxWaves = 4096;
+
 struct ParamInfo {
   std::string name;
   DType dtype = DType::kBFloat16;
   Dims shape;  // At most kMaxAxes axes.
   ParamQuant quant;
+  // The wave of a streamed sync that moves this rollout (target) parameter (planner/waves.h);
+  // 0 for every trainer parameter and every quantized parameter or scale.
+  int32_t wave = 0;
 };
 
 // "This buffer holds this box of this parameter": element `i` of the box lives at element address

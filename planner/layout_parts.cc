@@ -77,6 +77,12 @@ absl::StatusOr<Layout> MergeLayoutParts(absl::Span<const Layout> parts) {
               parts[owner[it->second]].processes[0].rank, " but as ", QuantText(param.quant),
               " in the part of rank ", part.processes[0].rank));
         }
+        if (first.wave != param.wave) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", param.name, "' is in wave ", first.wave, " in the part of ",
+              RoleName(merged.role), " rank ", parts[owner[it->second]].processes[0].rank,
+              " but in wave ", param.wave, " in the part of rank ", part.processes[0].rank));
+        }
       }
       remap[p] = it->second;
     }

@@ -62,6 +62,7 @@ proto::Manifest ToManifest(const Layout& layout) {
       out->set_quant_block_cols(param.quant.block_cols);
       out->set_quant_scale_param(param.quant.scale_param);
     }
+    out->set_wave(param.wave);
   }
   manifest.mutable_pieces()->Reserve(static_cast<int>(layout.pieces.size()));
   for (const Piece& piece : layout.pieces) {
@@ -149,7 +150,8 @@ absl::StatusOr<Layout> FromManifest(const proto::Manifest& manifest, const Manif
     }
     layout.params.push_back(ParamInfo{
         param.name(), static_cast<DType>(param.dtype()), ToDims(param.shape()),
-        ParamQuant{param.quant_block_rows(), param.quant_block_cols(), param.quant_scale_param()}});
+        ParamQuant{param.quant_block_rows(), param.quant_block_cols(), param.quant_scale_param()},
+        param.wave()});
   }
   layout.pieces.reserve(manifest.pieces_size());
   for (int i = 0; i < manifest.pieces_size(); ++i) {

@@ -1,6 +1,7 @@
 #include "planner/validate.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -56,7 +57,7 @@ absl::Status ValidateParams(const Layout& layout) {
       return absl::InvalidArgumentError(
           absl::StrCat(RoleName(layout.role), " layout has a parameter with an empty name"));
     }
-    if (!names.emplace(param.name, 0).second) {
+    if (!names.emplace(param.name, static_cast<int>(&param - layout.params.data())).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, " is declared twice"));
     }
     if (!IsValidDType(static_cast<int>(param.dtype))) {
@@ -66,11 +67,34 @@ absl::Status ValidateParams(const Layout& layout) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " has ", param.shape.size(), " axes, more than ", kMaxAxes));
     }
+    if (param.wave < 0 || param.wave >= kMaxWaves) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is in wave ", param.wave, ", outside [0, ", kMaxWaves, ")"));
+    }
+    if (param.wave != 0 && layout.role == Role::kTrainer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is in wave ", param.wave, ": waves are the rollouts' alone"));
+    }
+    if (param.wave != 0 && param.quant.quantized()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is quantized and in wave ",
+                                                     param.wave,
+                                                     ": quantized parameters stay in wave 0"));
+    }
     std::optional<int64_t> numel = CheckedVolume(param.shape);
     if (!numel || !CheckedMul(*numel, DTypeSize(param.dtype))) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has shape ",
                                                      DimsToString(param.shape),
                                                      " with a negative extent or over int64"));
+    }
+  }
+  for (const ParamInfo& param : layout.params) {
+    if (!param.quant.quantized()) continue;
+    auto scale = names.find(param.quant.scale_param);
+    if (scale != names.end() && layout.params[scale->second].wave != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          RoleName(layout.role), " parameter '", param.quant.scale_param, "', the scales of '",
+          param.name, "', is in wave ", layout.params[scale->second].wave,
+          ": quantized parameters and scales stay in wave 0"));
     }
   }
   return absl::OkStatus();
@@ -182,7 +206,8 @@ absl::Status ValidateLayout(const Layout& layout) {
     }
   }
 
-  std::vector<std::vector<ByteRegion>> regions_by_buffer(layout.buffers.size());
+  // By buffer, then by wave: pieces of different waves may share memory (wsync.h).
+  std::vector<std::map<int32_t, std::vector<ByteRegion>>> regions_by_buffer(layout.buffers.size());
   for (int i = 0; i < static_cast<int>(layout.pieces.size()); ++i) {
     const Piece& piece = layout.pieces[i];
     if (piece.param < 0 || piece.param >= static_cast<int>(layout.params.size())) {
@@ -239,13 +264,14 @@ absl::Status ValidateLayout(const Layout& layout) {
     for (int64_t& stride : region.region.strides) stride *= element_size;
     region.region.extent.push_back(element_size);
     region.region.strides.push_back(1);
-    regions_by_buffer[buffer_it->second].push_back(std::move(region));
+    regions_by_buffer[buffer_it->second][param.wave].push_back(std::move(region));
   }
   // One budget for the whole layout: many buffers or parameters cannot multiply it.
   int64_t budget = kOverlapWorkBudget;
   for (size_t b = 0; b < regions_by_buffer.size(); ++b) {
-    WSYNC_RETURN_IF_ERROR(
-        ValidateBufferDisjoint(layout, layout.buffers[b], regions_by_buffer[b], budget));
+    for (const auto& [wave, regions] : regions_by_buffer[b]) {
+      WSYNC_RETURN_IF_ERROR(ValidateBufferDisjoint(layout, layout.buffers[b], regions, budget));
+    }
   }
   WSYNC_RETURN_IF_ERROR(ValidateQuantParams(layout));
   return ValidateHolders(layout, budget);

@@ -13,9 +13,11 @@ namespace wsync {
 // kRelayArenaBuffer) and owned by a known process; parameter names unique and non-empty, valid
 // dtypes, at most kMaxAxes axes, non-negative extents; every piece names a known parameter, process
 // and buffer; its box lies in the parameter, its strides are injective, its address span lies in
-// the buffer (int64 overflow included); pieces of one buffer do not overlap; holders of overlapping
-// boxes of one parameter hold equal boxes (scale parameters excepted); quantized parameters and
-// their scales as ValidateQuantParams (quant_layout.h) says.
+// the buffer (int64 overflow included); pieces of one buffer do not overlap unless their parameters
+// are in different waves; waves lie in [0, kMaxWaves) and are 0 for trainers' parameters and for
+// quantized parameters and their scales; holders of overlapping boxes of one parameter hold equal
+// boxes (scale parameters excepted); quantized parameters and their scales as ValidateQuantParams
+// (quant_layout.h) says.
 absl::Status ValidateLayout(const Layout& layout);
 
 // The two sides: the same parameter names with equal dtypes and shapes (a quantized target

@@ -24,18 +24,16 @@
 #include <tuple>
 #include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "plugin/c_config.h"
+#include "plugin/live_handles.h"
 #include "plugin/session.h"
 #include "wsync/wsync.h"
 
@@ -54,53 +52,6 @@ thread_local std::string detached_error;
 // The copy of a session's last error that last_error(session) handed out on this thread; it lives
 // until this thread's next last_error call.
 thread_local std::string error_copy;
-
-// The live handles, so that abort may race finalize (wsync.h): abort looks its handle up here
-// before touching it and holds it (a count of aborts in flight) while it works; finalize takes the
-// handle out first and waits for the aborts in flight to leave before it frees anything. An abort
-// that finds no handle (finalize started or finished) does nothing. The registry never shrinks
-// below what is live, and is leaked at exit (aborts may run on other threads then).
-class LiveHandles {
- public:
-  static LiveHandles& Get() {
-    static LiveHandles* handles = new LiveHandles();
-    return *handles;
-  }
-  void Add(const wsync_session_t* handle) {
-    absl::MutexLock lock(&mu_);
-    aborting_[handle] = 0;
-  }
-  // True when `handle` is live; it then stays live until Leave(handle).
-  bool Enter(const wsync_session_t* handle) {
-    absl::MutexLock lock(&mu_);
-    auto it = aborting_.find(handle);
-    if (it == aborting_.end()) return false;
-    ++it->second;
-    return true;
-  }
-  void Leave(const wsync_session_t* handle) {
-    absl::MutexLock lock(&mu_);
-    auto it = aborting_.find(handle);
-    if (it != aborting_.end()) --it->second;
-  }
-  // Takes `handle` out once no abort is in flight on it; false when it was not live.
-  bool Remove(const wsync_session_t* handle) {
-    absl::MutexLock lock(&mu_);
-    if (!aborting_.contains(handle)) return false;
-    struct Args {
-      absl::flat_hash_map<const wsync_session_t*, int>* aborting;
-      const wsync_session_t* handle;
-    } args{&aborting_, handle};
-    mu_.Await(absl::Condition(
-        +[](Args* a) { return a->aborting->at(a->handle) == 0; }, &args));
-    aborting_.erase(handle);
-    return true;
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<const wsync_session_t*, int> aborting_ ABSL_GUARDED_BY(mu_);
-};
 
 bool HasSession(const wsync_session_t* session) {
   return session != nullptr && session->impl != nullptr;
@@ -529,6 +480,33 @@ wsync_status_t DeclareFp8Parameter(wsync_session_t* session, const wsync_fp8_par
   });
 }
 
+wsync_status_t SetParameterWave(wsync_session_t* session, const char* parameter, int32_t wave) {
+  constexpr absl::string_view kCall = "set_parameter_wave";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    if (parameter == nullptr) return Invalid(session, kCall, "parameter is NULL");
+    return Report(session, session->impl->SetParameterWave(parameter, wave));
+  });
+}
+
+wsync_status_t SetWaveCallback(wsync_session_t* session, wsync_wave_fn callback, void* user) {
+  constexpr absl::string_view kCall = "set_wave_callback";
+  return Guarded(session, kCall, [&]() -> wsync_status_t {
+    if (!HasSession(session)) return Invalid(nullptr, kCall, "session is NULL");
+    Session::AfterWave after_wave;  // NULL: none.
+    if (callback != nullptr) {
+      after_wave = [callback, user](int64_t version, int32_t wave) -> absl::Status {
+        const wsync_status_t code = callback(user, version, wave);
+        if (code == WSYNC_OK) return absl::OkStatus();
+        return absl::Status(
+            code == WSYNC_ABORTED ? absl::StatusCode::kAborted : absl::StatusCode::kInvalidArgument,
+            absl::StrCat("it returned ", static_cast<int>(code)));
+      };
+    }
+    return Report(session, session->impl->SetWaveCallback(std::move(after_wave)));
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -583,4 +561,6 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .progress = wsync::Progress,
     .rebind_buffer = wsync::RebindBuffer,
     .declare_fp8_parameter = wsync::DeclareFp8Parameter,
+    .set_parameter_wave = wsync::SetParameterWave,
+    .set_wave_callback = wsync::SetWaveCallback,
 };

@@ -40,6 +40,7 @@
 #include "planner/layout.h"
 #include "planner/plan.h"
 #include "planner/relay.h"
+#include "planner/waves.h"
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
 #include "plugin/transport_setup.h"
@@ -135,6 +136,9 @@ struct StepOptions {
   absl::Duration check_time = absl::ZeroDuration();
   absl::Duration pause_before_decide = absl::ZeroDuration();
   std::function<void(StepPhase)> on_phase;
+  // A streamed sync's callback (executor/waves.h ExecuteWaves): called on the step's thread after
+  // each wave this process finished; its error fails the step (this process votes no).
+  std::function<absl::Status(int32_t wave)> after_wave;
 };
 
 struct StepResult {
@@ -188,6 +192,8 @@ class ConnectedJob {
   int32_t process() const { return process_; }
   const Job& job() const { return *job_; }
   const Plan& plan() const { return plan_; }
+  // The plan's segments by wave (planner/waves.h): one wave 0 in a job without waves.
+  const std::vector<Wave>& waves() const { return waves_; }
   const ProcessSchedule& schedule() const { return schedule_; }
   const Endpoints& endpoints() const { return endpoints_; }
   const SharedCalibration& calibration() const { return calibration_; }
@@ -230,6 +236,7 @@ class ConnectedJob {
   int64_t roster_epoch_ = 0;
   std::unique_ptr<Job> job_;
   Plan plan_;
+  std::vector<Wave> waves_;
   ProcessSchedule schedule_;
   Endpoints endpoints_;
   LocalBuffers buffers_;

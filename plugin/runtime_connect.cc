@@ -7,6 +7,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "common/status.h"
 #include "executor/memory_kinds.h"
+#include "executor/waves.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/policy.h"
@@ -115,9 +116,10 @@ absl::StatusOr<std::unique_ptr<ConnectedJob>> ConnectedJob::Connect(RuntimeConfi
   }
   // The schedule is built now so that a budget or geometry problem shows at connect, not at the
   // first step; every process agrees on it before the first byte moves.
+  job.waves_ = SplitIntoWaves(*job.job_, job.plan_.segments);
   absl::StatusOr<ProcessSchedule> schedule =
-      ScheduleTransfers(*job.job_, job.plan_.segments, job.plan_.quant, job.endpoints_,
-                        StagingBudget{job.config_.staging_budget_bytes}, job.process_);
+      ScheduleWaves(*job.job_, job.waves_, job.plan_.quant, job.endpoints_,
+                    StagingBudget{job.config_.staging_budget_bytes}, job.process_);
   WSYNC_RETURN_IF_ERROR(WithErrorKind(schedule.status(), kErrorLayoutRefused));
   job.schedule_ = *std::move(schedule);
   return connected;

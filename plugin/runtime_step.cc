@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/agreement.h"
+#include "executor/waves.h"
 #include "plugin/runtime.h"
 #include "transport/control/loss_watch.h"
 
@@ -81,10 +82,10 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
       if (transport_ != nullptr) transport_->PeerLost(process, reason);
     });
     Transport& transport = step.transport != nullptr ? *step.transport : *transport_;
-    options.quant = &plan_.quant;  // FP8 targets, host or device: executor/quant_work.h.
-    result.stats = ExecuteTransfers(*job_, plan_.segments, endpoints_,
-                                    StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
-                                    transport, *client_, options);
+    // FP8 targets, host or device (executor/quant_work.h), in wave 0; the waves in order.
+    result.stats = ExecuteWaves(*job_, waves_, plan_.quant, endpoints_,
+                                StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
+                                transport, *client_, options, step.after_wave);
     result.outcome = result.stats.status();
   } else {
     // Take part in the agreement with the rejection, so that the other processes fail at once

@@ -291,6 +291,9 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
   };
   // (2) The transfer, after agreeing on digest and budget, and (3) the commit decision: every
   // process votes; a failure anywhere fails everyone (plugin/runtime.h).
+  if (after_wave_) {
+    step.after_wave = [this, version](int32_t wave) { return after_wave_(version, wave); };
+  }
   const StepResult result = connected.RunStep(step);
   const absl::Status outcome = result.status();
   {

@@ -125,6 +125,15 @@ class Session {
   using BeforeUpdate = std::function<void(int64_t version)>;
   using AfterUpdate = std::function<void(int64_t version, const absl::Status& status)>;
   absl::Status SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after);
+  // Streamed syncs (wsync.h, set_parameter_wave): puts declared parameter `name` of this rollout
+  // in `wave` (ParamInfo::wave); REGISTERED only; InvalidArgument naming the parameter for a
+  // trainer, a wave outside [0, kMaxWaves), an undeclared parameter, or a quantized parameter or
+  // scale put in a wave other than 0.
+  absl::Status SetParameterWave(const std::string& name, int32_t wave);
+  // Called on the sync's thread after each wave this process finished (executor/waves.h); its
+  // error fails the sync (this process votes no). REGISTERED only; empty: none.
+  using AfterWave = std::function<absl::Status(int64_t version, int32_t wave)>;
+  absl::Status SetWaveCallback(AfterWave after_wave);
   // Buffer `id` moved to `address` (same size, kind and device; ConnectedJob::RebindBuffer):
   // IDLE or DIRTY, host-driven sessions only (a trainer-triggered one may start a sync at any
   // moment), else FailedPrecondition with kErrorWrongState.
@@ -222,6 +231,7 @@ class Session {
   std::atomic<int32_t> coordinator_port_{0};
   BeforeUpdate before_update_;
   AfterUpdate after_update_;
+  AfterWave after_wave_;  // Set in REGISTERED, read by the sync path.
   // The version whose before_update was called and whose after_update is still owed (background
   // thread only): a step ended by an exception still tells the engine its outcome.
   std::optional<int64_t> after_update_owed_;

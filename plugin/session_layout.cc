@@ -85,7 +85,7 @@ absl::Status Session::DeclareParameter(const std::string& name, DType dtype, con
       return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is declared twice"));
     }
   }
-  part_.params.push_back(ParamInfo{name, dtype, shape, ParamQuant{}});
+  part_.params.push_back(ParamInfo{name, dtype, shape, ParamQuant{}, 0});
   return absl::OkStatus();
 }
 
@@ -141,7 +141,8 @@ absl::Status Session::DeclareFp8Parameter(const std::string& name, const ParamQu
                                DimsToString(expected)));
   }
   param->quant = quant;
-  part_.params.push_back(ParamInfo{quant.scale_param, DType::kFloat32, scale_shape, ParamQuant{}});
+  part_.params.push_back(
+      ParamInfo{quant.scale_param, DType::kFloat32, scale_shape, ParamQuant{}, 0});
   return absl::OkStatus();
 }
 
@@ -215,6 +216,39 @@ absl::Status Session::SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after)
   before_update_ = std::move(before);
   after_update_ = std::move(after);
   trainer_triggered_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetParameterWave(const std::string& name, int32_t wave) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_parameter_wave"));
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "': ", why));
+  };
+  if (config_.role != Role::kRollout) {
+    return refuse("waves are the rollouts' (a trainer sends what each wave needs)");
+  }
+  if (wave < 0 || wave >= kMaxWaves) {
+    return refuse(absl::StrCat("wave ", wave, " is outside [0, ", kMaxWaves, ")"));
+  }
+  ParamInfo* param = nullptr;
+  for (ParamInfo& declared : part_.params) {
+    if (declared.name == name) param = &declared;
+    if (declared.quant.scale_param == name && wave != 0) {
+      return refuse(absl::StrCat("it holds the scales of FP8 parameter '", declared.name,
+                                 "'; quantized parameters and scales stay in wave 0"));
+    }
+  }
+  if (param == nullptr) return refuse("not declared");
+  if (param->quant.quantized() && wave != 0) {
+    return refuse("it is FP8-quantized; quantized parameters and scales stay in wave 0");
+  }
+  param->wave = wave;
+  return absl::OkStatus();
+}
+
+absl::Status Session::SetWaveCallback(AfterWave after_wave) {
+  WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "set_wave_callback"));
+  after_wave_ = std::move(after_wave);
   return absl::OkStatus();
 }
 

@@ -103,6 +103,9 @@ int main(void) {
   CHECK_OFFSET(wsync_plugin_v1_t, finalize, 160);
   CHECK_OFFSET(wsync_plugin_v1_t, progress, 168);
   CHECK_OFFSET(wsync_plugin_v1_t, rebind_buffer, 176);
+  CHECK_OFFSET(wsync_plugin_v1_t, declare_fp8_parameter, 184);
+  CHECK_OFFSET(wsync_plugin_v1_t, set_parameter_wave, 192);
+  CHECK_OFFSET(wsync_plugin_v1_t, set_wave_callback, 200);
   CHECK_VALUE(WSYNC_OK, 0);
   CHECK_VALUE(WSYNC_IN_PROGRESS, 1);
   CHECK_VALUE(WSYNC_INVALID_ARGUMENT, 2);

@@ -188,7 +188,7 @@ TEST(LayoutBuilderTest, AddParamFindsExistingNames) {
   EXPECT_EQ(builder.AddParam("w", DType::kBFloat16, {4, 4}), 0);
   EXPECT_EQ(builder.AddParam("b", DType::kFloat32, {4}), 1);
   EXPECT_EQ(builder.AddParam("w", DType::kBFloat16, {4, 4}), 0);
-  builder.mutable_layout().params.push_back(ParamInfo{"direct", DType::kInt8, {2}, ParamQuant{}});
+  builder.mutable_layout().params.push_back(ParamInfo{"direct", DType::kInt8, {2}, ParamQuant{}, 0});
   EXPECT_EQ(builder.AddParam("direct", DType::kInt8, {2}), 2);
   EXPECT_EQ(builder.AddParam("c", DType::kInt8, {2}), 3);
   EXPECT_EQ(builder.layout().params.size(), 4u);

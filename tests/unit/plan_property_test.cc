@@ -206,7 +206,7 @@ HandMadeCase MakeHandMadeCase() {
   c.source.role = Role::kTrainer;
   c.source.processes = {ProcessInfo{0, "node0"}};
   c.source.buffers = {BufferInfo{0, 0, 6 * 4, MemoryKind::kHost}};
-  c.source.params = {ParamInfo{"w", DType::kFloat32, Dims{2, 3}, ParamQuant{}}};
+  c.source.params = {ParamInfo{"w", DType::kFloat32, Dims{2, 3}, ParamQuant{}, 0}};
   c.source.pieces = {Piece{0, 0, 0, WholeBox(Dims{2, 3}), 0, Dims{3, 1}}};
   c.target = c.source;
   c.target.role = Role::kRollout;

@@ -221,7 +221,7 @@ TEST(QuantNamedTest, ValidationRefusals) {
   }
   {  // The trainer declaring a scale parameter.
     Layout source = good->source;
-    source.params.push_back(ParamInfo{q + "_scale_inv", DType::kFloat32, {1, 1}, ParamQuant{}});
+    source.params.push_back(ParamInfo{q + "_scale_inv", DType::kFloat32, {1, 1}, ParamQuant{}, 0});
     EXPECT_FALSE(Job::Create(source, good->target).ok());
   }
 }

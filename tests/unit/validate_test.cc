@@ -151,7 +151,7 @@ TEST(ValidateTest, RefusesDuplicateAndUnknownNames) {
       RefusedWith("parameter 'v' is declared by the rollout layout but not by the trainer"));
 
   Layout source = RowSplit(Role::kTrainer, 1);
-  source.params.push_back(ParamInfo{"extra", DType::kInt8, {2}, ParamQuant{}});
+  source.params.push_back(ParamInfo{"extra", DType::kInt8, {2}, ParamQuant{}, 0});
   EXPECT_THAT(ValidatePair(source, RowSplit(Role::kRollout, 1)),
               RefusedWith("parameter 'extra' is declared by the trainer layout but not by the"));
 
