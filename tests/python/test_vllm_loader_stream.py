@@ -380,6 +380,25 @@ class VllmLoaderStreamLayoutTest(unittest.TestCase):
         with self.assertRaisesRegex(WsyncError, "loader stream 'sideways'"):
             self._landing(stream="sideways")
 
+    def test_parameters_of_layers_processed_at_finalize_get_staging_outside_the_pool(self):
+        import torch
+
+        import tiny_mla as tm
+        from wsync import layouts, vllm_loader
+        model = tm.TinyMLA(0, TP, _logical(1), LAYERS, True)
+        attn = model.model.layers[1].self_attn.attn  # An MLAAttention: processed at finalize.
+        attn.k_scale = torch.nn.Parameter(torch.ones(()), requires_grad=False)
+        rules = [layouts.Rule(r"(.*\.attn\.k_scale)", "replicated", r"\1")]
+        landing = vllm_loader.vllm_landing(model, 0, TP,
+                                           layouts.ModelConfig.from_hf(tm.HF_CONFIG),
+                                           rules=rules, stream="layer")
+        scale = tm.prefix(1) + "self_attn.attn.k_scale"
+        self.assertEqual((landing.held, landing.waves[scale]), ([scale], 2))
+        pool = layouts._storage(next(iter(landing.pool.values())))[0]
+        self.assertNotEqual(layouts._storage(landing.staging[scale])[0], pool)
+        self.assertEqual(landing.staging_bytes, 704 + 4)
+        self.assertNotIn(tm.prefix(1) + "self_attn.attn", landing.wave_layers[2])
+
     def test_register_declares_the_loader_waves_after_their_parameters(self):
         import tiny_mla as tm
 

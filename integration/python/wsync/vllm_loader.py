@@ -5,8 +5,9 @@
 
 **loader**: anything vLLM post-processes after loading. wsync writes the checkpoint-format
 tensor (the box this rank's loader reads) into a staging tensor registered at connect, and
-after the sync commits the worker hands ``(checkpoint name, staging tensor)`` pairs, layer by
-layer, to ``model.load_weights`` inside vLLM's layerwise reload bracket
+the worker hands ``(checkpoint name, staging tensor)`` pairs, layer by layer, after the sync
+committed or wave by wave while it runs (``stream``, below), to ``model.load_weights`` inside
+vLLM's layerwise reload bracket
 (``initialize_layerwise_reload`` / ``finalize_layerwise_reload`` of
 ``vllm/model_executor/model_loader/reload/``, as vLLM's own IPC engine brackets its loads), so
 the model's weight loaders, its quantization methods' ``process_weights_after_loading`` and its
@@ -45,7 +46,9 @@ parameter's device, and stays (its address is in the plan). Two modes (``stream`
   (:class:`WaveLoader`), which vLLM processes layer by layer as each layer's loads complete.
   Layers vLLM processes only at ``finalize_layerwise_reload`` (its deferred attention types)
   keep the tensors handed to them until then, so their parameters get staging of their own,
-  outside the pool ("held"). A failure in a later wave leaves earlier layers at the new version.
+  outside the pool ("held"). After each wave every layer of it must have been processed
+  (:meth:`Landing.check_processed`), and a CUDA pool's device is synchronized before the next
+  wave writes it. A failure in a later wave leaves earlier layers at the new version.
 - ``"auto"`` (default): ``"whole"`` when the whole staging fits ``staging_budget_bytes`` (or the
   budget is 0), else ``"layer"``.
 
