@@ -122,11 +122,7 @@ def _rollout(rank, port):
             try:
                 super().update_weights(update_info)
             except Exception as error:
-                try:
-                    engine.finish_weight_update()
-                    refused = None
-                except Exception as refusal:  # noqa: BLE001
-                    refused = str(refusal)
+                refused = vllm_calls.finish_refusal(engine)
                 events.append({"version": version, "error": f"{type(error).__name__}: {error}",
                                "dirty": engine.weights_dirty, "finish_refused": refused,
                                "active": self._weight_update_active})

@@ -145,11 +145,7 @@ def _rollout(rank, port):
             try:
                 super().update_weights(update_info)
             except Exception as error:
-                try:
-                    engine.finish_weight_update()
-                    refused = None
-                except Exception as refusal:  # noqa: BLE001
-                    refused = str(refusal)
+                refused = vllm_calls.finish_refusal(engine)
                 wrong, _ = _compare(model, engine, ABORTED - 1, rank)
                 events.append({"version": version, "error": f"{type(error).__name__}: {error}",
                                "dirty": engine.weights_dirty, "finish_refused": refused,

@@ -173,11 +173,7 @@ def _rollout(job, rank, port):
             try:
                 super().update_weights(update_info)
             except Exception as error:
-                try:
-                    engine.finish_weight_update()
-                    refused = None
-                except Exception as refusal:  # noqa: BLE001
-                    refused = str(refusal)
+                refused = vllm_calls.finish_refusal(engine)
                 version = state["version"]
                 previous = max(v for v in COMMITTED[job] if v < version)
                 wave_error = getattr(error, "wave_error", None)

@@ -185,6 +185,16 @@ def send_rounds(engine, versions, load):
     return rounds
 
 
+def finish_refusal(engine):
+    """What the engine's finish_weight_update raises, as text (None when it does not): after a
+    failed update it must refuse ("do not serve")."""
+    try:
+        engine.finish_weight_update()
+    except Exception as refusal:  # noqa: BLE001
+        return str(refusal)
+    return None
+
+
 def serve_until_shutdown(worker, port, seconds):
     """Serves `worker` (see serve) until POST /shutdown or `seconds`, then shuts it down."""
     server, stopped = serve(worker, port)
