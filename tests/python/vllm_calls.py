@@ -171,9 +171,13 @@ def trainer_client(rank, urls):
     return client
 
 
-def send_rounds(engine, versions, load):
+def send_rounds(engine, versions, load, step_barrier=None):
     """[(version, None or the error as text)] of engine.send_weights() per version, each after
-    load(version) put that version's weights in the trainer's module."""
+    load(version) put that version's weights in the trainer's module. `step_barrier` (e.g. a
+    torch.distributed barrier of the trainer ranks) runs after each send, as the next training
+    step's collectives hold every rank until all have sent: no rank starts the next sync while
+    rank 0 still waits for the workers' answers (a worker replacing an aborted session answers
+    once it rejoined)."""
     rounds = []
     for version in versions:
         load(version)
@@ -182,6 +186,8 @@ def send_rounds(engine, versions, load):
             rounds.append((version, None))
         except Exception as error:  # noqa: BLE001
             rounds.append((version, f"{type(error).__name__}: {error}"))
+        if step_barrier is not None:
+            step_barrier()
     return rounds
 
 

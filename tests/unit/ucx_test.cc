@@ -413,6 +413,38 @@ TEST_P(UcxTest, PeerLostWordsALostPeerAndALostCoordinatorApart) {
   }
 }
 
+// A loss reported while nothing was posted (the control plane saw process 1 die between two
+// syncs), then a replacement of process 1 at a new address: ConnectPeers applies the report to the
+// old endpoint it replaces, so messages with the replacement go through. (Before, the report was
+// taken at the next post and failed the replacement's new endpoint: "peer process 1 is gone".)
+TEST_P(UcxTest, ALossReportedBeforeAReplacementDoesNotFailTheReplacement) {
+  auto job = MakeJob(2);
+  ASSERT_EQ(job.size(), 2);
+  job[0]->PeerLost(1, absl::UnavailableError("process 1 (rollout rank 0) was lost"));
+  absl::StatusOr<std::unique_ptr<UcxTransport>> replacement = UcxTransport::Create(Options(1));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  const std::vector<std::string> addresses = {job[0]->WorkerAddress(),
+                                              (*replacement)->WorkerAddress()};
+  ASSERT_TRUE(job[0]->ConnectPeers(addresses).ok());
+  ASSERT_TRUE((*replacement)->ConnectPeers(addresses).ok());
+  const std::vector<uint8_t> sent = Pattern(4096, 3);
+  std::vector<uint8_t> received(sent.size(), 0);
+  absl::StatusOr<RequestId> receive = (*replacement)->PostReceive(
+      0, MakeTag(16, 0, 0), received.data(), static_cast<int64_t>(received.size()));
+  ASSERT_TRUE(receive.ok()) << receive.status();
+  absl::StatusOr<RequestId> send =
+      job[0]->PostSend(1, MakeTag(16, 0, 0), sent.data(), static_cast<int64_t>(sent.size()));
+  ASSERT_TRUE(send.ok()) << send.status();
+  absl::Status sent_status, received_status;
+  RunConcurrently({[&] { sent_status = job[0]->WaitAll({*send}, In(absl::Seconds(10))); },
+                   [&] {
+                     received_status = (*replacement)->WaitAll({*receive}, In(absl::Seconds(10)));
+                   }});
+  EXPECT_TRUE(sent_status.ok()) << sent_status;
+  EXPECT_TRUE(received_status.ok()) << received_status;
+  EXPECT_EQ(received, sent);
+}
+
 // A peer whose process has exited (its pid, from its address, is gone, or a zombie not yet
 // reaped) fails its requests within the check period, before UCX's progress runs anything queued
 // for it (over shared memory UCX would abort this process on a CMA copy from an exited process).

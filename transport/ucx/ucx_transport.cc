@@ -209,6 +209,10 @@ bool ProcessHasExited(int32_t pid) {
 absl::Status UcxTransportImpl::ConnectPeers(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&drive_mu_);
   WSYNC_RETURN_IF_ERROR(CheckAbort());
+  // Losses reported before now concern the endpoints this call may replace: applied to them
+  // first, a report of a process that was lost and replaced since cannot fail its replacement's
+  // new endpoint later.
+  TakeLostPeers();
   if (addresses.size() > static_cast<size_t>(kMaxProcesses) ||
       addresses.size() <= static_cast<size_t>(options_.process)) {
     return absl::InvalidArgumentError(

@@ -140,7 +140,9 @@ class UcxTransport : public Transport {
   // (indexed by process id; this process's own entry, if empty, is replaced by its own address so
   // self-sends work). Addresses must come from WorkerAddress() of authenticated peers: UCX parses
   // them without bounds checks. May be called again: a changed address closes the old endpoint
-  // (its requests fail) and connects the new one. Errors: InvalidArgument for a bad table,
+  // (its requests fail) and connects the new one; PeerLost reports made before the call apply to
+  // the endpoints it replaces, never to the new ones (a replacement of a lost process starts
+  // clean). Errors: InvalidArgument for a bad table,
   // Unavailable when UCX cannot reach a peer (naming it), Aborted after Abort.
   virtual absl::Status ConnectPeers(const std::vector<std::string>& addresses_by_process) = 0;
 
