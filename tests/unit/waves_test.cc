@@ -189,21 +189,44 @@ TEST(WavesTest, EveryWaveLandsWholeBeforeTheNextMovesAndTheStatsAreTheSchedule) 
   }
 }
 
-TEST(WavesTest, AFailingCallbackEndsEveryProcessInTheNextWave) {
-  std::mt19937 rng(7);
+// A job of 2 trainers and 2 rollouts (random case `seed`) with its source filled at version 3,
+// run with `fail_after` and `kill_after_wave` as RunWaves takes them; `seconds`: how long it took.
+struct FaultyRun {
+  Prepared prepared;
+  WaveRun run;
+  double seconds = 0;
+};
+
+FaultyRun RunFaulty(uint32_t seed, const std::function<absl::Status(int32_t, int32_t)>& fail_after,
+                    const std::function<int32_t(const Job&)>& kill_after_wave) {
+  std::mt19937 rng(seed);
   const WaveCase c = MakeCase(rng, 2, 2);
-  Prepared prepared = Prepare(c);
+  FaultyRun out{Prepare(c)};
   HostBuffers source(c.source, kSourceFill);
   HostBuffers target(c.target, kPoison);
-  ASSERT_TRUE(FillLogical(c.source, 3, &source).ok());
-  const int32_t failing = prepared.job.TargetId(1);
+  EXPECT_TRUE(FillLogical(c.source, 3, &source).ok());
+  const int32_t killed = kill_after_wave ? kill_after_wave(out.prepared.job) : -1;
   const absl::Time start = absl::Now();
-  const WaveRun run =
-      RunWaves(prepared.job, prepared.plan, source, target, [&](int32_t p, int32_t wave) {
+  out.run = RunWaves(out.prepared.job, out.prepared.plan, source, target, fail_after, killed);
+  out.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return out;
+}
+
+TEST(WavesTest, AFailingCallbackEndsEveryProcessInTheNextWave) {
+  int32_t failing = -1;
+  const FaultyRun faulty = RunFaulty(
+      7,
+      [&](int32_t p, int32_t wave) {
         return p == failing && wave == 1 ? absl::InternalError("load_weights raised")
                                          : absl::OkStatus();
+      },
+      [&](const Job& job) {
+        failing = job.TargetId(1);
+        return -1;
       });
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // Well before the 20 s deadline.
+  const Prepared& prepared = faulty.prepared;
+  const WaveRun& run = faulty.run;
+  EXPECT_LT(faulty.seconds, 10);  // Well before the 20 s deadline.
   for (int32_t p = 0; p < prepared.job.num_processes(); ++p) {
     SCOPED_TRACE(absl::StrCat("process ", p));
     ASSERT_FALSE(run.results[p].ok());
@@ -215,17 +238,10 @@ TEST(WavesTest, AFailingCallbackEndsEveryProcessInTheNextWave) {
 }
 
 TEST(WavesTest, ALostProcessFailsEveryProcessWithoutTheLaterWaves) {
-  std::mt19937 rng(11);
-  const WaveCase c = MakeCase(rng, 2, 2);
-  Prepared prepared = Prepare(c);
-  HostBuffers source(c.source, kSourceFill);
-  HostBuffers target(c.target, kPoison);
-  ASSERT_TRUE(FillLogical(c.source, 3, &source).ok());
-  const int32_t killed = prepared.job.SourceId(0);
-  const absl::Time start = absl::Now();
-  const WaveRun run =
-      RunWaves(prepared.job, prepared.plan, source, target, {}, /*kill_after_wave=*/killed);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  const FaultyRun faulty = RunFaulty(11, {}, [](const Job& job) { return job.SourceId(0); });
+  const Prepared& prepared = faulty.prepared;
+  const WaveRun& run = faulty.run;
+  EXPECT_LT(faulty.seconds, 10);
   for (int32_t p = 0; p < prepared.job.num_processes(); ++p) {
     SCOPED_TRACE(absl::StrCat("process ", p));
     EXPECT_FALSE(run.results[p].ok());
