@@ -10,9 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "executor/waves.h"
 #include "planner/cost_aware_policy.h"
 #include "planner/job.h"
 #include "planner/policy.h"
+#include "planner/waves.h"
 #include "transport/control/client.h"
 
 namespace wsync {
@@ -120,12 +122,13 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
   Traffic traffic = PlanTraffic(job, whole);
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
-  // The rounds of what runs: the quantization steps' segments (e4m3, scales, gathers) included.
+  // The rounds of what runs: the quantization steps' segments (e4m3, scales, gathers) included,
+  // and a streamed sync's waves one after another (executor/waves.h).
+  const std::vector<Wave> waves = SplitIntoWaves(job, whole.segments);
   traffic.rounds = 0;
   for (int32_t process : endpoints.processes) {
-    WSYNC_ASSIGN_OR_RETURN(
-        const ProcessSchedule schedule,
-        ScheduleTransfers(job, whole.segments, whole.quant, endpoints, budget, process));
+    WSYNC_ASSIGN_OR_RETURN(const ProcessSchedule schedule,
+                           ScheduleWaves(job, waves, whole.quant, endpoints, budget, process));
     traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, traffic));

@@ -1,18 +1,20 @@
 // The cost model of FP8 targets (plugin/prediction.h): PlanTraffic carries the quantization
 // steps' bytes (e4m3 + scales, gathers), PredictSync adds the quantize term and counts the rounds
-// of the quantization steps' segments, and a block-FP8 rollout's predicted transfer shrinks with
-// its bytes.
+// of the quantization steps' segments and of every wave of a streamed sync, and a block-FP8
+// rollout's predicted transfer shrinks with its bytes.
 
 #include <algorithm>
 #include <cstdint>
 
 #include "calibration/link_model/link_model.h"
 #include "executor/schedule.h"
+#include "executor/waves.h"
 #include "gtest/gtest.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/policy.h"
 #include "planner/quant_plan.h"
+#include "planner/waves.h"
 #include "plugin/prediction.h"
 
 namespace wsync {
@@ -108,6 +110,40 @@ TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfTheQuantizationSteps) {
   ASSERT_GT(rounds, BusiestRounds(job, plan, budget, /*with_quant=*/false));
   const absl::StatusOr<Prediction> prediction =
       PredictSync(job, *MakeFirstHolderPolicy(), fits, budget);
+  ASSERT_TRUE(prediction.ok()) << prediction.status();
+  const double expected = std::max(kAlpha, rounds * kAlpha / kRoundsInFlight);
+  EXPECT_NEAR(prediction->latency_seconds, expected, expected * 1e-6);
+}
+
+// A streamed sync (planner/waves.h) runs its waves one after another: the latency term counts
+// the rounds of its waves as they run (ScheduleWaves), not those of the plan in one run, which
+// differ (17 and 21 for this job: each wave packs its own messages).
+TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfEveryWave) {
+  constexpr double kAlpha = 1e-3;
+  const LinkFits fits = *FitLinks(
+      *SyntheticCalibration("local=1ms,1000GB/s;intra_node=1ms,1000GB/s;inter_node=1ms,1000GB/s"));
+  const Job plain = MakeJob("qwen2.5-tiny", "megatron(tp=2)", "vllm(tp=2)");
+  Layout target = plain.target();
+  for (size_t i = 0; i < target.params.size(); ++i) {
+    target.params[i].wave = static_cast<int32_t>(i % 4);
+  }
+  const Job waved = *Job::Create(plain.source(), target);
+  const StagingBudget budget{64 << 10};
+  Endpoints endpoints;
+  for (int32_t p = 0; p < waved.num_processes(); ++p) endpoints.processes.push_back(p);
+  const Plan plan = *MakePlan(waved, *MakeFirstHolderPolicy());
+  const std::vector<Wave> waves = SplitIntoWaves(waved, plan.segments);
+  ASSERT_EQ(waves.size(), 4u);
+  int64_t rounds = 0;
+  for (int32_t p : endpoints.processes) {
+    absl::StatusOr<ProcessSchedule> schedule =
+        ScheduleWaves(waved, waves, plan.quant, endpoints, budget, p);
+    ASSERT_TRUE(schedule.ok()) << schedule.status();
+    rounds = std::max<int64_t>(rounds, schedule->rounds);
+  }
+  ASSERT_NE(rounds, BusiestRounds(waved, plan, budget, /*with_quant=*/true));
+  const absl::StatusOr<Prediction> prediction =
+      PredictSync(waved, *MakeFirstHolderPolicy(), fits, budget);
   ASSERT_TRUE(prediction.ok()) << prediction.status();
   const double expected = std::max(kAlpha, rounds * kAlpha / kRoundsInFlight);
   EXPECT_NEAR(prediction->latency_seconds, expected, expected * 1e-6);

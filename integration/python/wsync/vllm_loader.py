@@ -307,7 +307,6 @@ class Landing:
         finally:
             reload.finalize_layerwise_reload(model, model_config)
 
-
     def check_processed(self, model, wave):
         """Raises when a layer of `wave` still waits for loads after its wave was handed over:
         vLLM would process it later from tensors pointing into the pool the next wave reuses
