@@ -98,10 +98,11 @@ ASAN_ENV := $(SANITIZER_ENV) ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_
 TSAN_ENV := $(SANITIZER_ENV) TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(SANITIZER_SUPPRESSIONS)/tsan.supp
 # The TSan tests run with address-space randomization off (`setarch -R`, inherited by every child)
 # where the kernel allows it: clang 14's TSan expects the unrandomized layout, and a randomized
-# mmap can land where its shadow would end past the address space. It happened once in 80 x 200
-# lifecycle cycles of a CI run (2026-12-03: "ThreadSanitizer failed to allocate 0xac4533bc0000
-# bytes at address 80200001000 (errno: 12)" in a partner process; 1000 cycles alone then passed).
-TSAN_LAUNCH := $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo setarch $$(uname -m) -R)
+# mmap can land where its shadow would end past the address space. It happened once in a CI run
+# (2026-12-03, lifecycle_test's partner at cycle 197 of 200: "ThreadSanitizer failed to allocate
+# 0xac4533bc0000 bytes at address 80200001000 (errno: 12)"; 1000 cycles alone then passed).
+# Expanded (the probe run) only by test-tsan.
+TSAN_LAUNCH = $(shell setarch $$(uname -m) -R true >/dev/null 2>&1 && echo setarch $$(uname -m) -R)
 
 # Sanitizer builds compile with clang 14 (SANITIZER_CC, SANITIZER_CXX; installed by `make deps`):
 # its instrumented compiles took 21% less CPU than GCC's at the same -Og, and the test sources,

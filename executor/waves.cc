@@ -96,6 +96,7 @@ absl::StatusOr<TransferStats> ExecuteWaves(const Job& job, absl::Span<const Wave
     absl::StatusOr<TransferStats> stats =
         ExecuteTransfers(job, waves[w].segments, endpoints, budget, process, buffers, transport,
                          group, wave_options);
+    if (agreed && options.agreed != nullptr) *options.agreed = true;
     absl::Status failure = stats.status();
     if (stats.ok()) {
       AddStats(total, *stats);

@@ -16,9 +16,9 @@
 //   naming it (the peers it stopped sending to fail on its notices first), and runs no later wave;
 // - in the last wave, ExecuteOptions::before_notices is called as ExecuteTransfers states (the
 //   caller's early vote); in the other waves it is not (the next agreement tells the peers).
-// The result is the failure, or the waves' stats added up (segments, chunks, rounds, bytes, CPU
-// time, messages, quantized elements, seconds; the most arena and quantization staging bytes of
-// any wave).
+// ExecuteOptions::agreed is set once any wave's agreement passed. The result is the failure, or
+// the waves' stats added up (segments, chunks, rounds, bytes, CPU time, messages, quantized
+// elements, seconds; the most arena and quantization staging bytes of any wave).
 //
 // Thread safety: as ExecuteTransfers (one run at a time per process).
 

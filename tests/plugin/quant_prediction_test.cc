@@ -80,15 +80,17 @@ TEST(QuantPredictionTest, BlockFp8HalvesThePredictedTransferAndAddsTheQuantizeTe
 }
 
 // The busiest process's rounds under `budget`: with the quantization steps' segments (as they run)
-// or the plan's segments alone.
-int64_t BusiestRounds(const Job& job, const Plan& plan, StagingBudget budget, bool with_quant) {
+// or the plan's segments alone; `waves` (when given) run one after another (ScheduleWaves).
+int64_t BusiestRounds(const Job& job, const Plan& plan, StagingBudget budget, bool with_quant,
+                      const std::vector<Wave>* waves = nullptr) {
   Endpoints endpoints;
   for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
   int64_t rounds = 0;
   for (int32_t p : endpoints.processes) {
     absl::StatusOr<ProcessSchedule> schedule =
-        with_quant ? ScheduleTransfers(job, plan.segments, plan.quant, endpoints, budget, p)
-                   : ScheduleTransfers(job, plan.segments, endpoints, budget, p);
+        waves != nullptr ? ScheduleWaves(job, *waves, plan.quant, endpoints, budget, p)
+        : with_quant     ? ScheduleTransfers(job, plan.segments, plan.quant, endpoints, budget, p)
+                         : ScheduleTransfers(job, plan.segments, endpoints, budget, p);
     EXPECT_TRUE(schedule.ok()) << schedule.status();
     if (schedule.ok()) rounds = std::max<int64_t>(rounds, schedule->rounds);
   }
@@ -129,18 +131,10 @@ TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfEveryWave) {
   }
   const Job waved = *Job::Create(plain.source(), target);
   const StagingBudget budget{64 << 10};
-  Endpoints endpoints;
-  for (int32_t p = 0; p < waved.num_processes(); ++p) endpoints.processes.push_back(p);
   const Plan plan = *MakePlan(waved, *MakeFirstHolderPolicy());
   const std::vector<Wave> waves = SplitIntoWaves(waved, plan.segments);
   ASSERT_EQ(waves.size(), 4u);
-  int64_t rounds = 0;
-  for (int32_t p : endpoints.processes) {
-    absl::StatusOr<ProcessSchedule> schedule =
-        ScheduleWaves(waved, waves, plan.quant, endpoints, budget, p);
-    ASSERT_TRUE(schedule.ok()) << schedule.status();
-    rounds = std::max<int64_t>(rounds, schedule->rounds);
-  }
+  const int64_t rounds = BusiestRounds(waved, plan, budget, /*with_quant=*/true, &waves);
   ASSERT_NE(rounds, BusiestRounds(waved, plan, budget, /*with_quant=*/true));
   const absl::StatusOr<Prediction> prediction =
       PredictSync(waved, *MakeFirstHolderPolicy(), fits, budget);
