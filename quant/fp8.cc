@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
@@ -11,27 +13,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
-#include "quant/fp8_avx512.h"
+#include "quant/fp8_rows.h"
 
 namespace wsync::quant {
 namespace {
 
-// The per-element and per-row steps are inlined into the multiversioned entry points below, so
-// that each clone vectorizes them for its instruction set.
+// The per-element and per-row steps are inlined into the per-kernel entry points below, so that
+// each one vectorizes them for its instruction set.
 #define WSYNC_QUANT_INLINE __attribute__((always_inline)) inline
-
-// GCC function multiversioning: QuantizeBf16 / QuantizeFp32 are built for x86-64-v4 (AVX-512),
-// x86-64-v3 (AVX2) and the baseline, and the loader picks the best the CPU runs. Every clone
-// computes the same bits: integer operations and IEEE fp32 division and addition in the default
-// rounding mode (the target builds with -ffp-contract=off). On x86-64-v4 CPUs the contiguous bf16
-// rows go to the hand-vectorized QuantizeBf16RowAvx512 (fp8_avx512.cc), the same arithmetic.
-// Not in the sanitizer builds (WSYNC_QUANT_NO_CLONES, quant/CMakeLists.txt).
-#ifdef WSYNC_QUANT_MULTIVERSION
-#define WSYNC_QUANT_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define WSYNC_QUANT_CLONES
-#endif
 
 constexpr int64_t kBlock128 = 128;         // The block width of DeepSeek-V3 / Kimi-K2 block FP8.
 constexpr uint32_t kBits448 = 0x43e00000;  // 448.0f
@@ -232,16 +221,78 @@ WSYNC_QUANT_INLINE absl::Status QuantizeTyped(const Fp8Blocking& blocking, const
   return absl::OkStatus();
 }
 
-WSYNC_QUANT_CLONES absl::Status QuantizeBf16(const Fp8Blocking& blocking, const ConstRegion& input,
-                                             const MutableRegion& fp8, const MutableRegion& scales,
-                                             absl::string_view parameter, Bf16RowFn bf16_rows) {
-  return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter, bf16_rows);
+// The kernels (Fp8Kernel): QuantizeTyped built for the baseline, for x86-64-v3 and for x86-64-v4,
+// bf16 rows through the portable loops or fp8_rows.h's intrinsics. Every build computes the same
+// bits: integer operations and IEEE fp32 division and addition in the default rounding mode (the
+// target builds with -ffp-contract=off: no fused multiply-add anywhere).
+struct KernelEntry {
+  absl::Status (*bf16)(const Fp8Blocking&, const ConstRegion&, const MutableRegion&,
+                       const MutableRegion&, absl::string_view);
+  absl::Status (*fp32)(const Fp8Blocking&, const ConstRegion&, const MutableRegion&,
+                       const MutableRegion&, absl::string_view);
+};
+
+#define WSYNC_QUANT_KERNEL_ENTRY(attributes, name, rows)                                    \
+  attributes absl::Status name##Bf16(const Fp8Blocking& blocking, const ConstRegion& input, \
+                                     const MutableRegion& fp8, const MutableRegion& scales, \
+                                     absl::string_view parameter) {                         \
+    return QuantizeTyped<Bf16>(blocking, input, fp8, scales, parameter, rows);              \
+  }                                                                                         \
+  attributes absl::Status name##Fp32(const Fp8Blocking& blocking, const ConstRegion& input, \
+                                     const MutableRegion& fp8, const MutableRegion& scales, \
+                                     absl::string_view parameter) {                         \
+    return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter, nullptr);           \
+  }                                                                                         \
+  constexpr KernelEntry k##name = {name##Bf16, name##Fp32};
+
+WSYNC_QUANT_KERNEL_ENTRY(, Portable, nullptr)
+#ifdef WSYNC_QUANT_X86_KERNELS
+WSYNC_QUANT_KERNEL_ENTRY(__attribute__((target("arch=x86-64-v3"))), Avx2,
+                         internal::QuantizeBf16RowAvx2)
+WSYNC_QUANT_KERNEL_ENTRY(__attribute__((target("arch=x86-64-v4"))), Avx512,
+                         internal::QuantizeBf16RowAvx512)
+#endif
+#undef WSYNC_QUANT_KERNEL_ENTRY
+
+bool Runnable(Fp8Kernel kernel) {
+  switch (kernel) {
+    case Fp8Kernel::kPortable:
+      return true;
+#ifdef WSYNC_QUANT_X86_KERNELS
+    case Fp8Kernel::kAvx2:
+      return internal::CpuHasAvx2();
+    case Fp8Kernel::kAvx512:
+      return internal::CpuHasAvx512();
+#endif
+    default:
+      return false;
+  }
 }
 
-WSYNC_QUANT_CLONES absl::Status QuantizeFp32(const Fp8Blocking& blocking, const ConstRegion& input,
-                                             const MutableRegion& fp8, const MutableRegion& scales,
-                                             absl::string_view parameter) {
-  return QuantizeTyped<Fp32>(blocking, input, fp8, scales, parameter, nullptr);
+const KernelEntry& EntryOf(Fp8Kernel kernel) {
+  switch (kernel) {
+#ifdef WSYNC_QUANT_X86_KERNELS
+    case Fp8Kernel::kAvx2:
+      return kAvx2;
+    case Fp8Kernel::kAvx512:
+      return kAvx512;
+#endif
+    default:
+      return kPortable;
+  }
+}
+
+// The fastest runnable kernel no faster than WSYNC_FP8_KERNEL names (read once).
+Fp8Kernel ChooseKernel() {
+  std::vector<Fp8Kernel> runnable = RunnableFp8Kernels();
+  const char* cap = std::getenv(kFp8KernelVariable);
+  if (cap != nullptr) {
+    for (const Fp8Kernel kernel : {Fp8Kernel::kPortable, Fp8Kernel::kAvx2, Fp8Kernel::kAvx512}) {
+      if (Fp8KernelName(kernel) != cap) continue;
+      while (runnable.size() > 1 && runnable.back() > kernel) runnable.pop_back();
+    }
+  }
+  return runnable.back();
 }
 
 template <typename A, typename B>
@@ -307,21 +358,77 @@ template absl::Status MakeRegion<const void*>(const void*, absl::Span<const int6
 template absl::Status MakeRegion<void*>(void*, absl::Span<const int64_t>, absl::Span<const int64_t>,
                                         MutableRegion&);
 
-absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const ConstRegion& input,
-                         const MutableRegion& fp8, const MutableRegion& scales,
-                         absl::string_view parameter) {
+#ifdef WSYNC_QUANT_X86_KERNELS
+namespace internal {
+
+bool CpuHasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  }();
+  return has;
+}
+
+bool CpuHasAvx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return CpuHasAvx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+}  // namespace internal
+#endif  // WSYNC_QUANT_X86_KERNELS
+
+absl::string_view Fp8KernelName(Fp8Kernel kernel) {
+  switch (kernel) {
+    case Fp8Kernel::kPortable:
+      return "portable";
+    case Fp8Kernel::kAvx2:
+      return "avx2";
+    case Fp8Kernel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<Fp8Kernel> RunnableFp8Kernels() {
+  std::vector<Fp8Kernel> kernels;
+  for (const Fp8Kernel kernel : {Fp8Kernel::kPortable, Fp8Kernel::kAvx2, Fp8Kernel::kAvx512}) {
+    if (Runnable(kernel)) kernels.push_back(kernel);
+  }
+  return kernels;
+}
+
+Fp8Kernel SelectedFp8Kernel() {
+  static const Fp8Kernel selected = ChooseKernel();
+  return selected;
+}
+
+absl::Status QuantizeFp8WithKernel(Fp8Kernel kernel, const Fp8Blocking& blocking, DType input_dtype,
+                                   const ConstRegion& input, const MutableRegion& fp8,
+                                   const MutableRegion& scales, absl::string_view parameter) {
+  if (!Runnable(kernel)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", Fp8KernelName(kernel), " FP8 kernel is not in this build or not run by this CPU"));
+  }
   if (absl::Status status = CheckArguments(blocking, input_dtype, input, fp8, scales, parameter);
       !status.ok()) {
     return status;
   }
-  if (input_dtype == DType::kBFloat16) {
-    Bf16RowFn bf16_rows = nullptr;
-#ifdef WSYNC_QUANT_MULTIVERSION
-    if (internal::HasAvx512Rows()) bf16_rows = internal::QuantizeBf16RowAvx512;
-#endif
-    return QuantizeBf16(blocking, input, fp8, scales, parameter, bf16_rows);
-  }
-  return QuantizeFp32(blocking, input, fp8, scales, parameter);
+  const KernelEntry& entry = EntryOf(kernel);
+  return input_dtype == DType::kBFloat16 ? entry.bf16(blocking, input, fp8, scales, parameter)
+                                         : entry.fp32(blocking, input, fp8, scales, parameter);
+}
+
+absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const ConstRegion& input,
+                         const MutableRegion& fp8, const MutableRegion& scales,
+                         absl::string_view parameter) {
+  return QuantizeFp8WithKernel(SelectedFp8Kernel(), blocking, input_dtype, input, fp8, scales,
+                               parameter);
 }
 
 uint8_t EncodeE4m3Saturating(float value) { return Encode(value); }  // Baseline ISA.

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -87,10 +88,36 @@ absl::Status MakeRegion(Pointer base, absl::Span<const int64_t> strides,
 // InvalidArgument (naming `parameter`) for a dtype other than bf16/fp32, a blocking below 1, shapes
 // that disagree, or a NaN or infinity in the input (with its (expert, row, col) in the region).
 // On an error the outputs are unspecified (blocks before the bad one may be written). The regions
-// must not overlap.
+// must not overlap. Runs SelectedFp8Kernel() (declared below).
 absl::Status QuantizeFp8(const Fp8Blocking& blocking, DType input_dtype, const ConstRegion& input,
                          const MutableRegion& fp8, const MutableRegion& scales,
                          absl::string_view parameter);
+
+// The host kernels QuantizeFp8 can run. Each computes the same bits (the rules above); they
+// differ in speed only: kPortable is compiler-vectorized code for the baseline instruction set;
+// kAvx2 (x86-64-v3) and kAvx512 (x86-64-v4) build the same loops for their instruction sets and
+// quantize contiguous bf16 rows with intrinsics (quant/fp8_rows.h).
+enum class Fp8Kernel { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// "portable", "avx2", "avx512".
+absl::string_view Fp8KernelName(Fp8Kernel kernel);
+
+// The kernels this build has and this CPU runs, slowest first; kPortable always.
+std::vector<Fp8Kernel> RunnableFp8Kernels();
+
+// The environment variable that caps the kernel QuantizeFp8 runs: "avx2" runs AVX2 on a CPU with
+// AVX-512 (as a CPU without it would), "portable" the baseline code; any other value is ignored.
+inline constexpr char kFp8KernelVariable[] = "WSYNC_FP8_KERNEL";
+
+// The kernel QuantizeFp8 runs: the fastest runnable one, capped by kFp8KernelVariable. Chosen at
+// the first call and fixed for the life of the process.
+Fp8Kernel SelectedFp8Kernel();
+
+// QuantizeFp8 with `kernel`: the same results and errors, and FailedPrecondition when `kernel` is
+// not runnable here (RunnableFp8Kernels).
+absl::Status QuantizeFp8WithKernel(Fp8Kernel kernel, const Fp8Blocking& blocking, DType input_dtype,
+                                   const ConstRegion& input, const MutableRegion& fp8,
+                                   const MutableRegion& scales, absl::string_view parameter);
 
 // The e4m3 byte of a finite fp32 value: round to nearest even, saturating at +-448. The kernels'
 // per-element step, exposed for tests. `value` must not be NaN.

@@ -1,45 +1,20 @@
-#include "quant/fp8_avx512.h"
+#include "quant/fp8_rows.h"
 
-#ifdef WSYNC_QUANT_MULTIVERSION
+#ifdef WSYNC_QUANT_X86_KERNELS
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
-// The e4m3 codes of 64 bf16 elements at a time, bit for bit those of fp8.cc's portable Encode of
-// the same IEEE fp32 quotient x / scale:
-// - Sign apart: RN(x / s) = sign(x) * RN(|x| / s) for s > 0 (rounding to nearest is symmetric),
-//   and Encode takes the sign bit of the quotient, which is x's (-0 included: code 0x80). The
-//   kernel divides |x| and ORs x's sign bit into the code byte.
-// - Widening: interleaving a zero word below each bf16 word gives the dword whose fp32 value is
-//   the bf16 value (unpacklo/unpackhi within each 128-bit lane); packing the dword codes back
-//   (packus, lane by lane) and one permutation of qwords restores the element order.
-// - Normal range (|q| >= 2^-6): Encode's (m + 0x7ffff + lsb) >> 20, less the exponent rebias
-//   0x3c0, where m = bits of |q| and lsb = bit 20 of m; m >= 0x3c800000 there, so the rebias
-//   0x3c0 << 20 is subtracted before the shift without a borrow.
-// - Subnormal range (|q| < 2^-6): Encode's fp32 addition |q| + 2^14 (rounds to a multiple of 2^-9,
-//   ties to even), less the bits of 2^14, selected by the same comparison m < 0x3c800000.
-// - Saturation: Encode clamps m to 448 first (code 0x7e). Rounding is monotone, so the
-//   unclamped code is >= 0x7e exactly where |q| >= 448; every dword code lies in 0 .. 0x438
-//   (0x438: |q| = infinity), packs without saturation, and min(code, 0x7e) is Encode's.
-// - Division: one vdivps per 16 elements, IEEE round to nearest like the scalar division. A
-//   reciprocal multiply (x * (1 / s), with an exact fallback where the product lies within a few
-//   ulps of an e4m3 rounding tie) was measured instead: the tie test costs more vector operations
-//   than the divider saves, and the whole kernel ran slower (quant/README.md).
+// The e4m3 codes of 64 bf16 elements at a time by fp8_rows.h's steps, on 512-bit vectors (one
+// vdivps per 16 elements; the subnormal code selected by a mask; masked loads and stores for the
+// tails).
 
 namespace wsync::quant::internal {
 namespace {
 
 #define WSYNC_V4_INLINE __attribute__((target("arch=x86-64-v4"), always_inline)) inline
-
-constexpr int kMantissaShift = 20;                               // fp32 mantissa bits below e4m3's
-constexpr int32_t kRoundHalfDown = 0x7ffff;                      // 2^19 - 1
-constexpr int32_t kRebias = static_cast<int32_t>(0x3c0u << 20);  // (127 - 7) << 3, at bit 20
-constexpr int32_t kBitsMinNormal = 0x3c800000;                   // 2^-6, e4m3's smallest normal
-constexpr float kSubnormalMagic = 16384.0f;                      // 2^14: its ulp is 2^-9
-constexpr int32_t kBitsSubnormalMagic = 0x46800000;              // bits of 2^14
-constexpr int16_t kMaxCode = 0x7e;                               // 448
 
 // The codes (dwords, without sign) of 16 non-negative fp32 values divided by `scale`.
 WSYNC_V4_INLINE __m512i Codes16(__m512i magnitudes, __m512 scale) {
@@ -79,14 +54,6 @@ WSYNC_V4_INLINE __m512i Encode64(__m512i w0, __m512i w1, __m512 scale) {
 
 }  // namespace
 
-bool HasAvx512Rows() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("x86-64-v4") != 0;
-  }();
-  return has;
-}
-
 __attribute__((target("arch=x86-64-v4"))) void QuantizeBf16RowAvx512(
     const uint16_t* row, int64_t cols, int64_t block_cols, const float* scales, uint8_t* out,
     const uint16_t* next_row) {
@@ -116,4 +83,4 @@ __attribute__((target("arch=x86-64-v4"))) void QuantizeBf16RowAvx512(
 
 }  // namespace wsync::quant::internal
 
-#endif  // WSYNC_QUANT_MULTIVERSION
+#endif  // WSYNC_QUANT_X86_KERNELS

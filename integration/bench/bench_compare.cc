@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 #include <sys/resource.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "integration/bench/bench_broadcast.h"
 #include "integration/bench/bench_jobs.h"
 #include "integration/bench/bench_report.h"
+#include "integration/bench/machine.h"
 #include "integration/bench/perftest.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout.h"
@@ -81,31 +81,6 @@ absl::StatusOr<double> RunMemcpyChild(const Tools& tools, int64_t bytes, int32_t
 }
 
 // ---------------------------------------------------------------------------------------------
-
-std::string MachineDescription() {
-  std::string cpu;
-  for (absl::string_view line : absl::StrSplit(ReadWholeFile("/proc/cpuinfo"), '\n')) {
-    if (absl::StartsWith(line, "model name")) {
-      cpu = std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
-      break;
-    }
-  }
-  double mem_gib = 0;
-  for (absl::string_view line : absl::StrSplit(ReadWholeFile("/proc/meminfo"), '\n')) {
-    if (absl::ConsumePrefix(&line, "MemTotal:")) {
-      int64_t kib = 0;
-      if (absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
-        mem_gib = kib / 1048576.0;
-      }
-    }
-  }
-  utsname name = {};
-  uname(&name);
-  std::string load = std::string(absl::StripAsciiWhitespace(ReadWholeFile("/proc/loadavg")));
-  return absl::StrFormat("%d cores (%s), %.0f GiB, Linux %s; load average at start %s",
-                         sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib, name.release,
-                         load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)));
-}
 
 Measured Result(std::string id, std::string description, std::string transport,
                 std::string link_limit, std::string verification) {

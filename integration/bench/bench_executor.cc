@@ -18,6 +18,7 @@
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "integration/bench/bench_quant.h"
+#include "integration/bench/machine.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
@@ -221,8 +222,10 @@ absl::Status RunExecutorBench(const ExecutorBenchOptions& options, std::FILE* ou
   if (options.layers < model.num_layers) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, options.layers));
   }
-  absl::FPrintF(out, "wsync-bench executor: %s, loopback transport (threads), host memory\n",
-                model.name);
+  absl::FPrintF(out,
+                "wsync-bench executor: %s, loopback transport (threads), host memory\n"
+                "  machine: %s\n  CPU flags: %s; %s\n",
+                model.name, MachineDescription(), CpuVectorFlags(), Fp8KernelDescription());
   if (options.one_core) {
     // Threads started from here on inherit the mask.
     cpu_set_t one;
@@ -255,7 +258,8 @@ std::string ExecutorBenchUsage() {
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes; then\n"
-         "  quantizes M's FP8 weights from bf16 (block, channel, tensor scales) against memcpy.\n";
+         "  quantizes M's FP8 weights from bf16 (block, channel, tensor scales) with every FP8\n"
+         "  kernel the CPU runs (portable, avx2, avx512) against memcpy, side by side.\n";
 }
 
 }  // namespace wsync::bench

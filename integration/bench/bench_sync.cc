@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "integration/bench/bench_report.h"
 #include "integration/bench/bench_sync_table.h"
+#include "integration/bench/machine.h"
 #include "integration/bench/perftest.h"
 #include "planner/models.h"
 
@@ -322,6 +323,8 @@ absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
   const ScheduleFacts& facts = b.main.facts;
   absl::FPrintF(out, "wsync-bench sync: %s, %s -> %s, %d trainer + %d rollout processes\n",
                 b.model_name, b.main.from, b.main.to, facts.trainers, facts.rollouts);
+  absl::FPrintF(out, "  machine: %s\n  CPU flags: %s; %s\n", MachineDescription(), CpuVectorFlags(),
+                Fp8KernelDescription());
   absl::FPrintF(out, "  worker %s\n  wsync %s\n  ucx_perftest %s\n", b.options.job.worker,
                 b.options.job.wsync, b.perftest);
   absl::FPrintF(out, "  UCX settings of wsync's processes%s: %s\n",

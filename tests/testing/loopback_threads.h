@@ -17,7 +17,9 @@
 namespace wsync::test {
 
 // Runs body(p, transport, group) for p = 0 .. processes - 1, each on its own thread, over one
-// LoopbackFabric of `processes` processes, and returns each result once every thread has joined.
+// LoopbackFabric of `processes` processes with UCX's eager sends (kUcxLikeEagerBytes: a notice a
+// failed process sent still reaches a peer that posts its receive after the process returned),
+// and returns each result once every thread has joined.
 // The body owns its transport (it may wrap it, e.g. in a ForwardingTransport). A process whose
 // Connect or MakeGroup fails gets that status as its result, without calling body. `Result` is
 // absl::Status or an absl::StatusOr. Sets *counters (when not null) to the fabric's counters after
@@ -27,7 +29,7 @@ std::vector<Result> RunOnLoopbackThreads(
     int32_t processes,
     const std::function<Result(int32_t, std::unique_ptr<Transport>, Group&)>& body,
     LoopbackCounters* counters = nullptr) {
-  LoopbackFabric fabric(processes);
+  LoopbackFabric fabric(processes, kUcxLikeEagerBytes);
   std::vector<Result> results(processes, Result(absl::UnknownError("not run")));
   std::vector<std::thread> threads;
   for (int32_t p = 0; p < processes; ++p) {

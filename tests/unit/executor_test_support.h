@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -36,6 +38,24 @@ class LockstepTransport final : public ForwardingTransport {
  public:
   using ForwardingTransport::ForwardingTransport;
   bool NeedsRoundOrder() const override { return true; }
+};
+
+// Holds back the first receive from `peer` until `gone` is notified (at most 30 s): a process
+// that reaches its receives after the peer's run ended.
+class ReceiveAfterPeerGoneTransport final : public ForwardingTransport {
+ public:
+  ReceiveAfterPeerGoneTransport(std::unique_ptr<Transport> inner, int32_t peer,
+                                absl::Notification& gone)
+      : ForwardingTransport(std::move(inner)), peer_(peer), gone_(gone) {}
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    if (peer == peer_) gone_.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return ForwardingTransport::PostReceive(peer, tag, data, bytes);
+  }
+
+ private:
+  const int32_t peer_;
+  absl::Notification& gone_;
 };
 
 // Wraps process p's transport, or returns it as it is.

@@ -3,13 +3,16 @@
 // significands of x and amax and on their exponent difference only, so one binade of amax covers
 // every case away from the fp32 range's ends, which the largest binade and the amax floor cover),
 // quotients exactly at and a few ulps beside the e4m3 rounding ties (bf16 and fp32 input, in
-// 128 x 128 blocks and per channel), and row lengths around the AVX-512 kernel's 64-element step.
-// Each case runs packed (contiguous rows: the AVX-512 rows on x86-64-v4) and with a strided
-// output (the portable per-element code), so both of QuantizeFp8's paths are compared.
+// 128 x 128 blocks and per channel), and row lengths around the AVX2 kernel's 32-element and the
+// AVX-512 kernel's 64-element step. Each case runs with every kernel this build has and this CPU
+// runs (quant::RunnableFp8Kernels: portable, and AVX2 and AVX-512 where the CPU has them), packed
+// (contiguous rows: each kernel's intrinsic rows) and with a strided output (its per-element
+// loops), so every path of QuantizeFp8 is compared.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -38,10 +41,12 @@ struct Input {
   }
 };
 
-// QuantizeFp8 of `input` with the FP8 output at a column stride of `out_stride` bytes (1: packed;
-// more: the strided, portable path), compared with the reference; guard bytes after every row
-// must stay untouched.
-void ExpectMatchesReference(const Input& input, const Fp8Blocking& blocking, int64_t out_stride) {
+// QuantizeFp8 by `kernel` of `input` with the FP8 output at a column stride of `out_stride` bytes
+// (1: packed; more: the strided per-element path), compared with the reference; guard bytes after
+// every row must stay untouched.
+void ExpectKernelMatchesReference(quant::Fp8Kernel kernel, const Input& input,
+                                  const Fp8Blocking& blocking, int64_t out_stride) {
+  SCOPED_TRACE(::testing::Message() << "kernel " << quant::Fp8KernelName(kernel));
   const int64_t count = input.experts * input.rows * input.cols;
   std::vector<uint16_t> bf16;
   for (const uint32_t b : input.bits) bf16.push_back(static_cast<uint16_t>(b));
@@ -54,9 +59,10 @@ void ExpectMatchesReference(const Input& input, const Fp8Blocking& blocking, int
   std::vector<float> scales(input.experts * sr * sc, -1.0f);
   const MutableRegion out{fp8.data(),           input.experts, input.rows, input.cols,
                           input.rows * out_row, out_row,       out_stride};
-  ASSERT_TRUE(quant::QuantizeFp8(blocking, input.dtype,
-                                 PackedIn(base, input.experts, input.rows, input.cols), out,
-                                 PackedOut(scales.data(), input.experts, sr, sc), "w")
+  ASSERT_TRUE(quant::QuantizeFp8WithKernel(kernel, blocking, input.dtype,
+                                           PackedIn(base, input.experts, input.rows, input.cols),
+                                           out, PackedOut(scales.data(), input.experts, sr, sc),
+                                           "w")
                   .ok());
   std::vector<double> values;
   for (int64_t i = 0; i < count; ++i) values.push_back(input.Value(i));
@@ -80,10 +86,56 @@ void ExpectMatchesReference(const Input& input, const Fp8Blocking& blocking, int
   for (size_t i = 0; i < scales.size(); ++i) ASSERT_EQ(Bits(scales[i]), Bits(ref->scales[i]));
 }
 
+// ExpectKernelMatchesReference with every runnable kernel.
+void ExpectMatchesReference(const Input& input, const Fp8Blocking& blocking, int64_t out_stride) {
+  for (const quant::Fp8Kernel kernel : quant::RunnableFp8Kernels()) {
+    ExpectKernelMatchesReference(kernel, input, blocking, out_stride);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 void ExpectBothPathsMatch(const Input& input, const Fp8Blocking& blocking) {
   ExpectMatchesReference(input, blocking, 1);
   if (::testing::Test::HasFatalFailure()) return;
   ExpectMatchesReference(input, blocking, 2);
+}
+
+// The kernels this CPU runs are the ones the tests above compare: on x86-64 every CPU that runs
+// the AVX-512 kernel also runs AVX2's, and QuantizeFp8 runs one of them (the fastest, unless
+// WSYNC_FP8_KERNEL caps it).
+TEST(Fp8ExactTest, EveryRunnableKernelIsComparedAndOneOfThemIsSelected) {
+  const std::vector<quant::Fp8Kernel> kernels = quant::RunnableFp8Kernels();
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_EQ(kernels.front(), quant::Fp8Kernel::kPortable);
+  EXPECT_TRUE(std::is_sorted(kernels.begin(), kernels.end()));
+  EXPECT_NE(std::find(kernels.begin(), kernels.end(), quant::SelectedFp8Kernel()), kernels.end());
+  if (std::getenv(quant::kFp8KernelVariable) == nullptr) {
+    EXPECT_EQ(quant::SelectedFp8Kernel(), kernels.back());
+  }
+  const auto runnable = [&](quant::Fp8Kernel kernel) {
+    return std::find(kernels.begin(), kernels.end(), kernel) != kernels.end();
+  };
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi2");
+  EXPECT_EQ(runnable(quant::Fp8Kernel::kAvx2), avx2);
+  EXPECT_EQ(runnable(quant::Fp8Kernel::kAvx512), avx2 && __builtin_cpu_supports("avx512bw") &&
+                                                     __builtin_cpu_supports("avx512vl") &&
+                                                     __builtin_cpu_supports("avx512dq"));
+#endif
+  // A kernel this CPU does not run is refused, not run.
+  if (kernels.back() != quant::Fp8Kernel::kAvx512) {
+    std::vector<uint16_t> in(4, 0x3f80);
+    std::vector<uint8_t> out(4);
+    float scale = 0;
+    EXPECT_EQ(quant::QuantizeFp8WithKernel(quant::Fp8Kernel::kAvx512, Fp8Blocking::PerTensor(),
+                                           DType::kBFloat16, PackedIn(in.data(), 1, 2, 2),
+                                           PackedOut(out.data(), 1, 2, 2),
+                                           PackedOut(&scale, 1, 1, 1), "w")
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
 }
 
 // One row per amax: every finite bf16 x with |x| <= amax (both signs; amax itself among them),
@@ -200,8 +252,9 @@ TEST(Fp8ExactTest, Bf16BlocksWithQuotientsOnTheTiesMatchTheReference) {
   ExpectBothPathsMatch(input, Fp8Blocking::Block());
 }
 
-// Rows of every length up to 200 (and a few past 256) in blocks of widths around 64 and 128: the
-// AVX-512 rows' full 64-element steps and masked tails, one block or many per row.
+// Rows of every length up to 200 (and a few past 256) in blocks of widths around 32, 64 and 128:
+// the AVX2 rows' 32-element and the AVX-512 rows' 64-element steps and their tails, one block or
+// many per row.
 TEST(Fp8ExactTest, RowLengthsAroundTheVectorWidthMatchTheReference) {
   std::mt19937_64 rng(31);
   std::vector<int64_t> lengths;
@@ -210,7 +263,7 @@ TEST(Fp8ExactTest, RowLengthsAroundTheVectorWidthMatchTheReference) {
   for (const int64_t cols : lengths) {
     for (const Fp8Blocking blocking :
          {Fp8Blocking::PerChannel(), Fp8Blocking::Block(2, 64), Fp8Blocking::Block(3, 65),
-          Fp8Blocking::Block(128, 128), Fp8Blocking::Block(1, 7)}) {
+          Fp8Blocking::Block(128, 128), Fp8Blocking::Block(1, 7), Fp8Blocking::Block(2, 33)}) {
       SCOPED_TRACE(::testing::Message()
                    << cols << " columns, blocks " << blocking.rows << " x " << blocking.cols);
       const Tensor t = RandomTensor(rng, 1, 5, cols);

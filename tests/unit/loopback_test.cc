@@ -89,6 +89,69 @@ TEST(LoopbackTest, SendBeforeReceiveAndReceiveBeforeSend) {
   EXPECT_EQ(fabric.UnmatchedRequests(), 0);
 }
 
+// A fabric with eager sends: a send of at most eager_bytes completes when posted, with its bytes
+// copied then (changing the sender's memory afterwards changes nothing), and waits for its receive
+// also after the sender's transport is destroyed; a message of another size still fails the
+// receive at once; larger sends complete only when matched and go with their transport.
+TEST(LoopbackTest, EagerSendsCompleteAtOnceAndOutliveTheirTransport) {
+  LoopbackFabric fabric(2, /*eager_bytes=*/64);
+  auto b = MustConnect(fabric, 1);
+  {
+    auto a = MustConnect(fabric, 0);
+    std::vector<uint8_t> data = Pattern(64, 4);
+    absl::StatusOr<RequestId> eager = a->PostSend(1, MessageTag{9}, data.data(), 64);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    EXPECT_TRUE(a->WaitAll({*eager}, In(absl::Milliseconds(1))).ok());
+    std::fill(data.begin(), data.end(), 0);
+    static const char kEmpty = 0;
+    ASSERT_TRUE(a->PostSend(1, MessageTag{10}, &kEmpty, 0).ok());  // A notice.
+    const std::vector<uint8_t> large = Pattern(65, 5);
+    absl::StatusOr<RequestId> rendezvous = a->PostSend(1, MessageTag{11}, large.data(), 65);
+    ASSERT_TRUE(rendezvous.ok());
+    EXPECT_EQ(*a->Test(*rendezvous), false);
+    EXPECT_EQ(fabric.UnmatchedRequests(), 3);
+  }  // The sender's transport is gone: its eager messages stay, its rendezvous send goes.
+  EXPECT_EQ(fabric.UnmatchedRequests(), 2);
+  std::vector<uint8_t> out(64, 0);
+  absl::StatusOr<RequestId> r = b->PostReceive(0, MessageTag{9}, out.data(), 64);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(b->WaitAll({*r}, In(absl::Seconds(5))).ok());
+  EXPECT_EQ(out, Pattern(64, 4));
+  std::vector<uint8_t> expected(16, 0x33);
+  r = b->PostReceive(0, MessageTag{10}, expected.data(), 16);
+  ASSERT_TRUE(r.ok());
+  const absl::Status mismatch = b->WaitAll({*r}, In(absl::Seconds(5)));
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
+  EXPECT_THAT(std::string(mismatch.message()), HasSubstr("from process 0"));
+  EXPECT_EQ(expected, std::vector<uint8_t>(16, 0x33));
+  std::vector<uint8_t> never(65, 0);
+  r = b->PostReceive(0, MessageTag{11}, never.data(), 65);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(b->WaitAll({*r}, In(absl::Milliseconds(50))).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(fabric.UnmatchedRequests(), 0);
+  EXPECT_EQ(fabric.counters().BytesDelivered(0, 1), 64);
+}
+
+// Without eager_bytes (the default), even an empty send completes only when matched and is
+// cancelled with its transport.
+TEST(LoopbackTest, WithoutEagerSendsEvenAnEmptySendWaitsForItsReceive) {
+  LoopbackFabric fabric(2);
+  auto b = MustConnect(fabric, 1);
+  {
+    auto a = MustConnect(fabric, 0);
+    static const char kEmpty = 0;
+    absl::StatusOr<RequestId> s = a->PostSend(1, MessageTag{10}, &kEmpty, 0);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(a->WaitAll({*s}, In(absl::Milliseconds(10))).code(),
+              absl::StatusCode::kDeadlineExceeded);
+    s = a->PostSend(1, MessageTag{10}, &kEmpty, 0);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(fabric.UnmatchedRequests(), 1);
+  }
+  EXPECT_EQ(fabric.UnmatchedRequests(), 0);
+}
+
 TEST(LoopbackTest, SelfSendEmptyMessageAndBadArguments) {
   LoopbackFabric fabric(2);
   auto a = MustConnect(fabric, 0);

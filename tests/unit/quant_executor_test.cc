@@ -15,12 +15,16 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -47,6 +51,10 @@ struct SyncOptions {
   // Per global process, its own plan (PlanOptions::process); the whole plan when empty.
   const std::vector<Plan>* own = nullptr;
   bool scales_first = false;  // Scale parameters precede their weights (ScalesFirst).
+  // When set, the rollouts post their first receive from this process only once its run
+  // returned and its transport was destroyed.
+  std::optional<int32_t> gone_before_receives;
+  absl::Duration deadline = absl::Seconds(60);
 };
 
 // One sync of every process as a thread over a fresh loopback fabric, with `quant` as the
@@ -54,10 +62,15 @@ struct SyncOptions {
 std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& plan,
                                                    const QuantPlan& quant, const SyncOptions& sync,
                                                    Memory& memory) {
+  absl::Notification gone;
   return test::RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
       job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
         if (sync.lockstep)
           used = std::make_unique<test::executor::LockstepTransport>(std::move(used));
+        if (sync.gone_before_receives.has_value() && !job.IsSource(p)) {
+          used = std::make_unique<test::executor::ReceiveAfterPeerGoneTransport>(
+              std::move(used), *sync.gone_before_receives, gone);
+        }
         LocalBuffers buffers;
         for (auto& [key, bytes] : memory) {
           if (key.first == p) buffers[key.second] = bytes.data();
@@ -66,12 +79,17 @@ std::vector<absl::StatusOr<TransferStats>> RunSync(const Job& job, const Plan& p
         ExecuteOptions options;
         options.sync_id = 5;
         options.plan_digest = plan.digest;
-        options.deadline = absl::Now() + absl::Seconds(60);
+        options.deadline = absl::Now() + sync.deadline;
         options.verify = sync.verify;
         options.quant = sync.own != nullptr ? &mine.quant : &quant;
-        return ExecuteTransfers(job, mine.segments, test::AllProcesses(job),
-                                StagingBudget{static_cast<double>(sync.budget)}, p, buffers, *used,
-                                group, options);
+        absl::StatusOr<TransferStats> result = ExecuteTransfers(
+            job, mine.segments, test::AllProcesses(job),
+            StagingBudget{static_cast<double>(sync.budget)}, p, buffers, *used, group, options);
+        if (sync.gone_before_receives == p) {
+          used.reset();
+          gone.Notify();
+        }
+        return result;
       });
 }
 
@@ -374,6 +392,31 @@ TEST(QuantExecutorTest, NaNIsRefusedNamingTheParameter) {
       EXPECT_FALSE(results[3].ok());
     }
   }
+}
+
+// A trainer that fails on a NaN before its first message tells its rollouts, also when they post
+// their receives only after its run returned and its transport is gone (its notice is a small
+// message, eager over UCX and over the threads' fabric): they fail on the notice, naming the
+// trainer, long before their deadline.
+TEST(QuantExecutorTest, ANaNRefusalReachesRolloutsThatPostTheirReceivesLate) {
+  const FixedCase c = MakeFixedCase();
+  std::mt19937_64 rng(4);
+  fp8_test::Tensor tensor = fp8_test::RandomTensor(rng, 1, 256, 300);
+  tensor.at(0, 7, 5) = 0x7fc0;  // A bf16 NaN in trainer 0's columns.
+  Memory memory = quant_plan_test::AllocateMemory(c.job, tensor);
+  SyncOptions late;
+  late.gone_before_receives = 0;
+  late.deadline = absl::Seconds(20);
+  const absl::Time start = absl::Now();
+  const auto results = RunSync(c.job, c.plan, c.plan.quant, late, memory);
+  test::ExpectNaNRefused(results, {0}, "(0, 7, 5)");
+  for (const int32_t rollout : {2, 3}) {
+    ASSERT_FALSE(results[rollout].ok()) << rollout;
+    EXPECT_NE(results[rollout].status().code(), absl::StatusCode::kDeadlineExceeded)
+        << results[rollout].status();
+    EXPECT_THAT(std::string(results[rollout].status().message()), HasSubstr("process 0"));
+  }
+  EXPECT_LT(absl::Now() - start, late.deadline);
 }
 
 // A rollout with its e4m3 buffer in CUDA memory but its scales in host memory would quantize on

@@ -234,6 +234,18 @@ class LoopbackTransport : public Transport {
                                                       : MatchKey{peer, process_, tag.value};
       auto& opposite = kind == RequestKind::kSend ? s.queued_receives : s.queued_sends;
       auto it = opposite.find(key);
+      if (it == opposite.end() && kind == RequestKind::kSend && s.eager_bytes > 0 &&
+          bytes <= s.eager_bytes) {
+        // Eager: the message leaves with a copy of its bytes and the send completes.
+        auto message = std::make_shared<Request>(*request);
+        message->id = 0;
+        message->eager_bytes.assign(static_cast<const unsigned char*>(data),
+                                    static_cast<const unsigned char*>(data) + bytes);
+        message->data = message->eager_bytes.data();
+        s.queued_sends[key].push_back(std::move(message));
+        request->state = RequestState::kDone;
+        return id;
+      }
       if (it == opposite.end()) {
         request->state = RequestState::kQueued;
         (kind == RequestKind::kSend ? s.queued_sends : s.queued_receives)[key].push_back(request);
@@ -370,8 +382,8 @@ int64_t LoopbackCounters::TotalBytes() const {
   return total;
 }
 
-LoopbackFabric::LoopbackFabric(int32_t processes)
-    : state_(std::make_shared<FabricState>(std::max<int32_t>(processes, 0))) {}
+LoopbackFabric::LoopbackFabric(int32_t processes, int64_t eager_bytes)
+    : state_(std::make_shared<FabricState>(std::max<int32_t>(processes, 0), eager_bytes)) {}
 
 LoopbackFabric::~LoopbackFabric() = default;
 

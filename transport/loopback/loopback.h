@@ -12,6 +12,12 @@
 // request is posted second copies the bytes, in its own thread inside PostSend / PostReceive, as
 // a UCX rendezvous would; the other side's memory must stay valid until its request completes.
 // Sizes must match exactly; a mismatch fails both requests. A process may send to itself.
+// Eager sends (a fabric made with eager_bytes > 0): a send of at most eager_bytes that finds no
+// receive copies its bytes when posted and completes at once, as UCX's eager protocol does below
+// its rendezvous threshold (a network buffers what has left); the message waits in the fabric for
+// its receive, also once its Transport was destroyed (so the executor's failure notices reach a
+// peer that posts its receive after the sender gave up waiting, as they do over UCX). Larger
+// sends, and every send of a fabric with eager_bytes 0, complete only when matched.
 //
 // Failures:
 // - Transport::Abort(reason) on p fails p's outstanding and future requests (Aborted), p's Group
@@ -23,8 +29,8 @@
 //   FailNthSend makes one future send of a process complete with an error.
 //
 // Memory: a request's memory is never touched once the request is released (by Test or WaitAll)
-// or cancelled, nor after its Transport is destroyed; a send matching a cancelled receive stays
-// queued for a later receive.
+// or cancelled, nor after its Transport is destroyed (an eager send's bytes were copied when it
+// was posted); a send matching a cancelled receive stays queued for a later receive.
 //
 // Lifetime: the fabric, its transports and its groups share one state; any of them may be
 // destroyed first. Thread safety: every LoopbackFabric method is thread-safe. Transport and Group
@@ -59,10 +65,16 @@ struct LoopbackCounters {
   int64_t TotalBytes() const;
 };
 
+// An eager limit for fabrics that stand in for processes over UCX: messages this small (the
+// executor's failure notices and chunk digests) go eagerly over UCX too, below its rendezvous
+// threshold (UCX_RNDV_THRESH); chunks of real weights do not.
+inline constexpr int64_t kUcxLikeEagerBytes = 8192;
+
 class LoopbackFabric {
  public:
-  // A fabric of `processes` processes (ids 0..processes-1); a negative count acts as 0.
-  explicit LoopbackFabric(int32_t processes);
+  // A fabric of `processes` processes (ids 0..processes-1); a negative count acts as 0. Sends of
+  // at most `eager_bytes` are eager (above); 0: none.
+  explicit LoopbackFabric(int32_t processes, int64_t eager_bytes = 0);
   ~LoopbackFabric();
 
   LoopbackFabric(const LoopbackFabric&) = delete;
@@ -95,7 +107,8 @@ class LoopbackFabric {
   // completes with `error` (which must not be OK). n <= 0 clears the hook of `process`.
   void FailNthSend(int32_t process, int64_t n, absl::Status error);
 
-  // Posted requests of any process not yet matched with their peer's (dropped sends excluded).
+  // Posted requests of any process not yet matched with their peer's (dropped sends excluded;
+  // eager messages waiting for their receive included).
   int64_t UnmatchedRequests() const;
 
  private:

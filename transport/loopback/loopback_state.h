@@ -33,8 +33,11 @@ struct Request {
   RequestKind kind = RequestKind::kSend;
   int32_t peer = 0;
   MessageTag tag;
-  void* data = nullptr;  // Read only for sends.
+  void* data = nullptr;  // Read only for sends; an eager message's points into eager_bytes.
   int64_t bytes = 0;
+  // An eager message (LoopbackFabric's eager_bytes): the bytes its send copied when posted. Such a
+  // message is owned by the fabric's queue alone, in no process's requests.
+  std::vector<unsigned char> eager_bytes;
   RequestState state = RequestState::kQueued;
   bool cancelled = false;  // Failed by WaitAll's deadline or the Transport's destruction.
   // The error once kFailed; while kCopying, an error (abort, kill) to apply when the copy ends.
@@ -81,7 +84,7 @@ struct ProcessState {
 };
 
 struct FabricState {
-  explicit FabricState(int32_t n) : size(n) {
+  FabricState(int32_t n, int64_t eager) : size(n), eager_bytes(eager) {
     for (int32_t p = 0; p < n; ++p) {
       processes.push_back(std::make_unique<ProcessState>());
       processes.back()->drop_to.assign(n, false);
@@ -93,6 +96,7 @@ struct FabricState {
   ProcessState& process(int32_t p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return *processes[p]; }
 
   const int32_t size;
+  const int64_t eager_bytes;  // Sends of at most this many bytes are eager (loopback.h).
   mutable absl::Mutex mu;
   std::vector<std::unique_ptr<ProcessState>> processes ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<MatchKey, RequestQueue> queued_sends ABSL_GUARDED_BY(mu);
