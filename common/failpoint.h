@@ -21,6 +21,7 @@
 // truncate (the k-th send post: fail sends it without the second half of its last chunk),
 // control (the k-th control-plane collective frame a client writes), register (the k-th memory
 // registration of the UCX transport), sync_thread (the sync_begin thread, at its start),
+// sync_step (each sync step of a session, once it is SYNCING),
 // background_thread (each step of the trainer-triggered loop), keepalive_thread (each turn of a
 // control client's I/O thread, which sends the heartbeats), loss_watch_thread (each turn of
 // LossWatch's thread), coordinator_thread (each turn of the coordinator's serving thread).

@@ -175,12 +175,23 @@ absl::StatusOr<MetricsAddress> ParseMetricsAddress(absl::string_view text) {
 }
 
 // What the exporter collects: the registry, after refreshing the gauges computed at exposition.
+// Also the exception firewall of the exporter's server threads, which call Collect: a refresh that
+// throws (a coordinator source, memory) is counted in wsync_errors_total{kind="internal"} and the
+// families are served as they stood; a collection that throws serves none.
 class SessionMetrics::Exposition : public prometheus::Collectable {
  public:
   explicit Exposition(const SessionMetrics* owner) : owner_(owner) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
-    owner_->Refresh();
-    return owner_->registry_->Collect();
+    try {
+      owner_->Refresh();
+    } catch (...) {
+      owner_->errors_.back()->Increment();  // "internal" (RecordError).
+    }
+    try {
+      return owner_->registry_->Collect();
+    } catch (...) {
+      return {};
+    }
   }
 
  private:
@@ -285,16 +296,25 @@ void SessionMetrics::StopExporter() {
   // wait up to 2 s (civetweb's SOCKET_TIMEOUT_QUANTUM): knock until it has seen the flag, so that
   // finalize takes milliseconds. Outside mu_: a scrape in flight takes it in Refresh.
   const std::string host = exporter_host;
+  // Knocking is best effort and has its own exception firewall: without it (no thread, or a knock
+  // that threw) the exporter still stops, within 2 s.
   std::atomic<bool> stopped{false};
-  std::thread knocker([&] {
-    while (!stopped) {
-      Knock(host, port);
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  });
+  std::thread knocker;
+  try {
+    knocker = std::thread([&] {
+      try {
+        while (!stopped) {
+          Knock(host, port);
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+      } catch (...) {
+      }
+    });
+  } catch (...) {
+  }
   exposer.reset();
   stopped = true;
-  knocker.join();
+  if (knocker.joinable()) knocker.join();
 }
 
 int32_t SessionMetrics::exporter_port() const {

@@ -288,6 +288,7 @@ absl::Status Session::RunStep(std::optional<int64_t> own_version) {
       before_update_(version);
     }
     SetState(SessionState::kSyncing);
+    failpoint::Evaluate("sync_step");
   };
   // (2) The transfer, after agreeing on digest and budget, and (3) the commit decision: every
   // process votes; a failure anywhere fails everyone (plugin/runtime.h).
@@ -333,7 +334,11 @@ absl::Status Session::Sync(int64_t version) {
                            kErrorWrongState);
     }
   }
-  return RunStep(version);
+  try {  // The exception firewall of the host's sync: the session never stays SYNCING.
+    return RunStep(version);
+  } catch (...) {
+    return ThreadFailed("sync");
+  }
 }
 
 absl::Status Session::SyncBegin(int64_t version) {

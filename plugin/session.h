@@ -196,7 +196,8 @@ class Session {
   // this rollout takes part in no collective, so that its numbering does not run ahead of the
   // trainers' (it catches up through the rounds they failed meanwhile, which fail at once).
   bool AwaitReplacement();
-  // The exception firewall of the session's threads, called inside their catch blocks: the
+  // The exception firewall of the session's threads and of the host's sync, called inside their
+  // catch blocks: the
   // exception as a status (bad_alloc: ResourceExhausted, else Internal, naming `thread`), the
   // session aborted with it (peers fail at once; later syncs fail with it), the state DIRTY
   // (rollouts) or IDLE (trainers), the error remembered. Returns the status.

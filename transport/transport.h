@@ -127,8 +127,10 @@ class Transport {
   // Rejects the messages that arrived for this process from one of the kStaleSyncWindow syncs
   // before `sync_id` and were never matched (delayed, or replayed): each is consumed into scratch
   // memory and dropped, writing nothing the caller owns, and counted. Returns how many this call
-  // rejected. Messages of `sync_id` and later syncs are left alone. The default rejects nothing
-  // (a backend that cannot see unmatched messages).
+  // rejected. Messages of `sync_id` and later syncs are left alone. What a message announces
+  // allocates nothing, a call's time is bounded (what it leaves, a later call drops) and Abort
+  // does not wait for it. The default rejects nothing (a backend that cannot see unmatched
+  // messages).
   virtual int64_t DiscardStaleMessages(uint64_t sync_id) { return 0; }
 };
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -428,6 +429,25 @@ TEST(MetricsCoordinatorTest, FiguresAreReadAtEachExposition) {
   metrics.SetCoordinatorSource(nullptr);
   next.expected = 9;
   EXPECT_EQ(Sum(metrics.Text(), "wsync_coordinator_processes", {"state=\"expected\""}), 0);
+}
+
+// The exporter's server thread collects under the exception firewall: a coordinator source that
+// throws is counted as an internal error and the scrape is still answered; the process lives.
+TEST(MetricsCoordinatorTest, ASourceThatThrowsIsCountedAndTheScrapeAnswered) {
+  SessionMetrics metrics("trainer");
+  absl::StatusOr<MetricsAddress> address = ParseMetricsAddress("127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_TRUE(metrics.StartExporter(*address).ok());
+  metrics.SetCoordinatorSource([]() -> CoordinatorFigures {
+    throw std::runtime_error("the coordinator's figures are gone");
+  });
+  for (int scrape = 1; scrape <= 2; ++scrape) {
+    const std::string response = HttpGet(metrics.exporter_port(), "/metrics");
+    EXPECT_THAT(response, HasSubstr("200 OK"));
+    EXPECT_THAT(response, HasSubstr("wsync_syncs_total"));
+  }
+  EXPECT_GE(Sum(metrics.Text(), "wsync_errors_total", {"kind=\"internal\""}), 3);
+  metrics.StopExporter();
 }
 
 }  // namespace

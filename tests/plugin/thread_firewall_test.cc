@@ -1,6 +1,7 @@
 // No exception leaves a thread the library starts (plugin/include/wsync/wsync.h): an exception
-// injected (WSYNC_FAILPOINTS action `throw`, common/failpoint.h) in the sync_begin thread, the
-// trainer-triggered loop or the control connection's heartbeat thread becomes the session's error;
+// injected (WSYNC_FAILPOINTS action `throw`, common/failpoint.h) in the sync_begin thread, a
+// host's sync, the trainer-triggered loop or the control connection's heartbeat thread becomes
+// the session's error;
 // the host process (this test) stays alive and the other processes fail promptly instead of
 // hanging. Before the firewall each case terminated the process (std::terminate).
 
@@ -11,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -61,8 +63,8 @@ std::vector<Process> ConnectedJob(const std::string& job,
 }
 
 // Version 1 on every process but `skipped` (the trainer-triggered rollout, which joins by
-// itself): the trainers fill it and every one of them must fail, promptly (no hang).
-void ExpectSyncOfTheOthersFails(std::vector<Process>& processes, int skipped) {
+// itself; -1: none), the trainers filling it: each process's result (OK for `skipped`).
+std::vector<absl::Status> SyncOfTheOthers(std::vector<Process>& processes, int skipped) {
   std::vector<absl::Status> results(processes.size());
   std::vector<std::thread> threads;
   for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
@@ -76,6 +78,12 @@ void ExpectSyncOfTheOthersFails(std::vector<Process>& processes, int skipped) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+// SyncOfTheOthers, every one of which must fail, promptly (no hang).
+void ExpectSyncOfTheOthersFails(std::vector<Process>& processes, int skipped) {
+  const std::vector<absl::Status> results = SyncOfTheOthers(processes, skipped);
   for (int p = 0; p < static_cast<int>(processes.size()); ++p) {
     if (p == skipped) continue;
     EXPECT_FALSE(results[p].ok()) << p;
@@ -113,6 +121,29 @@ TEST_F(ThreadFirewallTest, AnExceptionInTheSyncBeginThreadIsTheSessionsError) {
   EXPECT_NE(processes[2].session->State().first, 1);               // Version 1 never committed.
   // The session stays failed: the next sync returns an error, never runs half a job.
   EXPECT_FALSE(processes[0].session->Sync(2).ok());
+  for (Process& process : processes) process.session->Finalize();
+}
+
+// An exception inside a host's own sync (after the session became SYNCING) is that sync's error:
+// the session is IDLE (trainer) or DIRTY (rollout) again, never left SYNCING, and the others fail
+// promptly. Before the firewall it left Session::Sync (and terminated this test).
+TEST_F(ThreadFirewallTest, AnExceptionInAHostSyncLeavesNoSessionSyncing) {
+  std::vector<Process> processes = ConnectedJob("firewall-sync");
+  ASSERT_TRUE(failpoint::SetForTesting("sync_step:throw@1").ok());
+  const std::vector<absl::Status> results = SyncOfTheOthers(processes, /*skipped=*/-1);
+  int threw = 0;
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_FALSE(results[p].ok()) << p;  // Failed, not hung.
+    const SessionState state = processes[p].session->State().second;
+    EXPECT_EQ(state, p < 2 ? SessionState::kIdle : SessionState::kDirty) << p;
+    if (absl::StrContains(results[p].message(),
+                          "wsync sync: internal error: exception: "
+                          "failpoint 'sync_step' threw")) {
+      ++threw;
+      EXPECT_EQ(results[p].code(), absl::StatusCode::kInternal) << results[p];
+    }
+  }
+  EXPECT_EQ(threw, 1);
   for (Process& process : processes) process.session->Finalize();
 }
 

@@ -1,7 +1,10 @@
 // Work an input can make the coordinator do is bounded (issue 26): a flood of silent connections
 // from loopback does not keep a real job from connecting, joining and running collectives; a
 // process that contributes rounds ahead without waiting, or makes the coordinator hold more payload
-// bytes than its cap, is refused.
+// bytes than its cap, is refused. A member that does not read what the coordinator sends is lost
+// once its queue would pass max_queued_bytes_per_connection or it takes nothing for
+// write_stall_timeout, and the coordinator's queued bytes stay under that cap plus one frame;
+// heartbeats of tens of MiB (unknown fields in their progress) leave a few bytes of progress.
 //
 // The bugs these tests catch: with only a total limit on pending handshakes (refusing new
 // connections once it is reached), ~100 silent connections a second kept every slot taken and the
@@ -25,6 +28,7 @@
 #include "tests/unit/control_job.h"
 #include "transport/control/client.h"
 #include "transport/control/coordinator.h"
+#include "transport/control/status_client.h"
 
 namespace wsync {
 namespace {
@@ -190,13 +194,17 @@ struct RawMember {
   }
   // Contribution #number of an AllGather with `payload`, not waiting for its result.
   void Contribute(uint64_t number, std::string payload) {
+    EXPECT_TRUE(TryContribute(number, std::move(payload)).ok());
+  }
+  // Contribute, returning whether the frame went out (the coordinator may have closed it).
+  absl::Status TryContribute(uint64_t number, std::string payload) {
     control::Frame frame;
     control::Contribute* c = frame.mutable_contribute();
     c->set_number(number);
     c->set_kind(control::COLLECTIVE_ALL_GATHER);
     c->set_timeout_ms(60000);
     c->set_payload(std::move(payload));
-    EXPECT_TRUE(raw->Write(frame).ok());
+    return raw->Write(frame);
   }
   // The Reject that ends the connection (skipping heartbeats).
   absl::Status Refusal() {
@@ -237,6 +245,88 @@ TEST(CoordinatorBoundsTest, PayloadBytesHeldPerProcessAreCapped) {
   EXPECT_THAT(refused.message(), HasSubstr("holding 12000 payload bytes (at most 10000)"));
 }
 
+// Rounds of 1 MiB AllGather payloads between `member`'s raw process 0, which never reads, and its
+// real peer, with `pause` between rounds, until the peer's round fails (its error) or 100 rounds.
+absl::Status RoundsUntilThePeerFails(RawMember& member, absl::Duration pause) {
+  for (uint64_t n = 0; n < 100; ++n) {
+    member.TryContribute(n, std::string(1 << 20, 'r')).IgnoreError();  // Lost: the peer says.
+    absl::StatusOr<std::vector<std::string>> all =
+        member.peer->AllGather(std::string(1 << 20, 'p'), absl::Now() + absl::Seconds(20));
+    if (!all.ok()) return all.status();
+    absl::SleepFor(pause);
+  }
+  return absl::OkStatus();
+}
+
+TEST(CoordinatorBoundsTest, AMemberThatNeverReadsIsLostOnceItsQueueIsFull) {
+  CoordinatorOptions options = Options(2, 0);
+  options.max_frame_bytes = 4 << 20;
+  options.max_queued_bytes_per_connection = 8 << 20;
+  RawMember member(options);
+  const absl::Status failed = RoundsUntilThePeerFails(member, absl::ZeroDuration());
+  EXPECT_TRUE(absl::IsUnavailable(failed)) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("process 0 (trainer rank 0"));
+  EXPECT_THAT(failed.message(), HasSubstr("did not read what the coordinator sent"));
+  EXPECT_THAT(failed.message(), HasSubstr("would exceed the cap of 8388608"));
+  // The stated bound: one connection's cap, plus the one result queued to the peer that reads.
+  const CoordinatorCounters counters = member.coordinator->counters();
+  EXPECT_GT(counters.peak_queued_bytes, 2 << 20);
+  EXPECT_LE(counters.peak_queued_bytes,
+            options.max_queued_bytes_per_connection + options.max_frame_bytes);
+}
+
+TEST(CoordinatorBoundsTest, AMemberThatStopsReadingIsLostAfterTheWriteStallTimeout) {
+  CoordinatorOptions options = Options(2, 0);
+  options.max_frame_bytes = 4 << 20;
+  options.max_queued_bytes_per_connection = 512 << 20;
+  options.write_stall_timeout = absl::Seconds(1);
+  RawMember member(options);
+  const absl::Status failed = RoundsUntilThePeerFails(member, absl::Milliseconds(100));
+  EXPECT_TRUE(absl::IsUnavailable(failed)) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("process 0 (trainer rank 0"));
+  EXPECT_THAT(failed.message(), HasSubstr("did not read what the coordinator sent: took none of"));
+}
+
+TEST(CoordinatorBoundsTest, HugeHeartbeatsLeaveOnlyTheirKnownProgressFields) {
+  RawMember member(Options(2, 0));
+  // A progress report with 48 MiB of a field this coordinator does not know, three times.
+  control::SyncProgress known;
+  known.set_version(7);
+  known.set_bytes_done(5);
+  std::string bytes = known.SerializeAsString();
+  const std::string padding(48 << 20, 'u');
+  bytes += '\xa2';  // Field 100, length-delimited: varint 802.
+  bytes += '\x06';
+  uint64_t length = padding.size();
+  for (; length >= 0x80; length >>= 7) bytes += static_cast<char>((length & 0x7f) | 0x80);
+  bytes += static_cast<char>(length);
+  bytes += padding;
+  control::Frame heartbeat;
+  ASSERT_TRUE(heartbeat.mutable_heartbeat()->mutable_progress()->ParseFromString(bytes));
+  ASSERT_GT(heartbeat.ByteSizeLong(), padding.size());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(member.raw->Write(heartbeat).ok());
+  StatusQuery query;
+  query.port = member.coordinator->port();
+  query.job_id = control_testing::kJob;
+  query.secret = kSecret;
+  control::JobStatusBody body;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    query.deadline = absl::Now() + absl::Seconds(5);
+    absl::StatusOr<control::JobStatusBody> got = QueryJobStatus(query);
+    ASSERT_TRUE(got.ok()) << got.status();
+    body = *std::move(got);
+    if (body.processes_size() > 0 && body.processes(0).progress().version() == 7) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GT(body.processes_size(), 0);
+  EXPECT_EQ(body.processes(0).progress().version(), 7);
+  EXPECT_EQ(body.processes(0).progress().bytes_done(), 5);
+  EXPECT_LT(body.processes(0).progress().ByteSizeLong(), 64u);
+  EXPECT_LT(body.ByteSizeLong(), 64u << 10);
+  EXPECT_LT(member.coordinator->counters().peak_queued_bytes, 8 << 20);
+}
+
 TEST(CoordinatorBoundsTest, RefusesZeroLimits) {
   CoordinatorOptions options = Options(1, 0);
   options.max_pending_per_source = 0;
@@ -246,6 +336,12 @@ TEST(CoordinatorBoundsTest, RefusesZeroLimits) {
   EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
   options = Options(1, 0);
   options.max_held_bytes_per_process = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
+  options = Options(1, 0);
+  options.max_queued_bytes_per_connection = options.max_frame_bytes;  // No room for the tag.
+  EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
+  options = Options(1, 0);
+  options.write_stall_timeout = absl::ZeroDuration();
   EXPECT_TRUE(absl::IsInvalidArgument(Coordinator::Start(options).status()));
 }
 

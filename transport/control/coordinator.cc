@@ -51,7 +51,12 @@ class Coordinator::Impl {
     const uint64_t one = 1;
     (void)!write(wake_fd_.get(), &one, sizeof(one));
   }
-  CoordinatorCounters counters() const { return core_.counters(); }
+  CoordinatorCounters counters() const {
+    CoordinatorCounters counters = core_.counters();
+    counters.queued_bytes = queued_bytes_.load(std::memory_order_relaxed);
+    counters.peak_queued_bytes = peak_queued_bytes_.load(std::memory_order_relaxed);
+    return counters;
+  }
   absl::Status rendezvous_status() const { return core_.rendezvous_status(); }
 
  private:
@@ -64,6 +69,8 @@ class Coordinator::Impl {
     bool closing = false;  // Reads stop; closed once the writer drains or at close_deadline.
     absl::Time close_deadline = absl::InfiniteFuture();
     bool gone = false;  // Closed at the end of this turn; nothing more is written.
+    // While the writer holds bytes: when the peer last took some (or the first were queued).
+    absl::Time last_taken = absl::InfiniteFuture();
   };
 
   void AcceptAll(absl::Time now);
@@ -71,6 +78,12 @@ class Coordinator::Impl {
   // Carries out what the core asked for since the last call, and what that caused in turn.
   void Apply();
   void Apply(CoordinatorAction& action);
+  // Queues `frame` on the link, or ends the connection when its queue would exceed the cap.
+  void Enqueue(ConnectionId id, Link& link, std::shared_ptr<const OutgoingFrame> frame);
+  // Ends the connection of a peer that does not read: nothing more is written to it.
+  void EndForNotReading(ConnectionId id, Link& link, absl::string_view why);
+  // Adds `delta` to the bytes queued to all connections.
+  void CountQueued(int64_t delta);
   void FlushAll();
   void Sweep(absl::Time now);
   absl::Time NextDeadline() const;
@@ -82,6 +95,8 @@ class Coordinator::Impl {
   std::map<ConnectionId, Link> links_;  // Oldest first.
   ConnectionId next_id_ = 1;
   absl::Time accept_paused_until_ = absl::InfinitePast();
+  std::atomic<int64_t> queued_bytes_{0};  // Written by the serving thread only.
+  std::atomic<int64_t> peak_queued_bytes_{0};
 };
 
 void Coordinator::Impl::Run() {
@@ -132,6 +147,9 @@ absl::Time Coordinator::Impl::NextDeadline() const {
   absl::Time next = core_.NextDeadline();
   for (const auto& [id, link] : links_) {
     if (link.closing) next = std::min(next, link.close_deadline);
+    if (!link.gone && !link.writer.empty()) {
+      next = std::min(next, link.last_taken + core_.options().write_stall_timeout);
+    }
   }
   return next;
 }
@@ -184,10 +202,10 @@ void Coordinator::Impl::Apply(CoordinatorAction& action) {
   Link& link = it->second;
   switch (action.kind) {
     case CoordinatorAction::Kind::kSend:
-      link.writer.Enqueue(std::move(action.frame));
+      Enqueue(action.connection, link, std::move(action.frame));
       break;
     case CoordinatorAction::Kind::kHeartbeat:
-      if (link.writer.empty()) link.writer.Enqueue(std::move(action.frame));
+      if (link.writer.empty()) Enqueue(action.connection, link, std::move(action.frame));
       break;
     case CoordinatorAction::Kind::kSeal: {
       const CoordinatorOptions& options = core_.options();
@@ -211,13 +229,55 @@ void Coordinator::Impl::Apply(CoordinatorAction& action) {
   }
 }
 
+void Coordinator::Impl::Enqueue(ConnectionId id, Link& link,
+                                std::shared_ptr<const OutgoingFrame> frame) {
+  if (frame == nullptr) return;
+  const int64_t cap = core_.options().max_queued_bytes_per_connection;
+  const int64_t before = link.writer.pending_bytes();
+  const int64_t adds =
+      static_cast<int64_t>(frame->encoded.size()) + (link.writer.sealing() ? kFrameTagBytes : 0);
+  if (before + adds > cap) {
+    return EndForNotReading(id, link,
+                            absl::StrCat("did not read what the coordinator sent: ", before,
+                                         " bytes still queued to it and ", adds,
+                                         " more would exceed the cap of ", cap));
+  }
+  if (link.writer.empty()) link.last_taken = absl::Now();
+  link.writer.Enqueue(std::move(frame));
+  CountQueued(link.writer.pending_bytes() - before);
+}
+
+void Coordinator::Impl::EndForNotReading(ConnectionId id, Link& link, absl::string_view why) {
+  link.gone = true;
+  core_.Closed(id, why);  // Its actions: the next pass of Apply.
+}
+
+void Coordinator::Impl::CountQueued(int64_t delta) {
+  const int64_t now = queued_bytes_.load(std::memory_order_relaxed) + delta;
+  queued_bytes_.store(now, std::memory_order_relaxed);
+  if (now > peak_queued_bytes_.load(std::memory_order_relaxed)) {
+    peak_queued_bytes_.store(now, std::memory_order_relaxed);
+  }
+}
+
 void Coordinator::Impl::FlushAll() {
+  const absl::Duration stall_limit = core_.options().write_stall_timeout;
   for (auto& [id, link] : links_) {
     if (link.gone || link.writer.empty()) continue;
+    const int64_t before = link.writer.pending_bytes();
     absl::StatusOr<bool> done = link.writer.Flush(link.fd.get());
+    CountQueued(link.writer.pending_bytes() - before);
+    const absl::Time now = absl::Now();
     if (!done.ok()) {
       link.gone = true;
       core_.Closed(id, "connection lost while sending");
+    } else if (link.writer.pending_bytes() < before) {
+      link.last_taken = now;
+    } else if (!link.closing && now - link.last_taken >= stall_limit) {
+      EndForNotReading(
+          id, link,
+          absl::StrCat("did not read what the coordinator sent: took none of the ", before,
+                       " bytes queued to it for ", absl::FormatDuration(now - link.last_taken)));
     }
   }
   Apply();  // What the losses caused goes out in the next turn.
@@ -239,6 +299,7 @@ void Coordinator::Impl::Sweep(absl::Time now) {
       }
       shutdown(link.fd.get(), SHUT_WR);
     }
+    CountQueued(-link.writer.pending_bytes());
     it = links_.erase(it);  // The descriptor closes with the link.
   }
   Apply();
@@ -251,6 +312,7 @@ void Coordinator::Impl::Shutdown() {
     if (!link.gone) (void)link.writer.Flush(link.fd.get());  // Best effort, never waits.
   }
   links_.clear();
+  queued_bytes_.store(0, std::memory_order_relaxed);
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
@@ -289,6 +351,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
     return invalid(
         "heartbeat_interval must be 0 (no heartbeats) or at least 1 ms, and silence_limit at "
         "least twice heartbeat_interval");
+  }
+  if (options.max_queued_bytes_per_connection == 0) {
+    options.max_queued_bytes_per_connection = 2 * options.max_frame_bytes;
+  }
+  if (options.max_queued_bytes_per_connection < options.max_frame_bytes + kMaxFrameOverheadBytes ||
+      options.write_stall_timeout <= absl::ZeroDuration()) {
+    return invalid(
+        "max_queued_bytes_per_connection must be 0 or at least max_frame_bytes plus "
+        "kMaxFrameOverheadBytes, and write_stall_timeout positive");
   }
   if (options.max_pending_connections < 1 || options.max_pending_per_source < 1 ||
       options.max_open_rounds < 1 || options.max_rounds_ahead < 1 ||

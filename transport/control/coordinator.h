@@ -116,6 +116,10 @@ struct CoordinatorCounters {
   std::array<int64_t, kSyncPhaseCount> in_phase = {};
   int64_t sync_bytes_done = 0;
   int64_t sync_bytes_total = 0;
+  // Bytes queued to all connections and not yet written, now and at most since Start (see
+  // CoordinatorOptions::max_queued_bytes_per_connection).
+  int64_t queued_bytes = 0;
+  int64_t peak_queued_bytes = 0;
 
   int64_t Refused(RefusalReason reason) const { return refused[static_cast<int>(reason)]; }
   int64_t TotalRefused() const;
@@ -172,6 +176,14 @@ struct CoordinatorOptions {
   // Payload bytes of one process's contributions the coordinator holds at once (open rounds); a
   // contribution beyond it is refused (too_far_ahead).
   int64_t max_held_bytes_per_process = kDefaultMaxFrameBytes;
+  // Bytes queued to one connection and not yet taken by its peer (frames are shared between
+  // connections, so this bounds what a connection keeps alive). A frame that would queue more, or
+  // a peer that takes none of what is queued for write_stall_timeout, ends the connection as if
+  // it had closed: after the roster the process is lost ("process 3 (...) was lost: did not read
+  // what the coordinator sent: ..."). 0: twice max_frame_bytes; else at least max_frame_bytes plus
+  // kMaxFrameOverheadBytes, so that any one frame fits an empty queue.
+  int64_t max_queued_bytes_per_connection = 0;
+  absl::Duration write_stall_timeout = absl::Seconds(10);
 };
 
 class Coordinator {

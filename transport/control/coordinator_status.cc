@@ -152,11 +152,17 @@ void Account(const control::SyncProgress& progress, int sign, CoordinatorCounter
 
 void CoordinatorCore::NoteProgress(const Connection& c, control::Heartbeat& heartbeat) {
   if (c.process < 0 || c.process >= world_ || !heartbeat.has_progress()) return;
-  control::SyncProgress& report = *heartbeat.mutable_progress();
-  report.set_rounds_done(Bounded(report.rounds_done()));
-  report.set_rounds_total(Bounded(report.rounds_total()));
-  report.set_bytes_done(Bounded(report.bytes_done()));
-  report.set_bytes_total(Bounded(report.bytes_total()));
+  // Only the known fields are kept (never the unknown ones a peer may add, of any size): a report
+  // costs the same few bytes here and in every status reply.
+  const control::SyncProgress& sent = heartbeat.progress();
+  control::SyncProgress report;
+  report.set_version(sent.version());
+  report.set_phase(sent.phase());
+  report.set_rounds_done(Bounded(sent.rounds_done()));
+  report.set_rounds_total(Bounded(sent.rounds_total()));
+  report.set_bytes_done(Bounded(sent.bytes_done()));
+  report.set_bytes_total(Bounded(sent.bytes_total()));
+  report.set_committed_version(sent.committed_version());
   std::optional<control::SyncProgress>& kept = processes_[c.process].progress;
   absl::MutexLock lock(&mu_);
   if (kept.has_value()) Account(*kept, -1, counters_);

@@ -47,6 +47,8 @@ inline constexpr int64_t kFrameHeaderBytes = 4;
 inline constexpr int64_t kDefaultMaxFrameBytes = int64_t{64} << 20;
 // No cap may exceed this (protobuf refuses messages of 2 GiB and more).
 inline constexpr int64_t kMaxFrameBytesLimit = int64_t{1} << 30;
+// What one frame puts on the wire besides its body, at most (header and seal tag).
+inline constexpr int64_t kMaxFrameOverheadBytes = kFrameHeaderBytes + kFrameTagBytes;
 
 // OK when 0 < max_frame_bytes <= kMaxFrameBytesLimit.
 absl::Status CheckFrameCap(int64_t max_frame_bytes);

@@ -8,6 +8,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_stale.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace wsync::ucx_internal {
@@ -30,6 +32,9 @@ constexpr int32_t kMaxProcesses = 1 << 16;
 constexpr uint64_t kSenderMask = 0xffff;
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 constexpr int kProgressBurst = 64;  // ucp_worker_progress calls per Progress() at most.
+// What one DiscardStaleMessages call may spend; a flood of stale messages is drained over calls.
+constexpr absl::Duration kStaleDrainTime = absl::Milliseconds(250);
+constexpr int64_t kMaxStaleDrained = 4096;
 
 enum class Kind : uint8_t { kSend, kReceive };
 
@@ -224,6 +229,10 @@ class UcxTransportImpl final : public UcxTransport {
   uint64_t pid_namespace_ = 0;  // Of this process (0: unknown); set by Init.
   absl::Time exited_peers_checked_ ABSL_GUARDED_BY(drive_mu_) = absl::InfinitePast();
   uint64_t memory_types_ = 0;  // ucp_context_query's bitmap of ucs_memory_type_t; set by Init.
+
+  // Where stale messages are received (truncated) and dropped; UCX may write it until the worker
+  // is destroyed (DiscardStaleMessages).
+  std::array<char, kDiscardScratchBytes> discard_scratch_{};
 
   // Serializes every use of the worker, the context and the tables below (the worker runs in
   // UCS_THREAD_MODE_SERIALIZED). Held by the driving thread for a whole WaitAll.

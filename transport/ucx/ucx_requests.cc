@@ -144,8 +144,19 @@ absl::Status UcxTransportImpl::WaitAny(absl::Span<const RequestId> requests, abs
 
 int64_t UcxTransportImpl::DiscardStaleMessages(uint64_t sync_id) {
   absl::MutexLock lock(&drive_mu_);
+  if (abort_requested_.load(std::memory_order_acquire)) return 0;
   Progress();
-  return ucx_internal::DiscardStaleMessages(worker_, sync_id, absl::Now() + absl::Seconds(1));
+  auto progress = [this] {
+    drive_mu_.AssertHeld();
+    return Progress();
+  };
+  auto stop = [this] { return abort_requested_.load(std::memory_order_acquire); };
+  const DrainBounds bounds{.deadline = absl::Now() + kStaleDrainTime,
+                           .max_messages = kMaxStaleDrained,
+                           .progress = progress,
+                           .stop = stop};
+  return ucx_internal::DiscardStaleMessages(worker_, sync_id, absl::MakeSpan(discard_scratch_),
+                                            bounds);
 }
 
 void UcxTransportImpl::Abort(const absl::Status& reason) {
