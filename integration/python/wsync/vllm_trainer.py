@@ -1,6 +1,6 @@
 """wsync as a vLLM weight-transfer backend ("wsync"): the trainer side.
 
-A trainer written against vLLM's trainer API (vLLM >= 0.28.0, < 0.30.0;
+A trainer written against vLLM's trainer API (the versions in ``wsync.vllm.SUPPORTED_VLLM``;
 ``vllm/distributed/weight_transfer/base.py`` and ``factory.py``) syncs through wsync with no
 other wsync code than its init info, as with vLLM's own NCCL engine::
 
@@ -159,8 +159,8 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
         """Registers this rank's parameters, has rank 0 send the workers' init request, and
         connects every process of the job (the workers connect inside that request, so rank 0
         runs it on a helper thread while it connects)."""
-        if HAVE_VLLM:
-            check_vllm_version()
+        if HAVE_VLLM:  # Refused here, not at registration: naming both versions.
+            check_vllm_version(call="trainer_init")
         if source is None:
             raise WsyncError(Status.INVALID_ARGUMENT, "wsync's trainer engine needs a "
                              "WeightSource (e.g. ModuleSource(model))", "trainer_init")
