@@ -191,6 +191,23 @@ class VllmRegistrationTest(unittest.TestCase):
             WeightTransferTrainerFactory.trainer_init(
                 info, client=None, source=ModuleSource(torch.nn.Linear(2, 2)))
 
+    def test_finish_passes_the_weight_version_where_the_client_takes_it(self):
+        _, wt = _fresh(True)
+        calls = []
+
+        class NewerClient:  # finish_weight_update(weight_version=None), as later clients.py.
+            def finish_weight_update(self, weight_version=None):
+                calls.append(("newer", weight_version))
+
+        class ClientAt81ea9e9d:  # The four-method protocol without a version.
+            def finish_weight_update(self):
+                calls.append(("old", None))
+
+        wt._finish(NewerClient(), 7)
+        with self.assertLogs("wsync.vllm", "WARNING"):
+            wt._finish(ClientAt81ea9e9d(), 8)
+        self.assertEqual(calls, [("newer", "7"), ("old", None)])
+
     def test_without_vllm(self):
         wv, wt = _fresh(False)
         self.assertFalse(wv.HAVE_VLLM)
