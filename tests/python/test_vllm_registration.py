@@ -208,6 +208,65 @@ class VllmRegistrationTest(unittest.TestCase):
             wt._finish(ClientAt81ea9e9d(), 8)
         self.assertEqual(calls, [("newer", "7"), ("old", None)])
 
+    def test_failed_update_on_vllm_without_abort_then_a_committing_one(self):
+        """vLLM as released (VLLM_STANDIN_ABORT=0: no abort method, a failed update_weights only
+        clears the worker's update flag), the worker's RPCs one after another as collective_rpc
+        runs them, over wsync's engine with a session stand-in whose first sync fails: dirty,
+        finish refused, no abort, the next start succeeds and the next sync commits."""
+        import vllm_calls
+        from wsync import State, Status, WsyncError
+        os.environ["VLLM_STANDIN_ABORT"] = "0"
+        try:
+            wv, _ = _fresh(True)
+            wv.register()
+            from vllm.distributed.weight_transfer import base
+            self.assertFalse(hasattr(base.WeightTransferEngine, "abort_weight_update"))
+            worker = vllm_calls.Worker(vllm_calls.WeightTransferConfig(backend="wsync"),
+                                       _vllm_config(), "cpu", torch.nn.Linear(2, 2))
+        finally:
+            del os.environ["VLLM_STANDIN_ABORT"]
+        engine = worker.weight_transfer_engine
+        syncs = []
+
+        class Session:  # wsync's Session as the engine uses it: the first sync fails.
+            committed = -1
+
+            def sync(self, version):
+                syncs.append(version)
+                if len(syncs) == 1:
+                    raise WsyncError(Status.TIMED_OUT, "a trainer rank came late", "sync")
+                self.committed = version
+
+            def state(self):
+                return (State.DIRTY if len(syncs) == 1 else State.IDLE), self.committed
+
+        class Landing:  # Every parameter direct, in place.
+            streamed = False
+
+            def moved_parameters(self, model):
+                return []
+
+            def apply(self, model, model_config):
+                pass
+
+        engine.session, engine.landing, engine._rank = Session(), Landing(), 0
+        aborts = []
+        engine.abort_weight_update = lambda: aborts.append(1)
+        worker.start_weight_update()
+        with self.assertRaisesRegex(WsyncError, "came late"):
+            worker.update_weights({"version": 1})
+        self.assertFalse(worker._weight_update_active)  # vLLM ended the update...
+        self.assertTrue(engine.weights_dirty)          # ...wsync keeps the weights dirty,
+        with self.assertRaisesRegex(WsyncError, "do not serve"):
+            engine.finish_weight_update()              # refuses to serve them,
+        self.assertEqual(aborts, [])                   # and nobody aborted.
+        worker.start_weight_update()                   # The next start succeeds...
+        worker.update_weights({"version": 2})
+        vllm_calls.finish_route(worker, "2")           # ...and its update commits.
+        self.assertEqual((syncs, engine.version, engine.weights_dirty), ([1, 2], 2, False))
+        self.assertEqual(worker.served_weight_version, "2")
+        self.assertFalse(worker._weight_update_active)
+
     def test_without_vllm(self):
         wv, wt = _fresh(False)
         self.assertFalse(wv.HAVE_VLLM)
