@@ -8,13 +8,18 @@ One job, 4 processes: 2 trainer ranks (Megatron TP2 of a small qwen2.5) each run
 `WeightTransferTrainerFactory.trainer_init(WsyncTrainerInitInfo(rank=...), client=...,
 source=ModuleSource(model))` and `send_weights()` per step, with no other wsync call; 2 vLLM
 workers (TP2) built by `WeightTransferEngineFactory.create_engine` serve the RLHF routes the
-trainer's client posts to (init, start, update, finish). Versions 1, 2 and 4 commit: after each,
+trainer's client posts to (init, start, update, finish naming the version, which vLLM then reports
+as the served weights' version). Versions 1, 2 and 4 commit: after each,
 every element of every rollout tensor equals the worker's shard of the trainer's logical tensor
 (test code's own oracle), padding rows untouched, parameters at their addresses. Version 3 is
 aborted mid-sync by vLLM's abort on worker 0 (while trainer rank 1 is late): both workers' weights
 are marked dirty and their engines say so (finish refuses: "do not serve"), every trainer rank's
 send_weights raises within the deadline, and version 4 then commits (worker 0's session replaced
-in place, the rest of the job untouched)."""
+in place, the rest of the job untouched). A second job runs vLLM as released
+($VLLM_STANDIN_ABORT=0: no abort method anywhere, a failed update_weights only ends vLLM's update)
+through versions 1-3, version 2 interrupted by trainer rank 1 coming past the deadline: the same
+outcome (dirty, finish refused, every send raising) with no abort called, then the next start
+succeeds and version 3 commits."""
 
 import os
 import sys
@@ -29,11 +34,15 @@ from harness import free_ports, role_reports, run_processes  # noqa: E402
 
 SECRET = "python-vllm-engines-secret-0123456789"
 TP = 2
-VERSIONS = (1, 2, 3, 4)
-ABORTED = 3
-LATE_SECONDS = 1.5   # Trainer rank 1 joins version ABORTED this late: worker 0 aborts meanwhile.
-DEADLINE = 10.0
 PAD = 7.0
+# Two jobs. "abort": the stand-in with #57854's abort; version 3 is aborted on worker 0 while
+# trainer rank 1 is LATE seconds late. "release": the releases' stand-in ($VLLM_STANDIN_ABORT=0:
+# no abort method anywhere, serialized RPCs), version 2 interrupted: trainer rank 1 comes after
+# the deadline, so every process fails it at the deadline, and nothing calls an abort.
+SCENARIOS = {
+    "abort": dict(versions=(1, 2, 3, 4), failed=3, late=1.5, deadline=10.0, abort=True),
+    "release": dict(versions=(1, 2, 3), failed=2, late=4.5, deadline=3.0, abort=False),
+}
 
 
 def _hf_config():
@@ -47,7 +56,7 @@ def _seed(version):
     return 100 + version
 
 
-def _trainer(rank, coordinator, urls):
+def _trainer(scenario, rank, coordinator, urls):
     import tiny_qwen as tq
     import vllm_calls
     from vllm.distributed.weight_transfer.base import ModuleSource
@@ -62,17 +71,17 @@ def _trainer(rank, coordinator, urls):
     info = WsyncTrainerInitInfo(coordinator=coordinator, num_trainers=TP, num_rollouts=TP,
                                 job_id="python-vllm-engines", layout="megatron",
                                 hf_config=_hf_config(), tp_rank=rank, tp_size=TP,
-                                deadline_seconds=DEADLINE, path_transports="*=ucx:sm,cma,self",
+                                deadline_seconds=scenario["deadline"], path_transports="*=ucx:sm,cma,self",
                                 rank=rank)
     engine = WeightTransferTrainerFactory.trainer_init(info, client=client,
                                                        source=ModuleSource(model))
     report = {"type": type(engine).__name__, "sent_bytes": engine.schedule()["sent_bytes"],
               "rounds": []}
-    for version in VERSIONS:
+    for version in scenario["versions"]:
         # The "optimizer step": this rank's shard of the next logical weights, in place.
         tq.load_local(model, tq.megatron_shard(tq.random_logical(_seed(version)), rank, TP))
-        if version == ABORTED and rank == 1:
-            time.sleep(LATE_SECONDS)
+        if version == scenario["failed"] and rank == 1:
+            time.sleep(scenario["late"])
         started = time.time()
         try:
             engine.send_weights()
@@ -89,10 +98,11 @@ def _trainer(rank, coordinator, urls):
     return report
 
 
-def _rollout(rank, port):
+def _rollout(scenario, rank, port):
     import threading
 
     import torch
+    from vllm.distributed.weight_transfer import base
 
     import tiny_qwen as tq
     import vllm_calls
@@ -110,9 +120,9 @@ def _rollout(rank, port):
         def update_weights(self, update_info):
             engine = self.weight_transfer_engine
             version = update_info["version"]
-            if version == ABORTED and rank == 0:
+            if version == scenario["failed"] and rank == 0 and scenario["abort"]:
                 def abort_mid_sync():  # vLLM's abort of the active update, from another thread.
-                    deadline = time.time() + DEADLINE
+                    deadline = time.time() + scenario["deadline"]
                     while not engine.sync_in_flight and time.time() < deadline:
                         time.sleep(0.01)
                     time.sleep(0.3)
@@ -142,24 +152,45 @@ def _rollout(rank, port):
 
     worker = CheckedWorker(vllm_calls.WeightTransferConfig(backend="wsync"), vllm_config,
                            torch.device("cpu"), model)
+    engine, aborts = worker.weight_transfer_engine, []
+    abort = engine.abort_weight_update
+
+    def counted_abort():  # Who calls wsync's abort, if anyone.
+        aborts.append(time.time())
+        abort()
+    engine.abort_weight_update = counted_abort
     server, stopped = vllm_calls.serve(worker, port)
     try:
         stopped.wait(90)
     finally:
         server.shutdown()
         worker.shutdown()
-    return {"type": type(worker.weight_transfer_engine).__name__, "events": events}
+    return {"type": type(worker.weight_transfer_engine).__name__, "events": events,
+            "served_versions": worker.served_versions, "abort_calls": len(aborts),
+            "vllm_has_abort": hasattr(base.WeightTransferEngine, "abort_weight_update")}
 
 
-def _process(index, ports):
+def _process(index, ports, name):
+    import functools
+
     import vllm_calls
-    return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN, _trainer, _rollout)
+    scenario = SCENARIOS[name]
+    os.environ["VLLM_STANDIN_ABORT"] = "1" if scenario["abort"] else "0"  # Before vLLM's import.
+    return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN,
+                                  functools.partial(_trainer, scenario),
+                                  functools.partial(_rollout, scenario))
 
 
 class VllmEnginesTest(unittest.TestCase):
+    """The "abort" job."""
+    scenario = "abort"
+
     @classmethod
     def setUpClass(cls):
-        cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP),), timeout=120)
+        s = SCENARIOS[cls.scenario]
+        cls.versions, cls.failed, cls.deadline = s["versions"], s["failed"], s["deadline"]
+        cls.results = run_processes(_process, 2 * TP, (free_ports(1 + TP), cls.scenario),
+                                    timeout=120)
 
     def _reports(self, role):
         return role_reports(self, self.results, TP, role)
@@ -174,39 +205,65 @@ class VllmEnginesTest(unittest.TestCase):
     def test_every_element_after_each_committed_sync(self):
         for rank, report in enumerate(self._reports("rollout")):
             done = [e for e in report["events"] if "wrong" in e]
-            self.assertEqual([e["version"] for e in done], [v for v in VERSIONS if v != ABORTED])
+            self.assertEqual([e["version"] for e in done], [v for v in self.versions if v != self.failed])
             for event in done:
                 self.assertEqual(event["wrong"], [], f"rollout {rank}: {event}")
                 self.assertGreater(event["checked"], 0)
                 self.assertFalse(event["dirty"], event)
                 self.assertTrue(event["in_place"], event)
 
+    def test_finish_names_the_committed_version(self):
+        """vLLM reports the version finish_weight_update names ("default" without one)."""
+        for rank, report in enumerate(self._reports("rollout")):
+            self.assertEqual(report["served_versions"],
+                             [str(v) for v in self.versions if v != self.failed], f"rollout {rank}")
+
     def test_rank0_drives_the_workers_in_vllm_order(self):
         calls = self._reports("trainer")[0]["calls"]
         round_ = ["start_weight_update", "update_weights", "finish_weight_update"]
         aborted = ["start_weight_update", "update_weights"]  # No finish after a failure.
-        self.assertEqual(calls, ["init_weight_transfer_engine"] + round_ * 2 + aborted + round_)
+        expected = ["init_weight_transfer_engine"]
+        for version in self.versions:
+            expected += aborted if version == self.failed else round_
+        self.assertEqual(calls, expected)
 
-    def test_abort_mid_sync_marks_dirty_and_ends_every_send(self):
+    def test_failed_round_marks_dirty_and_ends_every_send(self):
         for rank, report in enumerate(self._reports("rollout")):
             failed = [e for e in report["events"] if "error" in e]
             self.assertEqual(len(failed), 1, report["events"])
             event = failed[0]
-            self.assertEqual(event["version"], ABORTED)
+            self.assertEqual(event["version"], self.failed)
             self.assertTrue(event["dirty"], event)  # Marked dirty...
             self.assertIn("do not serve", event["finish_refused"] or "")  # ...and the engine says so.
             self.assertFalse(event["active"])  # vLLM's worker ended the update.
-        self.assertIn({"abort_while_syncing": True}, self._reports("rollout")[0]["events"])
         for rank, report in enumerate(self._reports("trainer")):
             rounds = {r["version"]: r for r in report["rounds"]}
-            self.assertEqual(sorted(rounds), list(VERSIONS))
-            self.assertIsNotNone(rounds[ABORTED]["error"], f"trainer {rank}")
-            self.assertLess(rounds[ABORTED]["seconds"], DEADLINE + 5, f"trainer {rank}")
-            for version in VERSIONS:
-                if version != ABORTED:
+            self.assertEqual(sorted(rounds), list(self.versions))
+            self.assertIsNotNone(rounds[self.failed]["error"], f"trainer {rank}")
+            self.assertLess(rounds[self.failed]["seconds"],
+                            self.deadline + SCENARIOS[self.scenario]["late"] + 5, f"trainer {rank}")
+            for version in self.versions:
+                if version != self.failed:
                     self.assertIsNone(rounds[version]["error"], f"trainer {rank} v{version}")
-            self.assertEqual(rounds[VERSIONS[-1]]["committed"], VERSIONS[-1])
+            self.assertEqual(rounds[self.versions[-1]]["committed"], self.versions[-1])
 
+    def test_the_abort(self):
+        """vLLM's abort on worker 0 while its sync runs (the stand-in with #57854's abort)."""
+        self.assertIn({"abort_while_syncing": True}, self._reports("rollout")[0]["events"])
+        self.assertTrue(all(r["vllm_has_abort"] for r in self._reports("rollout")))
+
+
+class VllmReleaseWithoutAbortTest(VllmEnginesTest):
+    """The "release" job: vLLM as released (no abort method; a failed update_weights only ends
+    the update), version 2 interrupted (a trainer rank past the deadline): both workers dirty
+    and refusing finish, every send raising, and the next start succeeds and version 3 commits,
+    every element checked, with no abort called by anyone."""
+    scenario = "release"
+
+    def test_the_abort(self):
+        for report in self._reports("rollout"):
+            self.assertFalse(report["vllm_has_abort"])
+            self.assertEqual(report["abort_calls"], 0)
 
 if __name__ == "__main__":
     unittest.main()

@@ -266,10 +266,10 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         if STANDIN not in sys.path:
             sys.path.insert(0, STANDIN)
 
-    def _landing(self, rank=0, **kwargs):
+    def _landing(self, rank=0, shuffled_down=False, **kwargs):
         import tiny_mla as tm
         from wsync import layouts, vllm_loader
-        model = tm.TinyMLA(rank, TP, tm.random_logical(1))
+        model = tm.TinyMLA(rank, TP, tm.random_logical(1), shuffled_down=shuffled_down)
         config = layouts.ModelConfig.from_hf(tm.HF_CONFIG)
         return model, vllm_loader.vllm_landing(model, rank, TP, config, **kwargs)
 
@@ -298,6 +298,54 @@ class VllmLoaderLayoutTest(unittest.TestCase):
                                          [r".*down_proj\.bias", "direct"]])
         with self.assertRaisesRegex(ValueError, "way must be one of"):
             self._landing(landing_rules=[[r".*", "sideways"]])
+
+    def test_a_same_shape_repacked_parameter_goes_through_the_loader(self):
+        """down_proj's unquantized method reorders its weight in place after loading: shape,
+        stride and dtype as recorded, other bytes. Its method gives no runtime reload mapping,
+        so vLLM reprocesses the layer on a reload and wsync lands it through the loader; the
+        loader step leaves every parameter as a fresh load would, where a direct write of the
+        checkpoint slice would leave down_proj in the wrong order."""
+        import torch
+
+        import tiny_mla as tm
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+        for rank in range(TP):
+            model, landing = self._landing(rank, shuffled_down=True)
+            layer = model.model.layers[0].mlp.down_proj
+            meta, live = LAYERWISE_INFO[layer].restore_metadata[0]["weight"], layer.weight
+            self.assertEqual((meta.shape, meta.stride(), meta.dtype),
+                             (live.shape, live.stride(), live.dtype))
+            ways = {n: w for n, (w, _) in landing.ways.items()}
+            self.assertEqual((ways[tm.DOWN], ways[tm.DOWN_BIAS], ways[tm.NORM]),
+                             ("loader", "loader", "direct"))
+            self.assertIn("UnquantizedShuffledLinearMethod gives no runtime reload mapping",
+                          landing.ways[tm.DOWN][1])
+            logical = tm.random_logical(78)
+            want = tm.expected(logical, rank, TP, shuffled_down=True)
+            self.assertFalse(torch.equal(want[tm.DOWN],
+                                         tm.expected(logical, rank, TP)[tm.DOWN]))
+            _fill_staging(landing, logical)
+            landing.apply(model, types.SimpleNamespace(dtype=tm.DTYPE))
+            have = tm.live(model)
+            self.assertEqual(sorted(n for n, t in want.items() if not torch.equal(have[n], t)),
+                             [tm.NORM])  # Direct: wsync's own job, not the loader's.
+
+    def test_a_changed_stride_goes_through_the_loader(self):
+        """A parameter with the recorded shape and dtype but another stride (column-major):
+        vLLM's layerwise reload does not bind it as it is, nor does wsync."""
+        import torch
+
+        import tiny_mla as tm
+        from wsync import vllm_loader
+        model, _ = self._landing()
+        layer = model.model.layers[0].mlp.down_proj
+        layer.weight = torch.nn.Parameter(layer.weight.data.t().contiguous().t(),
+                                          requires_grad=False)
+        ways = vllm_loader.classify(model)
+        self.assertEqual((ways[tm.DOWN][0], ways[tm.DOWN_BIAS][0], ways[tm.NORM][0]),
+                         ("loader", "loader", "direct"))
+        self.assertIn("checkpoint (8, 5) stride (5, 1) torch.float32, live (8, 5) stride (1, 8)",
+                      ways[tm.DOWN][1])
 
     def test_staging_over_the_budget_is_refused(self):
         from wsync import Status, WsyncError

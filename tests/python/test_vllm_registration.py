@@ -1,8 +1,10 @@
 """wsync's registration with vLLM's factories and its version pin, against `vllm_standin/` (vLLM's
 base.py / factory.py classes and calls as released in v0.28.0 / v0.29.0, after
-vllm-project/vllm#50902; see vllm_standin/README.md): a vLLM outside >=0.28.0,<0.30.0 is refused
-at registration with a message naming the version found and the range; a supported one gets
-"wsync" in both factories, and the engines and info classes are vLLM's subclasses; without vLLM
+vllm-project/vllm#50902, and plugins/__init__.py; see vllm_standin/README.md): registration never
+raises (vLLM calls it uncaught in every process: a vLLM 0.33 with the package installed starts,
+its other backends too), and a vLLM outside wsync.vllm.SUPPORTED_VLLM is refused where "wsync"
+is selected (engine creation, trainer_init), naming the version found and the range; a supported
+one gets "wsync" in both factories, and the engines and info classes are vLLM's subclasses; without vLLM
 the info classes are plain dataclasses. No process is spawned."""
 
 import dataclasses
@@ -12,8 +14,11 @@ import sys
 import types
 import unittest
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "vllm_standin")
+PYPROJECT = os.path.join(HERE, "..", "..", "integration", "python", "pyproject.toml")
 sys.path.insert(0, HERE)
 import harness  # noqa: E402,F401 - puts the wsync package on sys.path.
 
@@ -38,30 +43,93 @@ class VllmRegistrationTest(unittest.TestCase):
     def tearDown(self):
         _fresh(False)
 
-    def test_unsupported_versions_are_refused_naming_version_and_range(self):
+    def test_register_never_raises_and_wsync_is_refused_when_selected(self):
         from wsync import Status, WsyncError
-        wv, _ = _fresh(True)
-        import vllm
-        from vllm.distributed.weight_transfer import factory
-        for version in ("0.27.1", "0.30.0", "0.26.0rc1", "1.0.0", "unknown"):
+        for version in ("0.27.1", "0.30.0", "0.33.0", "0.26.0rc1", "1.0.0", "unknown"):
+            wv, wt = _fresh(True)
+            import vllm
+            from vllm.distributed.weight_transfer import base, factory
             vllm.__version__ = version
-            with self.assertRaises(WsyncError) as caught:
-                wv.register()
-            self.assertEqual(caught.exception.code, Status.UNSUPPORTED)
-            self.assertIn(f"found vLLM {version}", str(caught.exception))
-            self.assertIn(">=0.28.0,<0.30.0", str(caught.exception))
-            self.assertNotIn("wsync", factory.WeightTransferEngineFactory._registry)
-            self.assertNotIn("wsync", factory.WeightTransferTrainerFactory._registry)
-        # An engine registered by hand is refused as well when it is built.
-        vllm.__version__ = "1.0.0"
-        factory.WeightTransferEngineFactory.register_engine("wsync", wv.WsyncWeightTransferEngine)
-        try:
+            with self.assertLogs("wsync.vllm", "WARNING") as logs:
+                self.assertTrue(wv.register())  # Returns: vLLM's start-up goes on.
+            self.assertIn(f"found vLLM {version}", "\n".join(logs.output))
+            self.assertIn("wsync", factory.WeightTransferEngineFactory._registry)
+            # Refused where "wsync" is selected, naming the version found and the range.
             with self.assertRaises(WsyncError) as caught:
                 factory.WeightTransferEngineFactory.create_engine(
                     types.SimpleNamespace(backend="wsync"), _vllm_config(), "cpu", None)
-            self.assertIn("found vLLM 1.0.0", str(caught.exception))
+            self.assertEqual(caught.exception.code, Status.UNSUPPORTED)
+            self.assertIn(f"found vLLM {version}", str(caught.exception))
+            self.assertIn(wv.SUPPORTED_VLLM, str(caught.exception))
+            with self.assertRaises(WsyncError) as caught:
+                factory.WeightTransferTrainerFactory.trainer_init(
+                    wt.WsyncTrainerInitInfo("127.0.0.1:1", 1, 1, rank=0), client=None,
+                    source=base.ModuleSource(torch.nn.Linear(2, 2)))
+            self.assertEqual(caught.exception.call, "trainer_init")
+            self.assertIn(f"found vLLM {version}", str(caught.exception))
+            self.assertIn(wv.SUPPORTED_VLLM, str(caught.exception))
+
+    def test_vllm_033_starts_with_wsync_installed(self):
+        """vLLM 0.33's start-up as `vllm serve` runs it where the package is installed: the
+        general plugins (the package's entry point, from its dist-info) are called in the
+        process without catching, then the worker builds the configured engine: a non-wsync
+        backend (and none) starts; "wsync" is refused naming both versions."""
+        import tempfile
+        from wsync import WsyncError
+        import vllm_calls
+        wv, _ = _fresh(True)
+        import vllm
+        import vllm.plugins
+        from vllm.distributed.weight_transfer import base, factory
+        vllm.__version__ = "0.33.0"
+
+        class StandInNcclEngine(base.WeightTransferEngine):  # A built-in backend's place.
+            init_info_cls = update_info_cls = dict
+
+            def init_transfer_engine(self, init_info): pass
+            def start_weight_update(self): pass
+            def finish_weight_update(self): pass
+            def receive_weights(self, update_info): pass
+            def shutdown(self): pass
+            trainer_send_weights = staticmethod(lambda iterator, trainer_args: None)
+
+        factory.WeightTransferEngineFactory.register_engine("nccl", StandInNcclEngine)
+        with tempfile.TemporaryDirectory() as site:
+            info = os.path.join(site, "wsync-0.1.0.dist-info")
+            os.mkdir(info)
+            with open(os.path.join(info, "METADATA"), "w") as f:
+                f.write("Metadata-Version: 2.1\nName: wsync\nVersion: 0.1.0\n")
+            import tomllib
+            with open(PYPROJECT, "rb") as f:  # The package's own entry point.
+                entry = tomllib.load(f)["project"]["entry-points"]["vllm.general_plugins"]
+            self.assertEqual(entry, {"wsync": "wsync.vllm:register"})
+            with open(os.path.join(info, "entry_points.txt"), "w") as f:
+                f.write("[vllm.general_plugins]\nwsync = " + entry["wsync"] + "\n")
+            sys.path.insert(0, site)
+            try:
+                with self.assertLogs("wsync.vllm", "WARNING"):
+                    vllm.plugins.load_general_plugins()  # Returns: vLLM goes on.
+            finally:
+                sys.path.remove(site)
+        self.assertIn("wsync", factory.WeightTransferEngineFactory._registry)
+        worker = vllm_calls.Worker(vllm_calls.WeightTransferConfig(backend="nccl"),
+                                   _vllm_config(), "cpu", None)
+        self.assertIsInstance(worker.weight_transfer_engine, StandInNcclEngine)
+        self.assertIsNone(vllm_calls.Worker(None, _vllm_config(), "cpu", None)
+                          .weight_transfer_engine)
+        with self.assertRaisesRegex(WsyncError, r"supports vLLM >=.*; found vLLM 0\.33\.0"):
+            vllm_calls.Worker(vllm_calls.WeightTransferConfig(backend="wsync"),
+                              _vllm_config(), "cpu", None)
+
+    def test_register_without_weight_transfer_returns_false(self):
+        wv, _ = _fresh(True)
+        import vllm
+        vllm.__version__ = "0.33.0"
+        sys.modules["vllm.distributed.weight_transfer.factory"] = None  # An ImportError.
+        try:
+            self.assertFalse(wv.register())
         finally:
-            factory.WeightTransferEngineFactory._registry.pop("wsync", None)
+            del sys.modules["vllm.distributed.weight_transfer.factory"]
 
     def test_supported_versions_register_both_engines(self):
         for version in ("0.28.0", "0.28.2", "0.29.0", "0.29.1rc2+cu130"):
@@ -122,6 +190,82 @@ class VllmRegistrationTest(unittest.TestCase):
         with self.assertRaisesRegex(WsyncError, 'layout must be "hf" or "megatron"'):
             WeightTransferTrainerFactory.trainer_init(
                 info, client=None, source=ModuleSource(torch.nn.Linear(2, 2)))
+
+    def test_finish_passes_the_weight_version_where_the_client_takes_it(self):
+        _, wt = _fresh(True)
+        calls = []
+
+        class NewerClient:  # finish_weight_update(weight_version=None), as later clients.py.
+            def finish_weight_update(self, weight_version=None):
+                calls.append(("newer", weight_version))
+
+        class ClientAt81ea9e9d:  # The four-method protocol without a version.
+            def finish_weight_update(self):
+                calls.append(("old", None))
+
+        wt._finish(NewerClient(), 7)
+        with self.assertLogs("wsync.vllm", "WARNING"):
+            wt._finish(ClientAt81ea9e9d(), 8)
+        self.assertEqual(calls, [("newer", "7"), ("old", None)])
+
+    def test_failed_update_on_vllm_without_abort_then_a_committing_one(self):
+        """vLLM as released (VLLM_STANDIN_ABORT=0: no abort method, a failed update_weights only
+        clears the worker's update flag), the worker's RPCs one after another as collective_rpc
+        runs them, over wsync's engine with a session stand-in whose first sync fails: dirty,
+        finish refused, no abort, the next start succeeds and the next sync commits."""
+        import vllm_calls
+        from wsync import State, Status, WsyncError
+        os.environ["VLLM_STANDIN_ABORT"] = "0"
+        try:
+            wv, _ = _fresh(True)
+            wv.register()
+            from vllm.distributed.weight_transfer import base
+            self.assertFalse(hasattr(base.WeightTransferEngine, "abort_weight_update"))
+            worker = vllm_calls.Worker(vllm_calls.WeightTransferConfig(backend="wsync"),
+                                       _vllm_config(), "cpu", torch.nn.Linear(2, 2))
+        finally:
+            del os.environ["VLLM_STANDIN_ABORT"]
+        engine = worker.weight_transfer_engine
+        syncs = []
+
+        class Session:  # wsync's Session as the engine uses it: the first sync fails.
+            committed = -1
+
+            def sync(self, version):
+                syncs.append(version)
+                if len(syncs) == 1:
+                    raise WsyncError(Status.TIMED_OUT, "a trainer rank came late", "sync")
+                self.committed = version
+
+            def state(self):
+                return (State.DIRTY if len(syncs) == 1 else State.IDLE), self.committed
+
+        class Landing:  # Every parameter direct, in place.
+            streamed = False
+
+            def moved_parameters(self, model):
+                return []
+
+            def apply(self, model, model_config):
+                pass
+
+        engine.session, engine.landing, engine._rank = Session(), Landing(), 0
+        aborts = []
+        engine.abort_weight_update = lambda: aborts.append(1)
+        worker.start_weight_update()
+        with self.assertRaisesRegex(WsyncError, "came late"):
+            worker.update_weights({"version": 1})
+        self.assertFalse(worker._weight_update_active)  # vLLM ended the update...
+        self.assertTrue(engine.weights_dirty)          # ...wsync keeps the weights dirty,
+        with self.assertRaisesRegex(WsyncError, "do not serve"):
+            engine.finish_weight_update()              # refuses to serve them,
+        self.assertEqual(aborts, [])                   # and nobody aborted.
+        worker.start_weight_update()                   # The next start succeeds...
+        worker.update_weights({"version": 2})
+        vllm_calls.finish_route(worker, "2")           # ...and its update commits.
+        self.assertEqual((syncs, engine.version, engine.weights_dirty), ([1, 2], 2, False))
+        self.assertEqual(worker.served_weight_version, "2")
+        self.assertFalse(worker._weight_update_active)
 
     def test_without_vllm(self):
         wv, wt = _fresh(False)

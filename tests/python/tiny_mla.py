@@ -11,6 +11,9 @@ machinery, TP-sharded, and with `head=True` a quantized ``lm_head`` outside the 
 - ``self_attn.o_proj.weight`` (RowParallelLinear with a stand-in quantization method): after
   loading, the method rounds the weight to a 1/16 grid and stores it transposed, a kernel layout
   no affine view of the checkpoint gives (loader).
+- with ``shuffled_down=True``, ``mlp.down_proj`` has an unquantized method that reorders its
+  weight in place after loading (same shape, stride and dtype as the checkpoint, other bytes:
+  a repacked parameter; loader).
 - ``lm_head.weight`` (vocabulary rows over TP, the same stand-in quantization; `head=True`):
   a loader parameter outside every decoder layer.
 
@@ -25,6 +28,7 @@ attention layer's post-processing (vllm/model_executor/model_loader/utils.py), o
 import torch
 
 from vllm.model_executor.layers.attention import Attention, MLAAttention
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.model_loader.reload import record_metadata_for_reloading
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
@@ -85,15 +89,21 @@ def grid_quantize(weight):
     return (weight * GRID).round() / GRID
 
 
+def shuffle(weight):
+    """UnquantizedShuffledLinearMethod's kernel order: columns reversed."""
+    return weight.flip(-1)
+
+
 def derive(kv_b_local):
     """MLA's absorbed matrices from a rank's kv_b_proj rows [heads_local * (nope + v), lora]."""
     w = kv_b_local.view(-1, NOPE + V_DIM, KV_LORA)
     return w[:, :NOPE, :].transpose(1, 2).contiguous(), w[:, NOPE:, :].contiguous() * 0.5
 
 
-def expected(logical, rank, tp):
+def expected(logical, rank, tp, shuffled_down=False):
     """{name: tensor} a rank's live state must equal: parameters and derived matrices (the
-    layers and head `logical` has)."""
+    layers and head `logical` has; `shuffled_down`: down_proj's weights in the shuffled kernel
+    order)."""
     rows = KV_B_ROWS // tp
     o_cols, d_cols = HEADS * V_DIM // tp, INTER // tp
     out = {}
@@ -104,7 +114,8 @@ def expected(logical, rank, tp):
         o_local = logical[o_proj][:, rank * o_cols:(rank + 1) * o_cols]
         uk, uv = derive(kv_b)
         out.update({norm: logical[norm], kv_b_name: kv_b, bias: logical[bias],
-                    down: logical[down][:, rank * d_cols:(rank + 1) * d_cols],
+                    down: (shuffle if shuffled_down else (lambda w: w))(
+                        logical[down][:, rank * d_cols:(rank + 1) * d_cols]),
                     o_proj: grid_quantize(o_local).t(),
                     prefix(layer) + "self_attn.attn.W_UK_T": uk,
                     prefix(layer) + "self_attn.attn.W_UV": uv})
@@ -127,12 +138,24 @@ def live(model):
     return state
 
 
-class UnquantizedLinearMethod:
+class UnquantizedLinearMethod(QuantizeMethodBase):
+    """Kernel format = checkpoint format: a reload may load into the runtime parameters
+    themselves (the identity mapping; vLLM's layerwise reload still compares their layouts)."""
+
+    def get_runtime_weight_reload_mapping(self, layer, checkpoint_params, runtime_params):
+        return dict(runtime_params)
+
+
+class UnquantizedShuffledLinearMethod(QuantizeMethodBase):
+    """An unquantized method whose kernel reorders the weight in place after loading (as ROCm
+    AITER's weight shuffle does): the same shape, stride and dtype as the checkpoint format, other
+    bytes. It gives no runtime reload mapping, so vLLM reprocesses the layer on a reload."""
+
     def process_weights_after_loading(self, layer):
-        pass
+        layer.weight.data.copy_(shuffle(layer.weight.data))
 
 
-class GridQuantLinearMethod:
+class GridQuantLinearMethod(QuantizeMethodBase):
     """Stand-in of a quantization method: after loading, the weight is rounded to a grid and
     replaced by a transposed copy (vLLM's methods replace the parameter likewise)."""
 
@@ -179,27 +202,30 @@ class _Attention(torch.nn.Module):
 
 
 class _Mlp(torch.nn.Module):
-    def __init__(self, tp_rank, tp):
+    def __init__(self, tp_rank, tp, shuffled=False):
         super().__init__()
-        self.down_proj = _Linear((HIDDEN, INTER // tp), 1, tp_rank, tp, bias=HIDDEN)
+        self.down_proj = _Linear((HIDDEN, INTER // tp), 1, tp_rank, tp, bias=HIDDEN,
+                                 quant_method=UnquantizedShuffledLinearMethod() if shuffled
+                                 else None)
 
 
 class _Layer(torch.nn.Module):
-    def __init__(self, tp_rank, tp):
+    def __init__(self, tp_rank, tp, shuffled_down=False):
         super().__init__()
         self.input_layernorm = RMSNorm()
         self.self_attn = _Attention(tp_rank, tp)
-        self.mlp = _Mlp(tp_rank, tp)
+        self.mlp = _Mlp(tp_rank, tp, shuffled_down)
 
 
 class TinyMLA(torch.nn.Module):
     """Built and loaded as vLLM's loader does: create, record the checkpoint-format metadata,
     load_weights, process_weights_after_loading."""
 
-    def __init__(self, tp_rank, tp, logical, layers=1, head=False):
+    def __init__(self, tp_rank, tp, logical, layers=1, head=False, shuffled_down=False):
         super().__init__()
         self.model = torch.nn.Module()
-        self.model.layers = torch.nn.ModuleList([_Layer(tp_rank, tp) for _ in range(layers)])
+        self.model.layers = torch.nn.ModuleList([_Layer(tp_rank, tp, shuffled_down)
+                                                 for _ in range(layers)])
         if head:
             self.lm_head = _Linear((VOCAB // tp, HIDDEN), 0, tp_rank, tp,
                                    quant_method=GridQuantLinearMethod())

@@ -8,17 +8,21 @@ here; written for the tests, not copied). Each piece reproduces vLLM's call sequ
   `start_weight_update()` refuses a second active update, then engine.start_weight_update();
   `update_weights(update_info)` needs an active update and ends it when the engine raises;
   `finish_weight_update()` needs one, calls engine.finish_weight_update() and ends it;
-  `shutdown()` calls engine.shutdown(). On a failure the worker also lets the engine abort
-  (`abort_weight_update`, then reset the target), as vllm-project/vllm#57854 does
-  (`_abort_weight_update_session`, logged, never raised over the original error).
+  `shutdown()` calls engine.shutdown(). A failed update_weights ends the update and re-raises,
+  nothing more, in the releases (`$VLLM_STANDIN_ABORT=0`: no abort method exists; a failed
+  finish leaves the update active); with the default stand-in the worker also lets the engine
+  abort on any failure (`abort_weight_update`, then reset the target), as vllm-project/vllm#57854
+  does (`_abort_weight_update_session`, logged, never raised over the original error).
 - `serve(worker, port)`: the dev-mode RLHF HTTP routes (vllm/entrypoints/serve/dev/rlhf/
   api_router.py; GET /health from the API server): POST /init_weight_transfer_engine
   {"init_info": {...}}, /start_weight_update, /update_weights {"update_info": {...}},
-  /finish_weight_update; a route's failure is an HTTP error. (vLLM's server reaches its workers with a collective RPC; here each worker process
+  /finish_weight_update (with `weight_version` when the client gives one: `finish_route`, the
+  served weights' version, "default" until set); a route's failure is an HTTP error. (vLLM's server reaches its workers with a collective RPC; here each worker process
   serves its own routes and the client fans out.) /shutdown is the tests' own.
 - `FanOutHTTPClient(urls)`: a VLLMWeightSyncClient (the four-method protocol of base.py) posting
-  as vllm/distributed/weight_transfer/clients.py's HTTPVLLMWeightSyncClient does (@ 81ea9e9d),
-  to every worker at once and waiting for all, as its RayVLLMWeightSyncClient fans out over
+  as vllm/distributed/weight_transfer/clients.py's HTTPVLLMWeightSyncClient does (@ 81ea9e9d;
+  `finish_weight_update(weight_version=None)` as its later versions take it, posting the key only
+  when given), to every worker at once and waiting for all, as its RayVLLMWeightSyncClient fans out over
   actor handles.
 """
 
@@ -47,6 +51,10 @@ class Worker:
         self.vllm_config = vllm_config
         self.weight_transfer_engine = None
         self._weight_update_active = False
+        # The engine core's weight version (what vLLM reports as the served weights' version)
+        # and every version a finish set, in order (the tests' record): see finish_route.
+        self.served_weight_version = "default"
+        self.served_versions = []
         if weight_transfer_config is not None:
             self.weight_transfer_engine = WeightTransferEngineFactory.create_engine(
                 weight_transfer_config, vllm_config, device, model)
@@ -62,6 +70,12 @@ class Worker:
         engine.init_transfer_engine(engine.parse_init_info(init_info))
 
     def _abort_weight_update_session(self):
+        """After a failed start / update / finish. The releases (base.HAS_ABORT False) have no
+        abort: a failed update only ends the update (the flag cleared), a failed start or finish
+        leaves the flag as it was; #57854 aborts through the engine and always ends it."""
+        from vllm.distributed.weight_transfer import base
+        if not base.HAS_ABORT:
+            return
         engine = self.weight_transfer_engine
         try:
             engine.abort_weight_update()
@@ -89,6 +103,7 @@ class Worker:
         try:
             self.weight_transfer_engine.update_weights(update_info)
         except BaseException:
+            self._weight_update_active = False  # Both generations end the failed update.
             self._abort_weight_update_session()
             raise
 
@@ -115,8 +130,20 @@ _ROUTES = {
         body.get("init_info", {})),
     "/start_weight_update": lambda w, body: w.start_weight_update(),
     "/update_weights": lambda w, body: w.update_weights(body.get("update_info", {})),
-    "/finish_weight_update": lambda w, body: w.finish_weight_update(),
+    "/finish_weight_update": lambda w, body: finish_route(w, body.get("weight_version")),
 }
+
+
+def finish_route(worker, weight_version):
+    """The engine side of POST /finish_weight_update {"weight_version": ...}: LLM / AsyncLLM's
+    finish_weight_update(weight_version=None) (docs.vllm.ai, vllm.entrypoints.llm.LLM: "Finish
+    the weight update and set its version if provided"): the workers' finish_weight_update (a
+    collective RPC, no argument), then the served weights' version is set only when given and
+    only after the workers finished; it stays "default" until a finish names one."""
+    worker.finish_weight_update()
+    if weight_version is not None:
+        worker.served_weight_version = str(weight_version)
+        worker.served_versions.append(worker.served_weight_version)
 
 
 def serve(worker, port):
@@ -283,8 +310,10 @@ class FanOutHTTPClient:
     def update_weights(self, update_info):
         self._post("update_weights", {"update_info": update_info})
 
-    def finish_weight_update(self):
-        self._post("finish_weight_update")
+    def finish_weight_update(self, weight_version=None):
+        # The key only when a version is given, as the clients whose finish takes one post it.
+        self._post("finish_weight_update",
+                   None if weight_version is None else {"weight_version": weight_version})
 
     def shutdown_servers(self):
         self._post("shutdown")
@@ -305,5 +334,5 @@ class NoCallsClient:
     def update_weights(self, update_info):
         self._refuse("update_weights")
 
-    def finish_weight_update(self):
+    def finish_weight_update(self, weight_version=None):
         self._refuse("finish_weight_update")

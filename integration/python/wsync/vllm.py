@@ -1,8 +1,11 @@
 """wsync as a vLLM weight-transfer backend ("wsync"): the worker side.
 
-Targets vLLM >= 0.28.0, < 0.30.0 (the stateful trainer-engine API of vllm-project/vllm#50902,
-the worker-side ``WeightTransferEngine`` of ``vllm/distributed/weight_transfer/base.py``);
-:func:`register` refuses any other version, naming it.
+Targets the vLLM versions in :data:`SUPPORTED_VLLM` (the stateful trainer-engine API of
+vllm-project/vllm#50902, the worker-side ``WeightTransferEngine`` of
+``vllm/distributed/weight_transfer/base.py``). :func:`register` never raises (vLLM calls every
+general plugin in every process without catching, whatever backend is configured); a vLLM
+outside the range is refused, naming both versions, only where the "wsync" backend is selected:
+when vLLM builds the worker engine and at the trainer's ``trainer_init``.
 
 vLLM's worker creates the engine with ``WeightTransferEngineFactory.create_engine(config,
 vllm_config, device, model)`` and calls, per the WeightTransferEngine interface:
@@ -53,8 +56,8 @@ from .session import Session
 
 logger = logging.getLogger("wsync.vllm")
 
-VLLM_MIN = (0, 28, 0)  # Inclusive.
-VLLM_MAX = (0, 30, 0)  # Exclusive.
+# The vLLM releases wsync's backend supports (the one place the range is stated; what the tests'
+# stand-ins mirror): ">=MIN,<MAX".
 SUPPORTED_VLLM = ">=0.28.0,<0.30.0"
 
 try:  # vLLM's classes when vLLM is installed; plain stand-ins with the same calls otherwise.
@@ -143,15 +146,31 @@ def vllm_version():
     return str(getattr(vllm, "__version__", "unknown"))
 
 
-def check_vllm_version(version=None):
-    """Raises WsyncError(UNSUPPORTED) naming `version` (default: the installed vLLM's) and the
-    supported range when it is outside it."""
-    version = vllm_version() if version is None else version
+def _supported_bounds(spec=SUPPORTED_VLLM):
+    """(inclusive minimum, exclusive maximum) version tuples of a ">=A,<B" range."""
+    match = re.fullmatch(r">=([^,]+),<(.+)", spec)
+    return _version_tuple(match.group(1)), _version_tuple(match.group(2))
+
+
+VLLM_MIN, VLLM_MAX = _supported_bounds()
+
+
+def vllm_version_supported(version):
+    """Whether a vLLM version string is inside SUPPORTED_VLLM."""
     parsed = _version_tuple(version) if version is not None else None
-    if parsed is None or not VLLM_MIN <= parsed < VLLM_MAX:
-        raise WsyncError(Status.UNSUPPORTED,
-                         f"wsync's vLLM backend supports vLLM {SUPPORTED_VLLM}; found vLLM "
-                         f"{version}", "register")
+    return parsed is not None and VLLM_MIN <= parsed < VLLM_MAX
+
+
+def unsupported_vllm_message(version):
+    return f"wsync's vLLM backend supports vLLM {SUPPORTED_VLLM}; found vLLM {version}"
+
+
+def check_vllm_version(version=None, call="create_engine"):
+    """Raises WsyncError(UNSUPPORTED) naming `version` (default: the installed vLLM's) and the
+    supported range when it is outside it. Called where the "wsync" backend is selected."""
+    version = vllm_version() if version is None else version
+    if not vllm_version_supported(version):
+        raise WsyncError(Status.UNSUPPORTED, unsupported_vllm_message(version), call)
     return version
 
 
@@ -512,26 +531,48 @@ class WsyncWeightTransferEngine(_Base):
 
 def register():
     """The vllm.general_plugins entry point: registers "wsync" with vLLM's worker factory and
-    its trainer factory. Returns False without vLLM; raises WsyncError(UNSUPPORTED), naming the
-    version found and the range supported, for a vLLM outside it."""
+    its trainer factory. Never raises: vLLM runs every general plugin in every process of every
+    `vllm serve` without catching (vllm/plugins/__init__.py, load_general_plugins), so a raise
+    here would stop vLLM whatever backend it uses. Returns True when "wsync" is registered,
+    False otherwise (no vLLM, a vLLM without weight-transfer factories, or a registration that
+    failed: logged). A vLLM outside SUPPORTED_VLLM is logged here and still registered, so that
+    selecting the "wsync" backend is refused by wsync's engines, naming both versions
+    (check_vllm_version), instead of by vLLM as an unknown backend."""
+    try:
+        return _register()
+    except Exception as error:  # noqa: BLE001 - never stop vLLM's start-up.
+        logger.warning("wsync: not registered as a vLLM weight-transfer backend: %s: %s",
+                       type(error).__name__, error)
+        return False
+
+
+def _register():
+    version = vllm_version()
+    if version is None:
+        return False
     try:
         from vllm.distributed.weight_transfer import factory
-    except Exception:  # noqa: BLE001 - no vLLM, or one without weight-transfer engines.
-        version = vllm_version()
-        if version is None:
-            return False
-        check_vllm_version(version)  # Names the version when it is outside the range.
-        raise
-    check_vllm_version()
+    except Exception as error:  # noqa: BLE001 - a vLLM without weight-transfer engines.
+        logger.info("wsync: vLLM %s has no weight-transfer factory (%s); backend \"wsync\" not "
+                    "registered (wsync supports vLLM %s)", version, error, SUPPORTED_VLLM)
+        return False
+    if not vllm_version_supported(version):
+        logger.warning("wsync: %s; the \"wsync\" weight-transfer backend will refuse to start "
+                       "(other backends are unaffected)", unsupported_vllm_message(version))
+    registered = False
     for registry, module, name in (
-            (factory.WeightTransferEngineFactory, "wsync.vllm", "WsyncWeightTransferEngine"),
+            (getattr(factory, "WeightTransferEngineFactory", None), "wsync.vllm",
+             "WsyncWeightTransferEngine"),
             (getattr(factory, "WeightTransferTrainerFactory", None), "wsync.vllm_trainer",
              "WsyncTrainerWeightTransferEngine")):
         if registry is None:
-            raise WsyncError(Status.UNSUPPORTED, f"vLLM {vllm_version()} has no "
-                             "WeightTransferTrainerFactory", "register")
+            logger.warning("wsync: vLLM %s has no %s: %s not registered", version,
+                           "WeightTransferTrainerFactory" if "trainer" in module else
+                           "WeightTransferEngineFactory", name)
+            continue
         try:
             registry.register_engine("wsync", module, name)
         except ValueError:  # Already registered (the plugin loads once per process).
             pass
-    return True
+        registered = True
+    return registered

@@ -16,14 +16,21 @@ attention layers' post-processing (MLA's absorbed ``W_UK_T`` / ``W_UV``) run as 
 Classification (:func:`classify`), per local parameter, at connect; the first that applies:
 
 1. a :class:`wsync.rules.LandingRule` whose pattern matches the name in full;
-2. ``loader`` when vLLM post-processes it: its layer's ``quant_method`` is a quantization
-   method (not vLLM's ``Unquantized*`` methods), or it belongs to a module that has its own
-   ``process_weights_after_loading`` (vLLM's ``Attention`` / ``MLAAttention``) or to a module
-   such a module holds (MLA's ``kv_b_proj``): vLLM's ``process_weights_after_loading`` in
-   ``model_loader/utils.py`` runs exactly these two kinds; or its live shape / dtype differs
-   from the checkpoint-format metadata vLLM recorded at load (``LAYERWISE_INFO``,
-   ``record_metadata_for_reloading``): a repacked or kernel-specific layout;
-3. ``direct`` otherwise.
+2. per layer, as vLLM's layerwise reload decides whether it binds a layer to its runtime
+   tensors or reloads and reprocesses it (``reload/layerwise.py`` @ 01424e4b,
+   ``_get_runtime_weight_reload_mapping``): ``loader`` when the layer belongs to a module that
+   has its own ``process_weights_after_loading`` (vLLM's ``Attention`` / ``MLAAttention``, which
+   vLLM always reprocesses) or to a module such a module holds (MLA's ``kv_b_proj``, from which
+   it derives); when its live parameters or buffers differ in names, shape, stride or dtype
+   from the checkpoint format vLLM recorded at load (``LAYERWISE_INFO``,
+   ``record_metadata_for_reloading``; without a record the live tensors are taken as it); when
+   its ``quant_method`` has no ``get_runtime_weight_reload_mapping``, gives None, gives other
+   names than the checkpoint's, or maps them onto views other than the runtime parameters
+   themselves. No class name is looked at: a same-shape repacked parameter (an unquantized
+   method that shuffles its weight in place) lands through the loader because its method gives
+   no mapping;
+3. ``direct`` otherwise: no quant method and the recorded layout, or the method's identity
+   mapping and the recorded layout.
 
 vLLM reloads a layer (a module with its own parameters) as a unit: when it processes a layer it
 copies every parameter of it back from the reloaded ones. So one ``loader`` parameter makes its
@@ -91,9 +98,10 @@ def _checkpoint_metadata():
 
 
 def _recorded(layer, metadata):
+    """(parameters, buffers) vLLM recorded in checkpoint format for `layer`, or None."""
     info = metadata.get(layer) if hasattr(metadata, "get") else None
     restore = getattr(info, "restore_metadata", None) if info is not None else None
-    return restore[0] if restore else {}
+    return restore if restore and (restore[0] or restore[1]) else None
 
 
 def _post_processors(model):
@@ -107,18 +115,59 @@ def _post_processors(model):
     return owners
 
 
-def _default_way(layer, local, param, owners, recorded):
-    quant = getattr(layer, "quant_method", None)
-    if quant is not None and not type(quant).__name__.startswith("Unquantized"):
-        return "loader", f"quantized: {type(quant).__name__}"
-    if layer in owners:
+def _layout_difference(checkpoint, runtime):
+    """Why `runtime` tensors are not in `checkpoint`'s layout (names, shape, stride, dtype), or
+    None where they are."""
+    if set(checkpoint) != set(runtime):
+        return (f"tensors changed since load: checkpoint {sorted(checkpoint)}, "
+                f"live {sorted(runtime)}")
+    for name, meta in checkpoint.items():
+        live = runtime[name]
+        if (tuple(meta.shape), tuple(meta.stride()), meta.dtype) != \
+                (tuple(live.shape), tuple(live.stride()), live.dtype):
+            return (f"layout changed since load: {name} checkpoint {tuple(meta.shape)} stride "
+                    f"{tuple(meta.stride())} {meta.dtype}, live {tuple(live.shape)} stride "
+                    f"{tuple(live.stride())} {live.dtype}")
+    return None
+
+
+def _layer_way(layer, owners, recorded):
+    """(way, reason) of a layer's parameters, decided as vLLM's layerwise reload decides whether
+    a layer is bound to its runtime tensors or reloaded and reprocessed
+    (``_get_runtime_weight_reload_mapping`` / ``_bind_runtime_weight_reload_mapping`` of
+    vllm/model_executor/model_loader/reload/layerwise.py @ 01424e4b; read, not copied). wsync
+    lands a layer direct only where vLLM would bind it to its runtime tensors as they are."""
+    if layer in owners:  # vLLM's deferred attention layers and what they derive from.
         return "loader", f"post-processed by {owners[layer]}"
-    meta = recorded.get(local)
-    if meta is not None and (tuple(meta.shape) != tuple(param.shape) or
-                             meta.dtype != param.dtype):
-        return "loader", (f"layout changed since load: checkpoint {tuple(meta.shape)} "
-                          f"{meta.dtype}, live {tuple(param.shape)} {param.dtype}")
-    return "direct", "a plain slice of the checkpoint tensor"
+    params = dict(layer.named_parameters(recurse=False))
+    buffers = dict(layer.named_buffers(recurse=False))
+    if recorded is None:  # No checkpoint format recorded: the live tensors are taken as it.
+        checkpoint_params, checkpoint_buffers = params, buffers
+    else:
+        checkpoint_params, checkpoint_buffers = recorded
+        if checkpoint_buffers:
+            why = _layout_difference(checkpoint_buffers, buffers)
+            if why is not None:
+                return "loader", why
+    quant = getattr(layer, "quant_method", None)
+    if quant is None:
+        why = _layout_difference(checkpoint_params, params)
+        return ("loader", why) if why else ("direct", "a plain slice of the checkpoint tensor")
+    method = type(quant).__name__
+    mapping_of = getattr(quant, "get_runtime_weight_reload_mapping", None)
+    if not callable(mapping_of):
+        return "loader", f"quantized: {method} has no runtime reload mapping (vLLM reprocesses)"
+    mapping = mapping_of(layer, dict(checkpoint_params), dict(params))
+    if mapping is None:
+        return "loader", f"quantized: {method} gives no runtime reload mapping"
+    if set(mapping) != set(checkpoint_params):
+        return "loader", (f"quantized: {method}'s runtime reload mapping names {sorted(mapping)},"
+                          f" the checkpoint {sorted(checkpoint_params)}")
+    if set(mapping) != set(params) or any(mapping[n] is not params[n] for n in mapping):
+        # vLLM loads through checkpoint-format views of the runtime storage: the loader.
+        return "loader", f"{method} maps the checkpoint onto views of its runtime tensors"
+    why = _layout_difference(checkpoint_params, params)
+    return ("loader", why) if why else ("direct", f"{method} binds its runtime tensors")
 
 
 def classify(model, landing_rules=(), skip=()):
@@ -131,7 +180,7 @@ def classify(model, landing_rules=(), skip=()):
     metadata = _checkpoint_metadata()
     ways, layers, forced = {}, {}, set()
     for layer_name, layer in model.named_modules():
-        recorded = _recorded(layer, metadata)
+        layer_way = None
         for short, param in layer.named_parameters(recurse=False):
             local = f"{layer_name}.{short}" if layer_name else short
             if local in ways or any(s.fullmatch(local) for s in skip):
@@ -142,7 +191,9 @@ def classify(model, landing_rules=(), skip=()):
                 if rule.way == "direct":
                     forced.add(local)
             else:
-                ways[local] = _default_way(layer, short, param, owners, recorded)
+                if layer_way is None:
+                    layer_way = _layer_way(layer, owners, _recorded(layer, metadata))
+                ways[local] = layer_way
             layers.setdefault(layer_name, []).append(local)
     order = [n for n, _ in model.named_parameters() if n in ways]
     for names in layers.values():
@@ -475,7 +526,8 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
     unmapped = []
     for name, param in loader:
         layer_name, _, short = name.rpartition(".")
-        template = _recorded(layers.get(layer_name), metadata).get(short, param.detach())
+        template = (_recorded(layers.get(layer_name), metadata) or ({}, {}))[0].get(
+                short, param.detach())
         rule, match = _rule_for(name, all_rules)
         if rule is None:
             unmapped.append(f"  {name} {tuple(template.shape)}: e.g. "

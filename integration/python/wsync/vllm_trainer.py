@@ -1,6 +1,6 @@
 """wsync as a vLLM weight-transfer backend ("wsync"): the trainer side.
 
-A trainer written against vLLM's trainer API (vLLM >= 0.28.0, < 0.30.0;
+A trainer written against vLLM's trainer API (the versions in ``wsync.vllm.SUPPORTED_VLLM``;
 ``vllm/distributed/weight_transfer/base.py`` and ``factory.py``) syncs through wsync with no
 other wsync code than its init info, as with vLLM's own NCCL engine::
 
@@ -30,6 +30,7 @@ deadline, and ``send_weights`` raises on every rank.
 
 import concurrent.futures
 import dataclasses
+import inspect
 import logging
 import threading
 from typing import ClassVar, List, Optional
@@ -136,6 +137,29 @@ def _layout_of(info, module):
                      f'layout must be "hf" or "megatron", not {info.layout!r}', "trainer_init")
 
 
+def _takes_weight_version(call):
+    """Whether a client's finish_weight_update takes `weight_version` (vLLM's clients after the
+    four-method protocol of clients.py @ 81ea9e9d, which takes none)."""
+    try:
+        parameters = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "weight_version" or p.kind == p.VAR_KEYWORD for p in parameters)
+
+
+def _finish(client, version):
+    """Ends a committed round on the inference side, naming its weight version (as text, what
+    vLLM reports for the served weights; without it vLLM keeps reporting the previous one,
+    "default" at first). A client without the parameter is called without it."""
+    if _takes_weight_version(client.finish_weight_update):
+        client.finish_weight_update(weight_version=str(version))
+    else:
+        logger.warning("wsync: %s.finish_weight_update takes no weight_version: vLLM will not "
+                       "report version %d as the served weights' version",
+                       type(client).__name__, version)
+        client.finish_weight_update()
+
+
 class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
     """vLLM's TrainerWeightTransferEngine for backend "wsync": every rank sends its own shards.
 
@@ -159,8 +183,8 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
         """Registers this rank's parameters, has rank 0 send the workers' init request, and
         connects every process of the job (the workers connect inside that request, so rank 0
         runs it on a helper thread while it connects)."""
-        if HAVE_VLLM:
-            check_vllm_version()
+        if HAVE_VLLM:  # Refused here, not at registration: naming both versions.
+            check_vllm_version(call="trainer_init")
         if source is None:
             raise WsyncError(Status.INVALID_ARGUMENT, "wsync's trainer engine needs a "
                              "WeightSource (e.g. ModuleSource(model))", "trainer_init")
@@ -213,7 +237,8 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
 
     def send_weights(self):
         """One round on every rank: rank 0 calls start_weight_update, runs update_weights
-        ({"version": v}) concurrently with its own sync, then finish_weight_update; the other
+        ({"version": v}) concurrently with its own sync, then finish_weight_update(weight_version=
+        "v") (without it where the client's finish takes no version); the other
         ranks join the sync of v. Raises on every rank when the round failed anywhere."""
         if not self._lock.acquire(blocking=False):
             raise WsyncError(Status.INVALID_ARGUMENT, "send_weights is already running",
@@ -237,7 +262,7 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
                 sync_error = error
             self._join(future, sync_error, f"the workers' update_weights (version {version})")
             if self.is_sender:
-                self.client.finish_weight_update()
+                _finish(self.client, version)
             self.committed = version
         finally:
             self._lock.release()

@@ -17,11 +17,19 @@ Names, fields and signatures as in vllm-project/vllm after the stateful trainer-
     `TrainerWeightTransferEngine(*, client, source=None, is_sender=True)` with the classmethod
     `trainer_init(init_info, *, client, source=None)`, `send_weights()` and `shutdown()`
     (m2n_trainer.py @ 1ca6ac9f subclasses exactly these).
+Two generations of the abort, chosen by `$VLLM_STANDIN_ABORT` (read at import):
+  - "1" (default): abort_weight_update as above, with #57854's worker calling it on a failure;
+  - "0": the releases (v0.28.0 / v0.29.0 and the base classes read up to 0.33: no
+    abort_weight_update on WeightTransferEngine, nor anywhere in the worker): the class has no
+    such method (`HAS_ABORT` False) and vllm_calls.Worker then reproduces the releases' worker
+    (gpu_worker.py: a failed update_weights only clears the update flag and re-raises; a failed
+    finish leaves it set).
 Deviation: torch 1.13 has no `torch.accelerator`; update_weights synchronizes through it only
 where it exists.
 """
 
 import dataclasses
+import os
 from abc import ABC, abstractmethod
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -167,6 +175,11 @@ class WeightTransferEngine(ABC):
     @abstractmethod
     def trainer_send_weights(iterator, trainer_args):
         raise NotImplementedError
+
+
+HAS_ABORT = os.environ.get("VLLM_STANDIN_ABORT", "1") != "0"
+if not HAS_ABORT:  # The releases' base class: no abort at all.
+    del WeightTransferEngine.abort_weight_update
 
 
 @runtime_checkable
