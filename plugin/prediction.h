@@ -62,8 +62,9 @@ Traffic PlanTraffic(const Job& job, const Plan& plan);
 // per second) in predictions whose calibration measured none (LinkFits::quantize_bytes_per_second
 // is 0: files before schema 3, synthetic calibrations). The host kernels (quant/fp8.h) run one
 // thread: `quant_bench` and `quant_sync_bench` measured 5.5 GB/s of bf16 input on this project's
-// 2-core AVX-512 VM (2026-12-02, under load; memcpy 11 GB/s); an AVX2-only CPU quantizes at a
-// fraction of that (issue 46), which is why `wsync calibrate` measures the machine's own rate.
+// 2-core AVX-512 VM (2026-12-02, under load; memcpy 11 GB/s). The rate depends on the CPU's
+// kernel (quant/fp8.h: avx512, avx2 or portable) and on the values, which is why `wsync calibrate`
+// measures the machine's own rate.
 inline constexpr double kQuantizeInputBytesPerSecond = 5.5e9;
 
 // The rate a prediction prices quantizing at, and whether it is the stand-in constant.
