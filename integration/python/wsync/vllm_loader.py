@@ -116,8 +116,7 @@ def _post_processors(model):
 
 
 def _layout_difference(checkpoint, runtime):
-    """Why `runtime` tensors are not in `checkpoint`'s layout (names, shape, stride, dtype), or
-    None where they are."""
+    """Why `runtime` is not in `checkpoint`'s layout (names, shape, stride, dtype), else None."""
     if set(checkpoint) != set(runtime):
         return (f"tensors changed since load: checkpoint {sorted(checkpoint)}, "
                 f"live {sorted(runtime)}")
