@@ -1,6 +1,7 @@
 #include "executor/quant_run.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/cpu_time.h"
 #include "common/status.h"
@@ -10,7 +11,7 @@ namespace wsync::executor_internal {
 
 QuantSteps::QuantSteps(const Job& job, const QuantWork& quant, const LocalBuffers& buffers,
                        const ExecuteOptions& options, bool on_device, bool& device_pending,
-                       TransferStats& stats)
+                       TransferStats& stats, std::function<void()> between_bands)
     : job_(job),
       quant_(quant),
       buffers_(buffers),
@@ -18,7 +19,8 @@ QuantSteps::QuantSteps(const Job& job, const QuantWork& quant, const LocalBuffer
       on_device_(on_device),
       device_pending_(device_pending),
       stats_(stats),
-      scaled_(quant.sends.size(), false) {}
+      scaled_(quant.sends.size(), false),
+      between_bands_(std::move(between_bands)) {}
 
 void QuantSteps::SetMemory(char* staging, char* arena, ArenaCache* arenas, size_t report_slot) {
   staging_ = staging;
@@ -47,7 +49,7 @@ absl::Status QuantSteps::Run(absl::Span<const SendQuantCall> calls, bool counted
     status = QuantizeSendsOnDevice(job_, calls, buffers_, *options_.device, *arenas_, report_slot_,
                                    options_.deadline);
   } else {
-    status = QuantizeSends(job_, calls, buffers_);
+    status = QuantizeSends(job_, calls, buffers_, between_bands_);
   }
   stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
   if (!status.ok() || !counted) return status;

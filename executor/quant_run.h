@@ -27,10 +27,13 @@ class QuantSteps {
  public:
   // All references must outlive this. `device_pending` is set before every device launch (the
   // run's failure path waits for the device then). Quantizing adds to stats.quantized_elements
-  // (each step's blocks once) and stats.quantize_cpu_seconds.
+  // (each step's blocks once) and stats.quantize_cpu_seconds. `between_bands` (may be null) runs
+  // between the bands of the host's quantize steps during the rounds (QuantizeSends): the run
+  // moves the messages it posted there (Transport::ProgressInFlight), so that quantizing the next
+  // message overlaps sending the one before.
   QuantSteps(const Job& job, const QuantWork& quant, const LocalBuffers& buffers,
              const ExecuteOptions& options, bool on_device, bool& device_pending,
-             TransferStats& stats);
+             TransferStats& stats, std::function<void()> between_bands);
 
   // The staging (layout.bytes) and the arena (quant.arena_bytes), of the process's memory kind,
   // and, on a device, where the report words live (`arenas`, slot `report_slot`).
@@ -68,6 +71,7 @@ class QuantSteps {
   ArenaCache* arenas_ = nullptr;
   size_t report_slot_ = 0;
   std::vector<bool> scaled_;  // Per send: its scales are in their place.
+  const std::function<void()> between_bands_;
 };
 
 }  // namespace wsync::executor_internal

@@ -56,19 +56,53 @@ quant::Fp8Blocking BlockingOf(const Job& job, int32_t param) {
   return quant::Fp8Blocking{q.block_rows, q.block_cols};
 }
 
+// Quantizes the whole blocks of target parameter `param` of extent `blocks` read at (input,
+// input_strides) into `fp8` (strides fp8_strides) and their scales, of extent `scale_box`, into
+// `scales` (strides scale_strides).
+absl::Status QuantizeRegion(const Job& job, int32_t param, const void* input,
+                            const Dims& input_strides, const Dims& blocks, void* fp8,
+                            const Dims& fp8_strides, void* scales, const Dims& scale_strides,
+                            const Dims& scale_box) {
+  quant::ConstRegion in;
+  quant::MutableRegion out, scale_out;
+  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(input, input_strides, blocks, in));
+  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(fp8, fp8_strides, blocks, out));
+  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(scales, scale_strides, scale_box, scale_out));
+  const int32_t source_param = job.SourceParamOf(param);
+  return quant::QuantizeFp8(BlockingOf(job, param), job.source().params[source_param].dtype, in,
+                            out, scale_out, job.target().params[param].name);
+}
+
 // Quantizes `step`'s blocks read at (input, input_strides) into `fp8` (strides fp8_strides) and
 // its scales into `scales` (strides scale_strides).
 absl::Status QuantizeStep(const Job& job, const QuantTransform& step, const void* input,
                           const Dims& input_strides, void* fp8, const Dims& fp8_strides,
                           void* scales, const Dims& scale_strides) {
-  quant::ConstRegion in;
-  quant::MutableRegion out, scale_out;
-  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(input, input_strides, step.blocks.extent, in));
-  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(fp8, fp8_strides, step.blocks.extent, out));
-  WSYNC_RETURN_IF_ERROR(quant::MakeRegion(scales, scale_strides, step.scale_box.extent, scale_out));
-  const int32_t source_param = job.SourceParamOf(step.param);
-  return quant::QuantizeFp8(BlockingOf(job, step.param), job.source().params[source_param].dtype,
-                            in, out, scale_out, job.target().params[step.param].name);
+  return QuantizeRegion(job, step.param, input, input_strides, step.blocks.extent, fp8, fp8_strides,
+                        scales, scale_strides, step.scale_box.extent);
+}
+
+// How QuantizeSends cuts a step along its first axis: `rows` (a multiple of rows_per_scale_row
+// but for the last band) per band, and the first-axis elements one row of its scales covers.
+struct QuantBands {
+  int64_t rows = 1;
+  int64_t rows_per_scale_row = 1;
+};
+
+QuantBands BandsOf(const Job& job, const QuantTransform& step, int64_t element_size,
+                   int64_t band_input_bytes) {
+  const Dims& extent = step.blocks.extent;
+  int64_t unit = 1;  // First-axis elements quantized alone: an expert, or a block row.
+  if (extent.size() == 2) {
+    const int64_t block_rows = BlockingOf(job, step.param).rows;
+    unit = block_rows >= extent[0] ? extent[0] : block_rows;
+  }
+  const int64_t unit_bytes =
+      Volume(step.blocks) / std::max<int64_t>(extent[0], 1) * unit * element_size;
+  const int64_t all_units = (std::max<int64_t>(extent[0], 1) + unit - 1) / unit;
+  const int64_t units =
+      std::clamp<int64_t>(band_input_bytes / std::max<int64_t>(unit_bytes, 1), 1, all_units);
+  return QuantBands{units * unit, unit};
 }
 
 }  // namespace
@@ -175,13 +209,31 @@ absl::StatusOr<Work> BuildWorkWithQuant(const Job& job, absl::Span<const Segment
 }
 
 absl::Status QuantizeSends(const Job& job, absl::Span<const SendQuantCall> calls,
-                           const LocalBuffers& buffers) {
+                           const LocalBuffers& buffers, const std::function<void()>& between_bands,
+                           int64_t band_input_bytes) {
+  bool first = true;
   for (const SendQuantCall& call : calls) {
     const QuantTransform& step = *call.step;
     const int64_t element_size = SourceElementSize(job, step.param);
-    WSYNC_RETURN_IF_ERROR(QuantizeStep(
-        job, step, Address(buffers, step.from, element_size), step.from.strides, call.fp8,
-        RowMajorStrides(step.blocks.extent), call.scales, RowMajorStrides(step.scale_box.extent)));
+    const char* input = Address(buffers, step.from, element_size);
+    const Dims fp8_strides = RowMajorStrides(step.blocks.extent);
+    const Dims scale_strides = RowMajorStrides(step.scale_box.extent);
+    const QuantBands bands = BandsOf(job, step, element_size, band_input_bytes);
+    for (int64_t begin = 0; begin < step.blocks.extent[0]; begin += bands.rows) {
+      if (!first && between_bands) between_bands();
+      first = false;
+      const int64_t rows = std::min(bands.rows, step.blocks.extent[0] - begin);
+      const int64_t scale_begin = begin / bands.rows_per_scale_row;
+      Dims blocks = step.blocks.extent;
+      Dims scale_box = step.scale_box.extent;
+      blocks[0] = rows;
+      scale_box[0] = (rows + bands.rows_per_scale_row - 1) / bands.rows_per_scale_row;
+      WSYNC_RETURN_IF_ERROR(QuantizeRegion(
+          job, step.param, input + begin * step.from.strides[0] * element_size, step.from.strides,
+          blocks, call.fp8 + begin * fp8_strides[0], fp8_strides,
+          call.scales + scale_begin * scale_strides[0] * static_cast<int64_t>(sizeof(float)),
+          scale_strides, scale_box));
+    }
   }
   return absl::OkStatus();
 }

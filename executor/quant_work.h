@@ -50,6 +50,7 @@
 // Not thread-safe; pure but for the memory QuantizeSends / QuantizeReceived write.
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -158,10 +159,19 @@ struct SendQuantCall {
   char* scales = nullptr;
 };
 
-// Runs `calls` on host memory in order. InvalidArgument naming the parameter for a NaN or
-// infinity.
+// About how many bytes of input QuantizeSends quantizes between two calls of its `between_bands`.
+inline constexpr int64_t kQuantizeBandInputBytes = int64_t{1} << 20;
+
+// Runs `calls` on host memory in order. Each step is quantized in bands along its first axis
+// (whole experts of a rank-3 step, whole block rows of a rank-2 one; a step whose one block spans
+// every row is one band) of at most band_input_bytes of input (or one expert or block row), calling
+// `between_bands` (when set) between two bands and between two steps: each block is computed alone,
+// so the bytes equal those of one call over the whole step. InvalidArgument naming the parameter
+// for a NaN or infinity (the bands before it are written).
 absl::Status QuantizeSends(const Job& job, absl::Span<const SendQuantCall> calls,
-                           const LocalBuffers& buffers);
+                           const LocalBuffers& buffers,
+                           const std::function<void()>& between_bands = nullptr,
+                           int64_t band_input_bytes = kQuantizeBandInputBytes);
 
 // Quantizes every step of quant.receives from `arena` (quant.arena_bytes, every gather landed)
 // into this process's target buffers. InvalidArgument naming the parameter for a NaN or

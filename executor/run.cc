@@ -43,7 +43,7 @@ class Run final : public RunSteps {
         quant_steps_(
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
-            device_pending_, stats_) {
+            device_pending_, stats_, [this] { transport_.ProgressInFlight(); }) {
     if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,

@@ -44,6 +44,7 @@ class ForwardingTransport : public Transport {
     return inner_->PostReceive(peer, tag, data, bytes);
   }
   absl::StatusOr<bool> Test(RequestId request) override { return inner_->Test(request); }
+  void ProgressInFlight() override { inner_->ProgressInFlight(); }
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override {
     return inner_->WaitAll(requests, deadline);
   }

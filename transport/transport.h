@@ -101,6 +101,14 @@ class Transport {
   virtual absl::Status WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
                                std::vector<size_t>* finished);
 
+  // Moves the bytes of requests already posted without completing any for the caller: no id is
+  // released, Test/WaitAll/WaitAny still report each. For a caller busy between its waits (the
+  // executor while it quantizes the next message) so that what it posted keeps moving. Returns
+  // promptly (a bounded amount of work); an abort it notices fails the requests as WaitAll would
+  // see. The default does nothing: for a backend whose transfers advance without the caller
+  // (threads, a device stream, a simulated clock).
+  virtual void ProgressInFlight() {}
+
   // Whether every process must post its messages in the executor's global round order, round by
   // round: true where a backend runs the operations of one communicator in issue order (NCCL,
   // one stream), so that a process running ahead on one peer could block a round another process

@@ -352,6 +352,10 @@ absl::StatusOr<bool> RoutedTransport::Test(RequestId request) {
   return done;
 }
 
+void RoutedTransport::ProgressInFlight() {
+  for (const std::unique_ptr<Transport>& backend : backends_) backend->ProgressInFlight();
+}
+
 absl::Status RoutedTransport::WaitAny(absl::Span<const RequestId> requests, absl::Time deadline,
                                       std::vector<size_t>* finished) {
   std::vector<RequestId> inner;

@@ -133,6 +133,7 @@ class RoutedTransport final : public Transport {
   absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
                                         int64_t bytes) override;
   absl::StatusOr<bool> Test(RequestId request) override;
+  void ProgressInFlight() override;
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
   // Waits in the backend's own WaitAny when every request is on one backend (UCX sleeps on its
   // wakeup event); requests on several backends are polled in turn (Transport::WaitAny).

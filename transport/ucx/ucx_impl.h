@@ -132,6 +132,7 @@ class UcxTransportImpl final : public UcxTransport {
                                         int64_t bytes) override;
 
   absl::StatusOr<bool> Test(RequestId request) override;
+  void ProgressInFlight() override;
 
   absl::Status WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) override;
 

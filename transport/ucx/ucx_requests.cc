@@ -33,6 +33,12 @@ absl::StatusOr<bool> UcxTransportImpl::Test(RequestId request) {
   return true;
 }
 
+void UcxTransportImpl::ProgressInFlight() {
+  absl::MutexLock lock(&drive_mu_);
+  if (abort_requested_.load(std::memory_order_acquire)) AbortNow();
+  Progress();
+}
+
 absl::Status UcxTransportImpl::WaitAll(absl::Span<const RequestId> requests, absl::Time deadline) {
   absl::MutexLock lock(&drive_mu_);
   std::vector<Slot*> waited;
