@@ -4,8 +4,9 @@
 // Private to the executor: when a run (run.h) quantizes (quant_work.h). A sender quantizes each
 // step it copies locally before the rounds (into the transient, copied at once), each step it
 // sends when its lane prepares the step's first message (into the step's place in its lane's
-// ring: QuantStagingLayout), and the scales of a step that go out before its e4m3 blocks when they
-// first go out; a receiver quantizes after the rounds. On the host by quant/fp8.h, on a CUDA
+// ring: QuantStagingLayout; in bands, moving the messages posted before between two bands), and
+// the scales of a step that go out before its e4m3 blocks when they first go out; a receiver
+// quantizes after the rounds. On the host by quant/fp8.h, on a CUDA
 // process by its device (quant_device.h), in a simulated run by ExecuteOptions::simulated_quantize
 // (the time of the input bytes only). Not thread-safe: the run's thread.
 

@@ -1,21 +1,29 @@
 // The sender's quantize steps cut in bands (executor/quant_work.h: QuantizeSends), so that a run
 // moves what it posted between two bands: over random shapes, blockings, expert axes and TP cuts
 // the e4m3 bytes and scales of every band size equal those of one call over each whole step, and
-// the run's hook is called between every two bands and nowhere else.
+// the run's hook is called between every two bands and nowhere else; a sync (threads over
+// loopback) calls Transport::ProgressInFlight between the bands and lands the reference's bytes.
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "executor/execute.h"
 #include "executor/quant_work.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/policy.h"
+#include "tests/testing/executor_checks.h"
+#include "tests/testing/loopback_threads.h"
 #include "tests/unit/quant_plan_support.h"
+#include "transport/forwarding_transport.h"
 
 namespace wsync {
 namespace {
@@ -54,7 +62,8 @@ absl::Status RunSends(const Job& job, const Plan& plan, int32_t process,
                      reinterpret_cast<char*>(out.scales[i].data())});
     ++i;
   }
-  return QuantizeSends(job, calls, buffers, [&out] { ++out.hook_calls; }, band_input_bytes);
+  return QuantizeSends(
+      job, calls, buffers, [&out] { ++out.hook_calls; }, band_input_bytes);
 }
 
 // The bands QuantizeSends cuts `step` into at one band per expert or block row.
@@ -70,9 +79,9 @@ TEST(QuantBandsTest, EveryBandSizeWritesTheBytesOfWholeSteps) {
   int banded_steps = 0;
   for (int trial = 0; trial < 150; ++trial) {
     const quant_plan_test::Geometry g = quant_plan_test::RandomGeometry(rng, 5, 3);
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << " shape " << DimsToString(g.shape)
-                                      << " blocks " << g.quant.block_rows << "x"
-                                      << g.quant.block_cols);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << " shape " << DimsToString(g.shape) << " blocks "
+                 << g.quant.block_rows << "x" << g.quant.block_cols);
     absl::StatusOr<Job> job =
         Job::Create(quant_plan_test::QuantSource(g.shape, g.source_cuts, 1, rng() % 3),
                     quant_plan_test::QuantTarget(g.shape, g.quant, g.target_cuts, 1, 0));
@@ -123,6 +132,59 @@ TEST(QuantBandsTest, ANaNInALaterBandFailsTheStep) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("parameter w:"));
   EXPECT_GE(out.hook_calls, 1);  // Block row 0 went first, then the hook, then the NaN.
+}
+
+// Counts ProgressInFlight calls.
+class ProgressCountingTransport final : public ForwardingTransport {
+ public:
+  ProgressCountingTransport(std::unique_ptr<Transport> inner, std::atomic<int>& calls)
+      : ForwardingTransport(std::move(inner)), calls_(calls) {}
+  void ProgressInFlight() override {
+    ++calls_;
+    ForwardingTransport::ProgressInFlight();
+  }
+
+ private:
+  std::atomic<int>& calls_;
+};
+
+TEST(QuantBandsTest, ASyncMovesWhatItPostedBetweenTheBands) {
+  // One trainer holds w [1024, 1024] (2 MiB of bf16, 8 block rows: bands of 1 MiB), the
+  // rollout cuts its rows at 1000 (inside block row 7): sender-side steps of several bands.
+  const Dims shape = {1024, 1024};
+  quant_plan_test::FixedCase fixed =
+      quant_plan_test::MakeFixedCase(shape, {{0, 1024}, {0, 1024}}, {{0, 1000, 1024}, {0, 1024}});
+  std::mt19937_64 rng(11);
+  const fp8_test::Tensor tensor = fp8_test::RandomTensor(rng, 1, shape[0], shape[1]);
+  quant_plan_test::Memory memory = quant_plan_test::AllocateMemory(fixed.job, tensor);
+  std::atomic<int> progress_calls{0};
+  const auto results = test::RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
+      fixed.job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
+        if (fixed.job.IsSource(p)) {
+          used = std::make_unique<ProgressCountingTransport>(std::move(used), progress_calls);
+        }
+        LocalBuffers buffers;
+        for (auto& [key, bytes] : memory) {
+          if (key.first == p) buffers[key.second] = bytes.data();
+        }
+        ExecuteOptions options;
+        options.sync_id = 3;
+        options.plan_digest = fixed.plan.digest;
+        options.deadline = absl::Now() + absl::Seconds(60);
+        options.quant = &fixed.plan.quant;
+        return ExecuteTransfers(fixed.job, fixed.plan.segments, test::AllProcesses(fixed.job),
+                                StagingBudget{static_cast<double>(int64_t{1} << 20)}, p, buffers,
+                                *used, group, options);
+      });
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  quant_plan_test::ExpectMatchesReference(fixed.job, tensor, memory);
+  int64_t sender_bands = 0;
+  for (const QuantTransform& step : fixed.plan.quant.transforms) {
+    if (step.side == QuantSide::kSender)
+      sender_bands += (Volume(step.blocks) * 2 + (1 << 20) - 1) >> 20;
+  }
+  ASSERT_GT(sender_bands, 2);
+  EXPECT_GE(progress_calls.load(), 1);
 }
 
 }  // namespace
