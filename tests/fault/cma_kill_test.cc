@@ -123,6 +123,7 @@ int RunChild(int process, int up, int down) {
   if (!WriteAll(up, "READY\n") || ReadLine(down) != "GO") return 6;
   const absl::Time start = absl::Now();
   std::vector<std::vector<RequestId>> requests(others);
+  std::vector<absl::Status> status(others);  // A receiver's outcome per sender.
   for (int o = 0; o < others; ++o) {
     const int peer = sender ? kSenders + o : o;
     for (int m = 0; m < kMessages; ++m) {
@@ -130,7 +131,11 @@ int RunChild(int process, int up, int down) {
       absl::StatusOr<RequestId> r =
           sender ? t.PostSend(peer, tag, buffers[o * kMessages + m].data(), kBytes)
                  : t.PostReceive(peer, tag, buffers[o * kMessages + m].data(), kBytes);
-      if (r.ok()) requests[o].push_back(*r);
+      if (r.ok()) {
+        requests[o].push_back(*r);
+      } else if (status[o].ok()) {
+        status[o] = r.status();  // A post to a peer already found dead fails, naming it.
+      }
     }
   }
   if (sender) {  // Lives on (as a trainer would) until killed or told to end.
@@ -138,13 +143,7 @@ int RunChild(int process, int up, int down) {
     return ReadLine(down) == "END" ? 0 : 7;
   }
   // Every request is tested in turn, so that each sender's outcome and time are its own.
-  std::vector<absl::Status> status(kSenders);
   std::vector<double> after_ms(kSenders, 0);
-  for (int s = 0; s < kSenders; ++s) {
-    if (requests[s].size() != static_cast<size_t>(kMessages)) {
-      status[s] = absl::UnavailableError("a post failed");
-    }
-  }
   for (bool pending = true; pending;) {
     pending = false;
     for (int s = 0; s < kSenders; ++s) {
