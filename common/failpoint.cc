@@ -44,6 +44,23 @@ void Install(const std::vector<std::pair<std::string, Rule>>& rules) {
   internal::g_state.store(rules.empty() ? 1 : 2, std::memory_order_release);
 }
 
+// SIGKILLs this process: at once for a zero `d`, else from a forked child (async-signal-safe calls
+// only) after `d` while this process runs on; the child does nothing if this process is gone.
+void KillIn(absl::Duration d) {
+  const pid_t parent = getpid();
+  if (d <= absl::ZeroDuration()) {
+    kill(parent, SIGKILL);
+    return;
+  }
+  struct timespec ts = absl::ToTimespec(d);
+  if (fork() == 0) {
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    if (getppid() == parent) kill(parent, SIGKILL);
+    _exit(0);
+  }
+}
+
 // SIGSTOPs this process; a forked child (async-signal-safe calls only) SIGCONTs it after `d`.
 void StopFor(absl::Duration d) {
   const pid_t parent = getpid();
@@ -91,12 +108,14 @@ absl::Status Parse(absl::string_view spec, std::vector<std::pair<std::string, Ru
       rule.action = Action::kFail;
     } else if (rest == "flip") {
       rule.action = Action::kFlip;
-    } else if (rest == "kill") {
+    } else if (rest == "kill" && !has_arg) {
       rule.action = Action::kKill;
     } else if (rest == "throw") {
       rule.action = Action::kThrow;
-    } else if (rest == "delay" || rest == "stop") {
-      rule.action = rest == "delay" ? Action::kDelay : Action::kStop;
+    } else if (rest == "delay" || rest == "stop" || rest == "kill") {
+      rule.action = rest == "delay"  ? Action::kDelay
+                    : rest == "stop" ? Action::kStop
+                                     : Action::kKill;
       if (!has_arg || !absl::ParseDuration(arg, &rule.duration) ||
           rule.duration < absl::ZeroDuration() || rule.duration == absl::InfiniteDuration()) {
         return bad("needs a finite duration, e.g. delay=500ms");
@@ -154,10 +173,11 @@ Action internal::EvaluateSlow(absl::string_view name) {
       absl::SleepFor(fired.duration);
       break;
     case Action::kKill:
-      std::fprintf(stderr, "wsync: failpoint '%.*s' kills process %d\n",
-                   static_cast<int>(name.size()), name.data(), static_cast<int>(getpid()));
+      std::fprintf(stderr, "wsync: failpoint '%.*s' kills process %d in %s\n",
+                   static_cast<int>(name.size()), name.data(), static_cast<int>(getpid()),
+                   absl::FormatDuration(fired.duration).c_str());
       std::fflush(stderr);
-      kill(getpid(), SIGKILL);
+      KillIn(fired.duration);
       break;
     case Action::kThrow:
       throw std::runtime_error(absl::StrCat("failpoint '", name, "' threw (WSYNC_FAILPOINTS)"));

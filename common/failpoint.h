@@ -13,6 +13,8 @@
 //   delay=DUR     the call site sleeps DUR (an absl duration: "500ms", "2s") and goes on
 //   flip          Flip() inverts one byte of the data it is given (the middle one)
 //   kill          the process sends itself SIGKILL (a crash at a precise point)
+//   kill=DUR      the process is SIGKILLed DUR later by a forked helper and runs on until then
+//                 (a crash at a random point of what follows)
 //   stop=DUR      the process SIGSTOPs itself; a forked helper SIGCONTs it after DUR
 //   throw         the evaluation throws std::runtime_error (what a library thread's exception
 //                 firewall must catch)
@@ -47,7 +49,7 @@ enum class Action { kNone, kFail, kDelay, kFlip, kKill, kStop, kThrow };
 
 struct Rule {
   Action action = Action::kNone;
-  absl::Duration duration;  // delay, stop
+  absl::Duration duration;  // delay, stop, kill (zero: at once)
   int64_t hit = 1;          // The K in @K (1-based).
   bool and_later = false;   // @K+
 };

@@ -2,6 +2,8 @@
 
 #include "common/failpoint.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,8 +30,10 @@ TEST(FailpointTest, ParsesTheDocumentedExample) {
 
 TEST(FailpointTest, DefaultsAndRepeats) {
   std::vector<std::pair<std::string, Rule>> rules;
-  ASSERT_TRUE(Parse(" send:fail , recv:stop=2s@2+,x:kill", &rules).ok());
-  ASSERT_EQ(rules.size(), 3u);
+  ASSERT_TRUE(Parse(" send:fail , recv:stop=2s@2+,x:kill,y:kill=25ms", &rules).ok());
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[3].second.action, Action::kKill);
+  EXPECT_EQ(rules[3].second.duration, absl::Milliseconds(25));
   EXPECT_EQ(rules[0].second.hit, 1);
   EXPECT_EQ(rules[1].second.action, Action::kStop);
   EXPECT_EQ(rules[1].second.duration, absl::Seconds(2));
@@ -41,9 +45,10 @@ TEST(FailpointTest, DefaultsAndRepeats) {
 
 TEST(FailpointTest, RejectsMalformedEntries) {
   std::vector<std::pair<std::string, Rule>> rules;
-  for (const char* bad : {"send", ":fail", "send:explode", "send:fail@0", "send:fail@x",
-                          "send:fail@-1", "send:delay", "send:delay=soon", "send:delay=-1s",
-                          "send:delay=inf", "send:fail=3", "send:flip@", "send:fail@3++"}) {
+  for (const char* bad :
+       {"send", ":fail", "send:explode", "send:fail@0", "send:fail@x", "send:fail@-1", "send:delay",
+        "send:delay=soon", "send:delay=-1s", "send:delay=inf", "send:kill=soon", "send:kill=-1s",
+        "send:fail=3", "send:flip@", "send:fail@3++"}) {
     absl::Status status = Parse(bad, &rules);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(status.message().find("WSYNC_FAILPOINTS"), absl::string_view::npos) << bad;
@@ -104,6 +109,19 @@ TEST(FailpointTest, KillEndsTheProcess) {
         (void)Check("x");
       },
       testing::KilledBySignal(SIGKILL), "");
+}
+
+// kill=DUR: the call returns and the process runs on, then dies of SIGKILL.
+TEST(FailpointTest, DelayedKillEndsTheProcessLater) {
+  EXPECT_EXIT(
+      {
+        (void)SetForTesting("x:kill=200ms");
+        (void)Check("x");
+        std::fprintf(stderr, "ran on\n");
+        absl::SleepFor(absl::Seconds(60));
+        std::exit(0);
+      },
+      testing::KilledBySignal(SIGKILL), "ran on");
 }
 
 TEST(FailpointTest, MalformedEnvironmentAbortsAtFirstUse) {

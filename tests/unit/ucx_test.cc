@@ -117,6 +117,11 @@ TEST_P(UcxTest, ExchangesEverySizeInBothPostingOrders) {
   }
   EXPECT_THAT(job[0]->EndpointInfo(0), HasSubstr("lane"));
   EXPECT_EQ(job[0]->EndpointInfo(kProcesses), "");
+  // Shared memory keeps CMA (one copy) for rendezvous data: a dead peer is survived through the
+  // endpoints' error callback, not by dropping it (transport/ucx/README.md).
+  if (GetParam().transports == "sm,cma,self") {
+    EXPECT_THAT(job[0]->EndpointInfo(1), HasSubstr("cma/memory"));
+  }
 }
 
 TEST_P(UcxTest, FourProcessesWithRegisteredMemoryAndTestPolling) {
@@ -429,17 +434,17 @@ TEST_P(UcxTest, ALossReportedBeforeAReplacementDoesNotFailTheReplacement) {
   ASSERT_TRUE((*replacement)->ConnectPeers(addresses).ok());
   const std::vector<uint8_t> sent = Pattern(4096, 3);
   std::vector<uint8_t> received(sent.size(), 0);
-  absl::StatusOr<RequestId> receive = (*replacement)->PostReceive(
-      0, MakeTag(16, 0, 0), received.data(), static_cast<int64_t>(received.size()));
+  absl::StatusOr<RequestId> receive = (*replacement)
+                                          ->PostReceive(0, MakeTag(16, 0, 0), received.data(),
+                                                        static_cast<int64_t>(received.size()));
   ASSERT_TRUE(receive.ok()) << receive.status();
   absl::StatusOr<RequestId> send =
       job[0]->PostSend(1, MakeTag(16, 0, 0), sent.data(), static_cast<int64_t>(sent.size()));
   ASSERT_TRUE(send.ok()) << send.status();
   absl::Status sent_status, received_status;
-  RunConcurrently({[&] { sent_status = job[0]->WaitAll({*send}, In(absl::Seconds(10))); },
-                   [&] {
-                     received_status = (*replacement)->WaitAll({*receive}, In(absl::Seconds(10)));
-                   }});
+  RunConcurrently(
+      {[&] { sent_status = job[0]->WaitAll({*send}, In(absl::Seconds(10))); },
+       [&] { received_status = (*replacement)->WaitAll({*receive}, In(absl::Seconds(10))); }});
   EXPECT_TRUE(sent_status.ok()) << sent_status;
   EXPECT_TRUE(received_status.ok()) << received_status;
   EXPECT_EQ(received, sent);

@@ -214,9 +214,9 @@ class UcxTransportImpl final : public UcxTransport {
 
   // At most every kExitedPeerCheckPeriod (so at once after this process was stopped, or idle
   // between syncs): fails the peers in this pid namespace whose process has exited (kill(pid, 0):
-  // ESRCH, or a zombie) for HandleFailures, which Progress runs before UCX's progress. Without
-  // error handling (shared memory) UCX 1.13 takes a CMA copy from or to an exited process as a
-  // fatal error and aborts this process; a resumed process must not be killed by wsync.
+  // ESRCH, or a zombie) for HandleFailures, which Progress runs before UCX's progress, so that
+  // their requests fail naming the exit rather than at a deadline. (A CMA copy from or to an
+  // exited peer that UCX runs first fails its request: endpoints carry the error callback.)
   void FailExitedPeers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(drive_mu_);
 
   // Sleeps until the worker has an event, `until`, or `cap` (zero: max_sleep), whichever is first.

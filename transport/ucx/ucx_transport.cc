@@ -359,14 +359,16 @@ absl::StatusOr<ucp_ep_h> UcxTransportImpl::Endpoint(Peer& peer) {
                   (options_.error_handling == EH::kAuto && !OnlySharedMemory(options_.transports));
   for (;;) {
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    // The error callback goes on every endpoint, MODE_NONE included: UCX 1.13 takes a failed
+    // transport operation on an endpoint without one (a CMA copy from or to an exited process)
+    // as fatal and aborts this process; with one, it fails the endpoint and its requests
+    // instead (ucp_ep_set_failed), calling the callback in MODE_PEER only.
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = reinterpret_cast<const ucp_address_t*>(peer.address.data());
     params.err_mode = try_peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    if (try_peer) {
-      params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      params.err_handler.cb = &OnPeerError;
-      params.err_handler.arg = &peer;
-    }
+    params.err_handler.cb = &OnPeerError;
+    params.err_handler.arg = &peer;
     ucp_ep_h ep = nullptr;
     const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
     if (st == UCS_OK) {

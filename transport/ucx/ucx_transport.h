@@ -26,14 +26,16 @@
 // post with it until ConnectPeers connects it again (no automatic reconnect: in UCX 1.13 a new tcp
 // endpoint to a peer whose old connection is still failing can hit an internal assertion).
 // PeerLost (any thread: the control plane saw the peer die) has the same effect over any
-// transport, shared memory included. UCX
-// 1.13's shared-memory transports (posix, sysv, cma, self) have no peer failure handler, so with
-// ErrorHandling::kAuto endpoints over them use UCP_ERR_HANDLING_MODE_NONE and a dead peer there
-// shows only as a deadline. A peer whose worker is destroyed is detected over tcp at once; one that
-// only aborted (its worker still alive) shows as a deadline. A peer whose process has exited (its
-// pid, published after UCX's bytes in WorkerAddress, is gone in this pid namespace) is failed the
-// same way before progress runs, checked at most every 250 ms: over shared memory UCX 1.13 would
-// otherwise abort this process on a CMA copy from or to it.
+// transport, shared memory included. UCX 1.13's shared-memory transports (posix, sysv, cma, self)
+// have no peer failure handler, so with ErrorHandling::kAuto endpoints over them use
+// UCP_ERR_HANDLING_MODE_NONE, where a dead peer mostly shows as a deadline. Every endpoint, in
+// either mode, carries UCX's error callback: without one UCX 1.13 aborts this process when a
+// transport operation with the peer fails (a CMA copy from or to a process that has exited);
+// with one such a copy fails its request with UCX's error instead. A peer whose worker is
+// destroyed is detected over tcp at once; one that only aborted (its worker still alive) shows as
+// a deadline. A peer whose process has exited (its pid, published after UCX's bytes in
+// WorkerAddress, is gone in this pid namespace) is failed the same way before progress runs,
+// checked at most every 250 ms, naming it ("has exited").
 //
 // Cancelling: a receive that misses its deadline is cancelled with ucp_request_cancel (a receive
 // already matched is waited for, up to drain_timeout). UCX cannot cancel a single send: a send that
