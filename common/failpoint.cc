@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -14,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 
 namespace wsync::failpoint {
 namespace internal {
@@ -145,8 +145,7 @@ int internal::Init() {
   std::vector<std::pair<std::string, Rule>> rules;
   if (const char* env = std::getenv("WSYNC_FAILPOINTS"); env != nullptr) {
     if (absl::Status status = Parse(env, &rules); !status.ok()) {
-      std::fprintf(stderr, "wsync: %s\n", std::string(status.message()).c_str());
-      std::abort();
+      log::Fatal(log::Category::kFault, status.message());
     }
   }
   Install(rules);
@@ -173,19 +172,15 @@ Action internal::EvaluateSlow(absl::string_view name) {
       absl::SleepFor(fired.duration);
       break;
     case Action::kKill:
-      std::fprintf(stderr, "wsync: failpoint '%.*s' kills process %d in %s\n",
-                   static_cast<int>(name.size()), name.data(), static_cast<int>(getpid()),
-                   absl::FormatDuration(fired.duration).c_str());
-      std::fflush(stderr);
+      WSYNC_LOG(kFault, kWarn, "failpoint '", name, "' kills process ", getpid(), " in ",
+                absl::FormatDuration(fired.duration));
       KillIn(fired.duration);
       break;
     case Action::kThrow:
       throw std::runtime_error(absl::StrCat("failpoint '", name, "' threw (WSYNC_FAILPOINTS)"));
     case Action::kStop:
-      std::fprintf(stderr, "wsync: failpoint '%.*s' stops process %d for %s\n",
-                   static_cast<int>(name.size()), name.data(), static_cast<int>(getpid()),
-                   absl::FormatDuration(fired.duration).c_str());
-      std::fflush(stderr);
+      WSYNC_LOG(kFault, kWarn, "failpoint '", name, "' stops process ", getpid(), " for ",
+                absl::FormatDuration(fired.duration));
       StopFor(fired.duration);
       break;
     default:

@@ -39,7 +39,7 @@ class Run final : public RunSteps {
         buffers_(buffers),
         transport_(transport),
         options_(options),
-        progress_(work, options.progress),
+        progress_(work, options.progress, options.sync_id),
         quant_steps_(
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,

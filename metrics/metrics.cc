@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <limits>
@@ -19,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "metrics/descriptors.h"
 #include "prometheus/collectable.h"
@@ -128,9 +128,7 @@ class RegisteredFamilies {
   }
 
   [[noreturn]] static void Die(absl::string_view name, absl::string_view what) {
-    std::fprintf(stderr, "wsync metrics: family %.*s %.*s\n", static_cast<int>(name.size()),
-                 name.data(), static_cast<int>(what.size()), what.data());
-    std::abort();
+    log::Fatal(log::Category::kFault, absl::StrCat("metrics: family ", name, " ", what));
   }
 
   absl::flat_hash_map<absl::string_view, prometheus::Family<prometheus::Counter>*> counters_;

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/dtype.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "plugin/c_config.h"
 #include "plugin/live_handles.h"
@@ -507,6 +508,28 @@ wsync_status_t SetWaveCallback(wsync_session_t* session, wsync_wave_fn callback,
   });
 }
 
+wsync_status_t SetLog(wsync_log_fn callback, void* user, const char* categories, int32_t level) {
+  constexpr absl::string_view kCall = "set_log";
+  return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
+    if (level < 0 || level > WSYNC_LOG_DEBUG) {
+      return Invalid(nullptr, kCall, absl::StrCat("level ", level, " is not 0..4"));
+    }
+    absl::StatusOr<uint32_t> mask = log::ParseCategories(categories != nullptr ? categories : "");
+    if (!mask.ok()) return Invalid(nullptr, kCall, mask.status().message());
+    log::Sink sink;  // Empty: standard error.
+    if (callback != nullptr) {
+      sink = [callback, user](log::Level at, log::Category category, absl::string_view line) {
+        callback(user, static_cast<int32_t>(at), std::string(log::CategoryName(category)).c_str(),
+                 std::string(line).c_str());
+      };
+    }
+    return Report(
+        nullptr,
+        log::Configure(std::move(sink), *mask,
+                       level == 0 ? std::nullopt : std::optional(static_cast<log::Level>(level))));
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -563,4 +586,5 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .declare_fp8_parameter = wsync::DeclareFp8Parameter,
     .set_parameter_wave = wsync::SetParameterWave,
     .set_wave_callback = wsync::SetWaveCallback,
+    .set_log = wsync::SetLog,
 };

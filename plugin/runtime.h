@@ -233,6 +233,7 @@ class ConnectedJob {
   // RebindBuffer moves a registration.
   mutable absl::Mutex transport_mu_;
   int32_t process_ = -1;
+  std::string who_;  // "trainer 0 (process 0)": log lines (runtime_log.h).
   int64_t roster_epoch_ = 0;
   std::unique_ptr<Job> job_;
   Plan plan_;

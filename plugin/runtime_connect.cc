@@ -13,6 +13,7 @@
 #include "planner/policy.h"
 #include "plugin/roster_check.h"
 #include "plugin/runtime.h"
+#include "plugin/runtime_log.h"
 
 namespace wsync {
 namespace {
@@ -122,6 +123,7 @@ absl::StatusOr<std::unique_ptr<ConnectedJob>> ConnectedJob::Connect(RuntimeConfi
                     StagingBudget{job.config_.staging_budget_bytes}, job.process_);
   WSYNC_RETURN_IF_ERROR(WithErrorKind(schedule.status(), kErrorLayoutRefused));
   job.schedule_ = *std::move(schedule);
+  LogPlan(job.who_, job.plan_, job.schedule_, static_cast<int64_t>(job.waves_.size()));
   return connected;
 }
 
@@ -145,6 +147,7 @@ absl::Status ConnectedJob::StartCoordinator(absl::string_view secret, const Conn
 absl::Status ConnectedJob::ConnectControl(absl::string_view secret, const ConnectHooks& hooks) {
   WSYNC_ASSIGN_OR_RETURN(client_, ConnectControlClient(config_, coordinator_.get(), secret));
   process_ = client_->process();
+  who_ = RuntimeWho(config_.role, config_.rank, process_);
   if (hooks.abort != nullptr) hooks.abort->Attach(client_.get());
   return absl::OkStatus();
 }
@@ -183,6 +186,7 @@ absl::Status ConnectedJob::JoinAndPlan(const PathTransportSetup& setup, absl::Ti
   WSYNC_RETURN_IF_ERROR(CheckOwnRosterEntry(roster, process_, ControlRoleOf(config_.role),
                                             config_.rank, join.manifest));
   roster_epoch_ = static_cast<int64_t>(roster.epoch);
+  LogJoined(who_, config_.job_id, roster);
   std::vector<Layout> trainer_parts, rollout_parts;
   bundles->assign(roster.size(), std::string());
   for (int32_t p = 0; p < roster.size(); ++p) {
@@ -233,6 +237,7 @@ absl::Status ConnectedJob::ConnectTransports(PathTransportSetup setup,
   // collective spreads any refusal and forms the NCCL communicator (plugin/cuda_setup.h).
   absl::StatusOr<std::vector<TransportChoice>> routes =
       setup.ChooseRoutes(*job_, plan_.segments, NcclBuilt());
+  if (routes.ok()) LogRoutes(who_, *job_, process_, *routes);
   cuda_job_ = JobMemoryKinds(*job_).any_cuda();
   nccl_pairs_ = setup.NcclPairs(*job_, NcclBuilt());
   CudaConnection cuda;

@@ -9,6 +9,7 @@
 #include "executor/agreement.h"
 #include "executor/waves.h"
 #include "plugin/runtime.h"
+#include "plugin/runtime_log.h"
 #include "transport/control/loss_watch.h"
 
 namespace wsync {
@@ -49,6 +50,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   StepResult result;
   SyncProgress* const progress = config_.progress;
   if (progress != nullptr) progress->Begin(step.version);
+  LogStepStart(who_, step.version);
   bool cuda_collective_failed = false;
   result.outcome = PrepareStep(&cuda_collective_failed);
   if (result.outcome.ok()) result.outcome = step.rejection;
@@ -106,6 +108,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
                                    : client_->Decide(result.outcome.ok(), result.outcome.message(),
                                                      decide_deadline);
   if (progress != nullptr) progress->End(result.status().ok());
+  LogStepEnd(who_, step.version, result);
   cuda_collective_pending_ =
       cuda_deferred_.has_value() ||
       (!result.status().ok() && (!nccl_pairs_.empty() || cuda_collective_failed));

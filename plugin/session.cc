@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/failpoint.h"
 #include "common/hash.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "executor/schedule.h"
 #include "planner/policy.h"
@@ -50,6 +51,25 @@ absl::string_view SessionStateName(SessionState state) {
   }
   return "invalid";
 }
+
+namespace {
+
+// config, info: what a session starts with (never the secret).
+void LogSessionConfig(const SessionConfig& c) {
+  if (!log::Enabled(log::Category::kConfig, log::Level::kInfo)) return;
+  const std::string coordinator =
+      c.host_coordinator ? absl::StrCat("hosted on port ", c.coordinator_port)
+                         : absl::StrCat("at ", c.coordinator_host, ":", c.coordinator_port);
+  WSYNC_LOG(kConfig, kInfo, RoleName(c.role), " ", c.rank, ": job ", c.job_id, " of ",
+            log::Count(c.num_trainers, "trainer"), " and ", log::Count(c.num_rollouts, "rollout"),
+            ", coordinator ", coordinator, ", staging budget ",
+            log::Bytes(static_cast<int64_t>(c.staging_budget_bytes)), ", deadline ",
+            absl::FormatDuration(c.deadline), ", policy ", c.replica_policy, ", path transports ",
+            c.path_transports.empty() ? "(default)" : c.path_transports, ", verify ",
+            static_cast<int>(c.verify));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   if (config.role != Role::kTrainer && config.role != Role::kRollout) {
@@ -114,6 +134,7 @@ Session::Session(SessionConfig config, std::string secret)
       metrics_(std::make_unique<SessionMetrics>(RoleName(config_.role))) {
   part_.role = config_.role;
   part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id, config_.device});
+  LogSessionConfig(config_);
 }
 
 Session::~Session() {
@@ -404,6 +425,7 @@ void Session::BackgroundLoop() {
 
 absl::Status Session::ThreadFailed(absl::string_view thread) {
   absl::Status status = StatusOfCurrentException(absl::StrCat("wsync ", thread));
+  WSYNC_LOG(kFault, kError, RoleName(config_.role), " ", config_.rank, ": ", status.ToString());
   try {
     // The step was cut short: its peers learn at once (nothing of it may complete later), and the
     // session keeps the error; every later sync fails with it (finalize and start anew).
@@ -434,6 +456,8 @@ bool Session::AwaitReplacement() {
 }
 
 void Session::Abort(const absl::Status& reason) {
+  WSYNC_LOG(kFault, kWarn, RoleName(config_.role), " ", config_.rank,
+            ": abort: ", reason.ToString());
   absl::MutexLock lock(&handles_mu_);
   if (connected_ != nullptr) {
     connected_->Abort(reason);

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "plugin/coordinator_figures.h"
 #include "plugin/runtime.h"
@@ -15,6 +16,10 @@ absl::Status Session::Connect() {
   WSYNC_RETURN_IF_ERROR(RequireState(SessionState::kRegistered, "connect"));
   absl::Status status = ConnectOnce();
   metrics_->RecordError(status);
+  if (!status.ok()) {
+    WSYNC_LOG(kFault, kError, RoleName(config_.role), " ", config_.rank,
+              ": connect failed: ", status.ToString());
+  }
   // The secret is needed until a connect succeeded (a failed one may be retried): then it is
   // wiped. Whatever needs it later keeps its own copy and wipes it itself: a hosted coordinator
   // (every Hello, a replacement's too; wiped when it stops). Keys derived from it for the data

@@ -433,6 +433,16 @@ absl::StatusOr<int> RunDemo(const DemoRequest& request) {
   DemoProgressLine line(std::move(query), request.progress);
   DemoProgress progress(request, job, start, line);
   spec.on_poll = [&](const std::vector<std::string>& outputs) { progress(outputs); };
+  // WSYNC_LOG (common/log.h) reaches every process through the environment: their trace lines
+  // are shown as they come, those of one poll in the order of their time stamps.
+  if (const char* trace = std::getenv("WSYNC_LOG"); trace != nullptr && *trace != '\0') {
+    spec.on_stderr = [&line](const std::vector<std::string>& new_lines) {
+      line.Clear();
+      for (const std::string& merged : MergeTraceLines(new_lines)) {
+        absl::FPrintF(stderr, "%s\n", merged);
+      }
+    };
+  }
   absl::StatusOr<std::vector<harness::ProcessResult>> ran = harness::RunProcesses(spec);
   line.Clear();
   WSYNC_ASSIGN_OR_RETURN(std::vector<harness::ProcessResult> results, std::move(ran));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,6 +112,22 @@ std::string DemoBytes(double bytes) {
   if (bytes >= 1e6) return absl::StrFormat("%.1f MB", bytes / 1e6);
   if (bytes >= 1e3) return absl::StrFormat("%.1f kB", bytes / 1e3);
   return absl::StrFormat("%.0f B", bytes);
+}
+
+std::vector<std::string> MergeTraceLines(const std::vector<std::string>& texts) {
+  std::vector<std::pair<std::string, std::string>> keyed;  // (time stamp, line)
+  for (const std::string& text : texts) {
+    std::string stamp;
+    for (absl::string_view piece : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      if (absl::StartsWith(piece, "[wsync ")) stamp = std::string(piece.substr(7, 15));
+      keyed.emplace_back(stamp, std::string(piece));
+    }
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> lines;
+  for (auto& [stamp, line] : keyed) lines.push_back(std::move(line));
+  return lines;
 }
 
 }  // namespace wsync::cli

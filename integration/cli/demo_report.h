@@ -68,6 +68,12 @@ StepSummary Summarize(const std::vector<ProcessReport>& reports, int32_t trainer
 // "1.23 GB", "4.5 MB", "6.7 kB" or "89 B" (decimal units).
 std::string DemoBytes(double bytes);
 
+// The lines of the processes' texts (one text per process), the trace's lines ("[wsync
+// HH:MM:SS.uuuuuu ...", common/log.h) in the order of their time stamps: a stable sort, so one
+// process's lines keep their order and another line stays after the trace line before it (lines
+// before a process's first trace line come first).
+std::vector<std::string> MergeTraceLines(const std::vector<std::string>& texts);
+
 }  // namespace wsync::cli
 
 #endif  // WSYNC_INTEGRATION_CLI_DEMO_REPORT_H_

@@ -249,6 +249,20 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spe
     for (int p = 0; p < spec.processes; ++p) texts.push_back(ReadFile(out_path(p)));
     return texts;
   };
+  std::vector<size_t> stderr_forwarded(spec.processes, 0);
+  // Hands on_stderr the new whole lines of each process (`last`: everything new).
+  auto forward_stderr = [&](bool last) {
+    if (!spec.on_stderr) return;
+    std::vector<std::string> lines(spec.processes);
+    for (int p = 0; p < spec.processes; ++p) {
+      const std::string text = ReadFile(err_path(p));
+      const size_t end = last ? text.size() : text.rfind('\n') + 1;  // npos + 1 == 0.
+      if (end <= stderr_forwarded[p]) continue;
+      lines[p] = text.substr(stderr_forwarded[p], end - stderr_forwarded[p]);
+      stderr_forwarded[p] = end;
+    }
+    spec.on_stderr(lines);
+  };
   while (remaining > 0) {
     for (int p = 0; p < spec.processes; ++p) {
       if (!running[p]) continue;
@@ -281,9 +295,11 @@ absl::StatusOr<std::vector<ProcessResult>> RunProcesses(const ProcessesSpec& spe
       break;
     }
     if (spec.on_poll) spec.on_poll(outputs());
+    forward_stderr(false);
     absl::SleepFor(spec.poll_interval);
   }
   if (spec.on_poll) spec.on_poll(outputs());
+  forward_stderr(true);
   for (int p = 0; p < spec.processes; ++p) {
     results[p].stdout_text = ReadFile(out_path(p));
     results[p].stderr_text = ReadFile(err_path(p));

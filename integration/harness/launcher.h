@@ -82,6 +82,10 @@ struct ProcessesSpec {
   // Called every poll_interval while processes run, and once after all ended, with every
   // process's standard output so far (by process); for progress displays.
   std::function<void(const std::vector<std::string>& outputs)> on_poll;
+  // Called on every poll with the whole lines each process wrote to its standard error since the
+  // last call (by process; each line ends in '\n'), and once after all ended with whatever is
+  // left; for forwarding the processes' logs (`WSYNC_LOG=all wsync demo`). Null: not read.
+  std::function<void(const std::vector<std::string>& new_lines)> on_stderr;
 };
 
 struct ProcessResult {

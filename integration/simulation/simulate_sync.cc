@@ -272,10 +272,8 @@ absl::StatusOr<SimulationResult> SimulateSync(const Job& job, absl::Span<const S
   if (child == 0) {
     close(pipe_fds[0]);
     absl::StatusOr<SimulationResult> result = RunEngine(job, segments, options);
-    if (!result.ok()) {
-      const std::string message(result.status().message());
-      std::fprintf(stderr, "simulation: %s\n", message.c_str());
-      _exit(3);
+    if (!result.ok()) {  // The parent reads the reason from the pipe (exit status 3).
+      _exit(WriteAll(pipe_fds[1], std::string(result.status().message())) ? 3 : 4);
     }
     _exit(WriteAll(pipe_fds[1], Encode(*result)) ? 0 : 4);
   }
@@ -299,9 +297,12 @@ absl::StatusOr<SimulationResult> SimulateSync(const Job& job, absl::Span<const S
     return absl::InternalError(
         absl::StrCat("simulation: the simulating process died of signal ", WTERMSIG(wait_status)));
   }
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 3) {
+    return absl::InternalError(absl::StrCat("simulation: ", bytes));
+  }
   if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-    return absl::InternalError(absl::StrCat("simulation: the simulating process exited with ",
-                                            WEXITSTATUS(wait_status), " (see its stderr)"));
+    return absl::InternalError(
+        absl::StrCat("simulation: the simulating process exited with ", WEXITSTATUS(wait_status)));
   }
   WSYNC_ASSIGN_OR_RETURN(SimulationResult result, Decode(bytes));
   result.wall_seconds = wall;

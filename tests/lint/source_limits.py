@@ -162,9 +162,14 @@ def main(argv):
             for start, length in long_functions(text, args.max_function_lines):
                 violations.append(f"{relative}:{start}: function body of {length} lines "
                                   f"(limit {args.max_function_lines})")
+    return report(violations, f"source_limits: {len(violations)} violations under {root}")
+
+
+def report(violations, summary):
+    """Prints each violation, then `summary`; the exit status: 1 when there is any, else 0."""
     for violation in violations:
         print(violation)
-    print(f"source_limits: {len(violations)} violations under {root}")
+    print(summary)
     return 1 if violations else 0
 
 

@@ -106,6 +106,7 @@ int main(void) {
   CHECK_OFFSET(wsync_plugin_v1_t, declare_fp8_parameter, 184);
   CHECK_OFFSET(wsync_plugin_v1_t, set_parameter_wave, 192);
   CHECK_OFFSET(wsync_plugin_v1_t, set_wave_callback, 200);
+  CHECK_OFFSET(wsync_plugin_v1_t, set_log, 208);
   CHECK_VALUE(WSYNC_OK, 0);
   CHECK_VALUE(WSYNC_IN_PROGRESS, 1);
   CHECK_VALUE(WSYNC_INVALID_ARGUMENT, 2);
@@ -132,6 +133,10 @@ int main(void) {
   CHECK_VALUE(WSYNC_PHASE_TRANSFERRING, 2);
   CHECK_VALUE(WSYNC_PHASE_VERIFYING, 3);
   CHECK_VALUE(WSYNC_PHASE_VOTING, 4);
+  CHECK_VALUE(WSYNC_LOG_ERROR, 1);
+  CHECK_VALUE(WSYNC_LOG_WARN, 2);
+  CHECK_VALUE(WSYNC_LOG_INFO, 3);
+  CHECK_VALUE(WSYNC_LOG_DEBUG, 4);
   if (failures == 0) printf("abi_frozen_test: every v1 offset, size and value as frozen\n");
   return failures == 0 ? 0 : 1;
 }

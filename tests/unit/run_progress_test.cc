@@ -2,14 +2,20 @@
 // random interleaving (each lane in order, as runs complete them) against a reference: after every
 // completion the published rounds done are the rounds all of whose messages completed, the bytes
 // done the sum of the completed messages, and the totals the work's; without a SyncProgress
-// nothing is published.
+// nothing is published; with the log's round category on, one line per round of the process.
 
 #include "executor/run_progress.h"
 
+#include <stdlib.h>
+
 #include <cstdint>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/sync_progress.h"
 #include "executor/work.h"
 #include "gtest/gtest.h"
@@ -97,6 +103,68 @@ TEST(RunProgressTest, WithoutASyncProgressNothingIsPublished) {
     for (const Message& m : lane.messages) progress.Completed(m);
   }
   progress.Verifying();  // No crash, nothing to look at: the run's cost is one branch.
+}
+
+// With the log's round category on (common/log.h) and no SyncProgress: one line per round that
+// has a message of this process, in round order, each with that round's message count and bytes,
+// whatever order the lanes complete in; none with the category off.
+TEST(RunProgressTest, OneLogLinePerRoundWithMessages) {
+  unsetenv("WSYNC_LOG");  // It would take precedence over the filter set here.
+  unsetenv("WSYNC_LOG_LEVEL");
+  log::ResetForTesting();
+  std::vector<std::string> lines;
+  // The round category on, or every category but it.
+  auto keep_lines = [&lines](bool rounds) {
+    const uint32_t round = 1u << static_cast<int>(log::Category::kRound);
+    return log::Configure(
+        [&lines](log::Level, log::Category, absl::string_view line) { lines.emplace_back(line); },
+        rounds ? round : log::kAllCategories & ~round, log::Level::kDebug);
+  };
+  std::mt19937_64 random(43);
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE(trial);
+    Work work = RandomWork(random);
+    work.process = trial % 5;
+    const int32_t rounds = RoundsOf(work);
+    std::vector<int> messages(rounds, 0);
+    std::vector<int64_t> bytes(rounds, 0);
+    std::vector<std::pair<size_t, size_t>> order;  // (lane, message): lanes interleaved at random.
+    std::vector<size_t> next(work.lanes.size(), 0);
+    for (;;) {
+      std::vector<size_t> open;
+      for (size_t l = 0; l < work.lanes.size(); ++l) {
+        if (next[l] < work.lanes[l].messages.size()) open.push_back(l);
+      }
+      if (open.empty()) break;
+      const size_t lane = open[std::uniform_int_distribution<size_t>(0, open.size() - 1)(random)];
+      const Message& m = work.lanes[lane].messages[next[lane]];
+      order.emplace_back(lane, next[lane]++);
+      ++messages[m.round];
+      bytes[m.round] += m.bytes;
+    }
+    // Odd trials with the round category off: no line.
+    ASSERT_TRUE(keep_lines(trial % 2 == 0).ok());
+    lines.clear();
+    RunProgress progress(work, nullptr, /*sync_id=*/trial);
+    progress.Start();
+    for (const auto& [lane, index] : order) progress.Completed(work.lanes[lane].messages[index]);
+    if (trial % 2 == 1) {
+      EXPECT_TRUE(lines.empty());
+      continue;
+    }
+    std::vector<std::string> expected;
+    for (int32_t r = 0; r < rounds; ++r) {
+      if (messages[r] == 0) continue;
+      expected.push_back(absl::StrCat("process ", work.process, ": sync ", trial, " round ", r + 1,
+                                      "/", rounds, " done: ", log::Count(messages[r], "message"),
+                                      ", ", log::Bytes(bytes[r]), ", at "));
+    }
+    ASSERT_EQ(lines.size(), expected.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i].substr(0, expected[i].size()), expected[i]);
+    }
+  }
+  ASSERT_TRUE(log::Configure(nullptr, std::nullopt, std::nullopt).ok());
 }
 
 TEST(SyncProgressStateTest, BeginEndAndCommittedVersion) {

@@ -11,13 +11,13 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <map>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/failpoint.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "transport/control/auth.h"
 #include "transport/control/channel_keys.h"
@@ -387,7 +387,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptio
       impl->Run();
     } catch (...) {
       const absl::Status failed = StatusOfCurrentException("wsync coordinator thread");
-      std::fprintf(stderr, "%s\n", failed.ToString().c_str());
+      WSYNC_LOG(kFault, kError, failed.ToString());
       try {
         impl->Shutdown();
       } catch (...) {

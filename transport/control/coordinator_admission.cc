@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "transport/control/auth.h"
 #include "transport/control/coordinator_core.h"
 
@@ -142,6 +143,8 @@ void CoordinatorCore::HandleJoin(Connection& c, control::Join& join, absl::Time 
   c.phase = Phase::kJoined;
   ++joined_count_;
   progress_changed_ = true;
+  WSYNC_LOG(kControl, kInfo, "coordinator: ", Describe(c.process), " joined (", joined_count_,
+            " of ", world_, ")");
   {
     absl::MutexLock lock(&mu_);
     ++counters_.joined;
@@ -182,6 +185,8 @@ void CoordinatorCore::CompleteRendezvous(absl::Time now) {
   }
   rendezvous_done_ = true;
   roster_ = *roster;
+  WSYNC_LOG(kControl, kInfo, "coordinator: rendezvous complete: the roster of ", world_,
+            " processes sent to every process");
   {
     absl::MutexLock lock(&mu_);
     rendezvous_status_ = absl::OkStatus();
@@ -248,6 +253,7 @@ void CoordinatorCore::AdmitReplacement(Connection& c, control::Join& join, absl:
 
 void CoordinatorCore::FailRendezvous(const absl::Status& status, absl::Time now) {
   rendezvous_failed_ = true;
+  WSYNC_LOG(kFault, kError, "coordinator: ", status.ToString());
   {
     absl::MutexLock lock(&mu_);
     rendezvous_status_ = status;

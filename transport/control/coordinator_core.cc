@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "transport/control/auth.h"
 
 namespace wsync {
@@ -323,6 +324,8 @@ void CoordinatorCore::SendReject(Connection& c, const absl::Status& status) {
 void CoordinatorCore::Refuse(Connection& c, RefusalReason reason, const absl::Status& status,
                              absl::Time now) {
   Count(reason);
+  WSYNC_LOG(kControl, kWarn, "coordinator: refused ", c.process >= 0 ? Describe(c.process) : c.peer,
+            ": ", status.ToString());
   NoteRefusal(c, status, now);
   SendReject(c, status);
   CloseAfterWrites(c, now, reason, absl::StrCat("refused: ", status.message()));
@@ -371,6 +374,14 @@ void CoordinatorCore::Detach(Connection& c, absl::string_view why) {
   if (rendezvous_done_) {
     p.lost = true;
     p.lost_reason = std::string(why);
+    // With no collective open it is likely a process that finished (finalize); with one open, it
+    // fails that collective for everyone.
+    if (rounds_.empty()) {
+      WSYNC_LOG(kControl, kInfo, "coordinator: ", Describe(id), " left: ", why);
+    } else {
+      WSYNC_LOG(kFault, kError, "coordinator: ", Describe(id), " lost: ", why, " (",
+                log::Count(std::ssize(rounds_), "collective"), " open)");
+    }
     {
       absl::MutexLock lock(&mu_);
       ++counters_.lost;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "transport/control/coordinator_core.h"
 
 namespace wsync {
@@ -183,6 +184,11 @@ void CoordinatorCore::CompleteRound(uint64_t number) {
   for (int32_t id = 0; id < world_; ++id) {
     if (!r.answered[id]) Answer(id, number, shared);
   }
+  if (r.kind == control::COLLECTIVE_DECIDE) {
+    WSYNC_LOG(kControl, kInfo, "coordinator: ", name, ": every process voted yes: commit");
+  } else {
+    WSYNC_LOG(kControl, kDebug, "coordinator: ", name, " completed");
+  }
   rounds_.erase(number);
   absl::MutexLock lock(&mu_);
   ++counters_.rounds_completed;
@@ -190,6 +196,7 @@ void CoordinatorCore::CompleteRound(uint64_t number) {
 
 void CoordinatorCore::FailRound(uint64_t number, const absl::Status& status) {
   Round& r = rounds_.at(number);
+  WSYNC_LOG(kFault, kWarn, "coordinator: ", status.ToString());
   r.failure = status;
   r.payloads.assign(world_, std::string());
   for (int32_t id = 0; id < world_; ++id) {

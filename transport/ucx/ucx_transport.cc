@@ -254,10 +254,10 @@ std::string UcxTransportImpl::EndpointInfo(int32_t peer) {
   size_t length = 0;
   FILE* stream = open_memstream(&text, &length);
   if (stream == nullptr) return "";
-  fprintf(stream, "error handling: %s\n", peers_[peer]->peer_mode ? "peer" : "none");
   ucp_ep_print_info(peers_[peer]->ep, stream);
   fclose(stream);
-  std::string out(text, length);
+  std::string out = absl::StrCat("error handling: ", peers_[peer]->peer_mode ? "peer" : "none",
+                                 "\n", absl::string_view(text, length));
   free(text);
   return out;
 }

@@ -143,6 +143,7 @@ _i64p = ctypes.POINTER(ctypes.c_int64)
 BeforeUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
 AfterUpdateFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int)
 WaveFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32)
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p, ctypes.c_char_p)
 
 
 class Fp8Parameter(ctypes.Structure):
@@ -196,6 +197,8 @@ class PluginV1(ctypes.Structure):
         ("set_parameter_wave", ctypes.CFUNCTYPE(_status, _session, ctypes.c_char_p,
                                                 ctypes.c_int32)),
         ("set_wave_callback", ctypes.CFUNCTYPE(_status, _session, WaveFn, ctypes.c_void_p)),
+        ("set_log", ctypes.CFUNCTYPE(_status, LogFn, ctypes.c_void_p, ctypes.c_char_p,
+                                     ctypes.c_int32)),
     ]
 
 

@@ -235,6 +235,26 @@ typedef void (*wsync_after_update_fn)(void* user, int64_t version, wsync_status_
  * call state, stats, progress, last_error and abort on the session, no other function. */
 typedef wsync_status_t (*wsync_wave_fn)(void* user, int64_t version, int32_t wave);
 
+/* Log lines (set_log): their levels, most severe first. A filter at level L delivers the lines of
+ * L and of every more severe level. */
+typedef enum wsync_log_level {
+  WSYNC_LOG_ERROR = 1,
+  WSYNC_LOG_WARN = 2,
+  WSYNC_LOG_INFO = 3,
+  WSYNC_LOG_DEBUG = 4
+} wsync_log_level_t;
+
+/* A host's log function (set_log): one line of wsync's trace, without a trailing newline.
+ * `level` is a wsync_log_level_t; `category` one of "connect" (who joined, the transports chosen
+ * per path class), "plan" (digest, segments, chunks, rounds, bytes), "round" (each round of a
+ * sync: messages, bytes, time), "sync" (a sync's start, its commit or abort), "fault" (failures:
+ * who and what), "control" (the coordinator: joins, rosters, decisions), "transport", "config";
+ * both strings are valid for the call only. Called on whichever thread emits the line (a library
+ * thread or the host's own, inside any call), one call at a time in the whole process. It must
+ * return promptly and must not call into the library (a line it causes is dropped; set_log from
+ * inside it is refused). */
+typedef void (*wsync_log_fn)(void* user, int32_t level, const char* category, const char* line);
+
 typedef struct wsync_plugin_v1 {
   const char* name;    /* "wsync" */
   int32_t abi_version; /* WSYNC_ABI_VERSION */
@@ -386,6 +406,26 @@ typedef struct wsync_plugin_v1 {
                                        int32_t wave);
   wsync_status_t (*set_wave_callback)(wsync_session_t* session, wsync_wave_fn callback,
                                       void* user);
+
+  /* Appended to v1 (a library from before it ends the table at set_wave_callback): where this
+   * process's log lines go and which are delivered. Process-wide (every session, a hosted
+   * coordinator, the library's threads); any thread, any time, also before init; needs no
+   * session. Without a call the library reads WSYNC_LOG (a comma list of the categories of
+   * wsync_log_fn, or "all") and WSYNC_LOG_LEVEL ("error", "warn", "info" (the default),
+   * "debug"), and writes the lines it selects to standard error; with neither set it writes
+   * nothing.
+   *
+   * `callback` receives the lines from now on (NULL: standard error again), with `user` passed
+   * through untouched. `categories` is a list as WSYNC_LOG takes (NULL: none, "" too); `level` a
+   * wsync_log_level_t (0: info). WSYNC_LOG and WSYNC_LOG_LEVEL, when set in the environment,
+   * take precedence over `categories` and `level`: the operator's choice wins over the host's
+   * default. An unknown name in them is ignored and reported as a warn line of category
+   * "config", delivered whatever the filter. Returns after any call of the previous callback
+   * has returned: from then on the previous `user` is no longer used. Before unloading the
+   * library or freeing `user`, a host sets NULL. WSYNC_INVALID_ARGUMENT, with last_error(NULL)
+   * naming it, for an unknown category or a level outside 0..4; nothing changes then. */
+  wsync_status_t (*set_log)(wsync_log_fn callback, void* user, const char* categories,
+                            int32_t level);
 } wsync_plugin_v1_t;
 
 /* Whether a v1 table of `table_size` bytes (the library's wsyncPlugin_v1 symbol size, above) has
