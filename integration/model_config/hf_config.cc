@@ -1,8 +1,10 @@
 #include "integration/model_config/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,9 +24,9 @@ namespace {
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-constexpr const char* kFamilies[] = {"llama",     "mistral",     "qwen2",    "qwen3",
-                                     "qwen2_moe", "qwen3_moe",   "mixtral",  "deepseek_v3",
-                                     "kimi_k2",   "glm_moe_dsa", "glm4_moe", "gpt_oss"};
+constexpr absl::string_view kFamilies[] = {"llama",     "mistral",     "qwen2",    "qwen3",
+                                           "qwen2_moe", "qwen3_moe",   "mixtral",  "deepseek_v3",
+                                           "kimi_k2",   "glm_moe_dsa", "glm4_moe", "gpt_oss"};
 
 // Typed access to the top-level keys of one config.json; every error names the config and the key.
 class Keys {
@@ -151,6 +153,10 @@ absl::Status ReadLatentAttention(const Keys& k, ModelConfig& c) {
 }
 
 absl::Status ReadFamily(const Keys& k, absl::string_view type, bool include_mtp, ModelConfig& c) {
+  if (std::find(std::begin(kFamilies), std::end(kFamilies), type) == std::end(kFamilies)) {
+    return k.Error("model_type", absl::StrCat("is \"", type, "\", not a known family (",
+                                              absl::StrJoin(kFamilies, ", "), ")"));
+  }
   WSYNC_RETURN_IF_ERROR(ReadDecoder(k, c));
   WSYNC_ASSIGN_OR_RETURN(const bool mlp_bias, k.BoolOr("mlp_bias", false));
   if (mlp_bias) return k.Error("mlp_bias", "is true; MLP biases are not supported");
@@ -179,15 +185,12 @@ absl::Status ReadFamily(const Keys& k, absl::string_view type, bool include_mtp,
   } else if (type == "glm4_moe") {
     WSYNC_ASSIGN_OR_RETURN(c.qk_norm, k.BoolOr("use_qk_norm", false));
     WSYNC_RETURN_IF_ERROR(ReadDeepSeekMoe(k, include_mtp, c));
-  } else if (type == "gpt_oss") {
+  } else {  // gpt_oss
     c.o_bias = c.qkv_bias;
     c.sinks = true;
     c.router_linear_bias = true;
     WSYNC_ASSIGN_OR_RETURN(c.experts, k.Int("num_local_experts"));
     WSYNC_ASSIGN_OR_RETURN(c.moe_intermediate, k.Int("intermediate_size"));
-  } else {
-    return k.Error("model_type", absl::StrCat("is \"", type, "\", not a known family (",
-                                              absl::StrJoin(kFamilies, ", "), ")"));
   }
   if (c.mla) return absl::OkStatus();
   // Without head_dim, transformers divides the hidden size by the heads.
