@@ -11,61 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "common/status.h"
 
 namespace wsync {
 namespace {
 
-// The modules that FP8 checkpoints and vLLM's FP8 linear layers keep in bf16 besides every 1-D
-// tensor (norms, biases, DeepSeek-V3's fp32 e_score_correction_bias):
-// - DeepSeek-V3 / Kimi-K2 (config.json quantization_config: quant_method "fp8", fmt "e4m3",
-//   activation_scheme "dynamic", weight_block_size [128, 128]; deepseek-ai/DeepSeek-V3
-//   README_WEIGHTS.md): every linear weight carries a `weight_scale_inv` except
-//   model.embed_tokens, lm_head and the MoE router mlp.gate.
-// - Qwen FP8 checkpoints (quant_method "fp8", weight_block_size [128, 128]) name
-//   modules_to_not_convert ["lm_head", "model.embed_tokens"]; vLLM builds the MoE routers
-//   (mlp.gate, and Qwen2-MoE's [1, hidden] mlp.shared_expert_gate) without a quantization config.
-std::vector<std::string> DefaultModulesNotConverted() {
-  return {"embed_tokens", "lm_head", "mlp.gate", "mlp.shared_expert_gate"};
-}
-
-// The fields of a public config.json that determine parameter shapes.
-struct Config {
-  std::string name;
-  int64_t hidden = 0;
-  int64_t intermediate = 0;  // Dense MLP.
-  int32_t layers = 0;
-  int64_t heads = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t vocab = 0;
-  bool tied = false;
-  bool qkv_bias = false;
-  bool qk_norm = false;  // Per-head RMS norms of q and k (Qwen3).
-  // Mixture of experts: layers [first_dense, layers) route to `experts` experts.
-  int64_t experts = 0;
-  int64_t moe_intermediate = 0;
-  int64_t shared_experts = 0;
-  // Qwen2-MoE names its one shared expert "mlp.shared_expert." and scales its output by a
-  // sigmoid gate, "mlp.shared_expert_gate.weight" [1, hidden]; DeepSeek-V3 has neither.
-  bool qwen2_moe_shared = false;
-  int64_t shared_intermediate = 0;  // Qwen2-MoE's shared_expert_intermediate_size.
-  int32_t first_dense = 0;
-  bool router_bias = false;  // e_score_correction_bias, fp32.
-  // Multi-head latent attention (DeepSeek-V3); replaces q/k/v/o when mla is set.
-  bool mla = false;
-  int64_t q_lora = 0;
-  int64_t kv_lora = 0;
-  int64_t qk_nope = 0;
-  int64_t qk_rope = 0;
-  int64_t v_head = 0;
-  // quantization_config of the model's FP8 checkpoints (QuantizationConfig); every model uses
-  // the defaults below unless its entry in Configs() says otherwise.
-  std::vector<std::string> modules_not_converted = DefaultModulesNotConverted();
-  int64_t block_rows = 128;  // weight_block_size
-  int64_t block_cols = 128;
-};
-
-void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
+void AddAttention(const ModelConfig& c, int32_t layer, const std::string& p, ModelSpec& w) {
   struct Part {
     const char* name;
     int64_t heads;
@@ -87,6 +38,14 @@ void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpe
   const int64_t q_rows = c.heads * c.head_dim;
   w.AddTensor(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, q_rows}, ShardRole::kRow,
               layer);
+  if (c.o_bias) {
+    w.AddTensor(absl::StrCat(p, "self_attn.o_proj.bias"), {c.hidden}, ShardRole::kReplicated,
+                layer);
+  }
+  if (c.sinks) {
+    w.AddTensor(absl::StrCat(p, "self_attn.sinks"), {c.heads}, ShardRole::kColumn, layer).dtype =
+        DType::kFloat32;
+  }
   if (c.qk_norm) {
     w.AddTensor(absl::StrCat(p, "self_attn.q_norm.weight"), {c.head_dim}, ShardRole::kReplicated,
                 layer);
@@ -95,7 +54,7 @@ void AddAttention(const Config& c, int32_t layer, const std::string& p, ModelSpe
   }
 }
 
-void AddLatentAttention(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
+void AddLatentAttention(const ModelConfig& c, int32_t layer, const std::string& p, ModelSpec& w) {
   const std::string qkv_a = absl::StrCat(p, "self_attn.fused_qkv_a_proj.weight");
   w.AddFusedTensor(absl::StrCat(p, "self_attn.q_a_proj.weight"), {c.q_lora, c.hidden},
                    ShardRole::kReplicated, layer, FuseKind::kMlaQkvA, qkv_a, 0);
@@ -114,11 +73,23 @@ void AddLatentAttention(const Config& c, int32_t layer, const std::string& p, Mo
       .heads = c.heads;
   w.AddTensor(absl::StrCat(p, "self_attn.o_proj.weight"), {c.hidden, c.heads * c.v_head},
               ShardRole::kRow, layer);
+  if (c.index_heads > 0) {
+    const std::string x = absl::StrCat(p, "self_attn.indexer.");
+    w.AddTensor(absl::StrCat(x, "wq_b.weight"), {c.index_heads * c.index_head_dim, c.q_lora},
+                ShardRole::kReplicated, layer);
+    w.AddTensor(absl::StrCat(x, "wk.weight"), {c.index_head_dim, c.hidden}, ShardRole::kReplicated,
+                layer);
+    w.AddTensor(absl::StrCat(x, "k_norm.weight"), {c.index_head_dim}, ShardRole::kReplicated,
+                layer);
+    w.AddTensor(absl::StrCat(x, "k_norm.bias"), {c.index_head_dim}, ShardRole::kReplicated, layer);
+    w.AddTensor(absl::StrCat(x, "weights_proj.weight"), {c.index_heads, c.hidden},
+                ShardRole::kReplicated, layer);
+  }
 }
 
 // gate_proj / up_proj / down_proj of a dense MLP (prefix "mlp.") or of the shared experts
 // (prefix "mlp.shared_experts."), with `inner` intermediate features.
-void AddGatedMlp(const Config& c, int32_t layer, const std::string& p, int64_t inner,
+void AddGatedMlp(const ModelConfig& c, int32_t layer, const std::string& p, int64_t inner,
                  ModelSpec& w) {
   const std::string gate_up = absl::StrCat(p, "gate_up_proj.weight");
   w.AddFusedTensor(absl::StrCat(p, "gate_proj.weight"), {inner, c.hidden}, ShardRole::kColumn,
@@ -128,13 +99,16 @@ void AddGatedMlp(const Config& c, int32_t layer, const std::string& p, int64_t i
   w.AddTensor(absl::StrCat(p, "down_proj.weight"), {c.hidden, inner}, ShardRole::kRow, layer);
 }
 
-void AddMoe(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) {
+void AddMoe(const ModelConfig& c, int32_t layer, const std::string& p, ModelSpec& w) {
   w.AddTensor(absl::StrCat(p, "mlp.gate.weight"), {c.experts, c.hidden}, ShardRole::kReplicated,
               layer);
   if (c.router_bias) {
     w.AddTensor(absl::StrCat(p, "mlp.gate.e_score_correction_bias"), {c.experts},
                 ShardRole::kReplicated, layer)
         .dtype = DType::kFloat32;
+  }
+  if (c.router_linear_bias) {
+    w.AddTensor(absl::StrCat(p, "mlp.gate.bias"), {c.experts}, ShardRole::kReplicated, layer);
   }
   const std::string w13 = absl::StrCat(p, "mlp.experts.w13_weight");
   w.AddFusedTensor(absl::StrCat(p, "mlp.experts.gate_proj.weight"),
@@ -156,67 +130,116 @@ void AddMoe(const Config& c, int32_t layer, const std::string& p, ModelSpec& w) 
   }
 }
 
-ModelSpec Build(const Config& c) {
-  ModelSpec spec;
-  spec.name = c.name;
-  spec.num_layers = c.layers;
-  spec.vocab = c.vocab;
-  spec.tied_embeddings = c.tied;
-  spec.quantization.modules_not_converted = c.modules_not_converted;
-  spec.quantization.weight_block_rows = c.block_rows;
-  spec.quantization.weight_block_cols = c.block_cols;
-  ModelSpec& w = spec;
-  w.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
-  for (int32_t layer = 0; layer < c.layers; ++layer) {
-    const std::string p = absl::StrCat("model.layers.", layer, ".");
-    w.AddTensor(absl::StrCat(p, "input_layernorm.weight"), {c.hidden}, ShardRole::kReplicated,
-                layer);
-    if (c.mla) {
-      AddLatentAttention(c, layer, p, w);
-    } else {
-      AddAttention(c, layer, p, w);
+void AddLayer(const ModelConfig& c, int32_t layer, ModelSpec& w) {
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  w.AddTensor(absl::StrCat(p, "input_layernorm.weight"), {c.hidden}, ShardRole::kReplicated, layer);
+  if (c.mla) {
+    AddLatentAttention(c, layer, p, w);
+  } else {
+    AddAttention(c, layer, p, w);
+  }
+  w.AddTensor(absl::StrCat(p, "post_attention_layernorm.weight"), {c.hidden},
+              ShardRole::kReplicated, layer);
+  if (c.experts > 0 && layer >= c.first_dense) {
+    AddMoe(c, layer, p, w);
+  } else {
+    AddGatedMlp(c, layer, absl::StrCat(p, "mlp."), c.intermediate, w);
+  }
+}
+
+// What an MTP layer holds besides its transformer layer (DeepSeek-V3's checkpoint names).
+void AddMtpExtras(const ModelConfig& c, int32_t layer, ModelSpec& w) {
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  w.AddTensor(absl::StrCat(p, "embed_tokens.weight"), {c.vocab, c.hidden}, ShardRole::kVocab,
+              layer);
+  w.AddTensor(absl::StrCat(p, "enorm.weight"), {c.hidden}, ShardRole::kReplicated, layer);
+  w.AddTensor(absl::StrCat(p, "hnorm.weight"), {c.hidden}, ShardRole::kReplicated, layer);
+  w.AddTensor(absl::StrCat(p, "eh_proj.weight"), {c.hidden, 2 * c.hidden}, ShardRole::kReplicated,
+              layer);
+  w.AddTensor(absl::StrCat(p, "shared_head.norm.weight"), {c.hidden}, ShardRole::kReplicated,
+              layer);
+  w.AddTensor(absl::StrCat(p, "shared_head.head.weight"), {c.vocab, c.hidden}, ShardRole::kVocab,
+              layer);
+}
+
+absl::Status Positive(const ModelConfig& c, absl::string_view field, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model ", c.name, ": ", field, " must be positive, not ", value));
+}
+
+absl::Status CheckConfig(const ModelConfig& c) {
+  WSYNC_RETURN_IF_ERROR(Positive(c, "hidden size", c.hidden));
+  WSYNC_RETURN_IF_ERROR(Positive(c, "layers", c.layers));
+  WSYNC_RETURN_IF_ERROR(Positive(c, "attention heads", c.heads));
+  WSYNC_RETURN_IF_ERROR(Positive(c, "vocabulary size", c.vocab));
+  if (c.mla) {
+    for (const auto& [field, value] :
+         {std::pair<absl::string_view, int64_t>{"q_lora_rank", c.q_lora},
+          {"kv_lora_rank", c.kv_lora},
+          {"qk_nope_head_dim", c.qk_nope},
+          {"qk_rope_head_dim", c.qk_rope},
+          {"v_head_dim", c.v_head}}) {
+      WSYNC_RETURN_IF_ERROR(Positive(c, field, value));
     }
-    w.AddTensor(absl::StrCat(p, "post_attention_layernorm.weight"), {c.hidden},
-                ShardRole::kReplicated, layer);
-    if (c.experts > 0 && layer >= c.first_dense) {
-      AddMoe(c, layer, p, w);
-    } else {
-      AddGatedMlp(c, layer, absl::StrCat(p, "mlp."), c.intermediate, w);
+    if (c.index_heads > 0) WSYNC_RETURN_IF_ERROR(Positive(c, "index_head_dim", c.index_head_dim));
+  } else {
+    WSYNC_RETURN_IF_ERROR(Positive(c, "head_dim", c.head_dim));
+    WSYNC_RETURN_IF_ERROR(Positive(c, "key-value heads", c.kv_heads));
+    if (c.heads % c.kv_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", c.name, ": ", c.kv_heads,
+                                                     " key-value heads do not divide ", c.heads,
+                                                     " attention heads"));
     }
   }
-  w.AddTensor("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
-  if (!c.tied) w.AddTensor("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
-  return spec;
+  if (c.experts > 0) {
+    WSYNC_RETURN_IF_ERROR(Positive(c, "MoE intermediate size", c.moe_intermediate));
+    if (c.qwen2_moe_shared) {
+      WSYNC_RETURN_IF_ERROR(Positive(c, "shared expert intermediate size", c.shared_intermediate));
+    }
+  }
+  if (c.first_dense < 0 || c.first_dense > c.layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", c.name, ": ", c.first_dense, " first dense layers of ", c.layers));
+  }
+  if (c.experts == 0 || c.first_dense > 0) {
+    WSYNC_RETURN_IF_ERROR(Positive(c, "intermediate size", c.intermediate));
+  }
+  if (c.mtp_layers < 0 || c.mtp_layers > c.layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model ", c.name, ": ", c.mtp_layers, " MTP layers are out of range"));
+  }
+  return absl::OkStatus();
 }
 
 // Not published models: each family's structure at a size tests fill and compare element by
 // element (tests/python/families.py describes the same models to the Python layouts).
-void AddTestConfigs(std::vector<Config>& configs) {
-  Config base;
+void AddTestConfigs(std::vector<ModelConfig>& configs) {
+  ModelConfig base;
   base.hidden = 64, base.intermediate = 96, base.layers = 2, base.heads = 4, base.kv_heads = 2;
   base.head_dim = 16, base.vocab = 200;
   {
-    Config& c = configs.emplace_back(base);
+    ModelConfig& c = configs.emplace_back(base);
     c.name = "llama-3-tiny";
   }
   {
-    Config& c = configs.emplace_back(base);
+    ModelConfig& c = configs.emplace_back(base);
     c.name = "qwen3-tiny";
     c.qk_norm = true;
   }
   {
-    Config& c = configs.emplace_back(base);
+    ModelConfig& c = configs.emplace_back(base);
     c.name = "qwen3-moe-tiny";
     c.qk_norm = true, c.experts = 6, c.moe_intermediate = 32;
   }
   {
-    Config& c = configs.emplace_back(base);
+    ModelConfig& c = configs.emplace_back(base);
     c.name = "qwen2-moe-tiny";
     c.qkv_bias = true, c.experts = 4, c.moe_intermediate = 32;
     c.qwen2_moe_shared = true, c.shared_intermediate = 64;
   }
   {
-    Config& c = configs.emplace_back(base);
+    ModelConfig& c = configs.emplace_back(base);
     c.name = "deepseek-v3-tiny";
     c.layers = 3, c.experts = 8, c.moe_intermediate = 16, c.shared_experts = 1;
     c.first_dense = 1, c.router_bias = true;
@@ -226,7 +249,7 @@ void AddTestConfigs(std::vector<Config>& configs) {
     c.block_rows = 8, c.block_cols = 8;
   }
   {
-    Config c = configs.back();  // Kimi-K2's structure is DeepSeek-V3's.
+    ModelConfig c = configs.back();  // Kimi-K2's structure is DeepSeek-V3's.
     c.name = "kimi-k2-tiny";
     c.layers = 2, c.experts = 6;
     configs.push_back(std::move(c));
@@ -234,35 +257,35 @@ void AddTestConfigs(std::vector<Config>& configs) {
 }
 
 // From the models' config.json on the Hugging Face hub.
-std::vector<Config> Configs() {
-  std::vector<Config> configs;
+std::vector<ModelConfig> Configs() {
+  std::vector<ModelConfig> configs;
   {
-    Config& c = configs.emplace_back();  // Qwen/Qwen2.5-0.5B
+    ModelConfig& c = configs.emplace_back();  // Qwen/Qwen2.5-0.5B
     c.name = "qwen2.5-0.5b";
     c.hidden = 896, c.intermediate = 4864, c.layers = 24, c.heads = 14, c.kv_heads = 2;
     c.head_dim = 64, c.vocab = 151936, c.tied = true, c.qkv_bias = true;
   }
   {
-    Config& c = configs.emplace_back();  // meta-llama/Meta-Llama-3-8B
+    ModelConfig& c = configs.emplace_back();  // meta-llama/Meta-Llama-3-8B
     c.name = "llama-3-8b";
     c.hidden = 4096, c.intermediate = 14336, c.layers = 32, c.heads = 32, c.kv_heads = 8;
     c.head_dim = 128, c.vocab = 128256;
   }
   {
-    Config& c = configs.emplace_back();  // meta-llama/Llama-3.2-1B
+    ModelConfig& c = configs.emplace_back();  // meta-llama/Llama-3.2-1B
     c.name = "llama-3.2-1b";
     c.hidden = 2048, c.intermediate = 8192, c.layers = 16, c.heads = 32, c.kv_heads = 8;
     c.head_dim = 64, c.vocab = 128256, c.tied = true;
   }
   {
-    Config& c = configs.emplace_back();  // Qwen/Qwen3-30B-A3B
+    ModelConfig& c = configs.emplace_back();  // Qwen/Qwen3-30B-A3B
     c.name = "qwen3-30b-a3b";
     c.hidden = 2048, c.intermediate = 6144, c.layers = 48, c.heads = 32, c.kv_heads = 4;
     c.head_dim = 128, c.vocab = 151936, c.qk_norm = true;
     c.experts = 128, c.moe_intermediate = 768;
   }
   {
-    Config& c = configs.emplace_back();  // deepseek-ai/DeepSeek-V3 (without the MTP layer)
+    ModelConfig& c = configs.emplace_back();  // deepseek-ai/DeepSeek-V3 (without the MTP layer)
     c.name = "deepseek-v3";
     c.hidden = 7168, c.intermediate = 18432, c.layers = 61, c.heads = 128, c.vocab = 129280;
     c.experts = 256, c.moe_intermediate = 2048, c.shared_experts = 1, c.first_dense = 3;
@@ -271,7 +294,7 @@ std::vector<Config> Configs() {
     c.v_head = 128;
   }
   {
-    Config c = configs.back();  // moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture.
+    ModelConfig c = configs.back();  // moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture.
     c.name = "kimi-k2";
     c.heads = 64, c.vocab = 163840, c.experts = 384, c.first_dense = 1;
     configs.push_back(std::move(c));
@@ -279,7 +302,7 @@ std::vector<Config> Configs() {
   {
     // Not a published model: the qwen2.5 structure (GQA with qkv biases, tied embeddings) at a size
     // that tests and demos can fill and verify element by element in well under a second.
-    Config& c = configs.emplace_back();
+    ModelConfig& c = configs.emplace_back();
     c.name = "qwen2.5-tiny";
     c.hidden = 128, c.intermediate = 320, c.layers = 2, c.heads = 4, c.kv_heads = 2;
     c.head_dim = 32, c.vocab = 1000, c.tied = true, c.qkv_bias = true;
@@ -294,6 +317,26 @@ std::vector<Config> Configs() {
 }
 
 }  // namespace
+
+absl::StatusOr<ModelSpec> BuildModel(const ModelConfig& c) {
+  WSYNC_RETURN_IF_ERROR(CheckConfig(c));
+  ModelSpec spec;
+  spec.name = c.name;
+  spec.num_layers = c.layers + c.mtp_layers;
+  spec.vocab = c.vocab;
+  spec.tied_embeddings = c.tied;
+  spec.quantization.modules_not_converted = c.modules_not_converted;
+  spec.quantization.weight_block_rows = c.block_rows;
+  spec.quantization.weight_block_cols = c.block_cols;
+  spec.AddTensor("model.embed_tokens.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -1);
+  for (int32_t layer = 0; layer < c.layers + c.mtp_layers; ++layer) {
+    AddLayer(c, layer, spec);
+    if (layer >= c.layers) AddMtpExtras(c, layer, spec);
+  }
+  spec.AddTensor("model.norm.weight", {c.hidden}, ShardRole::kReplicated, -2);
+  if (!c.tied) spec.AddTensor("lm_head.weight", {c.vocab, c.hidden}, ShardRole::kVocab, -2);
+  return spec;
+}
 
 TensorSpec& ModelSpec::AddTensor(std::string name, Dims shape, ShardRole role, int32_t layer) {
   TensorSpec& tensor = tensors.emplace_back();
@@ -327,13 +370,13 @@ int64_t ModelSpec::TotalBytes() const {
 
 std::vector<std::string> ModelNames() {
   std::vector<std::string> names;
-  for (const Config& c : Configs()) names.push_back(c.name);
+  for (const ModelConfig& c : Configs()) names.push_back(c.name);
   return names;
 }
 
 absl::StatusOr<ModelSpec> GetModel(absl::string_view name) {
-  for (const Config& c : Configs()) {
-    if (c.name == name) return Build(c);
+  for (const ModelConfig& c : Configs()) {
+    if (c.name == name) return BuildModel(c);
   }
   return absl::NotFoundError(absl::StrCat("unknown model \"", name,
                                           "\"; known models: ", absl::StrJoin(ModelNames(), ", ")));

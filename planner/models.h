@@ -70,6 +70,65 @@ struct QuantizationConfig {
   std::vector<std::string> modules_not_converted;
 };
 
+// The facts of a model's Hugging Face config.json that determine its parameters' shapes, in one
+// form for every family (integration/model_config reads them from a config.json; GetModel's
+// models are built from the same struct). Sizes are elements; 0 means "none".
+struct ModelConfig {
+  std::string name;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;  // Dense MLP (and the layers before first_dense).
+  int32_t layers = 0;        // Transformer layers, without MTP layers.
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  bool tied = false;
+  bool qkv_bias = false;
+  bool o_bias = false;   // A bias on o_proj (gpt-oss), replicated like every row-parallel bias.
+  bool qk_norm = false;  // Per-head RMS norms of q and k (Qwen3, GLM-4.5).
+  bool sinks = false;    // One attention-sink logit per head, "self_attn.sinks" (gpt-oss).
+  // Mixture of experts: layers [first_dense, layers) route to `experts` experts.
+  int64_t experts = 0;
+  int64_t moe_intermediate = 0;
+  int64_t shared_experts = 0;  // DeepSeek-style "mlp.shared_experts." of shared * moe_intermediate.
+  // Qwen2-MoE names its one shared expert "mlp.shared_expert." and scales its output by a
+  // sigmoid gate, "mlp.shared_expert_gate.weight" [1, hidden]; DeepSeek-V3 has neither.
+  bool qwen2_moe_shared = false;
+  int64_t shared_intermediate = 0;  // Qwen2-MoE's shared_expert_intermediate_size.
+  int32_t first_dense = 0;
+  bool router_bias = false;         // e_score_correction_bias, fp32 (DeepSeek-V3, GLM).
+  bool router_linear_bias = false;  // A bf16 bias of the router itself, "mlp.gate.bias" (gpt-oss).
+  // Multi-head latent attention (DeepSeek-V3); replaces q/k/v/o when mla is set.
+  bool mla = false;
+  int64_t q_lora = 0;
+  int64_t kv_lora = 0;
+  int64_t qk_nope = 0;
+  int64_t qk_rope = 0;
+  int64_t v_head = 0;
+  // The lightning indexer of DeepSeek sparse attention (GLM-5), "self_attn.indexer.": wq_b
+  // [index_heads * index_head_dim, q_lora], wk [index_head_dim, hidden], k_norm (weight and
+  // bias) [index_head_dim], weights_proj [index_heads, hidden]; none when index_heads is 0.
+  int64_t index_heads = 0;
+  int64_t index_head_dim = 0;
+  // Multi-token-prediction layers to include, after the `layers` transformer layers (HF names
+  // "model.layers.<layers + k>."): a transformer layer (an MoE one when the model has experts)
+  // plus enorm, hnorm, eh_proj [hidden, 2 hidden], shared_head.norm and its own copies of the
+  // embedding and the head (shared_head.head), as DeepSeek-V3's checkpoint stores them.
+  int32_t mtp_layers = 0;
+  // quantization_config of the model's FP8 checkpoints (QuantizationConfig). Besides every 1-D
+  // tensor, FP8 checkpoints and vLLM's FP8 linear layers keep these modules bf16:
+  // - DeepSeek-V3 / Kimi-K2 (quant_method "fp8", weight_block_size [128, 128];
+  //   deepseek-ai/DeepSeek-V3 README_WEIGHTS.md): every linear weight carries a
+  //   `weight_scale_inv` except model.embed_tokens, lm_head and the MoE router mlp.gate.
+  // - Qwen FP8 checkpoints name modules_to_not_convert ["lm_head", "model.embed_tokens"]; vLLM
+  //   builds the MoE routers (mlp.gate, Qwen2-MoE's mlp.shared_expert_gate) without a
+  //   quantization config.
+  std::vector<std::string> modules_not_converted = {"embed_tokens", "lm_head", "mlp.gate",
+                                                    "mlp.shared_expert_gate"};
+  int64_t block_rows = 128;  // weight_block_size
+  int64_t block_cols = 128;
+};
+
 struct ModelSpec {
   std::string name;
   int32_t num_layers = 0;
@@ -96,6 +155,12 @@ struct ModelSpec {
 // router gates stay bf16). NotFound when the model has no such parameter.
 absl::StatusOr<bool> IsQuantizedParameter(const ModelSpec& model, absl::string_view parameter,
                                           WeightQuant quant);
+
+// The model `config` describes. InvalidArgument naming the field when a size it needs is not
+// positive (hidden, layers, heads, head_dim or the MLA ranks, vocab, the dense intermediate
+// size when some layer is dense, moe_intermediate with experts), when kv_heads does not divide
+// heads, or when first_dense or mtp_layers is out of range.
+absl::StatusOr<ModelSpec> BuildModel(const ModelConfig& config);
 
 // Names accepted by GetModel: "qwen2.5-0.5b", "llama-3-8b", "llama-3.2-1b", "qwen3-30b-a3b",
 // "deepseek-v3", "kimi-k2", "qwen2.5-tiny" (the qwen2.5 structure at a test size: hidden 128,

@@ -33,6 +33,7 @@
 #include "integration/bench/machine.h"
 #include "integration/bench/perftest.h"
 #include "integration/harness/launcher.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/layout.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -267,7 +268,7 @@ absl::StatusOr<Scenario> RunScenario(const CompareBenchOptions& options, const T
                                      const std::string& to, const std::string& work_dir,
                                      int32_t index, std::FILE* out) {
   const int32_t repeats = std::max(1, options.repeats);
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(model_name));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(model_name));
   WSYNC_ASSIGN_OR_RETURN(const ScheduleFacts facts,
                          ScheduleFactsFor(model, from, to, options.job.budget, options.job.policy));
   WSYNC_ASSIGN_OR_RETURN(const Layout trainers, BuildNamedLayout(model, from));

@@ -19,6 +19,7 @@
 #include "executor/schedule.h"
 #include "integration/bench/bench_quant.h"
 #include "integration/bench/machine.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
@@ -218,7 +219,7 @@ absl::Status RunExecutorBench(const ExecutorBenchOptions& options, std::FILE* ou
   if (options.repeats < 1 || options.layers < 1) {
     return absl::InvalidArgumentError("--repeats and --layers must be positive");
   }
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(options.model));
   if (options.layers < model.num_layers) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, options.layers));
   }

@@ -23,6 +23,7 @@
 #include "integration/bench/bench_sync.h"
 #include "integration/cli/calibrate_job.h"
 #include "integration/harness/launcher.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/job.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -306,7 +307,7 @@ absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   PredictBenchOptions options = given;
   WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
   WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &options.job));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(options.model));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(options.model));
   const std::string& scenario_flag = options.scenarios;
   const std::vector<std::string> wanted = absl::StrSplit(scenario_flag, ',', absl::SkipEmpty());
   std::vector<Scenario> scenarios;

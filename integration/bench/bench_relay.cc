@@ -19,6 +19,7 @@
 #include "executor/schedule.h"
 #include "integration/bench/bench_sync.h"
 #include "integration/harness/launcher.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/job.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -177,7 +178,7 @@ absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
   if (rate_mbit <= 0) return absl::InvalidArgumentError("--relay_rate_mbit must be positive");
   WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
   WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &options.job));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(options.model));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(const Layout trainer_layout, BuildNamedLayout(model, from));
   WSYNC_ASSIGN_OR_RETURN(const Layout rollout_layout, BuildNamedLayout(model, to));
   const int trainers = static_cast<int>(trainer_layout.processes.size());

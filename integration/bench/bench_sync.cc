@@ -25,6 +25,7 @@
 #include "integration/bench/bench_sync_table.h"
 #include "integration/bench/machine.h"
 #include "integration/bench/perftest.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/models.h"
 
 namespace wsync::bench {
@@ -125,7 +126,7 @@ absl::Status SetUp(const SyncBenchOptions& options, SyncBench* b) {
   WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
   WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &b->options.job));
   WSYNC_ASSIGN_OR_RETURN(b->perftest, FindInPath(o.perftest, "sync_perftest"));
-  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, GetModel(b->model_name));
+  WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(b->model_name));
   WSYNC_ASSIGN_OR_RETURN(
       b->main.facts, ScheduleFactsFor(model, b->main.from, b->main.to, b->budget, o.job.policy));
   if (!o.single_from.empty()) {

@@ -10,7 +10,8 @@
 
 // Shared by several benchmarks.
 ABSL_FLAG(std::string, model, "",
-          "Model (planner/models.h; `wsync plan --help` lists them); default: the benchmark's.");
+          "Model: a built-in name (`wsync plan --help` lists them) or a config.json path; default: "
+          "the benchmark's.");
 ABSL_FLAG(std::string, from, "", "Trainer layout; default: the benchmark's.");
 ABSL_FLAG(std::string, to, "", "Rollout layout; default: the benchmark's.");
 ABSL_FLAG(std::string, policy, wsync::bench::JobOptions().policy,

@@ -30,6 +30,7 @@
 #include "integration/cli/demo_progress_line.h"
 #include "integration/cli/demo_report.h"
 #include "integration/harness/launcher.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/layout.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -155,7 +156,7 @@ struct DemoJob {
 // what moves.
 absl::StatusOr<DemoJob> PrepareDemo(const DemoRequest& request) {
   DemoJob job;
-  WSYNC_ASSIGN_OR_RETURN(job.model, GetModel(request.model));
+  WSYNC_ASSIGN_OR_RETURN(job.model, LoadModel(request.model));
   if (request.layers > 0) {
     WSYNC_ASSIGN_OR_RETURN(job.model, TruncateLayers(job.model, request.layers));
   }
@@ -482,7 +483,8 @@ std::string DemoUsage() {
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
          "  K RL steps in which the trainers write version v and sync it and every rollout\n"
          "  verifies every byte; then a table per step.\n"
-         "  --model     default qwen2.5-0.5b (`wsync plan --help` lists the models)\n"
+         "  --model     default qwen2.5-0.5b; a built-in model or a config.json path\n"
+         "              (`wsync plan --help` lists the models)\n"
          "  --from      trainer layout, default megatron(tp=2) (separate q/k/v, gate/up)\n"
          "  --to        rollout layout, default vllm(tp=2) (fused qkv_proj, gate_up_proj)\n"
          "              with a placement key (ppn=K, colocated=0|1; `wsync plan --help`) in\n"

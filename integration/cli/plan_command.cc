@@ -35,6 +35,7 @@
 #include "integration/cli/plan_pricing.h"
 #include "integration/cli/plan_quant.h"
 #include "integration/cli/plan_simgrid.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
 #include "planner/layout.h"
@@ -45,7 +46,10 @@
 #include "planner/relay.h"
 #include "plugin/prediction.h"
 
-ABSL_FLAG(std::string, model, "", "Model name; `wsync help` lists them.");
+ABSL_FLAG(std::string, model, "",
+          "A built-in model name or the path of a config.json; `wsync help` lists them.");
+ABSL_FLAG(bool, include_mtp, false,
+          "With a config.json --model: include its MTP layers (num_nextn_predict_layers).");
 ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
 ABSL_FLAG(std::string, to, "", "Named layout of the target (rollout) side.");
 ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
@@ -107,7 +111,8 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request,
   run.rss_start = ResidentBytes();
   Stopwatch watch;
 
-  WSYNC_ASSIGN_OR_RETURN(run.model, WithContext(GetModel(request.model), "--model"));
+  WSYNC_ASSIGN_OR_RETURN(run.model,
+                         WithContext(LoadModel(request.model, request.include_mtp), "--model"));
   NamedLayoutOptions placement;
   if (request.procs_per_node > 0) placement.procs_per_node = request.procs_per_node;
   WSYNC_ASSIGN_OR_RETURN(
@@ -457,7 +462,7 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
 
 std::string PlanUsage() {
   return absl::StrCat(
-      "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P]\n"
+      "usage: wsync plan --model M --from LAYOUT --to LAYOUT [--process P] [--include_mtp]\n"
       "                  [--policy first_holder|local_first_least_loaded|cost_aware]\n"
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
@@ -465,9 +470,10 @@ std::string PlanUsage() {
       "                  [--engine cost_model|simgrid] [--compare relay,policy]\n"
       "                  [--simulate_lanes lockstep|independent]\n"
       "\n"
-      "  --model     one of: ",
-      absl::StrJoin(ModelNames(), ", "),
+      "  --model     ",
+      ModelFlagHelp(),
       "\n"
+      "  --include_mtp  with a config.json --model: include its MTP layers\n"
       "  --from      the trainer's layout: megatron(tp=1,pp=1,ep=1,dp=ep) or fsdp(n)\n"
       "  --to        the rollout's layout: vllm(tp=1,ep=1,dp=1,quant=none|fp8_block|\n"
       "              fp8_channel|fp8_tensor)\n"
@@ -518,6 +524,7 @@ int PlanMain(int argc, char** argv) {
   }
   PlanRequest request;
   request.model = absl::GetFlag(FLAGS_model);
+  request.include_mtp = absl::GetFlag(FLAGS_include_mtp);
   request.from = absl::GetFlag(FLAGS_from);
   request.to = absl::GetFlag(FLAGS_to);
   request.process = absl::GetFlag(FLAGS_process);

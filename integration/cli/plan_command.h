@@ -15,9 +15,10 @@
 namespace wsync::cli {
 
 struct PlanRequest {
-  std::string model;  // A name GetModel accepts.
-  std::string from;   // Named layout of the source (trainer) side, e.g. "megatron(tp=2)".
-  std::string to;     // Named layout of the target (rollout) side, e.g. "vllm(tp=2)".
+  std::string model;         // A name GetModel accepts, or the path of a config.json (LoadModel).
+  bool include_mtp = false;  // With a config.json: its MTP layers too.
+  std::string from;          // Named layout of the source (trainer) side, e.g. "megatron(tp=2)".
+  std::string to;            // Named layout of the target (rollout) side, e.g. "vllm(tp=2)".
   // Global process id to plan for (trainer ranks 0..S-1, then rollout ranks S..S+T-1); all
   // processes when unset.
   std::optional<int32_t> process;

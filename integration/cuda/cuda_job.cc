@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "integration/harness/launcher.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -100,7 +101,7 @@ constexpr char kSecretEnv[] = "WSYNC_CUDA_JOB_SECRET";
 absl::Status RunProcess(const CudaJobOptions& options, Role role, int32_t rank, int32_t trainers,
                         int32_t rollouts, int port, int device, MemoryKind kind,
                         ProcessResult& result) {
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(
       Layout whole, BuildNamedLayout(model, role == Role::kTrainer ? options.from : options.to));
   const Layout part = LayoutPart(whole, rank);
@@ -258,7 +259,7 @@ absl::StatusOr<int> CountDevices(bool fork, const NcclApiFactory& factory) {
 absl::StatusOr<CudaJobResult> RunCudaJob(const CudaJobOptions& options) {
   CudaJobResult result;
   WSYNC_ASSIGN_OR_RETURN(result.devices, CountDevices(options.forked_processes, options.api));
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(options.model));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(options.model));
   WSYNC_ASSIGN_OR_RETURN(Layout from, BuildNamedLayout(model, options.from));
   WSYNC_ASSIGN_OR_RETURN(Layout to, BuildNamedLayout(model, options.to));
   WSYNC_ASSIGN_OR_RETURN(PathTransports paths, ParsePathTransports(options.path_transports));

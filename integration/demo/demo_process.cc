@@ -45,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/layout.h"
 #include "planner/layout_parts.h"
@@ -63,7 +64,8 @@ ABSL_FLAG(int32_t, coordinator_port, 0,
           "Coordinator port (with --host_coordinator: to listen on).");
 ABSL_FLAG(bool, host_coordinator, false, "Trainer rank 0 only: run the coordinator in-process.");
 ABSL_FLAG(std::string, secret_env, "WSYNC_SECRET", "Environment variable holding the job secret.");
-ABSL_FLAG(std::string, model, "qwen2.5-0.5b", "Embedded model (`wsync help` lists them).");
+ABSL_FLAG(std::string, model, "qwen2.5-0.5b",
+          "Built-in model or config.json path (`wsync help` lists them).");
 ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
 ABSL_FLAG(std::string, layout, "",
           "Named layout of this process's side; default megatron(tp=2) for trainers, vllm(tp=2) "
@@ -374,7 +376,7 @@ double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now()
 absl::StatusOr<Layout> BuildPart(bool trainer, const std::string& role, int32_t rank) {
   std::string layout = absl::GetFlag(FLAGS_layout);
   if (layout.empty()) layout = trainer ? "megatron(tp=2)" : "vllm(tp=2)";
-  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, GetModel(absl::GetFlag(FLAGS_model)));
+  WSYNC_ASSIGN_OR_RETURN(ModelSpec model, LoadModel(absl::GetFlag(FLAGS_model)));
   if (absl::GetFlag(FLAGS_layers) > 0) {
     WSYNC_ASSIGN_OR_RETURN(model, TruncateLayers(model, absl::GetFlag(FLAGS_layers)));
   }
