@@ -37,6 +37,7 @@ endfunction()
 # SANITIZERS: the sanitizer builds (WSYNC_SANITIZE values) that build and run the test; default
 # `address thread`. A test whose code runs on one thread of one process names only `address`:
 # ThreadSanitizer has nothing to find there, and the TSan build neither compiles nor runs it.
+# `none`: the plain build only.
 # Sanitizer builds also leave out tests labelled gpu or slow, which their suites never run.
 # SHARDS: n > 1 registers the binary as n ctest tests, NAME_shard0 ... NAME_shard<n-1>, each
 # running every n-th test case (googletest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX) with
