@@ -301,6 +301,7 @@ class SGLangRefusalsTest(unittest.TestCase):
         from wsync import sglang as ws
         from wsync import sglang_hooks
         model, _, scheduler, engine = self._launch()
+        self.assertEqual(scheduler.weight_version, "default")  # SGLang's before any update.
         request = ws.update_request(1, {"rank_offset": 1, "world_size": 2})
         with self.assertRaises(sc.SchedulerExited) as caught:
             engine.update_weights_from_tensor(selector="target", **request)
@@ -309,6 +310,7 @@ class SGLangRefusalsTest(unittest.TestCase):
         self.assertIsNone(sglang_hooks.worker(model))  # The loader was never reached.
         with self.assertRaises(sc.SchedulerExited):  # The scheduler is gone.
             engine.begin_weight_update(selector="target", weight_version="1")
+        self.assertEqual(scheduler.weight_version, "default")
 
     def test_the_draft_model_is_refused_by_name(self):
         from wsync import sglang as ws
