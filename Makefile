@@ -19,7 +19,8 @@ CTEST_JOBS ?= $(JOBS)
 DEB_PACKAGES := cmake make g++ pkg-config libabsl-dev libprotobuf-dev protobuf-compiler \
 	libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libucx-dev ucx-utils \
 	iproute2 prometheus-cpp-dev prometheus python3 python3-torch python3-protobuf \
-	python3-matplotlib clang-14 libclang-rt-14-dev lld ccache libsimgrid-dev
+	python3-matplotlib python3-venv python3-pip python3-setuptools clang-14 libclang-rt-14-dev lld \
+	ccache libsimgrid-dev
 
 # Empty when running as root; "sudo" when not root and sudo exists (apt-get then fails with its own
 # message when neither holds).

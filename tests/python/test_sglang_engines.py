@@ -1,35 +1,41 @@
 """wsync inside a stock SGLang server, through SGLang's own call sequence (SGLang cannot be
 installed here: `sglang_standin/` holds the modules wsync's hooks import and `sglang_calls.py` the
-scheduler / TP worker calls above ModelRunner, each citing its sgl-project/sglang path: 0.5.x
-for the custom-loader path, the receiver hook @ fd623da; wsync pins SGLang >=0.5.4,<0.6.0).
+scheduler / TP worker / Engine calls, each citing its upstream file and commit; two interface
+generations, see sglang_standin/README.md; wsync pins SGLang >=0.5.4,<0.6.0).
 
 Each job: 2 Megatron-TP2 trainer ranks (TrainerSync.push, the trainer side of any RL framework)
-and one SGLang engine of TP 2 (2 worker processes), in SGLang's numbering: the trainers are ranks
-0-1 of the update group, so the engine's rank_offset is 2 and world_size 4.
+and one SGLang engine of TP 2 (2 worker processes) launched with `--custom-weight-loader
+wsync.sglang.load_weights`, in SGLang's numbering: the trainers are ranks 0-1 of the update group,
+so the engine's rank_offset is 2 and world_size 4. Each round is wsync.sglang.update_weights
+(engine, version, init): the request's init carries the update group's fields only, the
+coordinator and wsync's settings come from $WSYNC_SGLANG_INIT (the server's launch
+configuration). Versions 1 and 2 commit: SGLang reports success, every element of every rollout
+tensor equals the worker's shard of the trainer's logical tensor (tiny_qwen's oracle), parameters
+at their addresses. Version 3 fails (trainer rank 1 leaves the job).
 
-- Custom loader (`--custom-weight-loader wsync.sglang.load_weights`): each round is SGLang's
-  Engine.update_weights_from_tensor of wsync.sglang.update_request(version, init) through the
-  scheduler, TpModelWorker and ModelRunner; the first round connects (SGLang's fields from the
-  request, wsync's from $WSYNC_SGLANG_INIT). Versions 1 and 2 commit:
-  SGLang reports success, records weight_version, and every element of every rollout tensor
-  equals the worker's shard of the trainer's logical tensor (tiny_qwen's own oracle), parameters
-  at their addresses. Version 3 fails (trainer rank 1 leaves the job): the trainers' push raises,
-  and the loader raises out of SGLang's scheduler (the path has no failure result: fail-stop),
-  the worker's weights marked dirty, no success and no weight_version 3 recorded.
-- Receiver hook (`--weight-update-receivers wsync.sglang.create_receiver`), under DP attention
-  (dp 2: attention TP 1, the MLP TP 2, the embedding whole): init_weights_update_group(receiver=)
-  connects; update_weights_from_distributed(receiver_payload={"version": v}) per round, checked as
-  above against the attention-TP / TP / whole shards; version 3's failure is SGLang's failure
-  result (success False, the error's text), weights dirty.
-- In-process: an SGLang outside the range refused on both paths (naming the version found and
-  the range), an SGLang without the receiver hook refused, a request that is not wsync's refused
-  before anything is connected, SGLang's rank_offset / world_size checked.
+- Session generation, with a speculative-decoding draft model (`--speculative-algorithm`): each
+  round opens and closes SGLang's weight-update session on the target runner (begin, end with
+  run_post_load False), the applied weight version is the round's; the draft runner is never
+  selected and keeps its weights. Version 3: SGLang's failure result (the loader's WsyncError
+  caught by the scheduler), update_weights raises ABORTED, weights dirty, applied version 2; the
+  failed session stays open upstream, so the next begin_weight_update asserts and ends the
+  scheduler.
+- Release generation (no session) under DP attention (dp 2: attention TP 1, the MLP TP 2, the
+  embedding whole): the update carries disable_draft_model; version 3's loader raise ends the
+  scheduler (fail-stop), weights dirty, no weight_version 3 recorded.
+- In-process: an update outside a session ends the scheduler as upstream's assert does; a
+  selector reaching the draft model is refused by the draft's class name (and update_weights
+  refuses such a selector before any call); request init keys that pick the coordinator, the
+  secret's source or rules are refused; an SGLang outside the range is refused; a request that is
+  not wsync's is refused before anything connects; SGLang's rank_offset / world_size checked.
 """
 
 import json
 import os
 import sys
 import unittest
+
+import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDIN = os.path.join(HERE, "sglang_standin")
@@ -45,7 +51,15 @@ PATHS = "*=ucx:sm,cma,self"
 COMMITTED = (1, 2)
 FAILED = 3
 LOADER = "wsync.sglang.load_weights"
-RECEIVER = "wsync.sglang.create_receiver"
+
+
+class TinyEagleDraft(torch.nn.Module):
+    """A speculative-decoding draft model's stand-in (SGLang's EAGLE heads are their own
+    classes): one layer, never synced by wsync."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
 
 
 def _hf_config():
@@ -120,86 +134,84 @@ def _wrong(model, want, real_rows):
         params[n][:real_rows] if n == emb else params[n], t[:real_rows] if n == emb else t)]
 
 
-def _rollout(index, port, path):
+def _server_init(port):
+    """$WSYNC_SGLANG_INIT: the server's launch configuration (coordinator, wsync's settings)."""
+    return json.dumps({"master_address": "127.0.0.1", "master_port": port,
+                       "num_trainers": TRAINERS, "deadline_seconds": DEADLINE,
+                       "path_transports": PATHS})
+
+
+def _rollout(index, port, generation):
+    os.environ["SGLANG_STANDIN_GENERATION"] = generation
+    os.environ["WSYNC_SECRET"] = SECRET
+    os.environ["WSYNC_SGLANG_INIT"] = _server_init(port)
     sys.path.insert(0, STANDIN)
     import sglang_calls as sc
     import tiny_qwen as tq
-    from sglang.srt.managers.io_struct import (DestroyWeightsUpdateGroupReqInput,
-                                               InitWeightsUpdateGroupReqInput,
-                                               UpdateWeightsFromDistributedReqInput)
     from sglang.srt.server_args import ServerArgs
     from wsync import sglang as ws
     from wsync import sglang_hooks
+    from wsync._lib import WsyncError
 
-    os.environ["WSYNC_SECRET"] = SECRET
     rank = index - TRAINERS
-    dp_attention = path == "receiver"
+    dp_attention = generation == "release"
     model = _dp_attention_model(rank) if dp_attention else tq.VllmTiny(rank, TP, None)
     model.config = _hf_config()  # SGLang's models keep their HF config as .config.
     addresses = {n: p.data_ptr() for n, p in model.named_parameters()}
+    draft = TinyEagleDraft()
+    draft_before = {n: p.detach().clone() for n, p in draft.named_parameters()}
     if dp_attention:
         args = ServerArgs(tp_size=TP, dp_size=2, enable_dp_attention=True,
-                          weight_update_receivers=[RECEIVER])
+                          custom_weight_loader=[LOADER])
     else:
-        args = ServerArgs(tp_size=TP, custom_weight_loader=[LOADER])
-    scheduler = sc.launch_worker(model, rank, args)
-    wsync_args = {"num_trainers": TRAINERS, "deadline_seconds": DEADLINE,
-                  "path_transports": PATHS}
+        args = ServerArgs(tp_size=TP, custom_weight_loader=[LOADER], speculative_algorithm="EAGLE")
+    scheduler = sc.launch_worker(model, rank, args, draft_model=draft)
+    engine = sc.Engine([scheduler], TP)
+    init = dict(rank_offset=TRAINERS, world_size=TRAINERS + TP, group_name=GROUP)
     out = {"rounds": []}
-    if dp_attention:
-        done = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
-            master_address="127.0.0.1", master_port=port, rank_offset=TRAINERS,
-            world_size=TRAINERS + TP, group_name=GROUP, receiver=RECEIVER,
-            receiver_init_payload=wsync_args))
-        out["init"] = (done.success, done.message)
-        receiver = scheduler.tp_worker.model_runner.weight_updater._external_receivers.get(GROUP)
     for version in COMMITTED + (FAILED,):
-        if dp_attention:
-            status, result = sc.scheduler_process_step(
-                scheduler.update_weights_from_distributed, UpdateWeightsFromDistributedReqInput(
-                    group_name=GROUP, weight_version=str(version),
-                    receiver_payload={"version": version}))
-            dirty = receiver.weights_dirty
-        else:
-            # SGLang's fields in the request, wsync's from the server's environment.
-            os.environ["WSYNC_SGLANG_INIT"] = json.dumps(wsync_args)
-            init = dict(master_address="127.0.0.1", master_port=port, rank_offset=TRAINERS,
-                        world_size=TRAINERS + TP, group_name=GROUP)
-            request = ws.update_request(version, init)
-            status, result = sc.scheduler_process_step(
-                scheduler.update_weights_from_tensor, sc.engine_tensor_request(
-                    TP, request["named_tensors"], request["load_format"],
-                    request["flush_cache"], request["weight_version"]))
-            dirty = sglang_hooks.worker(model).weights_dirty
-        if status == "ok":
-            result = (result.success, result.message)
-        else:
-            result = (type(result).__name__, getattr(result, "code", None) and result.code.name,
-                      str(result))
+        try:
+            ws.update_weights(engine, version, init)
+            result = ("ok",)
+        except WsyncError as error:
+            result = ("WsyncError", error.code.name, str(error))
+        except sc.SchedulerExited as error:
+            cause = error.cause
+            result = ("scheduler exited", type(cause).__name__,
+                      getattr(cause, "code", None) and cause.code.name)
         want, real_rows = _expected(tq.random_logical(_seed(version)), rank, dp_attention)
-        out["rounds"].append({"version": version, "status": status, "result": result,
-                              "dirty": dirty, "wrong": _wrong(model, want, real_rows),
-                              "weight_version": scheduler.weight_version})
+        out["rounds"].append({
+            "version": version, "result": result,
+            "dirty": sglang_hooks.worker(model).weights_dirty,
+            "wrong": _wrong(model, want, real_rows),
+            "weight_version": scheduler.weight_version,
+            "applied": scheduler.applied_weight_version,
+            "session_calls": list(scheduler.tp_worker.model_runner.session_calls)})
     out["moved"] = [n for n, p in model.named_parameters() if p.data_ptr() != addresses[n]]
-    if dp_attention:
-        done = scheduler.destroy_weights_update_group(
-            DestroyWeightsUpdateGroupReqInput(group_name=GROUP))
-        out["destroy"] = (done.success, done.message)
-    else:
-        sglang_hooks.shutdown(model)
+    out["draft_calls"] = scheduler.draft_worker.model_runner.session_calls \
+        if scheduler.draft_worker else None
+    out["draft_changed"] = [n for n, p in draft.named_parameters()
+                            if not torch.equal(p, draft_before[n])]
+    if generation == "session":  # The failed session stayed open: the next begin asserts.
+        try:
+            engine.begin_weight_update(selector="target", weight_version="4")
+            out["next_begin"] = "ok"
+        except sc.SchedulerExited as error:
+            out["next_begin"] = (type(error.cause).__name__, str(error.cause))
+    sglang_hooks.shutdown(model)
     return out
 
 
-def _process(index, port, path):
+def _process(index, port, generation):
     if index < TRAINERS:
         return _trainer(index, port)
-    return _rollout(index, port, path)
+    return _rollout(index, port, generation)
 
 
 class SGLangEnginesTest(unittest.TestCase):
-    def _run(self, path):
+    def _run(self, generation):
         port, = free_ports(1)
-        results = run_processes(_process, TRAINERS + TP, (port, path), timeout=120)
+        results = run_processes(_process, TRAINERS + TP, (port, generation), timeout=120)
         for index, (status, value) in enumerate(results):
             self.assertEqual(status, "ok", f"process {index}: {value}")
         self.assertEqual(results[1][1], {"left": True})
@@ -208,35 +220,52 @@ class SGLangEnginesTest(unittest.TestCase):
 
     def _check_committed(self, out):
         for done in out["rounds"][:len(COMMITTED)]:
-            self.assertEqual(done["status"], "ok", done)
-            self.assertTrue(done["result"][0], done)
+            self.assertEqual(done["result"], ("ok",), done)
             self.assertFalse(done["dirty"])
             self.assertEqual(done["wrong"], [], done)
             self.assertEqual(done["weight_version"], str(done["version"]))
         self.assertEqual(out["moved"], [])
+        self.assertEqual(out["draft_changed"], [])
 
-    def test_custom_weight_loader(self):
-        for out in self._run("loader"):
+    def test_session_generation_with_a_draft_model(self):
+        for out in self._run("session"):
             self._check_committed(out)
+            for number, done in enumerate(out["rounds"][:len(COMMITTED)], 1):
+                self.assertEqual(done["applied"], done["version"])
+                self.assertEqual(done["session_calls"], ["begin", ("end", False)] * number)
+            self.assertEqual(out["draft_calls"], [])  # Never selected.
             failed = out["rounds"][-1]
-            # SGLang drops a loader's result and catches nothing: the failure is fail-stop.
-            self.assertEqual(failed["status"], "scheduler exited", failed)
-            self.assertEqual(failed["result"][0], "WsyncError", failed)
-            self.assertIn(failed["result"][1], ("PEER_LOST", "TIMED_OUT", "ABORTED"))
+            self.assertEqual(failed["result"][:2], ("WsyncError", "ABORTED"), failed)
+            self.assertIn("update_weights_from_tensor", failed["result"][2])
+            self.assertTrue(failed["dirty"])
+            self.assertEqual(failed["applied"], COMMITTED[-1])
+            self.assertEqual(failed["weight_version"], str(COMMITTED[-1]))
+            self.assertEqual(failed["session_calls"][-1], "begin")  # Not closed upstream.
+            self.assertEqual(out["next_begin"][0], "AssertionError", out["next_begin"])
+            self.assertIn("already open", out["next_begin"][1])
+
+    def test_release_generation_under_dp_attention(self):
+        for out in self._run("release"):
+            self._check_committed(out)
+            for done in out["rounds"]:
+                self.assertEqual(done["session_calls"], [])
+            failed = out["rounds"][-1]
+            # Release SGLang drops a loader's result and catches nothing: fail-stop.
+            self.assertEqual(failed["result"][:2], ("scheduler exited", "WsyncError"), failed)
+            self.assertIn(failed["result"][2], ("PEER_LOST", "TIMED_OUT", "ABORTED"))
             self.assertTrue(failed["dirty"])
             self.assertEqual(failed["weight_version"], str(COMMITTED[-1]))
+            self.assertIsNone(out["draft_calls"])
 
-    def test_receiver_hook_under_dp_attention(self):
-        for out in self._run("receiver"):
-            self._check_committed(out)
-            failed = out["rounds"][-1]
-            self.assertEqual(failed["status"], "ok", failed)  # SGLang's failure result:
-            self.assertFalse(failed["result"][0], failed)
-            self.assertTrue(failed["result"][1], failed)
-            self.assertTrue(failed["dirty"])
-            self.assertEqual(failed["weight_version"], str(COMMITTED[-1]))
-            self.assertTrue(out["init"][0], out["init"])
-            self.assertTrue(out["destroy"][0], out["destroy"])
+
+class _StubAdapter:
+    """Stands for a connected worker in the in-process tests (records the synced versions)."""
+
+    def __init__(self):
+        self.versions, self.weights_dirty, self.session = [], False, None
+
+    def sync(self, version):
+        self.versions.append(version)
 
 
 class SGLangRefusalsTest(unittest.TestCase):
@@ -258,57 +287,97 @@ class SGLangRefusalsTest(unittest.TestCase):
         model.config = _hf_config()
         return model
 
-    def test_unsupported_versions_are_refused_on_both_paths(self):
+    def _launch(self, speculative=False):
         import sglang_calls as sc
-        from sglang.srt.managers.io_struct import InitWeightsUpdateGroupReqInput
         from sglang.srt.server_args import ServerArgs
+        model, draft = self._model(), TinyEagleDraft()
+        scheduler = sc.launch_worker(model, 0, ServerArgs(
+            custom_weight_loader=[LOADER], speculative_algorithm="EAGLE" if speculative else None),
+            draft_model=draft)
+        return model, draft, scheduler, sc.Engine([scheduler], 1)
+
+    def test_an_update_outside_a_session_ends_the_scheduler(self):
+        import sglang_calls as sc
+        from wsync import sglang as ws
+        from wsync import sglang_hooks
+        model, _, scheduler, engine = self._launch()
+        self.assertEqual(scheduler.weight_version, "default")  # SGLang's before any update.
+        request = ws.update_request(1, {"rank_offset": 1, "world_size": 2})
+        with self.assertRaises(sc.SchedulerExited) as caught:
+            engine.update_weights_from_tensor(selector="target", **request)
+        self.assertIsInstance(caught.exception.cause, AssertionError)
+        self.assertIn("requires an open begin_weight_update session", str(caught.exception))
+        self.assertIsNone(sglang_hooks.worker(model))  # The loader was never reached.
+        with self.assertRaises(sc.SchedulerExited):  # The scheduler is gone.
+            engine.begin_weight_update(selector="target", weight_version="1")
+        self.assertEqual(scheduler.weight_version, "default")
+
+    def test_the_draft_model_is_refused_by_name(self):
+        from wsync import sglang as ws
+        from wsync import sglang_hooks
+        from wsync._lib import Status, WsyncError
+        model, draft, scheduler, engine = self._launch(speculative=True)
+        for selector in ("all", "draft"):
+            with self.assertRaises(WsyncError) as caught:
+                ws.update_weights(engine, 1, selector=selector)
+            self.assertEqual(caught.exception.code, Status.UNSUPPORTED)
+            self.assertIn("target model only", str(caught.exception))
+        self.assertEqual(scheduler.tp_worker.model_runner.session_calls, [])  # Nothing sent.
+        # A client sending SGLang's default selector "all": the target's worker syncs, the
+        # draft runner's loader call is refused naming the draft's class.
+        stub = _StubAdapter()
+        sglang_hooks._WORKERS[id(model)] = stub
+        try:
+            self.assertTrue(engine.begin_weight_update(selector="all", weight_version="1")[0])
+            success, message = engine.update_weights_from_tensor(
+                selector="all", **ws.update_request(1, {"rank_offset": 1}))
+            ended = engine.end_weight_update()
+        finally:
+            del sglang_hooks._WORKERS[id(model)]
+        self.assertEqual(stub.versions, [1])
+        self.assertFalse(success)
+        self.assertIn("TinyEagleDraft: a second model in this SGLang scheduler", message)
+        self.assertFalse(ended[0])  # SGLang reports the failed session.
+        self.assertIsNone(sglang_hooks.worker(draft))
+        self.assertEqual(scheduler.draft_worker.model_runner.session_calls, ["begin"])
+
+    def test_request_init_cannot_pick_the_coordinator_the_secret_or_rules(self):
+        from wsync import sglang as ws
+        from wsync import sglang_hooks
+        from wsync._lib import Status, WsyncError
+        model = self._model()
+        for key, value in (("master_address", "evil.example"), ("master_port", 1),
+                           ("secret_env", "HOME"), ("secret_file", "/etc/passwd"),
+                           ("extra_rules", [["(a+)+$", "replicated"]]), ("rules", []),
+                           ("hf_config", {}), ("path_transports", "*=tcp")):
+            named = ws.update_request(1, {"rank_offset": 1, key: value})["named_tensors"]
+            with self.assertRaises(WsyncError) as caught:
+                ws.load_weights(model, named)
+            self.assertEqual(caught.exception.code, Status.INVALID_ARGUMENT)
+            self.assertIn(f"may not set ['{key}']", str(caught.exception))
+            self.assertIn("WSYNC_SGLANG_INIT", str(caught.exception))
+            self.assertIsNone(sglang_hooks.worker(model))
+        allowed = {key: 1 for key in sglang_hooks.REQUEST_INIT_KEYS}
+        self.assertEqual(sglang_hooks._control(ws.update_request(2, allowed)["named_tensors"]),
+                         (2, allowed))
+
+    def test_unsupported_versions_are_refused(self):
         from wsync import sglang as ws
         from wsync import sglang_hooks
         from wsync._lib import Status, WsyncError
         for version in ("0.5.3", "0.4.10", "0.6.0", "1.0.0", "dev"):
             self.sglang.__version__ = version
-            model = self._model()
-            scheduler = sc.launch_worker(model, 0, ServerArgs(
-                custom_weight_loader=[LOADER], weight_update_receivers=[RECEIVER]))
-            request = ws.update_request(1, {"master_address": "127.0.0.1", "master_port": 1,
-                                            "rank_offset": 1, "world_size": 2})
-            status, error = sc.scheduler_process_step(
-                scheduler.update_weights_from_tensor, sc.engine_tensor_request(
-                    1, request["named_tensors"], request["load_format"]))
-            self.assertEqual(status, "scheduler exited")
-            self.assertIsInstance(error, WsyncError)
-            self.assertEqual(error.code, Status.UNSUPPORTED)
-            self.assertIn(f"found SGLang {version}", str(error))
-            self.assertIn(">=0.5.4,<0.6.0", str(error))
+            model, _, _, engine = self._launch()
+            with self.assertRaises(WsyncError) as caught:
+                ws.update_weights(engine, 1, {"rank_offset": 1, "world_size": 2})
+            self.assertEqual(caught.exception.code, Status.ABORTED)
+            self.assertIn(f"found SGLang {version}", str(caught.exception))
+            self.assertIn(">=0.5.4,<0.6.0", str(caught.exception))
             self.assertIsNone(sglang_hooks.worker(model))
-            init = scheduler.init_weights_update_group(InitWeightsUpdateGroupReqInput(
-                master_address="127.0.0.1", master_port=1, rank_offset=1, world_size=2,
-                receiver=RECEIVER))
-            self.assertFalse(init.success)
-            self.assertIn(f"found SGLang {version}", init.message)
         with self.assertRaises(WsyncError):
             ws.check_sglang_version("0.5.3")
-        for version in ("0.5.4", "0.5.9", "0.5.10rc1", "0.5.4.post2"):
+        for version in ("0.5.4", "0.5.9", "0.5.10rc1", "0.5.4.post2", "0.5.23"):
             self.assertEqual(ws.check_sglang_version(version), version)
-
-    def test_sglang_without_the_receiver_hook_is_refused(self):
-        from wsync import sglang_hooks
-        from wsync._lib import Status, WsyncError
-        name = "sglang.srt.weight_sync.external_receiver"
-        saved = sys.modules.get(name)
-        sys.modules[name] = None  # What an SGLang release without the hook gives: ImportError.
-        try:
-            with self.assertRaises(WsyncError) as caught:
-                sglang_hooks.check_receiver_hook()
-        finally:
-            if saved is None:
-                del sys.modules[name]
-            else:
-                sys.modules[name] = saved
-        self.assertEqual(caught.exception.code, Status.UNSUPPORTED)
-        self.assertIn(f"SGLang {self.found} has no weight-update receiver hook",
-                      str(caught.exception))
-        self.assertIn(f"--custom-weight-loader {LOADER}", str(caught.exception))
 
     def test_requests_that_are_not_wsyncs_are_refused_before_connecting(self):
         import torch
@@ -316,7 +385,7 @@ class SGLangRefusalsTest(unittest.TestCase):
         from wsync import sglang_hooks
         from wsync._lib import Status, WsyncError
         model = self._model()
-        good = ws.update_request(4, {"master_port": 1})["named_tensors"]
+        good = ws.update_request(4, {"rank_offset": 1})["named_tensors"]
         bad = [list(model.named_parameters())[:2],
                good + good,
                [("wsync.control", torch.tensor(list(b"not json"), dtype=torch.uint8))],
@@ -326,7 +395,7 @@ class SGLangRefusalsTest(unittest.TestCase):
                 ws.load_weights(model, named)
             self.assertEqual(caught.exception.code, Status.INVALID_ARGUMENT, named)
             self.assertIsNone(sglang_hooks.worker(model))
-        self.assertEqual(sglang_hooks._control(good), (4, {"master_port": 1}))
+        self.assertEqual(sglang_hooks._control(good), (4, {"rank_offset": 1}))
         request = ws.update_request(4)
         self.assertEqual((request["load_format"], request["weight_version"]), (LOADER, "4"))
 

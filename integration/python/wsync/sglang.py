@@ -5,12 +5,12 @@ entry points a stock SGLang server loads by name (see :mod:`wsync.sglang_hooks`)
   ``/update_weights_from_tensor`` with ``load_format="wsync.sglang.load_weights"`` and the
   request :func:`update_request` builds; the first call connects the worker, each call is one
   wsync sync of the request's version.
-- ``--weight-update-receivers wsync.sglang.create_receiver``: SGLang's external weight-update
-  receiver hook, where the SGLang build has it (``init_weights_update_group`` with ``receiver=``,
-  ``update_weights_from_distributed`` with ``receiver_payload={"version": v}``).
+- :func:`update_weights` (the trainer side, over SGLang's Engine or its HTTP client): SGLang's
+  ``begin_weight_update`` / ``update_weights_from_tensor`` / ``end_weight_update`` session
+  around every update where the engine has it, the target model only.
 
-Both refuse an SGLang outside :data:`SUPPORTED_SGLANG` with ``WsyncError(UNSUPPORTED)`` naming
-the version found and the range.
+The loader refuses an SGLang outside :data:`SUPPORTED_SGLANG` with ``WsyncError(UNSUPPORTED)``
+naming the version found and the range.
 
 :class:`WsyncSGLangAdapter` keeps SGLang's ``init_weights_update_group`` /
 ``update_weights_from_distributed`` / ``destroy_weights_update_group`` shapes, ``(success,
@@ -178,8 +178,8 @@ class WsyncSGLangAdapter:
 
 
 # The entry points a stock SGLang server imports by name (after the adapter they build on).
-from .sglang_hooks import (SUPPORTED_SGLANG, WsyncReceiver, check_sglang_version,  # noqa: E402
-                           create_receiver, load_weights, update_request)
+from .sglang_hooks import (SUPPORTED_SGLANG, check_sglang_version, load_weights,  # noqa: E402
+                           update_request, update_weights)
 
-__all__ = ["DEFAULT_GROUP", "SUPPORTED_SGLANG", "WsyncReceiver", "WsyncSGLangAdapter",
-           "check_sglang_version", "create_receiver", "load_weights", "update_request"]
+__all__ = ["DEFAULT_GROUP", "SUPPORTED_SGLANG", "WsyncSGLangAdapter", "check_sglang_version",
+           "load_weights", "update_request", "update_weights"]

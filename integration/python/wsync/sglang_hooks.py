@@ -1,42 +1,49 @@
-"""The entry points a stock SGLang server loads by name (re-exported by :mod:`wsync.sglang`).
+"""The entry points a stock SGLang server loads by name (re-exported by :mod:`wsync.sglang`), and
+the trainer side that drives them.
 
-Targets **SGLang >= 0.5.4, < 0.6.0** (:data:`SUPPORTED_SGLANG`), read from sgl-project/sglang:
+Targets **SGLang >= 0.5.4, < 0.6.0** (:data:`SUPPORTED_SGLANG`) in two interface generations,
+read from (tests/python/sglang_standin/ mirrors both; integration/python/README.md has the
+conformance table):
 
-- python/sglang/srt/model_executor/model_runner.py, ``ModelRunner.update_weights_from_tensor``:
-  the named tensors of the request (``serialized_named_tensors[tp_rank]``, deserialized by
-  ``TpModelWorker.update_weights_from_tensor`` in managers/tp_worker.py) are moved to the
-  worker's device; when ``load_format in server_args.custom_weight_loader`` (the
-  ``--custom-weight-loader`` list, server_args.py), ``dynamic_import(load_format)(self.model,
-  named_tensors)`` is called and the call returns ``(True, "Success")``. The loader gets the
-  model and the tensors, nothing else: not the request's ``weight_version``, and its return
-  value is dropped. SchedulerUpdateWeightsMixin.update_weights_from_tensor
-  (managers/scheduler_update_weights_mixin.py) catches nothing, so a loader that raises ends the
-  scheduler: the only failure this path has is fail-stop.
-- python/sglang/srt/managers/io_struct.py, ``UpdateWeightsFromTensorReqInput``:
-  ``serialized_named_tensors`` (one per TP rank), ``load_format``, ``flush_cache``,
-  ``abort_all_requests``, ``weight_version``.
-- The external weight-update receiver hook (python/sglang/srt/weight_sync/external_receiver.py
-  and model_executor/weight_updater.py @ fd623da, ``--weight-update-receivers``): a factory
-  gets a ``WeightUpdateReceiverContext`` (model, device, tp_rank, tp_size, group_name,
-  master_address, master_port, world_size, rank_offset, init_payload) at
-  ``init_weights_update_group(receiver=...)``, and ``receive(payload)`` runs per
-  ``update_weights_from_distributed(receiver_payload=...)``; a raise there is reported as the
-  update's failure (success False) and a raise in the factory as the init's. It is in no
-  SGLang release we could read (ModelExpress's SGLang notes call it unmerged), so
-  :func:`create_receiver` also refuses an SGLang without the hook.
-- Ranks: sglang/srt/distributed/parallel_state.py (``get_tensor_model_parallel_rank`` /
-  ``_world_size``, ``get_moe_expert_parallel_rank`` / ``_world_size``),
-  sglang/srt/layers/dp_attention.py (``is_dp_attention_enabled``, ``get_attention_tp_rank`` /
-  ``_size``), server_args.py (``get_global_server_args().enable_dp_lm_head``).
+- *release*: sgl-project/sglang @ b2d53a07e07c664d4318934b5dd699246be30677.
+  managers/scheduler_components/weight_updater.py, ``SchedulerWeightUpdaterManager
+  .update_weights_from_tensor``: no session; ``disable_draft_model`` sends the update to the
+  target worker only, otherwise a speculative-decoding engine's draft worker gets it (target and
+  draft). Nothing is caught: a loader that raises ends the scheduler (fail-stop).
+- *session*: okoge-kaz/sglang @ 23aaf6597dbbe47f9ceb6090e10372c844fed960 (the sglang-miles line;
+  not in sgl-project/sglang at b2d53a07). ``begin_weight_update`` (selector, integer
+  weight_version above the applied one) ... ``end_weight_update`` around every update; an update
+  outside a session is an AssertionError that ends the scheduler. ``update_weights_from_tensor``
+  fans the named tensors out to every runner its ``selector`` picks (default "all": the target's
+  and the draft's) through ``runner.weight_updater.update_weights_from_tensor``; a raise is
+  caught and returned as (False, traceback), the session marked failed; ``end_weight_update`` of
+  a failed session returns the failure and leaves the session open.
+- In both, model_executor's weight updater calls ``dynamic_import(load_format)(model,
+  named_tensors)`` when ``load_format`` is in ``--custom-weight-loader``, drops its result and
+  returns (True, "Success"): the loader gets the model and the tensors, nothing else.
 
-The custom loader's request: :func:`update_request` builds it on the trainer side; the only
-named tensor is ``wsync.control``, a uint8 tensor of JSON ``{"version": v, "init": {...}}``,
-because the loader sees nothing but the tensors; ``weight_version`` is set to the same version
-for SGLang's own bookkeeping. ``init`` holds :meth:`WsyncSGLangAdapter.connect`'s arguments
-(SGLang's ``master_address``, ``master_port``, ``rank_offset``, ``world_size``, ``group_name``
-and wsync's ``num_trainers``, ``job_id``, ``secret_env``, ``deadline_seconds``,
-``path_transports``...), over defaults from the JSON object in ``$WSYNC_SGLANG_INIT`` of the
-server's environment; it is read on the first call only.
+The custom loader's request: :func:`update_request` builds it; the only named tensor is
+``wsync.control``, a uint8 tensor of JSON ``{"version": v, "init": {...}}``.
+:func:`update_weights` is the trainer side of one sync: begin (selector "target", the version)
+/ update_weights_from_tensor / end where the engine has the session, ``disable_draft_model``
+where it does not.
+
+Trust (issue 42): ``init`` arrives in a request any HTTP client of the engine can send, so it
+may carry only :data:`REQUEST_INIT_KEYS` (the update group's rank_offset, world_size, group_name,
+num_trainers, job_id, deadline_seconds). The coordinator (``master_address``, ``master_port``),
+the secret's source (``secret_env``, ``secret_file``), layout ``rules`` / ``extra_rules`` and
+everything else come from the JSON object in ``$WSYNC_SGLANG_INIT`` of the server's environment
+(its launch configuration); a request naming any other key is refused before anything connects.
+
+Draft models (speculative decoding) are not synced: wsync's job has one rollout rank per TP
+worker, holding the target model. :func:`update_weights` refuses a selector other than "target",
+and the loader refuses any second model of a scheduler process (the draft runner a selector of
+"all" or "draft" reaches) by its class name. The draft keeps the weights it was launched with;
+speculative decoding stays correct (the target verifies), only its acceptance rate may fall.
+
+There is no ``--weight-update-receivers`` entry point any more: the external receiver hook
+(sgl-project/sglang ``weight_sync/external_receiver.py`` @ fd623da) is in no SGLang release or
+the session line read above; it would need that unreleased change merged.
 """
 
 import json
@@ -51,10 +58,10 @@ from ._lib import Status, WsyncError
 SGLANG_MIN, SGLANG_MAX = (0, 5, 4), (0, 6, 0)
 SUPPORTED_SGLANG = ">=0.5.4,<0.6.0"
 LOADER_PATH = "wsync.sglang.load_weights"
-RECEIVER_PATH = "wsync.sglang.create_receiver"
 CONTROL_NAME = "wsync.control"
 INIT_ENV = "WSYNC_SGLANG_INIT"
-_RECEIVER_HOOK = "sglang.srt.weight_sync.external_receiver"
+REQUEST_INIT_KEYS = frozenset(("rank_offset", "world_size", "group_name", "num_trainers",
+                               "job_id", "deadline_seconds"))
 
 
 def _version_tuple(text):
@@ -115,15 +122,54 @@ def _adapter(model, ranks, hf_config=None, rules=(), skip=(), w13_order="gate_up
 # -- the custom weight loader -------------------------------------------------------------------
 
 def update_request(version, init=None, flush_cache=True):
-    """The trainer side of one sync through the custom loader: keyword arguments of SGLang's
-    update_weights_from_tensor (``Engine.update_weights_from_tensor``; over HTTP, serialize
-    ``named_tensors`` per TP rank with SGLang's MultiprocessingSerializer into
-    ``serialized_named_tensors``). `init`: the connect arguments (see the module docstring),
-    read by each worker's first call."""
+    """The named tensors and fields of one sync through the custom loader: keyword arguments of
+    SGLang's ``Engine.update_weights_from_tensor`` (over HTTP, serialize ``named_tensors`` per TP
+    rank with SGLang's MultiprocessingSerializer into ``serialized_named_tensors``). `init`: the
+    request's part of the connect arguments (:data:`REQUEST_INIT_KEYS`), read by each worker's
+    first call. :func:`update_weights` adds the generation's target-only field."""
     body = json.dumps({"version": int(version), "init": dict(init or {})}).encode()
     control = torch.tensor(list(body), dtype=torch.uint8)
     return {"named_tensors": [(CONTROL_NAME, control)], "load_format": LOADER_PATH,
             "flush_cache": bool(flush_cache), "weight_version": str(int(version))}
+
+
+def _result(step, done):
+    success, message = done
+    if not success:
+        raise WsyncError(Status.ABORTED, f"SGLang {step}: {message}", "sglang")
+
+
+def update_weights(engine, version, init=None, flush_cache=True, selector="target"):
+    """The trainer side of one wsync sync into an SGLang engine (every TP rank's worker runs the
+    loader, which syncs with the trainers' push of `version`).
+
+    `engine`: SGLang's Engine, or a client with its calls (``update_weights_from_tensor`` and,
+    on the session generation, ``begin_weight_update`` / ``end_weight_update``). With the
+    session, every update is ``begin_weight_update(selector="target", weight_version=v)``, the
+    update, then ``end_weight_update()`` (also after a failed update: SGLang then reports the
+    session's failure and keeps it open, so the engine needs a restart before its next update).
+    Without it, the update carries ``disable_draft_model=True``. Draft models are refused
+    (`selector` other than "target": WsyncError(UNSUPPORTED) before any call). Raises
+    WsyncError(ABORTED) with SGLang's message when a step fails; an engine whose scheduler died
+    raises what its client raises."""
+    if selector != "target":
+        raise WsyncError(Status.UNSUPPORTED,
+                         f"selector {selector!r}: wsync syncs the target model only; a "
+                         "speculative-decoding draft model keeps its weights (selector "
+                         "'target')", "sglang")
+    request = update_request(version, init, flush_cache)
+    begin = getattr(engine, "begin_weight_update", None)
+    if begin is None:
+        _result("update_weights_from_tensor",
+                engine.update_weights_from_tensor(disable_draft_model=True, **request))
+        return
+    _result("begin_weight_update", begin(selector="target", weight_version=str(int(version))))
+    try:
+        updated = engine.update_weights_from_tensor(selector="target", **request)
+    finally:
+        ended = engine.end_weight_update()
+    _result("update_weights_from_tensor", updated)
+    _result("end_weight_update", ended)
 
 
 def _control(named_tensors):
@@ -137,10 +183,17 @@ def _control(named_tensors):
     body = bytes(controls[0].detach().to("cpu", torch.uint8).flatten().tolist())
     try:
         control = json.loads(body.decode())
-        return int(control["version"]), dict(control.get("init") or {})
+        version, init = int(control["version"]), dict(control.get("init") or {})
     except (ValueError, KeyError, TypeError) as error:
         raise WsyncError(Status.INVALID_ARGUMENT, f"{CONTROL_NAME}: not a wsync control "
                          f"message ({error})", "load") from None
+    refused = sorted(set(init) - REQUEST_INIT_KEYS)
+    if refused:
+        raise WsyncError(Status.INVALID_ARGUMENT,
+                         f"{CONTROL_NAME}: the request may not set {refused} (a request's init "
+                         f"takes only {sorted(REQUEST_INIT_KEYS)}; the coordinator, the secret's "
+                         f"source and layout rules come from ${INIT_ENV} of the server)", "load")
+    return version, init
 
 
 _WORKERS = {}  # id(model) -> WsyncSGLangAdapter: one connected worker per model of the process.
@@ -153,6 +206,8 @@ def _first_call(model, init):
     merged.update(init)
     layout_args = {key: merged.pop(key) for key in ("hf_config", "rules", "skip", "w13_order")
                    if key in merged}
+    if "extra_rules" in merged:
+        layout_args["rules"] = list(layout_args.get("rules", [])) + merged.pop("extra_rules")
     if "rules" in layout_args:
         from .layouts import Rule
         layout_args["rules"] = [Rule(*r) for r in layout_args["rules"]]
@@ -168,15 +223,23 @@ def _first_call(model, init):
 def load_weights(model, named_tensors):
     """SGLang's custom weight loader (``--custom-weight-loader wsync.sglang.load_weights``).
 
-    The first call on a model refuses an unsupported SGLang, builds the worker's layout from
-    SGLang's ranks and connects it (a failed connect is retried by the next call); every call
-    then runs one wsync sync of the control message's version. Success returns None; any
-    failure raises WsyncError, because SGLang ignores a loader's result: the weights are then
-    marked dirty (``worker(model).weights_dirty``) and the engine must not serve them."""
+    The first call of the process refuses an unsupported SGLang, builds the worker's layout
+    from SGLang's ranks and connects it (a failed connect is retried by the next call); every
+    call then runs one wsync sync of the control message's version. A second model reaching the
+    loader in the same process is a speculative-decoding draft model (SGLang's selector "all" or
+    "draft"): refused by its class name, nothing synced. Success returns None; any failure
+    raises WsyncError, because SGLang ignores a loader's result: the weights are then marked
+    dirty (``worker(model).weights_dirty``) and the engine must not serve them."""
     version, init = _control(named_tensors)
     with _WORKERS_LOCK:
         adapter = _WORKERS.get(id(model))
         if adapter is None:
+            if _WORKERS:
+                raise WsyncError(Status.UNSUPPORTED,
+                                 f"{type(model).__name__}: a second model in this SGLang "
+                                 "scheduler (a speculative-decoding draft model) reached "
+                                 f"{LOADER_PATH}; wsync syncs the target model only (send "
+                                 "selector 'target' / disable_draft_model)", "load")
             adapter = _first_call(model, init)
             _WORKERS[id(model)] = adapter
     adapter.sync(version)
@@ -194,54 +257,3 @@ def shutdown(model):
         adapter.destroy_weights_update_group(adapter.group_name)
 
 
-# -- the weight-update receiver hook ------------------------------------------------------------
-
-def check_receiver_hook():
-    """Raises WsyncError(UNSUPPORTED) unless the installed SGLang is supported and has the
-    external weight-update receiver hook."""
-    version = check_sglang_version()
-    try:
-        __import__(_RECEIVER_HOOK)
-    except ImportError:
-        raise WsyncError(Status.UNSUPPORTED,
-                         f"SGLang {version} has no weight-update receiver hook ({_RECEIVER_HOOK}); "
-                         f"use --custom-weight-loader {LOADER_PATH}", "register") from None
-    return version
-
-
-class WsyncReceiver:
-    """SGLang's WeightUpdateReceiver over one wsync session: built (and connected) by SGLang's
-    init_weights_update_group(receiver=...), ``receive({"version": v})`` per update,
-    ``destroy()`` at destroy_weights_update_group. Not thread safe: SGLang calls it from the
-    scheduler's thread only."""
-
-    def __init__(self, context):
-        check_receiver_hook()
-        payload = dict(context.init_payload or {})
-        ranks = engine_ranks()
-        ranks.update(tp_rank=context.tp_rank, tp_size=context.tp_size)
-        layout_args = {key: payload.pop(key) for key in ("hf_config", "w13_order")
-                       if key in payload}
-        self.adapter = _adapter(context.model, ranks, **layout_args)
-        self.adapter.connect(context.master_address, context.master_port, context.rank_offset,
-                             context.world_size, context.group_name, **payload)
-
-    @property
-    def weights_dirty(self):
-        return self.adapter.weights_dirty
-
-    def receive(self, payload):
-        if not isinstance(payload, dict) or "version" not in payload:
-            raise WsyncError(Status.INVALID_ARGUMENT,
-                             f"receiver_payload must be {{'version': v}}; got {payload!r}",
-                             "receive")
-        self.adapter.sync(int(payload["version"]))
-
-    def destroy(self):
-        if self.adapter.session is not None:
-            self.adapter.destroy_weights_update_group(self.adapter.group_name)
-
-
-def create_receiver(context):
-    """The receiver factory (``--weight-update-receivers wsync.sglang.create_receiver``)."""
-    return WsyncReceiver(context)

@@ -1,5 +1,8 @@
-"""python/sglang/srt/server_args.py (0.5.x): the ServerArgs fields wsync's hooks read or that the
-weight-update path consults, and the scheduler-process global accessor."""
+"""python/sglang/srt/server_args.py (sgl-project/sglang @ b2d53a07e07c664d4318934b5dd699246be30677):
+the ServerArgs fields read on the weight-update path (``--custom-weight-loader``, a list;
+``--speculative-algorithm``, which gives the scheduler a draft worker; ``--weight-version``, the
+version served before any update, "default"; DP attention), and the scheduler-process global
+accessor. There is no ``--weight-update-receivers``."""
 
 import dataclasses
 from typing import List, Optional
@@ -13,7 +16,8 @@ class ServerArgs:
     enable_dp_attention: bool = False
     enable_dp_lm_head: bool = False
     custom_weight_loader: Optional[List[str]] = None  # --custom-weight-loader (nargs="*")
-    weight_update_receivers: Optional[List[str]] = None  # --weight-update-receivers (hook)
+    speculative_algorithm: Optional[str] = None  # e.g. "EAGLE": a draft worker is built
+    weight_version: str = "default"
 
     def __post_init__(self):
         if self.custom_weight_loader is None:  # As ServerArgs.__post_init__ does.

@@ -1,1 +1,0 @@
-"""Stand-in package (see tests/python/sglang_standin/README.md)."""
