@@ -1,6 +1,7 @@
 // `wsync calibrate --processes 4` over UCX between real processes of this machine (two "nodes":
 // shared memory within a node, TCP over loopback between them): the written calibration has every
-// pattern with the expected sample counts, labels and repeats, and `--show` reads it back.
+// pattern with the expected sample counts, labels and repeats (each process's quantize rate
+// included), and `--show` reads it back.
 
 #include <unistd.h>
 
@@ -50,7 +51,13 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
     ++count[s.pattern()];
     EXPECT_EQ(s.seconds_size(), 2);
     for (const double seconds : s.seconds()) EXPECT_GT(seconds, 0);
-    if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
+    if (s.pattern() == "quantize") {
+      // Every process alone quantizes the CLI's bf16 matrix (4096 x 4096 under the default budget).
+      EXPECT_EQ(s.from(), s.to());
+      EXPECT_EQ(s.path(), "local");
+      EXPECT_EQ(s.from_node(), NodeOf(s.from()));
+      EXPECT_EQ(s.bytes(), int64_t{32} << 20);
+    } else if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
       EXPECT_EQ(s.path(), PathOf(s.from(), s.to())) << s.pattern();
     } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
       // Width 1: the other process of the node; width 2: it, then the nearest other process.
@@ -73,12 +80,13 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
     }
   }
   EXPECT_EQ(count,
-            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2));
+            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2,
+                                       /*quantize=*/true));
   EXPECT_EQ(std::vector<std::string>(calibration->nodes().begin(), calibration->nodes().end()),
             std::vector<std::string>({"a", "a", "b", "b"}));
 
-  // --show reads it back: the inter-node path's fit and the node link's fit or, where the
-  // machine's load made its two sizes' medians disagree, why it was left out.
+  // --show reads it back: the inter-node path's fit, the quantize rate, and the node link's fit
+  // or, where the machine's load made its two sizes' medians disagree, why it was left out.
   const std::string shown_path = path + ".show";
   const std::string show =
       absl::StrCat(WSYNC_CLI, " calibrate --show ", path, " > ", shown_path, " 2>&1");
@@ -87,6 +95,7 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   const std::string shown((std::istreambuf_iterator<char>(shown_file)),
                           std::istreambuf_iterator<char>());
   EXPECT_TRUE(absl::StrContains(shown, "path inter_node")) << shown;
+  EXPECT_TRUE(absl::StrContains(shown, "quantize rate (the slowest")) << shown;
   EXPECT_TRUE(absl::StrContains(shown, "node link a -> b") ||
               absl::StrContains(shown, "left out: node link fit"))
       << shown;
