@@ -33,8 +33,8 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   const std::string command = absl::StrCat(
       WSYNC_CLI, " calibrate --processes 4 --nodes a,a,b,b",
       " --path_transports 'local=ucx:sm,cma,self;intra_node=ucx:sm,cma,self;",
-      "inter_node=ucx:tcp@lo' --probe_sizes 4K,4M --probe_repeats 2 --fan_widths 1,2 --out ", path,
-      " > ", path, ".txt 2>&1");
+      "inter_node=ucx:tcp@lo' --probe_sizes 4K,4M --probe_repeats 3 --probe_memory 33554432",
+      " --fan_widths 1,2 --out ", path, " > ", path, ".txt 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream file(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
@@ -49,14 +49,14 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   std::map<std::string, int64_t> count;
   for (const proto::CalibrationSample& s : calibration->samples()) {
     ++count[s.pattern()];
-    EXPECT_EQ(s.seconds_size(), 2);
+    EXPECT_EQ(s.seconds_size(), 3);
     for (const double seconds : s.seconds()) EXPECT_GT(seconds, 0);
     if (s.pattern() == "quantize") {
-      // Every process alone quantizes the CLI's bf16 matrix (4096 x 4096 under the default budget).
+      // Every process alone quantizes the CLI's bf16 matrix: 128 x 4096 under a 32 MiB budget.
       EXPECT_EQ(s.from(), s.to());
       EXPECT_EQ(s.path(), "local");
       EXPECT_EQ(s.from_node(), NodeOf(s.from()));
-      EXPECT_EQ(s.bytes(), int64_t{32} << 20);
+      EXPECT_EQ(s.bytes(), int64_t{1} << 20);
     } else if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
       EXPECT_EQ(s.path(), PathOf(s.from(), s.to())) << s.pattern();
     } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
