@@ -132,9 +132,21 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
     traffic.rounds = std::max<int64_t>(traffic.rounds, schedule.rounds);
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, traffic));
-  prediction.quantize_seconds = QuantizeSeconds(job, whole.quant);
+  const QuantizeRate rate = QuantizeRateOf(fits);
+  prediction.quantize_seconds = QuantizeSeconds(job, whole.quant, rate.bytes_per_second);
   prediction.seconds += prediction.quantize_seconds;
+  if (prediction.quantize_seconds > 0) {
+    prediction.quantize_bytes_per_second = rate.bytes_per_second;
+    prediction.quantize_stand_in = rate.stand_in;
+  }
   return prediction;
+}
+
+QuantizeRate QuantizeRateOf(const LinkFits& fits, double stated) {
+  if (stated > 0) return QuantizeRate{stated, false};
+  if (fits.quantize_bytes_per_second > 0)
+    return QuantizeRate{fits.quantize_bytes_per_second, false};
+  return QuantizeRate{};
 }
 
 double QuantizeSeconds(const Job& job, const QuantPlan& plan, double input_bytes_per_second) {
@@ -191,11 +203,18 @@ std::string PredictionLine(const std::optional<Prediction>& prediction,
   if (!prediction.has_value()) return "predicted time: none (the plan could not be priced)";
   const std::string note = UnpricedNote(*prediction);
   const std::string stand_in = StandInNote(*calibration.fits, *prediction);
+  const std::string quantize =
+      prediction->quantize_seconds > 0
+          ? absl::StrFormat(" + quantize %.6f s at %.2f GB/s of input%s",
+                            prediction->quantize_seconds,
+                            prediction->quantize_bytes_per_second / 1e9,
+                            prediction->quantize_stand_in ? " (stand-in)" : " (calibrated)")
+          : std::string();
   return absl::StrFormat(
-      "predicted time %.6f s%s (transfer %.6f s + latency %.6f s; calibration of %s), binding "
+      "predicted time %.6f s%s (transfer %.6f s + latency %.6f s%s; calibration of %s), binding "
       "resource: %s%s%s",
       prediction->seconds, note.empty() ? "" : " for the priced traffic only",
-      prediction->transfer_seconds, prediction->latency_seconds, calibration.transport,
+      prediction->transfer_seconds, prediction->latency_seconds, quantize, calibration.transport,
       prediction->binding.empty() ? std::string("none") : prediction->binding,
       stand_in.empty() ? "" : absl::StrCat("; stand-in: ", stand_in),
       note.empty() ? "" : absl::StrCat("; ", note));

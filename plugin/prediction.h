@@ -58,13 +58,24 @@ absl::Status CheckSessionPolicyName(absl::string_view name);
 // path class; rounds = the largest segment count of a pair.
 Traffic PlanTraffic(const Job& job, const Plan& plan);
 
-// The throughput at which a process quantizes host memory (bytes of bf16 or fp32 input per
-// second) in predictions: a constant term, not calibrated. The host kernels (quant/fp8.h) run one
+// The stand-in throughput at which a process quantizes host memory (bytes of bf16 or fp32 input
+// per second) in predictions whose calibration measured none (LinkFits::quantize_bytes_per_second
+// is 0: files before schema 3, synthetic calibrations). The host kernels (quant/fp8.h) run one
 // thread: `quant_bench` and `quant_sync_bench` measured 5.5 GB/s of bf16 input on this project's
-// 2-core AVX-512 VM (2026-12-02, under load; memcpy 11 GB/s); the rate depends on the CPU's kernel
-// (avx512, avx2 or portable) and on the values. A cluster file states its GPUs' own rate
-// (`quantize:`, integration/clusters/README.md).
+// 2-core AVX-512 VM (2026-12-02, under load; memcpy 11 GB/s). The rate depends on the CPU's
+// kernel (quant/fp8.h: avx512, avx2 or portable) and on the values, which is why `wsync calibrate`
+// measures the machine's own rate.
 inline constexpr double kQuantizeInputBytesPerSecond = 5.5e9;
+
+// The rate a prediction prices quantizing at, and whether it is the stand-in constant.
+struct QuantizeRate {
+  double bytes_per_second = kQuantizeInputBytesPerSecond;
+  bool stand_in = true;
+};
+// `stated` when > 0 (a cluster file's `quantize:`, its GPUs' own rate), else the calibration's
+// measured rate (LinkFits::quantize_bytes_per_second) when it has one, else the stand-in
+// kQuantizeInputBytesPerSecond.
+QuantizeRate QuantizeRateOf(const LinkFits& fits, double stated = 0);
 
 // The seconds of the plan's quantization: the busiest quantizing process's input bytes (its
 // sender-side blocks, once per receiving piece as the executor quantizes them, and its
@@ -75,7 +86,9 @@ double QuantizeSeconds(const Job& job, const QuantPlan& plan,
 
 // The prediction of the whole sync: plans every process's segments with `policy` and `relay` (as
 // the session plans them) and prices them (quantization steps' bytes included, and
-// QuantizeSeconds added to seconds and kept in quantize_seconds), with the rounds of the busiest
+// QuantizeSeconds at QuantizeRateOf(fits) added to seconds and kept in quantize_seconds, the rate
+// and whether it is the stand-in in quantize_bytes_per_second and quantize_stand_in when anything
+// is quantized), with the rounds of the busiest
 // process's schedule under `budget` (the quantization steps' segments included, as they run) for
 // the latency term. Pairs on a path class the calibration has no fit for are
 // left out and named (PredictPriced, Prediction::unpriced_bytes).
@@ -94,9 +107,9 @@ std::string CalibrateCommandFor(const std::map<std::string, int64_t>& unpriced,
 // the calibration); measure it with: wsync calibrate ...".
 std::string UnpricedNote(const Prediction& prediction);
 
-// "predicted 0.0123 s (transfer ..., latency ...), binding: ..." or, without one, why not; a
-// prediction that used a stand-in fit says so (StandInNote); a partial prediction says so and
-// ends with UnpricedNote.
+// "predicted 0.0123 s (transfer ..., latency ...[, quantize ... at its rate]), binding: ..." or,
+// without one, why not; a prediction that used a stand-in fit or quantize rate says so
+// (StandInNote); a partial prediction says so and ends with UnpricedNote.
 std::string PredictionLine(const std::optional<Prediction>& prediction,
                            const SharedCalibration& calibration);
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -128,6 +129,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   std::map<std::string, std::set<int32_t>> relay_processes;
   std::map<std::string, Points> relay_same_path;
   std::map<std::pair<int32_t, int32_t>, std::string> pair_path;
+  std::map<int32_t, Points> quantize;  // By process.
   for (int i = 0; i < calibration.samples_size(); ++i) {
     const proto::CalibrationSample& s = calibration.samples(i);
     if (s.seconds_size() == 0 || s.bytes() <= 0) {
@@ -165,6 +167,13 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
         // the node boundary carried senders x that.
         node_link[{s.from_node(), s.to_node()}].push_back(
             {s.bytes() * s.peers_size() * std::max(1, s.messages()), seconds});
+      } else if (s.pattern() == "quantize" && calibration.schema_version() >= 3) {
+        if (s.from() != s.to()) {
+          return absl::InvalidArgumentError(absl::StrCat("calibration sample ", i,
+                                                         " (quantize) names two processes, ",
+                                                         s.from(), " and ", s.to()));
+        }
+        quantize[s.from()].push_back(point);
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(),
@@ -194,6 +203,13 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   WSYNC_RETURN_IF_ERROR(
       FitAll(relay_same_path, &fits.path_aggregate, "path aggregate fit", &fits.skipped));
   WSYNC_RETURN_IF_ERROR(FitAll(node_link, &fits.node_link, "node link fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(quantize, &fits.quantize, "quantize fit", &fits.skipped));
+  for (const auto& [process, fit] : fits.quantize) {
+    if (fits.quantize_bytes_per_second == 0 ||
+        fit.bytes_per_second < fits.quantize_bytes_per_second) {
+      fits.quantize_bytes_per_second = fit.bytes_per_second;
+    }
+  }
   if (!fits.by_path.contains(kSameDevicePath) && fits.by_path.contains(kIntraNodePath)) {
     fits.by_path[kSameDevicePath] = fits.by_path.at(kIntraNodePath);
     fits.stand_ins[kSameDevicePath] = kIntraNodePath;
@@ -209,6 +225,12 @@ std::string StandInNote(const LinkFits& fits, const Prediction& prediction) {
         absl::StrCat(path, " ", bytes, " B priced with ",
                      source == fits.stand_ins.end() ? "another class" : source->second,
                      "'s fit (the calibration has none of its own)"));
+  }
+  if (prediction.quantize_stand_in && prediction.quantize_seconds > 0) {
+    clauses.push_back(absl::StrFormat(
+        "quantize priced at the stand-in %.2f GB/s of input (the calibration measured no "
+        "quantize rate)",
+        prediction.quantize_bytes_per_second / 1e9));
   }
   return absl::StrJoin(clauses, "; ");
 }
@@ -251,10 +273,10 @@ absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) 
     const std::string path(absl::StripAsciiWhitespace(parts[0]));
     for (int64_t bytes : {int64_t{1} << 20, int64_t{1} << 28}) {
       proto::CalibrationSample* sample = calibration.add_samples();
-      sample->set_pattern(path == "local" ? "local" : "peer");
-      sample->set_from(-1);  // Stated for the path class, not measured on a pair.
+      sample->set_pattern(path == "local" || path == "quantize" ? path : "peer");
+      sample->set_from(-1);  // Stated for the path class (or quantize), not measured on a pair.
       sample->set_to(-1);
-      sample->set_path(path);
+      sample->set_path(path == "quantize" ? "local" : path);
       sample->set_bytes(bytes);
       sample->add_seconds(alpha + static_cast<double>(bytes) / bandwidth);
     }
@@ -485,9 +507,8 @@ absl::StatusOr<Prediction> Predict(const LinkFits& fits, const Traffic& traffic)
   // bytes (loopback TCP, shared memory) it is their CPU time per message, and where it is a
   // fabric's wire latency (microseconds) the term is small. cost_aware_policy.cc charges each
   // message the same alpha / kRoundsInFlight.
-  prediction.latency_seconds =
-      std::max(max_alpha, static_cast<double>(traffic.rounds) * max_alpha /
-                              static_cast<double>(kRoundsInFlight));
+  prediction.latency_seconds = std::max(max_alpha, static_cast<double>(traffic.rounds) * max_alpha /
+                                                       static_cast<double>(kRoundsInFlight));
   prediction.seconds = prediction.transfer_seconds + prediction.latency_seconds;
   return prediction;
 }

@@ -25,8 +25,9 @@
 namespace wsync {
 
 // The version this build writes. It reads every version from kOldestCalibrationSchemaVersion on:
-// version 1 (no node ids, no node_link samples) fits as before, without node-link capacities.
-inline constexpr uint32_t kCalibrationSchemaVersion = 2;
+// version 1 (no node ids, no node_link samples) fits as before, without node-link capacities;
+// versions 1 and 2 (no quantize samples) fit without a quantize rate.
+inline constexpr uint32_t kCalibrationSchemaVersion = 3;
 inline constexpr uint32_t kOldestCalibrationSchemaVersion = 1;
 
 struct LinkFit {
@@ -71,6 +72,14 @@ struct LinkFits {
   // GPU's copy engine; a same-GPU copy is at least as fast as an intra-node one, so the stand-in
   // errs towards longer predictions). Reports that print a prediction state these.
   std::map<std::string, std::string> stand_ins;
+  // Per process (schema 3 "quantize" samples): its time to quantize bf16 input to FP8 alone,
+  // against input bytes.
+  std::map<int32_t, LinkFit> quantize;
+  // The rate the cost model prices quantizing at, in bytes of input per second: the slowest
+  // process's (smallest bytes_per_second of `quantize`), since a job's busiest quantizing process
+  // need not run where the calibration's fastest did. 0: the calibration measured none (files
+  // before schema 3, synthetic ones); predictions then use a stand-in constant and say so.
+  double quantize_bytes_per_second = 0;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
   // not growing with size); Predict then uses the path fits for them.
   std::vector<std::string> skipped;
@@ -83,9 +92,10 @@ inline constexpr char kSameDevicePath[] = "same_device";
 // Fits everything the calibration has samples for. A calibration with an intra_node fit and no
 // same_device one gets intra_node's as same_device's, recorded in `stand_ins`. InvalidArgument for
 // a calibration of a schema this build does not read, a sample without timings, a node_link sample
-// in a schema-1 file or without both node ids, or a path class whose line does not fit (bandwidth
-// <= 0; a single size gives bandwidth from the origin and alpha 0); other keys whose line does not
-// fit are listed in `skipped`.
+// in a schema-1 file or without both node ids, a quantize sample in a file before schema 3 or with
+// from != to, or a path class whose line does not fit (bandwidth <= 0; a single size gives
+// bandwidth from the origin and alpha 0); other keys whose line does not fit (a process's
+// quantize fit included) are listed in `skipped`.
 absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration);
 
 // Least squares of seconds against bytes over the medians per size of (bytes, seconds) points.
@@ -99,7 +109,8 @@ absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes);
 // A calibration made from stated link constants rather than measurement, for projections and
 // tests: "intra_node=5us,200GB/s;inter_node=20us,25GB/s" (alpha in s, ms or us; bandwidth in
 // GB/s or MB/s, 1e9 and 1e6 bytes). Each class gets peer samples at two sizes between a
-// representative pair of processes ("local" between a process and itself).
+// representative pair of processes ("local" between a process and itself); "quantize=0us,3GB/s"
+// states a quantize rate (quantize samples of process -1, bytes of input).
 absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec);
 // The stated quantities of SyntheticCalibration: "3us" -> 3e-6 seconds (s, ms or us);
 // "450GB/s" -> 4.5e11 bytes per second (GB/s or MB/s). InvalidArgument for another unit, a
@@ -142,6 +153,11 @@ struct Prediction {
   // PredictPriced only: bytes by path class of the priced pairs whose class's fit is a stand-in
   // (LinkFits::stand_ins); reports name them.
   std::map<std::string, int64_t> stand_in_bytes;
+  // The rate quantize_seconds was priced at (bytes of input per second; 0 when nothing is
+  // quantized), and whether it is a stand-in: a constant rather than a rate the calibration
+  // measured or a cluster file states. Reports name a stand-in (StandInNote).
+  double quantize_bytes_per_second = 0;
+  bool quantize_stand_in = false;
 };
 
 // One resource of the cost model and the seconds the traffic's bytes take at its capacity.
@@ -227,7 +243,9 @@ bool CanPrice(const LinkFits& fits, int32_t from, int32_t to, absl::string_view 
 absl::StatusOr<Prediction> PredictPriced(const LinkFits& fits, const Traffic& traffic);
 
 // "same_device 12 B priced with intra_node's fit (the calibration has none of its own)", one
-// clause per class of prediction.stand_in_bytes joined by "; "; empty when it has none.
+// clause per class of prediction.stand_in_bytes, and, when quantize_stand_in and quantize_seconds
+// > 0, "quantize priced at the stand-in 5.50 GB/s of input (the calibration measured no quantize
+// rate)", joined by "; "; empty when it has none.
 std::string StandInNote(const LinkFits& fits, const Prediction& prediction);
 
 }  // namespace wsync

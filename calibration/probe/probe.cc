@@ -35,6 +35,12 @@ struct Step {
   int32_t stream = 1;
 };
 
+// One step at one size: what a pass runs in turn.
+struct Cell {
+  const Step* step = nullptr;
+  int64_t bytes = 0;
+};
+
 // The distinct paths in alphabetical order, joined by '+'.
 std::string JoinedPaths(const std::vector<std::string>& paths) {
   return absl::StrJoin(std::set<std::string>(paths.begin(), paths.end()), "+");
@@ -133,6 +139,10 @@ absl::Status CheckOptions(const ProbeOptions& options, int32_t n,
           absl::StrCat("fan width ", width, " is outside [1, ", n - 1, "] for ", n, " processes"));
     }
   }
+  if (options.quantize.run && options.quantize.input_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a quantize probe of ", options.quantize.input_bytes, " input bytes"));
+  }
   if (!options.nodes.empty() && static_cast<int32_t>(options.nodes.size()) != n) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.nodes.size(), " node ids for ", n, " processes"));
@@ -167,20 +177,20 @@ class Prober {
     for (const RegistrationId id : registrations_) transport_.DeregisterMemory(id).IgnoreError();
   }
 
-  // Runs every step at every size once per pass, warmup + repeats passes, and returns every
-  // process's timed spans indexed [step x sizes + size][process][repeat]; negative for processes
-  // that took no part. Passes interleave the patterns (see probe.h).
+  // Runs every cell once per pass, warmup + repeats passes, and returns every process's timed
+  // spans indexed [cell][process][repeat]; negative for processes that took no part. Passes
+  // interleave the patterns (see probe.h).
   absl::StatusOr<std::vector<std::vector<std::vector<double>>>> RunPasses(
-      const std::vector<Step>& steps, const std::vector<int64_t>& sizes) {
-    const size_t cells = steps.size() * sizes.size();
+      const std::vector<Cell>& plan) {
+    const size_t cells = plan.size();
     const size_t repeats = static_cast<size_t>(options_.repeats);
     std::vector<double> spans(cells * repeats);  // [cell][repeat]
     for (int32_t pass = 0; pass < options_.warmup + options_.repeats; ++pass) {
       for (size_t cell = 0; cell < cells; ++cell) {
         WSYNC_RETURN_IF_ERROR(group_.AllGather("", absl::Now() + options_.step_timeout).status());
         const int64_t round = next_round_++ % kMaxRounds;
-        WSYNC_ASSIGN_OR_RETURN(const double span, RunOnce(steps[cell / sizes.size()],
-                                                          sizes[cell % sizes.size()], round));
+        WSYNC_ASSIGN_OR_RETURN(const double span,
+                               RunOnce(*plan[cell].step, plan[cell].bytes, round));
         if (pass >= options_.warmup) spans[cell * repeats + (pass - options_.warmup)] = span;
       }
     }
@@ -212,6 +222,12 @@ class Prober {
       if (step.from != me_) return -1.0;
       const absl::Time start = absl::Now();
       std::memcpy(receive_[0].data(), send_.data(), bytes);
+      return absl::ToDoubleSeconds(absl::Now() - start);
+    }
+    if (step.pattern == "quantize") {
+      if (step.from != me_) return -1.0;
+      const absl::Time start = absl::Now();
+      WSYNC_RETURN_IF_ERROR(options_.quantize.run());
       return absl::ToDoubleSeconds(absl::Now() - start);
     }
     bool takes_part = false;
@@ -388,33 +404,45 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
   (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
   (*calibration.mutable_settings())["probe.node_link_messages"] =
       absl::StrCat(options.node_link_messages);
+  if (options.quantize.run) {
+    (*calibration.mutable_settings())["probe.quantize"] = options.quantize.description;
+  }
 
+  // Every link step at every size, then (with a quantize probe) each process's quantize at its
+  // input size.
+  std::vector<Cell> plan;
+  for (const Step& step : steps) {
+    for (const int64_t bytes : sizes) plan.push_back(Cell{&step, bytes});
+  }
+  std::vector<Step> quantize_steps;
+  for (int32_t p = 0; options.quantize.run && p < n; ++p) {
+    quantize_steps.push_back(
+        Step{"quantize", p, p, {}, options.path_of(p, p), "", {}, nodes[p], ""});
+  }
+  for (const Step& step : quantize_steps) plan.push_back(Cell{&step, options.quantize.input_bytes});
   WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<std::vector<double>>> cells,
-                         prober.RunPasses(steps, sizes));
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Step& step = steps[i];
-    for (size_t j = 0; j < sizes.size(); ++j) {
-      const int64_t bytes = sizes[j];
-      const std::vector<std::vector<double>>& spans = cells[i * sizes.size() + j];
-      if (step.pattern == "relay") {
-        for (int32_t p = 0; p < n; ++p) {
-          Step labelled = step;
-          labelled.from = p;
-          for (const auto& [sender, receiver] : step.messages) {
-            if (receiver == p) labelled.path = options.path_of(sender, p);
-            if (sender == p) labelled.send_path = options.path_of(p, receiver);
-          }
-          proto::CalibrationSample* sample = NewSample(&calibration, labelled, bytes);
-          for (const double span : spans[p]) sample->add_seconds(span);
+                         prober.RunPasses(plan));
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Step& step = *plan[i].step;
+    const std::vector<std::vector<double>>& spans = cells[i];
+    if (step.pattern == "relay") {
+      for (int32_t p = 0; p < n; ++p) {
+        Step labelled = step;
+        labelled.from = p;
+        for (const auto& [sender, receiver] : step.messages) {
+          if (receiver == p) labelled.path = options.path_of(sender, p);
+          if (sender == p) labelled.send_path = options.path_of(p, receiver);
         }
-        continue;
+        proto::CalibrationSample* sample = NewSample(&calibration, labelled, plan[i].bytes);
+        for (const double span : spans[p]) sample->add_seconds(span);
       }
-      proto::CalibrationSample* sample = NewSample(&calibration, step, bytes);
-      for (int32_t r = 0; r < options.repeats; ++r) {
-        double slowest = 0;
-        for (int32_t p = 0; p < n; ++p) slowest = std::max(slowest, spans[p][r]);
-        sample->add_seconds(slowest);
-      }
+      continue;
+    }
+    proto::CalibrationSample* sample = NewSample(&calibration, step, plan[i].bytes);
+    for (int32_t r = 0; r < options.repeats; ++r) {
+      double slowest = 0;
+      for (int32_t p = 0; p < n; ++p) slowest = std::max(slowest, spans[p][r]);
+      sample->add_seconds(slowest);
     }
   }
   return calibration;

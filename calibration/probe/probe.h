@@ -27,6 +27,9 @@
 //              pair), which one message of the largest size does not move (TCP over loopback, 2
 //              pairs on 2 cores: 1.9-2.0 GB/s in all at 64 MiB, 2.3 GB/s at 4 x 64 MiB or one
 //              256 MiB message)
+//   quantize   (with options.quantize) each process alone runs options.quantize once, from == to
+//              == that process, path "local", from_node its node, bytes its input bytes, at that
+//              one size rather than at every size above: the host's FP8 quantize rate
 // A fan's path is path_of(root, peer) (fan_out) or path_of(peer, root) (fan_in) when all its
 // peers share one, else the distinct ones in alphabetical order joined by '+'.
 //
@@ -43,11 +46,13 @@
 //
 // Memory: each process allocates (1 + max(1, widest fan)) x the largest size (send buffer, one
 // receive buffer per fan-in peer); ProbeMemoryNeed states it and CalibrateLinks refuses
-// (ResourceExhausted) a plan above options.memory_budget_bytes.
+// (ResourceExhausted) a plan above options.memory_budget_bytes. A quantize probe's input and
+// output are the caller's, outside that need.
 //
 // Errors: InvalidArgument for bad options (no sizes, no path_of, a width or peer out of range,
-// processes of the Group and transport that disagree); the Transport's or Group's error
-// (DeadlineExceeded, Unavailable, Aborted) when a step fails; a failed step ends the probe on
+// processes of the Group and transport that disagree, a quantize probe of no bytes); the
+// Transport's or Group's error (DeadlineExceeded, Unavailable, Aborted) when a step fails, or the
+// quantize probe's; a failed step ends the probe on
 // that process and its peers then fail at their deadline. Not thread-safe: one call at a time,
 // and the caller must not use the transport meanwhile.
 
@@ -57,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "calibration/link_model/calibration.pb.h"
@@ -70,6 +76,16 @@ using PathOf = std::function<std::string(int32_t from, int32_t to)>;
 using FanPeers = std::function<std::vector<int32_t>(int32_t root, int32_t width)>;
 
 inline constexpr int64_t kDefaultProbeMemoryBudgetBytes = int64_t{1} << 30;
+
+// One quantize of input this process prepared, which the probe times as the "quantize" pattern.
+// This folder may not include quant/ (calibration sits beside the transport, below the executor),
+// so the caller brings the kernel with its input: `wsync calibrate` passes quant::QuantizeFp8 of a
+// bf16 matrix (integration/cli/calibrate_job.h HostQuantizeProbe).
+struct QuantizeProbe {
+  int64_t input_bytes = 0;            // What one call of `run` quantizes: > 0, equal everywhere.
+  std::function<absl::Status()> run;  // Quantizes the input once; its error ends the probe.
+  std::string description;            // What `run` does: the setting "probe.quantize".
+};
 
 struct ProbeOptions {
   // Message sizes in bytes, each > 0. Empty: DefaultProbeSizes(widest fan, memory budget).
@@ -88,6 +104,8 @@ struct ProbeOptions {
   // (see node_link above).
   int32_t node_link_messages = 4;
   int64_t memory_budget_bytes = kDefaultProbeMemoryBudgetBytes;
+  // The quantize pattern, on every process or on none; no `run`: no quantize samples.
+  QuantizeProbe quantize;
   absl::Duration step_timeout = absl::Seconds(60);  // Deadline of every collective and repeat.
   // Recorded in the calibration (e.g. UCX_TLS); the transport's name is recorded as well.
   std::map<std::string, std::string> settings;

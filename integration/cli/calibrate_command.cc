@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "integration/cli/calibrate_job.h"
 #include "integration/harness/launcher.h"
+#include "plugin/prediction.h"
 
 ABSL_FLAG(std::string, synthetic, "",
           "Link constants, e.g. 'intra_node=5us,200GB/s;inter_node=20us,25GB/s'.");
@@ -86,6 +87,21 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
                  ? absl::StrCat("inside node ", nodes.first, " (half to half)")
                  : absl::StrCat("node link ", nodes.first, " -> ", nodes.second, " (all pairs)"),
              fit);
+  }
+  for (const auto& [process, fit] : fits.quantize) {
+    PrintFit(out,
+             process < 0 ? std::string("quantize (stated)")
+                         : absl::StrCat("quantize on process ", process),
+             fit);
+  }
+  if (fits.quantize_bytes_per_second > 0) {
+    absl::FPrintF(out, "  quantize rate (the slowest process's): %.3f GB/s of bf16 input\n",
+                  fits.quantize_bytes_per_second / 1e9);
+  } else {
+    absl::FPrintF(out,
+                  "  quantize rate: not measured; predictions use the stand-in %.3f GB/s of "
+                  "input\n",
+                  kQuantizeInputBytesPerSecond / 1e9);
   }
   for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);
   return absl::OkStatus();

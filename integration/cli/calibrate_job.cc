@@ -3,10 +3,14 @@
 #include <openssl/rand.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -15,9 +19,11 @@
 #include "absl/strings/str_split.h"
 #include "calibration/link_model/link_model.h"
 #include "calibration/probe/probe.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "integration/harness/launcher.h"
 #include "plugin/runtime.h"
+#include "quant/fp8.h"
 #include "transport/control/auth.h"
 #include "transport/selector/selector.h"
 
@@ -45,7 +51,46 @@ std::vector<std::string> Split(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
+// `value` rounded to the nearest bf16, ties to even (finite values only).
+uint16_t ToBf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
 }  // namespace
+
+QuantizeProbe HostQuantizeProbe(int64_t memory_budget_bytes) {
+  constexpr int64_t kCols = 4096, kBlock = 128;
+  constexpr int64_t kRowBytes = kCols * 2;
+  const int64_t rows =
+      std::clamp<int64_t>(memory_budget_bytes / 32 / kRowBytes / kBlock * kBlock, kBlock, 4096);
+  struct Buffers {
+    std::vector<uint16_t> input;
+    std::vector<uint8_t> fp8;
+    std::vector<float> scales;
+  };
+  auto buffers = std::make_shared<Buffers>();
+  buffers->input.resize(rows * kCols);
+  std::mt19937_64 random(46);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (uint16_t& value : buffers->input) value = ToBf16(normal(random));
+  buffers->fp8.resize(rows * kCols);
+  buffers->scales.resize(rows / kBlock * (kCols / kBlock));
+  QuantizeProbe probe;
+  probe.input_bytes = rows * kRowBytes;
+  probe.description = absl::StrCat("quant::QuantizeFp8 of bf16 ", rows, " x ", kCols,
+                                   ", normal(0, 0.02), to e4m3 with 128 x 128 block scales");
+  probe.run = [buffers, rows] {
+    quant::ConstRegion input{buffers->input.data(), 1, rows, kCols, 0, kCols, 1};
+    quant::MutableRegion fp8{buffers->fp8.data(), 1, rows, kCols, 0, kCols, 1};
+    quant::MutableRegion scales{buffers->scales.data(), 1, rows / kBlock, kCols / kBlock, 0,
+                                kCols / kBlock,         1};
+    return quant::QuantizeFp8(quant::Fp8Blocking::Block(), DType::kBFloat16, input, fp8, scales,
+                              "calibration.quantize");
+  };
+  return probe;
+}
 
 absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text) {
   std::vector<int64_t> sizes;
@@ -125,6 +170,7 @@ absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
   options.memory_budget_bytes = job.memory_budget_bytes;
   options.settings["path_transports"] = path_transports;
   options.settings["nodes"] = absl::StrJoin(nodes, ",");
+  options.quantize = HostQuantizeProbe(job.memory_budget_bytes);
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
                          CalibrateLinks(options, *mesh->transport, *mesh->client));
   if (me == 0) {

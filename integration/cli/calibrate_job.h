@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "calibration/link_model/calibration.pb.h"
+#include "calibration/probe/probe.h"
 
 namespace wsync::cli {
 
@@ -41,6 +42,14 @@ struct CalibrationJob {
 // written to job.out. Fails naming the processes that failed, with their standard error.
 absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
                                                      const std::string& wsync);
+
+// The quantize pattern every calibration worker runs (calibration/probe QuantizeProbe): one
+// quant::QuantizeFp8 with 128 x 128 block scales of a bf16 matrix of 4096 columns and 4096 rows
+// (32 MiB), fewer rows (a multiple of 128, at least 128) where that exceeds 1/32 of
+// `memory_budget_bytes`; its values drawn once from a normal distribution of standard deviation
+// 0.02 (fixed seed), rounded to bf16 to nearest even, as trained weights are. The callable owns
+// its buffers (input, e4m3 output, scales).
+QuantizeProbe HostQuantizeProbe(int64_t memory_budget_bytes);
 
 // "4K,64K,1M" (suffixes K, M, G: powers of 1024) into bytes; InvalidArgument on a bad entry.
 absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text);

@@ -116,6 +116,14 @@ void PrintStandIns(std::FILE* out, const PlanRequest& request, const LinkFits& f
                   path, HumanBytes(bytes), bytes, source->second,
                   request.calibration.empty() ? "cluster" : "calibration");
   }
+  if (prediction.quantize_stand_in && prediction.quantize_seconds > 0) {
+    absl::FPrintF(
+        out,
+        "  stand-in: quantize priced at %.2f GB/s of input per process, a constant: the "
+        "%s measured no quantize rate (wsync calibrate --processes N measures it)\n",
+        prediction.quantize_bytes_per_second / 1e9,
+        request.calibration.empty() ? "cluster states no `quantize:` and" : "calibration");
+  }
 }
 
 // Prints the unpriced path classes and the `wsync calibrate` command that measures them.
@@ -153,12 +161,18 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
     priced.rounds = schedule.rounds;
   }
   WSYNC_ASSIGN_OR_RETURN(Prediction prediction, PredictPriced(fits, priced));
-  // FP8 targets: the quantize term at its stated throughput (plugin/prediction.h).
-  const double quantize_rate = source.quantize_bytes_per_second > 0
-                                   ? source.quantize_bytes_per_second
-                                   : kQuantizeInputBytesPerSecond;
-  prediction.quantize_seconds = QuantizeSeconds(job, plan.quant, quantize_rate);
+  // FP8 targets: the quantize term at the cluster's stated rate, else the calibration's
+  // measured one, else the stand-in constant (plugin/prediction.h QuantizeRateOf).
+  const QuantizeRate quantize_rate = QuantizeRateOf(fits, source.quantize_bytes_per_second);
+  prediction.quantize_seconds = QuantizeSeconds(job, plan.quant, quantize_rate.bytes_per_second);
   prediction.seconds += prediction.quantize_seconds;
+  if (prediction.quantize_seconds > 0) {
+    prediction.quantize_bytes_per_second = quantize_rate.bytes_per_second;
+    prediction.quantize_stand_in = quantize_rate.stand_in;
+  }
+  const char* quantize_source = source.quantize_bytes_per_second > 0 ? "stated by the cluster"
+                                : quantize_rate.stand_in             ? "stand-in"
+                                                                     : "calibrated";
   const bool partial = !prediction.unpriced_bytes.empty();
   if (partial && prediction.binding.empty()) {
     absl::FPrintF(out, "\npredicted (%s): none of the traffic could be priced\n", source.label);
@@ -171,8 +185,9 @@ absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& re
                 source.label, prediction.seconds, partial ? " for the priced traffic only" : "",
                 prediction.transfer_seconds, prediction.latency_seconds, priced.rounds,
                 prediction.quantize_seconds > 0
-                    ? absl::StrFormat(" + quantize %.4f s (%.0f GB/s of input per process)",
-                                      prediction.quantize_seconds, quantize_rate / 1e9)
+                    ? absl::StrFormat(" + quantize %.4f s (%.4g GB/s of input per process, %s)",
+                                      prediction.quantize_seconds,
+                                      quantize_rate.bytes_per_second / 1e9, quantize_source)
                     : std::string(),
                 prediction.binding.empty() ? std::string("none") : prediction.binding);
   PrintStandIns(out, request, fits, prediction);

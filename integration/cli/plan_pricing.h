@@ -29,7 +29,8 @@ struct PricingSource {
   // A cluster file's topology lines (integration/simulation/cluster_file.h), if it has them.
   std::optional<simgrid_backend::ClusterTopology> topology;
   // A cluster file's `quantize:` rate (bytes of input per second per process); 0: not stated,
-  // the host kernels' kQuantizeInputBytesPerSecond (plugin/prediction.h).
+  // the calibration's measured rate, else the stand-in kQuantizeInputBytesPerSecond
+  // (plugin/prediction.h QuantizeRateOf).
   double quantize_bytes_per_second = 0;
 };
 
@@ -45,9 +46,10 @@ absl::StatusOr<PricingSource> ReadCalibrationFile(const std::string& path);
 // Prices the planned traffic (PredictPriced: the busiest resource over its capacity plus latency)
 // and prints it. With request.process the traffic is that process's pairs and the rounds its
 // schedule (quantization steps included); otherwise every pair, each pair's segment count standing
-// in for its messages. Pairs on a path class the source has no fit for are left out, named with
-// their bytes and, where one exists, the `wsync calibrate` command that measures them; the
-// prediction says what it left out.
+// in for its messages. FP8 targets add the quantize term at QuantizeRateOf(the source's fits, its
+// stated rate), printed with where the rate came from; a stand-in rate is named. Pairs on a path
+// class the source has no fit for are left out, named with their bytes and, where one exists, the
+// `wsync calibrate` command that measures them; the prediction says what it left out.
 absl::StatusOr<Prediction> PrintPrediction(std::FILE* out, const PlanRequest& request,
                                            const Job& job, const Plan& plan,
                                            const PricingSource& source);

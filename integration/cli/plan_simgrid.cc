@@ -107,9 +107,8 @@ absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& 
   options.plan_digest = plan.digest;
   if (job.HasQuantizedParams()) {  // At the rate the cost model prices the quantize step with.
     options.quant = &plan.quant;
-    options.quantize_bytes_per_second = cluster.quantize_bytes_per_second > 0
-                                            ? cluster.quantize_bytes_per_second
-                                            : kQuantizeInputBytesPerSecond;
+    options.quantize_bytes_per_second =
+        QuantizeRateOf(fits, cluster.quantize_bytes_per_second).bytes_per_second;
   }
   options.record_messages = true;  // For the link loads.
   // Measuring the engine's own settings (integration/simulation/README.md): space-separated

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   r->add_payloads("x");
   r->add_payloads("y");
   ok &= Write(dir + "/frame_fuzz/result", f.SerializeAsString());
-  for (const char* spec : {"intra_node=5us,200GB/s;inter_node=20us,25GB/s", "local=1us,1000GB/s"}) {
+  for (const char* spec : {"intra_node=5us,200GB/s;inter_node=20us,25GB/s", "local=1us,1000GB/s",
+                           "local=1us,20GB/s;quantize=0us,3GB/s"}) {
     auto calibration = wsync::SyntheticCalibration(spec);
     if (!calibration.ok()) continue;
     ok &= Write(absl::StrCat(dir, "/calibration_fuzz/synthetic-", n++),

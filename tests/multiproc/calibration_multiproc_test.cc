@@ -1,6 +1,7 @@
 // `wsync calibrate --processes 4` over UCX between real processes of this machine (two "nodes":
 // shared memory within a node, TCP over loopback between them): the written calibration has every
-// pattern with the expected sample counts, labels and repeats, and `--show` reads it back.
+// pattern with the expected sample counts, labels and repeats (each process's quantize rate
+// included), and `--show` reads it back.
 
 #include <unistd.h>
 
@@ -32,8 +33,8 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   const std::string command = absl::StrCat(
       WSYNC_CLI, " calibrate --processes 4 --nodes a,a,b,b",
       " --path_transports 'local=ucx:sm,cma,self;intra_node=ucx:sm,cma,self;",
-      "inter_node=ucx:tcp@lo' --probe_sizes 4K,4M --probe_repeats 2 --fan_widths 1,2 --out ", path,
-      " > ", path, ".txt 2>&1");
+      "inter_node=ucx:tcp@lo' --probe_sizes 4K,4M --probe_repeats 3 --probe_memory 33554432",
+      " --fan_widths 1,2 --out ", path, " > ", path, ".txt 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream file(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
@@ -48,9 +49,15 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   std::map<std::string, int64_t> count;
   for (const proto::CalibrationSample& s : calibration->samples()) {
     ++count[s.pattern()];
-    EXPECT_EQ(s.seconds_size(), 2);
+    EXPECT_EQ(s.seconds_size(), 3);
     for (const double seconds : s.seconds()) EXPECT_GT(seconds, 0);
-    if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
+    if (s.pattern() == "quantize") {
+      // Every process alone quantizes the CLI's bf16 matrix: 128 x 4096 under a 32 MiB budget.
+      EXPECT_EQ(s.from(), s.to());
+      EXPECT_EQ(s.path(), "local");
+      EXPECT_EQ(s.from_node(), NodeOf(s.from()));
+      EXPECT_EQ(s.bytes(), int64_t{1} << 20);
+    } else if (s.pattern() == "local" || s.pattern() == "peer" || s.pattern() == "both_ways") {
       EXPECT_EQ(s.path(), PathOf(s.from(), s.to())) << s.pattern();
     } else if (s.pattern() == "fan_out" || s.pattern() == "fan_in") {
       // Width 1: the other process of the node; width 2: it, then the nearest other process.
@@ -73,12 +80,13 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
     }
   }
   EXPECT_EQ(count,
-            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2));
+            test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2,
+                                       /*quantize=*/true));
   EXPECT_EQ(std::vector<std::string>(calibration->nodes().begin(), calibration->nodes().end()),
             std::vector<std::string>({"a", "a", "b", "b"}));
 
-  // --show reads it back: the inter-node path's fit and the node link's fit or, where the
-  // machine's load made its two sizes' medians disagree, why it was left out.
+  // --show reads it back: the inter-node path's fit, the quantize rate, and the node link's fit
+  // or, where the machine's load made its two sizes' medians disagree, why it was left out.
   const std::string shown_path = path + ".show";
   const std::string show =
       absl::StrCat(WSYNC_CLI, " calibrate --show ", path, " > ", shown_path, " 2>&1");
@@ -87,6 +95,7 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   const std::string shown((std::istreambuf_iterator<char>(shown_file)),
                           std::istreambuf_iterator<char>());
   EXPECT_TRUE(absl::StrContains(shown, "path inter_node")) << shown;
+  EXPECT_TRUE(absl::StrContains(shown, "quantize rate (the slowest")) << shown;
   EXPECT_TRUE(absl::StrContains(shown, "node link a -> b") ||
               absl::StrContains(shown, "left out: node link fit"))
       << shown;

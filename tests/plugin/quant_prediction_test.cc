@@ -1,14 +1,17 @@
 // The cost model of FP8 targets (plugin/prediction.h): PlanTraffic carries the quantization
 // steps' bytes (e4m3 + scales, gathers), PredictSync adds the quantize term and counts the rounds
 // of the quantization steps' segments and of every wave of a streamed sync, and a block-FP8
-// rollout's predicted transfer shrinks with its bytes.
+// rollout's predicted transfer shrinks with its bytes; the quantize term's rate is the
+// calibration's, else a stand-in constant that the reports name.
 
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_format.h"
 #include "calibration/link_model/link_model.h"
 #include "executor/schedule.h"
 #include "executor/waves.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -19,6 +22,9 @@
 
 namespace wsync {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kLinks[] = "local=1us,20GB/s;intra_node=5us,4GB/s;inter_node=10us,2GB/s";
 
@@ -141,6 +147,68 @@ TEST(QuantPredictionTest, TheLatencyTermCountsTheRoundsOfEveryWave) {
   ASSERT_TRUE(prediction.ok()) << prediction.status();
   const double expected = std::max(kAlpha, rounds * kAlpha / kRoundsInFlight);
   EXPECT_NEAR(prediction->latency_seconds, expected, expected * 1e-6);
+}
+
+// The quantize term at the rate the calibration measured (issue 46: an AVX2-only CPU quantizes at
+// a fraction of the AVX-512 figure of kQuantizeInputBytesPerSecond), the slowest process's; a
+// calibration without one prices at the stand-in constant and every report says so.
+TEST(QuantPredictionTest, TheQuantizeTermUsesTheCalibratedRateElseTheStandInConstant) {
+  constexpr double kRate = 1.25e9;
+  constexpr int64_t kInput = int64_t{32} << 20;
+  const Job job = MakeJob("qwen2.5-0.5b", "megatron", "vllm(quant=fp8_block)");
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  proto::Calibration measured = *SyntheticCalibration(kLinks);
+  for (const int32_t process : {0, 1}) {
+    proto::CalibrationSample* sample = measured.add_samples();
+    sample->set_pattern("quantize");
+    sample->set_from(process);
+    sample->set_to(process);
+    sample->set_path("local");
+    sample->set_bytes(kInput);
+    sample->add_seconds(kInput / (process == 0 ? kRate : 2 * kRate));
+  }
+  const LinkFits fits = *FitLinks(measured);
+  ASSERT_DOUBLE_EQ(fits.quantize_bytes_per_second, kRate);
+  const absl::StatusOr<Prediction> calibrated =
+      PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{});
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status();
+  EXPECT_GT(calibrated->quantize_seconds, 0);
+  EXPECT_DOUBLE_EQ(calibrated->quantize_seconds, QuantizeSeconds(job, plan.quant, kRate));
+  EXPECT_DOUBLE_EQ(calibrated->quantize_seconds,
+                   static_cast<double>(CountQuantWireBytes(job, plan.quant).unquantized) / kRate);
+  EXPECT_EQ(calibrated->quantize_bytes_per_second, kRate);
+  EXPECT_FALSE(calibrated->quantize_stand_in);
+  EXPECT_THAT(StandInNote(fits, *calibrated), Not(HasSubstr("quantize")));
+  const std::string calibrated_line = PredictionLine(*calibrated, SharedCalibration{fits, "probe"});
+  EXPECT_THAT(calibrated_line,
+              HasSubstr(absl::StrFormat("+ quantize %.6f s at 1.25 GB/s of input (calibrated)",
+                                        calibrated->quantize_seconds)));
+  EXPECT_THAT(calibrated_line, Not(HasSubstr("stand-in")));
+
+  // No quantize samples (a synthetic calibration, or a file before schema 3): the constant.
+  const LinkFits unmeasured = *FitLinks(*SyntheticCalibration(kLinks));
+  const absl::StatusOr<Prediction> fallback =
+      PredictSync(job, *MakeFirstHolderPolicy(), unmeasured, StagingBudget{});
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_DOUBLE_EQ(fallback->quantize_seconds,
+                   QuantizeSeconds(job, plan.quant, kQuantizeInputBytesPerSecond));
+  EXPECT_DOUBLE_EQ(fallback->quantize_seconds * kQuantizeInputBytesPerSecond,
+                   calibrated->quantize_seconds * kRate);
+  EXPECT_EQ(fallback->quantize_bytes_per_second, kQuantizeInputBytesPerSecond);
+  EXPECT_TRUE(fallback->quantize_stand_in);
+  EXPECT_THAT(StandInNote(unmeasured, *fallback),
+              HasSubstr("quantize priced at the stand-in 5.50 GB/s of input"));
+  const std::string fallback_line =
+      PredictionLine(*fallback, SharedCalibration{unmeasured, "synthetic"});
+  EXPECT_THAT(fallback_line, HasSubstr("GB/s of input (stand-in)"));
+  EXPECT_THAT(fallback_line, HasSubstr("stand-in: quantize priced at the stand-in 5.50 GB/s"));
+
+  // Nothing quantized: no quantize term and no stand-in to name.
+  const absl::StatusOr<Prediction> bf16 = PredictSync(MakeJob("qwen2.5-0.5b", "megatron", "vllm"),
+                                                      *MakeFirstHolderPolicy(), unmeasured, {});
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_FALSE(bf16->quantize_stand_in);
+  EXPECT_THAT(StandInNote(unmeasured, *bf16), Not(HasSubstr("quantize")));
 }
 
 }  // namespace

@@ -2,10 +2,13 @@
 // calibration; every pattern is present with the expected sample counts, labels and repeats; the
 // bytes the fabric delivered are exactly what the patterns move; bad options are refused.
 
+#include <array>
+#include <atomic>
 #include <map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "calibration/link_model/link_model.h"
 #include "calibration/probe/probe.h"
 #include "gmock/gmock.h"
@@ -148,6 +151,88 @@ TEST(CalibrationProbeTest, EveryPatternWithExpectedCountsLabelsAndBytes) {
   EXPECT_EQ(fits->relay.size(), 2u);      // (inter, intra) and (intra, inter).
   EXPECT_EQ(fits->node_link.size(), 4u);  // a -> b, b -> a, inside a, inside b.
   EXPECT_EQ(fits->nodes, options.nodes);
+}
+
+TEST(CalibrationProbeTest, QuantizeRunsOnEveryProcessAloneAtItsInputSize) {
+  const int32_t n = 3;
+  constexpr int64_t kInput = int64_t{1} << 20;
+  ProbeOptions options;
+  options.sizes = {4096, 65536};
+  options.repeats = 3;
+  options.warmup = 1;
+  options.nodes = {"a", "a", "b"};
+  options.path_of = PathOfNodes(options.nodes);
+  options.fan_widths = {1};
+  std::array<std::atomic<int>, n> calls{};
+  std::atomic<int> running{0};
+  std::atomic<bool> overlapped{false};
+  const auto results = test::RunOnLoopbackThreads<absl::StatusOr<proto::Calibration>>(
+      n, [&](int32_t p, std::unique_ptr<Transport> transport, Group& group) {
+        ProbeOptions mine = options;
+        mine.quantize.input_bytes = kInput;
+        mine.quantize.description = "fake kernel";
+        mine.quantize.run = [&, p] {
+          if (running.fetch_add(1) != 0) overlapped = true;
+          ++calls[p];
+          absl::SleepFor(absl::Milliseconds(2));
+          running.fetch_sub(1);
+          return absl::OkStatus();
+        };
+        return CalibrateLinks(mine, *transport, group);
+      });
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  for (int32_t p = 0; p < n; ++p) EXPECT_EQ(calls[p], options.warmup + options.repeats) << p;
+  EXPECT_FALSE(overlapped) << "each process quantizes alone";
+  const proto::Calibration& calibration = *results[0];
+  EXPECT_EQ(calibration.settings().at("probe.quantize"), "fake kernel");
+  std::map<std::string, int64_t> count;
+  for (const proto::CalibrationSample& s : calibration.samples()) ++count[s.pattern()];
+  EXPECT_EQ(count, test::ExpectedProbeSamples(n, /*sizes=*/2, /*widths=*/1, /*node_pairs=*/2,
+                                              /*nodes_inside=*/1, /*quantize=*/true));
+  int32_t next = 0;
+  for (const proto::CalibrationSample& s : calibration.samples()) {
+    if (s.pattern() != "quantize") continue;
+    EXPECT_EQ(s.from(), next);
+    EXPECT_EQ(s.to(), next);
+    EXPECT_EQ(s.path(), "local");
+    EXPECT_EQ(s.from_node(), options.nodes[next]);
+    EXPECT_EQ(s.bytes(), kInput);
+    ASSERT_EQ(s.seconds_size(), options.repeats);
+    for (const double seconds : s.seconds()) EXPECT_GE(seconds, 0.002);
+    ++next;
+  }
+  for (int32_t p = 1; p < n; ++p) {
+    EXPECT_EQ(results[p]->SerializeAsString().size(), calibration.SerializeAsString().size());
+  }
+  // The link model fits every process's rate; the slowest prices. (The links' timings are
+  // replaced by an exact line: measured ones are too noisy here to fit.)
+  proto::Calibration exact = calibration;
+  for (proto::CalibrationSample& s : *exact.mutable_samples()) {
+    if (s.pattern() == "quantize") continue;
+    for (double& seconds : *s.mutable_seconds()) seconds = 1e-6 + s.bytes() / 1e9;
+  }
+  const absl::StatusOr<LinkFits> fits = FitLinks(exact);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  ASSERT_EQ(fits->quantize.size(), static_cast<size_t>(n));
+  EXPECT_GT(fits->quantize_bytes_per_second, 0);
+  EXPECT_LE(fits->quantize_bytes_per_second, kInput / 0.002);
+  for (const auto& [process, fit] : fits->quantize) {
+    EXPECT_GE(fit.bytes_per_second, fits->quantize_bytes_per_second);
+  }
+
+  // A failing kernel ends the probe with its error on the first process to quantize (0); the
+  // others fail at their deadline. No bytes: refused.
+  options.quantize.input_bytes = kInput;
+  options.quantize.run = [] { return absl::InvalidArgumentError("kernel says no"); };
+  options.step_timeout = absl::Seconds(1);
+  const auto failed = RunAll(n, options);
+  EXPECT_THAT(failed[0].status().message(), HasSubstr("kernel says no"));
+  for (int32_t p = 1; p < n; ++p) EXPECT_FALSE(failed[p].ok()) << p;
+  options.quantize.input_bytes = 0;
+  for (const auto& result : RunAll(n, options)) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr("quantize probe of 0 input bytes"));
+  }
 }
 
 TEST(CalibrationProbeTest, AsymmetricPathLabelsFanDirections) {

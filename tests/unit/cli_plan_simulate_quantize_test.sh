@@ -10,7 +10,7 @@ plan() {
     --segments 0 --simulate "$1"
 }
 out=$(plan "$cluster")
-echo "$out" | grep -q '+ quantize 0\.[0-9]* s (2000 GB/s of input per process)'
+echo "$out" | grep -q '+ quantize 0\.[0-9]* s (2000 GB/s of input per process, stated by the'
 bad=$(mktemp)
 trap 'rm -f "$bad"' EXIT
 sed 's/^quantize: .*/quantize: -5GB\/s/' "$cluster" > "$bad"

@@ -357,7 +357,7 @@ TEST(LinkModelTest, SchemaOneFilesReadWithoutNodeLinks) {
   proto::Calibration future = Known();
   future.set_schema_version(kCalibrationSchemaVersion + 1);
   EXPECT_THAT(std::string(ParseCalibration(SerializeCalibration(future)).status().message()),
-              HasSubstr("is not supported (this build reads 1 to 2)"));
+              HasSubstr("is not supported (this build reads 1 to 3)"));
 
   // Node ids that do not cover the processes, and node links without their nodes, are refused.
   proto::Calibration short_nodes = KnownWithNodeLink();

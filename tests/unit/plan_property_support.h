@@ -24,6 +24,7 @@
 #include "planner/job.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "tests/testing/property_scale.h"
 #include "tests/testing/random_layouts.h"
 
 namespace wsync::test::property {
@@ -33,16 +34,11 @@ inline constexpr int64_t kDefaultPairs = 1000;
 inline constexpr uint64_t kVersion = 7;
 inline constexpr int kMaxReportedFailures = 5;
 
-inline int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? fallback : std::strtoll(value, nullptr, 10);
-}
+using test::EnvInt;
 
 inline uint64_t FirstSeed() { return EnvInt("WSYNC_PROPERTY_SEED", kDefaultFirstSeed); }
 inline int64_t NumPairs(int64_t fallback = kDefaultPairs) {
-  const int64_t scaled =
-      std::max<int64_t>(1, fallback * EnvInt("WSYNC_PROPERTY_PERCENT", 100) / 100);
-  return EnvInt("WSYNC_PROPERTY_PAIRS", scaled);
+  return EnvInt("WSYNC_PROPERTY_PAIRS", ScaledCases(fallback));
 }
 
 inline test::LayoutPair PairForSeed(uint64_t seed) {

@@ -33,6 +33,7 @@
 #include "planner/quant_plan.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/loopback_threads.h"
+#include "tests/testing/property_scale.h"
 #include "tests/unit/executor_test_support.h"
 #include "tests/unit/quant_loopback_run.h"
 #include "tests/unit/quant_plan_support.h"
@@ -278,15 +279,16 @@ void RunRandomCase(std::mt19937_64& rng, Counts& counts) {
 TEST(QuantExecutorTest, RandomSyncsWriteTheReferenceQuantization) {
   std::mt19937_64 rng(2222);
   Counts counts;
-  for (int i = 0; i < 60; ++i) {
+  const int64_t cases = test::ScaledCases(60, 20);
+  for (int64_t i = 0; i < cases; ++i) {
     SCOPED_TRACE(i);
     RunRandomCase(rng, counts);
     if (HasFatalFailure()) return;
   }
   // Both sides and small budgets were exercised.
-  EXPECT_GT(counts.sender, 30);
-  EXPECT_GT(counts.receiver, 30);
-  EXPECT_GT(counts.staged_budgets, 10);
+  EXPECT_GT(counts.sender, cases / 2);
+  EXPECT_GT(counts.receiver, cases / 2);
+  EXPECT_GT(counts.staged_budgets, cases / 6);
 }
 
 // `target` (QuantTarget's: "w" with scales "w_scale") with the scales renamed "a_scale":

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/policy.h"
+#include "tests/testing/property_scale.h"
 #include "tests/unit/quant_plan_support.h"
 
 namespace wsync {
@@ -68,14 +69,15 @@ void RunRandomCase(std::mt19937_64& rng, Counts& counts) {
 TEST(QuantPlanTest, RandomCutsQuantizeExactlyAsTheReference) {
   std::mt19937_64 rng(22);
   Counts counts;
-  for (int i = 0; i < 150; ++i) {
+  const int64_t cases = test::ScaledCases(150, 30);
+  for (int64_t i = 0; i < cases; ++i) {
     SCOPED_TRACE(i);
     RunRandomCase(rng, counts);
     if (HasFatalFailure()) return;
   }
-  // Both sides were exercised.
-  EXPECT_GT(counts.sender, 50);
-  EXPECT_GT(counts.receiver, 50);
+  // Both sides were exercised (about half the cases each).
+  EXPECT_GT(counts.sender, cases / 3);
+  EXPECT_GT(counts.receiver, cases / 3);
 }
 
 using quant_plan_test::FixedCase;
