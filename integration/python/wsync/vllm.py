@@ -1,11 +1,13 @@
 """wsync as a vLLM weight-transfer backend ("wsync"): the worker side.
 
-Targets the vLLM versions in :data:`SUPPORTED_VLLM` (the stateful trainer-engine API of
-vllm-project/vllm#50902, the worker-side ``WeightTransferEngine`` of
-``vllm/distributed/weight_transfer/base.py``). :func:`register` never raises (vLLM calls every
-general plugin in every process without catching, whatever backend is configured); a vLLM
-outside the range is refused, naming both versions, only where the "wsync" backend is selected:
-when vLLM builds the worker engine and at the trainer's ``trainer_init``.
+Targets the vLLM versions in :data:`SUPPORTED_VLLM`: the releases 0.32.x and 0.33.x and vLLM
+main's development builds after 0.33.0 (0.33.1.devN; the worker-side ``WeightTransferEngine`` of
+``vllm/distributed/weight_transfer/base.py`` without ``trainer_send_weights``, the stateful
+``TrainerWeightTransferEngine``; the tests' stand-ins mirror both generations).
+:func:`register` never raises (vLLM calls every general plugin in every process without
+catching, whatever backend is configured); a vLLM outside the range is refused, naming both
+versions, only where the "wsync" backend is selected: when vLLM builds the worker engine and at
+the trainer's ``trainer_init``.
 
 vLLM's worker creates the engine with ``WeightTransferEngineFactory.create_engine(config,
 vllm_config, device, model)`` and calls, per the WeightTransferEngine interface:
@@ -56,9 +58,10 @@ from .session import Session
 
 logger = logging.getLogger("wsync.vllm")
 
-# The vLLM releases wsync's backend supports (the one place the range is stated; what the tests'
-# stand-ins mirror): ">=MIN,<MAX".
-SUPPORTED_VLLM = ">=0.28.0,<0.30.0"
+# The vLLM versions wsync's backend supports (the one place the range is stated; what the tests'
+# stand-ins mirror): the releases 0.32.x / 0.33.x and main's builds after 0.33.0 (0.33.1.devN).
+# ">=MIN,<MAX".
+SUPPORTED_VLLM = ">=0.32.0,<0.34.0"
 
 try:  # vLLM's classes when vLLM is installed; plain stand-ins with the same calls otherwise.
     from vllm.distributed.weight_transfer.base import (  # noqa: F401
@@ -443,9 +446,12 @@ class WsyncWeightTransferEngine(_Base):
                                              f"{version}); do not serve", "finish_weight_update")
 
     def abort_weight_update(self):
-        """vLLM's abort of an active update. The weights stay dirty until a later sync commits;
-        a sync running now (on another thread) is failed on every process, so the trainers'
-        sends end too. Never raises: it runs where the caller is already failing."""
+        """The abort of an active update (vLLM main's base class declares it, a no-op default;
+        no vLLM worker read calls it, and vLLM's serialized RPCs cannot deliver it while
+        update_weights runs: a thread of the worker process can). The weights stay dirty until
+        a later sync commits; a sync running now (on another thread) is failed on every
+        process, so the trainers' sends end too. Never raises: it runs where the caller is
+        already failing."""
         self._dirty = True
         session = self.session
         if session is None:
@@ -521,9 +527,10 @@ class WsyncWeightTransferEngine(_Base):
 
     @staticmethod
     def trainer_send_weights(iterator, trainer_args):
-        """The worker ABC's static trainer hook (still abstract in vLLM 0.28 / 0.29). The
-        stateful WsyncTrainerWeightTransferEngine replaces it; kept for callers that hold a
-        TrainerSync: trainer_args = {"sync": TrainerSync, "version": int}. The iterator is not
+        """Not a vLLM hook any more (the worker ABC's static trainer hook was removed upstream;
+        the supported versions have none). The stateful WsyncTrainerWeightTransferEngine
+        replaces it; kept for callers that hold a TrainerSync:
+        trainer_args = {"sync": TrainerSync, "version": int}. The iterator is not
         consumed (wsync reads the registered parameters in place)."""
         sync, version = trainer_args["sync"], trainer_args["version"]
         return sync.push(version)
