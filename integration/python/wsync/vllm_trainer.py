@@ -106,7 +106,8 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
 def _module_of(source):
     """The torch module a WeightSource reads: wsync registers its parameters in place instead of
     iterating the source (iterating would all-gather FSDP shards). vLLM's ModuleSource keeps
-    it as ``_module`` (0.28 / 0.29); a source may also expose ``module``, or be the module."""
+    it as ``_module`` (0.28 on, main included); a source may also expose ``module``, or be the
+    module."""
     import torch
     if isinstance(source, torch.nn.Module):
         return source
