@@ -18,10 +18,14 @@ module with its own parameters, `recurse=False`):
   layers (`Attention`, `MLAAttention`) are processed last, by
   `process_weights_after_loading(model_config.dtype)`.
 
-Deviations: upstream binds some layers directly to their runtime tensors ("mapped layers") when
+A loader call counts the elements it writes, as upstream counts them per load
+(`get_numel_loaded`, called so in reload/layerwise.py @ fc26ee2a): a layer handed part of a
+parameter (one shard of a fused one) is processed once every element arrived, else at finalize
+("Delayed processing").
+
+Deviation: upstream binds some layers directly to their runtime tensors ("mapped layers") when
 their layout matches the checkpoint's; here every layer takes the layerwise path (the outcome for
-the tests' layers is the same). Upstream counts the elements a loader call wrote; here a call
-counts its parameter's elements (each test loader fills its parameter).
+the tests' layers is the same).
 """
 
 import functools
@@ -110,7 +114,7 @@ def _online_loader(layer, info, name, original):
         if not info.can_load():
             return None  # Loaded again after it was processed: upstream ignores it too.
         info.loaded_weights.append((name, args, kwargs))
-        info.load_numel += param.numel()
+        info.load_numel += _numel_written(original, param, args, kwargs)
         if isinstance(layer, _DEFERRED_ATTENTION_TYPES):
             return None
         if info.load_numel >= info.load_numel_total:
@@ -120,6 +124,17 @@ def _online_loader(layer, info, name, original):
     online_process_loader.__name__ = "online_process_loader"
     online_process_loader.__wrapped__ = original
     return online_process_loader
+
+
+def _numel_written(original, param, args, kwargs):
+    """The elements one call of the original loader writes (upstream's get_numel_loaded counts
+    them; here the loader runs into a NaN-filled float64 scratch of the parameter's shape and
+    attributes, and the elements it no longer holds NaN are counted)."""
+    scratch = torch.nn.Parameter(torch.full(tuple(param.shape), float("nan"),
+                                            dtype=torch.float64), requires_grad=False)
+    scratch.__dict__.update({k: v for k, v in param.__dict__.items() if k != "weight_loader"})
+    original(scratch, *args, **kwargs)
+    return int((~torch.isnan(scratch)).sum())
 
 
 @torch.no_grad()
