@@ -184,8 +184,8 @@ class VllmRegistrationTest(unittest.TestCase):
                           worker_info.num_rollouts, worker_info.job_id,
                           worker_info.deadline_seconds), ("h:1", 2, 4, "j", 5))
         sent = info.worker_init_info()
-        self.assertIsNone(sent["secret_file"])  # The workers read their own secret...
-        self.assertEqual(sent["secret_env"], "WSYNC_SECRET")  # ...from this variable.
+        # No trust in the request: the workers' secret and rules are their launch configuration.
+        self.assertFalse(set(sent) & set(wv.LAUNCH_ONLY_FIELDS), sent)
         self.assertEqual(engine.parse_update_info({"version": 3}).version, 3)
         with self.assertRaisesRegex(ValueError, "Invalid init_info for WsyncWeightTransferEngine"):
             engine.parse_init_info({"coordinator": "h:1", "bogus": 1})
@@ -386,6 +386,90 @@ def _fresh_at(version):
         return _fresh(True)
     finally:
         del os.environ["VLLM_STANDIN_VERSION"]
+
+
+class EngineRequestTrustTest(unittest.TestCase):
+    """Issue 42: an engine request (the RLHF init route, forwarded to the workers) cannot choose
+    the secret source, the coordinator or rule regexes: the engine's launch configuration
+    (its environment) does; a request naming them is refused, naming the field."""
+
+    def setUp(self):
+        self._environ = dict(os.environ)
+        os.environ["WSYNC_COORDINATOR"] = "127.0.0.1:1"
+        os.environ.pop("WSYNC_RULES", None)
+        os.environ.pop("WSYNC_SECRET_FILE", None)
+
+    def tearDown(self):
+        os.environ.clear()
+        os.environ.update(self._environ)
+        _fresh(False)
+
+    def _worker(self):
+        import vllm_calls
+        wv, _ = _fresh(True)
+        wv.register()
+        model = torch.nn.Module()
+        model.lm_head = torch.nn.Linear(4, 8, bias=False)
+        return wv, vllm_calls.Worker(vllm_calls.WeightTransferConfig(backend="wsync"),
+                                     _vllm_config(), "cpu", model)
+
+    def test_a_request_naming_a_secret_source_or_rules_is_refused_over_http(self):
+        import vllm_calls
+        from harness import free_ports
+        wv, worker = self._worker()
+        port, = free_ports(1)
+        server, _ = vllm_calls.serve(worker, port)
+        try:
+            client = vllm_calls.FanOutHTTPClient([f"http://127.0.0.1:{port}"], timeout=10)
+            job = {"coordinator": "127.0.0.1:1", "num_trainers": 1, "num_rollouts": 1}
+            for field, value in (("secret_file", "/proc/self/environ"),
+                                 ("secret_env", "HOME"), ("secret", "x" * 32),
+                                 ("extra_rules", [["(a+)+$", "replicated", "x"]]),
+                                 ("landing_rules", [[".*", "loader"]]), ("skip", [".*"])):
+                with self.subTest(field=field):
+                    with self.assertRaisesRegex(RuntimeError, rf"HTTP 500: .*WsyncError: .*"
+                                                rf"init_info field\(s\) refused: '{field}'"):
+                        client.init_weight_transfer_engine(dict(job, **{field: value}))
+                    self.assertIsNone(worker.weight_transfer_engine.session)
+                    self.assertIsNone(worker.weight_transfer_engine.landing)
+        finally:
+            server.shutdown()
+
+    def test_a_request_cannot_redirect_the_coordinator(self):
+        from wsync import WsyncError
+        wv, worker = self._worker()
+        with self.assertRaisesRegex(WsyncError, r"init_info field 'coordinator' "
+                                    r"\('evil:9'\) is not the engine's launch configuration "
+                                    r"\(WSYNC_COORDINATOR='127\.0\.0\.1:1'\)"):
+            worker.init_weight_transfer_engine(
+                {"coordinator": "evil:9", "num_trainers": 1, "num_rollouts": 1})
+        del os.environ["WSYNC_COORDINATOR"]  # Without one at launch, no request supplies it.
+        with self.assertRaisesRegex(WsyncError, "set WSYNC_COORDINATOR"):
+            worker.init_weight_transfer_engine(
+                {"coordinator": "127.0.0.1:1", "num_trainers": 1, "num_rollouts": 1})
+        self.assertIsNone(worker.weight_transfer_engine.session)
+
+    def test_rules_and_secret_come_from_the_launch_configuration(self):
+        from wsync import WsyncError
+        wv, worker = self._worker()
+        launch = wv.LaunchConfig.from_environment()
+        self.assertEqual((launch.coordinator, launch.secret_file, launch.secret_env),
+                         ("127.0.0.1:1", None, "WSYNC_SECRET"))
+        os.environ["WSYNC_SECRET_FILE"] = "/run/wsync/secret"
+        os.environ["WSYNC_RULES"] = '{"skip": ["lm_head\\\\..*"]}'
+        launch = wv.LaunchConfig.from_environment()
+        self.assertEqual((launch.secret_file, launch.secret_env, launch.skip),
+                         ("/run/wsync/secret", None, [r"lm_head\..*"]))
+        # The engine's rules reach the landing: a landing rule of an unknown way is refused
+        # there, before any connection.
+        os.environ["WSYNC_RULES"] = '{"landing_rules": [[".*", "sideways"]]}'
+        with self.assertRaisesRegex(ValueError, "way must be one of"):
+            worker.init_weight_transfer_engine(
+                {"coordinator": None, "num_trainers": 1, "num_rollouts": 1})
+        for bad in ("[1]", "{not json", '{"rules": []}'):
+            os.environ["WSYNC_RULES"] = bad
+            with self.assertRaisesRegex(WsyncError, "WSYNC_RULES"):
+                wv.LaunchConfig.from_environment()
 
 
 def _vllm_config():

@@ -230,10 +230,13 @@ def job_process(index, ports, tp, secret, standin, trainer, rollout):
     import os
     import sys
     sys.path.insert(0, standin)
+    wsync_port, http_ports = ports[0], ports[1:]
+    # The engine's launch configuration (what `vllm serve` would be started with): its secret
+    # and coordinator; the trainer's own secret comes from the same variable.
     os.environ["WSYNC_SECRET"] = secret
+    os.environ["WSYNC_COORDINATOR"] = f"127.0.0.1:{wsync_port}"
     import wsync.vllm
     wsync.vllm.register()
-    wsync_port, http_ports = ports[0], ports[1:]
     if index < tp:
         return trainer(index, f"127.0.0.1:{wsync_port}",
                        [f"http://127.0.0.1:{p}" for p in http_ports])

@@ -48,8 +48,11 @@ dataclasses and the engines work against any torch module with vLLM's parameter 
 """
 
 import dataclasses
+import json
 import logging
+import os
 import re
+import types
 from typing import Any, List, Optional
 
 from . import layouts, vllm_loader
@@ -180,17 +183,17 @@ def check_vllm_version(version=None, call="create_engine"):
 @dataclasses.dataclass
 class WsyncInitInfo(_InitBase):
     """The worker's init request (JSON-able), sent by the trainer engine's rank 0 (or by any RL
-    controller). The secret comes from a file or an environment variable of the worker, never
-    from the request."""
-    coordinator: str                 # 'host:port' of the coordinator (trainer rank 0)
+    controller) through the engine's init route. It carries the job's shape, never trust: the
+    secret source, the coordinator and the rule regexes are the engine's launch configuration
+    (:class:`LaunchConfig`, read from the engine process's environment), and a request naming
+    one of :data:`LAUNCH_ONLY_FIELDS` is refused by ``parse_init_info``."""
+    coordinator: Optional[str]       # must be $WSYNC_COORDINATOR's (or None): never chosen here
     num_trainers: int
     num_rollouts: int                # rollout processes of the job (all engines' workers)
     job_id: str = "wsync"
     rank: Optional[int] = None       # this worker's rollout rank; default: dp * tp + tp_rank
     tp_rank: Optional[int] = None    # default: vLLM's tensor-parallel rank
     tp_size: Optional[int] = None    # default: parallel_config.tensor_parallel_size
-    secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"
     deadline_seconds: float = 60.0
     path_transports: Optional[str] = None
     staging_budget_bytes: int = 0
@@ -201,13 +204,88 @@ class WsyncInitInfo(_InitBase):
     ep_size: Optional[int] = None
     ep_rank: Optional[int] = None
     expert_placement: Optional[str] = None
-    extra_rules: List[List[str]] = dataclasses.field(default_factory=list)  # [pattern, kind, targets...]
-    skip: List[str] = dataclasses.field(default_factory=list)  # local names to leave out
-    # [pattern, "direct" | "loader"]: wsync.rules.LandingRule rows, before the classification.
-    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
     loader_staging_budget_bytes: int = 0  # 0: unbounded; else refuse a larger staging
     # "auto" | "layer" | "whole": how the loader step runs (wsync.vllm_loader's docstring).
     loader_stream: str = "auto"
+
+
+# Init-info fields an engine request may not set, with where the engine takes each from.
+LAUNCH_ONLY_FIELDS = {
+    "secret_file": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
+    "secret_env": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
+    "secret": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
+    "extra_rules": "$WSYNC_RULES of the engine process",
+    "landing_rules": "$WSYNC_RULES of the engine process",
+    "skip": "$WSYNC_RULES of the engine process",
+}
+
+_RULE_KEYS = ("extra_rules", "landing_rules", "skip")
+
+
+@dataclasses.dataclass
+class LaunchConfig:
+    """What the engine trusts, fixed when the engine process was launched (its environment,
+    which no engine request can change):
+
+    WSYNC_COORDINATOR  'host:port' of the job's coordinator (required); a request's
+                       ``coordinator`` must be this one (or absent)
+    WSYNC_SECRET_FILE  a file holding the job secret; else WSYNC_SECRET holds the secret
+    WSYNC_RULES        optional JSON object: "extra_rules" ([pattern, kind, targets...] rows),
+                       "landing_rules" ([pattern, "direct" | "loader"] rows), "skip" (patterns
+                       of local names to leave out)
+    """
+    coordinator: str
+    secret_file: Optional[str] = None
+    secret_env: Optional[str] = "WSYNC_SECRET"
+    extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
+    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
+    skip: List[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_environment(cls, environ=None):
+        environ = os.environ if environ is None else environ
+        call = "init_transfer_engine"
+        coordinator = environ.get("WSYNC_COORDINATOR", "").strip()
+        if not coordinator:
+            raise WsyncError(Status.INVALID_ARGUMENT, "the engine's launch configuration names "
+                             "no coordinator: set WSYNC_COORDINATOR='host:port' in the vLLM "
+                             "engine's environment (an init request cannot choose it)", call)
+        secret_file = environ.get("WSYNC_SECRET_FILE") or None
+        rules = {}
+        text = environ.get("WSYNC_RULES", "").strip()
+        if text:
+            try:
+                rules = json.loads(text)
+            except ValueError as error:
+                raise WsyncError(Status.INVALID_ARGUMENT, f"WSYNC_RULES is not JSON: {error}",
+                                 call) from None
+            unknown = sorted(set(rules) - set(_RULE_KEYS)) if isinstance(rules, dict) else None
+            if unknown is None or unknown:
+                raise WsyncError(Status.INVALID_ARGUMENT, "WSYNC_RULES must be a JSON object "
+                                 f"with keys among {', '.join(_RULE_KEYS)}"
+                                 + (f", not {', '.join(unknown)}" if unknown else ""), call)
+        return cls(coordinator=coordinator, secret_file=secret_file,
+                   secret_env=None if secret_file else "WSYNC_SECRET",
+                   **{k: list(rules.get(k, [])) for k in _RULE_KEYS})
+
+    def check_request(self, info):
+        """Refuses a request whose coordinator is not this configuration's."""
+        if info.coordinator is not None and info.coordinator != self.coordinator:
+            raise WsyncError(Status.INVALID_ARGUMENT, f"init_info field 'coordinator' "
+                             f"({info.coordinator!r}) is not the engine's launch configuration "
+                             f"(WSYNC_COORDINATOR={self.coordinator!r}): a request cannot "
+                             "redirect the engine", "init_transfer_engine")
+
+
+def refuse_launch_only_fields(init_dict):
+    """Raises WsyncError(INVALID_ARGUMENT) naming the fields of an init request that only the
+    engine's launch configuration may set."""
+    names = sorted(set(init_dict or ()) & set(LAUNCH_ONLY_FIELDS))
+    if names:
+        raise WsyncError(Status.INVALID_ARGUMENT, "init_info field(s) refused: " + "; ".join(
+            f"{name!r} (the engine takes it from {LAUNCH_ONLY_FIELDS[name]})" for name in names)
+            + ": an engine request cannot choose the secret, the coordinator or rules",
+            "parse_init_info")
 
 
 @dataclasses.dataclass
@@ -235,12 +313,23 @@ def make_rules(extra_rules):
 
 
 def session_options(info):
-    """The Session keywords an init info carries (both engines' info classes have them)."""
+    """The Session keywords of an info with the job's fields and a secret source (the trainer's
+    init info; the worker passes its own with the LaunchConfig's trust: _worker_options)."""
     return dict(job_id=info.job_id, coordinator=info.coordinator,
                 secret_file=info.secret_file,
                 secret_env=None if info.secret_file else info.secret_env,
                 deadline_seconds=info.deadline_seconds, path_transports=info.path_transports,
                 staging_budget_bytes=info.staging_budget_bytes, node_id=info.node_id)
+
+
+def _worker_options(info, launch):
+    """The worker's Session keywords: the job's fields from the request, the coordinator and the
+    secret source from the engine's launch configuration."""
+    return session_options(types.SimpleNamespace(
+        job_id=info.job_id, coordinator=launch.coordinator, secret_file=launch.secret_file,
+        secret_env=launch.secret_env, deadline_seconds=info.deadline_seconds,
+        path_transports=info.path_transports, staging_budget_bytes=info.staging_budget_bytes,
+        node_id=info.node_id))
 
 
 class WsyncWeightTransferEngine(_Base):
@@ -258,6 +347,7 @@ class WsyncWeightTransferEngine(_Base):
         self.layout = None
         self.landing = None          # vllm_loader.Landing: the two ways, the staging.
         self.version = -1
+        self.launch = None           # LaunchConfig: what the engine trusts, read at init.
         self._init_info = None
         self._rank = None
         self._dirty = False          # A failed or aborted sync since the last commit.
@@ -305,26 +395,34 @@ class WsyncWeightTransferEngine(_Base):
             rank = (dp or 0) * tp_size + tp_rank
         return rank, tp_rank, tp_size
 
+    def parse_init_info(self, init_dict):
+        """vLLM's parse of the init route's dict; a field only the launch configuration may set
+        (LAUNCH_ONLY_FIELDS) is refused, naming it."""
+        refuse_launch_only_fields(init_dict)
+        return super().parse_init_info(init_dict)
+
     def init_transfer_engine(self, init_info):
         if self.session is not None:
             raise WsyncError(Status.INVALID_ARGUMENT, "the transfer engine is initialized",
                              "init_transfer_engine")
+        launch = LaunchConfig.from_environment()
+        launch.check_request(init_info)
         rank, tp_rank, tp_size = self._ranks(init_info)
         ep_size, ep_rank, placement = self._expert_parallel(init_info, tp_size, rank)
         self.landing = vllm_loader.vllm_landing(
             self.model, tp_rank, tp_size, self._model_config(),
-            rules=make_rules(init_info.extra_rules), landing_rules=init_info.landing_rules,
-            skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
+            rules=make_rules(launch.extra_rules), landing_rules=launch.landing_rules,
+            skip=launch.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
             staging_budget_bytes=init_info.loader_staging_budget_bytes,
             stream=init_info.loader_stream)
         self.layout = self.landing.layout
-        self._init_info, self._rank = init_info, rank
+        self._init_info, self._rank, self.launch = init_info, rank, launch
         self.session = self._open_session()
 
     def _open_session(self):
         info = self._init_info
         session = Session("rollout", rank=self._rank, num_trainers=info.num_trainers,
-                          num_rollouts=info.num_rollouts, **session_options(info))
+                          num_rollouts=info.num_rollouts, **_worker_options(info, self.launch))
         try:
             self.layout.register(session)
             if self.landing.streamed:
