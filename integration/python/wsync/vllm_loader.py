@@ -523,6 +523,7 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
     specs = {}   # logical -> (shape, dtype, device, wave, held)
     boxes = []   # (logical, origin, extent)
     unmapped = []
+    unreloadable = []  # Parameters of an attention layer vLLM cannot reload (no quant method).
     for name, param in loader:
         layer_name, _, short = name.rpartition(".")
         template = (_recorded(layers.get(layer_name), metadata) or ({}, {}))[0].get(
@@ -532,8 +533,11 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
             unmapped.append(f"  {name} {tuple(template.shape)}: e.g. "
                             f"{layouts.suggest_rule(name, template.dim())}")
             continue
-        wave, label = wave_of(name)
         held = bool(deferred) and isinstance(layers.get(layer_name), deferred)
+        if held and getattr(layers[layer_name], "quant_method", None) is None:
+            unreloadable.append(f"  {name} of {layer_name} ({type(layers[layer_name]).__name__})")
+            continue
+        wave, label = wave_of(name)
         landing.local_waves[name] = wave
         landing.wave_labels.setdefault(wave, label)
         if not held and layer_name not in landing.wave_layers.setdefault(wave, []):
@@ -546,6 +550,15 @@ def vllm_landing(model, tp_rank, tp_size, config, rules=(), landing_rules=(), sk
                                           f"parameter of wave {spec[3]}: a checkpoint tensor "
                                           "must feed one decoder layer")
             boxes.append((logical, tuple(origin), tuple(view.shape)))
+    if unreloadable:
+        # vLLM's layerwise reload puts an attention layer's own tensors back and reloads what it
+        # was handed only through its quant method: without one it drops it (reload/layerwise.py,
+        # _finalize_attention_layer / _reload_attention_scales; raises on older vLLM).
+        raise layouts.LayoutError(
+            f"{len(unreloadable)} parameter(s) would land through the loader on an attention "
+            "layer without a quant method, which vLLM's reload leaves stale:\n"
+            + "\n".join(unreloadable) + "\nskip them ($WSYNC_RULES \"skip\") or give the "
+            "layer a quant method")
     layouts.check_mapped(unmapped, "pass rules=[Rule(pattern, kind, target)] for the "
                          "checkpoint tensors these parameters load from, or skip them")
     whole = sum(_nbytes(shape, dtype) for shape, dtype, _, _, _ in specs.values())
