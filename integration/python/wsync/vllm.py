@@ -41,6 +41,11 @@ that sync on every process (the trainers' sends end too); the aborted session is
 rank, same layout) as soon as that sync has ended (else at the next ``start_weight_update``),
 without reconnecting the rest of the job.
 
+Trust: an init request (vLLM's RLHF route hands any HTTP client's ``init_info`` to the workers)
+never chooses the secret source, the coordinator or rule regexes: the worker takes them from
+the engine process's environment (:class:`LaunchConfig`), and ``parse_init_info`` refuses a
+request naming them (:data:`LAUNCH_ONLY_FIELDS`).
+
 Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` registers
 "wsync" with both of vLLM's factories (worker and trainer). vLLM is imported only in this module
 and ``wsync.vllm_trainer``, and only when present; without it the info classes are plain
