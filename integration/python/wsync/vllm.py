@@ -53,16 +53,14 @@ dataclasses and the engines work against any torch module with vLLM's parameter 
 """
 
 import dataclasses
-import json
 import logging
-import os
 import re
-import types
 from typing import Any, List, Optional
 
 from . import layouts, vllm_loader
 from ._lib import State, Status, WsyncError
 from .session import Session
+from .vllm_trust import LAUNCH_ONLY_FIELDS, LaunchConfig, refuse_launch_only_fields  # noqa: F401
 
 logger = logging.getLogger("wsync.vllm")
 
@@ -214,85 +212,6 @@ class WsyncInitInfo(_InitBase):
     loader_stream: str = "auto"
 
 
-# Init-info fields an engine request may not set, with where the engine takes each from.
-LAUNCH_ONLY_FIELDS = {
-    "secret_file": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
-    "secret_env": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
-    "secret": "$WSYNC_SECRET_FILE (else $WSYNC_SECRET) of the engine process",
-    "extra_rules": "$WSYNC_RULES of the engine process",
-    "landing_rules": "$WSYNC_RULES of the engine process",
-    "skip": "$WSYNC_RULES of the engine process",
-}
-
-_RULE_KEYS = ("extra_rules", "landing_rules", "skip")
-
-
-@dataclasses.dataclass
-class LaunchConfig:
-    """What the engine trusts, fixed when the engine process was launched (its environment,
-    which no engine request can change):
-
-    WSYNC_COORDINATOR  'host:port' of the job's coordinator (required); a request's
-                       ``coordinator`` must be this one (or absent)
-    WSYNC_SECRET_FILE  a file holding the job secret; else WSYNC_SECRET holds the secret
-    WSYNC_RULES        optional JSON object: "extra_rules" ([pattern, kind, targets...] rows),
-                       "landing_rules" ([pattern, "direct" | "loader"] rows), "skip" (patterns
-                       of local names to leave out)
-    """
-    coordinator: str
-    secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"
-    extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
-    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
-    skip: List[str] = dataclasses.field(default_factory=list)
-
-    @classmethod
-    def from_environment(cls, environ=None):
-        environ = os.environ if environ is None else environ
-        call = "init_transfer_engine"
-        coordinator = environ.get("WSYNC_COORDINATOR", "").strip()
-        if not coordinator:
-            raise WsyncError(Status.INVALID_ARGUMENT, "the engine's launch configuration names "
-                             "no coordinator: set WSYNC_COORDINATOR='host:port' in the vLLM "
-                             "engine's environment (an init request cannot choose it)", call)
-        secret_file = environ.get("WSYNC_SECRET_FILE") or None
-        rules = {}
-        text = environ.get("WSYNC_RULES", "").strip()
-        if text:
-            try:
-                rules = json.loads(text)
-            except ValueError as error:
-                raise WsyncError(Status.INVALID_ARGUMENT, f"WSYNC_RULES is not JSON: {error}",
-                                 call) from None
-            unknown = sorted(set(rules) - set(_RULE_KEYS)) if isinstance(rules, dict) else None
-            if unknown is None or unknown:
-                raise WsyncError(Status.INVALID_ARGUMENT, "WSYNC_RULES must be a JSON object "
-                                 f"with keys among {', '.join(_RULE_KEYS)}"
-                                 + (f", not {', '.join(unknown)}" if unknown else ""), call)
-        return cls(coordinator=coordinator, secret_file=secret_file,
-                   secret_env=None if secret_file else "WSYNC_SECRET",
-                   **{k: list(rules.get(k, [])) for k in _RULE_KEYS})
-
-    def check_request(self, info):
-        """Refuses a request whose coordinator is not this configuration's."""
-        if info.coordinator is not None and info.coordinator != self.coordinator:
-            raise WsyncError(Status.INVALID_ARGUMENT, f"init_info field 'coordinator' "
-                             f"({info.coordinator!r}) is not the engine's launch configuration "
-                             f"(WSYNC_COORDINATOR={self.coordinator!r}): a request cannot "
-                             "redirect the engine", "init_transfer_engine")
-
-
-def refuse_launch_only_fields(init_dict):
-    """Raises WsyncError(INVALID_ARGUMENT) naming the fields of an init request that only the
-    engine's launch configuration may set."""
-    names = sorted(set(init_dict or ()) & set(LAUNCH_ONLY_FIELDS))
-    if names:
-        raise WsyncError(Status.INVALID_ARGUMENT, "init_info field(s) refused: " + "; ".join(
-            f"{name!r} (the engine takes it from {LAUNCH_ONLY_FIELDS[name]})" for name in names)
-            + ": an engine request cannot choose the secret, the coordinator or rules",
-            "parse_init_info")
-
-
 @dataclasses.dataclass
 class WsyncUpdateInfo(_UpdateBase):
     """One update: the version to receive. vLLM's generic per-round fields are accepted and
@@ -317,24 +236,15 @@ def make_rules(extra_rules):
     return [layouts.Rule(r[0], r[1], tuple(r[2:]) if len(r) > 3 else r[2]) for r in extra_rules]
 
 
-def session_options(info):
-    """The Session keywords of an info with the job's fields and a secret source (the trainer's
-    init info; the worker passes its own with the LaunchConfig's trust: _worker_options)."""
-    return dict(job_id=info.job_id, coordinator=info.coordinator,
-                secret_file=info.secret_file,
-                secret_env=None if info.secret_file else info.secret_env,
+def session_options(info, trust=None):
+    """The Session keywords of an init info: the job's fields from `info`, the coordinator and
+    the secret source from `trust` (the worker's LaunchConfig; default `info`: the trainer's)."""
+    trust = info if trust is None else trust
+    return dict(job_id=info.job_id, coordinator=trust.coordinator,
+                secret_file=trust.secret_file,
+                secret_env=None if trust.secret_file else trust.secret_env,
                 deadline_seconds=info.deadline_seconds, path_transports=info.path_transports,
                 staging_budget_bytes=info.staging_budget_bytes, node_id=info.node_id)
-
-
-def _worker_options(info, launch):
-    """The worker's Session keywords: the job's fields from the request, the coordinator and the
-    secret source from the engine's launch configuration."""
-    return session_options(types.SimpleNamespace(
-        job_id=info.job_id, coordinator=launch.coordinator, secret_file=launch.secret_file,
-        secret_env=launch.secret_env, deadline_seconds=info.deadline_seconds,
-        path_transports=info.path_transports, staging_budget_bytes=info.staging_budget_bytes,
-        node_id=info.node_id))
 
 
 class WsyncWeightTransferEngine(_Base):
@@ -427,7 +337,7 @@ class WsyncWeightTransferEngine(_Base):
     def _open_session(self):
         info = self._init_info
         session = Session("rollout", rank=self._rank, num_trainers=info.num_trainers,
-                          num_rollouts=info.num_rollouts, **_worker_options(info, self.launch))
+                          num_rollouts=info.num_rollouts, **session_options(info, self.launch))
         try:
             self.layout.register(session)
             if self.landing.streamed:
