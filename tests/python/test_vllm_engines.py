@@ -1,8 +1,8 @@
 """wsync's vLLM engines on both sides, driven by vLLM's own call sequence (vLLM cannot be installed
 here; `vllm_standin/` and `vllm_calls.py` reproduce its classes and calls, citing the upstream
-paths: vllm/distributed/weight_transfer/{base,factory}.py as released in v0.28.0 / v0.29.0 after
-vllm-project/vllm#50902, m2n_trainer.py @ 1ca6ac9f, m2n_engine.py @ 1825fdb3, clients.py @
-81ea9e9d, vllm/v1/worker/gpu_worker.py and #57854's abort path).
+paths: vllm/distributed/weight_transfer/{base,factory}.py per generation (the 0.33 releases and
+main), m2n_trainer.py @ 1ca6ac9f, clients.py @ 81ea9e9d, vllm/v1/worker/gpu_worker.py: the
+worker's RPCs one at a time, a failed update only clearing the update flag).
 
 One job, 4 processes: 2 trainer ranks (Megatron TP2 of a small qwen2.5) each run
 `WeightTransferTrainerFactory.trainer_init(WsyncTrainerInitInfo(rank=...), client=...,
@@ -12,12 +12,15 @@ trainer's client posts to (init, start, update, finish naming the version, which
 as the served weights' version). Versions 1, 2 and 4 commit: after each,
 every element of every rollout tensor equals the worker's shard of the trainer's logical tensor
 (test code's own oracle), padding rows untouched, parameters at their addresses. Version 3 is
-aborted mid-sync by vLLM's abort on worker 0 (while trainer rank 1 is late): both workers' weights
+aborted mid-sync by wsync's abort on worker 0 (while trainer rank 1 is late): both workers' weights
 are marked dirty and their engines say so (finish refuses: "do not serve"), every trainer rank's
 send_weights raises within the deadline, and version 4 then commits (worker 0's session replaced
-in place, the rest of the job untouched). A second job runs vLLM as released
-($VLLM_STANDIN_ABORT=0: no abort method anywhere, a failed update_weights only ends vLLM's update)
-through versions 1-3, version 2 interrupted by trainer rank 1 coming past the deadline: the same
+in place, the rest of the job untouched). That first job runs vLLM main's stand-in (a no-op abort
+on the base class, which no vLLM worker calls: the abort is wsync's engine's, called from a
+second thread of worker 0's process, since vLLM's serialized RPCs cannot deliver one while
+update_weights runs). A second job runs vLLM 0.33 as released ($VLLM_STANDIN_VERSION=0.33.0: no
+abort method anywhere, a failed update_weights only ends vLLM's update) through versions 1-3,
+version 2 interrupted by trainer rank 1 coming past the deadline: the same
 outcome (dirty, finish refused, every send raising) with no abort called, then the next start
 succeeds and version 3 commits."""
 
@@ -35,13 +38,16 @@ from harness import free_ports, role_reports, run_processes  # noqa: E402
 SECRET = "python-vllm-engines-secret-0123456789"
 TP = 2
 PAD = 7.0
-# Two jobs. "abort": the stand-in with #57854's abort; version 3 is aborted on worker 0 while
-# trainer rank 1 is LATE seconds late. "release": the releases' stand-in ($VLLM_STANDIN_ABORT=0:
-# no abort method anywhere, serialized RPCs), version 2 interrupted: trainer rank 1 comes after
-# the deadline, so every process fails it at the deadline, and nothing calls an abort.
+# Two jobs. "abort": vLLM main's stand-in; version 3 is aborted on worker 0 (wsync's abort, from
+# a thread of the worker process) while trainer rank 1 is LATE seconds late. "release": vLLM
+# 0.33's stand-in (no abort method anywhere, serialized RPCs), version 2 interrupted: trainer
+# rank 1 comes after the deadline, so every process fails it at the deadline, and nothing calls
+# an abort.
 SCENARIOS = {
-    "abort": dict(versions=(1, 2, 3, 4), failed=3, late=1.5, deadline=10.0, abort=True),
-    "release": dict(versions=(1, 2, 3), failed=2, late=4.5, deadline=3.0, abort=False),
+    "abort": dict(versions=(1, 2, 3, 4), failed=3, late=1.5, deadline=10.0, abort=True,
+                  vllm="0.33.1.dev42+g1a2b3c"),
+    "release": dict(versions=(1, 2, 3), failed=2, late=4.5, deadline=3.0, abort=False,
+                    vllm="0.33.0"),
 }
 
 
@@ -121,7 +127,7 @@ def _rollout(scenario, rank, port):
             engine = self.weight_transfer_engine
             version = update_info["version"]
             if version == scenario["failed"] and rank == 0 and scenario["abort"]:
-                def abort_mid_sync():  # vLLM's abort of the active update, from another thread.
+                def abort_mid_sync():  # wsync's abort of the active update, from another thread.
                     deadline = time.time() + scenario["deadline"]
                     while not engine.sync_in_flight and time.time() < deadline:
                         time.sleep(0.01)
@@ -175,7 +181,7 @@ def _process(index, ports, name):
 
     import vllm_calls
     scenario = SCENARIOS[name]
-    os.environ["VLLM_STANDIN_ABORT"] = "1" if scenario["abort"] else "0"  # Before vLLM's import.
+    os.environ["VLLM_STANDIN_VERSION"] = scenario["vllm"]  # Before vLLM's import.
     return vllm_calls.job_process(index, ports, TP, SECRET, STANDIN,
                                   functools.partial(_trainer, scenario),
                                   functools.partial(_rollout, scenario))
@@ -248,9 +254,11 @@ class VllmEnginesTest(unittest.TestCase):
             self.assertEqual(rounds[self.versions[-1]]["committed"], self.versions[-1])
 
     def test_the_abort(self):
-        """vLLM's abort on worker 0 while its sync runs (the stand-in with #57854's abort)."""
+        """wsync's abort on worker 0 while its sync runs, on vLLM main (whose base class has a
+        no-op abort_weight_update: wsync's engine overrides it)."""
         self.assertIn({"abort_while_syncing": True}, self._reports("rollout")[0]["events"])
         self.assertTrue(all(r["vllm_has_abort"] for r in self._reports("rollout")))
+        self.assertEqual([r["abort_calls"] for r in self._reports("rollout")], [1, 0])
 
 
 class VllmReleaseWithoutAbortTest(VllmEnginesTest):

@@ -284,6 +284,40 @@ class VllmLoaderLayoutTest(unittest.TestCase):
         self.assertEqual(list(landing.staging), [tm.KV_B, tm.O_PROJ])  # Layer order.
         self.assertEqual(tuple(landing.staging[tm.O_PROJ].shape), tm.logical_shapes()[tm.O_PROJ])
 
+    def test_the_reload_processes_a_layer_once_every_element_arrived(self):
+        """vLLM's layerwise reload counts the elements each load writes (the stand-in as
+        upstream): a fused parameter loaded shard by shard is processed after its last shard,
+        with every shard's values, not after the first."""
+        import torch
+        from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+        from vllm.model_executor.model_loader import reload
+        processed = []
+
+        class Method(QuantizeMethodBase):
+            def process_weights_after_loading(self, layer):
+                processed.append(layer.weight.detach().clone())
+
+        class Fused(torch.nn.Module):  # Two shards of 2 rows, as qkv_proj's q / k.
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.zeros(4, 3), requires_grad=False)
+                self.weight.weight_loader = self.weight_loader
+                self.quant_method = Method()
+
+            def weight_loader(self, param, loaded_weight, shard):
+                param.data[2 * shard:2 * shard + 2].copy_(loaded_weight)
+
+        layer = Fused()
+        reload.record_metadata_for_reloading(layer)
+        reload.initialize_layerwise_reload(layer)
+        layer.weight.weight_loader(layer.weight, torch.ones(2, 3), 0)
+        self.assertEqual(processed, [])  # Half the elements: not yet.
+        layer.weight.weight_loader(layer.weight, torch.full((2, 3), 2.0), 1)
+        self.assertEqual(len(processed), 1)
+        self.assertTrue(torch.equal(processed[0], torch.tensor([[1.0] * 3] * 2 + [[2.0] * 3] * 2)))
+        reload.finalize_layerwise_reload(layer, types.SimpleNamespace(dtype=torch.float32))
+        self.assertTrue(torch.equal(layer.weight, processed[0]))  # Copied into the live tensor.
+
     def test_landing_rules_override_and_a_split_layer_is_refused(self):
         import tiny_mla as tm
         from wsync import layouts

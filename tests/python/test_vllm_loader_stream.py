@@ -393,6 +393,7 @@ class VllmLoaderStreamLayoutTest(unittest.TestCase):
         model = tm.TinyMLA(0, TP, _logical(1), LAYERS, True)
         attn = model.model.layers[1].self_attn.attn  # An MLAAttention: processed at finalize.
         attn.k_scale = torch.nn.Parameter(torch.ones(()), requires_grad=False)
+        attn.quant_method = tm.KvScaleMethod()  # Else refused: vLLM would drop its reload.
         rules = [layouts.Rule(r"(.*\.attn\.k_scale)", "replicated", r"\1")]
         landing = vllm_loader.vllm_landing(model, 0, TP,
                                            layouts.ModelConfig.from_hf(tm.HF_CONFIG),
@@ -479,6 +480,68 @@ class VllmLoaderStreamLayoutTest(unittest.TestCase):
         waves.close()
         self.assertFalse(any(p.is_meta for p in model.parameters()))
         self.assertFalse(waves.opened)
+
+
+def _attention_reload(index, version):
+    """In a process whose stand-in is `version`'s: k_scale of an MLAAttention reloaded through
+    vLLM's layerwise reload (a new value 5), without and with a quant method on the layer; and
+    wsync's landing of it. Returns what each gave."""
+    os.environ["VLLM_STANDIN_VERSION"] = version
+    sys.path.insert(0, STANDIN)
+    import torch
+
+    import tiny_mla as tm
+    from vllm.model_executor.model_loader import reload
+    from wsync import layouts, vllm_loader
+    out = {}
+    for quantized in (False, True):
+        model = tm.TinyMLA(0, TP, _logical(1), LAYERS, True)
+        attn = model.model.layers[1].self_attn.attn
+        attn.k_scale = torch.nn.Parameter(torch.ones(()), requires_grad=False)
+        if quantized:
+            attn.quant_method = tm.KvScaleMethod()
+        reload.record_metadata_for_reloading(model)
+        name = tm.prefix(1) + "self_attn.attn.k_scale"
+        reload.initialize_layerwise_reload(model)
+        try:
+            model.load_weights([(name, torch.tensor(5.0))])
+            reload.finalize_layerwise_reload(model, types.SimpleNamespace(dtype=tm.DTYPE))
+            reloaded = float(attn.k_scale)
+        except ValueError as error:
+            reloaded = str(error)
+        try:
+            landing = vllm_loader.vllm_landing(
+                model, 0, TP, layouts.ModelConfig.from_hf(tm.HF_CONFIG), stream="whole",
+                rules=[layouts.Rule(r"(.*\.attn\.k_scale)", "replicated", r"\1")])
+            landed = landing.ways[name][0]
+        except layouts.LayoutError as error:
+            landed = str(error)
+        out["quantized" if quantized else "plain"] = (reloaded, landed)
+    return out
+
+
+class AttentionWithoutQuantMethodTest(unittest.TestCase):
+    """vLLM main's layerwise reload (reload/layerwise.py, stored file id 51768495098) reloads an
+    attention layer's own parameters only through its quant method and drops them without one:
+    a parameter landing there through the loader would stay stale, so wsync refuses it at
+    connect, naming the parameter and the layer."""
+
+    def test_refused_at_connect_where_vllm_would_drop_it(self):
+        results = run_processes(_attention_reload, 1, ("0.33.1.dev7+gabc",), timeout=60)
+        status, main = results[0]
+        self.assertEqual(status, "ok", main)
+        name = "model.layers.1.self_attn.attn.k_scale"
+        reloaded, landed = main["plain"]
+        self.assertEqual(reloaded, 1.0)  # The stand-in drops the load as upstream does.
+        self.assertIn(f"{name} of model.layers.1.self_attn.attn (TinyMLAAttention)", landed)
+        self.assertIn("attention layer without a quant method", landed)
+        self.assertEqual(main["quantized"], (5.0, "loader"))  # Through its quant method: lands.
+        results = run_processes(_attention_reload, 1, ("0.33.0",), timeout=60)
+        status, release = results[0]
+        self.assertEqual(status, "ok", release)
+        self.assertIn("Layerwise loading of attention layers is not supported",
+                      release["plain"][0])  # 0.33 raises instead, refused at connect alike.
+        self.assertIn("without a quant method", release["plain"][1])
 
 
 if __name__ == "__main__":

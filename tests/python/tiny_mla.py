@@ -187,6 +187,16 @@ class RMSNorm(torch.nn.Module):
         self.weight.weight_loader = default_weight_loader
 
 
+class KvScaleMethod(QuantizeMethodBase):
+    """An attention layer's quant method as vLLM main's reload uses one (a KV-cache scale
+    method: `create_weights(layer)` makes the layer's scale anew with a sentinel, the reload
+    loads into it, `process_weights_after_loading(layer)`)."""
+
+    def create_weights(self, layer):
+        layer.k_scale = torch.nn.Parameter(torch.tensor(-1.0, dtype=torch.float32),
+                                           requires_grad=False)
+
+
 class TinyMLAAttention(MLAAttention):
     def process_weights_after_loading(self, act_dtype):
         self.W_UK_T, self.W_UV = derive(self.kv_b_proj.weight.data.to(act_dtype))

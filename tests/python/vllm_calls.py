@@ -1,18 +1,21 @@
 """vLLM's side of a weight update, as the tests drive wsync's engines (vLLM cannot be installed
 here; written for the tests, not copied). Each piece reproduces vLLM's call sequence:
 
-- `Worker`: the weight-transfer RPCs of vllm/v1/worker/gpu_worker.py (v0.28 / v0.29):
+- `Worker`: the weight-transfer RPCs of vllm/v1/worker/gpu_worker.py as the releases read have
+  them (stored file id 54489122067; the same calls in every generation of the stand-in):
   the engine is built at model load with `WeightTransferEngineFactory.create_engine(
   weight_transfer_config, vllm_config, device, model)`; `init_weight_transfer_engine(init_info)`
   = parse_init_info + init_transfer_engine ("Weight transfer not configured" without a config);
-  `start_weight_update()` refuses a second active update, then engine.start_weight_update();
-  `update_weights(update_info)` needs an active update and ends it when the engine raises;
-  `finish_weight_update()` needs one, calls engine.finish_weight_update() and ends it;
-  `shutdown()` calls engine.shutdown(). A failed update_weights ends the update and re-raises,
-  nothing more, in the releases (`$VLLM_STANDIN_ABORT=0`: no abort method exists; a failed
-  finish leaves the update active); with the default stand-in the worker also lets the engine
-  abort on any failure (`abort_weight_update`, then reset the target), as vllm-project/vllm#57854
-  does (`_abort_weight_update_session`, logged, never raised over the original error).
+  `start_weight_update()` refuses a second active update, then engine.start_weight_update() and
+  sets the update flag; `update_weights(update_info)` needs an active update and, when the
+  engine raises, clears the flag and re-raises, nothing more (the session, the target and the
+  engine's state stay as they were); `finish_weight_update()` needs one, calls
+  engine.finish_weight_update(), then resets the target and clears the flag (a failed finish
+  leaves it set); `shutdown()` calls engine.shutdown(). No worker read calls
+  `abort_weight_update` (absent from the 0.33 base class, a no-op default on main's). The RPCs
+  run one at a time, as vLLM's engine core runs `collective_rpc` on each worker's one thread:
+  an RPC issued while another runs waits for it (so no abort can reach the engine through vLLM
+  while update_weights runs).
 - `serve(worker, port)`: the dev-mode RLHF HTTP routes (vllm/entrypoints/serve/dev/rlhf/
   api_router.py; GET /health from the API server): POST /init_weight_transfer_engine
   {"init_info": {...}}, /start_weight_update, /update_weights {"update_info": {...}},
@@ -27,7 +30,6 @@ here; written for the tests, not copied). Each piece reproduces vLLM's call sequ
 """
 
 import concurrent.futures
-import dataclasses
 import http.server
 import json
 import logging
@@ -38,11 +40,11 @@ import urllib.request
 logger = logging.getLogger("vllm_calls")
 
 
-@dataclasses.dataclass
-class WeightTransferConfig:
-    """vllm/config/weight_transfer.py: `backend: Literal["nccl", "ipc", "sparse_nccl"] | str`,
-    validated against the factory's registry when the engine is created."""
-    backend: str = "nccl"
+def WeightTransferConfig(**fields):  # noqa: N802 - builds vLLM's config class (the stand-in).
+    """vllm.config.weight_transfer.WeightTransferConfig(**fields) of the stand-in imported now
+    (unknown fields refused as upstream's pydantic config refuses them)."""
+    from vllm.config.weight_transfer import WeightTransferConfig as config
+    return config(**fields)
 
 
 class Worker:
@@ -51,6 +53,7 @@ class Worker:
         self.vllm_config = vllm_config
         self.weight_transfer_engine = None
         self._weight_update_active = False
+        self._rpc = threading.Lock()  # collective_rpc: one RPC at a time on the worker.
         # The engine core's weight version (what vLLM reports as the served weights' version)
         # and every version a finish set, in order (the tests' record): see finish_route.
         self.served_weight_version = "default"
@@ -65,64 +68,45 @@ class Worker:
                                "weight_transfer_config to enable weight transfer.")
 
     def init_weight_transfer_engine(self, init_info):
-        self._check_weight_transfer_engine()
-        engine = self.weight_transfer_engine
-        engine.init_transfer_engine(engine.parse_init_info(init_info))
-
-    def _abort_weight_update_session(self):
-        """After a failed start / update / finish. The releases (base.HAS_ABORT False) have no
-        abort: a failed update only ends the update (the flag cleared), a failed start or finish
-        leaves the flag as it was; #57854 aborts through the engine and always ends it."""
-        from vllm.distributed.weight_transfer import base
-        if not base.HAS_ABORT:
-            return
-        engine = self.weight_transfer_engine
-        try:
-            engine.abort_weight_update()
-        except Exception:  # noqa: BLE001 - the error that ended the update stays the one seen.
-            logger.exception("abort_weight_update failed")
-        engine.reset_weight_update_target()
-        self._weight_update_active = False
+        with self._rpc:
+            self._check_weight_transfer_engine()
+            engine = self.weight_transfer_engine
+            engine.init_transfer_engine(engine.parse_init_info(init_info))
 
     def start_weight_update(self):
-        self._check_weight_transfer_engine()
-        if self._weight_update_active:
-            raise RuntimeError("start_weight_update called while a weight update is already "
-                               "active. Call finish_weight_update first.")
-        try:
+        with self._rpc:
+            self._check_weight_transfer_engine()
+            if self._weight_update_active:
+                raise RuntimeError("start_weight_update called while a weight update is "
+                                   "already active. Call finish_weight_update first.")
             self.weight_transfer_engine.start_weight_update()
-        except BaseException:
-            self._abort_weight_update_session()
-            raise
-        self._weight_update_active = True
+            self._weight_update_active = True
 
     def update_weights(self, update_info):
-        self._check_weight_transfer_engine()
-        if not self._weight_update_active:
-            raise RuntimeError("start_weight_update must be called before update_weights.")
-        try:
-            self.weight_transfer_engine.update_weights(update_info)
-        except BaseException:
-            self._weight_update_active = False  # Both generations end the failed update.
-            self._abort_weight_update_session()
-            raise
+        with self._rpc:
+            self._check_weight_transfer_engine()
+            if not self._weight_update_active:
+                raise RuntimeError("start_weight_update must be called before update_weights.")
+            try:
+                self.weight_transfer_engine.update_weights(update_info)
+            except BaseException:
+                self._weight_update_active = False  # Only the flag: no abort, no reset.
+                raise
 
     def finish_weight_update(self):
-        self._check_weight_transfer_engine()
-        if not self._weight_update_active:
-            raise RuntimeError("finish_weight_update called without a matching "
-                               "start_weight_update.")
-        try:
+        with self._rpc:
+            self._check_weight_transfer_engine()
+            if not self._weight_update_active:
+                raise RuntimeError("finish_weight_update called without a matching "
+                                   "start_weight_update.")
             self.weight_transfer_engine.finish_weight_update()
-        except BaseException:
-            self._abort_weight_update_session()
-            raise
-        self.weight_transfer_engine.reset_weight_update_target()
-        self._weight_update_active = False
+            self.weight_transfer_engine.reset_weight_update_target()
+            self._weight_update_active = False
 
     def shutdown(self):
-        if self.weight_transfer_engine is not None:
-            self.weight_transfer_engine.shutdown()
+        with self._rpc:
+            if self.weight_transfer_engine is not None:
+                self.weight_transfer_engine.shutdown()
 
 
 _ROUTES = {
@@ -246,10 +230,13 @@ def job_process(index, ports, tp, secret, standin, trainer, rollout):
     import os
     import sys
     sys.path.insert(0, standin)
+    wsync_port, http_ports = ports[0], ports[1:]
+    # The engine's launch configuration (what `vllm serve` would be started with): its secret
+    # and coordinator; the trainer's own secret comes from the same variable.
     os.environ["WSYNC_SECRET"] = secret
+    os.environ["WSYNC_COORDINATOR"] = f"127.0.0.1:{wsync_port}"
     import wsync.vllm
     wsync.vllm.register()
-    wsync_port, http_ports = ports[0], ports[1:]
     if index < tp:
         return trainer(index, f"127.0.0.1:{wsync_port}",
                        [f"http://127.0.0.1:{p}" for p in http_ports])

@@ -1,15 +1,18 @@
 """An RL loop's weight sync through wsync, written against vLLM's own trainer API only.
 
-On a GPU node with vLLM 0.28.x or 0.29.x, torch with CUDA, transformers, and this package
-installed (`pip install integration/python`, which registers the `vllm.general_plugins` entry
-point). The library and the job secret, the same in both shells:
+On a GPU node with a vLLM in wsync.vllm.SUPPORTED_VLLM, torch with CUDA, transformers, and
+this package installed (`pip install integration/python`, which registers the
+`vllm.general_plugins` entry point). The library and the job secret, the same in both shells:
 
     export WSYNC_LIBRARY=$PWD/build/plugin/libwsync.so WSYNC_SECRET=$(openssl rand -hex 32)
 
-Rollout: vLLM on GPUs 0-1, backend wsync (the dev-mode routes carry the weight-update RPCs):
+Rollout: vLLM on GPUs 0-1, backend wsync (the dev-mode routes carry the weight-update RPCs; the
+coordinator, which trainer rank 0 hosts at --coordinator, is the engine's launch configuration:
+an init request cannot choose it):
 
-    CUDA_VISIBLE_DEVICES=0,1 VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-0.5B-Instruct \
-        --tensor-parallel-size 2 --weight-transfer-config '{"backend": "wsync"}'
+    CUDA_VISIBLE_DEVICES=0,1 VLLM_SERVER_DEV_MODE=1 WSYNC_COORDINATOR=127.0.0.1:29700 \
+        vllm serve Qwen/Qwen2.5-0.5B-Instruct --tensor-parallel-size 2 \
+        --weight-transfer-config '{"backend": "wsync"}'
 
 Trainer: one process per GPU (FSDP2 shards when there are several; each rank sends its own
 shards, nothing is gathered):

@@ -1,11 +1,13 @@
 """wsync as a vLLM weight-transfer backend ("wsync"): the worker side.
 
-Targets the vLLM versions in :data:`SUPPORTED_VLLM` (the stateful trainer-engine API of
-vllm-project/vllm#50902, the worker-side ``WeightTransferEngine`` of
-``vllm/distributed/weight_transfer/base.py``). :func:`register` never raises (vLLM calls every
-general plugin in every process without catching, whatever backend is configured); a vLLM
-outside the range is refused, naming both versions, only where the "wsync" backend is selected:
-when vLLM builds the worker engine and at the trainer's ``trainer_init``.
+Targets the vLLM versions in :data:`SUPPORTED_VLLM`: the releases 0.32.x and 0.33.x and vLLM
+main's development builds after 0.33.0 (0.33.1.devN; the worker-side ``WeightTransferEngine`` of
+``vllm/distributed/weight_transfer/base.py`` without ``trainer_send_weights``, the stateful
+``TrainerWeightTransferEngine``; the tests' stand-ins mirror both generations).
+:func:`register` never raises (vLLM calls every general plugin in every process without
+catching, whatever backend is configured); a vLLM outside the range is refused, naming both
+versions, only where the "wsync" backend is selected: when vLLM builds the worker engine and at
+the trainer's ``trainer_init``.
 
 vLLM's worker creates the engine with ``WeightTransferEngineFactory.create_engine(config,
 vllm_config, device, model)`` and calls, per the WeightTransferEngine interface:
@@ -39,6 +41,11 @@ that sync on every process (the trainers' sends end too); the aborted session is
 rank, same layout) as soon as that sync has ended (else at the next ``start_weight_update``),
 without reconnecting the rest of the job.
 
+Trust: an init request (vLLM's RLHF route hands any HTTP client's ``init_info`` to the workers)
+never chooses the secret source, the coordinator or rule regexes: the worker takes them from
+the engine process's environment (:class:`LaunchConfig`), and ``parse_init_info`` refuses a
+request naming them (:data:`LAUNCH_ONLY_FIELDS`).
+
 Registration: the ``vllm.general_plugins`` entry point ``wsync = wsync.vllm:register`` registers
 "wsync" with both of vLLM's factories (worker and trainer). vLLM is imported only in this module
 and ``wsync.vllm_trainer``, and only when present; without it the info classes are plain
@@ -53,12 +60,14 @@ from typing import Any, List, Optional
 from . import layouts, vllm_loader
 from ._lib import State, Status, WsyncError
 from .session import Session
+from .vllm_trust import LAUNCH_ONLY_FIELDS, LaunchConfig, refuse_launch_only_fields  # noqa: F401
 
 logger = logging.getLogger("wsync.vllm")
 
-# The vLLM releases wsync's backend supports (the one place the range is stated; what the tests'
-# stand-ins mirror): ">=MIN,<MAX".
-SUPPORTED_VLLM = ">=0.28.0,<0.30.0"
+# The vLLM versions wsync's backend supports (the one place the range is stated; what the tests'
+# stand-ins mirror): the releases 0.32.x / 0.33.x and main's builds after 0.33.0 (0.33.1.devN).
+# ">=MIN,<MAX".
+SUPPORTED_VLLM = ">=0.32.0,<0.34.0"
 
 try:  # vLLM's classes when vLLM is installed; plain stand-ins with the same calls otherwise.
     from vllm.distributed.weight_transfer.base import (  # noqa: F401
@@ -177,17 +186,17 @@ def check_vllm_version(version=None, call="create_engine"):
 @dataclasses.dataclass
 class WsyncInitInfo(_InitBase):
     """The worker's init request (JSON-able), sent by the trainer engine's rank 0 (or by any RL
-    controller). The secret comes from a file or an environment variable of the worker, never
-    from the request."""
-    coordinator: str                 # 'host:port' of the coordinator (trainer rank 0)
+    controller) through the engine's init route. It carries the job's shape, never trust: the
+    secret source, the coordinator and the rule regexes are the engine's launch configuration
+    (:class:`LaunchConfig`, read from the engine process's environment), and a request naming
+    one of :data:`LAUNCH_ONLY_FIELDS` is refused by ``parse_init_info``."""
+    coordinator: Optional[str]       # must be $WSYNC_COORDINATOR's (or None): never chosen here
     num_trainers: int
     num_rollouts: int                # rollout processes of the job (all engines' workers)
     job_id: str = "wsync"
     rank: Optional[int] = None       # this worker's rollout rank; default: dp * tp + tp_rank
     tp_rank: Optional[int] = None    # default: vLLM's tensor-parallel rank
     tp_size: Optional[int] = None    # default: parallel_config.tensor_parallel_size
-    secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"
     deadline_seconds: float = 60.0
     path_transports: Optional[str] = None
     staging_budget_bytes: int = 0
@@ -198,10 +207,6 @@ class WsyncInitInfo(_InitBase):
     ep_size: Optional[int] = None
     ep_rank: Optional[int] = None
     expert_placement: Optional[str] = None
-    extra_rules: List[List[str]] = dataclasses.field(default_factory=list)  # [pattern, kind, targets...]
-    skip: List[str] = dataclasses.field(default_factory=list)  # local names to leave out
-    # [pattern, "direct" | "loader"]: wsync.rules.LandingRule rows, before the classification.
-    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
     loader_staging_budget_bytes: int = 0  # 0: unbounded; else refuse a larger staging
     # "auto" | "layer" | "whole": how the loader step runs (wsync.vllm_loader's docstring).
     loader_stream: str = "auto"
@@ -231,11 +236,13 @@ def make_rules(extra_rules):
     return [layouts.Rule(r[0], r[1], tuple(r[2:]) if len(r) > 3 else r[2]) for r in extra_rules]
 
 
-def session_options(info):
-    """The Session keywords an init info carries (both engines' info classes have them)."""
-    return dict(job_id=info.job_id, coordinator=info.coordinator,
-                secret_file=info.secret_file,
-                secret_env=None if info.secret_file else info.secret_env,
+def session_options(info, trust=None):
+    """The Session keywords of an init info: the job's fields from `info`, the coordinator and
+    the secret source from `trust` (the worker's LaunchConfig; default `info`: the trainer's)."""
+    trust = info if trust is None else trust
+    return dict(job_id=info.job_id, coordinator=trust.coordinator,
+                secret_file=trust.secret_file,
+                secret_env=None if trust.secret_file else trust.secret_env,
                 deadline_seconds=info.deadline_seconds, path_transports=info.path_transports,
                 staging_budget_bytes=info.staging_budget_bytes, node_id=info.node_id)
 
@@ -255,6 +262,7 @@ class WsyncWeightTransferEngine(_Base):
         self.layout = None
         self.landing = None          # vllm_loader.Landing: the two ways, the staging.
         self.version = -1
+        self.launch = None           # LaunchConfig: what the engine trusts, read at init.
         self._init_info = None
         self._rank = None
         self._dirty = False          # A failed or aborted sync since the last commit.
@@ -302,26 +310,34 @@ class WsyncWeightTransferEngine(_Base):
             rank = (dp or 0) * tp_size + tp_rank
         return rank, tp_rank, tp_size
 
+    def parse_init_info(self, init_dict):
+        """vLLM's parse of the init route's dict; a field only the launch configuration may set
+        (LAUNCH_ONLY_FIELDS) is refused, naming it."""
+        refuse_launch_only_fields(init_dict)
+        return super().parse_init_info(init_dict)
+
     def init_transfer_engine(self, init_info):
         if self.session is not None:
             raise WsyncError(Status.INVALID_ARGUMENT, "the transfer engine is initialized",
                              "init_transfer_engine")
+        launch = LaunchConfig.from_environment()
+        launch.check_request(init_info)
         rank, tp_rank, tp_size = self._ranks(init_info)
         ep_size, ep_rank, placement = self._expert_parallel(init_info, tp_size, rank)
         self.landing = vllm_loader.vllm_landing(
             self.model, tp_rank, tp_size, self._model_config(),
-            rules=make_rules(init_info.extra_rules), landing_rules=init_info.landing_rules,
-            skip=init_info.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
+            rules=make_rules(launch.extra_rules), landing_rules=launch.landing_rules,
+            skip=launch.skip, ep_rank=ep_rank, ep_size=ep_size, expert_placement=placement,
             staging_budget_bytes=init_info.loader_staging_budget_bytes,
             stream=init_info.loader_stream)
         self.layout = self.landing.layout
-        self._init_info, self._rank = init_info, rank
+        self._init_info, self._rank, self.launch = init_info, rank, launch
         self.session = self._open_session()
 
     def _open_session(self):
         info = self._init_info
         session = Session("rollout", rank=self._rank, num_trainers=info.num_trainers,
-                          num_rollouts=info.num_rollouts, **session_options(info))
+                          num_rollouts=info.num_rollouts, **session_options(info, self.launch))
         try:
             self.layout.register(session)
             if self.landing.streamed:
@@ -443,9 +459,12 @@ class WsyncWeightTransferEngine(_Base):
                                              f"{version}); do not serve", "finish_weight_update")
 
     def abort_weight_update(self):
-        """vLLM's abort of an active update. The weights stay dirty until a later sync commits;
-        a sync running now (on another thread) is failed on every process, so the trainers'
-        sends end too. Never raises: it runs where the caller is already failing."""
+        """The abort of an active update (vLLM main's base class declares it, a no-op default;
+        no vLLM worker read calls it, and vLLM's serialized RPCs cannot deliver it while
+        update_weights runs: a thread of the worker process can). The weights stay dirty until
+        a later sync commits; a sync running now (on another thread) is failed on every
+        process, so the trainers' sends end too. Never raises: it runs where the caller is
+        already failing."""
         self._dirty = True
         session = self.session
         if session is None:
@@ -521,9 +540,10 @@ class WsyncWeightTransferEngine(_Base):
 
     @staticmethod
     def trainer_send_weights(iterator, trainer_args):
-        """The worker ABC's static trainer hook (still abstract in vLLM 0.28 / 0.29). The
-        stateful WsyncTrainerWeightTransferEngine replaces it; kept for callers that hold a
-        TrainerSync: trainer_args = {"sync": TrainerSync, "version": int}. The iterator is not
+        """Not a vLLM hook any more (the worker ABC's static trainer hook was removed upstream;
+        the supported versions have none). The stateful WsyncTrainerWeightTransferEngine
+        replaces it; kept for callers that hold a TrainerSync:
+        trainer_args = {"sync": TrainerSync, "version": int}. The iterator is not
         consumed (wsync reads the registered parameters in place)."""
         sync, version = trainer_args["sync"], trainer_args["version"]
         return sync.push(version)

@@ -77,27 +77,28 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     tied_embeddings: bool = False
     host_coordinator: Optional[bool] = None  # default: rank == 0
     secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"  # also the variable the workers read
+    secret_env: Optional[str] = "WSYNC_SECRET"  # this rank's; the workers read their own
     deadline_seconds: float = 60.0
     path_transports: Optional[str] = None
     staging_budget_bytes: int = 0
     node_id: Optional[str] = None
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
     skip: List[str] = dataclasses.field(default_factory=list)
-    # The workers' (forwarded in their init info): how their parameters land, see wsync.vllm.
-    landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
+    # The workers' (forwarded in their init info), see wsync.vllm. Their landing rules, like
+    # their secret and coordinator, are the engines' launch configuration ($WSYNC_RULES).
     loader_staging_budget_bytes: int = 0
     loader_stream: str = "auto"
 
     def worker_init_info(self):
         """The workers' init request (a JSON-able dict of WsyncInitInfo's fields): the job, not
-        this rank's layout; the secret stays out of it."""
+        this rank's layout, nor trust: no secret source, no rules. The coordinator is this
+        job's, which each worker checks against its own launch configuration
+        ($WSYNC_COORDINATOR)."""
         info = WsyncInitInfo(coordinator=self.coordinator, num_trainers=self.num_trainers,
                              num_rollouts=self.num_rollouts, job_id=self.job_id,
-                             secret_env=self.secret_env, deadline_seconds=self.deadline_seconds,
+                             deadline_seconds=self.deadline_seconds,
                              path_transports=self.path_transports,
                              staging_budget_bytes=self.staging_budget_bytes,
-                             landing_rules=[list(r) for r in self.landing_rules],
                              loader_staging_budget_bytes=self.loader_staging_budget_bytes,
                              loader_stream=self.loader_stream)
         return dataclasses.asdict(info)
@@ -106,7 +107,8 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
 def _module_of(source):
     """The torch module a WeightSource reads: wsync registers its parameters in place instead of
     iterating the source (iterating would all-gather FSDP shards). vLLM's ModuleSource keeps
-    it as ``_module`` (0.28 / 0.29); a source may also expose ``module``, or be the module."""
+    it as ``_module`` (0.28 on, main included); a source may also expose ``module``, or be the
+    module."""
     import torch
     if isinstance(source, torch.nn.Module):
         return source

@@ -1,39 +1,43 @@
-"""Stand-in of vllm/distributed/weight_transfer/base.py (see ../../../README.md).
+"""Stand-in of vllm/distributed/weight_transfer/base.py (see ../../../README.md), one class set
+per interface generation (`vllm.STANDIN_GENERATION`, from `$VLLM_STANDIN_VERSION`). Written for
+the tests: names, fields, signatures and call sequences as read in vllm-project/vllm, no code.
 
-Names, fields and signatures as in vllm-project/vllm after the stateful trainer-send PRs
-(#48042, #48981, #50902, released in v0.28.0; unchanged in v0.29.0):
-  - worker `WeightTransferEngine(config, vllm_config, device, model)`: parse_init_info /
-    parse_update_info (`init_info_cls(**dict)`, TypeError -> ValueError "Invalid init_info for
-    <class>: ..."), abstract init_transfer_engine / start_weight_update / finish_weight_update /
-    receive_weights / shutdown, update_weights = parse_update_info + receive_weights + a device
-    synchronize, set/reset_weight_update_target, supports_draft_weight_update,
-    defers_processing, and abort_weight_update (a no-op by default: "abort an active update and
-    restore the serving model if needed", as m2n_engine.py @ 1825fdb3 overrides it);
-    trainer_send_weights is still an abstract static method there (removed later);
-  - `TrainerInitInfo`: a `backend` ClassVar every subclass must set (checked in
-    __init_subclass__), `rank` keyword-only, `is_sender` = rank 0;
-  - `ParamMeta`, `WeightSource` (metadata() + iteration), `ModuleSource(module)` (keeps the
-    module as `_module`), the four-method `VLLMWeightSyncClient` protocol, and
-    `TrainerWeightTransferEngine(*, client, source=None, is_sender=True)` with the classmethod
-    `trainer_init(init_info, *, client, source=None)`, `send_weights()` and `shutdown()`
-    (m2n_trainer.py @ 1ca6ac9f subclasses exactly these).
-Two generations of the abort, chosen by `$VLLM_STANDIN_ABORT` (read at import):
-  - "1" (default): abort_weight_update as above, with #57854's worker calling it on a failure;
-  - "0": the releases (v0.28.0 / v0.29.0 and the base classes read up to 0.33: no
-    abort_weight_update on WeightTransferEngine, nor anywhere in the worker): the class has no
-    such method (`HAS_ABORT` False) and vllm_calls.Worker then reproduces the releases' worker
-    (gpu_worker.py: a failed update_weights only clears the update flag and re-raises; a failed
-    finish leaves it set).
+Read (the stored copies of vllm-project/vllm; where the index gave no commit, its file id):
+  - "0.33" (releases 0.32.x / 0.33.x, wsync's supported releases): base.py, stored file id
+    57510213075: no `trainer_send_weights` on the worker ABC (removed by the stateful
+    trainer-send series, vllm-project/vllm#47357 / #50902), no `abort_weight_update` anywhere,
+    `defers_processing` + `drain_pending`, `VLLMWeightSyncClient.finish_weight_update(
+    weight_version=None)`, `TrainerInitInfo` with the `backend` ClassVar checked in
+    `__init_subclass__`, `TrainerWeightTransferEngine(*, client, source=None, is_sender=True)`
+    with `trainer_init(init_info, *, client, source=None)`;
+  - "main": base.py, stored file id 58770368394: the same, plus `abort_weight_update()` with a
+    no-op default ("abort an active update and restore the serving model if needed"), the
+    checkpoint vs runtime `weight_format` of the engine's config, the rank-local checkpoint
+    filter (`rank_local_checkpoint_names` / `filter_rank_local_weights`, None unless
+    `weight_format == "checkpoint"` and the model has an exact manifest: the stand-in has no
+    manifest, so "legacy": None) and `RankLocalWeightSource`; no `defers_processing` there;
+  - "0.29" (v0.28.x / v0.29.x, below the supported range): base.py @ 02f250b0 and the releases
+    as the older stand-in read them: `trainer_send_weights` an abstract static method of the
+    worker ABC, no abort, the client's finish without a version.
+Shared by all: `WeightTransferEngine(config, vllm_config, device, model)`, parse_init_info /
+parse_update_info (`cls(**dict)`, TypeError -> ValueError "Invalid init_info for <class>: ..."),
+the abstract init_transfer_engine / start_weight_update / finish_weight_update /
+receive_weights / shutdown, update_weights = parse + receive_weights + a device synchronize,
+set/reset_weight_update_target, supports_draft_weight_update, `ParamMeta`, `WeightSource`,
+`ModuleSource`. `HAS_ABORT`: whether the base class has `abort_weight_update` ("main" only).
 Deviation: torch 1.13 has no `torch.accelerator`; update_weights synchronizes through it only
 where it exists.
 """
 
 import dataclasses
-import os
 from abc import ABC, abstractmethod
 from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
+
+import vllm
+
+GENERATION = vllm.STANDIN_GENERATION
 
 
 def materialize_full_tensor(tensor):
@@ -171,15 +175,32 @@ class WeightTransferEngine(ABC):
     def shutdown(self):
         raise NotImplementedError
 
-    @staticmethod
-    @abstractmethod
-    def trainer_send_weights(iterator, trainer_args):
-        raise NotImplementedError
+    if GENERATION == "0.29":  # Removed from the worker ABC in the newer generations.
+        @staticmethod
+        @abstractmethod
+        def trainer_send_weights(iterator, trainer_args):
+            raise NotImplementedError
+
+    if GENERATION == "main":
+        def rank_local_checkpoint_names(self):
+            """Checkpoint names this rank loads, or None: always None here ("runtime" format;
+            "checkpoint" with no exact manifest, upstream's "legacy" state: the stand-in's
+            models record none)."""
+            return None
+
+        def filter_rank_local_weights(self, weights):
+            allowed = self.rank_local_checkpoint_names()
+            for name, tensor in weights:
+                if allowed is None or name in allowed:
+                    yield name, tensor
 
 
-HAS_ABORT = os.environ.get("VLLM_STANDIN_ABORT", "1") != "0"
+HAS_ABORT = GENERATION == "main"
 if not HAS_ABORT:  # The releases' base class: no abort at all.
     del WeightTransferEngine.abort_weight_update
+if GENERATION == "main":  # Not in main's base class as read.
+    del WeightTransferEngine.defers_processing
+    del WeightTransferEngine.drain_pending
 
 
 @runtime_checkable
@@ -190,7 +211,10 @@ class VLLMWeightSyncClient(Protocol):
 
     def update_weights(self, update_info: dict) -> None: ...
 
-    def finish_weight_update(self) -> None: ...
+    if GENERATION == "0.29":
+        def finish_weight_update(self) -> None: ...
+    else:
+        def finish_weight_update(self, weight_version=None) -> None: ...
 
 
 class TrainerWeightTransferEngine(ABC):

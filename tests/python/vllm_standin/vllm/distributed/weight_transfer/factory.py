@@ -1,7 +1,7 @@
 """Stand-in of vllm/distributed/weight_transfer/factory.py (see ../../../README.md).
 
-As in vllm-project/vllm after #50902 (v0.28.0 / v0.29.0; the same calls in
-vllm/backends/distributed/weight_transfer/factory.py @ 055e47c2): two lazy registries,
+As in vllm-project/vllm after #50902 (v0.28.0 on, every generation of the stand-in; the same
+calls in vllm/backends/distributed/weight_transfer/factory.py @ 055e47c2): two lazy registries,
 `register_engine(name, module_path, class_name)` or `register_engine(name, cls)`, ValueError
 "... is already registered." on a second registration of a name;
 `WeightTransferEngineFactory.create_engine(config, vllm_config, device, model)` picks by

@@ -1,4 +1,5 @@
-"""Stand-in of vllm/model_executor/model_loader/weight_utils.py (see ../../../README.md):
+"""Stand-in of vllm/model_executor/model_loader/weight_utils.py (see ../../../README.md), the
+loader reload/layerwise.py @ fc26ee2a falls back to (`_get_weight_loader`):
 `default_weight_loader(param, loaded_weight)` copies a whole tensor of the parameter's shape
 (upstream also fills a 0-d parameter from a 1-element tensor; not needed here)."""
 

@@ -18,10 +18,21 @@ module with its own parameters, `recurse=False`):
   layers (`Attention`, `MLAAttention`) are processed last, by
   `process_weights_after_loading(model_config.dtype)`.
 
-Deviations: upstream binds some layers directly to their runtime tensors ("mapped layers") when
+A loader call counts the elements it writes, as upstream counts them per load
+(`get_numel_loaded`, called so in reload/layerwise.py @ fc26ee2a): a layer handed part of a
+parameter (one shard of a fused one) is processed once every element arrived, else at finalize
+("Delayed processing").
+
+Attention layers that received loads, per generation: "0.33" (@ 01424e4b) raises at finalize
+("Layerwise loading of attention layers is not supported"); "main" (the newer layerwise.py,
+stored file id 51768495098: `_finalize_attention_layer` / `_reload_attention_scales`) puts the
+kernel tensors back and reloads what was loaded only through the layer's quant method
+(`create_weights(layer)`, the buffered loads, `process_weights_after_loading(layer)`, copied
+into the kernel tensors); without a quant method the loads are dropped without a word.
+
+Deviation: upstream binds some layers directly to their runtime tensors ("mapped layers") when
 their layout matches the checkpoint's; here every layer takes the layerwise path (the outcome for
-the tests' layers is the same). Upstream counts the elements a loader call wrote; here a call
-counts its parameter's elements (each test loader fills its parameter).
+the tests' layers is the same).
 """
 
 import functools
@@ -29,6 +40,7 @@ from weakref import WeakKeyDictionary
 
 import torch
 
+import vllm
 from vllm.model_executor.layers.attention import Attention, MLAAttention, MMEncoderAttention
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 
@@ -110,7 +122,7 @@ def _online_loader(layer, info, name, original):
         if not info.can_load():
             return None  # Loaded again after it was processed: upstream ignores it too.
         info.loaded_weights.append((name, args, kwargs))
-        info.load_numel += param.numel()
+        info.load_numel += _numel_written(original, param, args, kwargs)
         if isinstance(layer, _DEFERRED_ATTENTION_TYPES):
             return None
         if info.load_numel >= info.load_numel_total:
@@ -120,6 +132,17 @@ def _online_loader(layer, info, name, original):
     online_process_loader.__name__ = "online_process_loader"
     online_process_loader.__wrapped__ = original
     return online_process_loader
+
+
+def _numel_written(original, param, args, kwargs):
+    """The elements one call of the original loader writes (upstream's get_numel_loaded counts
+    them; here the loader runs into a NaN-filled float64 scratch of the parameter's shape and
+    attributes, and the elements it no longer holds NaN are counted)."""
+    scratch = torch.nn.Parameter(torch.full(tuple(param.shape), float("nan"),
+                                            dtype=torch.float64), requires_grad=False)
+    scratch.__dict__.update({k: v for k, v in param.__dict__.items() if k != "weight_loader"})
+    original(scratch, *args, **kwargs)
+    return int((~torch.isnan(scratch)).sum())
 
 
 @torch.no_grad()
@@ -168,12 +191,29 @@ def finalize_layerwise_processing(model, model_config):
             _layerwise_process(layer, info)
         info.reset()
     for layer, info in deferred:
-        if info.load_numel > 0:
+        if info.load_numel > 0 and vllm.STANDIN_GENERATION != "main":
             raise ValueError("Layerwise loading of attention layers is not supported. "
                              "Attention must always process after linears.")
         _set_params(layer, info.kernel_tensors)
+        if info.load_numel > 0:
+            _reload_attention_scales(layer, info)
         layer.process_weights_after_loading(model_config.dtype)
         info.reset()
+
+
+def _reload_attention_scales(layer, info):
+    """main: what an attention layer was loaded goes through its quant method (recreate its
+    parameters, replay the buffered loads, process, copy into the kernel tensors); a layer
+    without a quant method keeps its kernel tensors: the loads are dropped, silently."""
+    quant_method = getattr(layer, "quant_method", None)
+    if quant_method is None:
+        return
+    quant_method.create_weights(layer)
+    for name, args, kwargs in info.loaded_weights:
+        param = getattr(layer, name)
+        _original_loader(param)(param, *args, **kwargs)
+    quant_method.process_weights_after_loading(layer)
+    _copy_and_restore_kernel_tensors(layer, info)
 
 
 def finalize_layerwise_reload(*args, **kwargs):
