@@ -237,7 +237,8 @@ SyncBenchOptions SyncOptionsFromFlags() {
 
 CompareBenchOptions CompareOptionsFromFlags(const std::string& command) {
   // The default run is the scenario the goals are stated on (its wall time on the 2-core
-  // machine is in README.md, "Default runs"); --compare_long: both models, both rollout layouts.
+  // machine is in docs/benchmarks.md, "Default runs"); --compare_long: both models, both rollout
+  // layouts.
   const bool long_run = absl::GetFlag(FLAGS_compare_long);
   CompareBenchOptions o;
   o.models = Or(absl::GetFlag(FLAGS_model), long_run ? "qwen2.5-0.5b,llama-3.2-1b" : o.models);

@@ -1,6 +1,6 @@
 /* 100 failed syncs in a row leave descriptors, threads, memory maps and /dev/shm entries at
  * baseline, write nothing into the rollout's weights but that sync's own bytes, and the next sync
- * succeeds without restarting anything (README "Failure semantics", promises 2 and 6).
+ * succeeds without restarting anything (docs/failures.md, promises 2 and 6).
  *
  * One job of one trainer (this process, hosting the coordinator) and one rollout (a forked
  * partner), both through libwsync.so's C ABI, connected once. Then syncs fail alternately in two
