@@ -89,6 +89,50 @@ TEST(DeltaCodecTest, SparseBf16ChangesTravelInAFewPercentOfTheDenseBytes) {
   EXPECT_EQ(target, current);
 }
 
+// bf16 of an fp32 value, rounded to nearest even (finite values).
+uint16_t ToBf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
+// An RL step as issue 44 states it: fp32 master weights (normal, std 0.02) take an AdamW step of
+// lr 1e-6 (Adam's normalized update is about +-lr per element whatever the gradient; random
+// signs), and the rollouts get them cast to bf16. About 4.2 % of the bf16 elements change (the
+// small weights' ulps are small), so three consecutive steps each travel in about 6.3 % of the
+// dense bytes (under 7 % asserted; issue 44's goal of 6 % needs a value coding that beats two
+// bytes per element, e.g. the bit pattern's difference, mostly +-1), and patch bit-exact.
+TEST(DeltaCodecTest, AnAdamWStepAtLr1e6TravelsInUnder7PercentOfTheBf16Bytes) {
+  std::mt19937_64 random(1);
+  std::normal_distribution<float> init(0.0f, 0.02f);
+  std::vector<float> master(1 << 19);
+  for (float& weight : master) weight = init(random);
+  const auto cast = [&master] {
+    std::vector<uint8_t> bytes(master.size() * 2);
+    for (size_t i = 0; i < master.size(); ++i) {
+      const uint16_t bf16 = ToBf16(master[i]);
+      std::memcpy(bytes.data() + 2 * i, &bf16, 2);
+    }
+    return bytes;
+  };
+  std::vector<uint8_t> rollout = cast();
+  for (int step = 0; step < 3; ++step) {
+    for (float& weight : master) weight -= (random() & 1) != 0 ? 1e-6f : -1e-6f;
+    const std::vector<uint8_t> current = cast();
+    std::vector<uint8_t> encoded;
+    absl::StatusOr<DeltaEncodingSummary> summary = EncodeDelta(rollout, current, 2, &encoded);
+    ASSERT_TRUE(summary.ok());
+    EXPECT_GT(summary->changed_elements, master.size() / 100);
+    EXPECT_LT(summary->changed_elements, master.size() / 10);
+    EXPECT_EQ(summary->kind, DeltaKind::kIndices);
+    EXPECT_LT(static_cast<double>(encoded.size()), 0.07 * static_cast<double>(current.size()))
+        << "step " << step << ": " << summary->changed_elements << " of " << master.size()
+        << " elements changed";
+    ASSERT_TRUE(ApplyDelta(encoded, 2, absl::MakeSpan(rollout)).ok());
+    ASSERT_EQ(rollout, current);
+  }
+}
+
 TEST(DeltaCodecTest, ElementsAreComparedBitwise) {
   // bf16 +0.0 (0x0000) and -0.0 (0x8000) are equal numbers but different bytes.
   std::vector<uint8_t> base(64, 0);
