@@ -66,7 +66,7 @@ void LogSessionConfig(const SessionConfig& c) {
             log::Bytes(static_cast<int64_t>(c.staging_budget_bytes)), ", deadline ",
             absl::FormatDuration(c.deadline), ", policy ", c.replica_policy, ", path transports ",
             c.path_transports.empty() ? "(default)" : c.path_transports, ", verify ",
-            static_cast<int>(c.verify));
+            static_cast<int>(c.verify), ", delta ", static_cast<int>(c.delta));
 }
 
 }  // namespace

@@ -45,6 +45,9 @@ ABSL_FLAG(int32_t, layers, 0, "`wsync demo`: keep only the first N transformer l
 ABSL_FLAG(bool, verify, false,
           "`wsync demo`: the plugin's verify=true: every chunk hashed (xxh3) by sender and "
           "receiver, checked before the commit.");
+ABSL_FLAG(std::string, delta, "off",
+          "wsync demo: the plugin's delta setting (off, auto: for now the same as off; on: not "
+          "available yet, init refuses it).");
 ABSL_FLAG(bool, verify_keyed, false,
           "wsync demo: the plugin's keyed verify (verify=2): a MAC per chunk keyed from the job "
           "secret, which a forged chunk or digest cannot pass.");
@@ -100,6 +103,7 @@ struct DemoRequest {
   bool verify = false;        // The plugin's verify=true (xxh3 per chunk).
   bool verify_keyed = false;  // The plugin's keyed verify (a MAC per chunk); wins over verify.
   std::string calibration;    // The plugin's calibration_file; empty: none.
+  std::string delta = "off";  // The plugin's delta setting: off, auto or on.
   bool progress = true;       // The progress line on stderr (demo_progress_line.h).
 };
 
@@ -267,6 +271,7 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
   if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
   if (request.verify) argv.push_back("--verify");
   if (request.verify_keyed) argv.push_back("--verify_keyed");
+  if (request.delta != "off") argv.push_back(absl::StrCat("--delta=", request.delta));
   if (!request.calibration.empty()) {
     argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
   }
@@ -478,6 +483,7 @@ std::string DemoUsage() {
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
          "                  [--metrics] [--linger_s S] [--verify] [--verify_keyed] [--calibration "
          "FILE]\n"
+         "                  [--delta off|auto|on]\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -500,6 +506,8 @@ std::string DemoUsage() {
          "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
          "receiver\n"
          "  --verify_keyed  the plugin's keyed verify: a MAC per chunk keyed from the job secret\n"
+         "  --delta     the plugin's delta setting: off (default), auto (for now the same as\n"
+         "              off) or on (not available yet: init refuses it)\n"
          "  --calibration  a calibration (wsync calibrate --out) given to the plugin; the table\n"
          "              then shows each sync's predicted seconds\n";
 }
@@ -552,6 +560,11 @@ int DemoMain(int argc, char** argv) {
   request.progress = absl::GetFlag(FLAGS_progress);
   request.verify = absl::GetFlag(FLAGS_verify);
   request.verify_keyed = absl::GetFlag(FLAGS_verify_keyed);
+  request.delta = absl::GetFlag(FLAGS_delta);
+  if (request.delta != "off" && request.delta != "auto" && request.delta != "on") {
+    absl::FPrintF(stderr, "wsync demo: --delta must be off, auto or on, not '%s'\n", request.delta);
+    return 2;
+  }
   if (!absl::GetFlag(FLAGS_calibration).empty()) {
     if (!IsFile(absl::GetFlag(FLAGS_calibration))) {
       absl::FPrintF(stderr, "wsync demo: cannot read --calibration %s\n",

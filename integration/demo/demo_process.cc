@@ -86,6 +86,9 @@ ABSL_FLAG(bool, verify, false,
 ABSL_FLAG(bool, verify_keyed, false,
           "The plugin's keyed verify (verify=2): a MAC per chunk keyed from the job secret; wins "
           "over --verify.");
+ABSL_FLAG(std::string, delta, "off",
+          "The plugin's delta setting: off, auto (for now the same as off) or on (not available "
+          "yet: init refuses it); another value is handed to init as -1, which refuses it.");
 ABSL_FLAG(std::string, metrics_address, "",
           "Where the plugin's Prometheus exporter listens, HOST:PORT (empty: no exporter).");
 ABSL_FLAG(double, linger_s, 0,
@@ -270,11 +273,12 @@ const char* StatusName(wsync_status_t code) {
   return "an unknown status";
 }
 
-// The plugin's outcome as a Status: the code's name and last_error.
+// The plugin's outcome as a Status: the code's name and last_error (last_error(NULL), the
+// thread's, for an init that made no session).
 absl::Status PluginStatus(const wsync_plugin_v1_t& plugin, wsync_session_t* session,
                           wsync_status_t code, absl::string_view call) {
   if (code == WSYNC_OK) return absl::OkStatus();
-  const char* detail = session != nullptr ? plugin.last_error(session) : "";
+  const char* detail = plugin.last_error(session);
   return absl::UnknownError(absl::StrFormat("%s returned %s: %s", call, StatusName(code),
                                             detail != nullptr ? detail : ""));
 }
@@ -426,6 +430,11 @@ struct ConfigFromFlags {
     config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
     config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
     config.verify = absl::GetFlag(FLAGS_verify_keyed) ? 2 : absl::GetFlag(FLAGS_verify) ? 1 : 0;
+    const std::string delta = absl::GetFlag(FLAGS_delta);
+    config.delta = delta == "off"    ? WSYNC_DELTA_OFF
+                   : delta == "auto" ? WSYNC_DELTA_AUTO
+                   : delta == "on"   ? WSYNC_DELTA_ON
+                                     : -1;
     config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
     config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
     config.node_id = node_id.empty() ? nullptr : node_id.c_str();

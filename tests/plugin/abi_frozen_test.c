@@ -56,7 +56,8 @@ int main(void) {
   CHECK_OFFSET(wsync_config_t, silence_limit_seconds, 136);
   CHECK_OFFSET(wsync_config_t, has_device_index, 144);
   CHECK_OFFSET(wsync_config_t, device_index, 148);
-  CHECK_SIZE(wsync_config_t, 152);
+  CHECK_OFFSET(wsync_config_t, delta, 152);
+  CHECK_SIZE(wsync_config_t, 160);
   CHECK_OFFSET(wsync_stats_t, struct_size, 0);
   CHECK_OFFSET(wsync_stats_t, version, 8);
   CHECK_OFFSET(wsync_stats_t, segments, 16);

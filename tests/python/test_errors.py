@@ -112,6 +112,17 @@ class ErrorTest(unittest.TestCase):
         self.assertIn("twice", error[1])
         wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
                       heartbeat_interval_seconds=0.1, silence_limit_seconds=1).finalize()
+        # delta: "off" and "auto" (for now off) are taken, "on" is not available yet.
+        error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
+                                             secret=SECRET, delta="sometimes"))
+        self.assertEqual(error[0], "INVALID_ARGUMENT", error)
+        self.assertIn("delta", error[1])
+        error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
+                                             secret=SECRET, delta="on"))
+        self.assertEqual(error[0], "UNSUPPORTED", error)
+        self.assertIn("not available yet", error[1])
+        wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
+                      delta="auto").finalize()
         session = wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET)
         with session:
             self.assertEqual(session.state()[0], wsync.State.REGISTERED)

@@ -99,6 +99,7 @@ class Config(ctypes.Structure):
         ("silence_limit_seconds", ctypes.c_double),
         ("has_device_index", ctypes.c_int32),
         ("device_index", ctypes.c_int32),
+        ("delta", ctypes.c_int32),
     ]
 
 

@@ -69,6 +69,8 @@ def parse_coordinator(coordinator):
 
 # wsync_config_t.verify by the value of Session(verify=...).
 _VERIFY_MODES = {False: 0, None: 0, "off": 0, True: 1, "hash": 1, "keyed": 2}
+# wsync_config_t.delta by the value of Session(delta=...).
+_DELTA_MODES = {None: 0, "off": 0, "auto": 1, "on": 2}
 
 class Session:
     """One process's session. Keyword arguments are the fields of wsync_config_t:
@@ -83,7 +85,8 @@ class Session:
     0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
     CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
     wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
-    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it).
+    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it), delta ("off",
+    "auto": for now the same as off, "on": not available yet, init raises UNSUPPORTED).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -94,7 +97,7 @@ class Session:
                  node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
                  heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
-                 metrics_address=None):
+                 metrics_address=None, delta="off"):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -121,6 +124,10 @@ class Session:
         config.path_transports = _bytes(path_transports)
         config.metrics_address = _bytes(metrics_address)
         config.verify = _VERIFY_MODES[verify]
+        if delta not in _DELTA_MODES:
+            raise WsyncError(Status.INVALID_ARGUMENT,
+                             f"delta must be 'off', 'auto' or 'on', not {delta!r}", "init")
+        config.delta = _DELTA_MODES[delta]
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         if device_index is not None:

@@ -142,7 +142,21 @@ typedef struct wsync_config {
                                         and never shared, unless the layout says (set_named_layout
                                         with colocated=1, a manifest's Process.device); a layout
                                         that names another GPU than this is refused. */
+  int32_t delta;                     /* Delta sync (issue 44): WSYNC_DELTA_OFF (0, the default):
+                                        every sync moves every byte of the plan;
+                                        WSYNC_DELTA_AUTO (1): delta where the cost model says it
+                                        pays, for now the same as off; WSYNC_DELTA_ON (2): senders
+                                        move only the elements changed since the version a
+                                        rollout holds, not available yet (init refuses it with
+                                        WSYNC_UNSUPPORTED). Other values: WSYNC_INVALID_ARGUMENT. */
 } wsync_config_t;
+
+/* Values of wsync_config_t.delta. */
+typedef enum wsync_delta_mode {
+  WSYNC_DELTA_OFF = 0,
+  WSYNC_DELTA_AUTO = 1,
+  WSYNC_DELTA_ON = 2
+} wsync_delta_mode_t;
 
 /* What the last sync of this process did. */
 typedef struct wsync_stats {

@@ -1,0 +1,276 @@
+// The delta sync encoding (executor/delta_codec.h) and a sender's bases (executor/delta_base.h).
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "executor/delta_base.h"
+#include "executor/delta_codec.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+std::vector<uint8_t> RandomBytes(int64_t size, std::mt19937_64& random) {
+  std::vector<uint8_t> bytes(size);
+  for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(random());
+  return bytes;
+}
+
+// `base` with about `fraction` of its elements changed (each one changed for certain: a changed
+// element's bytes are flipped, never redrawn equal).
+std::vector<uint8_t> Change(const std::vector<uint8_t>& base, int element_bytes, double fraction,
+                            std::mt19937_64& random, int64_t* changed) {
+  std::vector<uint8_t> current = base;
+  std::bernoulli_distribution change(fraction);
+  *changed = 0;
+  for (size_t byte = 0; byte < current.size(); byte += element_bytes) {
+    if (!change(random)) continue;
+    current[byte + random() % element_bytes] ^= static_cast<uint8_t>(1 + random() % 255);
+    ++*changed;
+  }
+  return current;
+}
+
+TEST(DeltaCodecTest, RoundTripIsBitExactAndTheSmallestKindIsChosen) {
+  std::mt19937_64 random(44);
+  const double fractions[] = {0.0, 0.0005, 0.01, 0.1, 0.3, 0.49, 0.51, 0.9, 1.0};
+  int kinds_seen[3] = {0, 0, 0};
+  for (int trial = 0; trial < 400; ++trial) {
+    const int element_bytes = 1 << (trial % 4);
+    const int64_t elements = static_cast<int64_t>(random() % 4000);
+    const double fraction = fractions[trial % std::size(fractions)];
+    const std::vector<uint8_t> base = RandomBytes(elements * element_bytes, random);
+    int64_t changed = 0;
+    const std::vector<uint8_t> current = Change(base, element_bytes, fraction, random, &changed);
+    std::vector<uint8_t> encoded;
+    absl::StatusOr<DeltaEncodingSummary> summary =
+        EncodeDelta(base, current, element_bytes, &encoded);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->elements, elements);
+    EXPECT_EQ(summary->encoded_bytes, static_cast<int64_t>(encoded.size()));
+    EXPECT_EQ(summary->dense_bytes, kDeltaHeaderBytes + elements * element_bytes);
+    EXPECT_EQ(summary->mostly_changed, changed * 2 > elements) << "trial " << trial;
+    if (summary->mostly_changed) {
+      EXPECT_EQ(summary->kind, DeltaKind::kDense);
+      EXPECT_GT(summary->changed_elements * 2, elements);
+      EXPECT_LE(summary->changed_elements, changed);
+    } else {
+      EXPECT_EQ(summary->changed_elements, changed);
+      EXPECT_EQ(summary->bitmap_bytes,
+                kDeltaHeaderBytes + (elements + 7) / 8 + changed * element_bytes);
+      const int64_t smallest =
+          std::min({summary->dense_bytes, summary->bitmap_bytes, summary->indices_bytes});
+      EXPECT_EQ(summary->encoded_bytes, smallest) << "trial " << trial;
+    }
+    ++kinds_seen[static_cast<int>(summary->kind)];
+    std::vector<uint8_t> target = base;
+    ASSERT_TRUE(ApplyDelta(encoded, element_bytes, absl::MakeSpan(target)).ok()) << trial;
+    ASSERT_EQ(target, current) << "trial " << trial;
+  }
+  for (const int seen : kinds_seen) EXPECT_GT(seen, 20);
+}
+
+// Realistic bf16: a step leaves most elements unchanged; the encoding is a few percent of dense.
+TEST(DeltaCodecTest, SparseBf16ChangesTravelInAFewPercentOfTheDenseBytes) {
+  std::mt19937_64 random(7);
+  const std::vector<uint8_t> base = RandomBytes(2 * 1 << 20, random);
+  int64_t changed = 0;
+  const std::vector<uint8_t> current = Change(base, 2, 0.01, random, &changed);
+  std::vector<uint8_t> encoded;
+  absl::StatusOr<DeltaEncodingSummary> summary = EncodeDelta(base, current, 2, &encoded);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->kind, DeltaKind::kIndices);
+  EXPECT_LT(static_cast<double>(encoded.size()), 0.045 * static_cast<double>(base.size()));
+  std::vector<uint8_t> target = base;
+  ASSERT_TRUE(ApplyDelta(encoded, 2, absl::MakeSpan(target)).ok());
+  EXPECT_EQ(target, current);
+}
+
+// bf16 of an fp32 value, rounded to nearest even (finite values).
+uint16_t ToBf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
+// An RL step as issue 44 states it: fp32 master weights (normal, std 0.02) take an AdamW step of
+// lr 1e-6 (Adam's normalized update is about +-lr per element whatever the gradient; random
+// signs), and the rollouts get them cast to bf16. About 4.2 % of the bf16 elements change (the
+// small weights' ulps are small), so three consecutive steps each travel in about 6.3 % of the
+// dense bytes (under 7 % asserted; issue 44's goal of 6 % needs a value coding that beats two
+// bytes per element, e.g. the bit pattern's difference, mostly +-1), and patch bit-exact.
+TEST(DeltaCodecTest, AnAdamWStepAtLr1e6TravelsInUnder7PercentOfTheBf16Bytes) {
+  std::mt19937_64 random(1);
+  std::normal_distribution<float> init(0.0f, 0.02f);
+  std::vector<float> master(1 << 19);
+  for (float& weight : master) weight = init(random);
+  const auto cast = [&master] {
+    std::vector<uint8_t> bytes(master.size() * 2);
+    for (size_t i = 0; i < master.size(); ++i) {
+      const uint16_t bf16 = ToBf16(master[i]);
+      std::memcpy(bytes.data() + 2 * i, &bf16, 2);
+    }
+    return bytes;
+  };
+  std::vector<uint8_t> rollout = cast();
+  for (int step = 0; step < 3; ++step) {
+    for (float& weight : master) weight -= (random() & 1) != 0 ? 1e-6f : -1e-6f;
+    const std::vector<uint8_t> current = cast();
+    std::vector<uint8_t> encoded;
+    absl::StatusOr<DeltaEncodingSummary> summary = EncodeDelta(rollout, current, 2, &encoded);
+    ASSERT_TRUE(summary.ok());
+    EXPECT_GT(summary->changed_elements, master.size() / 100);
+    EXPECT_LT(summary->changed_elements, master.size() / 10);
+    EXPECT_EQ(summary->kind, DeltaKind::kIndices);
+    EXPECT_LT(static_cast<double>(encoded.size()), 0.07 * static_cast<double>(current.size()))
+        << "step " << step << ": " << summary->changed_elements << " of " << master.size()
+        << " elements changed";
+    ASSERT_TRUE(ApplyDelta(encoded, 2, absl::MakeSpan(rollout)).ok());
+    ASSERT_EQ(rollout, current);
+  }
+}
+
+TEST(DeltaCodecTest, ElementsAreComparedBitwise) {
+  // bf16 +0.0 (0x0000) and -0.0 (0x8000) are equal numbers but different bytes.
+  std::vector<uint8_t> base(64, 0);
+  std::vector<uint8_t> current = base;
+  current[2 * 17 + 1] = 0x80;
+  std::vector<uint8_t> encoded;
+  absl::StatusOr<DeltaEncodingSummary> summary = EncodeDelta(base, current, 2, &encoded);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->changed_elements, 1);
+  EXPECT_EQ(summary->kind, DeltaKind::kIndices);
+  EXPECT_EQ(summary->encoded_bytes, kDeltaHeaderBytes + 1 + 2);
+}
+
+TEST(DeltaCodecTest, UnchangedChunkIsTheHeaderAlone) {
+  const std::vector<uint8_t> base(4096, 3);
+  std::vector<uint8_t> encoded;
+  absl::StatusOr<DeltaEncodingSummary> summary = EncodeDelta(base, base, 4, &encoded);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->encoded_bytes, kDeltaHeaderBytes);
+  std::vector<uint8_t> target = base;
+  EXPECT_TRUE(ApplyDelta(encoded, 4, absl::MakeSpan(target)).ok());
+  EXPECT_EQ(target, base);
+}
+
+TEST(DeltaCodecTest, EncodeRefusesMismatchedSizes) {
+  std::vector<uint8_t> out;
+  EXPECT_EQ(EncodeDelta(std::vector<uint8_t>(8), std::vector<uint8_t>(6), 2, &out).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeDelta(std::vector<uint8_t>(6), std::vector<uint8_t>(6), 4, &out).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeDelta(std::vector<uint8_t>(6), std::vector<uint8_t>(6), 3, &out).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Every corruption is refused with the target untouched.
+TEST(DeltaCodecTest, ApplyRefusesEncodingsThatDoNotFitTheTarget) {
+  std::mt19937_64 random(3);
+  const std::vector<uint8_t> base = RandomBytes(2 * 100, random);
+  int64_t changed = 0;
+  const std::vector<uint8_t> sparse = Change(base, 2, 0.02, random, &changed);
+  const std::vector<uint8_t> middling = Change(base, 2, 0.4, random, &changed);
+  std::vector<uint8_t> indices, bitmap, dense;
+  ASSERT_EQ(EncodeDelta(base, sparse, 2, &indices)->kind, DeltaKind::kIndices);
+  ASSERT_EQ(EncodeDelta(base, middling, 2, &bitmap)->kind, DeltaKind::kBitmap);
+  ASSERT_EQ(EncodeDelta(base, RandomBytes(200, random), 2, &dense)->kind, DeltaKind::kDense);
+
+  const auto refused = [&](std::vector<uint8_t> encoded, int element_bytes, size_t target_bytes) {
+    std::vector<uint8_t> target(base.begin(), base.begin() + target_bytes);
+    const std::vector<uint8_t> before = target;
+    const absl::Status status = ApplyDelta(encoded, element_bytes, absl::MakeSpan(target));
+    return !status.ok() && target == before;
+  };
+  for (const std::vector<uint8_t>* encoded : {&indices, &bitmap, &dense}) {
+    std::vector<uint8_t> shorter(encoded->begin(), encoded->end() - 1);
+    EXPECT_TRUE(refused(shorter, 2, 200));
+    std::vector<uint8_t> longer = *encoded;
+    longer.push_back(0);
+    EXPECT_TRUE(refused(longer, 2, 200));
+    EXPECT_TRUE(refused(*encoded, 1, 200));  // Another element size.
+    if (encoded != &indices) {               // Indices below 50 fit a smaller target too.
+      EXPECT_TRUE(refused(*encoded, 2, 100));
+    }
+    std::vector<uint8_t> kind = *encoded;
+    kind[0] = 3;
+    EXPECT_TRUE(refused(kind, 2, 200));
+    std::vector<uint8_t> reserved = *encoded;
+    reserved[5] = 1;
+    EXPECT_TRUE(refused(reserved, 2, 200));
+    std::vector<uint8_t> count = *encoded;
+    count[8] ^= 1;
+    EXPECT_TRUE(refused(count, 2, 200));
+  }
+  EXPECT_TRUE(refused(std::vector<uint8_t>(kDeltaHeaderBytes - 1), 2, 200));
+  // An index past the end: the first gap set to 100 in a chunk of 100 elements.
+  std::vector<uint8_t> past(kDeltaHeaderBytes + 1 + 2, 0);
+  past[0] = static_cast<uint8_t>(DeltaKind::kIndices);
+  past[1] = 2;
+  past[8] = 1;
+  past[kDeltaHeaderBytes] = 100;
+  EXPECT_TRUE(refused(past, 2, 200));
+  past[kDeltaHeaderBytes] = 99;  // The last element: accepted.
+  std::vector<uint8_t> target = base;
+  EXPECT_TRUE(ApplyDelta(past, 2, absl::MakeSpan(target)).ok());
+  std::vector<uint8_t> expected = base;
+  expected[198] = expected[199] = 0;
+  EXPECT_EQ(target, expected);
+  // A bitmap that sets bit 100 of 100 elements in place of one of its bits.
+  std::vector<uint8_t> stray = bitmap;
+  uint8_t* bits = stray.data() + kDeltaHeaderBytes;
+  const int first = std::countr_zero(bits[0] != 0 ? bits[0] : bits[1]) + (bits[0] != 0 ? 0 : 8);
+  bits[first / 8] &= ~(1 << (first % 8));
+  bits[12] |= 1 << 4;
+  EXPECT_TRUE(refused(stray, 2, 200));
+}
+
+TEST(DeltaBaseStoreTest, ABaseServesOnlyTheVersionItsSyncCommitted) {
+  DeltaBaseStore store(1000);
+  const std::vector<uint8_t> sent(100, 7);
+  EXPECT_TRUE(store.Record(1, sent));
+  EXPECT_FALSE(store.Base(1, 5).has_value());  // Pending: no version yet.
+  store.Commit(5);
+  ASSERT_TRUE(store.Base(1, 5).has_value());
+  EXPECT_TRUE(std::equal(store.Base(1, 5)->begin(), store.Base(1, 5)->end(), sent.begin()));
+  EXPECT_FALSE(store.Base(1, 4).has_value());
+  EXPECT_FALSE(store.Base(2, 5).has_value());
+  EXPECT_EQ(store.held_bytes(), 100);
+}
+
+TEST(DeltaBaseStoreTest, AnAbortedSyncLeavesNoBaseForWhatItSent) {
+  DeltaBaseStore store(1000);
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 1)));
+  ASSERT_TRUE(store.Record(2, std::vector<uint8_t>(100, 2)));
+  store.Commit(5);
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 3)));  // Sync 6 sends chunk 1 only.
+  store.Abort();
+  EXPECT_FALSE(store.Base(1, 5).has_value());
+  EXPECT_FALSE(store.Base(1, 6).has_value());
+  EXPECT_TRUE(store.Base(2, 5).has_value());
+  EXPECT_EQ(store.held_bytes(), 100);
+}
+
+TEST(DeltaBaseStoreTest, AChunkOverTheBudgetHoldsNoBase) {
+  DeltaBaseStore store(250);
+  EXPECT_TRUE(store.Record(1, std::vector<uint8_t>(100, 1)));
+  EXPECT_TRUE(store.Record(2, std::vector<uint8_t>(100, 2)));
+  EXPECT_FALSE(store.Record(3, std::vector<uint8_t>(100, 3)));
+  store.Commit(1);
+  EXPECT_FALSE(store.Base(3, 1).has_value());
+  EXPECT_EQ(store.held_bytes(), 200);
+  EXPECT_TRUE(store.Record(2, std::vector<uint8_t>(150, 2)));  // Replaces its own 100 bytes.
+  EXPECT_EQ(store.held_bytes(), 250);
+  store.Forget(1);
+  EXPECT_EQ(store.held_bytes(), 150);
+  EXPECT_TRUE(store.Record(3, std::vector<uint8_t>(100, 3)));
+  store.Commit(2);
+  EXPECT_TRUE(store.Base(3, 2).has_value());
+  EXPECT_TRUE(store.Base(2, 2).has_value());
+}
+
+}  // namespace
+}  // namespace wsync
