@@ -99,6 +99,9 @@ class Config(ctypes.Structure):
         ("silence_limit_seconds", ctypes.c_double),
         ("has_device_index", ctypes.c_int32),
         ("device_index", ctypes.c_int32),
+        ("secret", ctypes.c_void_p),
+        ("secret_length", ctypes.c_size_t),
+        ("metrics_allow_any_address", ctypes.c_int32),
     ]
 
 

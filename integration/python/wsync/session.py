@@ -2,7 +2,6 @@
 
 import ctypes
 import os
-import tempfile
 
 from . import _lib
 from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError
@@ -75,15 +74,17 @@ class Session:
 
     role ('trainer' | 'rollout'), rank, num_trainers, num_rollouts, job_id, coordinator
     ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
-    secret (the job secret itself: written to a private 0600 file for init, then removed) or
-    secret_file or secret_env, node_id, staging_budget_bytes, deadline_seconds, replica_policy,
+    secret (the job secret itself, str or bytes: handed to init in memory, in a buffer wiped after
+    it; no file) or secret_file or secret_env (the variable, default WSYNC_SECRET, is removed from
+    the environment once init read it: processes started later do not inherit it), node_id, staging_budget_bytes, deadline_seconds, replica_policy,
     path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
     xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
     0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
     CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
     wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
-    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it).
+    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it; a wildcard such as
+    "0.0.0.0" only with metrics_allow_any_address=True).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -94,7 +95,7 @@ class Session:
                  node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
                  heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
-                 metrics_address=None):
+                 metrics_address=None, metrics_allow_any_address=False):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -120,35 +121,34 @@ class Session:
         config.replica_policy = _bytes(replica_policy)
         config.path_transports = _bytes(path_transports)
         config.metrics_address = _bytes(metrics_address)
+        config.metrics_allow_any_address = 1 if metrics_allow_any_address else 0
         config.verify = _VERIFY_MODES[verify]
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         if device_index is not None:
             config.has_device_index = 1
             config.device_index = int(device_index)
-        secret_dir = None
+        config.secret_file = _bytes(secret_file)
+        secret_buffer = None
         try:
             if secret is not None:
                 if secret_file is not None or secret_env is not None:
                     raise WsyncError(Status.INVALID_ARGUMENT,
                                      "give one of secret, secret_file, secret_env", "init")
-                secret_dir = tempfile.mkdtemp(prefix="wsync-secret-")  # Mode 0700.
-                secret_file = os.path.join(secret_dir, "secret")
-                fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secret)
-            config.secret_file = _bytes(secret_file)
+                raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+                secret_buffer = ctypes.create_string_buffer(raw, len(raw))
+                config.secret = ctypes.addressof(secret_buffer)
+                config.secret_length = len(raw)
             handle = ctypes.c_void_p()
             code = self._api.init(ctypes.byref(config), ctypes.byref(handle))
             _lib.check(code, None, "init")
             self._handle = handle.value
         finally:
-            if secret_dir is not None:
-                try:
-                    os.unlink(secret_file)
-                except OSError:
-                    pass
-                os.rmdir(secret_dir)
+            if secret_buffer is not None:
+                ctypes.memset(secret_buffer, 0, len(secret_buffer))
+        if secret is None and secret_file is None:
+            # The library removed the variable from the C environment; os.environ too.
+            os.environ.pop(secret_env or "WSYNC_SECRET", None)
         self.role = _role(role)
         self.rank = int(rank)
 
