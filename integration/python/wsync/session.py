@@ -66,6 +66,20 @@ def parse_coordinator(coordinator):
                          f"coordinator must be 'host:port', not {coordinator!r}", "init")
 
 
+# Secrets read from the environment, by variable name: the variable is removed once read (so that
+# processes started later do not inherit it), and a later session of this process (an engine's
+# replacement of an aborted session) finds the secret here.
+_env_secrets = {}
+
+
+def _secret_from_environment(name):
+    value = os.environ.pop(name, None)
+    if value is not None:  # One trailing newline dropped, as the library does.
+        value = value[:-1] if value.endswith("\n") else value
+        _env_secrets[name] = value[:-1] if value.endswith("\r") else value
+    return _env_secrets.get(name)
+
+
 # wsync_config_t.verify by the value of Session(verify=...).
 _VERIFY_MODES = {False: 0, None: 0, "off": 0, True: 1, "hash": 1, "keyed": 2}
 
@@ -76,7 +90,8 @@ class Session:
     ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
     secret (the job secret itself, str or bytes: handed to init in memory, in a buffer wiped after
     it; no file) or secret_file or secret_env (the variable, default WSYNC_SECRET, is removed from
-    the environment once init read it: processes started later do not inherit it), node_id, staging_budget_bytes, deadline_seconds, replica_policy,
+    the environment once read, so that processes started later do not inherit it; later sessions
+    of this process find it in the process's memory), node_id, staging_budget_bytes, deadline_seconds, replica_policy,
     path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
     xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
@@ -114,7 +129,6 @@ class Session:
         config.coordinator_host = _bytes(coordinator_host)
         config.coordinator_port = int(coordinator_port or 0)
         config.host_coordinator = 1 if host_coordinator else 0
-        config.secret_env = _bytes(secret_env)
         config.node_id = _bytes(node_id)
         config.staging_budget_bytes = int(staging_budget_bytes or 0)
         config.deadline_seconds = float(deadline_seconds or 0.0)
@@ -135,6 +149,13 @@ class Session:
                 if secret_file is not None or secret_env is not None:
                     raise WsyncError(Status.INVALID_ARGUMENT,
                                      "give one of secret, secret_file, secret_env", "init")
+            elif secret_file is None:
+                secret = _secret_from_environment(secret_env or "WSYNC_SECRET")
+                if secret is None:  # The library names the variable in its error.
+                    config.secret_env = _bytes(secret_env)
+            else:
+                config.secret_env = _bytes(secret_env)  # Both: the library refuses them.
+            if secret is not None:
                 raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
                 secret_buffer = ctypes.create_string_buffer(raw, len(raw))
                 config.secret = ctypes.addressof(secret_buffer)
@@ -146,9 +167,6 @@ class Session:
         finally:
             if secret_buffer is not None:
                 ctypes.memset(secret_buffer, 0, len(secret_buffer))
-        if secret is None and secret_file is None:
-            # The library removed the variable from the C environment; os.environ too.
-            os.environ.pop(secret_env or "WSYNC_SECRET", None)
         self.role = _role(role)
         self.rank = int(rank)
 
