@@ -14,7 +14,7 @@
 namespace wsync::executor_internal {
 namespace {
 
-constexpr absl::string_view kLaneKeyLabel = "wsync-lane-mac-v1";
+constexpr absl::string_view kLaneKeyLabel = "wsync-lane-mac-v2";
 constexpr size_t kKeyBytes = 32;
 constexpr size_t kNonceBytes = 12;
 constexpr size_t kTagBytes = 16;
@@ -79,6 +79,7 @@ absl::StatusOr<std::unique_ptr<LaneMac>> LaneMac::Create(const DataKey& key,
                                                          const MacBinding& binding) {
   std::string info(kLaneKeyLabel);
   AppendLittleEndian(info, binding.sync_id, 8);
+  AppendLittleEndian(info, static_cast<uint32_t>(binding.wave), 4);
   AppendLittleEndian(info, static_cast<uint32_t>(binding.sender), 4);
   AppendLittleEndian(info, static_cast<uint32_t>(binding.receiver), 4);
   AppendLittleEndian(info, static_cast<uint8_t>(binding.kind), 4);

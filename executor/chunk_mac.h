@@ -3,13 +3,15 @@
 
 // The keyed MAC of keyed verification (verify.h), per chunk of one lane of one sync.
 //
-// Keys: HKDF-SHA256 of the job's DataKey (common/data_key.h) with info "wsync-lane-mac-v1" ||
-// sync id || sender || receiver || lane memory kind (little-endian, fixed widths) gives 64 bytes:
+// Keys: HKDF-SHA256 of the job's DataKey (common/data_key.h) with info "wsync-lane-mac-v2" ||
+// sync id || wave || sender || receiver || lane memory kind (little-endian, fixed widths) gives 64
+// bytes:
 // a GMAC key and a tag-wrapping key. A chunk's tag is
 //   AES-256(wrap key, GMAC(GMAC key, nonce = chunk position in the lane || 0, bytes of the chunk))
 // with GMAC = AES-256-GCM over additional data only (the chunk's bytes in row-major order of its
 // box). The binding in the key and the position in the nonce make a tag of another sync, another
-// sender or receiver, another lane or another position useless; wrapping the GMAC tag with a
+// wave of a streamed sync (whose waves share the sync id, lanes and positions), another sender or
+// receiver, another lane or another position useless; wrapping the GMAC tag with a
 // block cipher keeps a repeated sync id (a version synced twice with different bytes) from
 // revealing the GHASH key through two tags under one nonce.
 //
@@ -39,6 +41,7 @@ struct MacBinding {
   int32_t sender = 0;
   int32_t receiver = 0;
   MemoryKind kind = MemoryKind::kHost;
+  int32_t wave = 0;  // The wave of a streamed sync (executor/waves.h); 0 without waves.
 };
 
 class LaneMac;

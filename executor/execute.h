@@ -69,7 +69,11 @@ absl::string_view VerifyModeName(VerifyMode mode);
 absl::StatusOr<VerifyMode> ParseVerifyMode(absl::string_view name);
 
 struct ExecuteOptions {
-  uint64_t sync_id = 0;      // Goes into every message tag.
+  uint64_t sync_id = 0;  // Goes into every message tag.
+  // The wave of a streamed sync this run moves (ExecuteWaves sets it; 0 otherwise). The waves of
+  // one sync share its sync id, message tags, lanes and chunk positions: keyed MACs are bound to
+  // the wave too, so that one wave's chunks and MACs replayed into another fail verification.
+  int32_t wave = 0;
   uint64_t plan_digest = 0;  // Plan::digest; compared across processes before any byte moves.
   absl::Time deadline = absl::InfiniteFuture();
   ArenaCache* arenas = nullptr;  // Optional, caller-owned; fresh arenas every run when null.

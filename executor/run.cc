@@ -50,7 +50,8 @@ class Run final : public RunSteps {
           [this](const Endpoint& end, int64_t offset, int64_t element_size) -> const char* {
             return BufferAddress(end, offset, element_size);
           },
-          options.sync_id, options.device, VerifyBounceBytes(work.budget_bytes), options.deadline,
+          options.sync_id, options.wave, options.device, VerifyBounceBytes(work.budget_bytes),
+          options.deadline,
           // Kept in the cache after the lanes' arenas and the relay arena.
           [this](int64_t bytes) {
             return Arenas().GetDevice(*options_.device, work_.lanes.size() + 1, bytes);

@@ -223,14 +223,15 @@ absl::Status MacDeviceRegions(DeviceMemory& device, absl::Span<const DeviceRegio
 }
 
 ChunkVerifier::ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                             AddressOf address_of, uint64_t sync_id, DeviceMemory* device,
-                             int64_t bounce_bytes, absl::Time deadline, DeviceArea device_area,
-                             const DataKey* key)
+                             AddressOf address_of, uint64_t sync_id, int32_t wave,
+                             DeviceMemory* device, int64_t bounce_bytes, absl::Time deadline,
+                             DeviceArea device_area, const DataKey* key)
     : job_(job),
       work_(work),
       segments_(segments),
       address_of_(std::move(address_of)),
       sync_id_(sync_id),
+      wave_(wave),
       local_(work.lanes.size()),
       remote_(work.lanes.size()),
       device_(device),
@@ -280,7 +281,7 @@ absl::Status ChunkVerifier::Start(Transport& transport) {
       WSYNC_ASSIGN_OR_RETURN(
           macs_[lane],
           LaneMac::Create(*key_, MacBinding{sync_id_, sending ? work_.process : l.peer,
-                                            sending ? l.peer : work_.process, l.kind}));
+                                            sending ? l.peer : work_.process, l.kind, wave_}));
     }
     if (!l.messages.empty() && l.messages.back().round >= kVerifyRound) {
       return absl::InvalidArgumentError(

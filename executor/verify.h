@@ -12,9 +12,10 @@
 //
 // The digest is xxh3-64 (VerifyMode::kHash: finds accidents, not attackers: anyone who can change
 // a chunk on the wire can send its hash too), or with a DataKey (VerifyMode::kKeyed) the 128-bit
-// keyed MAC of chunk_mac.h, bound to the sync id, sender, receiver, lane kind and the chunk's
-// position in the lane: without the key nobody can make a tag that a receiver accepts for bytes
-// other than the sender's, nor reuse one from another sync, lane or position. The hash message
+// keyed MAC of chunk_mac.h, bound to the sync id, the wave of a streamed sync, sender, receiver,
+// lane kind and the chunk's position in the lane: without the key nobody can make a tag that a
+// receiver accepts for bytes other than the sender's, nor reuse one from another sync, wave, lane
+// or position. The hash message
 // is then [sync id, tag of chunk 0 (2 words), ...]; the receiver acts on none of it except to
 // compare it with what it computed itself, so a forged or replayed message can only fail the run.
 //
@@ -96,16 +97,17 @@ class ChunkVerifier {
   // it, and memory a peer mapped must not be freed under it.
   using DeviceArea = std::function<absl::StatusOr<char*>(int64_t bytes)>;
 
-  // `work`, `segments` and `device` must outlive the verifier. `device` (null in a host-only job)
-  // copies CUDA regions and hash messages; `device_area` gives the memory of the hash messages of
-  // CUDA lanes (empty: the verifier allocates it from `device` and frees it when destroyed);
-  // `bounce_bytes` bounds the host memory that CUDA regions are hashed in; `deadline` bounds every
-  // wait for the device; `key` (null: xxh3 hashes), when given, keys the chunk MACs and must
-  // outlive the verifier.
+  // `work`, `segments` and `device` must outlive the verifier. `sync_id` and `wave` are
+  // ExecuteOptions's. `device` (null in a host-only job) copies CUDA regions and hash messages;
+  // `device_area` gives the memory of the hash messages of CUDA lanes (empty: the verifier
+  // allocates it from `device` and frees it when destroyed); `bounce_bytes` bounds the host memory
+  // that CUDA regions are hashed in; `deadline` bounds every wait for the device; `key` (null: xxh3
+  // hashes), when given, keys the chunk MACs and must outlive the verifier.
   ChunkVerifier(const Job& job, const Work& work, absl::Span<const Segment> segments,
-                AddressOf address_of, uint64_t sync_id, DeviceMemory* device = nullptr,
-                int64_t bounce_bytes = 0, absl::Time deadline = absl::InfiniteFuture(),
-                DeviceArea device_area = nullptr, const DataKey* key = nullptr);
+                AddressOf address_of, uint64_t sync_id, int32_t wave,
+                DeviceMemory* device = nullptr, int64_t bounce_bytes = 0,
+                absl::Time deadline = absl::InfiniteFuture(), DeviceArea device_area = nullptr,
+                const DataKey* key = nullptr);
   ~ChunkVerifier();
   ChunkVerifier(const ChunkVerifier&) = delete;
   ChunkVerifier& operator=(const ChunkVerifier&) = delete;
@@ -149,6 +151,7 @@ class ChunkVerifier {
   absl::Span<const Segment> segments_;
   AddressOf address_of_;
   const uint64_t sync_id_;
+  const int32_t wave_;  // Binds the MACs with the sync id (ExecuteOptions::wave).
   // Per lane: [sync id, digests...] in the lane's chunk order (computed on both sides), and on
   // receive lanes the peer's message as it arrived.
   std::vector<std::vector<uint64_t>> local_;

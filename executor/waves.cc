@@ -89,6 +89,7 @@ absl::StatusOr<TransferStats> ExecuteWaves(const Job& job, absl::Span<const Wave
   for (size_t w = 0; w < waves.size(); ++w) {
     const bool last = w + 1 == waves.size();
     ExecuteOptions wave_options = options;
+    wave_options.wave = waves[w].wave;
     wave_options.quant = waves[w].wave == 0 ? &quant : &kNoQuantization;
     if (!last) wave_options.before_notices = nullptr;
     bool agreed = false;

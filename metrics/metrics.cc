@@ -1,6 +1,7 @@
 #include "metrics/metrics.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,6 +42,22 @@ absl::string_view DirectionName(MetricDirection direction) {
 
 int DirectionIndex(MetricDirection direction) {
   return direction == MetricDirection::kSend ? 0 : 1;
+}
+
+// Whether `host` resolves (IPv4, as the exporter binds it) to the wildcard address.
+bool ResolvesToAnyAddress(const std::string& host) {
+  if (host.empty()) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool any = false;
+  for (const addrinfo* at = found; at != nullptr; at = at->ai_next) {
+    any = any || reinterpret_cast<const sockaddr_in*>(at->ai_addr)->sin_addr.s_addr == INADDR_ANY;
+  }
+  freeaddrinfo(found);
+  return any;
 }
 
 // Opens and closes a TCP connection to host:port (IPv4 literal or name; a wildcard address is
@@ -243,6 +260,12 @@ absl::Status SessionMetrics::StartExporter(const MetricsAddress& address) {
   const auto already_running = [] {
     return absl::FailedPreconditionError("the metrics exporter is already running");
   };
+  if (!address.allow_any_address && ResolvesToAnyAddress(address.host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the metrics exporter refuses to listen on the wildcard address '", address.host,
+        "' (every interface) unless allowed explicitly (metrics_allow_any_address, "
+        "--allow_any_address)"));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (exposer_ != nullptr) return already_running();

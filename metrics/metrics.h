@@ -89,9 +89,12 @@ std::vector<double> SyncDurationBuckets();
 
 // Where the exporter listens: "HOST:PORT", ":PORT" or "PORT" (host 127.0.0.1), or "HOST" (port 0:
 // the kernel picks one). Port 0 always picks one.
+// A host that resolves to the wildcard address ("0.0.0.0", "0", every interface) is refused by
+// StartExporter unless allow_any_address, as the coordinator refuses one (CoordinatorOptions).
 struct MetricsAddress {
   std::string host = "127.0.0.1";
   int32_t port = 0;
+  bool allow_any_address = false;  // Not parsed: the host's explicit choice.
 };
 absl::StatusOr<MetricsAddress> ParseMetricsAddress(absl::string_view text);
 
@@ -118,7 +121,8 @@ class SessionMetrics {
   SessionMetrics& operator=(const SessionMetrics&) = delete;
 
   // Starts the HTTP exporter (GET /metrics) on `address`. At most once; fails with
-  // InvalidArgument when it cannot listen there (a port in use, an address not of this host).
+  // InvalidArgument when it cannot listen there (a port in use, an address not of this host) and
+  // for a wildcard address without allow_any_address.
   // The exporter stops with this object or StopExporter.
   absl::Status StartExporter(const MetricsAddress& address);
   void StopExporter();

@@ -105,10 +105,17 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
         absl::StrCat("coordinator_port must be in 0..65535, got ", c.coordinator_port));
   }
   config.coordinator_port = c.coordinator_port;
-  if (c.secret_file != nullptr && c.secret_env != nullptr) {
-    return absl::InvalidArgumentError("give secret_file or secret_env, not both");
+  if ((c.secret_file != nullptr) + (c.secret_env != nullptr) + (c.secret != nullptr) > 1) {
+    return absl::InvalidArgumentError("give one of secret_file, secret_env and secret, not more");
   }
-  if (c.secret_file != nullptr) {
+  if (c.secret != nullptr) {
+    if (c.secret_length > static_cast<size_t>(kMaxSecretBytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("secret_length is ", c.secret_length,
+                                                     "; a secret has at most ", kMaxSecretBytes,
+                                                     " bytes"));
+    }
+    config.secret = SecretSource::Value(std::string(c.secret, c.secret_length));
+  } else if (c.secret_file != nullptr) {
     config.secret = SecretSource::File(c.secret_file);
   } else if (c.secret_env != nullptr) {
     config.secret = SecretSource::Environment(c.secret_env);
@@ -141,6 +148,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     }
     config.metrics_address = c.metrics_address;
   }
+  config.metrics_allow_any_address = c.metrics_allow_any_address != 0;
   if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
   if (c.verify < 0 || c.verify > 2) {
     return absl::InvalidArgumentError(

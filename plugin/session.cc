@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/failpoint.h"
@@ -72,6 +73,9 @@ void LogSessionConfig(const SessionConfig& c) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
+  // A secret given by value is wiped whatever the outcome; the session keeps one copy (wiped
+  // once connected).
+  absl::Cleanup wipe = [&config] { WipeSecret(config.secret.value); };
   if (config.role != Role::kTrainer && config.role != Role::kRollout) {
     return absl::InvalidArgumentError("role must be trainer or rollout");
   }
@@ -118,8 +122,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   std::optional<MetricsAddress> metrics_address;
   if (!config.metrics_address.empty()) {
     WSYNC_ASSIGN_OR_RETURN(metrics_address, ParseMetricsAddress(config.metrics_address));
+    metrics_address->allow_any_address = config.metrics_allow_any_address;
   }
   absl::StatusOr<std::string> secret = LoadSecret(config.secret);
+  WipeSecret(config.secret.value);
   if (!secret.ok()) return WithErrorKind(secret.status(), kErrorAuthentication);
   auto session = std::unique_ptr<Session>(new Session(std::move(config), std::move(*secret)));
   if (metrics_address) {

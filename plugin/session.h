@@ -75,6 +75,8 @@ struct SessionConfig {
   // Where the Prometheus exporter listens (ParseMetricsAddress: "HOST:PORT", port 0 picks one);
   // empty: no exporter (the metrics text is still kept).
   std::string metrics_address;
+  // Whether metrics_address may be a wildcard (every interface, MetricsAddress).
+  bool metrics_allow_any_address = false;
   // A calibration (wsync calibrate --out), read by global process 0 only and shared with every
   // process at connect (plugin/prediction.h); empty: none. Needed by replica_policy "cost_aware";
   // gives the schedule report and the predicted-seconds metric their prediction.

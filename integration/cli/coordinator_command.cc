@@ -19,7 +19,8 @@ ABSL_FLAG(std::string, job, "wsync", "Job id every process must present.");
 ABSL_FLAG(std::string, address, "127.0.0.1",
           "Address to listen on; the wildcard only with --allow_any_address.");
 ABSL_FLAG(int32_t, port, 0, "Port to listen on; 0 picks one (see --port_file).");
-ABSL_FLAG(bool, allow_any_address, false, "Allow listening on 0.0.0.0 or ::.");
+ABSL_FLAG(bool, allow_any_address, false,
+          "Allow listening on 0.0.0.0 or :: (the coordinator's --address and --metrics_address).");
 ABSL_FLAG(int32_t, trainers, 0, "Trainer processes of the job.");
 ABSL_FLAG(int32_t, rollouts, 0, "Rollout processes of the job.");
 ABSL_FLAG(std::string, secret_file, "", "File holding the job secret (mode 0600).");
@@ -82,7 +83,8 @@ absl::Status Serve() {
   }
   std::unique_ptr<SessionMetrics> metrics;
   if (const std::string address = absl::GetFlag(FLAGS_metrics_address); !address.empty()) {
-    WSYNC_ASSIGN_OR_RETURN(const MetricsAddress parsed, ParseMetricsAddress(address));
+    WSYNC_ASSIGN_OR_RETURN(MetricsAddress parsed, ParseMetricsAddress(address));
+    parsed.allow_any_address = absl::GetFlag(FLAGS_allow_any_address);
     metrics = std::make_unique<SessionMetrics>("coordinator");
     WSYNC_RETURN_IF_ERROR(metrics->StartExporter(parsed));
     const Coordinator* served = coordinator.get();

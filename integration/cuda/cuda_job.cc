@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -113,7 +114,10 @@ absl::Status RunProcess(const CudaJobOptions& options, Role role, int32_t rank, 
   config.job_id = "cuda-job";
   config.coordinator_port = port;
   config.host_coordinator = role == Role::kTrainer && rank == 0;
-  config.secret = SecretSource::Environment(kSecretEnv);
+  // By value: the library removes a variable it reads from the environment, and the job's
+  // processes may be threads of this one.
+  const char* secret = std::getenv(kSecretEnv);
+  config.secret = SecretSource::Value(secret != nullptr ? secret : "");
   config.node_id = "local";
   config.deadline = options.deadline;
   config.path_transports = options.path_transports;

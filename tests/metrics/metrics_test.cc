@@ -433,6 +433,25 @@ TEST(MetricsCoordinatorTest, FiguresAreReadAtEachExposition) {
 
 // The exporter's server thread collects under the exception firewall: a coordinator source that
 // throws is counted as an internal error and the scrape is still answered; the process lives.
+// As the coordinator (CoordinatorOptions::allow_any_address): every interface only when allowed.
+TEST(MetricsFacadeTest, TheExporterRefusesTheWildcardAddressUnlessAllowed) {
+  SessionMetrics metrics("trainer");
+  for (const char* wildcard : {"0:0", "0.0.0.0:0"}) {  // inet_aton's spellings count too.
+    SCOPED_TRACE(wildcard);
+    absl::StatusOr<MetricsAddress> address = ParseMetricsAddress(wildcard);
+    ASSERT_TRUE(address.ok()) << address.status();
+    const absl::Status refused = metrics.StartExporter(*address);
+    EXPECT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("wildcard"));
+    EXPECT_EQ(metrics.exporter_port(), 0);
+  }
+  MetricsAddress allowed = *ParseMetricsAddress("0.0.0.0:0");
+  allowed.allow_any_address = true;
+  const absl::Status started = metrics.StartExporter(allowed);
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_GT(metrics.exporter_port(), 0);
+}
+
 TEST(MetricsCoordinatorTest, ASourceThatThrowsIsCountedAndTheScrapeAnswered) {
   SessionMetrics metrics("trainer");
   absl::StatusOr<MetricsAddress> address = ParseMetricsAddress("127.0.0.1:0");

@@ -125,9 +125,31 @@ void CheckInitArguments(const wsync_plugin_v1_t* api) {
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "metrics");
 
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.secret = NULL;
   config.secret_env = "WSYNC_ABI_TEST_UNSET_VARIABLE";
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_AUTHENTICATION, "secret");
   CHECK(session == NULL);
+
+  /* The secret by value: too short, too long, or with secret_env too, is refused. */
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.secret_length = 8;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_AUTHENTICATION, "secret");
+  config.secret_length = 4097;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "secret_length");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.secret_env = "WSYNC_SECRET";
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "secret");
+  CHECK(session == NULL);
+
+  /* The metrics exporter refuses the wildcard address without metrics_allow_any_address. */
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.metrics_address = "0.0.0.0:0";
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "wildcard");
+  CHECK(session == NULL);
+  config.metrics_allow_any_address = 1;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
 
   /* A caller built against an older, shorter header: fields past its struct_size are not read,
    * however invalid their bytes. */
@@ -136,9 +158,18 @@ void CheckInitArguments(const wsync_plugin_v1_t* api) {
   config.staging_budget_bytes = -5;
   config.deadline_seconds = -5;
   config.metrics_address = "set past struct_size";
+  /* Past struct_size too: the secret by value. init reads WSYNC_SECRET, the default, and removes
+   * it from the environment (processes the host starts later do not inherit it). */
+  char* secret = strdup(getenv("WSYNC_SECRET"));
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
   CHECK(session != NULL);
   if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  CHECK(getenv("WSYNC_SECRET") == NULL);
+  session = NULL;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_AUTHENTICATION, "WSYNC_SECRET");
+  CHECK(session == NULL);
+  setenv("WSYNC_SECRET", secret, 1);
+  free(secret);
 }
 
 /* set_named_layout with placement keys: a colocated layout puts rollout rank 0 on GPU 0, which a

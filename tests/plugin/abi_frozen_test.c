@@ -56,8 +56,11 @@ int main(void) {
   CHECK_OFFSET(wsync_config_t, silence_limit_seconds, 136);
   CHECK_OFFSET(wsync_config_t, has_device_index, 144);
   CHECK_OFFSET(wsync_config_t, device_index, 148);
-  CHECK_OFFSET(wsync_config_t, delta, 152);
-  CHECK_SIZE(wsync_config_t, 160);
+  CHECK_OFFSET(wsync_config_t, delta, 152);    /* Appended on 2026-12-05 (issue 44). */
+  CHECK_OFFSET(wsync_config_t, secret, 160);   /* Appended on 2026-12-05 (issue 42). */
+  CHECK_OFFSET(wsync_config_t, secret_length, 168);
+  CHECK_OFFSET(wsync_config_t, metrics_allow_any_address, 176);
+  CHECK_SIZE(wsync_config_t, 184);
   CHECK_OFFSET(wsync_stats_t, struct_size, 0);
   CHECK_OFFSET(wsync_stats_t, version, 8);
   CHECK_OFFSET(wsync_stats_t, segments, 16);

@@ -149,6 +149,9 @@ wsync_config_t BaseConfig(wsync_role_t role, int port) {
   config.coordinator_port = port;
   config.deadline_seconds = 30;
   config.path_transports = "*=ucx:sm,cma,self";
+  /* By value: the library removes WSYNC_SECRET from the environment once it read it. */
+  config.secret = getenv("WSYNC_SECRET");
+  config.secret_length = config.secret != NULL ? strlen(config.secret) : 0;
   return config;
 }
 

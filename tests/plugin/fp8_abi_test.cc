@@ -181,7 +181,9 @@ wsync_config_t JobConfig(bool trainer, int rank, int port, const char* job_id) {
   config.job_id = job_id;
   config.coordinator_port = port;
   config.host_coordinator = trainer && rank == 0;
-  config.secret_env = kSecretEnv;
+  // By value: the library removes a variable it reads from the environment.
+  config.secret = std::getenv(kSecretEnv);
+  config.secret_length = config.secret != nullptr ? std::strlen(config.secret) : 0;
   config.node_id = "local";
   config.path_transports = "*=ucx:sm,cma,self";
   config.deadline_seconds = 30;

@@ -69,6 +69,10 @@ wsync_config_t SquareJobConfig(int is_trainer, int port, const char* job_id,
   config.host_coordinator = is_trainer;
   config.deadline_seconds = deadline_seconds;
   config.path_transports = "*=ucx:sm,cma,self";
+  /* The secret the test put in WSYNC_SECRET, given by value: the library removes a variable it
+   * reads from the environment, and a test process inits more than one session. */
+  config.secret = getenv("WSYNC_SECRET");
+  config.secret_length = config.secret != NULL ? strlen(config.secret) : 0;
   return config;
 }
 

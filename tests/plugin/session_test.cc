@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <thread>
@@ -308,12 +309,33 @@ TEST_F(SessionTest, WrongStateCallsAreRefusedWithTheirKind) {
   EXPECT_EQ(ErrorKind(trainer.session->Connect()), std::string(kErrorWrongState));
 }
 
-TEST_F(SessionTest, CreateRefusesBadConfigurations) {
+// A 1-trainer job's configuration whose secret is in WSYNC_SESSION_TEST_SECRET; never connected.
+SessionConfig UnconnectedConfig() {
   SessionConfig config;
   config.num_trainers = 1;
   config.job_id = "j";
   config.coordinator_port = 1;
   config.secret = SecretSource::Environment("WSYNC_SESSION_TEST_SECRET");
+  return config;
+}
+
+// The secret's variable is removed from the environment once read: a child started later does
+// not inherit it, and a second read finds nothing. A secret given by value works without one.
+TEST_F(SessionTest, TheSecretVariableIsRemovedOnceReadAndASecretByValueIsUsed) {
+  SessionConfig config = UnconnectedConfig();
+  ASSERT_TRUE(Session::Create(config).ok());
+  EXPECT_EQ(std::getenv("WSYNC_SESSION_TEST_SECRET"), nullptr);
+  EXPECT_EQ(std::system("exit ${WSYNC_SESSION_TEST_SECRET:+1}"), 0) << "a child inherited it";
+  EXPECT_EQ(Session::Create(config).status().code(), absl::StatusCode::kNotFound);
+  config.secret = SecretSource::Value("session-test-secret-0123456789abcdef");
+  absl::StatusOr<std::unique_ptr<Session>> by_value = Session::Create(config);
+  ASSERT_TRUE(by_value.ok()) << by_value.status();
+  config.secret = SecretSource::Value("short");
+  EXPECT_EQ(Session::Create(config).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SessionTest, CreateRefusesBadConfigurations) {
+  const SessionConfig config = UnconnectedConfig();
   SessionConfig bad = config;
   bad.rank = 1;
   EXPECT_THAT(std::string(Session::Create(bad).status().message()),

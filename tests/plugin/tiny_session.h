@@ -5,6 +5,7 @@
 // for tests that run all four processes as threads: the session, its layout part declared through
 // the session, and its host memory. Header-only; test code.
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -43,7 +44,10 @@ inline SessionConfig TinyJobConfig(Role role, int32_t rank, int port, const std:
   config.job_id = job;
   config.coordinator_port = port;
   config.host_coordinator = role == Role::kTrainer && rank == 0;
-  config.secret = SecretSource::Environment(secret_env);
+  // By value: the library removes a variable it reads from the environment, and a test process
+  // makes more than one session.
+  const char* secret = std::getenv(secret_env.c_str());
+  config.secret = SecretSource::Value(secret != nullptr ? secret : "");
   config.node_id = "local";
   config.path_transports = "*=ucx:sm,cma,self";
   return config;

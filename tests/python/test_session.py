@@ -141,6 +141,32 @@ class SessionTest(unittest.TestCase):
                           staging_budget_bytes=-1)
         self.assertIn("staging_budget_bytes", str(refused.exception))
 
+    def test_the_secret_reaches_init_without_a_file_and_the_variable_is_removed(self):
+        # secret=: no file is written (one under /tmp outlived a SIGKILL): init works with file
+        # creation made to fail. secret_env: the variable is gone from the environment after init.
+        import builtins
+        import tempfile
+        import unittest.mock
+        import wsync
+        from wsync import _lib
+        _lib.load()  # Loaded (and its table read) before files are refused.
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("a file was written for the secret")
+        with unittest.mock.patch.object(tempfile, "mkdtemp", refuse), \
+                unittest.mock.patch.object(os, "open", refuse), \
+                unittest.mock.patch.object(builtins, "open", refuse):
+            wsync.Session("trainer", job_id="python-secret", coordinator_port=1,
+                          secret=SECRET).finalize()
+        os.environ["WSYNC_PY_TEST_SECRET"] = SECRET
+        wsync.Session("trainer", job_id="python-secret", coordinator_port=1,
+                      secret_env="WSYNC_PY_TEST_SECRET").finalize()
+        self.assertNotIn("WSYNC_PY_TEST_SECRET", os.environ)
+        with self.assertRaises(wsync.WsyncError) as wildcard:
+            wsync.Session("trainer", job_id="python-secret", coordinator_port=1, secret=SECRET,
+                          metrics_address="0.0.0.0:0")
+        self.assertIn("wildcard", str(wildcard.exception))
+
     def test_entries_past_the_loaded_table_are_refused(self):
         # The table's ELF symbol size is its length: the whole v1 table of this build. A library
         # whose table ends before an appended entry (played by shrinking the recorded size) is

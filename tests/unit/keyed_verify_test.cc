@@ -22,6 +22,7 @@
 #include "executor/copy.h"
 #include "executor/execute.h"
 #include "executor/verify.h"
+#include "executor/waves.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/builders.h"
@@ -29,6 +30,7 @@
 #include "planner/job.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
+#include "planner/waves.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/loopback_threads.h"
 #include "tests/testing/random_regions.h"
@@ -96,7 +98,7 @@ TEST(KeyedVerifyTest, TheMacOfAStridedRegionIsTheMacOfItsPackedCopyAndEveryByteC
   }
 }
 
-TEST(KeyedVerifyTest, TheKeyEverySyncSenderReceiverLaneAndPositionChangeTheTag) {
+TEST(KeyedVerifyTest, TheKeyEverySyncWaveSenderReceiverLaneAndPositionChangeTheTag) {
   std::vector<unsigned char> bytes(4096);
   std::mt19937_64 rng(3);
   for (unsigned char& byte : bytes) byte = static_cast<unsigned char>(rng());
@@ -112,6 +114,7 @@ TEST(KeyedVerifyTest, TheKeyEverySyncSenderReceiverLaneAndPositionChangeTheTag) 
       tag(KeyOf("k"), MacBinding{9, 5, 2, MemoryKind::kHost}, 3),  // The reverse lane.
       tag(KeyOf("k"), MacBinding{9, 2, 6, MemoryKind::kHost}, 3),
       tag(KeyOf("k"), MacBinding{9, 2, 5, MemoryKind::kCuda}, 3),
+      tag(KeyOf("k"), MacBinding{9, 2, 5, MemoryKind::kHost, 1}, 3),  // The next wave.
       tag(KeyOf("k"), base, 4),
       tag(KeyOf("k"), base, 3 + (uint64_t{1} << 32)),
   };
@@ -191,6 +194,9 @@ struct Attack {
   std::function<void(std::vector<uint64_t>&)> rewrite_digests;
   // Receives the digest message as the trainer sent it.
   std::vector<uint64_t>* record_digests = nullptr;
+  // Sends the first data message and the first digest message again in place of every later one
+  // of their size (a streamed sync: wave 0's chunk and MAC replayed into wave 1).
+  bool replay_first = false;
 };
 
 class Attacker final : public ForwardingTransport {
@@ -200,6 +206,7 @@ class Attacker final : public ForwardingTransport {
 
   absl::StatusOr<RequestId> PostSend(int32_t peer, MessageTag tag, const void* data,
                                      int64_t bytes) override {
+    if (attack_.replay_first) return Replay(peer, tag, data, bytes);
     if (bytes >= kMinDataBytes) {
       if (attack_.flip_data && !flipped_) {
         flipped_ = true;
@@ -222,7 +229,20 @@ class Attacker final : public ForwardingTransport {
   }
 
  private:
+  absl::StatusOr<RequestId> Replay(int32_t peer, MessageTag tag, const void* data, int64_t bytes) {
+    std::vector<char>*& first = bytes >= kMinDataBytes ? first_data_ : first_digests_;
+    if (first == nullptr) {
+      first = &copies_.emplace_back(static_cast<const char*>(data),
+                                    static_cast<const char*>(data) + bytes);
+    } else if (static_cast<int64_t>(first->size()) == bytes) {
+      data = first->data();
+    }
+    return ForwardingTransport::PostSend(peer, tag, data, bytes);
+  }
+
   const Attack attack_;
+  std::vector<char>* first_data_ = nullptr;  // In copies_.
+  std::vector<char>* first_digests_ = nullptr;
   bool flipped_ = false;
   uint64_t forged_hash_ = 0;
   std::deque<std::vector<char>> copies_;  // Sent in place of the executor's bytes.
@@ -427,6 +447,58 @@ TEST(KeyedVerifyTest, ASenderWithAnotherKeyFails) {
   const auto results = Sync(job, source, target, setup);
   ExpectMacFailureFromTheTrainer(results);
   EXPECT_THAT(std::string(results[kRollout].status().message()), HasSubstr("parameter 'w'"));
+}
+
+// A streamed sync whose waves reuse the sync id, the lane and the chunk position: trainer 0 holds
+// "a" and "b", fp32 [64, 64], packed in one buffer each; rollout 1 lands "a" in wave 0 and "b" in
+// wave 1 (one chunk each). The attacker sends wave 0's chunk and MAC message again in wave 1.
+TEST(KeyedVerifyTest, AWavesChunkAndMacReplayedIntoTheNextWaveAreDetected) {
+  LayoutBuilder source(Role::kTrainer);
+  LayoutBuilder target(Role::kRollout);
+  source.AddProcess("n");
+  target.AddProcess("n");
+  for (const std::string name : {"a", "b"}) {
+    const int32_t param = source.AddParam(name, DType::kFloat32, {64, 64});
+    target.AddParam(name, DType::kFloat32, {64, 64});
+    source.AddPackedPiece(param, 0, source.AddBuffer(0, 64 * 64 * 4), WholeBox({64, 64}), 0);
+    target.AddPackedPiece(param, 0, target.AddBuffer(0, 64 * 64 * 4), WholeBox({64, 64}), 0);
+  }
+  Layout streamed = std::move(target).Build();
+  streamed.params[1].wave = 1;
+  const Job job = *Job::Create(std::move(source).Build(), std::move(streamed));
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const std::vector<Wave> waves = SplitIntoWaves(job, plan.segments);
+  ASSERT_EQ(waves.size(), 2u);
+  for (const bool replay : {false, true}) {
+    SCOPED_TRACE(replay ? "wave 0 replayed into wave 1" : "clean");
+    HostBuffers from(job.source(), 0), to(job.target(), 0);
+    FillRandom(job.source(), 11, &from);
+    Attack attack;
+    attack.replay_first = replay;
+    const auto results = RunOnLoopbackThreads<absl::StatusOr<TransferStats>>(
+        job.num_processes(), [&](int32_t p, std::unique_ptr<Transport> used, Group& group) {
+          if (p == kTrainer) used = std::make_unique<Attacker>(std::move(used), attack);
+          const DataKey key = KeyOf("job secret");
+          ExecuteOptions options = SyncOptionsOf(plan, 1, VerifyMode::kKeyed);
+          options.data_key = &key;
+          return ExecuteWaves(job, waves, plan.quant, AllProcesses(job), StagingBudget{1 << 20}, p,
+                              BuffersOf(job, p, from, to), *used, group, options, nullptr);
+        });
+    const BufferKey a{0, 0}, b{0, 1};
+    if (!replay) {
+      ASSERT_TRUE(results[kRollout].ok()) << results[kRollout].status();
+      EXPECT_EQ(results[kRollout]->verified_chunks, 2);
+      EXPECT_TRUE(TargetEqualsSource(job, from, to));
+      continue;
+    }
+    // Wave 1 landed wave 0's bytes ("a" in "b"), with wave 0's MAC.
+    ASSERT_EQ(std::memcmp(to.data(b), from.data(a), 64 * 64 * 4), 0);
+    const absl::Status& rollout = results[kRollout].status();
+    EXPECT_EQ(rollout.code(), absl::StatusCode::kDataLoss) << rollout;
+    EXPECT_THAT(std::string(rollout.message()),
+                ::testing::ContainsRegex("wave 1: .*the MAC of chunk [0-9]+ of 1 from process 0 "
+                                         "does not match its bytes"));
+  }
 }
 
 TEST(KeyedVerifyTest, KeyedVerifyWithoutAKeyIsRefusedBeforeAnyByteMoves) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "transport/control/socket.h"
 
 namespace wsync {
@@ -105,16 +106,29 @@ absl::Status CheckSecret(absl::string_view secret) {
 }
 
 absl::StatusOr<std::string> LoadSecret(const SecretSource& source) {
+  if (source.kind == SecretSource::Kind::kValue) {
+    if (absl::Status ok = CheckSecret(source.value); !ok.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("control: the secret given is unusable: ", ok.message()));
+    }
+    return std::string(source.value);
+  }
   if (source.name.empty()) {
     return absl::InvalidArgumentError("control: the secret source names no file or variable");
   }
   if (source.kind == SecretSource::Kind::kFile) return LoadSecretFile(source.name);
-  const char* value = std::getenv(source.name.c_str());
-  if (value == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("control: the secret variable ", source.name, " is not set"));
+  std::string secret;
+  {
+    static absl::Mutex environment_mu(absl::kConstInit);
+    absl::MutexLock lock(&environment_mu);
+    const char* value = std::getenv(source.name.c_str());
+    if (value == nullptr) {
+      return absl::NotFoundError(absl::StrCat("control: the secret variable ", source.name,
+                                              " is not set (or was read and removed already)"));
+    }
+    secret = value;
+    unsetenv(source.name.c_str());
   }
-  std::string secret(value);
   TrimNewline(secret);
   if (absl::Status ok = CheckSecret(secret); !ok.ok()) {
     WipeSecret(secret);

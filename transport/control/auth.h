@@ -43,21 +43,26 @@ inline constexpr int64_t kMinSecretBytes = 32;
 inline constexpr int64_t kMaxSecretBytes = 4096;
 
 struct SecretSource {
-  enum class Kind { kFile, kEnvironment };
+  enum class Kind { kFile, kEnvironment, kValue };
   Kind kind = Kind::kFile;
-  std::string name;  // A file path or an environment variable name.
+  std::string name;   // A file path or an environment variable name (kValue: empty).
+  std::string value;  // kValue: the secret itself. Its holder wipes it (WipeSecret) once loaded.
 
-  static SecretSource File(std::string path) { return {Kind::kFile, std::move(path)}; }
+  static SecretSource File(std::string path) { return {Kind::kFile, std::move(path), ""}; }
   static SecretSource Environment(std::string variable) {
-    return {Kind::kEnvironment, std::move(variable)};
+    return {Kind::kEnvironment, std::move(variable), ""};
   }
+  static SecretSource Value(std::string secret) { return {Kind::kValue, "", std::move(secret)}; }
 };
 
 // Reads the secret. A file must be a regular file (symlinks are followed, as in mounted secrets),
 // owned by the effective user, without any group or other permission bits (mode 0600, 0400 or
 // stricter): otherwise PermissionDenied naming the path and its mode. Trailing "\n" or "\r\n" is
-// removed. NotFound for a missing file or unset variable; InvalidArgument for a secret shorter
-// than kMinSecretBytes or longer than kMaxSecretBytes.
+// removed (not from a kValue). An environment variable is removed from the environment once read
+// (unsetenv, under a lock that every read here takes), so that the processes the host starts
+// later do not inherit the secret; a second read of it finds nothing. NotFound for a missing file
+// or unset variable; InvalidArgument for a secret shorter than kMinSecretBytes or longer than
+// kMaxSecretBytes.
 absl::StatusOr<std::string> LoadSecret(const SecretSource& source);
 
 // OK when the length of `secret` is within [kMinSecretBytes, kMaxSecretBytes].

@@ -155,16 +155,21 @@ struct CoordinatorOptions {
   int64_t max_frame_bytes = kDefaultMaxFrameBytes;
   int64_t max_handshake_frame_bytes = int64_t{64} << 10;
   // Work before authentication is bounded. Connections accepted and not yet welcomed (pending), in
-  // all and per source address (the peer's IP). A connection beyond either limit displaces the
-  // oldest pending connection of that source (the per-source limit) or of all (the total) that has
-  // been pending for at least pending_grace; that one is closed at once. When every such connection
-  // is younger, the new one is closed at once instead (a client retries). Both count as
-  // too_many_connections. So a flood of silent connections cannot keep a real process (which sends
-  // its Hello within a round trip of the Challenge, well within the grace) out, and a flooding host
-  // displaces only its own connections. A flood from the process's own source address faster than
-  // max_pending_per_source / pending_grace (640 a second by default) still delays it: its
-  // connections are then refused more often than not, and it retries until its connect_timeout.
-  // handshake_timeout above closes silent connections.
+  // all and per source address (the peer's IP), each source with a fair share of the total:
+  // - beyond the per-source limit, a new connection displaces the oldest pending connection of its
+  //   own source that has been pending for at least pending_grace;
+  // - at the total limit, a new connection from a source holding fewer pending connections than
+  //   another displaces the oldest pending connection of a source holding the most, whatever its
+  //   age; from a source holding the most itself, the oldest pending connection of any source
+  //   pending for at least pending_grace.
+  // The displaced connection is closed at once; when none may go, the new one is closed at once
+  // instead (a client retries). Both count as too_many_connections. So a flood of silent
+  // connections, from one source address or from many (8 loopback addresses at any rate:
+  // control_bounds_test), cannot keep a real process (which sends its Hello within a round trip of
+  // the Challenge) out: its source holds fewer pending connections than the flood's. A flood from
+  // the process's own source address faster than max_pending_per_source / pending_grace (640 a
+  // second by default) still delays it: its connections are then refused more often than not,
+  // and it retries until its connect_timeout. handshake_timeout above closes silent connections.
   int32_t max_pending_connections = 256;
   int32_t max_pending_per_source = 64;
   absl::Duration pending_grace = absl::Milliseconds(100);

@@ -87,14 +87,14 @@ void CoordinatorCore::Opened(absl::Time now, ConnectionId id, absl::string_view 
     return Reap();
   }
   c.accepted_at = now;
-  // At a limit, the new connection displaces the oldest pending one past its grace, or, when all
-  // are younger, is closed at once (no Reject to linger over: a client retries a connection
+  // At a limit, the new connection displaces a pending one (see CoordinatorOptions), or, when
+  // none may go, is closed at once (no Reject to linger over: a client retries a connection
   // closed before its Challenge).
   const auto from_source = pending_per_source_.find(c.source);
   const int32_t same_source = from_source == pending_per_source_.end() ? 0 : from_source->second;
   if ((same_source >= options_.max_pending_per_source && !Displace(c.source, now)) ||
       (static_cast<int32_t>(pending_.size()) >= options_.max_pending_connections &&
-       !Displace("", now))) {
+       !DisplaceLargestShare(same_source) && !Displace("", now))) {
     Count(RefusalReason::kTooManyConnections);
     Drop(c, "too many pending connections");
     return Reap();
@@ -124,6 +124,22 @@ bool CoordinatorCore::Displace(const std::string& source, absl::Time now) {
     if (now - old.accepted_at < options_.pending_grace) return false;  // The rest are younger.
     Count(RefusalReason::kTooManyConnections);
     Drop(old, "displaced by newer connections");  // Leaves pending_: the loop ends here.
+    return true;
+  }
+  return false;
+}
+
+bool CoordinatorCore::DisplaceLargestShare(int32_t same_source) {
+  int32_t most = 0;
+  for (const auto& [source, count] : pending_per_source_) most = std::max(most, count);
+  if (same_source >= most) return false;
+  // The oldest connection of a largest share: the longest silent one of the sources most likely
+  // to be flooding (a real process leaves pending_ within a round trip of its Challenge).
+  for (ConnectionId id : pending_) {
+    Connection& old = connections_.at(id);
+    if (pending_per_source_.at(old.source) != most) continue;
+    Count(RefusalReason::kTooManyConnections);
+    Drop(old, "displaced by a source with fewer pending connections");
     return true;
   }
   return false;

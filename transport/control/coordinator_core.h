@@ -225,6 +225,10 @@ class CoordinatorCore {
   // Closes the oldest pending connection of `source` (of any source when empty) pending for at
   // least pending_grace. False when there is none.
   bool Displace(const std::string& source, absl::Time now);
+  // At the total limit, for a new connection from a source with `same_source` pending ones: when
+  // another source holds more, closes the oldest pending connection of a source holding the most,
+  // whatever its age. False when no source holds more.
+  bool DisplaceLargestShare(int32_t same_source);
   // Tells every other joined process, unasked, that process `id` was lost (control.proto: Lost).
   void NoticeLoss(int32_t id);
   // Heartbeats due now, and the closing of connections silent for the limit.

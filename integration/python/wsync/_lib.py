@@ -100,6 +100,9 @@ class Config(ctypes.Structure):
         ("has_device_index", ctypes.c_int32),
         ("device_index", ctypes.c_int32),
         ("delta", ctypes.c_int32),
+        ("secret", ctypes.c_void_p),
+        ("secret_length", ctypes.c_size_t),
+        ("metrics_allow_any_address", ctypes.c_int32),
     ]
 
 

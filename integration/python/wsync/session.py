@@ -2,7 +2,6 @@
 
 import ctypes
 import os
-import tempfile
 
 from . import _lib
 from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError
@@ -67,6 +66,20 @@ def parse_coordinator(coordinator):
                          f"coordinator must be 'host:port', not {coordinator!r}", "init")
 
 
+# Secrets read from the environment, by variable name: the variable is removed once read (so that
+# processes started later do not inherit it), and a later session of this process (an engine's
+# replacement of an aborted session) finds the secret here.
+_env_secrets = {}
+
+
+def _secret_from_environment(name):
+    value = os.environ.pop(name, None)
+    if value is not None:  # One trailing newline dropped, as the library does.
+        value = value[:-1] if value.endswith("\n") else value
+        _env_secrets[name] = value[:-1] if value.endswith("\r") else value
+    return _env_secrets.get(name)
+
+
 # wsync_config_t.verify by the value of Session(verify=...).
 _VERIFY_MODES = {False: 0, None: 0, "off": 0, True: 1, "hash": 1, "keyed": 2}
 # wsync_config_t.delta by the value of Session(delta=...).
@@ -77,16 +90,19 @@ class Session:
 
     role ('trainer' | 'rollout'), rank, num_trainers, num_rollouts, job_id, coordinator
     ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
-    secret (the job secret itself: written to a private 0600 file for init, then removed) or
-    secret_file or secret_env, node_id, staging_budget_bytes, deadline_seconds, replica_policy,
+    secret (the job secret itself, str or bytes: handed to init in memory, in a buffer wiped after
+    it; no file) or secret_file or secret_env (the variable, default WSYNC_SECRET, is removed from
+    the environment once read, so that processes started later do not inherit it; later sessions
+    of this process find it in the process's memory), node_id, staging_budget_bytes, deadline_seconds, replica_policy,
     path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
     xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
     heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
     0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
     CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
     wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
-    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it), delta ("off",
-    "auto": for now the same as off, "on": not available yet, init raises UNSUPPORTED).
+    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it; a wildcard such as
+    "0.0.0.0" only with metrics_allow_any_address=True), delta ("off", "auto": for now the same as
+    off, "on": not available yet, init raises UNSUPPORTED).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -97,7 +113,7 @@ class Session:
                  node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
                  heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
-                 metrics_address=None, delta="off"):
+                 metrics_address=None, metrics_allow_any_address=False, delta="off"):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -116,13 +132,13 @@ class Session:
         config.coordinator_host = _bytes(coordinator_host)
         config.coordinator_port = int(coordinator_port or 0)
         config.host_coordinator = 1 if host_coordinator else 0
-        config.secret_env = _bytes(secret_env)
         config.node_id = _bytes(node_id)
         config.staging_budget_bytes = int(staging_budget_bytes or 0)
         config.deadline_seconds = float(deadline_seconds or 0.0)
         config.replica_policy = _bytes(replica_policy)
         config.path_transports = _bytes(path_transports)
         config.metrics_address = _bytes(metrics_address)
+        config.metrics_allow_any_address = 1 if metrics_allow_any_address else 0
         config.verify = _VERIFY_MODES[verify]
         if delta not in _DELTA_MODES:
             raise WsyncError(Status.INVALID_ARGUMENT,
@@ -133,29 +149,31 @@ class Session:
         if device_index is not None:
             config.has_device_index = 1
             config.device_index = int(device_index)
-        secret_dir = None
+        config.secret_file = _bytes(secret_file)
+        secret_buffer = None
         try:
             if secret is not None:
                 if secret_file is not None or secret_env is not None:
                     raise WsyncError(Status.INVALID_ARGUMENT,
                                      "give one of secret, secret_file, secret_env", "init")
-                secret_dir = tempfile.mkdtemp(prefix="wsync-secret-")  # Mode 0700.
-                secret_file = os.path.join(secret_dir, "secret")
-                fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secret)
-            config.secret_file = _bytes(secret_file)
+            elif secret_file is None:
+                secret = _secret_from_environment(secret_env or "WSYNC_SECRET")
+                if secret is None:  # The library names the variable in its error.
+                    config.secret_env = _bytes(secret_env)
+            else:
+                config.secret_env = _bytes(secret_env)  # Both: the library refuses them.
+            if secret is not None:
+                raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+                secret_buffer = ctypes.create_string_buffer(raw, len(raw))
+                config.secret = ctypes.addressof(secret_buffer)
+                config.secret_length = len(raw)
             handle = ctypes.c_void_p()
             code = self._api.init(ctypes.byref(config), ctypes.byref(handle))
             _lib.check(code, None, "init")
             self._handle = handle.value
         finally:
-            if secret_dir is not None:
-                try:
-                    os.unlink(secret_file)
-                except OSError:
-                    pass
-                os.rmdir(secret_dir)
+            if secret_buffer is not None:
+                ctypes.memset(secret_buffer, 0, len(secret_buffer))
         self.role = _role(role)
         self.rank = int(rank)
 

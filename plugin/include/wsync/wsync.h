@@ -149,6 +149,19 @@ typedef struct wsync_config {
                                         move only the elements changed since the version a
                                         rollout holds, not available yet (init refuses it with
                                         WSYNC_UNSUPPORTED). Other values: WSYNC_INVALID_ARGUMENT. */
+  /* Appended to v1 (a caller's struct_size without them: the defaults). */
+  const char* secret;   /* The job secret itself, secret_length bytes (need not end in NUL),
+                           instead of secret_file or secret_env (give at most one of the three).
+                           init copies them; the caller may wipe its copy once init returned.
+                           For hosts that hold the secret in memory: no file or variable
+                           outlives them. secret_env (and the default WSYNC_SECRET) is removed
+                           from the environment once init read it, so that processes the host
+                           starts later do not inherit it. */
+  size_t secret_length; /* At most 4096, or WSYNC_INVALID_ARGUMENT. */
+  int32_t metrics_allow_any_address; /* Nonzero: metrics_address may be a wildcard ("0.0.0.0",
+                                        every interface); without it such an address is refused
+                                        (WSYNC_INVALID_ARGUMENT), as the coordinator refuses one
+                                        without its explicit flag. */
 } wsync_config_t;
 
 /* Values of wsync_config_t.delta. */
