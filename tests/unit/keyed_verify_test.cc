@@ -24,6 +24,7 @@
 #include "executor/verify.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/builders.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
