@@ -5,7 +5,7 @@
 // its part, connect, then one sync per step, finalize.
 //
 // Step v: a trainer writes the logical values of version v into every element it holds (the
-// values of tests/testing/reference.h: LogicalValue) and syncs v; a rollout syncs v and then checks
+// values of integration/fill/fill.h: LogicalValue) and syncs v; a rollout syncs v and then checks
 // every element of its pieces against version v (and the guard bytes around its buffers), so a
 // stale, shifted or missing byte fails the step.
 //
@@ -45,6 +45,7 @@
 #include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "integration/fill/fill.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/layout.h"
@@ -52,7 +53,6 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "plugin/include/wsync/wsync.h"
-#include "tests/testing/reference.h"
 
 ABSL_FLAG(std::string, role, "", "trainer or rollout.");
 ABSL_FLAG(int32_t, rank, 0, "Rank within the role.");

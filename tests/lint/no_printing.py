@@ -19,7 +19,6 @@ absl::FPrintF, and write() to file descriptor 1 or 2. snprintf and absl::StrForm
 format into memory, are fine.
 """
 
-import argparse
 import os
 import re
 import sys
@@ -68,10 +67,7 @@ def printing_calls(text):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    args = parser.parse_args(argv)
-    root = os.path.normpath(args.root)
+    root = source_limits.root_argument(argv, __doc__)
     violations = []
     for relative in scanned_files(root):
         with open(os.path.join(root, relative), encoding="utf-8", errors="replace") as f:

@@ -165,6 +165,22 @@ def main(argv):
     return report(violations, f"source_limits: {len(violations)} violations under {root}")
 
 
+def root_argument(argv, doc):
+    """The normalized --root of a checker that takes only that option (default: the repository
+    this file is in); `doc` is the checker's module docstring."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--root", default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    return os.path.normpath(parser.parse_args(argv).root)
+
+
+def run_checker(argv, doc, name, what, violations_under):
+    """main() of a checker that takes only --root: prints violations_under(root), one line each,
+    then "<name>: <count> <what> under <root>"; `doc` is the checker's module docstring."""
+    root = root_argument(argv, doc)
+    found = violations_under(root)
+    return report(found, f"{name}: {len(found)} {what} under {root}")
+
+
 def report(violations, summary):
     """Prints each violation, then `summary`; the exit status: 1 when there is any, else 0."""
     for violation in violations:

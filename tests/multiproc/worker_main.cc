@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "common/sync_progress.h"
 #include "executor/execute.h"
+#include "integration/fill/fill.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"

@@ -13,6 +13,7 @@
 #include "common/hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
@@ -21,7 +22,6 @@
 #include "planner/policy.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
-#include "tests/testing/reference.h"
 
 namespace wsync {
 namespace {

@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
-#include "tests/testing/reference.h"
 
 namespace wsync {
 namespace {

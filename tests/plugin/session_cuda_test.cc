@@ -16,8 +16,8 @@
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "tests/plugin/tiny_session.h"
-#include "tests/testing/reference.h"
 #include "tests/unit/fake_cuda_fabric.h"
 
 namespace wsync {

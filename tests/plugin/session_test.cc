@@ -16,11 +16,11 @@
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "tests/plugin/tiny_session.h"
-#include "tests/testing/reference.h"
 
 namespace wsync {
 namespace {

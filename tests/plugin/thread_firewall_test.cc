@@ -20,9 +20,9 @@
 #include "common/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
-#include "tests/testing/reference.h"
 #include "tests/unit/control_job.h"
 #include "transport/control/loss_watch.h"
 

@@ -10,12 +10,12 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "integration/harness/launcher.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "plugin/session.h"
-#include "tests/testing/reference.h"
 
 namespace wsync::test {
 

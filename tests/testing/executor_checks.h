@@ -17,6 +17,7 @@
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/relay.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/testing/reference.h"

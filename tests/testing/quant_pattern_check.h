@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "integration/fill/fill.h"
 #include "planner/layout.h"
 #include "tests/testing/reference.h"
 

@@ -19,11 +19,11 @@
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/builders.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
-#include "tests/testing/reference.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 

@@ -18,6 +18,7 @@
 #include "executor/execute.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/builders.h"
 #include "planner/geometry.h"
 #include "planner/job.h"

@@ -21,11 +21,11 @@
 #include "executor/schedule.h"
 #include "executor/work.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/policy.h"
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/fan_out_job.h"
 #include "tests/testing/random_layouts.h"
-#include "tests/testing/reference.h"
 #include "tests/testing/sink_transport.h"
 #include "transport/forwarding_transport.h"
 

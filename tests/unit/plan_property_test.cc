@@ -28,6 +28,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/cost_aware_policy.h"
 #include "planner/geometry.h"
 #include "planner/job.h"

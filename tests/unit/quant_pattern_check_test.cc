@@ -16,6 +16,7 @@
 #include "executor/execute.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"

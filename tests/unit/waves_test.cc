@@ -17,12 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/fill/fill.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/policy.h"
 #include "planner/validate.h"
 #include "tests/testing/executor_checks.h"
-#include "tests/testing/reference.h"
 #include "transport/loopback/loopback.h"
 
 namespace wsync::test {
