@@ -179,7 +179,9 @@ TEST(WavesTest, EveryWaveLandsWholeBeforeTheNextMovesAndTheStatsAreTheSchedule) 
       EXPECT_THAT(run.waves_seen[p], ::testing::ElementsAre(0, 1, 2));
       ExpectStatsMatchSchedule(run.schedules[p], *run.results[p]);
       for (const absl::Status& check : run.staging_checks[p]) EXPECT_TRUE(check.ok()) << check;
-      if (!prepared.job.IsSource(p)) EXPECT_EQ(run.staging_checks[p].size(), 2u);
+      if (!prepared.job.IsSource(p)) {
+        EXPECT_EQ(run.staging_checks[p].size(), 2u);
+      }
     }
     // Wave 0 in place, and the staging holds wave 2 (the last to land there).
     for (int32_t r = 0; r < rollouts; ++r) {
@@ -201,7 +203,7 @@ FaultyRun RunFaulty(uint32_t seed, const std::function<absl::Status(int32_t, int
                     const std::function<int32_t(const Job&)>& kill_after_wave) {
   std::mt19937 rng(seed);
   const WaveCase c = MakeCase(rng, 2, 2);
-  FaultyRun out{Prepare(c)};
+  FaultyRun out{Prepare(c), WaveRun{}};
   HostBuffers source(c.source, kSourceFill);
   HostBuffers target(c.target, kPoison);
   EXPECT_TRUE(FillLogical(c.source, 3, &source).ok());
