@@ -152,7 +152,7 @@ struct TransferStats {
   double pack_cpu_seconds = 0;
   double unpack_cpu_seconds = 0;
   // Staged sends packed before their round, in one pass with a staged send of another peer whose
-  // rows line up with theirs (the sibling column blocks of one row shard; executor/README.md).
+  // rows line up with theirs (the sibling column blocks of one row shard; docs/data_path.md).
   int64_t packed_ahead_messages = 0;
   // With ExecuteOptions::verify: received chunks whose digest matched the sender's.
   int64_t verified_chunks = 0;

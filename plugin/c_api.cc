@@ -8,7 +8,7 @@
 //     with a message naming the call and the argument.
 //   - Every failure leaves its message where last_error finds it: in the session (Remember) when
 //     the call had one, else in this thread's detached buffer, which last_error(NULL) returns.
-//   - Session errors map to wsync_status_t by ToWsyncStatus (the rule is in plugin/README.md).
+//   - Session errors map to wsync_status_t by ToWsyncStatus (the rule is in docs/abi.md).
 
 #include <algorithm>
 #include <cmath>

@@ -87,7 +87,7 @@ struct SessionConfig {
   // Delta sync (executor/delta_base.h). kOn is refused at init until the executor moves deltas;
   // kAuto behaves as kOff until the cost model chooses.
   DeltaMode delta = DeltaMode::kOff;
-  // The hosted coordinator's heartbeats (host_coordinator only; transport/control/README.md):
+  // The hosted coordinator's heartbeats (host_coordinator only; docs/control_plane.md):
   // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
   // least twice the interval (Create refuses others with InvalidArgument).
   absl::Duration heartbeat_interval = absl::ZeroDuration();

@@ -111,7 +111,7 @@ absl::StatusOr<ClusterSimulation> SimulateOnCluster(const Job& job, const Plan& 
         QuantizeRateOf(fits, cluster.quantize_bytes_per_second).bytes_per_second;
   }
   options.record_messages = true;  // For the link loads.
-  // Measuring the engine's own settings (integration/simulation/README.md): space-separated
+  // Measuring the engine's own settings (docs/simulation.md): space-separated
   // SimGrid --cfg settings, e.g. WSYNC_SIMGRID_CFG="network/optim:Full".
   if (const char* settings = std::getenv("WSYNC_SIMGRID_CFG"); settings != nullptr) {
     options.simgrid_config = absl::StrSplit(settings, ' ', absl::SkipEmpty());

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Dynamic dependencies of the plugin (plugin/README.md, "CUDA buffers"): libwsync.so has no
+# Dynamic dependencies of the plugin (docs/cuda.md): libwsync.so has no
 # DT_NEEDED on libcudart or libnccl (it loads libwsync_cuda.so with dlopen when a process holds
 # CUDA buffers). With a module given, the module is the one that needs libcudart and libnccl, and it exports only
 # its entry point wsyncCudaModule_v1.

@@ -75,7 +75,7 @@ class FamilyLayoutTest(unittest.TestCase):
                          for r in range(world)]
                 self.check_equal(sides, logical)
 
-    # One test per family and side, so that the README's table names each.
+    # One test per family and side, so that docs/python_tests.md's table names each.
     def test_llama3_vllm(self):
         self.check_rollout("llama3", "vllm")
 

@@ -2,8 +2,8 @@
 the trainer side that drives them.
 
 Targets **SGLang >= 0.5.4, < 0.6.0** (:data:`SUPPORTED_SGLANG`) in two interface generations,
-read from (tests/python/sglang_standin/ mirrors both; integration/python/README.md has the
-conformance table):
+read from (tests/python/sglang_standin/ mirrors both; docs/sglang.md has the conformance
+table):
 
 - *release*: sgl-project/sglang @ b2d53a07e07c664d4318934b5dd699246be30677.
   managers/scheduler_components/weight_updater.py, ``SchedulerWeightUpdaterManager

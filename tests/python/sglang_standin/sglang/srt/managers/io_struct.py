@@ -1,5 +1,5 @@
 """python/sglang/srt/managers/io_struct.py: the weight-update requests and results wsync's path
-uses. Two interface generations (see ../../README.md):
+uses. Two interface generations (see tests/python/sglang_standin/README.md):
 
 - release: sgl-project/sglang @ b2d53a07e07c664d4318934b5dd699246be30677 (the fields its
   managers/scheduler_components/weight_updater.py reads: ``disable_draft_model`` routes a tensor
