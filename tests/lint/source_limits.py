@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the repository's size rules (README.md, "How we write code"): no source file over 600
-lines, and no C++ function body over 120 lines outside tests/.
+"""Checks the repository's size rules (docs/testing.md, "What each test folder holds", lint/): no
+source file over 600 lines, and no C++ function body over 120 lines outside tests/.
 
 Usage: source_limits.py [--root DIR] [--max_file_lines N] [--max_function_lines N]
 Prints one line per violation and exits 1 when there is any, 0 otherwise.
