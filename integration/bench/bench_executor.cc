@@ -18,6 +18,7 @@
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "integration/bench/bench_quant.h"
+#include "integration/bench/bench_report.h"
 #include "integration/bench/machine.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/models.h"
@@ -139,11 +140,6 @@ double TimeMemcpy(int64_t bytes) {
   const double seconds = ThreadCpuSeconds() - start;
   if (to.data()[bytes - 1] != 7) std::abort();  // Keeps the copy observable.
   return seconds;
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 std::string GiB(double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1 << 30)); }

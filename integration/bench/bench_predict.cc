@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
+#include "integration/bench/bench_report.h"
 #include "integration/bench/bench_sync.h"
 #include "integration/cli/calibrate_job.h"
 #include "integration/harness/launcher.h"
@@ -83,13 +84,6 @@ std::vector<Scenario> Scenarios() {
       {"replicated dp2 netns", "megatron(tp=2,dp=2)", "vllm(tp=2)", "shm + tcp veth (tc)",
        ReplicaNode, two_nodes, /*netns=*/true, /*compare_policies=*/true},
   };
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // When `wanted`, two namespaces with the veth link between them shaped by tc on both ends (nullopt,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "common/cpu_time.h"
 #include "common/status.h"
+#include "integration/bench/bench_report.h"
 #include "integration/bench/machine.h"
 #include "planner/geometry.h"
 #include "planner/models.h"
@@ -26,11 +27,6 @@ struct Matrix {
   int64_t experts = 1, rows = 0, cols = 0;
   int64_t elements() const { return experts * rows * cols; }
 };
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // bf16 weights as the Llama and Qwen families initialise their linear layers: normal with mean 0
 // and standard deviation 0.02 (their configs' initializer_range), rounded to bf16 to nearest even,

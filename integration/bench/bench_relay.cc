@@ -94,7 +94,7 @@ absl::StatusOr<Projection> Project(const ModelSpec& model, const std::string& fr
   return projection;
 }
 
-struct Measured {
+struct RelayTimes {
   std::vector<double> seconds;  // Per timed sync: the slowest process's transfer.
   int64_t inter_node_bytes = -1;
 
@@ -110,7 +110,7 @@ struct Measured {
 // verify fails its rollout) or the transports' inter-node bytes change between syncs.
 absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int trainers,
                      int rollouts, const std::string& links, const RelayBenchOptions& options,
-                     Measured& measured) {
+                     RelayTimes& measured) {
   const int32_t warmup = 1;
   harness::JobSpec spec;
   spec.model = options.model;
@@ -211,7 +211,7 @@ absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
   std::fflush(out);
 
   std::map<std::string, Projection> projected;
-  std::map<std::string, Measured> measured;
+  std::map<std::string, RelayTimes> measured;
   for (const char* mode : kModes) {
     WSYNC_ASSIGN_OR_RETURN(const RelayMode relay_mode, ParseRelayMode(mode));
     WSYNC_ASSIGN_OR_RETURN(projected[mode],
@@ -233,7 +233,7 @@ absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
                 "binding resource (cost model)");
   for (const char* mode : kModes) {
     const Projection& p = projected[mode];
-    const Measured& m = measured[mode];
+    const RelayTimes& m = measured[mode];
     const auto [low, high] = std::minmax_element(m.seconds.begin(), m.seconds.end());
     absl::FPrintF(out, "%-6s %8d %14d (plan %7d) %10.4f (%.4f-%.4f) %12.4f  %s\n", mode, p.relays,
                   m.inter_node_bytes, p.inter_node_bytes, m.Median(), *low, *high,

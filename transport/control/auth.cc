@@ -18,7 +18,6 @@
 #include "transport/control/socket.h"
 
 namespace wsync {
-namespace {
 
 void AppendU32(std::string& out, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(value >> shift));
@@ -28,6 +27,8 @@ void AppendField(std::string& out, absl::string_view field) {
   AppendU32(out, static_cast<uint32_t>(field.size()));
   out.append(field.data(), field.size());
 }
+
+namespace {
 
 // Removes one trailing "\n" or "\r\n".
 void TrimNewline(std::string& text) {

@@ -113,6 +113,11 @@ inline WelcomeFields WelcomeFieldsOf(const control::Welcome& welcome) {
 // Overwrites `text` with zeros (OPENSSL_cleanse) and clears it. For copies of the secret.
 void WipeSecret(std::string& text);
 
+// MAC and key-derivation input encoding: `value` as 4 big-endian bytes; a field as its 4-byte
+// length followed by its bytes, so that no two field sequences encode alike.
+void AppendU32(std::string& out, uint32_t value);
+void AppendField(std::string& out, absl::string_view field);
+
 }  // namespace wsync
 
 #endif  // WSYNC_TRANSPORT_CONTROL_AUTH_H_

@@ -12,15 +12,6 @@ namespace {
 constexpr char kClientToCoordinator[] = "wsync-control-channel-v3 client->coordinator";
 constexpr char kCoordinatorToClient[] = "wsync-control-channel-v3 coordinator->client";
 
-void AppendU32(std::string& out, uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(value >> shift));
-}
-
-void AppendField(std::string& out, absl::string_view field) {
-  AppendU32(out, static_cast<uint32_t>(field.size()));
-  out.append(field.data(), field.size());
-}
-
 }  // namespace
 
 ChannelKeys::~ChannelKeys() {
