@@ -7,7 +7,7 @@
 //
 // Environment overrides for reproducing a failure: WSYNC_PROPERTY_SEED (first seed) and
 // WSYNC_PROPERTY_PAIRS (number of consecutive seeds). WSYNC_PROPERTY_PERCENT (default 100) scales
-// each test's own number of seeds when WSYNC_PROPERTY_PAIRS is unset: the sanitizer builds run 15%
+// each test's own number of seeds when WSYNC_PROPERTY_PAIRS is unset: the sanitizer builds run 8%
 // (tests/unit/CMakeLists.txt), as instrumented planning is ~20x slower.
 
 #include <algorithm>
