@@ -206,6 +206,16 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
   return summary;
 }
 
+void AppendDenseDelta(absl::Span<const uint8_t> current, int element_bytes,
+                      std::vector<uint8_t>* out) {
+  const size_t at = out->size();
+  out->resize(at + kDeltaHeaderBytes + current.size());
+  WriteHeader(DeltaKind::kDense, element_bytes, current.size() / element_bytes, out->data() + at);
+  if (!current.empty()) {
+    std::memcpy(out->data() + at + kDeltaHeaderBytes, current.data(), current.size());
+  }
+}
+
 absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
                         absl::Span<uint8_t> target) {
   if (!ValidElementBytes(element_bytes) || target.size() % element_bytes != 0) {

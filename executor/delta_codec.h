@@ -60,6 +60,11 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
                                                  absl::Span<const uint8_t> current,
                                                  int element_bytes, std::vector<uint8_t>* out);
 
+// Appends the kDense encoding of `current` (a multiple of `element_bytes`, which is 1, 2, 4 or 8)
+// to `out`: what a chunk without a base travels as among encoded ones.
+void AppendDenseDelta(absl::Span<const uint8_t> current, int element_bytes,
+                      std::vector<uint8_t>* out);
+
 // Patches `target`, which must hold the encoding's base, into the bytes the sender encoded: only
 // changed elements are written (all of them for kDense). DataLoss, with `target` untouched, for
 // an encoding that does not fit a target of this size and element size: an unknown kind, another
