@@ -6,8 +6,7 @@
 #include "common/status.h"
 #include "executor/copy.h"
 #include "executor/delta_codec.h"
-#include "planner/relay.h"
-#include "planner/waves.h"
+#include "planner/layout.h"
 
 namespace wsync::executor_internal {
 namespace {

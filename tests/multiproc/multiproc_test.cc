@@ -163,6 +163,54 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
   EXPECT_LE(inter_node["never"], 2 * inter_node["always"] + inter_node["always"] / 100);
 }
 
+// Delta sync (issue 44) over shared memory: 20 versions, each after the first changing ~2% of the
+// elements; every rollout checks every element of every version. Version 6 aborts (rollout 0
+// votes no after its transfer), so version 7 goes dense to both rollouts; rollout 1 rebinds its
+// buffers before version 12, which goes dense to it only. Every other version travels as deltas.
+TEST(MultiprocTest, DeltaSyncTwentySmallUpdatesBitExactDenseAfterAnAbortAndARebind) {
+  JobSpec spec;
+  spec.tls = "sm,cma,self";
+  spec.versions = 20;
+  spec.extra_worker_flags = {"--delta", "--changed_per_mille=20", "--verify_hashes",
+                             "--keep_going"};
+  spec.placement.assign(4, ProcessPlacement{});
+  spec.placement[2].extra_flags = {"--fail_version=6"};
+  spec.placement[3].extra_flags = {"--rebind_version=12"};
+  absl::StatusOr<JobResult> result = RunJob(spec, WSYNC_TEST_WORKER, WSYNC_CLI);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->workers.size(), 4u);
+  int64_t delta_received = 0, delta_dense = 0;  // Rollouts, versions that travelled as deltas.
+  for (int p = 0; p < 4; ++p) {
+    const WorkerResult& worker = result->workers[p];
+    // Only version 6 failed, on every process (the decision).
+    EXPECT_EQ(worker.exit_code, 1) << worker.stderr_text;
+    EXPECT_NE(worker.stderr_text.find("1 of 20 versions failed"), std::string::npos)
+        << "process " << p << ": " << worker.stderr_text;
+    ASSERT_EQ(worker.stats.size(), 19u) << "process " << p << ": " << worker.stderr_text;
+    if (p < 2) continue;
+    for (const auto& stats : worker.stats) {
+      const int64_t version = Field(stats, "version");
+      SCOPED_TRACE(testing::Message() << "rollout " << p - 2 << " version " << version);
+      EXPECT_NE(version, 6);
+      EXPECT_GT(Field(stats, "verified"), 0);  // Chunk hashes over the patched targets.
+      const bool dense = version == 1 || version == 7 || (version == 12 && p == 3);
+      if (dense) {
+        EXPECT_EQ(Field(stats, "delta_messages"), 0);
+        continue;
+      }
+      EXPECT_GT(Field(stats, "delta_messages"), 0);
+      delta_received += Field(stats, "received");
+      delta_dense += Field(stats, "received") + Field(stats, "delta_saved");
+    }
+  }
+  ASSERT_GT(delta_dense, 0);
+  // ~2% of the elements changed: the encodings are a small part of the dense bytes.
+  EXPECT_LT(delta_received * 5, delta_dense)
+      << delta_received << " of " << delta_dense << " dense bytes";
+  RecordProperty("delta_received_bytes", std::to_string(delta_received));
+  RecordProperty("delta_dense_bytes", std::to_string(delta_dense));
+}
+
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {
   setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret-0123", 1);
   JobSpec spec;
