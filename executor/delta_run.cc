@@ -96,7 +96,8 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
       const std::optional<absl::Span<const uint8_t>> base =
           encodable ? bases->Base(key, *held_[lane.peer]) : std::nullopt;
       const size_t before = encoded.size();
-      if (base.has_value() && base->size() == current.size()) {
+      if (base.has_value() && base->size() == current.size() &&
+          !SampledMostlyChanged(*base, current, element_bytes)) {
         WSYNC_ASSIGN_OR_RETURN(const DeltaEncodingSummary summary,
                                EncodeDelta(*base, current, element_bytes, &chunk_encoding));
         encoded.insert(encoded.end(), chunk_encoding.begin(), chunk_encoding.end());
@@ -181,7 +182,8 @@ absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
 }
 
 absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
-  if (!options_.on) return absl::OkStatus();
+  // No lane announces in a quantized job (Announces): nothing to encode or record either.
+  if (!options_.on || job_.HasQuantizedParams()) return absl::OkStatus();
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
     if (!l.messages.empty() && l.messages.back().round >= kDeltaRound) {
