@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -124,6 +126,20 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   EXPECT_GT(inter, 0);  // The other trainer's half crosses between the nodes.
 }
 
+// megatron(tp=2) trainers on the first node of `net`, two DP replicas of vllm(tp=2) (four rollouts)
+// on the second, `versions` versions, `flags` on every worker.
+JobSpec TwoReplicasAcrossNodes(const NetnsPair& net, int versions, std::vector<std::string> flags) {
+  JobSpec spec;
+  spec.to = "vllm(tp=2,dp=2)";
+  spec.rollouts = 4;
+  spec.versions = versions;
+  spec.coordinator_netns = net.ns(0);
+  spec.coordinator_address = net.address(0);
+  spec.extra_worker_flags = std::move(flags);
+  for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(net, p < 2 ? 0 : 1));
+  return spec;
+}
+
 // Trainers (megatron(tp=2)) in one namespace, four rollouts (two DP replicas of vllm(tp=2)) in
 // the other. Without relaying each replica's shard crosses the veth once per replica; relayed, it
 // crosses once and a rollout forwards it over shared memory: the inter-node bytes the transports
@@ -135,15 +151,7 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
   std::map<std::string, int64_t> inter_node;  // Wire bytes sent across nodes, per relay mode.
   for (const char* relay : {"never", "always"}) {
     SCOPED_TRACE(relay);
-    JobSpec spec;
-    spec.to = "vllm(tp=2,dp=2)";
-    spec.rollouts = 4;
-    spec.versions = 2;
-    spec.coordinator_netns = net->ns(0);
-    spec.coordinator_address = net->address(0);
-    spec.extra_worker_flags = {"--relay", relay};
-    for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(*net, p < 2 ? 0 : 1));
-    JobResult result = ExpectJobSucceeds(spec);
+    JobResult result = ExpectJobSucceeds(TwoReplicasAcrossNodes(*net, 2, {"--relay", relay}));
     ASSERT_EQ(result.workers.size(), 6u);
     int64_t sent_across = 0, received_across = 0, forwarded = 0;
     for (const WorkerResult& worker : result.workers) {
@@ -217,6 +225,26 @@ TEST(MultiprocTest, DeltaSyncTwentySmallUpdatesBitExactDenseAfterAnAbortAndARebi
 }
 
 TEST(MultiprocTest, DeltaSyncTwentySmallUpdatesBitExactOverTcp) { ExpectDeltaSyncsExact("tcp"); }
+
+// Delta sync with relays: a relay patches what it receives from the trainers and forwards its
+// patched weights dense (forwarding lanes never announce); every rollout checks every element.
+TEST(MultiprocTest, DeltaSyncThroughRelaysAcrossTwoNetworkNamespaces) {
+  std::string reason;
+  std::optional<NetnsPair> net = NetnsPair::Create(&reason);
+  if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
+  JobResult result = ExpectJobSucceeds(TwoReplicasAcrossNodes(
+      *net, 4, {"--relay", "always", "--delta", "--changed_per_mille=20", "--verify_hashes"}));
+  ASSERT_EQ(result.workers.size(), 6u);
+  int64_t forwarded = 0, delta_messages = 0;
+  for (int p = 2; p < 6; ++p) {
+    for (const auto& stats : result.workers[p].stats) {
+      forwarded += Field(stats, "forwarded");
+      if (Field(stats, "version") > 1) delta_messages += Field(stats, "delta_messages");
+    }
+  }
+  EXPECT_GT(forwarded, 0);
+  EXPECT_GT(delta_messages, 0);
+}
 
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {
   setenv("WSYNC_WRONG_SECRET", "0123456789abcdef-not-the-secret-0123", 1);
