@@ -28,13 +28,18 @@ std::string VerifyModeName(int32_t mode) {
 }  // namespace
 
 absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan_digest,
-                          double budget_bytes, int32_t verify_mode, absl::Time deadline) {
+                          double budget_bytes, int32_t verify_mode, absl::Time deadline,
+                          const DeltaClaim& delta,
+                          std::vector<std::optional<uint64_t>>* held_versions) {
   proto::Agreement mine;
   mine.set_ok(local.ok());
   mine.set_error(std::string(local.message()));
   mine.set_plan_digest(plan_digest);
   mine.set_budget_bytes(budget_bytes);
   mine.set_verify_mode(verify_mode);
+  mine.set_delta(delta.on);
+  mine.set_holds_version(delta.held_version.has_value());
+  mine.set_held_version(delta.held_version.value_or(0));
   WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
                          group.AllGather(mine.SerializeAsString(), deadline));
   std::vector<proto::Agreement> all(payloads.size());
@@ -76,6 +81,20 @@ absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan
                                VerifyModeName(all[p].verify_mode()),
                                "; every process of a job must set the same verify")),
                            kErrorRanksDisagree);
+    }
+    if (all[p].delta() != delta.on) {
+      return WithErrorKind(
+          absl::FailedPreconditionError(absl::StrCat(
+              "delta settings differ: process ", group.process(), " has delta ",
+              delta.on ? "on" : "off", ", process ", p, " has it ", all[p].delta() ? "on" : "off",
+              "; every process of a job must set the same delta")),
+          kErrorRanksDisagree);
+    }
+  }
+  if (held_versions != nullptr) {
+    held_versions->assign(all.size(), std::nullopt);
+    for (size_t p = 0; p < all.size(); ++p) {
+      if (all[p].holds_version()) (*held_versions)[p] = all[p].held_version();
     }
   }
   return absl::OkStatus();

@@ -2,6 +2,8 @@
 #define WSYNC_EXECUTOR_AGREEMENT_H_
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -9,14 +11,25 @@
 
 namespace wsync {
 
-// A collective over `group`: every process contributes its local verdict, plan digest, budget and
-// verify mode (VerifyMode's value). Returns OK only when every process is OK and all digests,
-// budgets and verify modes are equal. Otherwise a process that rejected returns its own `local`
-// error, and the others FailedPrecondition naming the processes that rejected and why, or the
-// differing digests, budgets or verify modes (error kind ranks_disagree). Group errors (e.g. the
-// deadline) are returned as they are.
+// What a process states about delta sync in the agreement (executor/delta_run.h): whether it
+// runs it, and as a receiver the version it committed last and still holds unchanged (nullopt
+// when dirty, new, rebound or in an aborted sync since).
+struct DeltaClaim {
+  bool on = false;
+  std::optional<uint64_t> held_version;
+};
+
+// A collective over `group`: every process contributes its local verdict, plan digest, budget,
+// verify mode (VerifyMode's value) and delta claim. Returns OK only when every process is OK and
+// all digests, budgets, verify modes and delta settings are equal; then `held_versions` (when
+// given) is set to every process's held version, by process. Otherwise a process that rejected
+// returns its own `local` error, and the others FailedPrecondition naming the processes that
+// rejected and why, or the differing digests, budgets or verify modes (error kind ranks_disagree).
+// Group errors (e.g. the deadline) are returned as they are.
 absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan_digest,
-                          double budget_bytes, int32_t verify_mode, absl::Time deadline);
+                          double budget_bytes, int32_t verify_mode, absl::Time deadline,
+                          const DeltaClaim& delta = {},
+                          std::vector<std::optional<uint64_t>>* held_versions = nullptr);
 
 }  // namespace wsync
 

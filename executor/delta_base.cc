@@ -1,5 +1,7 @@
 #include "executor/delta_base.h"
 
+#include <cstring>
+
 namespace wsync {
 
 std::optional<absl::Span<const uint8_t>> DeltaBaseStore::Base(uint64_t chunk,
@@ -10,6 +12,14 @@ std::optional<absl::Span<const uint8_t>> DeltaBaseStore::Base(uint64_t chunk,
 }
 
 bool DeltaBaseStore::Record(uint64_t chunk, absl::Span<const uint8_t> sent) {
+  if (const auto it = entries_.find(chunk);
+      it != entries_.end() && it->second.bytes.size() == sent.size()) {
+    // The same chunk again, as every sync sends it: overwritten in place (no allocation, no
+    // page faults), pending like a new one.
+    if (!sent.empty()) std::memcpy(it->second.bytes.data(), sent.data(), sent.size());
+    it->second.version.reset();
+    return true;
+  }
   Forget(chunk);
   const int64_t bytes = static_cast<int64_t>(sent.size());
   if (bytes > budget_bytes_ - held_bytes_) return false;

@@ -206,6 +206,29 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
   return summary;
 }
 
+bool SampledMostlyChanged(absl::Span<const uint8_t> base, absl::Span<const uint8_t> current,
+                          int element_bytes, int samples) {
+  const int64_t elements = static_cast<int64_t>(current.size()) / element_bytes;
+  if (elements == 0 || base.size() != current.size() || samples <= 0) return false;
+  const int64_t taken = std::min<int64_t>(samples, elements);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < taken; ++i) {
+    const int64_t at = (i * elements / taken) * element_bytes;
+    changed += std::memcmp(base.data() + at, current.data() + at, element_bytes) != 0;
+  }
+  return static_cast<double>(changed) > kDenseAboveChangedFraction * static_cast<double>(taken);
+}
+
+void AppendDenseDelta(absl::Span<const uint8_t> current, int element_bytes,
+                      std::vector<uint8_t>* out) {
+  const size_t at = out->size();
+  out->resize(at + kDeltaHeaderBytes + current.size());
+  WriteHeader(DeltaKind::kDense, element_bytes, current.size() / element_bytes, out->data() + at);
+  if (!current.empty()) {
+    std::memcpy(out->data() + at + kDeltaHeaderBytes, current.data(), current.size());
+  }
+}
+
 absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
                         absl::Span<uint8_t> target) {
   if (!ValidElementBytes(element_bytes) || target.size() % element_bytes != 0) {

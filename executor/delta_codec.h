@@ -60,6 +60,19 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
                                                  absl::Span<const uint8_t> current,
                                                  int element_bytes, std::vector<uint8_t>* out);
 
+// Whether more than kDenseAboveChangedFraction of `samples` evenly spaced elements of `current`
+// differ from `base` (the same size, a multiple of `element_bytes`): a cheap sign, before comparing
+// every element, that EncodeDelta would choose dense (a chunk every element of which changed). Only
+// a sign: either answer may be wrong for a chunk whose changes are not spread evenly, so it may
+// only ever choose dense, never an encoding. False for an empty chunk.
+bool SampledMostlyChanged(absl::Span<const uint8_t> base, absl::Span<const uint8_t> current,
+                          int element_bytes, int samples = 64);
+
+// Appends the kDense encoding of `current` (a multiple of `element_bytes`, which is 1, 2, 4 or 8)
+// to `out`: what a chunk without a base travels as among encoded ones.
+void AppendDenseDelta(absl::Span<const uint8_t> current, int element_bytes,
+                      std::vector<uint8_t>* out);
+
 // Patches `target`, which must hold the encoding's base, into the bytes the sender encoded: only
 // changed elements are written (all of them for kDense). DataLoss, with `target` untouched, for
 // an encoding that does not fit a target of this size and element size: an unknown kind, another

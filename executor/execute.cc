@@ -1,6 +1,8 @@
 #include "executor/execute.h"
 
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -95,9 +97,8 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
                                                const StagingBudget& budget, int32_t process,
                                                const LocalBuffers& buffers, Transport& transport,
                                                Group& group, const ExecuteOptions& options) {
-  absl::Status local =
-      executor_internal::CheckQuantRun(job, options.quant, process, options.device,
-                                       options.simulated_quantize != nullptr);
+  absl::Status local = executor_internal::CheckQuantRun(job, options.quant, process, options.device,
+                                                        options.simulated_quantize != nullptr);
   absl::StatusOr<executor_internal::QuantWork> quant = executor_internal::QuantWork{};
   if (local.ok() && options.quant != nullptr) {
     quant = executor_internal::BuildQuantWork(job, segments, *options.quant, process);
@@ -116,12 +117,14 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
     local = absl::FailedPreconditionError("verify: keyed verification without a data key");
   }
-  WSYNC_RETURN_IF_ERROR(AgreeOnBatch(group, local, options.plan_digest, budget.bytes,
-                                     static_cast<int32_t>(options.verify), options.deadline));
+  std::vector<std::optional<uint64_t>> held_versions;
+  WSYNC_RETURN_IF_ERROR(AgreeOnBatch(
+      group, local, options.plan_digest, budget.bytes, static_cast<int32_t>(options.verify),
+      options.deadline, DeltaClaim{options.delta.on, options.delta.held_version}, &held_versions));
   if (options.agreed != nullptr) *options.agreed = true;
-  WSYNC_ASSIGN_OR_RETURN(
-      TransferStats stats,
-      executor_internal::RunWork(job, all, *work, *quant, buffers, transport, options));
+  WSYNC_ASSIGN_OR_RETURN(TransferStats stats,
+                         executor_internal::RunWork(job, all, *work, *quant, buffers, transport,
+                                                    options, std::move(held_versions)));
   stats.segments = work->segments;
   return stats;
 }

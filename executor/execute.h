@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/data_key.h"
 #include "common/sync_progress.h"
+#include "executor/delta_base.h"
 #include "executor/schedule.h"
 #include "transport/device_memory.h"
 #include "transport/transport.h"
@@ -67,6 +69,22 @@ enum class VerifyMode : int32_t {
 // "off", "hash", "keyed"; ParseVerifyMode also takes "true" (hash) and "false" (off).
 absl::string_view VerifyModeName(VerifyMode mode);
 absl::StatusOr<VerifyMode> ParseVerifyMode(absl::string_view name);
+
+// Delta sync (issue 44; executor/delta_run.h states the wire format and the rules).
+struct DeltaOptions {
+  // Every process of the batch must set it alike (refused through the agreement otherwise).
+  bool on = false;
+  // As a sender: the bytes this process last sent per chunk, caller-owned. The run encodes each
+  // chunk to a receiver against the base of exactly the version that receiver holds and records
+  // what it sends as pending; the caller commits the store with the sync's decision
+  // (DeltaBaseStore::Commit / Abort). Null: every chunk goes dense and nothing is recorded.
+  // The source bytes must not change during the run (what is recorded is what is sent).
+  DeltaBaseStore* bases = nullptr;
+  // As a receiver: the version this process committed last and still holds unchanged, or nullopt
+  // when it is dirty, new, rebound or was in an aborted sync since: then every chunk to it goes
+  // dense. Applies to all its target buffers.
+  std::optional<uint64_t> held_version;
+};
 
 struct ExecuteOptions {
   uint64_t sync_id = 0;  // Goes into every message tag.
@@ -130,6 +148,7 @@ struct ExecuteOptions {
   // data (left as it was when the agreement failed), so that a caller of several runs in one sync
   // (executor/waves.h) knows whether its peers saw the failure there.
   bool* agreed = nullptr;
+  DeltaOptions delta;
 };
 
 // What a run did, counted as it ran. For the same inputs every figure equals the schedule's:
@@ -166,6 +185,11 @@ struct TransferStats {
   // the most of it any quantization wrote: the end of the furthest e4m3 or scale region written.
   int64_t quant_staging_bytes = 0;
   int64_t quant_staging_written_bytes = 0;
+  // Delta sync: messages that travelled as encodings (sent and received), and the bytes they
+  // would have taken dense minus the bytes they took; sent_bytes and received_bytes count what
+  // travelled.
+  int64_t delta_messages = 0;
+  int64_t delta_saved_bytes = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

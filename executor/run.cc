@@ -12,6 +12,7 @@
 #include "common/failpoint.h"
 #include "common/status.h"
 #include "executor/copy.h"
+#include "executor/delta_run.h"
 #include "executor/lane_drivers.h"
 #include "executor/lane_state.h"
 #include "executor/memory_kinds.h"
@@ -32,7 +33,8 @@ int64_t VerifyBounceBytes(int64_t budget_bytes) {
 class Run final : public RunSteps {
  public:
   Run(const Job& job, absl::Span<const Segment> segments, Work& work, const QuantWork& quant,
-      const LocalBuffers& buffers, Transport& transport, const ExecuteOptions& options)
+      const LocalBuffers& buffers, Transport& transport, const ExecuteOptions& options,
+      std::vector<std::optional<uint64_t>> held_versions)
       : job_(job),
         segments_(segments),
         work_(work),
@@ -43,7 +45,11 @@ class Run final : public RunSteps {
         quant_steps_(
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
-            device_pending_, stats_, [this] { transport_.ProgressInFlight(); }) {
+            device_pending_, stats_, [this] { transport_.ProgressInFlight(); }),
+        delta_(job, segments, work, options.delta, std::move(held_versions), options.sync_id,
+               options.wave, [this](const Endpoint& end, int64_t offset, int64_t element_size) {
+                 return BufferAddress(end, offset, element_size);
+               }) {
     if (options.verify != VerifyMode::kOff) {
       verifier_ = std::make_unique<ChunkVerifier>(
           job, work, segments,
@@ -66,11 +72,14 @@ class Run final : public RunSteps {
     // WSYNC_FAILPOINTS (common/failpoint.h): a failed allocation.
     if (absl::Status alloc = failpoint::Check("alloc"); !alloc.ok()) {
       NoticeUnsentMessages(alloc);
+      delta_.Release(transport_, FailureGrace(), /*failed=*/true);
       DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
+    // Delta sync's announcements resize encoded messages: before the progress totals.
+    absl::Status status = delta_.Exchange(transport_, options_.deadline);
     progress_.Start();
-    absl::Status status = AllocateArenas();
+    if (status.ok()) status = AllocateArenas();
     RejectStaleMessages();
     quant_steps_.SetMemory(quant_staging_, quant_arena_, &Arenas(), QuantArenaSlot() + 2);
     if (status.ok()) {
@@ -103,6 +112,7 @@ class Run final : public RunSteps {
     if (!status.ok()) {
       NoticeUnsentMessages(status);
       const absl::Time grace = FailureGrace();
+      delta_.Release(transport_, grace, /*failed=*/true);
       DrainUnreceivedMessages(grace);
       if (verifier_) verifier_->Cancel(transport_);
       // What is still posted may complete until `grace`; the rest is cancelled and released.
@@ -112,6 +122,9 @@ class Run final : public RunSteps {
       return status;
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
+    delta_.Release(transport_, options_.deadline, /*failed=*/false);
+    stats_.delta_messages = delta_.messages();
+    stats_.delta_saved_bytes = delta_.saved_bytes();
     RejectStaleMessages();
     stats_.seconds = absl::ToDoubleSeconds(Now() - start);
     return stats_;
@@ -140,6 +153,7 @@ class Run final : public RunSteps {
   absl::Status Land(absl::Span<const LaneMessage> received) override {
     WSYNC_RETURN_IF_ERROR(Unpack(received));
     WSYNC_RETURN_IF_ERROR(SynchronizeDevice(options_.deadline));
+    WSYNC_RETURN_IF_ERROR(delta_.Apply(received));  // Host memory only; before the digests.
     if (verifier_) {
       for (const auto& [lane, index] : received) {
         WSYNC_RETURN_IF_ERROR(verifier_->HashReceived(lane, index));
@@ -182,8 +196,9 @@ class Run final : public RunSteps {
   void DrainUnreceivedMessages(absl::Time grace) {
     // Where a drained message lands: a direct one in its weights, anything else (and a direct one
     // into a relay arena that may not exist yet) in one shared scratch buffer.
-    auto direct_target = [&](const Message& message) -> void* {
-      if (!message.direct) return nullptr;
+    auto direct_target = [&](size_t lane, size_t index) -> void* {
+      const Message& message = work_.lanes[lane].messages[index];
+      if (!message.direct || delta_.Payload(lane, index) != nullptr) return nullptr;
       const Chunk& chunk = work_.chunks[message.chunks[0]];
       const Endpoint& to = segments_[chunk.segment].to;
       if ((to.buffer == kRelayArenaBuffer && relay_arena_ == nullptr) ||
@@ -198,7 +213,7 @@ class Run final : public RunSteps {
       if (work_.lanes[lane].direction != Direction::kReceive) continue;
       for (size_t index = lanes_[lane].posted; index < work_.lanes[lane].messages.size(); ++index) {
         const Message& message = work_.lanes[lane].messages[index];
-        if (direct_target(message) == nullptr)
+        if (direct_target(lane, index) == nullptr)
           scratch_bytes = std::max(scratch_bytes, message.bytes);
       }
     }
@@ -208,7 +223,7 @@ class Run final : public RunSteps {
       if (l.direction != Direction::kReceive) continue;
       for (size_t index = lanes_[lane].posted; index < l.messages.size(); ++index) {
         const Message& message = l.messages[index];
-        void* data = direct_target(message);
+        void* data = direct_target(lane, index);
         if (data == nullptr) data = scratch.get();
         absl::StatusOr<RequestId> drain = transport_.PostReceive(
             l.peer, MakeTag(options_.sync_id, message.round, l.peer), data, message.bytes);
@@ -392,6 +407,7 @@ class Run final : public RunSteps {
     for (int32_t index = first; index < static_cast<int32_t>(l.messages.size()); ++index) {
       const Message& message = l.messages[index];
       if (message.direct) continue;
+      if (delta_.Payload(lane, index) != nullptr) return -1;  // Encoded: nothing to pack.
       const bool free = message.slot != busy_slot && !lanes_[lane].slot_busy[message.slot];
       const Chunk& chunk = work_.chunks[message.chunks[0]];
       const bool host_chunk = message.chunks.size() == 1 && chunk.from_kind == MemoryKind::kHost &&
@@ -425,7 +441,7 @@ class Run final : public RunSteps {
       state.due_busy_slot = message.slot;
       state.due_packs = false;
       if (message.direct || work_.lanes[lane].direction != Direction::kSend ||
-          state.packed_ahead == index) {
+          state.packed_ahead == index || delta_.Payload(lane, index) != nullptr) {
         continue;
       }
       const size_t before = packs.size();
@@ -489,6 +505,7 @@ class Run final : public RunSteps {
       lanes_[lane_index].slot_busy[message.slot] = true;
       stats_.staged_bytes += message.bytes;
     }
+    if (char* encoded = delta_.Payload(lane_index, index)) data = encoded;
     stats_.chunks += static_cast<int64_t>(message.chunks.size());
     RequestId request;
     WSYNC_RETURN_IF_ERROR(failpoint::Check(sending ? "send" : "recv"));
@@ -519,7 +536,7 @@ class Run final : public RunSteps {
     std::vector<StridedCopy> unpacks;
     for (const auto& [lane, index] : received) {
       const Message& message = work_.lanes[lane].messages[index];
-      if (message.direct) continue;
+      if (message.direct || delta_.Payload(lane, index) != nullptr) continue;  // Applied in Land.
       const char* cursor = SlotAddress(lane, message);
       for (int32_t chunk_index : message.chunks) {
         const Chunk& chunk = work_.chunks[chunk_index];
@@ -547,6 +564,7 @@ class Run final : public RunSteps {
   RunProgress progress_;         // Into options_.progress.
   TransferStats stats_;
   QuantSteps quant_steps_;         // When this process quantizes (quant_run.h).
+  DeltaLanes delta_;               // Encoded messages of delta sync (delta_run.h).
   ArenaCache fresh_arenas_;        // Used when the caller keeps no cache.
   char* relay_arena_ = nullptr;    // Memory owned by a cache.
   char* quant_arena_ = nullptr;    // kQuantArenaBuffer, owned by a cache.
@@ -566,8 +584,9 @@ class Run final : public RunSteps {
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
                                       Work& work, const QuantWork& quant,
                                       const LocalBuffers& buffers, Transport& transport,
-                                      const ExecuteOptions& options) {
-  Run run(job, segments, work, quant, buffers, transport, options);
+                                      const ExecuteOptions& options,
+                                      std::vector<std::optional<uint64_t>> held_versions) {
+  Run run(job, segments, work, quant, buffers, transport, options, std::move(held_versions));
   return run.Go();
 }
 

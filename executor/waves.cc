@@ -43,6 +43,8 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
   total.quant_staging_bytes = std::max(total.quant_staging_bytes, wave.quant_staging_bytes);
   total.quant_staging_written_bytes =
       std::max(total.quant_staging_written_bytes, wave.quant_staging_written_bytes);
+  total.delta_messages += wave.delta_messages;
+  total.delta_saved_bytes += wave.delta_saved_bytes;
 }
 
 void AddSchedule(ProcessSchedule& total, ProcessSchedule wave, int64_t segment_offset) {

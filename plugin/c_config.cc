@@ -158,12 +158,9 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   switch (c.delta) {
     case WSYNC_DELTA_OFF:
     case WSYNC_DELTA_AUTO:
+    case WSYNC_DELTA_ON:
       config.delta = static_cast<DeltaMode>(c.delta);
       break;
-    case WSYNC_DELTA_ON:
-      return absl::UnimplementedError(
-          "delta WSYNC_DELTA_ON (2) is not available yet: the executor does not move deltas "
-          "(issue 44); use WSYNC_DELTA_OFF (0) or WSYNC_DELTA_AUTO (1, for now the same as off)");
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "delta must be WSYNC_DELTA_OFF (0), WSYNC_DELTA_AUTO (1) or WSYNC_DELTA_ON (2), got ",

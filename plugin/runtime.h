@@ -81,6 +81,10 @@ struct RuntimeConfig {
   // one); a value (null: the bytes rule) overrides them.
   std::optional<std::shared_ptr<const LinkFits>> relay_fits;
   VerifyMode verify = VerifyMode::kOff;
+  // Delta sync (ExecuteOptions::delta): kOn on every step (kAuto as kOff until the cost model
+  // chooses); a sender's bases in host memory within delta_budget_bytes (DeltaBaseStore).
+  DeltaMode delta = DeltaMode::kOff;
+  int64_t delta_budget_bytes = int64_t{16} << 30;
   NcclApiFactory nccl_api;  // Empty: the real CUDA module.
   // Where this process stands in its steps (common/sync_progress.h): RunStep and the executor
   // write it, the control client sends it with every heartbeat (`wsync status`). Owned by the
@@ -257,6 +261,12 @@ class ConnectedJob {
   // Declared before arenas_, which may hold device arenas it allocated.
   std::unique_ptr<DeviceMemory> device_;
   std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
+  // Delta sync: this process's bases as a sender (committed or aborted with each step's
+  // decision), and as a rollout the version it committed last and holds unchanged: none when
+  // new, after a failed step and after RebindBuffer, so that its senders send it dense. Sync path
+  // only.
+  std::unique_ptr<DeltaBaseStore> delta_bases_;
+  std::optional<uint64_t> delta_held_;
 };
 
 // Processes connected without a job, for the link calibration (calibration/probe): the hosted

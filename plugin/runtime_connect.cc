@@ -300,6 +300,7 @@ absl::Status ConnectedJob::RebindBuffer(uint64_t id, void* address) {
   if (address == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("rebind_buffer: buffer ", id, " at NULL"));
   }
+  delta_held_.reset();  // Its senders send it dense until a step commits again.
   if (buffers_[id] == address) return absl::OkStatus();
   absl::MutexLock lock(&transport_mu_);  // Abort, from any thread, must not meet a registration.
   if (transport_ != nullptr) {

@@ -68,6 +68,12 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   options.data_key = &data_key_;
   options.rejected_messages = &result.rejected_messages;
   options.progress = progress;
+  options.delta.on = config_.delta == DeltaMode::kOn;
+  if (options.delta.on && delta_bases_ == nullptr) {
+    delta_bases_ = std::make_unique<DeltaBaseStore>(config_.delta_budget_bytes);
+  }
+  options.delta.bases = delta_bases_.get();
+  options.delta.held_version = delta_held_;
   // A local failure votes no before the peers are told (execute.h), so that the decision names
   // this process's reason.
   std::optional<absl::Status> early_decision;
@@ -93,7 +99,8 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
     // Take part in the agreement with the rejection, so that the other processes fail at once
     // naming it instead of waiting for this one's transfers until their deadline.
     AgreeOnBatch(*client_, result.outcome, plan_.digest, config_.staging_budget_bytes,
-                 static_cast<int32_t>(options.verify), options.deadline)
+                 static_cast<int32_t>(options.verify), options.deadline,
+                 DeltaClaim{options.delta.on, options.delta.held_version})
         .IgnoreError();
   }
   if (step.on_phase) step.on_phase(StepPhase::kTransferred);
@@ -107,6 +114,12 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   result.decision = early_decision ? *early_decision
                                    : client_->Decide(result.outcome.ok(), result.outcome.message(),
                                                      decide_deadline);
+  // What this step sent becomes the bases of its version only when every process committed it.
+  const bool committed = result.status().ok();
+  if (delta_bases_ != nullptr && committed) delta_bases_->Commit(options.sync_id);
+  if (delta_bases_ != nullptr && !committed) delta_bases_->Abort();
+  delta_held_.reset();
+  if (committed && options.delta.on && !job_->IsSource(process_)) delta_held_ = options.sync_id;
   if (progress != nullptr) progress->End(result.status().ok());
   LogStepEnd(who_, step.version, result);
   cuda_collective_pending_ =

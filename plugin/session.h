@@ -84,8 +84,8 @@ struct SessionConfig {
   // End-to-end integrity of every sync (ExecuteOptions::verify, executor/verify.h); kKeyed
   // uses the data key derived from the secret at connect.
   VerifyMode verify = VerifyMode::kOff;
-  // Delta sync (executor/delta_base.h). kOn is refused at init until the executor moves deltas;
-  // kAuto behaves as kOff until the cost model chooses.
+  // Delta sync (executor/delta_run.h; RuntimeConfig::delta): kOn moves only the elements changed
+  // since the version a rollout holds; kAuto behaves as kOff until the cost model chooses.
   DeltaMode delta = DeltaMode::kOff;
   // The hosted coordinator's heartbeats (host_coordinator only; docs/control_plane.md):
   // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at

@@ -51,6 +51,7 @@ absl::StatusOr<RuntimeConfig> Session::MakeRuntimeConfig() const {
   WSYNC_ASSIGN_OR_RETURN(runtime.path_transports, ParsePathTransports(config_.path_transports));
   runtime.calibration_file = config_.calibration_file;
   runtime.verify = config_.verify;
+  runtime.delta = config_.delta;
   runtime.nccl_api = config_.nccl_api;
   return runtime;
 }

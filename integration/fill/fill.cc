@@ -1,5 +1,6 @@
 #include "integration/fill/fill.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -89,12 +90,12 @@ absl::Status HostBuffers::CheckGuards() const {
 namespace {
 
 // Calls fn(element bytes, logical value bytes, size, parameter, buffer, index) for every element
-// of every piece
-// of `layout`, with the element's bytes in `buffers` and its logical value of `version`; fn returns
-// a non-OK status to stop. Fails on an unknown parameter or buffer, or an address outside it.
+// of every piece of `layout`, with the element's bytes in `buffers` and its logical value of its
+// SparseVersion at `version`; fn returns a non-OK status to stop. Fails on an unknown parameter or
+// buffer, or an address outside it.
 template <typename Buffers, typename Fn>
 absl::Status ForEachLogicalElement(const Layout& layout, Buffers& buffers, uint64_t version,
-                                   Fn&& fn) {
+                                   int32_t per_mille, Fn&& fn) {
   for (const Piece& piece : layout.pieces) {
     if (piece.param < 0 || piece.param >= static_cast<int32_t>(layout.params.size())) {
       return absl::InvalidArgumentError(
@@ -121,7 +122,9 @@ absl::Status ForEachLogicalElement(const Layout& layout, Buffers& buffers, uint6
         return;
       }
       unsigned char value[8];
-      StoreValue(LogicalValue(param_key, FlatIndex(param.shape, index), version), size, value);
+      const int64_t flat = FlatIndex(param.shape, index);
+      StoreValue(LogicalValue(param_key, flat, SparseVersion(param_key, flat, version, per_mille)),
+                 size, value);
       status = fn(data + *byte, value, size, param, key, index);
     });
     WSYNC_RETURN_IF_ERROR(status);
@@ -131,8 +134,30 @@ absl::Status ForEachLogicalElement(const Layout& layout, Buffers& buffers, uint6
 
 }  // namespace
 
+uint64_t SparseVersion(uint64_t param_key, int64_t flat_index, uint64_t version,
+                       int32_t per_mille) {
+  if (per_mille >= 1000) return version;
+  constexpr uint64_t kChangeSalt = 0x9e3779b97f4a7c15ull;  // Not the values' own hash.
+  for (uint64_t w = version; w >= 2; --w) {
+    if ((LogicalValue(param_key ^ kChangeSalt, flat_index, w) >> 8) % 1000 <
+        static_cast<uint64_t>(std::max(per_mille, 0))) {
+      return w;
+    }
+  }
+  return 1;
+}
+
 absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* buffers) {
-  return ForEachLogicalElement(layout, *buffers, version,
+  return FillSparseLogical(layout, version, 1000, buffers);
+}
+
+absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version) {
+  return CheckSparseLogical(layout, buffers, version, 1000);
+}
+
+absl::Status FillSparseLogical(const Layout& layout, uint64_t version, int32_t per_mille,
+                               HostBuffers* buffers) {
+  return ForEachLogicalElement(layout, *buffers, version, per_mille,
                                [](unsigned char* element, const unsigned char* value, int64_t size,
                                   const ParamInfo&, const BufferKey&, const Dims&) {
                                  std::memcpy(element, value, size);
@@ -140,9 +165,10 @@ absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* bu
                                });
 }
 
-absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version) {
+absl::Status CheckSparseLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version,
+                                int32_t per_mille) {
   return ForEachLogicalElement(
-      layout, buffers, version,
+      layout, buffers, version, per_mille,
       [version](const unsigned char* element, const unsigned char* value, int64_t size,
                 const ParamInfo& param, const BufferKey& key, const Dims& index) {
         if (std::memcmp(element, value, size) == 0) return absl::OkStatus();

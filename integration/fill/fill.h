@@ -45,6 +45,12 @@ uint64_t ParamKey(absl::string_view name);
 // of a 64-bit hash, so a stale, shifted or misplaced element is caught.
 uint64_t LogicalValue(uint64_t param_key, int64_t flat_index, uint64_t version);
 
+// The version whose logical value element `flat_index` of the parameter with key `param_key` holds
+// at `version` when each version after 1 changes about `per_mille` / 1000 of the elements (a
+// small update, as an optimizer step at a low learning rate makes): the latest w in [2, version]
+// that a hash of (param_key, flat_index, w) picks, else 1. `per_mille` >= 1000: `version`.
+uint64_t SparseVersion(uint64_t param_key, int64_t flat_index, uint64_t version, int32_t per_mille);
+
 // Writes the low `element_size` bytes of `value` to `out`, little-endian.
 void StoreValue(uint64_t value, int64_t element_size, unsigned char* out);
 
@@ -104,6 +110,13 @@ absl::Status FillLogical(const Layout& layout, uint64_t version, HostBuffers* bu
 // the first mismatch with the parameter, process, buffer, logical index and both values. Used by
 // processes that see only their own buffers (multi-process tests, the demo).
 absl::Status CheckLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version);
+
+// FillLogical and CheckLogical where each element holds its value of its SparseVersion at
+// `version` (each version after 1 changes about per_mille / 1000 of the elements).
+absl::Status FillSparseLogical(const Layout& layout, uint64_t version, int32_t per_mille,
+                               HostBuffers* buffers);
+absl::Status CheckSparseLogical(const Layout& layout, const HostBuffers& buffers, uint64_t version,
+                                int32_t per_mille);
 
 }  // namespace wsync::test
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -124,6 +126,20 @@ TEST(MultiprocTest, PathClassesPickSharedMemoryWithinANodeAndTcpAcross) {
   EXPECT_GT(inter, 0);  // The other trainer's half crosses between the nodes.
 }
 
+// megatron(tp=2) trainers on the first node of `net`, two DP replicas of vllm(tp=2) (four rollouts)
+// on the second, `versions` versions, `flags` on every worker.
+JobSpec TwoReplicasAcrossNodes(const NetnsPair& net, int versions, std::vector<std::string> flags) {
+  JobSpec spec;
+  spec.to = "vllm(tp=2,dp=2)";
+  spec.rollouts = 4;
+  spec.versions = versions;
+  spec.coordinator_netns = net.ns(0);
+  spec.coordinator_address = net.address(0);
+  spec.extra_worker_flags = std::move(flags);
+  for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(net, p < 2 ? 0 : 1));
+  return spec;
+}
+
 // Trainers (megatron(tp=2)) in one namespace, four rollouts (two DP replicas of vllm(tp=2)) in
 // the other. Without relaying each replica's shard crosses the veth once per replica; relayed, it
 // crosses once and a rollout forwards it over shared memory: the inter-node bytes the transports
@@ -135,15 +151,7 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
   std::map<std::string, int64_t> inter_node;  // Wire bytes sent across nodes, per relay mode.
   for (const char* relay : {"never", "always"}) {
     SCOPED_TRACE(relay);
-    JobSpec spec;
-    spec.to = "vllm(tp=2,dp=2)";
-    spec.rollouts = 4;
-    spec.versions = 2;
-    spec.coordinator_netns = net->ns(0);
-    spec.coordinator_address = net->address(0);
-    spec.extra_worker_flags = {"--relay", relay};
-    for (int p = 0; p < 6; ++p) spec.placement.push_back(TwoNodePlacement(*net, p < 2 ? 0 : 1));
-    JobResult result = ExpectJobSucceeds(spec);
+    JobResult result = ExpectJobSucceeds(TwoReplicasAcrossNodes(*net, 2, {"--relay", relay}));
     ASSERT_EQ(result.workers.size(), 6u);
     int64_t sent_across = 0, received_across = 0, forwarded = 0;
     for (const WorkerResult& worker : result.workers) {
@@ -161,6 +169,81 @@ TEST(MultiprocTest, RelayHalvesInterNodeBytesAcrossTwoNetworkNamespaces) {
   EXPECT_GT(inter_node["always"], 0);
   EXPECT_GE(inter_node["never"], 2 * inter_node["always"]);
   EXPECT_LE(inter_node["never"], 2 * inter_node["always"] + inter_node["always"] / 100);
+}
+
+// Delta sync (issue 44) over UCX `tls`: 20 versions, each after the first changing ~2% of the
+// elements; every rollout checks every element of every version. Version 6 aborts (rollout 0
+// votes no after its transfer), so version 7 goes dense to both rollouts; rollout 1 rebinds its
+// buffers before version 12, which goes dense to it only. Every other version travels as deltas.
+void ExpectDeltaSyncsExact(const std::string& tls) {
+  JobSpec spec;
+  spec.tls = tls;
+  spec.versions = 20;
+  spec.extra_worker_flags = {"--delta", "--changed_per_mille=20", "--verify_hashes",
+                             "--keep_going"};
+  spec.placement.assign(
+      4, tls == "tcp" ? ProcessPlacement{"", "local", "lo", {}} : ProcessPlacement{});
+  spec.placement[2].extra_flags = {"--fail_version=6"};
+  spec.placement[3].extra_flags = {"--rebind_version=12"};
+  absl::StatusOr<JobResult> result = RunJob(spec, WSYNC_TEST_WORKER, WSYNC_CLI);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->workers.size(), 4u);
+  int64_t delta_received = 0, delta_dense = 0;  // Rollouts, versions that travelled as deltas.
+  for (int p = 0; p < 4; ++p) {
+    const WorkerResult& worker = result->workers[p];
+    // Only version 6 failed, on every process (the decision).
+    EXPECT_EQ(worker.exit_code, 1) << worker.stderr_text;
+    EXPECT_NE(worker.stderr_text.find("1 of 20 versions failed"), std::string::npos)
+        << "process " << p << ": " << worker.stderr_text;
+    ASSERT_EQ(worker.stats.size(), 19u) << "process " << p << ": " << worker.stderr_text;
+    if (p < 2) continue;
+    for (const auto& stats : worker.stats) {
+      const int64_t version = Field(stats, "version");
+      SCOPED_TRACE(testing::Message() << "rollout " << p - 2 << " version " << version);
+      EXPECT_NE(version, 6);
+      EXPECT_GT(Field(stats, "verified"), 0);  // Chunk hashes over the patched targets.
+      const bool dense = version == 1 || version == 7 || (version == 12 && p == 3);
+      if (dense) {
+        EXPECT_EQ(Field(stats, "delta_messages"), 0);
+        continue;
+      }
+      EXPECT_GT(Field(stats, "delta_messages"), 0);
+      delta_received += Field(stats, "received");
+      delta_dense += Field(stats, "received") + Field(stats, "delta_saved");
+    }
+  }
+  ASSERT_GT(delta_dense, 0);
+  // ~2% of the elements changed: the encodings are a small part of the dense bytes.
+  EXPECT_LT(delta_received * 5, delta_dense)
+      << delta_received << " of " << delta_dense << " dense bytes";
+  testing::Test::RecordProperty("delta_received_bytes", std::to_string(delta_received));
+  testing::Test::RecordProperty("delta_dense_bytes", std::to_string(delta_dense));
+}
+
+TEST(MultiprocTest, DeltaSyncTwentySmallUpdatesBitExactDenseAfterAnAbortAndARebind) {
+  ExpectDeltaSyncsExact("sm,cma,self");
+}
+
+TEST(MultiprocTest, DeltaSyncTwentySmallUpdatesBitExactOverTcp) { ExpectDeltaSyncsExact("tcp"); }
+
+// Delta sync with relays: a relay patches what it receives from the trainers and forwards its
+// patched weights dense (forwarding lanes never announce); every rollout checks every element.
+TEST(MultiprocTest, DeltaSyncThroughRelaysAcrossTwoNetworkNamespaces) {
+  std::string reason;
+  std::optional<NetnsPair> net = NetnsPair::Create(&reason);
+  if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
+  JobResult result = ExpectJobSucceeds(TwoReplicasAcrossNodes(
+      *net, 4, {"--relay", "always", "--delta", "--changed_per_mille=20", "--verify_hashes"}));
+  ASSERT_EQ(result.workers.size(), 6u);
+  int64_t forwarded = 0, delta_messages = 0;
+  for (int p = 2; p < 6; ++p) {
+    for (const auto& stats : result.workers[p].stats) {
+      forwarded += Field(stats, "forwarded");
+      if (Field(stats, "version") > 1) delta_messages += Field(stats, "delta_messages");
+    }
+  }
+  EXPECT_GT(forwarded, 0);
+  EXPECT_GT(delta_messages, 0);
 }
 
 TEST(MultiprocTest, AWrongSecretIsRefusedAndTheOthersFailNamingTheMissingProcess) {

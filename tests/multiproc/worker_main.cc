@@ -100,6 +100,17 @@ ABSL_FLAG(bool, markers, false,
           "Print 'PID <pid>', 'PHASE <join|transfer|decide> version=<v>' and one 'RESULT "
           "version=<v> ok=<0|1> transfer_s=<s> total_s=<s> error=<text>' line per sync.");
 ABSL_FLAG(double, pause_before_decide_s, 0, "Sleep this long before each commit decision.");
+// Delta sync (issue 44).
+ABSL_FLAG(bool, delta, false, "Delta sync on (RuntimeConfig::delta = kOn).");
+ABSL_FLAG(int32_t, changed_per_mille, 1000,
+          "With --verify: each version after 1 changes about this many elements per 1000 "
+          "(test::FillSparseLogical); 1000: every element, every version.");
+ABSL_FLAG(int64_t, fail_version, 0,
+          "This process votes no in the commit decision of this version (after its transfer and "
+          "element checks): an aborted sync. 0: never.");
+ABSL_FLAG(int64_t, rebind_version, 0,
+          "Before this version's sync, this process moves every buffer to new memory holding the "
+          "same bytes and rebinds it (ConnectedJob::RebindBuffer). 0: never.");
 
 namespace wsync {
 namespace {
@@ -187,7 +198,9 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
       cpu.user + cpu.system, cpu.user);
   for (const auto& [path, bytes] : bytes_by_path)
     absl::StrAppend(&line, " path_", path, "=", bytes);
-  absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes, " quant_verified=", quant_verified);
+  absl::StrAppend(&line, " forwarded=", stats.forwarded_bytes, " quant_verified=", quant_verified,
+                  " delta_messages=", stats.delta_messages,
+                  " delta_saved=", stats.delta_saved_bytes);
   for (const bool sent : {true, false}) {
     for (const auto& [path, bytes] : wire.ByPath(job, sent)) {
       absl::StrAppend(&line, sent ? " wire_sent_" : " wire_received_", path, "=", bytes);
@@ -242,6 +255,7 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
     config.relay_fits = std::make_shared<const LinkFits>(std::move(relay_fits));
   }
   WSYNC_ASSIGN_OR_RETURN(config.verify, WorkerVerifyMode());
+  if (absl::GetFlag(FLAGS_delta)) config.delta = DeltaMode::kOn;
   return config;
 }
 
@@ -270,6 +284,19 @@ std::map<std::string, int64_t> PlannedBytesByPath(const ConnectedJob& connected)
         Volume(gather.box) * DTypeSize(job.source().params[job.SourceParamOf(gather.param)].dtype));
   }
   return bytes_by_path;
+}
+
+// Moves every buffer of this process to new memory holding the same bytes, rebinds it, and keeps
+// the new memory in `memory` (the old is freed).
+absl::Status RebindAll(ConnectedJob& connected, const Layout& part, test::HostBuffers& memory) {
+  test::HostBuffers moved = memory;  // A deep copy at new addresses.
+  const int32_t rank = absl::GetFlag(FLAGS_rank);
+  for (const BufferInfo& info : part.buffers) {
+    WSYNC_RETURN_IF_ERROR(
+        connected.RebindBuffer(info.id, moved.data(test::BufferKey{rank, info.id})));
+  }
+  memory = std::move(moved);  // The map's nodes, and so the addresses, move with it.
+  return absl::OkStatus();
 }
 
 absl::Status Run() {
@@ -320,8 +347,12 @@ absl::Status Run() {
   const bool keep_going = absl::GetFlag(FLAGS_keep_going);
   int64_t failed_versions = 0;
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
+    if (version == absl::GetFlag(FLAGS_rebind_version)) {
+      WSYNC_RETURN_IF_ERROR(RebindAll(*connected, part, memory));
+    }
+    const int32_t per_mille = absl::GetFlag(FLAGS_changed_per_mille);
     if (trainer && verify) {
-      WSYNC_RETURN_IF_ERROR(test::FillLogical(part, version, &memory));
+      WSYNC_RETURN_IF_ERROR(test::FillSparseLogical(part, version, per_mille, &memory));
     } else if (trainer && absl::GetFlag(FLAGS_fill_pattern)) {
       test::FillPattern(static_cast<uint64_t>(version), &memory);
     }
@@ -331,12 +362,16 @@ absl::Status Run() {
     // The element checks, test steps outside wsync's protocol, get a deadline of their own.
     int64_t quant_verified = 0;
     step.check = [&]() -> absl::Status {
-      if (!trainer && verify) WSYNC_RETURN_IF_ERROR(test::CheckLogical(part, memory, version));
+      if (!trainer && verify) {
+        WSYNC_RETURN_IF_ERROR(test::CheckSparseLogical(part, memory, version, per_mille));
+      }
       if (verify_quant) {
         WSYNC_ASSIGN_OR_RETURN(quant_verified,
                                test::CheckQuantizedPattern(source, part, memory, version));
       }
-      return memory.CheckGuards();
+      WSYNC_RETURN_IF_ERROR(memory.CheckGuards());
+      if (version != absl::GetFlag(FLAGS_fail_version)) return absl::OkStatus();
+      return absl::AbortedError(absl::StrCat("--fail_version ", version));
     };
     step.check_time = verify || verify_quant ? step_deadline : absl::ZeroDuration();
     step.pause_before_decide = absl::Seconds(absl::GetFlag(FLAGS_pause_before_decide_s));

@@ -112,15 +112,13 @@ class ErrorTest(unittest.TestCase):
         self.assertIn("twice", error[1])
         wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
                       heartbeat_interval_seconds=0.1, silence_limit_seconds=1).finalize()
-        # delta: "off" and "auto" (for now off) are taken, "on" is not available yet.
+        # delta: "off", "auto" (for now off) and "on" are taken, other values refused.
         error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
                                              secret=SECRET, delta="sometimes"))
         self.assertEqual(error[0], "INVALID_ARGUMENT", error)
         self.assertIn("delta", error[1])
-        error = _error(lambda: wsync.Session("rollout", coordinator=f"127.0.0.1:{port}",
-                                             secret=SECRET, delta="on"))
-        self.assertEqual(error[0], "UNSUPPORTED", error)
-        self.assertIn("not available yet", error[1])
+        wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
+                      delta="on").finalize()
         wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET,
                       delta="auto").finalize()
         session = wsync.Session("rollout", coordinator=f"127.0.0.1:{port}", secret=SECRET)

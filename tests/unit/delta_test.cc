@@ -254,6 +254,38 @@ TEST(DeltaBaseStoreTest, AnAbortedSyncLeavesNoBaseForWhatItSent) {
   EXPECT_EQ(store.held_bytes(), 100);
 }
 
+TEST(DeltaCodecTest, SamplingTellsAChunkThatChangedEverywhere) {
+  std::mt19937_64 random(7);
+  const std::vector<uint8_t> base = RandomBytes(4000 * 2, random);
+  int64_t changed = 0;
+  EXPECT_TRUE(SampledMostlyChanged(base, Change(base, 2, 1.0, random, &changed), 2));
+  EXPECT_FALSE(SampledMostlyChanged(base, Change(base, 2, 0.02, random, &changed), 2));
+  EXPECT_FALSE(SampledMostlyChanged(base, base, 2));
+  EXPECT_FALSE(SampledMostlyChanged({}, {}, 4));
+  // Fewer elements than samples: each one looked at.
+  const std::vector<uint8_t> small = RandomBytes(3 * 4, random);
+  EXPECT_TRUE(SampledMostlyChanged(small, Change(small, 4, 1.0, random, &changed), 4));
+}
+
+TEST(DeltaBaseStoreTest, ARecordOfTheSameSizeReplacesTheCommittedBase) {
+  DeltaBaseStore store(150);
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 1)));
+  store.Commit(5);
+  const uint8_t* before = store.Base(1, 5)->data();
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 2)));  // Overwritten in place.
+  EXPECT_FALSE(store.Base(1, 5).has_value());                  // Pending: no base at all.
+  EXPECT_EQ(store.held_bytes(), 100);
+  store.Commit(6);
+  ASSERT_TRUE(store.Base(1, 6).has_value());
+  EXPECT_EQ(store.Base(1, 6)->data(), before);
+  EXPECT_EQ(std::vector<uint8_t>(store.Base(1, 6)->begin(), store.Base(1, 6)->end()),
+            std::vector<uint8_t>(100, 2));
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 3)));
+  store.Abort();  // What the aborted sync recorded is dropped, in place or not.
+  EXPECT_FALSE(store.Base(1, 6).has_value());
+  EXPECT_EQ(store.held_bytes(), 0);
+}
+
 TEST(DeltaBaseStoreTest, AChunkOverTheBudgetHoldsNoBase) {
   DeltaBaseStore store(250);
   EXPECT_TRUE(store.Record(1, std::vector<uint8_t>(100, 1)));

@@ -102,7 +102,8 @@ class Session:
     wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
     HTTP /metrics exporter; port 0 picks one, listening_ports() reports it; a wildcard such as
     "0.0.0.0" only with metrics_allow_any_address=True), delta ("off", "auto": for now the same as
-    off, "on": not available yet, init raises UNSUPPORTED).
+    off, "on": only the elements changed since the version a rollout holds travel; every process
+    of the job must pass the same).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """

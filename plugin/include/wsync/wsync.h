@@ -147,8 +147,11 @@ typedef struct wsync_config {
                                         WSYNC_DELTA_AUTO (1): delta where the cost model says it
                                         pays, for now the same as off; WSYNC_DELTA_ON (2): senders
                                         move only the elements changed since the version a
-                                        rollout holds, not available yet (init refuses it with
-                                        WSYNC_UNSUPPORTED). Other values: WSYNC_INVALID_ARGUMENT. */
+                                        rollout committed last and holds (dense to a rollout that
+                                        is new, dirty, rebound or was in an aborted sync since);
+                                        every process of a job must set the same (else its syncs
+                                        fail before any byte moves). Other values:
+                                        WSYNC_INVALID_ARGUMENT. */
   /* Appended to v1 (a caller's struct_size without them: the defaults). */
   const char* secret;   /* The job secret itself, secret_length bytes (need not end in NUL),
                            instead of secret_file or secret_env (give at most one of the three).

@@ -1,0 +1,292 @@
+#include "executor/delta_run.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "executor/copy.h"
+#include "executor/delta_codec.h"
+#include "planner/layout.h"
+
+namespace wsync::executor_internal {
+namespace {
+
+bool WeightBuffer(uint64_t buffer) {
+  return buffer != kRelayArenaBuffer && buffer != kQuantArenaBuffer &&
+         buffer != kQuantStagingBuffer;
+}
+
+absl::Span<uint8_t> Bytes(char* data, int64_t bytes) {
+  return absl::MakeSpan(reinterpret_cast<uint8_t*>(data), static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work& work,
+                       const DeltaOptions& options,
+                       std::vector<std::optional<uint64_t>> held_versions, uint64_t sync_id,
+                       int32_t wave, AddressOf address_of)
+    : job_(job),
+      segments_(segments),
+      work_(work),
+      options_(options),
+      held_(std::move(held_versions)),
+      sync_id_(sync_id),
+      wave_(wave),
+      address_of_(std::move(address_of)),
+      lanes_(work.lanes.size()) {
+  for (size_t lane = 0; lane < work.lanes.size(); ++lane) {
+    lanes_[lane].announces = Announces(work.lanes[lane]);
+    lanes_[lane].offsets.assign(work.lanes[lane].messages.size(), -1);
+    int64_t word = 1;
+    for (const Message& message : work.lanes[lane].messages) {
+      lanes_[lane].first_words.push_back(word);
+      word += std::ssize(message.chunks);
+    }
+  }
+}
+
+bool DeltaLanes::Announces(const Lane& lane) const {
+  if (!options_.on || job_.HasQuantizedParams() || lane.kind != MemoryKind::kHost ||
+      lane.forwarding) {
+    return false;
+  }
+  const int32_t receiver = lane.direction == Direction::kSend ? lane.peer : work_.process;
+  return receiver < std::ssize(held_) && held_[receiver].has_value();
+}
+
+bool DeltaLanes::Encodable(const Chunk& chunk) const {
+  const Segment& s = segments_[chunk.segment];
+  return chunk.from_kind == MemoryKind::kHost && chunk.to_kind == MemoryKind::kHost &&
+         WeightBuffer(s.from.buffer) && WeightBuffer(s.to.buffer);
+}
+
+absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
+  Lane& lane = work_.lanes[lane_index];
+  LaneDelta& delta = lanes_[lane_index];
+  DeltaBaseStore* const bases = options_.bases;
+  if (delta.announces) delta.announcement.assign(1, static_cast<int64_t>(sync_id_));
+  std::vector<uint8_t> packed;   // A chunk's current bytes when its source is strided.
+  std::vector<uint8_t> encoded;  // One message's encodings.
+  std::vector<uint8_t> chunk_encoding;
+  std::vector<int64_t> sizes;
+  for (size_t index = 0; index < lane.messages.size(); ++index) {
+    Message& message = lane.messages[index];
+    bool encodable = delta.announces && bases != nullptr;
+    bool saves = false;
+    encoded.clear();
+    sizes.clear();
+    for (int32_t chunk_index : message.chunks) {
+      const Chunk& chunk = work_.chunks[chunk_index];
+      if (!Encodable(chunk)) {
+        encodable = false;
+        continue;
+      }
+      if (bases == nullptr) continue;
+      const Segment& s = segments_[chunk.segment];
+      char* from = address_of_(s.from, chunk.from_offset, chunk.element_size);
+      absl::Span<const uint8_t> current = Bytes(from, chunk.bytes);
+      if (!chunk.from_packed) {
+        packed.resize(static_cast<size_t>(chunk.bytes));
+        PackRegion(packed.data(), from, s.from.strides, chunk.shape, chunk.element_size);
+        current = packed;
+      }
+      const int element_bytes = static_cast<int>(chunk.element_size);
+      const uint64_t key = DeltaChunkKey(wave_, chunk_index);
+      const std::optional<absl::Span<const uint8_t>> base =
+          encodable ? bases->Base(key, *held_[lane.peer]) : std::nullopt;
+      const size_t before = encoded.size();
+      if (base.has_value() && base->size() == current.size() &&
+          !SampledMostlyChanged(*base, current, element_bytes)) {
+        WSYNC_ASSIGN_OR_RETURN(const DeltaEncodingSummary summary,
+                               EncodeDelta(*base, current, element_bytes, &chunk_encoding));
+        encoded.insert(encoded.end(), chunk_encoding.begin(), chunk_encoding.end());
+        saves = saves || summary.kind != DeltaKind::kDense;
+      } else if (encodable) {
+        AppendDenseDelta(current, element_bytes, &encoded);
+      }
+      sizes.push_back(static_cast<int64_t>(encoded.size() - before));
+      bases->Record(key, current);  // Invalidates `base`, used above.
+    }
+    encodable = encodable && saves && std::ssize(encoded) < message.bytes;
+    if (!delta.announces) continue;
+    for (size_t chunk = 0; chunk < message.chunks.size(); ++chunk) {
+      delta.announcement.push_back(encodable ? sizes[chunk] : -1);
+    }
+    if (!encodable) continue;
+    delta.offsets[index] = std::ssize(delta.payload);
+    delta.payload.insert(delta.payload.end(), encoded.begin(), encoded.end());
+    saved_bytes_ += message.bytes - std::ssize(encoded);
+    ++messages_;
+    message.bytes = std::ssize(encoded);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
+  Lane& lane = work_.lanes[lane_index];
+  LaneDelta& delta = lanes_[lane_index];
+  auto refuse = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("delta: the announcement from process ", lane.peer,
+                                            " does not fit this process's work: ", why));
+  };
+  if (delta.announcement[0] != static_cast<int64_t>(sync_id_)) {
+    return refuse(absl::StrCat("sync id ", delta.announcement[0], ", expected ", sync_id_));
+  }
+  size_t word = 1;
+  int64_t total = 0;
+  std::vector<int64_t> encoded_bytes(lane.messages.size(), 0);
+  for (size_t index = 0; index < lane.messages.size(); ++index) {
+    const Message& message = lane.messages[index];
+    const size_t first = word;
+    word += message.chunks.size();
+    if (delta.announcement[first] == -1) {
+      for (size_t w = first; w < word; ++w) {
+        if (delta.announcement[w] != -1) {
+          return refuse(absl::StrCat("message ", index, " is partly dense"));
+        }
+      }
+      continue;
+    }
+    int64_t bytes = 0;
+    for (size_t i = 0; i < message.chunks.size(); ++i) {
+      const Chunk& chunk = work_.chunks[message.chunks[i]];
+      const int64_t size = delta.announcement[first + i];
+      if (chunk.to_kind != MemoryKind::kHost) {
+        return refuse(absl::StrCat("message ", index, " is encoded into device memory"));
+      }
+      if (size < kDeltaHeaderBytes || size > kDeltaHeaderBytes + chunk.bytes) {
+        return refuse(absl::StrCat("chunk ", i, " of message ", index, " announces ", size,
+                                   " bytes, outside [", kDeltaHeaderBytes, ", ",
+                                   kDeltaHeaderBytes + chunk.bytes, "]"));
+      }
+      bytes += size;
+    }
+    if (bytes >= message.bytes) {
+      return refuse(absl::StrCat("message ", index, " announces ", bytes, " bytes, not fewer than ",
+                                 message.bytes));
+    }
+    delta.offsets[index] = total;
+    total += bytes;
+    encoded_bytes[index] = bytes;
+  }
+  delta.payload.resize(static_cast<size_t>(total));
+  for (size_t index = 0; index < lane.messages.size(); ++index) {
+    if (delta.offsets[index] < 0) continue;
+    Message& message = lane.messages[index];
+    saved_bytes_ += message.bytes - encoded_bytes[index];
+    ++messages_;
+    message.bytes = encoded_bytes[index];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
+  // No lane announces in a quantized job (Announces): nothing to encode or record either.
+  if (!options_.on || job_.HasQuantizedParams()) return absl::OkStatus();
+  for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+    const Lane& l = work_.lanes[lane];
+    if (!l.messages.empty() && l.messages.back().round >= kDeltaRound) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("delta: process ", work_.process, " has ", l.messages.back().round + 1,
+                       " rounds with process ", l.peer, "; round ", kDeltaRound,
+                       " is reserved for the announcements"));
+    }
+  }
+  for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+    const Lane& l = work_.lanes[lane];
+    if (l.direction != Direction::kSend || l.kind != MemoryKind::kHost || l.forwarding) continue;
+    WSYNC_RETURN_IF_ERROR(EncodeLane(lane));
+  }
+  announced_ = true;
+  for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+    const Lane& l = work_.lanes[lane];
+    if (l.direction != Direction::kSend || !lanes_[lane].announces) continue;
+    const std::vector<int64_t>& words = lanes_[lane].announcement;
+    WSYNC_ASSIGN_OR_RETURN(
+        const RequestId request,
+        transport.PostSend(l.peer, MakeTag(sync_id_, kDeltaRound, work_.process), words.data(),
+                           static_cast<int64_t>(words.size() * sizeof(int64_t))));
+    sends_.push_back(request);
+  }
+  std::vector<RequestId> receives;
+  std::vector<int32_t> receiving;
+  for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+    const Lane& l = work_.lanes[lane];
+    if (l.direction != Direction::kReceive || !lanes_[lane].announces) continue;
+    std::vector<int64_t>& words = lanes_[lane].announcement;
+    const std::vector<int64_t>& first = lanes_[lane].first_words;
+    const size_t chunks = l.messages.empty() ? 0 : l.messages.back().chunks.size();
+    words.assign(l.messages.empty() ? 1 : static_cast<size_t>(first.back()) + chunks, 0);
+    WSYNC_ASSIGN_OR_RETURN(
+        const RequestId request,
+        transport.PostReceive(l.peer, MakeTag(sync_id_, kDeltaRound, l.peer), words.data(),
+                              static_cast<int64_t>(words.size() * sizeof(int64_t))));
+    receives.push_back(request);
+    receiving.push_back(lane);
+  }
+  if (receives.empty()) return absl::OkStatus();
+  WSYNC_RETURN_IF_ERROR(transport.WaitAll(receives, deadline));
+  for (int32_t lane : receiving) WSYNC_RETURN_IF_ERROR(CheckAnnouncement(lane));
+  return absl::OkStatus();
+}
+
+char* DeltaLanes::Payload(int32_t lane, int32_t index) const {
+  const int64_t offset = lanes_[lane].offsets[index];
+  if (offset < 0) return nullptr;
+  return reinterpret_cast<char*>(lanes_[lane].payload.data()) + offset;
+}
+
+absl::Status DeltaLanes::Apply(absl::Span<const std::pair<int32_t, int32_t>> received) {
+  std::vector<uint8_t> packed;
+  for (const auto& [lane, index] : received) {
+    const char* payload = Payload(lane, index);
+    if (payload == nullptr) continue;
+    const Lane& l = work_.lanes[lane];
+    const Message& message = l.messages[index];
+    const size_t word = lanes_[lane].first_words[index];
+    int64_t at = 0;
+    for (size_t i = 0; i < message.chunks.size(); ++i) {
+      const Chunk& chunk = work_.chunks[message.chunks[i]];
+      const Segment& s = segments_[chunk.segment];
+      const int64_t size = lanes_[lane].announcement[word + i];
+      const auto encoding = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(payload) + at,
+                                                static_cast<size_t>(size));
+      at += size;
+      char* to = address_of_(s.to, chunk.to_offset, chunk.element_size);
+      absl::Span<uint8_t> target = Bytes(to, chunk.bytes);
+      if (!chunk.to_packed) {
+        packed.resize(static_cast<size_t>(chunk.bytes));
+        PackRegion(packed.data(), to, s.to.strides, chunk.shape, chunk.element_size);
+        target = absl::MakeSpan(packed);
+      }
+      if (absl::Status applied = ApplyDelta(encoding, static_cast<int>(chunk.element_size), target);
+          !applied.ok()) {
+        return absl::DataLossError(absl::StrCat("delta from process ", l.peer, ": chunk ", i,
+                                                " of message ", index, ": ", applied.message()));
+      }
+      if (!chunk.to_packed) {
+        UnpackRegion(to, s.to.strides, packed.data(), chunk.shape, chunk.element_size);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void DeltaLanes::Release(Transport& transport, absl::Time until, bool failed) {
+  if (failed && !announced_ && options_.on) {
+    static const char kNotice = 0;
+    for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
+      const Lane& l = work_.lanes[lane];
+      if (l.direction != Direction::kSend || !lanes_[lane].announces) continue;
+      absl::StatusOr<RequestId> notice =
+          transport.PostSend(l.peer, MakeTag(sync_id_, kDeltaRound, work_.process), &kNotice, 1);
+      if (notice.ok()) sends_.push_back(*notice);
+    }
+    announced_ = true;
+  }
+  if (!sends_.empty()) transport.WaitAll(sends_, until).IgnoreError();
+  sends_.clear();
+}
+
+}  // namespace wsync::executor_internal
