@@ -165,7 +165,7 @@ struct Totals {
   }
 };
 
-struct Traffic {
+struct TrafficTally {
   Totals all;
   absl::flat_hash_map<std::pair<int32_t, int32_t>, Totals> pairs;  // Keyed by (from, to).
   std::map<std::string, Totals> paths;                             // Keyed by path class.
@@ -175,8 +175,8 @@ struct Traffic {
 
 // The segments the plan was made for: with a process, those it sends or receives (a relayed plan
 // also lists what its relays receive, which it neither sends nor receives).
-Traffic Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
-  Traffic traffic;
+TrafficTally Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
+  TrafficTally traffic;
   traffic.sent.resize(job.num_processes());
   traffic.received.resize(job.num_processes());
   for (const Segment& segment : plan.segments) {
@@ -200,7 +200,7 @@ struct PairTotals {
 };
 
 // All pairs, the largest first; ties by (from, to) so the listing is deterministic.
-std::vector<PairTotals> SortedPairs(const Traffic& traffic) {
+std::vector<PairTotals> SortedPairs(const TrafficTally& traffic) {
   std::vector<PairTotals> pairs;
   pairs.reserve(traffic.pairs.size());
   for (const auto& [key, totals] : traffic.pairs) pairs.push_back({key.first, key.second, totals});
@@ -241,7 +241,7 @@ void PrintLayout(std::FILE* out, absl::string_view label, absl::string_view spec
 }
 
 void PrintSummary(std::FILE* out, const PlanRequest& request, const PlanRun& run,
-                  const Traffic& traffic) {
+                  const TrafficTally& traffic) {
   const Job& job = *run.job;
   const ModelSpec& model = run.model;
   absl::FPrintF(out, "%-16s %s: %d parameters, %d elements, %s (%d B)\n", "model", model.name,
@@ -305,7 +305,8 @@ void PrintPairRow(std::FILE* out, const Job& job, const PairTotals& pair) {
 }
 
 // With --process: every pair involving the process, and what it sends and receives in total.
-void PrintPairsOfProcess(std::FILE* out, const Job& job, const Traffic& traffic, int32_t process) {
+void PrintPairsOfProcess(std::FILE* out, const Job& job, const TrafficTally& traffic,
+                         int32_t process) {
   const std::vector<PairTotals> pairs = SortedPairs(traffic);
   absl::FPrintF(out, "\nbytes per (from, to) pair involving %s: %d pairs\n",
                 ProcessName(job, process), pairs.size());
@@ -318,7 +319,7 @@ void PrintPairsOfProcess(std::FILE* out, const Job& job, const Traffic& traffic,
 }
 
 // Without --process: how many pairs, the ten largest, and the busiest sender and receiver.
-void PrintPairSummary(std::FILE* out, const Job& job, const Traffic& traffic) {
+void PrintPairSummary(std::FILE* out, const Job& job, const TrafficTally& traffic) {
   constexpr size_t kTop = 10;
   const std::vector<PairTotals> pairs = SortedPairs(traffic);
   absl::FPrintF(out, "\nbytes per (from, to) pair: %d pairs; the %d largest:\n", pairs.size(),
@@ -337,7 +338,7 @@ void PrintPairSummary(std::FILE* out, const Job& job, const Traffic& traffic) {
                 HumanBytes(busiest_receiver->bytes));
 }
 
-void PrintPaths(std::FILE* out, const Traffic& traffic) {
+void PrintPaths(std::FILE* out, const TrafficTally& traffic) {
   absl::FPrintF(out, "\nbytes per path class:\n");
   for (const auto& [path, totals] : traffic.paths) {
     absl::FPrintF(out, "  %-12s %9d segments %12s (%d B)\n", path, totals.segments,
@@ -419,7 +420,7 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
   if (cluster && placed.procs_per_node <= 0) placed.procs_per_node = cluster->procs_per_node;
   WSYNC_ASSIGN_OR_RETURN(const PlanRun run, Execute(placed, relay_fits));
   const Job& job = *run.job;
-  const Traffic traffic = Tally(job, run.plan, request.process);
+  const TrafficTally traffic = Tally(job, run.plan, request.process);
   PrintSummary(out, request, run, traffic);
   PrintSegments(out, job, run.plan, request.segments_to_show);
   if (request.process.has_value()) {
