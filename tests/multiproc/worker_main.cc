@@ -42,7 +42,7 @@
 #include "planner/plan.h"
 #include "planner/relay.h"
 #include "plugin/runtime.h"
-#include "tests/testing/quant_pattern_check.h"
+#include "integration/fill/quant_check.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
