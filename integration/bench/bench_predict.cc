@@ -148,7 +148,7 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
   }
   spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
   WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
-                         harness::RunJob(spec, options.job.worker, options.job.wsync));
+                         harness::RunJob(spec, options.job.host, options.job.wsync));
   Measured measured;
   for (int32_t v = warmup; v < spec.versions; ++v) {
     double slowest = 0;
