@@ -124,9 +124,9 @@ struct SyncSample {
   // The sync call (wsync.h's sync) as its host sees it, slowest process: the trigger, the
   // agreement, the transfer and the commit decision.
   double sync_seconds = 0;
-  // The sync call less its transfer, the largest of any process: what the C ABI's figures cannot
-  // split further (the trigger and the agreement before the transfer, which include waiting for
-  // the last process to arrive, and the commit decision after it).
+  // sync_seconds less seconds: what the slowest sync call took beyond the slowest transfer, which
+  // the C ABI's figures cannot split further (the trigger and the agreement before the transfer
+  // and the commit decision after it).
   double outside_seconds = 0;
   int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
   int64_t total_bytes = 0;    // Received by all rollout processes.

@@ -234,9 +234,9 @@ void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out) {
       user.push_back(s.cpu_user_seconds);
     }
     absl::FPrintF(out,
-                  "%s %s outside the transfer (medians): %.4f s (the sync call less the\n"
-                  "  library's transfer seconds, the largest of any process: trigger, agreement\n"
-                  "  and commit decision); the sync call as the host sees it (slowest process)\n"
+                  "%s %s outside the transfer (medians): %.4f s (the slowest sync call less the\n"
+                  "  slowest transfer, by the library's seconds: trigger, agreement and commit\n"
+                  "  decision); the sync call as the host sees it (slowest process)\n"
                   "  %.4f s = %.2f GB/s per rollout; CPU of all processes during the sync call\n"
                   "  %.4f s per sync = %.3f s per GB received (user space %.4f s, kernel %.4f s)\n",
                   row.contestant, row.transports.name, Median(outside), Median(call),

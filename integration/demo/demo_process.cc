@@ -107,15 +107,6 @@ namespace {
 
 using host::Plugin;
 
-// Flips the lowest bit of the first element of every piece (--corrupt_step).
-void Corrupt(const Layout& part, test::HostBuffers& memory) {
-  for (const Piece& piece : part.pieces) {
-    if (Volume(piece.box) == 0) continue;
-    unsigned char* data = memory.data({piece.process, piece.buffer});
-    data[piece.offset * DTypeSize(part.params[piece.param].dtype)] ^= 1;
-  }
-}
-
 void Print(const std::string& line) {
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
@@ -235,7 +226,9 @@ absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bo
   if (trainer) {  // The RL step changes the weights, then they are published.
     const absl::Time fill_start = absl::Now();
     outcome.verified = host::FillLogicalFast(part, static_cast<uint64_t>(version), memory);
-    if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) Corrupt(part, memory);
+    if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) {
+      host::CorruptFirstElements(part, memory);
+    }
     work_seconds = SecondsSince(fill_start);
   }
   const absl::Time sync_start = absl::Now();

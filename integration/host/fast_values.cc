@@ -128,4 +128,12 @@ absl::Status CheckLogicalFast(const Layout& part, uint64_t version,
   return memory.CheckGuards();
 }
 
+void CorruptFirstElements(const Layout& part, test::HostBuffers& memory) {
+  for (const Piece& piece : part.pieces) {
+    if (Volume(piece.box) == 0) continue;
+    unsigned char* data = memory.data({piece.process, piece.buffer});
+    data[piece.offset * DTypeSize(part.params[piece.param].dtype)] ^= 1;
+  }
+}
+
 }  // namespace wsync::host

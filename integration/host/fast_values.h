@@ -26,6 +26,11 @@ absl::Status FillLogicalFast(const Layout& part, uint64_t version, test::HostBuf
 absl::Status CheckLogicalFast(const Layout& part, uint64_t version,
                               const test::HostBuffers& memory);
 
+// Testing only: flips the lowest bit of the first element of every piece of `part` in `memory`
+// (the demo's --corrupt_step, wsync_host's --corrupt_version), so that the rollouts must refuse
+// that version.
+void CorruptFirstElements(const Layout& part, test::HostBuffers& memory);
+
 }  // namespace wsync::host
 
 #endif  // WSYNC_INTEGRATION_HOST_FAST_VALUES_H_

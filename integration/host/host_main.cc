@@ -9,9 +9,9 @@
 // Per version: a trainer writes the version's logical values (--verify) or the memory-speed
 // pattern (--fill_pattern), or leaves its constant bytes, and syncs; a rollout syncs, then checks
 // every element's logical value (--verify) and its FP8 weights and scales against the reference
-// quantizer of the trainers' pattern (--verify_quant), and its guard bytes. A rollout's check runs
-// after the commit (the ABI has no check before the vote): a wrong byte fails this process, and
-// so the job, not the sync.
+// quantizer of the trainers' pattern (--verify_quant), and its guard bytes. The checks run in the
+// library's wave callback (set_wave_callback: after the bytes landed, before the commit vote), so
+// a wrong byte fails the sync on every process, as wsync_test_worker's checks did.
 //
 // Output (standard output), one line per version:
 //   STATS version= process= role= rank= library=<libwsync.so as /proc/self/maps shows it mapped>
@@ -61,6 +61,9 @@
 // The job's flags (job_flags.h), and this program's own.
 ABSL_FLAG(int32_t, trainers, 0, "Trainer processes in the job (0: the --from layout's).");
 ABSL_FLAG(int32_t, rollouts, 0, "Rollout processes in the job (0: the --to layout's).");
+ABSL_FLAG(int32_t, corrupt_version, 0,
+          "Testing only: trainer rank 0 flips a bit of the first element of each of its pieces "
+          "after writing this version (--verify), so that the rollouts' checks fail its sync.");
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory.");
@@ -147,14 +150,52 @@ struct Process {
   Layout source;  // The whole trainer layout (--verify_quant).
 };
 
-// One sync of `version` and this process's checks of it; prints its STATS line.
+// A rollout's checks of `version` in `memory` (--verify, --verify_quant) and of its guard bytes;
+// sets *quant_verified to the e4m3 elements checked.
+absl::Status CheckRollout(const Process& p, int64_t version, const test::HostBuffers& memory,
+                          int64_t* quant_verified) {
+  if (absl::GetFlag(FLAGS_verify)) {
+    WSYNC_RETURN_IF_ERROR(CheckLogicalFast(p.part, static_cast<uint64_t>(version), memory));
+  }
+  *quant_verified = 0;
+  if (absl::GetFlag(FLAGS_verify_quant)) {
+    WSYNC_ASSIGN_OR_RETURN(*quant_verified,
+                           test::CheckQuantizedPattern(p.source, p.part, memory, version));
+  }
+  return memory.CheckGuards();
+}
+
+// What a rollout's wave callback checked. The named layouts put every parameter in wave 0, so the
+// callback runs once per sync, after the whole transfer.
+struct WaveCheck {
+  const Process* process = nullptr;
+  const test::HostBuffers* memory = nullptr;
+  absl::Status status;  // Of the last call.
+  int64_t quant_verified = 0;
+  int64_t version = -1;  // Of the last call; -1: none yet.
+};
+
+// The wave callback (wsync_wave_fn): the rollout's checks, before its commit vote; a failure fails
+// the sync on every process (its message is the host's: the library only gets the code).
+wsync_status_t CheckWave(void* user, int64_t version, int32_t /*wave*/) {
+  auto* check = static_cast<WaveCheck*>(user);
+  check->version = version;
+  check->status = CheckRollout(*check->process, version, *check->memory, &check->quant_verified);
+  return check->status.ok() ? WSYNC_OK : WSYNC_INTERNAL;
+}
+
+// One sync of `version` and this process's checks of it (`check`: the wave callback's, on a
+// rollout that checks its bytes; else null); prints its STATS line.
 absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
-                        test::HostBuffers& memory) {
+                        test::HostBuffers& memory, const WaveCheck* check) {
   // Read at every version: the library the process runs, not the one it meant to load.
   WSYNC_ASSIGN_OR_RETURN(const std::string library, MappedFile("libwsync.so"));
   const bool verify = absl::GetFlag(FLAGS_verify);
   if (p.trainer && verify) {
     WSYNC_RETURN_IF_ERROR(FillLogicalFast(p.part, static_cast<uint64_t>(version), memory));
+    if (absl::GetFlag(FLAGS_rank) == 0 && version == absl::GetFlag(FLAGS_corrupt_version)) {
+      CorruptFirstElements(p.part, memory);
+    }
   } else if (p.trainer && absl::GetFlag(FLAGS_fill_pattern)) {
     test::FillPattern(static_cast<uint64_t>(version), &memory);
   }
@@ -162,8 +203,14 @@ absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
   WSYNC_ASSIGN_OR_RETURN(const auto received_before, PathBytes(plugin, /*sent=*/false));
   const CpuTimes cpu_start = ProcessCpuTimes();
   const absl::Time start = absl::Now();
-  WSYNC_RETURN_IF_ERROR(plugin.Call(plugin.api().sync(plugin.session(), version),
-                                    absl::StrCat("sync(", version, ")")));
+  const absl::Status synced = plugin.Call(plugin.api().sync(plugin.session(), version),
+                                          absl::StrCat("sync(", version, ")"));
+  if (!synced.ok() && check != nullptr && check->version == version && !check->status.ok()) {
+    return absl::Status(
+        check->status.code(),
+        absl::StrCat(synced.message(), ": this rollout's check: ", check->status.message()));
+  }
+  WSYNC_RETURN_IF_ERROR(synced);
   const double sync_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   const CpuTimes cpu_end = ProcessCpuTimes();
   wsync_stats_t stats;
@@ -175,14 +222,14 @@ absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
         absl::StrCat("stats describe version ", stats.version, ", not ", version));
   }
   int64_t quant_verified = 0;
-  if (!p.trainer) {
-    if (verify) {
-      WSYNC_RETURN_IF_ERROR(CheckLogicalFast(p.part, static_cast<uint64_t>(version), memory));
+  if (check != nullptr) {
+    if (check->version != version) {
+      return absl::InternalError(absl::StrCat("sync(", version,
+                                              ") committed without calling the "
+                                              "wave callback that checks this rollout's bytes"));
     }
-    if (absl::GetFlag(FLAGS_verify_quant)) {
-      WSYNC_ASSIGN_OR_RETURN(quant_verified,
-                             test::CheckQuantizedPattern(p.source, p.part, memory, version));
-    }
+    quant_verified = check->quant_verified;
+  } else if (!p.trainer) {
     WSYNC_RETURN_IF_ERROR(memory.CheckGuards());
   }
   const double user = cpu_end.user - cpu_start.user;
@@ -240,9 +287,19 @@ absl::Status Run() {
     WSYNC_RETURN_IF_ERROR(plugin->Init(config.config));
   }
   WSYNC_RETURN_IF_ERROR(Declare(*plugin, p.part, memory));
+  WaveCheck check;
+  check.process = &p;
+  check.memory = &memory;
+  const bool checks =
+      !p.trainer && (absl::GetFlag(FLAGS_verify) || absl::GetFlag(FLAGS_verify_quant));
+  if (checks) {
+    WSYNC_RETURN_IF_ERROR(
+        plugin->Call(plugin->api().set_wave_callback(plugin->session(), CheckWave, &check),
+                     "set_wave_callback"));
+  }
   WSYNC_RETURN_IF_ERROR(plugin->Call(plugin->api().connect(plugin->session()), "connect"));
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
-    WSYNC_RETURN_IF_ERROR(RunVersion(*plugin, p, version, memory));
+    WSYNC_RETURN_IF_ERROR(RunVersion(*plugin, p, version, memory, checks ? &check : nullptr));
   }
   return plugin->Finalize();
 }
