@@ -8,7 +8,7 @@
 // C++17 and <cstdint>/<cstring> only, so that nvcc compiles it.
 //
 // The rules are quant/fp8.h's, computed with the same operations, so the result is bit-identical
-// to QuantizeFp8 and to the reference quantizer (tests/testing/fp8_reference.h):
+// to QuantizeFp8 and to the reference quantizer (integration/fill/fp8_reference.h):
 // - amax: the integer maximum of the |x| bits, as fp32 bits (a bf16 is the high half of an fp32);
 //   bits at or above 0x7f800000 are a NaN or an infinity, which is refused;
 // - scale = fp32(max(amax, 1e-10f) / 448): one IEEE fp32 division rounded to nearest even

@@ -4,8 +4,9 @@
 // `wsync-bench compare`: wsync against the weight-sync patterns in use today, side by side in one
 // run on this machine. Per scenario (model, trainer layout, rollout layout; host memory), the
 // contestants run in turn, several times:
-//   wsync-shm, wsync-tcp  real wsync jobs (wsync_test_worker) over UCX shared memory and UCX TCP;
-//   per-param             trainer rank 0 gathers each full parameter and broadcasts it to every
+//   wsync-shm, wsync-tcp  real wsync jobs (wsync_host: libwsync.so) over UCX shared memory and UCX
+//   TCP; per-param             trainer rank 0 gathers each full parameter and broadcasts it to
+//   every
 //                         rollout process (torch.distributed, gloo over loopback TCP), each rollout
 //                         keeps its slices (integration/bench/broadcast_sync.py --mode param);
 //   bucketed              the same with whole parameters packed into buckets (--mode bucket);

@@ -75,9 +75,8 @@ absl::StatusOr<std::string> FindSibling(const std::string& self, const std::stri
 
 absl::Status ResolveBinaries(const std::string& self, JobOptions* options) {
   WSYNC_ASSIGN_OR_RETURN(
-      options->worker,
-      FindSibling(self, options->worker,
-                  {"wsync_test_worker", "../../tests/multiproc/wsync_test_worker"}, "sync_worker"));
+      options->host,
+      FindSibling(self, options->host, {"wsync_host", "../host/wsync_host"}, "sync_worker"));
   WSYNC_ASSIGN_OR_RETURN(options->wsync,
                          FindSibling(self, options->wsync, {"wsync", "../cli/wsync"}, "wsync"));
   return absl::OkStatus();
@@ -283,6 +282,10 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                           harness::ProcessPlacement{"", "local", t.devices, {}});
   }
   spec.extra_worker_flags = {
+      "--trainers",
+      absl::StrCat(facts.trainers),
+      "--rollouts",
+      absl::StrCat(facts.rollouts),
       "--policy",
       options.policy,
       absl::StrCat("--verify=", elements ? "true" : "false"),
@@ -292,7 +295,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       absl::StrCat("--verify_mode=", check == JobCheck::kTimedKeyed ? "keyed" : ""),
       absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
-                         harness::RunJob(spec, options.worker, options.wsync));
+                         harness::RunJob(spec, options.host, options.wsync));
   const int total = facts.trainers + facts.rollouts;
   for (int p = 0; p < total; ++p) {
     const harness::WorkerResult& w = result.workers[p];
@@ -315,13 +318,19 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
     int64_t verified = 0, quant_verified = 0;
     for (int p = 0; p < total; ++p) {
       const auto& stats = result.workers[p].stats[v];
+      const auto library = stats.find("library");
+      if (library == stats.end() || !absl::EndsWith(library->second, "/libwsync.so") ||
+          (p > 0 && library->second != s.library)) {
+        return absl::InternalError(absl::StrFormat(
+            "wsync job: process %d of %s reports no libwsync.so mapped, or another one than "
+            "process 0 (%s): not a host of the C ABI (integration/host)",
+            p, options.host, s.library));
+      }
+      s.library = library->second;
       const double seconds = Field(stats, "seconds");
-      const double call = Field(stats, "call_seconds");
-      const double decide = Field(stats, "decide_seconds");
-      if (p == 0 || seconds > s.seconds) s.decide_seconds = decide;
+      const double call = Field(stats, "sync_seconds");
       s.seconds = std::max(s.seconds, seconds);
-      s.agree_seconds = std::max(s.agree_seconds, call - seconds);
-      s.step_seconds = std::max(s.step_seconds, call + decide);
+      s.sync_seconds = std::max(s.sync_seconds, call);
       s.cpu_seconds += Field(stats, "cpu_seconds");
       s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
       s.wire_bytes += SumFields(stats, "wire_sent_");
@@ -352,6 +361,7 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
           "the schedule computed here says %d bytes in %d rounds",
           t.tls, s.total_bytes, rounds, v + 1, facts.bytes_total, facts.rounds));
     }
+    s.outside_seconds = s.sync_seconds - s.seconds;
     if (v >= warmup) samples.push_back(s);
   }
   return samples;

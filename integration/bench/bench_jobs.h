@@ -2,7 +2,8 @@
 #define WSYNC_INTEGRATION_BENCH_BENCH_JOBS_H_
 
 // The wsync jobs the benchmarks launch (`wsync-bench sync`, `wsync-bench compare`): what a
-// layout pair's schedule sends, one job of wsync_test_worker processes over UCX with its checks
+// layout pair's schedule sends, one job of wsync_host processes (integration/host: libwsync.so
+// loaded with dlopen and driven through its C ABI, as an engine does) over UCX with its checks
 // and its time limit, and where the binaries they need are. Nothing here reads a flag: every
 // setting comes in a JobOptions (filled once per benchmark from its flags, flags.cc).
 
@@ -20,11 +21,11 @@ namespace wsync::bench {
 
 // What every wsync job of a benchmark is launched with.
 struct JobOptions {
-  // wsync_test_worker (the job's processes) and the `wsync` CLI (its `wsync coordinator`): paths,
-  // or empty until ResolveBinaries finds them.
-  std::string worker;
+  // wsync_host (the job's processes; --sync_worker) and the `wsync` CLI (its `wsync
+  // coordinator`): paths, or empty until ResolveBinaries finds them.
+  std::string host;
   std::string wsync;
-  std::string policy = "local_first_least_loaded";  // Replica policy of the plan and the workers.
+  std::string policy = "local_first_least_loaded";  // Replica policy of the plan and processes.
   double budget = static_cast<double>(kDefaultStagingBudgetBytes);  // Per peer direction.
   // Base of each job's limit (WsyncJobLimit) and the limit of each ucx_perftest run.
   double timeout_s = 60;
@@ -65,7 +66,7 @@ struct ScheduleFacts {
 
 // Plans `model` from `from` to `to` with the replica policy `policy` and schedules it with a
 // staging budget of `budget` bytes per peer direction, quantization steps included (what a
-// worker's ExecuteTransfers runs for FP8 targets). Fails when a layout, the policy, the plan
+// process's sync runs for FP8 targets). Fails when a layout, the policy, the plan
 // or the schedule fails, or nothing is sent.
 absl::StatusOr<ScheduleFacts> ScheduleFactsFor(const ModelSpec& model, const std::string& from,
                                                const std::string& to, double budget,
@@ -117,32 +118,39 @@ std::string VerificationText(JobCheck check);
 
 // One timed sync: the slowest process's figures.
 struct SyncSample {
-  double seconds = 0;  // Transfer (agreement excluded), slowest process.
-  // Outside the transfer, per process (the largest of any process): building the work and the
-  // agreement inside ExecuteTransfers, which includes waiting for the last process to arrive.
-  double agree_seconds = 0;
-  // The commit decision of the process that finished the transfer last: the collective's round
-  // trip through the coordinator (the others also wait there for it).
-  double decide_seconds = 0;
-  double step_seconds = 0;    // ExecuteTransfers plus the decision, slowest process.
+  // Transfer (agreement and decision excluded), slowest process: the library's wsync_stats_t
+  // seconds.
+  double seconds = 0;
+  // The sync call (wsync.h's sync) as its host sees it, slowest process: the trigger, the
+  // agreement, the transfer and the commit decision.
+  double sync_seconds = 0;
+  // sync_seconds less seconds: what the slowest sync call took beyond the slowest transfer, which
+  // the C ABI's figures cannot split further (the trigger and the agreement before the transfer
+  // and the commit decision after it).
+  double outside_seconds = 0;
   int64_t rollout_bytes = 0;  // Received by the busiest rollout process.
   int64_t total_bytes = 0;    // Received by all rollout processes.
-  // CPU time (user and system, every thread) of all processes during ExecuteTransfers: the
-  // work the sync costs, which other load on the cores inflates far less than seconds.
+  // CPU time (user and system, every thread: the library's too) of all processes during the
+  // sync call: the work the sync costs, which other load on the cores inflates far less than
+  // seconds.
   double cpu_seconds = 0;
   double cpu_user_seconds = 0;  // The user-space part of cpu_seconds (the rest is the kernel's).
-  // Bytes all processes posted to their transports to send during the sync (the workers'
-  // wire_sent_<path> counters): what went on the wire, measured, not planned.
+  // Bytes all processes sent to their peers during the sync, as the library counts them in its
+  // metrics (wsync_bytes_sent_total, read through metrics_text: the schedule's message bytes of
+  // each sync whose transfer ran to the end), quantization steps and relay forwards included.
   int64_t wire_bytes = 0;
+  // libwsync.so as every process had it mapped (/proc/self/maps), the same path in all.
+  std::string library;
 };
 
-// Runs one wsync job (trainers and rollouts of options.worker, `options.wsync coordinator`) of
+// Runs one wsync job (trainers and rollouts of options.host, `options.wsync coordinator`) of
 // warmup + syncs versions over `t`, with `check`, options.budget and options.policy. Returns the
 // timed syncs; fails when a process fails (a wrong byte or chunk hash included), the received bytes
 // or rounds differ from `facts`, or (kChunkHashes) the rollouts checked fewer chunks than the
 // schedule sends. Sets *peak_rss_bytes (when not null) to every process's peak resident set, by
-// global process id. Every process and every step of the workers is bounded by WsyncJobLimit.
-// options.worker and options.wsync must be resolved (ResolveBinaries).
+// global process id. Every process and every step of a process is bounded by WsyncJobLimit; a
+// process that reports no libwsync.so mapped (a host that is not wsync_host) fails the job.
+// options.host and options.wsync must be resolved (ResolveBinaries).
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
                                                  const std::string& to, const Transports& t,
@@ -160,9 +168,9 @@ absl::StatusOr<std::string> FindSibling(const std::string& self, const std::stri
                                         const std::vector<std::string>& relative_paths,
                                         const std::string& flag);
 
-// Fills options->worker (wsync_test_worker: next to `self`, as in a bundle's bin/, or in the
-// build tree, tests/multiproc/) and options->wsync (the `wsync` CLI: next to `self`, or in the
-// build tree, integration/cli/) where they are empty; a path already there must be executable.
+// Fills options->host (wsync_host: next to `self`, as in a bundle's bin/, or in the build tree,
+// integration/host/) and options->wsync (the `wsync` CLI: next to `self`, or in the build tree,
+// integration/cli/) where they are empty; a path already there must be executable.
 absl::Status ResolveBinaries(const std::string& self, JobOptions* options);
 
 // `name` looked up in PATH (or taken as is when it holds a '/'); NotFound naming `flag`.

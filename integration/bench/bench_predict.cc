@@ -142,7 +142,7 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
   }
   spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
   WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
-                         harness::RunJob(spec, options.job.worker, options.job.wsync));
+                         harness::RunJob(spec, options.job.host, options.job.wsync));
   Measured measured;
   for (int32_t v = warmup; v < spec.versions; ++v) {
     double slowest = 0;
@@ -287,7 +287,7 @@ std::string PredictBenchUsage() {
          "  For each scenario (shm, TCP, 2 nodes, 2 network namespaces over a tc-shaped veth,\n"
          "  layouts tp2->tp2, tp2->tp1, tp1->tp2, a DP-replicated trainer; six of the eight\n"
          "  and 2 rounds by default; `--predict_scenarios all --predict_rounds 3` for all):\n"
-         "  calibrate its processes, predict the sync, run it (wsync_test_worker over UCX); N "
+         "  calibrate its processes, predict the sync, run it (wsync_host over UCX); N "
          "rounds, the\n"
          "  scenarios interleaved within each. Prints the median round's prediction against the\n"
          "  median of all rounds' timed syncs, the relative errors (goal: median <= 15%, none\n"

@@ -4,7 +4,7 @@
 // `wsync-bench predict`: is the cost model right? For each scenario (layouts, process counts,
 // shared memory, TCP, two "nodes" on one machine, two network namespaces joined by a tc-shaped
 // veth link) it calibrates the scenario's processes (calibrate_job.h), predicts the sync with the
-// link model (plugin/prediction.h), runs the sync as real processes (wsync_test_worker over UCX),
+// link model (plugin/prediction.h), runs the sync as real processes (wsync_host over UCX),
 // and prints predicted against measured seconds with the relative error, their median and
 // maximum, and the first_holder / cost_aware ratios (measured alternating) on the replicated
 // scenarios (shared memory; DP replica 0 across the shaped link from replica 1 and the rollouts).

@@ -129,7 +129,7 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
     spec.placement.push_back(harness::TwoNodePlacement(net, p < trainers ? 0 : 1));
   }
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
-                         harness::RunJob(spec, options.job.worker, options.job.wsync));
+                         harness::RunJob(spec, options.job.host, options.job.wsync));
   for (size_t p = 0; p < result.workers.size(); ++p) {
     const harness::WorkerResult& w = result.workers[p];
     if (w.exit_code != 0 || static_cast<int>(w.stats.size()) != spec.versions) {
@@ -167,7 +167,8 @@ std::string RelayBenchUsage() {
          "  M (qwen2.5-tiny) synced with relay never and auto, N jobs of K verified syncs each,\n"
          "  alternating, staging budget B per peer direction. Prints inter-node bytes, measured "
          "and\n"
-         "  predicted seconds per mode and the ratio. Needs root.\n";
+         "  predicted seconds per mode and the ratio. Needs root. Refused for now: the jobs'\n"
+         "  processes sync through the C ABI, which has no relay setting (relay auto only).\n";
 }
 
 absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
@@ -176,6 +177,11 @@ absl::Status RunRelayBench(const RelayBenchOptions& given, std::FILE* out) {
   const std::string& to = options.to;
   const int32_t rate_mbit = options.rate_mbit;
   if (rate_mbit <= 0) return absl::InvalidArgumentError("--relay_rate_mbit must be positive");
+  // The jobs' processes are hosts of the C ABI (wsync_host), which cannot choose the relay mode.
+  return absl::UnimplementedError(
+      "refused: relay compares relay never with auto, and the C ABI has no relay setting "
+      "(wsync_config_t: libwsync.so always plans with relay auto), so its hosts cannot run "
+      "'never'; integration/bench/README.md");
   WSYNC_ASSIGN_OR_RETURN(const std::string self, SelfPath());
   WSYNC_RETURN_IF_ERROR(ResolveBinaries(self, &options.job));
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(options.model));

@@ -62,7 +62,8 @@ double WholeRatioFloor(const QuantComparison& c) {
 std::string FormatQuantComparison(const QuantComparison& c) {
   return absl::StrFormat(
       "FP8 rollouts against bf16 over %s (medians of the same alternating rounds):\n"
-      "  bytes on the wire (sent, measured): bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
+      "  bytes on the wire (sent, the library's metrics): bf16 %.0f B, fp8 %.0f B: ratio %.4f "
+      "(%s)\n"
       "  of them the quantized parameters (less the %d B of parameters both send in bf16):\n"
       "    bf16 %.0f B, fp8 %.0f B: ratio %.4f (%s)\n"
       "  floor of the whole ratio set by the parameters kept in bf16 (tied embedding, norms,\n"

@@ -58,8 +58,9 @@ std::string SyncBenchUsage() {
          "                 [--sync_timeout_s S] [--sync_json PATH] [--sync_quant Q]\n"
          "                 [--sync_quant_from L] [--sync_quant_to L]\n"
          "  Runs M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L (vllm(tp=2)) as real\n"
-         "  processes (coordinator, trainers, rollouts of wsync_test_worker) over UCX shared\n"
-         "  memory and over UCX TCP, and a 1->1 job (megatron(tp=1) -> vllm(tp=1)): one verified\n"
+         "  processes (coordinator, trainers, rollouts of wsync_host: libwsync.so through its C\n"
+         "  ABI) over UCX shared memory and over UCX TCP, and a 1->1 job (megatron(tp=1) ->\n"
+         "  vllm(tp=1)): one verified\n"
          "  job per scenario and transport (every chunk's xxh3 compared between sender and\n"
          "  receiver; --verify_elements: every rollout element against its logical value, about\n"
          "  a minute per GB per version), then R (default 4) rounds of K (default 5) timed syncs\n"
@@ -326,7 +327,7 @@ absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
                 b.model_name, b.main.from, b.main.to, facts.trainers, facts.rollouts);
   absl::FPrintF(out, "  machine: %s\n  CPU flags: %s; %s\n", MachineDescription(), CpuVectorFlags(),
                 Fp8KernelDescription());
-  absl::FPrintF(out, "  worker %s\n  wsync %s\n  ucx_perftest %s\n", b.options.job.worker,
+  absl::FPrintF(out, "  processes %s\n  wsync %s\n  ucx_perftest %s\n", b.options.job.host,
                 b.options.job.wsync, b.perftest);
   absl::FPrintF(out, "  UCX settings of wsync's processes%s: %s\n",
                 b.options.perftest_wsync_settings ? " and of ucx_perftest" : "",
@@ -340,6 +341,12 @@ absl::Status RunSyncBench(const SyncBenchOptions& options, std::FILE* out) {
   if (b.options.verify_first) WSYNC_RETURN_IF_ERROR(RunVerificationJobs(b, out));
   std::vector<SyncRow> rows = MakeRows(b);
   WSYNC_RETURN_IF_ERROR(RunRounds(b, &rows, out));
+  for (const SyncRow& row : rows) {
+    if (!row.wsync() || row.syncs.empty()) continue;
+    absl::FPrintF(out, "libwsync.so mapped in every process (checked in every job): %s\n",
+                  row.syncs.front().library);
+    break;
+  }
   std::string json = PrintTable(b, rows, out);
   PrintRatios(b, rows, out, &json);
   PrintCosts(rows, out);

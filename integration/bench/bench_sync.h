@@ -2,10 +2,11 @@
 #define WSYNC_INTEGRATION_BENCH_BENCH_SYNC_H_
 
 // `wsync-bench sync`: real multi-process syncs (a coordinator, trainer and rollout processes of
-// wsync_test_worker, moving weights over UCX) over shared memory and over TCP, timed per sync and
-// compared with `ucx_perftest` tag_bw between two processes at the largest message the schedule
-// sends, the contestants alternating so that noise hits all of them; and the same sync into FP8
-// rollouts (quantized during the sync) against the sync into bf16, bytes on the wire and seconds.
+// wsync_host, libwsync.so through its C ABI, over UCX) over shared memory and over TCP, timed per
+// sync and compared with `ucx_perftest` tag_bw between two processes at the largest message the
+// schedule sends, the contestants alternating so that noise hits all of them; and the same sync
+// into FP8 rollouts (quantized during the sync) against the sync into bf16, bytes on the wire and
+// seconds.
 
 #include <cstdio>
 #include <string>

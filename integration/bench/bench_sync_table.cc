@@ -86,18 +86,19 @@ std::string PrintTable(const SyncBench& b, const std::vector<SyncRow>& rows, std
       const std::vector<double> seconds = row.Seconds();
       seconds_cells =
           absl::StrFormat("%8.4f %8.4f %8.4f", Median(seconds), Min(seconds), Max(seconds));
-      std::vector<double> agree, decide, cpu;
+      std::vector<double> call, outside, cpu;
       for (const SyncSample& s : row.syncs) {
-        agree.push_back(s.agree_seconds);
-        decide.push_back(s.decide_seconds);
+        call.push_back(s.sync_seconds);
+        outside.push_back(s.outside_seconds);
         cpu.push_back(s.cpu_seconds);
       }
       json_extra = absl::StrFormat(
           ", \"from\": %s, \"to\": %s, \"seconds_median\": %.6f, \"seconds_min\": %.6f, "
-          "\"seconds_max\": %.6f, \"agreement_seconds_median\": %.6f, "
-          "\"decide_seconds_median\": %.6f, \"cpu_seconds_median\": %.6f, \"seconds\": [%s]",
+          "\"seconds_max\": %.6f, \"sync_call_seconds_median\": %.6f, "
+          "\"outside_transfer_seconds_median\": %.6f, \"cpu_seconds_median\": %.6f, "
+          "\"seconds\": [%s]",
           JsonString(row.scenario->from), JsonString(row.scenario->to), Median(seconds),
-          Min(seconds), Max(seconds), Median(agree), Median(decide), Median(cpu),
+          Min(seconds), Max(seconds), Median(call), Median(outside), Median(cpu),
           absl::StrJoin(seconds, ", ",
                         [](std::string* o, double v) { absl::StrAppendFormat(o, "%.6f", v); }));
     } else {
@@ -225,22 +226,21 @@ void PrintRatios(const SyncBench& b, const std::vector<SyncRow>& rows, std::FILE
 void PrintCosts(const std::vector<SyncRow>& rows, std::FILE* out) {
   for (const SyncRow& row : rows) {
     if (!row.wsync()) continue;
-    std::vector<double> agree, decide, step, cpu, user;
+    std::vector<double> outside, call, cpu, user;
     for (const SyncSample& s : row.syncs) {
-      agree.push_back(s.agree_seconds);
-      decide.push_back(s.decide_seconds);
-      step.push_back(s.step_seconds);
+      outside.push_back(s.outside_seconds);
+      call.push_back(s.sync_seconds);
       cpu.push_back(s.cpu_seconds);
       user.push_back(s.cpu_user_seconds);
     }
     absl::FPrintF(out,
-                  "%s %s outside the transfer (medians): agreement %.4f s, commit decision\n"
-                  "  %.4f s (of the last process to finish); whole step (ExecuteTransfers and\n"
-                  "  decision, slowest process) %.4f s = %.2f GB/s per rollout; CPU of all\n"
-                  "  processes during ExecuteTransfers %.4f s per sync = %.3f s per GB received\n"
-                  "  (user space %.4f s, kernel %.4f s)\n",
-                  row.contestant, row.transports.name, Median(agree), Median(decide), Median(step),
-                  row.syncs[0].rollout_bytes / Median(step) / 1e9, Median(cpu),
+                  "%s %s outside the transfer (medians): %.4f s (the slowest sync call less the\n"
+                  "  slowest transfer, by the library's seconds: trigger, agreement and commit\n"
+                  "  decision); the sync call as the host sees it (slowest process)\n"
+                  "  %.4f s = %.2f GB/s per rollout; CPU of all processes during the sync call\n"
+                  "  %.4f s per sync = %.3f s per GB received (user space %.4f s, kernel %.4f s)\n",
+                  row.contestant, row.transports.name, Median(outside), Median(call),
+                  row.syncs[0].rollout_bytes / Median(call) / 1e9, Median(cpu),
                   Median(cpu) / (row.syncs[0].total_bytes / 1e9), Median(user),
                   Median(cpu) - Median(user));
   }

@@ -28,7 +28,8 @@ ABSL_FLAG(bool, one_core, wsync::bench::ExecutorBenchOptions().one_core,
           "without other threads competing for memory bandwidth.");
 ABSL_FLAG(std::string, out, "", "compare: folder of compare.json and compare.png.");
 ABSL_FLAG(std::string, sync_worker, "",
-          "wsync_test_worker binary; default: next to wsync-bench, else in its build tree.");
+          "The host program of the jobs' processes (wsync_host: libwsync.so through its C ABI); "
+          "default: next to wsync-bench, else in its build tree.");
 ABSL_FLAG(std::string, wsync, "",
           "The wsync CLI (its `coordinator` and `calibrate` commands); default: next to "
           "wsync-bench, else in its build tree (integration/cli/wsync).");
@@ -177,7 +178,7 @@ std::string Or(const std::string& flag, const std::string& fallback) {
 
 JobOptions JobOptionsFromFlags() {
   JobOptions job;
-  job.worker = absl::GetFlag(FLAGS_sync_worker);
+  job.host = absl::GetFlag(FLAGS_sync_worker);
   job.wsync = absl::GetFlag(FLAGS_wsync);
   job.policy = absl::GetFlag(FLAGS_policy);
   job.budget = absl::GetFlag(FLAGS_budget);

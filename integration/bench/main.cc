@@ -33,8 +33,9 @@ std::string MemcpyUsage() {
 
 std::string CommonUsage() {
   return "flags of every benchmark that launches wsync jobs (sync, compare, predict, relay):\n"
-         "  --sync_worker PATH  wsync_test_worker (default: next to wsync-bench, else\n"
-         "                      tests/multiproc/ of its build tree)\n"
+         "  --sync_worker PATH  the jobs' host program, wsync_host (libwsync.so through its\n"
+         "                      C ABI; default: next to wsync-bench, else integration/host/\n"
+         "                      of its build tree)\n"
          "  --wsync PATH        the wsync CLI, for `wsync coordinator` and `wsync calibrate`\n"
          "                      (default: next to wsync-bench, else integration/cli/ of its\n"
          "                      build tree)\n"
@@ -100,7 +101,8 @@ std::string Usage() {
       "  sync      real processes over UCX shared memory and TCP against ucx_perftest\n"
       "  compare   wsync against the per-parameter and bucketed broadcasts and the link limits\n"
       "  predict   the cost model's predictions against measured syncs, per scenario\n"
-      "  relay     relay never against auto across two tc-shaped network namespaces (root)\n"
+      "  relay     relay never against auto across two tc-shaped network namespaces (root;\n"
+      "            refused for now: the C ABI has no relay setting)\n"
       "  memcpy    internal: compare's memcpy limit, run as its child\n"
       "  help      print this message; `wsync-bench help BENCHMARK` or `wsync-bench BENCHMARK\n"
       "            --help`: its usage\n\n",

@@ -20,9 +20,6 @@
 // Exit status: 0 when every step committed and, on a rollout, verified; 1 otherwise (the error on
 // standard error); 2 for bad flags.
 
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,9 +28,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -46,6 +40,8 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "integration/fill/fill.h"
+#include "integration/host/fast_values.h"
+#include "integration/host/plugin_host.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/layout.h"
@@ -109,257 +105,7 @@ ABSL_FLAG(std::string, library, "",
 namespace wsync::demo {
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Logical values, fast. The same values as test::LogicalValue (checked at start-up by
-// CheckFastValues), but the hash is inlined and pieces are walked row by row along their last
-// axis instead of one index vector per element: the default model has 494M elements per side and
-// every process fills or checks its part every step.
-
-inline uint64_t FastLogicalValue(uint64_t param_key, int64_t flat_index, uint64_t version) {
-  const uint64_t words[3] = {param_key, static_cast<uint64_t>(flat_index), version};
-  const uint64_t hash = XXH3_64bits_withSeed(words, sizeof(words), 0x5eed);
-  return (hash & ~uint64_t{1}) | (static_cast<uint64_t>(flat_index) & 1);
-}
-
-absl::Status CheckFastValues() {
-  for (const int64_t index : {int64_t{0}, int64_t{1}, int64_t{12345}, int64_t{1} << 40}) {
-    for (const uint64_t version : {uint64_t{1}, uint64_t{7}}) {
-      const uint64_t key = test::ParamKey("model.layers.0.mlp.up_proj.weight");
-      if (FastLogicalValue(key, index, version) != test::LogicalValue(key, index, version)) {
-        return absl::InternalError("the demo's fast logical values differ from LogicalValue");
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Walks every element of every piece of `part`: fn(element bytes in `memory`, its logical value of
-// `version`, element size) returns false on a mismatch, which ends the walk with a DataLoss error
-// naming the parameter, index and buffer. Fails first when a piece lies outside its buffer.
-template <typename Memory, typename Fn>
-absl::Status ForEachElement(const Layout& part, Memory& memory, uint64_t version, Fn&& fn) {
-  for (const Piece& piece : part.pieces) {
-    const ParamInfo& param = part.params[piece.param];
-    const int64_t size = DTypeSize(param.dtype);
-    const test::BufferKey key{piece.process, piece.buffer};
-    auto* data = memory.data(key);
-    const int64_t buffer_bytes = memory.bytes(key);
-    if (data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("piece of ", param.name, " names unknown buffer ", piece.buffer));
-    }
-    const Box& box = piece.box;
-    const int rank = box.rank();
-    bool empty = false;
-    int64_t lowest = piece.offset, highest = piece.offset;
-    for (int a = 0; a < rank; ++a) {
-      if (box.extent[a] <= 0) empty = true;
-      const int64_t span = (box.extent[a] - 1) * piece.strides[a];
-      (span < 0 ? lowest : highest) += span;
-    }
-    if (empty) continue;
-    if (lowest < 0 || (highest + 1) * size > buffer_bytes) {
-      return absl::OutOfRangeError(absl::StrCat("piece of ", param.name, " at ",
-                                                DimsToString(box.origin), " lies outside buffer ",
-                                                piece.buffer));
-    }
-    const uint64_t param_key = test::ParamKey(param.name);
-    // Rows along the last axis (a rank-0 parameter is one row of one element).
-    const int64_t row_length = rank == 0 ? 1 : box.extent[rank - 1];
-    const int64_t row_stride = rank == 0 ? 0 : piece.strides[rank - 1];
-    Dims index = box.origin;
-    while (true) {
-      int64_t address = piece.offset;
-      for (int a = 0; a < rank; ++a) address += (index[a] - box.origin[a]) * piece.strides[a];
-      const int64_t flat = test::FlatIndex(param.shape, index);
-      auto* element = data + address * size;
-      for (int64_t j = 0; j < row_length; ++j, element += row_stride * size) {
-        if (!fn(element, FastLogicalValue(param_key, flat + j, version), size)) {
-          Dims at = index;
-          if (rank > 0) at[rank - 1] += j;
-          return absl::DataLossError(absl::StrCat("parameter ", param.name, " index ",
-                                                  DimsToString(at), " in buffer ", piece.buffer,
-                                                  " does not hold its value of version ", version));
-        }
-      }
-      int a = rank - 2;  // Next row: the odometer over every axis but the last.
-      for (; a >= 0; --a) {
-        if (++index[a] < box.origin[a] + box.extent[a]) break;
-        index[a] = box.origin[a];
-      }
-      if (a < 0) break;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Fill(const Layout& part, uint64_t version, test::HostBuffers& memory) {
-  return ForEachElement(part, memory, version,
-                        [](unsigned char* element, uint64_t value, int64_t size) {
-                          if (size == 2) {
-                            element[0] = static_cast<unsigned char>(value);
-                            element[1] = static_cast<unsigned char>(value >> 8);
-                          } else {
-                            test::StoreValue(value, size, element);
-                          }
-                          return true;
-                        });
-}
-
-absl::Status Check(const Layout& part, uint64_t version, const test::HostBuffers& memory) {
-  WSYNC_RETURN_IF_ERROR(ForEachElement(
-      part, memory, version, [](const unsigned char* element, uint64_t value, int64_t size) {
-        if (size == 2) {
-          return element[0] == static_cast<unsigned char>(value) &&
-                 element[1] == static_cast<unsigned char>(value >> 8);
-        }
-        unsigned char expected[8];
-        test::StoreValue(value, size, expected);
-        return std::memcmp(element, expected, size) == 0;
-      }));
-  return memory.CheckGuards();
-}
-
-// Flips the lowest bit of the first element of every piece (--corrupt_step).
-void Corrupt(const Layout& part, test::HostBuffers& memory) {
-  for (const Piece& piece : part.pieces) {
-    if (Volume(piece.box) == 0) continue;
-    unsigned char* data = memory.data({piece.process, piece.buffer});
-    data[piece.offset * DTypeSize(part.params[piece.param].dtype)] ^= 1;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The plugin, through its C ABI.
-
-std::string DefaultLibrary() {
-  if (const char* env = std::getenv("WSYNC_LIBRARY"); env != nullptr && env[0] != '\0') {
-    return env;
-  }
-  char self[4096] = {};
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string dir = n > 0 ? std::string(self, n) : std::string(".");
-  dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/../../plugin/libwsync.so";
-}
-
-const char* StatusName(wsync_status_t code) {
-  switch (code) {
-    case WSYNC_OK:
-      return "WSYNC_OK";
-    case WSYNC_IN_PROGRESS:
-      return "WSYNC_IN_PROGRESS";
-    case WSYNC_INVALID_ARGUMENT:
-      return "WSYNC_INVALID_ARGUMENT";
-    case WSYNC_LAYOUT_REFUSED:
-      return "WSYNC_LAYOUT_REFUSED";
-    case WSYNC_RANKS_DISAGREE:
-      return "WSYNC_RANKS_DISAGREE";
-    case WSYNC_TIMED_OUT:
-      return "WSYNC_TIMED_OUT";
-    case WSYNC_PEER_LOST:
-      return "WSYNC_PEER_LOST";
-    case WSYNC_ABORTED:
-      return "WSYNC_ABORTED";
-    case WSYNC_NO_MEMORY:
-      return "WSYNC_NO_MEMORY";
-    case WSYNC_AUTHENTICATION:
-      return "WSYNC_AUTHENTICATION";
-    case WSYNC_UNSUPPORTED:
-      return "WSYNC_UNSUPPORTED";
-    case WSYNC_INTERNAL:
-      return "WSYNC_INTERNAL";
-  }
-  return "an unknown status";
-}
-
-// The plugin's outcome as a Status: the code's name and last_error (last_error(NULL), the
-// thread's, for an init that made no session).
-absl::Status PluginStatus(const wsync_plugin_v1_t& plugin, wsync_session_t* session,
-                          wsync_status_t code, absl::string_view call) {
-  if (code == WSYNC_OK) return absl::OkStatus();
-  const char* detail = plugin.last_error(session);
-  return absl::UnknownError(absl::StrFormat("%s returned %s: %s", call, StatusName(code),
-                                            detail != nullptr ? detail : ""));
-}
-
-class Plugin {
- public:
-  static absl::StatusOr<std::unique_ptr<Plugin>> Load(const std::string& path) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* error = dlerror();
-      return absl::NotFoundError(absl::StrCat("cannot load the plugin: ", error ? error : path,
-                                              " (build target wsync_plugin, or give --library "
-                                              "or $WSYNC_LIBRARY)"));
-    }
-    const auto* table = static_cast<const wsync_plugin_v1_t*>(dlsym(handle, "wsyncPlugin_v1"));
-    if (table == nullptr) {
-      dlclose(handle);
-      return absl::NotFoundError(absl::StrCat(path, " exports no wsyncPlugin_v1"));
-    }
-    if (table->abi_version != WSYNC_ABI_VERSION) {
-      dlclose(handle);
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, " has ABI version ", table->abi_version, ", not ", WSYNC_ABI_VERSION));
-    }
-    return std::unique_ptr<Plugin>(new Plugin(table));  // `handle` stays open (below).
-  }
-  ~Plugin() {
-    if (session_ != nullptr) api_->finalize(session_);
-    // The library stays loaded: as in an engine, it lives until the process ends.
-  }
-
-  const wsync_plugin_v1_t& api() const { return *api_; }
-  wsync_session_t* session() const { return session_; }
-  absl::Status Call(wsync_status_t code, absl::string_view call) const {
-    return PluginStatus(*api_, session_, code, call);
-  }
-  absl::Status Init(const wsync_config_t& config) {
-    return Call(api_->init(&config, &session_), "init");
-  }
-  absl::Status Finalize() {
-    wsync_session_t* session = std::exchange(session_, nullptr);
-    return PluginStatus(*api_, nullptr, api_->finalize(session), "finalize");
-  }
-
- private:
-  explicit Plugin(const wsync_plugin_v1_t* api) : api_(api) {}
-  const wsync_plugin_v1_t* api_;
-  wsync_session_t* session_ = nullptr;
-};
-
-// Registers the part through the ABI: its buffers (at their addresses in `memory`), every
-// parameter of the model, and its pieces.
-absl::Status Declare(const Plugin& plugin, const Layout& part, test::HostBuffers& memory) {
-  const wsync_plugin_v1_t& api = plugin.api();
-  wsync_session_t* session = plugin.session();
-  for (const BufferInfo& buffer : part.buffers) {
-    WSYNC_RETURN_IF_ERROR(plugin.Call(
-        api.register_buffer(session, buffer.id, memory.data({buffer.process, buffer.id}),
-                            static_cast<uint64_t>(buffer.bytes), WSYNC_MEMORY_HOST, 0),
-        "register_buffer"));
-  }
-  for (const ParamInfo& param : part.params) {
-    const std::string dtype(DTypeName(param.dtype));
-    std::vector<int64_t> shape(param.shape.begin(), param.shape.end());
-    WSYNC_RETURN_IF_ERROR(
-        plugin.Call(api.declare_parameter(session, param.name.c_str(), dtype.c_str(),
-                                          static_cast<int32_t>(shape.size()), shape.data()),
-                    "declare_parameter"));
-  }
-  for (const Piece& piece : part.pieces) {
-    std::vector<int64_t> origin(piece.box.origin.begin(), piece.box.origin.end());
-    std::vector<int64_t> extent(piece.box.extent.begin(), piece.box.extent.end());
-    std::vector<int64_t> strides(piece.strides.begin(), piece.strides.end());
-    WSYNC_RETURN_IF_ERROR(
-        plugin.Call(api.declare_piece(session, part.params[piece.param].name.c_str(), piece.buffer,
-                                      piece.box.rank(), origin.data(), extent.data(), piece.offset,
-                                      strides.data()),
-                    "declare_piece"));
-  }
-  return absl::OkStatus();
-}
+using host::Plugin;
 
 void Print(const std::string& line) {
   std::fputs(line.c_str(), stdout);
@@ -457,16 +203,9 @@ struct ConfigFromFlags {
 
 // Prints the session's schedule report, one SCHEDULE line per line (nothing when it has none).
 void PrintScheduleReport(const Plugin& plugin) {
-  const wsync_plugin_v1_t& api = plugin.api();
-  size_t report_size = 0;
-  api.schedule_report(plugin.session(), nullptr, &report_size);
-  std::string report(report_size, '\0');
-  if (report_size > 0 &&
-      api.schedule_report(plugin.session(), report.data(), &report_size) == WSYNC_OK) {
-    report.resize(std::strlen(report.c_str()));
-    for (absl::string_view line : absl::StrSplit(report, '\n', absl::SkipEmpty())) {
-      Print(absl::StrCat("SCHEDULE ", line));
-    }
+  for (absl::string_view line :
+       absl::StrSplit(host::ScheduleReport(plugin), '\n', absl::SkipEmpty())) {
+    Print(absl::StrCat("SCHEDULE ", line));
   }
 }
 
@@ -486,8 +225,10 @@ absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bo
   double work_seconds = 0;
   if (trainer) {  // The RL step changes the weights, then they are published.
     const absl::Time fill_start = absl::Now();
-    outcome.verified = Fill(part, static_cast<uint64_t>(version), memory);
-    if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) Corrupt(part, memory);
+    outcome.verified = host::FillLogicalFast(part, static_cast<uint64_t>(version), memory);
+    if (rank == 0 && version == absl::GetFlag(FLAGS_corrupt_step)) {
+      host::CorruptFirstElements(part, memory);
+    }
     work_seconds = SecondsSince(fill_start);
   }
   const absl::Time sync_start = absl::Now();
@@ -499,7 +240,7 @@ absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bo
     outcome.verified = outcome.synced;
   } else if (!trainer) {  // The engine would now serve version v: every byte must be right.
     const absl::Time check_start = absl::Now();
-    outcome.verified = Check(part, static_cast<uint64_t>(version), memory);
+    outcome.verified = host::CheckLogicalFast(part, static_cast<uint64_t>(version), memory);
     work_seconds = SecondsSince(check_start);
   }
   wsync_stats_t stats;
@@ -523,7 +264,7 @@ absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bo
 }
 
 absl::Status Run() {
-  WSYNC_RETURN_IF_ERROR(CheckFastValues());
+  WSYNC_RETURN_IF_ERROR(host::CheckFastValues());
   const std::string role = absl::GetFlag(FLAGS_role);
   const bool trainer = role == "trainer";
   const int32_t rank = absl::GetFlag(FLAGS_rank);
@@ -531,7 +272,7 @@ absl::Status Run() {
   test::HostBuffers memory(part, trainer ? test::kSourceFill : test::kPoison);
 
   const std::string library =
-      absl::GetFlag(FLAGS_library).empty() ? DefaultLibrary() : absl::GetFlag(FLAGS_library);
+      absl::GetFlag(FLAGS_library).empty() ? host::DefaultLibrary() : absl::GetFlag(FLAGS_library);
   WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
   {
     const ConfigFromFlags flags(trainer, rank);
@@ -540,7 +281,7 @@ absl::Status Run() {
       Print(absl::StrCat("METRICS url=http://", flags.metrics_address, "/metrics"));
     }
   }
-  WSYNC_RETURN_IF_ERROR(Declare(*plugin, part, memory));
+  WSYNC_RETURN_IF_ERROR(host::Declare(*plugin, part, memory));
 
   const absl::Time connect_start = absl::Now();
   WSYNC_RETURN_IF_ERROR(plugin->Call(plugin->api().connect(plugin->session()), "connect"));

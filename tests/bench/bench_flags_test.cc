@@ -120,7 +120,7 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   EXPECT_EQ(sync.quant_to, "vllm(dp=2)");
   for (const JobOptions& job : {sync.job, CompareOptionsFromFlags("").job,
                                 PredictOptionsFromFlags().job, RelayOptionsFromFlags().job}) {
-    EXPECT_EQ(job.worker, "/w");
+    EXPECT_EQ(job.host, "/w");
     EXPECT_EQ(job.wsync, "/c");
     EXPECT_EQ(job.timeout_s, 9.5);
     EXPECT_TRUE(job.verify_elements);

@@ -8,8 +8,8 @@ Prints one line per call found (path:line: the call) and exits 1 when there is a
 
 Scanned: every *.cc, *.h, *.c and *.cu below the root, except build trees, hidden directories,
 generated protobuf code and the folders of programs, which may print: tests/ (test programs and
-their helpers), integration/cli, integration/bench and integration/demo (the wsync, wsync-bench
-and demo process programs). Comments, string literals and preprocessor lines are blanked first
+their helpers), integration/cli, integration/bench, integration/demo and integration/host (the
+wsync, wsync-bench, demo process and wsync_host programs). Comments, string literals and preprocessor lines are blanked first
 (source_limits.strip_code), so a call named in a comment or a message does not count.
 
 Refused: the printf family writing to the console (printf, vprintf, puts, putchar, perror), any
@@ -28,7 +28,8 @@ import source_limits  # noqa: E402
 
 SUFFIXES = (".cc", ".h", ".c", ".cu")
 PROGRAM_FOLDERS = ("tests", os.path.join("integration", "cli"),
-                   os.path.join("integration", "bench"), os.path.join("integration", "demo"))
+                   os.path.join("integration", "bench"), os.path.join("integration", "demo"),
+                   os.path.join("integration", "host"))
 # The trace facility's default sink.
 ALLOWED_FILES = (os.path.join("common", "log.cc"),)
 

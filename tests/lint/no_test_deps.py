@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Checks that product code does not stand on test code: no C/C++ source outside tests/ includes
 "tests/..." (or <tests/...>), and no CMakeLists.txt outside tests/ makes a target depend on a test
-target (a library, binary or test defined under tests/, and always wsync::testing,
-wsync::fp8_reference and wsync::quant_pattern_check).
+target (a library, binary or test defined under tests/, and always wsync::testing).
 
 Usage: no_test_deps.py [--root DIR]
 Prints one line per violation (file:line) and exits 1 when there is any, 0 otherwise.
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import source_limits  # noqa: E402
 
 SOURCE_SUFFIXES = (".cc", ".h", ".c", ".cu", ".cuh")
-TEST_LIBRARIES = ("wsync::testing", "wsync::fp8_reference", "wsync::quant_pattern_check")
+TEST_LIBRARIES = ("wsync::testing",)
 INCLUDE_OF_TESTS = re.compile(r'^\s*#\s*include\s*["<]tests/')
 COMMAND = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 DEFINITION = re.compile(

@@ -35,6 +35,8 @@
 #include "common/sync_progress.h"
 #include "executor/execute.h"
 #include "integration/fill/fill.h"
+#include "integration/fill/quant_check.h"
+#include "integration/host/job_flags.h"
 #include "planner/job.h"
 #include "planner/layout_parts.h"
 #include "planner/models.h"
@@ -42,56 +44,17 @@
 #include "planner/plan.h"
 #include "planner/relay.h"
 #include "plugin/runtime.h"
-#include "tests/testing/quant_pattern_check.h"
 #include "tests/testing/reference.h"
 #include "transport/control/auth.h"
 #include "transport/control/client.h"
 #include "transport/forwarding_transport.h"
 #include "transport/selector/selector.h"
 
-ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
-ABSL_FLAG(int32_t, coordinator_port, 0, "Coordinator port.");
-ABSL_FLAG(std::string, job, "wsync-test", "Job id.");
-ABSL_FLAG(std::string, secret_env, "WSYNC_SECRET", "Environment variable holding the secret.");
-ABSL_FLAG(std::string, role, "trainer", "trainer or rollout.");
-ABSL_FLAG(int32_t, rank, 0, "Rank within the role.");
-ABSL_FLAG(std::string, node_id, "", "Node id (default: the host name).");
-ABSL_FLAG(std::string, model, "qwen2.5-tiny", "Model name.");
-ABSL_FLAG(std::string, from, "megatron(tp=2)", "Trainer layout.");
-ABSL_FLAG(std::string, to, "vllm(tp=2)", "Rollout layout.");
-ABSL_FLAG(std::string, policy, "local_first_least_loaded",
-          "Replica policy (cost_aware needs --calibration).");
-ABSL_FLAG(std::string, calibration, "",
-          "A calibration file (wsync calibrate --out) whose fits --policy cost_aware uses.");
+// The job's flags are integration/host/job_flags.h (shared with wsync_host); these are its own.
 ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto (planner/relay.h).");
 ABSL_FLAG(std::string, relay_links, "",
           "Stated links (SyntheticCalibration syntax) for the cost model of --relay=auto; empty: "
           "the bytes rule.");
-ABSL_FLAG(std::string, tls, "", "UCX transports (UCX_TLS); empty: UCX's default.");
-ABSL_FLAG(std::string, net_devices, "", "UCX network devices (UCX_NET_DEVICES).");
-ABSL_FLAG(std::string, path_transports, "",
-          "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0'; "
-          "empty: one UCX transport with --tls and --net_devices for every peer.");
-ABSL_FLAG(int32_t, versions, 3, "Syncs to run.");
-ABSL_FLAG(bool, verify, true, "Write logical values (trainer) and check them (rollout).");
-ABSL_FLAG(bool, fill_pattern, false,
-          "Trainers write test::FillPattern of the version over all their buffer bytes before each "
-          "sync (at memory speed; with --verify_hashes the chunk hashes then compare distinct "
-          "bytes). Ignored with --verify, which writes the logical values.");
-ABSL_FLAG(bool, verify_quant, false,
-          "Rollouts check every FP8 weight and scale they hold against the reference quantizer "
-          "applied to the bytes the trainers' --fill_pattern wrote (test::CheckQuantizedPattern; "
-          "the trainers must use --fill_pattern and hold each element once). Prints "
-          "quant_verified=<e4m3 elements checked> in STATS.");
-ABSL_FLAG(bool, verify_hashes, false,
-          "wsync's end-to-end integrity (ExecuteOptions::verify): xxh3 per chunk, sender against "
-          "receiver, before the commit vote.");
-ABSL_FLAG(std::string, verify_mode, "",
-          "wsync's end-to-end integrity (ExecuteOptions::verify): off, hash (xxh3 per chunk) or "
-          "keyed (a MAC per chunk keyed from the job secret). Empty: --verify_hashes decides.");
-ABSL_FLAG(double, budget, static_cast<double>(wsync::kDefaultStagingBudgetBytes),
-          "Staging budget in bytes per peer and direction.");
-ABSL_FLAG(double, deadline_s, 60, "Deadline of each step in seconds.");
 // Fault tests (tests/fault): failpoints come from WSYNC_FAILPOINTS (common/failpoint.h).
 ABSL_FLAG(bool, keep_going, false,
           "After a failed sync, go on with the next version instead of exiting (exit status 1 "
@@ -233,7 +196,9 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
   for (const BufferInfo& info : part.buffers) {
     config.buffer_addresses.push_back(memory.data(test::BufferKey{config.rank, info.id}));
   }
-  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
+  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget) > 0
+                                    ? absl::GetFlag(FLAGS_budget)
+                                    : static_cast<double>(kDefaultStagingBudgetBytes);
   config.deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
   config.control_connect_timeout = ControlClientOptions{}.connect_timeout;
   config.replica_policy = absl::GetFlag(FLAGS_policy);

@@ -5,7 +5,7 @@
 //     trainer shards into FP8 rollout parameters of the three schemes (block 128 x 128 with the
 //     trainers' TP cut inside a block, per channel, per tensor of an expert tensor split by EP)
 //     and an unquantized norm; every FP8 byte and scale equals the reference quantizer
-//     (tests/testing/fp8_reference.h) over the whole bf16 tensor, bit for bit;
+//     (integration/fill/fp8_reference.h) over the whole bf16 tensor, bit for bit;
 //   - rollouts that declare one parameter quantized differently fail connect everywhere with
 //     WSYNC_LAYOUT_REFUSED naming the parameter;
 //   - each bad declaration is refused with WSYNC_INVALID_ARGUMENT and a message saying why.
@@ -25,7 +25,7 @@
 
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 #include "wsync/wsync.h"
 
 namespace {

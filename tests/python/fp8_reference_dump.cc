@@ -1,6 +1,6 @@
 // fp8_reference_dump EXPERTS ROWS COLS BLOCK_ROWS BLOCK_COLS: reads EXPERTS * ROWS * COLS bf16
 // values (little-endian bit patterns, row-major) from standard input and writes the C++ reference
-// quantizer's output (tests/testing/fp8_reference.h) to standard output: the e4m3 bytes
+// quantizer's output (integration/fill/fp8_reference.h) to standard output: the e4m3 bytes
 // (row-major), then the fp32 scales ([EXPERTS, scale rows, scale cols], little-endian). A block
 // extent of 0 means the whole axis. test_fp8.py checks wsync.fp8.quantize against it bit for bit.
 // Exit status 1 with the reason on stderr for a refused input (NaN, infinity, short input).
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 add_fp8 and their fp32 scale tensors, declared through the C ABI's declare_fp8_parameter.
 
 - wsync.fp8.quantize (the Python reference) equals the C++ reference quantizer
-  (tests/testing/fp8_reference.h, through fp8_reference_dump) bit for bit on random tensors:
+  (integration/fill/fp8_reference.h, through fp8_reference_dump) bit for bit on random tensors:
   ragged blocks, all-zero blocks, subnormal and huge values, signed zeros, every scheme.
 - Two bf16 trainers (TP cuts, one inside a 128-block) sync into two FP8 rollouts (block,
   per-channel and per-tensor expert parameters, the scale tensors under vLLM's names): every

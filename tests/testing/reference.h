@@ -2,9 +2,10 @@
 #define WSYNC_TESTS_TESTING_REFERENCE_H_
 
 // A test oracle for plans, independent of the planner's internals: an element-by-element plan
-// executor that counts every byte it writes, checks that the targets hold exactly the logical
-// tensors, and pseudo-random fill patterns for chunk-hash verification. The logical values and
-// host buffers it works on are integration/fill/fill.h (shared with the programs).
+// executor that counts every byte it writes and checks that the targets hold exactly the logical
+// tensors. The logical values and host buffers it works on are integration/fill/fill.h, the
+// pseudo-random fill pattern for chunk-hash verification integration/fill/pattern.h (included
+// here for the suites that use both), shared with the programs.
 //
 // Typical use:
 //   HostBuffers source(pair.source, kSourceFill);
@@ -25,46 +26,12 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "integration/fill/fill.h"
+#include "integration/fill/pattern.h"
 #include "planner/job.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
 
 namespace wsync::test {
-
-// ---------------------------------------------------------------------------------------------
-// Pseudo-random fill patterns.
-
-// Writes a pseudo-random pattern of `version` over every byte of every buffer in `buffers`
-// (pieces and padding alike): 8-byte words of a SplitMix64 finalizer keyed by the buffer's key,
-// the word's position and `version`, each masked with kPatternMask, so bytes of different buffers,
-// positions or versions differ with the probability of a 56-bit hash. It runs at memory speed (no
-// walk over the layout's elements), for chunk-hash verification (ExecuteOptions::verify), which
-// compares the sender's bytes with the receiver's: the pattern makes a stale, lost or misplaced
-// chunk change its hash. It ties no value to a logical index, so CheckLogical cannot check what
-// it moved; PatternView reads it back where the buffer is not at hand.
-void FillPattern(uint64_t version, HostBuffers* buffers);
-
-// Bit 6 of every byte cleared: the most significant exponent bit of every float dtype (bit 6 of
-// the top byte of fp64, fp32, fp16 and bf16, little-endian; bit 6 of an e4m3 or e5m2 byte) is 0 in
-// every element FillPattern writes at an address aligned to its size, so no element of a float
-// dtype is a NaN or an infinity (the FP8 quantizer refuses those): |x| < 2 for fp64, fp32, fp16
-// and bf16; e4m3 and e5m2 exponents stay below their all-ones code.
-inline constexpr uint64_t kPatternMask = 0xbfbfbfbfbfbfbfbfULL;
-
-// Random access to what FillPattern(version) writes into the buffer `key`, for a process that
-// does not hold that buffer (a rollout recomputing a trainer's bytes). Pure.
-class PatternView {
- public:
-  PatternView(uint64_t version, BufferKey key);
-
-  // The `count` (1 to 8) bytes at byte `position` (>= 0, inside the buffer) as a little-endian
-  // integer: what FillPattern wrote there (the bytes after the last whole word included).
-  uint64_t Bytes(int64_t position, int count) const;
-
- private:
-  uint64_t Word(int64_t w) const;  // Word w of the buffer's pattern (masked).
-  uint64_t seed_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Reference execution and checks.

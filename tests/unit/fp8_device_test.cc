@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "quant/fp8.h"
 #include "quant/fp8_device_host.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 #include "tests/unit/fp8_device_support.h"
 #include "tests/unit/fp8_test_support.h"
 

@@ -1,4 +1,4 @@
-// quant/fp8.h against the reference quantizer (tests/testing/fp8_reference.h), bit for bit, over
+// quant/fp8.h against the reference quantizer (integration/fill/fp8_reference.h), bit for bit, over
 // random shapes and values, strided regions, TP and EP cuts, and the edge values of the format.
 
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "quant/fp8.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 #include "tests/unit/fp8_test_support.h"
 
 namespace wsync::fp8_test {

@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "quant/fp8.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 #include "tests/unit/fp8_test_support.h"
 
 namespace wsync::fp8_test {

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "quant/fp8.h"
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 
 namespace wsync::fp8_test {
 

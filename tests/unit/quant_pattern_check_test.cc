@@ -4,7 +4,7 @@
 // flipped e4m3 byte or scale, another version, or a replicated trainer (whose copies hold
 // different pattern bytes) fail, naming what differs.
 
-#include "tests/testing/quant_pattern_check.h"
+#include "integration/fill/quant_check.h"
 
 #include <cstdint>
 #include <cstring>

@@ -20,7 +20,7 @@ scheme           block               scale shape
 
 :func:`quantize` is a reference quantizer in Python, for tests and for checking an engine's
 weights; tests/python/test_fp8.py checks it bit for bit against the C++ reference
-(tests/testing/fp8_reference.h) and against what a sync wrote. Its rule is the library's:
+(integration/fill/fp8_reference.h) and against what a sync wrote. Its rule is the library's:
 ``scale = fp32(max(amax, 1e-10) / 448)`` per block (an all-zero block gets 1e-10 / 448 and
 zeros), ``fp8 = e4m3(clamp(fp32(x / scale), -448, 448))`` rounded to nearest even, signed zeros
 keep their sign; dequantized = fp8 * scale. NaN and infinities are refused.

@@ -1,4 +1,4 @@
-#include "tests/testing/quant_pattern_check.h"
+#include "integration/fill/quant_check.h"
 
 #include <cstdint>
 #include <cstring>
@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "integration/fill/fp8_reference.h"
 #include "planner/geometry.h"
 #include "planner/quant_layout.h"
-#include "tests/testing/fp8_reference.h"
 
 namespace wsync::test {
 namespace {

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TESTS_TESTING_FP8_REFERENCE_H_
-#define WSYNC_TESTS_TESTING_FP8_REFERENCE_H_
+#ifndef WSYNC_INTEGRATION_FILL_FP8_REFERENCE_H_
+#define WSYNC_INTEGRATION_FILL_FP8_REFERENCE_H_
 
 // The reference FP8 quantizer that the fast kernels (quant/fp8.h) and, later, the CUDA kernel and
 // the sync's transform segments are compared against bit for bit. Written to be read, not to be
@@ -63,4 +63,4 @@ std::vector<double> ReferenceDequantizeFp8(const ReferenceFp8& quantized, int64_
 
 }  // namespace wsync::testing
 
-#endif  // WSYNC_TESTS_TESTING_FP8_REFERENCE_H_
+#endif  // WSYNC_INTEGRATION_FILL_FP8_REFERENCE_H_

@@ -1,10 +1,10 @@
-#ifndef WSYNC_TESTS_TESTING_QUANT_PATTERN_CHECK_H_
-#define WSYNC_TESTS_TESTING_QUANT_PATTERN_CHECK_H_
+#ifndef WSYNC_INTEGRATION_FILL_QUANT_CHECK_H_
+#define WSYNC_INTEGRATION_FILL_QUANT_CHECK_H_
 
 // The check of a rollout's FP8 weights after a sync whose trainers wrote FillPattern (issue 22):
-// what `wsync_test_worker --verify_quant` runs and what `wsync-bench sync`'s FP8 verification job
-// relies on. The rollout recomputes the trainers' bf16 or fp32 bytes from the pattern
-// (PatternView: no trainer memory needed) and compares its e4m3 bytes and scales with the
+// what the bench host's and `wsync_test_worker`'s --verify_quant run and what `wsync-bench sync`'s
+// FP8 verification job relies on. The rollout recomputes the trainers' bf16 or fp32 bytes from the
+// pattern (PatternView: no trainer memory needed) and compares its e4m3 bytes and scales with the
 // reference quantizer (fp8_reference.h) bit for bit. Pure but for reading `buffers`;
 // thread-compatible.
 
@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "integration/fill/fill.h"
+#include "integration/fill/pattern.h"
 #include "planner/layout.h"
-#include "tests/testing/reference.h"
 
 namespace wsync::test {
 
@@ -35,4 +35,4 @@ absl::StatusOr<int64_t> CheckQuantizedPattern(const Layout& source, const Layout
 
 }  // namespace wsync::test
 
-#endif  // WSYNC_TESTS_TESTING_QUANT_PATTERN_CHECK_H_
+#endif  // WSYNC_INTEGRATION_FILL_QUANT_CHECK_H_

@@ -1,4 +1,4 @@
-#include "tests/testing/fp8_reference.h"
+#include "integration/fill/fp8_reference.h"
 
 #include <algorithm>
 #include <cmath>
