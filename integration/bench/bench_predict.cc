@@ -35,7 +35,7 @@ namespace {
 
 constexpr char kShm[] = "ucx:sm,cma,self";
 
-struct Scenario {
+struct PredictScenario {
   std::string name;
   std::string from;
   std::string to;
@@ -58,7 +58,7 @@ std::string SideNode(int32_t p, int32_t trainers) { return p < trainers ? "a" : 
 // and the rollouts on node b.
 std::string ReplicaNode(int32_t p, int32_t trainers) { return p < trainers / 2 ? "a" : "b"; }
 
-std::vector<Scenario> Scenarios() {
+std::vector<PredictScenario> Scenarios() {
   const auto all = [](const std::string& spec) {
     return [spec](int32_t, int32_t, const std::string&) { return spec; };
   };
@@ -108,16 +108,15 @@ absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, const 
   return pair;
 }
 
-struct Measured {
+struct SyncMeasurement {
   double seconds = 0;  // Median over the timed syncs of the slowest process's transfer.
   std::vector<double> syncs;
 };
 
-absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model, int32_t trainers,
-                                     int32_t rollouts, const std::vector<std::string>& paths,
-                                     const harness::NetnsPair* pair, const std::string& policy,
-                                     const std::string& calibration,
-                                     const PredictBenchOptions& options) {
+absl::StatusOr<SyncMeasurement> MeasureSync(
+    const PredictScenario& s, const std::string& model, int32_t trainers, int32_t rollouts,
+    const std::vector<std::string>& paths, const harness::NetnsPair* pair,
+    const std::string& policy, const std::string& calibration, const PredictBenchOptions& options) {
   harness::JobSpec spec;
   spec.model = model;
   spec.from = s.from;
@@ -143,7 +142,7 @@ absl::StatusOr<Measured> MeasureSync(const Scenario& s, const std::string& model
   spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
   WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
                          harness::RunJob(spec, options.job.host, options.job.wsync));
-  Measured measured;
+  SyncMeasurement measured;
   for (int32_t v = warmup; v < spec.versions; ++v) {
     double slowest = 0;
     for (int32_t p = 0; p < trainers + rollouts; ++p) {
@@ -171,7 +170,7 @@ struct Row {
   int32_t processes = 0;
   std::string policy;
   std::vector<Prediction> rounds_predicted;
-  std::vector<Measured> rounds_measured;
+  std::vector<SyncMeasurement> rounds_measured;
 
   // The median round's prediction (the lower middle one for an even count).
   const Prediction& predicted() const {
@@ -184,7 +183,8 @@ struct Row {
   // Median over every round's timed syncs.
   double measured() const {
     std::vector<double> all;
-    for (const Measured& m : rounds_measured) all.insert(all.end(), m.syncs.begin(), m.syncs.end());
+    for (const SyncMeasurement& m : rounds_measured)
+      all.insert(all.end(), m.syncs.begin(), m.syncs.end());
     return Median(all);
   }
   double error() const { return (predicted().seconds - measured()) / measured(); }
@@ -192,9 +192,9 @@ struct Row {
 
 // Calibrates, predicts and measures one scenario once (round `round`), adding to its rows (one
 // per policy measured, created in the first round).
-absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const std::string& dir,
-                              const PredictBenchOptions& options, int32_t round, std::FILE* out,
-                              std::vector<Row>* rows) {
+absl::Status RunScenarioRound(const PredictScenario& s, const ModelSpec& model,
+                              const std::string& dir, const PredictBenchOptions& options,
+                              int32_t round, std::FILE* out, std::vector<Row>* rows) {
   absl::FPrintF(out, "[round %d] %s: %s -> %s over %s\n", round + 1, s.name, s.from, s.to,
                 s.transports);
   std::fflush(out);
@@ -253,8 +253,9 @@ absl::Status RunScenarioRound(const Scenario& s, const ModelSpec& model, const s
     WSYNC_ASSIGN_OR_RETURN(const Prediction predicted,
                            PredictSync(job, *policy, fits, StagingBudget{options.job.budget}));
     WSYNC_ASSIGN_OR_RETURN(
-        Measured synced, MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
-                                     pair ? &*pair : nullptr, name, calibration.out, options));
+        SyncMeasurement synced,
+        MeasureSync(s, model.name, trainers, rollouts, calibration.path_transports,
+                    pair ? &*pair : nullptr, name, calibration.out, options));
     absl::FPrintF(
         out,
         "  %-12s predicted %.4f s = transfer %.4f + latency %.4f (binding %s), measured %s s -> "
@@ -304,8 +305,8 @@ absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(options.model));
   const std::string& scenario_flag = options.scenarios;
   const std::vector<std::string> wanted = absl::StrSplit(scenario_flag, ',', absl::SkipEmpty());
-  std::vector<Scenario> scenarios;
-  for (Scenario& s : Scenarios()) {
+  std::vector<PredictScenario> scenarios;
+  for (PredictScenario& s : Scenarios()) {
     const bool named = std::find(wanted.begin(), wanted.end(), s.name) != wanted.end();
     if (scenario_flag == "all" || named || (wanted.empty() && s.in_default_run)) {
       scenarios.push_back(std::move(s));
@@ -314,10 +315,10 @@ absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   for (const std::string& name : wanted) {
     const bool known =
         name == "all" || std::any_of(scenarios.begin(), scenarios.end(),
-                                     [&](const Scenario& s) { return s.name == name; });
+                                     [&](const PredictScenario& s) { return s.name == name; });
     if (!known) {
       std::vector<std::string> names;
-      for (const Scenario& s : Scenarios()) names.push_back(s.name);
+      for (const PredictScenario& s : Scenarios()) names.push_back(s.name);
       return absl::InvalidArgumentError(absl::StrCat("--predict_scenarios: no scenario '", name,
                                                      "'; known: all, ",
                                                      absl::StrJoin(names, ", ")));
@@ -337,7 +338,7 @@ absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   // Rounds interleave the scenarios, so that a stretch of heavy foreign load on this machine
   // falls on one round of many scenarios (which the medians drop) rather than on one scenario.
   for (int32_t round = 0; round < rounds && status.ok(); ++round) {
-    for (const Scenario& s : scenarios) {
+    for (const PredictScenario& s : scenarios) {
       status = RunScenarioRound(s, model, dir, options, round, out, &rows);
       if (!status.ok()) break;
     }
@@ -352,7 +353,7 @@ absl::Status RunPredictBench(const PredictBenchOptions& given, std::FILE* out) {
   for (const Row& row : rows) {
     std::vector<double> predicted, measured;
     for (const Prediction& p : row.rounds_predicted) predicted.push_back(p.seconds);
-    for (const Measured& m : row.rounds_measured) measured.push_back(m.seconds);
+    for (const SyncMeasurement& m : row.rounds_measured) measured.push_back(m.seconds);
     absl::FPrintF(out, "%-20s %-20s %5d %-12s %11.4f %11.4f %+7.1f%%  %-12s %-12s %s\n",
                   row.scenario, row.transports, row.processes, row.policy, row.predicted().seconds,
                   row.measured(), 100 * row.error(), Range(predicted), Range(measured),
