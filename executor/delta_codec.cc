@@ -63,6 +63,37 @@ uint64_t Gap(int64_t index, int64_t previous) {
   return static_cast<uint64_t>(index - previous - 1);
 }
 
+// An element's bytes as an unsigned integer (little-endian, zero-extended).
+uint64_t ElementBits(const uint8_t* element, int element_bytes) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, element, element_bytes);
+  return bits;
+}
+
+// The zigzag form of current minus base, modulo 2^(8 x element_bytes), taken as signed.
+uint64_t ZigzagDiff(const uint8_t* base, const uint8_t* current, int element_bytes) {
+  const int shift = 64 - 8 * element_bytes;
+  const uint64_t wrapped = (ElementBits(current, element_bytes) - ElementBits(base, element_bytes))
+                           << shift;
+  const int64_t diff = static_cast<int64_t>(wrapped) >> shift;  // Sign-extended.
+  return (static_cast<uint64_t>(diff) << 1) ^ static_cast<uint64_t>(diff >> 63);
+}
+
+// Adds the difference a zigzag varint holds to the element at `target` (modulo its size). False
+// when the difference does not fit an element of this size.
+bool AddZigzagDiff(uint64_t zigzag, int element_bytes, uint8_t* target) {
+  const int64_t diff = static_cast<int64_t>(zigzag >> 1) ^ -static_cast<int64_t>(zigzag & 1);
+  const int bits = 8 * element_bytes;
+  if (bits < 64 && (diff < -(int64_t{1} << (bits - 1)) || diff >= (int64_t{1} << (bits - 1)))) {
+    return false;
+  }
+  if (target != nullptr) {
+    const uint64_t sum = ElementBits(target, element_bytes) + static_cast<uint64_t>(diff);
+    std::memcpy(target, &sum, element_bytes);
+  }
+  return true;
+}
+
 void WriteHeader(DeltaKind kind, int element_bytes, uint64_t changed, uint8_t* out) {
   std::memset(out, 0, kDeltaHeaderBytes);
   out[0] = static_cast<uint8_t>(kind);
@@ -72,10 +103,27 @@ void WriteHeader(DeltaKind kind, int element_bytes, uint64_t changed, uint8_t* o
 
 DeltaKind Choose(const DeltaEncodingSummary& sizes) {
   if (sizes.mostly_changed ||
-      sizes.dense_bytes <= std::min(sizes.bitmap_bytes, sizes.indices_bytes)) {
+      sizes.dense_bytes <= std::min({sizes.bitmap_bytes, sizes.indices_bytes, sizes.diffs_bytes})) {
     return DeltaKind::kDense;
   }
-  return sizes.bitmap_bytes <= sizes.indices_bytes ? DeltaKind::kBitmap : DeltaKind::kIndices;
+  if (sizes.bitmap_bytes <= std::min(sizes.indices_bytes, sizes.diffs_bytes)) {
+    return DeltaKind::kBitmap;
+  }
+  return sizes.indices_bytes <= sizes.diffs_bytes ? DeltaKind::kIndices : DeltaKind::kDiffs;
+}
+
+int64_t EncodedBytes(const DeltaEncodingSummary& sizes) {
+  switch (sizes.kind) {
+    case DeltaKind::kDense:
+      return sizes.dense_bytes;
+    case DeltaKind::kBitmap:
+      return sizes.bitmap_bytes;
+    case DeltaKind::kIndices:
+      return sizes.indices_bytes;
+    case DeltaKind::kDiffs:
+      return sizes.diffs_bytes;
+  }
+  return sizes.dense_bytes;
 }
 
 absl::Status Refuse(absl::string_view why) {
@@ -128,11 +176,16 @@ absl::StatusOr<int64_t> WalkIndices(absl::Span<const uint8_t> body, uint64_t cha
   return input.CurrentPosition();
 }
 
+// The bytes the gap varints at the start of `body` take, every index checked.
+absl::StatusOr<int64_t> CheckedIndexBytes(absl::Span<const uint8_t> body, uint64_t changed,
+                                          int64_t elements, int element_bytes) {
+  if (body.size() > static_cast<size_t>(INT_MAX)) return Refuse("the body is over 2 GiB");
+  return WalkIndices(body, changed, elements, element_bytes, nullptr, nullptr);
+}
+
 absl::Status ApplyIndices(absl::Span<const uint8_t> body, uint64_t changed, int64_t elements,
                           int element_bytes, uint8_t* target) {
-  if (body.size() > static_cast<size_t>(INT_MAX)) return Refuse("the body is over 2 GiB");
-  absl::StatusOr<int64_t> index_bytes =
-      WalkIndices(body, changed, elements, element_bytes, nullptr, nullptr);
+  absl::StatusOr<int64_t> index_bytes = CheckedIndexBytes(body, changed, elements, element_bytes);
   if (!index_bytes.ok()) return index_bytes.status();
   const uint64_t values_bytes = body.size() - static_cast<uint64_t>(*index_bytes);
   if (values_bytes != changed * element_bytes) {
@@ -141,6 +194,39 @@ absl::Status ApplyIndices(absl::Span<const uint8_t> body, uint64_t changed, int6
   }
   return WalkIndices(body, changed, elements, element_bytes, body.data() + *index_bytes, target)
       .status();
+}
+
+// Checks a kDiffs body whole (indices in range and in order, every difference present and within
+// the element, nothing after them), then adds each difference to its element of `target`.
+absl::Status ApplyDiffs(absl::Span<const uint8_t> body, uint64_t changed, int64_t elements,
+                        int element_bytes, uint8_t* target) {
+  absl::StatusOr<int64_t> index_bytes = CheckedIndexBytes(body, changed, elements, element_bytes);
+  if (!index_bytes.ok()) return index_bytes.status();
+  const absl::Span<const uint8_t> diffs = body.subspan(static_cast<size_t>(*index_bytes));
+  CodedInputStream check(diffs.data(), static_cast<int>(diffs.size()));
+  for (uint64_t i = 0; i < changed; ++i) {
+    uint64_t zigzag = 0;
+    if (!check.ReadVarint64(&zigzag))
+      return Refuse(absl::StrCat("difference ", i, " is cut short"));
+    if (!AddZigzagDiff(zigzag, element_bytes, nullptr)) {
+      return Refuse(absl::StrCat("difference ", i, " is wider than ", element_bytes, " bytes"));
+    }
+  }
+  if (static_cast<size_t>(check.CurrentPosition()) != diffs.size()) {
+    return Refuse(
+        absl::StrCat(diffs.size() - check.CurrentPosition(), " bytes follow the last difference"));
+  }
+  CodedInputStream gaps(body.data(), static_cast<int>(*index_bytes));
+  CodedInputStream values(diffs.data(), static_cast<int>(diffs.size()));
+  int64_t index = -1;
+  for (uint64_t i = 0; i < changed; ++i) {
+    uint64_t gap = 0, zigzag = 0;
+    gaps.ReadVarint64(&gap);
+    values.ReadVarint64(&zigzag);
+    index += static_cast<int64_t>(gap) + 1;
+    AddZigzagDiff(zigzag, element_bytes, target + index * element_bytes);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -165,8 +251,14 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
       static_cast<int64_t>(kDenseAboveChangedFraction * static_cast<double>(summary.elements));
   int64_t previous = -1;
   int64_t gap_bytes = 0;
+  int64_t diff_bytes = 0;
+  const auto diff_at = [&](int64_t index) {
+    const int64_t at = index * element_bytes;
+    return ZigzagDiff(base.data() + at, current.data() + at, element_bytes);
+  };
   summary.mostly_changed = !VisitChanged(base, current, element_bytes, [&](int64_t index) {
     gap_bytes += CodedOutputStream::VarintSize64(Gap(index, previous));
+    diff_bytes += CodedOutputStream::VarintSize64(diff_at(index));
     previous = index;
     return ++summary.changed_elements <= limit;
   });
@@ -174,11 +266,10 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
     const int64_t values_bytes = summary.changed_elements * element_bytes;
     summary.bitmap_bytes = kDeltaHeaderBytes + (summary.elements + 7) / 8 + values_bytes;
     summary.indices_bytes = kDeltaHeaderBytes + gap_bytes + values_bytes;
+    summary.diffs_bytes = kDeltaHeaderBytes + gap_bytes + diff_bytes;
   }
   summary.kind = Choose(summary);
-  summary.encoded_bytes = summary.kind == DeltaKind::kDense    ? summary.dense_bytes
-                          : summary.kind == DeltaKind::kBitmap ? summary.bitmap_bytes
-                                                               : summary.indices_bytes;
+  summary.encoded_bytes = EncodedBytes(summary);
   out->assign(summary.encoded_bytes, 0);
   WriteHeader(summary.kind, element_bytes,
               summary.kind == DeltaKind::kDense ? summary.elements : summary.changed_elements,
@@ -188,7 +279,7 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
     std::memcpy(body, current.data(), current.size());
     return summary;
   }
-  // Pass 2: the bitmap or the gaps, then the values (after the bitmap or the gaps).
+  // Pass 2: the bitmap or the gaps, then the values or differences (after the bitmap or the gaps).
   uint8_t* values =
       body + (summary.kind == DeltaKind::kBitmap ? (summary.elements + 7) / 8 : gap_bytes);
   previous = -1;
@@ -199,8 +290,12 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
       body = CodedOutputStream::WriteVarint64ToArray(Gap(index, previous), body);
       previous = index;
     }
-    std::memcpy(values, current.data() + index * element_bytes, element_bytes);
-    values += element_bytes;
+    if (summary.kind == DeltaKind::kDiffs) {
+      values = CodedOutputStream::WriteVarint64ToArray(diff_at(index), values);
+    } else {
+      std::memcpy(values, current.data() + index * element_bytes, element_bytes);
+      values += element_bytes;
+    }
     return true;
   });
   return summary;
@@ -239,7 +334,7 @@ absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
     return Refuse(absl::StrCat(encoded.size(), " bytes is shorter than the header"));
   }
   const uint8_t kind = encoded[0];
-  if (kind > static_cast<uint8_t>(DeltaKind::kIndices)) {
+  if (kind > static_cast<uint8_t>(DeltaKind::kDiffs)) {
     return Refuse(absl::StrCat("unknown kind ", kind));
   }
   if (encoded[1] != element_bytes) {
@@ -278,6 +373,8 @@ absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
     }
     case DeltaKind::kIndices:
       return ApplyIndices(body, changed, elements, element_bytes, target.data());
+    case DeltaKind::kDiffs:
+      return ApplyDiffs(body, changed, elements, element_bytes, target.data());
   }
   return Refuse("unreachable kind");
 }

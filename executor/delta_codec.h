@@ -5,7 +5,7 @@
 // element size (2 bytes for bf16, 4 for fp32, 1 for fp8), so +0.0 and -0.0, or two NaN payloads,
 // are different elements and a patched target is bit-exact.
 //
-// An encoded chunk is a 16-byte header followed by one of three bodies:
+// An encoded chunk is a 16-byte header followed by one of four bodies:
 //   byte 0: DeltaKind, byte 1: element size in bytes, bytes 2..7: zero,
 //   bytes 8..15: the number of changed elements (uint64, little-endian; every element for dense).
 //   kDense:   every element of the chunk.
@@ -13,6 +13,12 @@
 //             past n zero; then the changed elements' values in index order.
 //   kIndices: the changed indices as LEB128 varints of their gaps (the first index, then each
 //             index minus the previous minus one); then the changed elements' values in order.
+//   kDiffs:   the changed indices as in kIndices; then, in order, each changed element's
+//             difference from its base element: the bit patterns read as unsigned integers of the
+//             element size, current minus base modulo 2^(8 x size), taken as signed and written
+//             as a zigzag LEB128 varint. An optimizer step at post-training learning rates moves
+//             a bf16 weight by an ulp or two: one byte where kIndices spends two. Applied only to
+//             a target holding the base, which is what a delta sync guarantees.
 // Every count of an encoded chunk is checked against the target's size before any byte of the
 // target is written (an encoding comes from the network).
 #ifndef WSYNC_EXECUTOR_DELTA_CODEC_H_
@@ -27,7 +33,7 @@
 
 namespace wsync {
 
-enum class DeltaKind : uint8_t { kDense = 0, kBitmap = 1, kIndices = 2 };
+enum class DeltaKind : uint8_t { kDense = 0, kBitmap = 1, kIndices = 2, kDiffs = 3 };
 
 inline constexpr int64_t kDeltaHeaderBytes = 16;
 
@@ -49,12 +55,13 @@ struct DeltaEncodingSummary {
   int64_t dense_bytes = 0;
   int64_t bitmap_bytes = 0;
   int64_t indices_bytes = 0;
+  int64_t diffs_bytes = 0;
 };
 
 // Encodes `current` against `base` (the same size, a multiple of `element_bytes`, which is 1, 2,
-// 4 or 8) into `out` (replaced): the smallest of the three kinds, dense on a tie and whenever more
+// 4 or 8) into `out` (replaced): the smallest of the four kinds, dense on a tie and whenever more
 // than kDenseAboveChangedFraction of the elements changed (found as soon as that many are seen:
-// the rest of the chunk is not compared); bitmap over indices on a tie.
+// the rest of the chunk is not compared); on other ties the first of bitmap, indices, diffs.
 // InvalidArgument for sizes that break these rules (nothing is written then).
 absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
                                                  absl::Span<const uint8_t> current,
@@ -77,7 +84,8 @@ void AppendDenseDelta(absl::Span<const uint8_t> current, int element_bytes,
 // changed elements are written (all of them for kDense). DataLoss, with `target` untouched, for
 // an encoding that does not fit a target of this size and element size: an unknown kind, another
 // element size, a count above the target's elements, a body of another size, an index out of
-// range or out of order, a bitmap whose set bits are not the count or that sets bits past the end.
+// range or out of order, a bitmap whose set bits are not the count or that sets bits past the end,
+// a difference cut short or wider than the element.
 absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
                         absl::Span<uint8_t> target);
 
