@@ -3,13 +3,15 @@
 # a precompiled header is used only with the flags it was made with (GCC refuses one made at
 # another -O level or with -fPIC against -fPIE): one for the wsync_cc_library sources (position-
 # independent, the build type's level), one for the wsync_cc_test sources (executables, at
-# WSYNC_TEST_OPT_FLAGS). A source whose target adds flags that change those headers' meaning
-# compiles them as text, as it would without this (the compiler checks; -Winvalid-pch shows it).
+# WSYNC_TEST_OPT_FLAGS). Where a target's flags differ from its kind's, GCC compiles the headers as
+# text (-Winvalid-pch shows it) but clang stops with an error naming the difference (such as
+# __OPTIMIZE__): a target that changes its optimization must stay optimized (wsync_quant's -O3).
 #
 # Measured 2026-12-05 (GCC 12, -O0, a test source of one case including googletest and three
 # wsync headers, with the test header against without): 3.1 s of CPU against 8.8 s. With unity
-# batches, CI's cold run went from 3030 s to 2165 s (docs/ci.md). The headers are force-included (`-include`), so a source that forgets one of
-# them still compiles here; WSYNC_PCH=OFF builds without them and finds such a source.
+# batches, CI's cold run went from 3030 s to 2165 s (docs/ci.md). The headers are force-included
+# (`-include`), so a source that forgets one of them still compiles here; WSYNC_PCH=OFF builds
+# without them and finds such a source.
 #
 # ccache caches sources that use a precompiled header only with sloppiness pch_defines and
 # time_macros (its manual, "Precompiled headers"); cmake/WsyncBuildSpeed.cmake sets them in the
