@@ -1,5 +1,6 @@
 #include "executor/delta_run.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -242,6 +243,10 @@ char* DeltaLanes::Payload(int32_t lane, int32_t index) const {
 }
 
 absl::Status DeltaLanes::Apply(absl::Span<const std::pair<int32_t, int32_t>> received) {
+  if (std::none_of(received.begin(), received.end(),
+                   [&](const auto& at) { return Payload(at.first, at.second) != nullptr; })) {
+    return absl::OkStatus();  // Nothing encoded: not timed.
+  }
   const double start = ThreadCpuSeconds();
   absl::Status status = ApplyReceived(received);
   apply_cpu_seconds_ += ThreadCpuSeconds() - start;

@@ -121,6 +121,12 @@ class Stats(ctypes.Structure):
         ("peak_arena_bytes", ctypes.c_int64),
         ("seconds", ctypes.c_double),
         ("verified_chunks", ctypes.c_int64),
+        ("delta_messages", ctypes.c_int64),
+        ("delta_saved_bytes", ctypes.c_int64),
+        ("delta_compared_elements", ctypes.c_int64),
+        ("delta_changed_elements", ctypes.c_int64),
+        ("delta_encode_seconds", ctypes.c_double),
+        ("delta_apply_seconds", ctypes.c_double),
     ]
 
 

@@ -190,6 +190,16 @@ typedef struct wsync_stats {
   int64_t peak_arena_bytes;
   double seconds;
   int64_t verified_chunks; /* With verify: received chunks whose hash matched the sender's. */
+  /* Appended (issue 44): delta sync; zero without it. */
+  int64_t delta_messages;    /* Messages sent or received as encodings. */
+  int64_t delta_saved_bytes; /* Their dense bytes minus their encodings' (sent_bytes and
+                                received_bytes count what travelled). */
+  int64_t delta_compared_elements; /* As a sender: elements compared with a base of their
+                                      receiver's version, ... */
+  int64_t delta_changed_elements;  /* ... and of those the changed ones (a chunk sent dense
+                                      because most of it changed counts whole). */
+  double delta_encode_seconds;     /* Thread CPU time: a sender's encoding, ... */
+  double delta_apply_seconds;      /* ... a receiver's patching of its targets. */
 } wsync_stats_t;
 
 /* Where a sync stands (wsync_progress_t.phase). */
