@@ -4,8 +4,11 @@
 // sync. Each sync moves the wsync_delta_* families by what its stats say: the bytes saved equal the
 // dense bytes (version 1's, which no rollout holds a base for) minus the bytes that travelled, the
 // changed fraction is changed / compared, encode time on the trainers and apply time on the
-// rollouts.
+// rollouts. The bases' byte budget (SessionConfig::delta_budget_bytes, wsync_config_t's
+// delta_budget_bytes): a budget too small for any chunk sends every chunk dense, half of the
+// bytes some chunks, and the data are exact either way.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -51,9 +54,9 @@ struct AfterSync {
   std::string text;
 };
 
-// Runs versions 1..kVersions of a 2 + 2 job with delta on; per process, what it saw after each
-// version (index version - 1).
-std::vector<std::vector<AfterSync>> RunDeltaJob(const std::string& job) {
+// Runs versions 1..kVersions of a 2 + 2 job with delta on and `budget` bytes for each trainer's
+// bases (0: the default); per process, what it saw after each version (index version - 1).
+std::vector<std::vector<AfterSync>> RunDeltaJob(const std::string& job, int64_t budget) {
   const int port = test::FreeLoopbackPort();
   std::vector<test::TinySessionProcess> processes;
   for (Role role : {Role::kTrainer, Role::kRollout}) {
@@ -61,6 +64,7 @@ std::vector<std::vector<AfterSync>> RunDeltaJob(const std::string& job) {
       SessionConfig config =
           test::TinyJobConfig(role, rank, port, job, "WSYNC_DELTA_METRICS_TEST_SECRET");
       config.delta = DeltaMode::kOn;
+      if (budget > 0) config.delta_budget_bytes = budget;
       processes.push_back(test::MakeTinySessionProcess(config));
     }
   }
@@ -98,7 +102,7 @@ class DeltaMetricsTest : public ::testing::Test {
 };
 
 TEST_F(DeltaMetricsTest, EachSyncMovesTheDeltaFamiliesByItsStats) {
-  const std::vector<std::vector<AfterSync>> seen = RunDeltaJob("delta-metrics");
+  const std::vector<std::vector<AfterSync>> seen = RunDeltaJob("delta-metrics", 0);
   for (size_t p = 0; p < seen.size(); ++p) {
     SCOPED_TRACE(::testing::Message() << "process " << p);
     ASSERT_EQ(seen[p].size(), kVersions);
@@ -150,6 +154,35 @@ TEST_F(DeltaMetricsTest, EachSyncMovesTheDeltaFamiliesByItsStats) {
         EXPECT_TRUE(std::isnan(SampleSum(text, "wsync_delta_changed_fraction")));
         EXPECT_GT(stats.delta_apply_cpu_seconds, 0);
       }
+    }
+  }
+}
+
+TEST_F(DeltaMetricsTest, ChunksThatDoNotFitTheBasesBudgetTravelDense) {
+  // One byte holds no chunk: every chunk dense, every version (CheckSparseLogical: exact).
+  const std::vector<std::vector<AfterSync>> none = RunDeltaJob("delta-budget-none", 1);
+  for (size_t p = 0; p < none.size(); ++p) {
+    ASSERT_EQ(none[p].size(), kVersions) << p;
+    for (int v = 1; v <= kVersions; ++v) {
+      const TransferStats& stats = none[p][v - 1].stats;
+      EXPECT_EQ(stats.delta_messages, 0) << "process " << p << " version " << v;
+      EXPECT_EQ(stats.delta_saved_bytes, 0) << "process " << p << " version " << v;
+      EXPECT_EQ(stats.sent_bytes + stats.received_bytes,
+                none[p][0].stats.sent_bytes + none[p][0].stats.received_bytes);
+    }
+  }
+  // Half of each trainer's dense bytes: the chunks recorded first keep their bases, the rest go
+  // dense; less saved than with every base, more than none.
+  const std::vector<std::vector<AfterSync>> all = RunDeltaJob("delta-budget-all", 0);
+  ASSERT_EQ(all[0].size(), kVersions);
+  const int64_t half = std::min(all[0][0].stats.sent_bytes, all[1][0].stats.sent_bytes) / 2;
+  const std::vector<std::vector<AfterSync>> some = RunDeltaJob("delta-budget-half", half);
+  for (size_t p = 0; p < 2; ++p) {
+    ASSERT_EQ(some[p].size(), kVersions) << p;
+    for (int v = 2; v <= kVersions; ++v) {
+      SCOPED_TRACE(::testing::Message() << "trainer " << p << " version " << v);
+      EXPECT_GT(some[p][v - 1].stats.delta_saved_bytes, 0);
+      EXPECT_LT(some[p][v - 1].stats.delta_saved_bytes, all[p][v - 1].stats.delta_saved_bytes);
     }
   }
 }

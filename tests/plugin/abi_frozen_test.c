@@ -60,7 +60,8 @@ int main(void) {
   CHECK_OFFSET(wsync_config_t, secret, 160);   /* Appended on 2026-12-05 (issue 42). */
   CHECK_OFFSET(wsync_config_t, secret_length, 168);
   CHECK_OFFSET(wsync_config_t, metrics_allow_any_address, 176);
-  CHECK_SIZE(wsync_config_t, 184);
+  CHECK_OFFSET(wsync_config_t, delta_budget_bytes, 184); /* Appended on 2026-12-05 (issue 44). */
+  CHECK_SIZE(wsync_config_t, 192);
   CHECK_OFFSET(wsync_stats_t, struct_size, 0);
   CHECK_OFFSET(wsync_stats_t, version, 8);
   CHECK_OFFSET(wsync_stats_t, segments, 16);

@@ -103,6 +103,7 @@ class Config(ctypes.Structure):
         ("secret", ctypes.c_void_p),
         ("secret_length", ctypes.c_size_t),
         ("metrics_allow_any_address", ctypes.c_int32),
+        ("delta_budget_bytes", ctypes.c_int64),
     ]
 
 

@@ -165,6 +165,10 @@ typedef struct wsync_config {
                                         every interface); without it such an address is refused
                                         (WSYNC_INVALID_ARGUMENT), as the coordinator refuses one
                                         without its explicit flag. */
+  int64_t delta_budget_bytes; /* With delta: the most bytes a sender keeps as its bases (what it
+                                 last sent per chunk, in host memory); 0: the default, 16 GiB
+                                 (17179869184). A chunk that does not fit travels dense until
+                                 bytes are freed. Negative: WSYNC_INVALID_ARGUMENT. */
 } wsync_config_t;
 
 /* Values of wsync_config_t.delta. */
