@@ -1,8 +1,10 @@
 #include "executor/delta_run.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/copy.h"
 #include "executor/delta_codec.h"
@@ -47,10 +49,7 @@ DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work&
 }
 
 bool DeltaLanes::Announces(const Lane& lane) const {
-  if (!options_.on || job_.HasQuantizedParams() || lane.kind != MemoryKind::kHost ||
-      lane.forwarding) {
-    return false;
-  }
+  if (!options_.on || lane.kind != MemoryKind::kHost || lane.forwarding) return false;
   const int32_t receiver = lane.direction == Direction::kSend ? lane.peer : work_.process;
   return receiver < std::ssize(held_) && held_[receiver].has_value();
 }
@@ -58,7 +57,8 @@ bool DeltaLanes::Announces(const Lane& lane) const {
 bool DeltaLanes::Encodable(const Chunk& chunk) const {
   const Segment& s = segments_[chunk.segment];
   return chunk.from_kind == MemoryKind::kHost && chunk.to_kind == MemoryKind::kHost &&
-         WeightBuffer(s.from.buffer) && WeightBuffer(s.to.buffer);
+         (WeightBuffer(s.from.buffer) || s.from.buffer == kQuantStagingBuffer) &&
+         WeightBuffer(s.to.buffer);
 }
 
 absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
@@ -96,13 +96,17 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
       const std::optional<absl::Span<const uint8_t>> base =
           encodable ? bases->Base(key, *held_[lane.peer]) : std::nullopt;
       const size_t before = encoded.size();
-      if (base.has_value() && base->size() == current.size() &&
-          !SampledMostlyChanged(*base, current, element_bytes)) {
+      const bool compared = base.has_value() && base->size() == current.size();
+      const int64_t elements = chunk.bytes / chunk.element_size;
+      if (compared) compared_elements_ += elements;
+      if (compared && !SampledMostlyChanged(*base, current, element_bytes)) {
         WSYNC_ASSIGN_OR_RETURN(const DeltaEncodingSummary summary,
                                EncodeDelta(*base, current, element_bytes, &chunk_encoding));
         encoded.insert(encoded.end(), chunk_encoding.begin(), chunk_encoding.end());
         saves = saves || summary.kind != DeltaKind::kDense;
+        changed_elements_ += summary.mostly_changed ? elements : summary.changed_elements;
       } else if (encodable) {
+        if (compared) changed_elements_ += elements;  // Sampled: most of it changed.
         AppendDenseDelta(current, element_bytes, &encoded);
       }
       sizes.push_back(static_cast<int64_t>(encoded.size() - before));
@@ -182,8 +186,7 @@ absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
 }
 
 absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
-  // No lane announces in a quantized job (Announces): nothing to encode or record either.
-  if (!options_.on || job_.HasQuantizedParams()) return absl::OkStatus();
+  if (!options_.on) return absl::OkStatus();
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
     if (!l.messages.empty() && l.messages.back().round >= kDeltaRound) {
@@ -193,11 +196,13 @@ absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
                        " is reserved for the announcements"));
     }
   }
+  const double encode_start = ThreadCpuSeconds();
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
     if (l.direction != Direction::kSend || l.kind != MemoryKind::kHost || l.forwarding) continue;
     WSYNC_RETURN_IF_ERROR(EncodeLane(lane));
   }
+  encode_cpu_seconds_ += ThreadCpuSeconds() - encode_start;
   announced_ = true;
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
@@ -238,6 +243,17 @@ char* DeltaLanes::Payload(int32_t lane, int32_t index) const {
 }
 
 absl::Status DeltaLanes::Apply(absl::Span<const std::pair<int32_t, int32_t>> received) {
+  if (std::none_of(received.begin(), received.end(),
+                   [&](const auto& at) { return Payload(at.first, at.second) != nullptr; })) {
+    return absl::OkStatus();  // Nothing encoded: not timed.
+  }
+  const double start = ThreadCpuSeconds();
+  absl::Status status = ApplyReceived(received);
+  apply_cpu_seconds_ += ThreadCpuSeconds() - start;
+  return status;
+}
+
+absl::Status DeltaLanes::ApplyReceived(absl::Span<const std::pair<int32_t, int32_t>> received) {
   std::vector<uint8_t> packed;
   for (const auto& [lane, index] : received) {
     const char* payload = Payload(lane, index);
@@ -271,6 +287,15 @@ absl::Status DeltaLanes::Apply(absl::Span<const std::pair<int32_t, int32_t>> rec
     }
   }
   return absl::OkStatus();
+}
+
+void DeltaLanes::WriteStats(TransferStats& stats) const {
+  stats.delta_messages = messages_;
+  stats.delta_saved_bytes = saved_bytes_;
+  stats.delta_compared_elements = compared_elements_;
+  stats.delta_changed_elements = changed_elements_;
+  stats.delta_encode_cpu_seconds = encode_cpu_seconds_;
+  stats.delta_apply_cpu_seconds = apply_cpu_seconds_;
 }
 
 void DeltaLanes::Release(Transport& transport, absl::Time until, bool failed) {

@@ -4,9 +4,18 @@
 // Private to the executor: the delta sync part of one run (ExecuteOptions::delta, issue 44).
 //
 // Which lanes: with delta on (every process agreed), a lane of host memory that is not
-// forwarding (its sender is a trainer), in a job without quantized parameters, whose receiver
-// holds a version (the agreement tells every sender each receiver's held version). Both ends
-// decide this alike from the work and the agreement, so both know whether a lane announces.
+// forwarding (its sender is a trainer), whose receiver holds a version (the agreement tells every
+// sender each receiver's held version). Both ends decide this alike from the work and the
+// agreement, so both know whether a lane announces.
+//
+// FP8 targets (quant_work.h): a sender-side step's two segments, its e4m3 bytes (element size 1)
+// and its scales (4), are chunks from the sender's quantization staging into the rollout's
+// weight and scale buffers, encoded and recorded like any other, element by element against the
+// quantized bytes last sent: a block whose e4m3 bytes and scale did not change sends nothing, and
+// one that changed sends only the bytes that did. The staging is laid out over the rounds, so the
+// run quantizes every step at once into the whole virtual staging before Exchange reads them
+// (QuantSteps::QuantizeWhole; the `address_of` of a kQuantStagingBuffer endpoint points there).
+// Receiver-side steps (gathers into the receiver's quantization arena) travel as planned.
 //
 // Wire: before its rounds, the sender of such a lane encodes each chunk of it (delta_codec.h)
 // against its base of exactly the receiver's held version (DeltaBaseStore::Base; the dense
@@ -23,11 +32,13 @@
 // writing), before the chunk digests of `verify` hash the patched target. A delta is a subset of
 // what the plan writes: the plan, its digest and its exact-once proof are unchanged.
 //
-// Bases: the sender records every chunk it sends from host memory into a host weight buffer
-// (on every lane that is not forwarding, announcing or not) as the pending base of its key (wave,
+// Bases: the sender records every chunk it sends from host memory (a weight buffer or its
+// quantization staging) into a host weight buffer (on every lane that is not forwarding,
+// announcing or not) as the pending base of its key (wave,
 // chunk index), which the caller commits or aborts with the sync's decision. Memory: the
 // encodings of a lane's encoded messages on both ends (less than those messages' planned bytes)
-// besides the staging budget, and the store's bytes within its own budget.
+// besides the staging budget, the store's bytes within its own budget, and on a sender of FP8
+// steps the whole virtual staging while Exchange runs.
 //
 // Not thread-safe: the run's thread only.
 
@@ -86,6 +97,8 @@ class DeltaLanes {
 
   int64_t messages() const { return messages_; }
   int64_t saved_bytes() const { return saved_bytes_; }
+  // Sets the TransferStats::delta_* figures of this run so far.
+  void WriteStats(TransferStats& stats) const;
 
  private:
   struct LaneDelta {
@@ -99,10 +112,11 @@ class DeltaLanes {
 
   bool Announces(const Lane& lane) const;
   // A chunk whose bytes may be recorded and encoded: host memory on both sides, from a weight
-  // buffer into a weight buffer.
+  // buffer or the quantization staging into a weight buffer.
   bool Encodable(const Chunk& chunk) const;
   absl::Status EncodeLane(int32_t lane);
   absl::Status CheckAnnouncement(int32_t lane);
+  absl::Status ApplyReceived(absl::Span<const std::pair<int32_t, int32_t>> received);
 
   const Job& job_;
   absl::Span<const Segment> segments_;
@@ -117,6 +131,10 @@ class DeltaLanes {
   bool announced_ = false;  // Exchange posted this process's announcements.
   int64_t messages_ = 0;
   int64_t saved_bytes_ = 0;
+  int64_t compared_elements_ = 0;
+  int64_t changed_elements_ = 0;
+  double encode_cpu_seconds_ = 0;
+  double apply_cpu_seconds_ = 0;
 };
 
 }  // namespace wsync::executor_internal

@@ -190,6 +190,15 @@ struct TransferStats {
   // travelled.
   int64_t delta_messages = 0;
   int64_t delta_saved_bytes = 0;
+  // Delta sync as a sender: elements of the chunks it compared with a base of their receiver's
+  // version, and how many of them changed (a chunk sent dense because most of it changed, which
+  // the encoder finds by sampling or stops comparing at, counts all its elements as changed);
+  // the thread CPU time of encoding and recording its chunks before the rounds. As a receiver:
+  // the thread CPU time of patching its targets with the encodings it received.
+  int64_t delta_compared_elements = 0;
+  int64_t delta_changed_elements = 0;
+  double delta_encode_cpu_seconds = 0;
+  double delta_apply_cpu_seconds = 0;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

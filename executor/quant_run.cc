@@ -102,6 +102,22 @@ absl::Status QuantSteps::BeforeMessages(absl::Span<const int32_t> lanes,
   return Run(scales_only, /*counted=*/false);
 }
 
+absl::Status QuantSteps::QuantizeWhole(std::vector<char>& whole) {
+  whole.clear();
+  if (quant_.sends.empty() || on_device_) return absl::OkStatus();
+  whole.assign(static_cast<size_t>(quant_.staging_bytes), 0);
+  if (options_.simulated_quantize) return absl::OkStatus();
+  std::vector<SendQuantCall> calls;
+  for (const StagedQuantStep& staged : quant_.sends) {
+    calls.push_back(
+        {&staged.step, whole.data() + staged.fp8_offset, whole.data() + staged.scale_offset});
+  }
+  const double start = ThreadCpuSeconds();
+  const absl::Status status = QuantizeSends(job_, calls, buffers_, between_bands_);
+  stats_.quantize_cpu_seconds += ThreadCpuSeconds() - start;
+  return status;
+}
+
 absl::Status QuantSteps::AfterRounds() {
   if (quant_.receives.empty()) return absl::OkStatus();
   const double start = ThreadCpuSeconds();

@@ -52,6 +52,17 @@ class QuantSteps {
   // After the rounds: quantizes quant.receives from the arena into the targets.
   absl::Status AfterRounds();
 
+  // Delta sync (delta_run.h) on a host process: quantizes every send at once into `whole`,
+  // resized to the virtual staging (quant.staging_bytes; each step at its fp8_offset and
+  // scale_offset), before the rounds, so that the sender compares what each chunk carries with its
+  // base before it announces. The steps are quantized again, as the layout places them, when their
+  // messages are due (the sends and `verify` read them there): the same bytes, the kernels being
+  // deterministic. Adds to stats.quantize_cpu_seconds only. A simulated run fills `whole` with
+  // zeros (it moves no real bytes); on a CUDA process, or without sends, `whole` is left empty
+  // (device staging is not encoded: delta_run.h). InvalidArgument naming the parameter for a NaN or
+  // infinity.
+  absl::Status QuantizeWhole(std::vector<char>& whole);
+
   // The staging address of virtual staging byte `offset` (what a segment from kQuantStagingBuffer
   // addresses).
   char* StagingAddress(int64_t offset) const { return staging_ + quant_.layout.Physical(offset); }

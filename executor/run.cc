@@ -48,6 +48,10 @@ class Run final : public RunSteps {
             device_pending_, stats_, [this] { transport_.ProgressInFlight(); }),
         delta_(job, segments, work, options.delta, std::move(held_versions), options.sync_id,
                options.wave, [this](const Endpoint& end, int64_t offset, int64_t element_size) {
+                 // Before the rounds a step's bytes are in the whole staging (QuantizeWhole).
+                 if (end.buffer == kQuantStagingBuffer) {
+                   return delta_staging_.data() + offset * element_size;
+                 }
                  return BufferAddress(end, offset, element_size);
                }) {
     if (options.verify != VerifyMode::kOff) {
@@ -76,8 +80,11 @@ class Run final : public RunSteps {
       DrainUnreceivedMessages(FailureGrace());
       return alloc;
     }
-    // Delta sync's announcements resize encoded messages: before the progress totals.
-    absl::Status status = delta_.Exchange(transport_, options_.deadline);
+    // Delta's announcements resize messages: before the progress totals; FP8 steps quantized first.
+    absl::Status status =
+        options_.delta.on ? quant_steps_.QuantizeWhole(delta_staging_) : absl::OkStatus();
+    if (status.ok()) status = delta_.Exchange(transport_, options_.deadline);
+    delta_staging_ = {};
     progress_.Start();
     if (status.ok()) status = AllocateArenas();
     RejectStaleMessages();
@@ -123,8 +130,7 @@ class Run final : public RunSteps {
     }
     if (verifier_) stats_.verified_chunks = verifier_->checked_chunks();
     delta_.Release(transport_, options_.deadline, /*failed=*/false);
-    stats_.delta_messages = delta_.messages();
-    stats_.delta_saved_bytes = delta_.saved_bytes();
+    delta_.WriteStats(stats_);
     RejectStaleMessages();
     stats_.seconds = absl::ToDoubleSeconds(Now() - start);
     return stats_;
@@ -563,12 +569,13 @@ class Run final : public RunSteps {
   bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
   RunProgress progress_;         // Into options_.progress.
   TransferStats stats_;
-  QuantSteps quant_steps_;         // When this process quantizes (quant_run.h).
-  DeltaLanes delta_;               // Encoded messages of delta sync (delta_run.h).
-  ArenaCache fresh_arenas_;        // Used when the caller keeps no cache.
-  char* relay_arena_ = nullptr;    // Memory owned by a cache.
-  char* quant_arena_ = nullptr;    // kQuantArenaBuffer, owned by a cache.
-  char* quant_staging_ = nullptr;  // kQuantStagingBuffer, owned by a cache.
+  QuantSteps quant_steps_;           // When this process quantizes (quant_run.h).
+  std::vector<char> delta_staging_;  // Every quantize step at once, for delta_'s Exchange.
+  DeltaLanes delta_;                 // Encoded messages of delta sync (delta_run.h).
+  ArenaCache fresh_arenas_;          // Used when the caller keeps no cache.
+  char* relay_arena_ = nullptr;      // Memory owned by a cache.
+  char* quant_arena_ = nullptr;      // kQuantArenaBuffer, owned by a cache.
+  char* quant_staging_ = nullptr;    // kQuantStagingBuffer, owned by a cache.
   int64_t arena_bytes_ = 0;
   std::vector<LaneState> lanes_;
   std::unique_ptr<LaneDriver> driver_;  // Lockstep or independent lanes, chosen in Go.

@@ -45,6 +45,10 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
       std::max(total.quant_staging_written_bytes, wave.quant_staging_written_bytes);
   total.delta_messages += wave.delta_messages;
   total.delta_saved_bytes += wave.delta_saved_bytes;
+  total.delta_compared_elements += wave.delta_compared_elements;
+  total.delta_changed_elements += wave.delta_changed_elements;
+  total.delta_encode_cpu_seconds += wave.delta_encode_cpu_seconds;
+  total.delta_apply_cpu_seconds += wave.delta_apply_cpu_seconds;
 }
 
 void AddSchedule(ProcessSchedule& total, ProcessSchedule wave, int64_t segment_offset) {

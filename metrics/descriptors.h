@@ -68,6 +68,24 @@ inline constexpr MetricDescriptor kMetricDescriptors[] = {
      "1, labelled with the digest of the plan every process agreed on", "digest"},
     {"wsync_calibration_age_seconds", MetricType::kGauge,
      "Age of the link calibration the predictions use", ""},
+    // Delta sync (issue 44); zero (the fraction NaN) on a process that runs without it.
+    {"wsync_delta_compared_elements_total", MetricType::kCounter,
+     "Elements a delta sync compared with the base of their receiver's version (senders)", ""},
+    {"wsync_delta_changed_elements_total", MetricType::kCounter,
+     "Elements a delta sync found changed among those compared (a chunk sent dense because most "
+     "of it changed counts whole)",
+     ""},
+    {"wsync_delta_changed_fraction", MetricType::kGauge,
+     "Elements changed / elements compared by delta sync in the last sync (NaN: none compared)",
+     ""},
+    {"wsync_delta_saved_bytes_total", MetricType::kCounter,
+     "Bytes delta sync kept off the wire: the dense bytes of the messages that travelled encoded "
+     "minus their encodings, sent and received",
+     ""},
+    {"wsync_delta_encode_seconds_total", MetricType::kCounter,
+     "Thread CPU seconds senders spent encoding chunks against their bases", ""},
+    {"wsync_delta_apply_seconds_total", MetricType::kCounter,
+     "Thread CPU seconds receivers spent patching their targets with encodings", ""},
     // A coordinator's (hosted by this process, or `wsync coordinator --metrics_address`); series
     // only where one runs, read from it at each exposition.
     {"wsync_coordinator_processes", MetricType::kGauge,

@@ -233,6 +233,13 @@ SessionMetrics::SessionMetrics(absl::string_view role)
     staged_[DirectionIndex(d)] = &f.AddCounter("wsync_staged_bytes_total", DirectionName(d));
   }
   local_copy_ = &f.AddCounter("wsync_local_copy_bytes_total");
+  delta_compared_ = &f.AddCounter("wsync_delta_compared_elements_total");
+  delta_changed_ = &f.AddCounter("wsync_delta_changed_elements_total");
+  delta_fraction_ = &f.AddGauge("wsync_delta_changed_fraction");
+  delta_fraction_->Set(std::numeric_limits<double>::quiet_NaN());
+  delta_saved_ = &f.AddCounter("wsync_delta_saved_bytes_total");
+  delta_encode_ = &f.AddCounter("wsync_delta_encode_seconds_total");
+  delta_apply_ = &f.AddCounter("wsync_delta_apply_seconds_total");
   arena_ = &f.AddGauge("wsync_arena_bytes");
   arena_peak_ = &f.AddGauge("wsync_arena_peak_bytes");
   inter_node_with_relay_ = &f.AddGauge("wsync_plan_inter_node_bytes", "with");
@@ -417,6 +424,18 @@ void SessionMetrics::RecordDirectStaged(MetricDirection direction, int64_t direc
 
 void SessionMetrics::RecordLocalCopy(int64_t bytes) {
   local_copy_->Increment(static_cast<double>(bytes));
+}
+
+void SessionMetrics::RecordDelta(const DeltaFigures& figures) {
+  delta_compared_->Increment(static_cast<double>(figures.compared_elements));
+  delta_changed_->Increment(static_cast<double>(figures.changed_elements));
+  delta_fraction_->Set(figures.compared_elements > 0
+                           ? static_cast<double>(figures.changed_elements) /
+                                 static_cast<double>(figures.compared_elements)
+                           : std::numeric_limits<double>::quiet_NaN());
+  delta_saved_->Increment(static_cast<double>(figures.saved_bytes));
+  delta_encode_->Increment(figures.encode_seconds);
+  delta_apply_->Increment(figures.apply_seconds);
 }
 
 void SessionMetrics::SetArenaBytes(int64_t in_use, int64_t peak) {

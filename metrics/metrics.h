@@ -155,6 +155,17 @@ class SessionMetrics {
                    MetricDirection direction, int64_t bytes);  // Not for the hot path: looks up.
   void RecordDirectStaged(MetricDirection direction, int64_t direct_bytes, int64_t staged_bytes);
   void RecordLocalCopy(int64_t bytes);
+  // Delta sync's figures of one sync (executor TransferStats::delta_*): adds to the
+  // wsync_delta_*_total counters and sets wsync_delta_changed_fraction (NaN when nothing was
+  // compared).
+  struct DeltaFigures {
+    int64_t compared_elements = 0;
+    int64_t changed_elements = 0;
+    int64_t saved_bytes = 0;
+    double encode_seconds = 0;
+    double apply_seconds = 0;
+  };
+  void RecordDelta(const DeltaFigures& figures);
   void SetArenaBytes(int64_t in_use, int64_t peak);
   void SetVersion(int64_t version, VersionState state);
   void RecordError(const absl::Status& status);  // No-op for OK.
@@ -202,6 +213,12 @@ class SessionMetrics {
   prometheus::Counter* direct_[2];  // By MetricDirection.
   prometheus::Counter* staged_[2];
   prometheus::Counter* local_copy_;
+  prometheus::Counter* delta_compared_;
+  prometheus::Counter* delta_changed_;
+  prometheus::Gauge* delta_fraction_;
+  prometheus::Counter* delta_saved_;
+  prometheus::Counter* delta_encode_;
+  prometheus::Counter* delta_apply_;
   prometheus::Gauge* arena_;
   prometheus::Gauge* arena_peak_;
   prometheus::Gauge* inter_node_with_relay_;

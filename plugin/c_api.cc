@@ -420,6 +420,12 @@ wsync_status_t Stats(wsync_session_t* session, wsync_stats_t* stats) {
     full.peak_arena_bytes = last.peak_arena_bytes;
     full.seconds = last.seconds;
     full.verified_chunks = last.verified_chunks;
+    full.delta_messages = last.delta_messages;
+    full.delta_saved_bytes = last.delta_saved_bytes;
+    full.delta_compared_elements = last.delta_compared_elements;
+    full.delta_changed_elements = last.delta_changed_elements;
+    full.delta_encode_seconds = last.delta_encode_cpu_seconds;
+    full.delta_apply_seconds = last.delta_apply_cpu_seconds;
   });
 }
 

@@ -155,6 +155,12 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
         absl::StrCat("verify must be 0 (off), 1 (xxh3 hashes) or 2 (keyed MACs), got ", c.verify));
   }
   config.verify = static_cast<VerifyMode>(c.verify);
+  if (c.delta_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta_budget_bytes must be at least 0 (0: the default, 16 GiB), got ",
+                     c.delta_budget_bytes));
+  }
+  if (c.delta_budget_bytes > 0) config.delta_budget_bytes = c.delta_budget_bytes;
   switch (c.delta) {
     case WSYNC_DELTA_OFF:
     case WSYNC_DELTA_AUTO:

@@ -240,6 +240,9 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
     metrics_->RecordDirectStaged(MetricDirection::kSend, direct_bytes_[0], staged_bytes_[0]);
     metrics_->RecordDirectStaged(MetricDirection::kReceive, direct_bytes_[1], staged_bytes_[1]);
     metrics_->RecordLocalCopy(stats->local_copy_bytes);
+    metrics_->RecordDelta({stats->delta_compared_elements, stats->delta_changed_elements,
+                           stats->delta_saved_bytes, stats->delta_encode_cpu_seconds,
+                           stats->delta_apply_cpu_seconds});
     arena_peak_bytes_ = std::max(arena_peak_bytes_, stats->peak_arena_bytes);
   }
   metrics_->SetArenaBytes(connected_->arenas().held_bytes(), arena_peak_bytes_);

@@ -87,6 +87,8 @@ struct SessionConfig {
   // Delta sync (executor/delta_run.h; RuntimeConfig::delta): kOn moves only the elements changed
   // since the version a rollout holds; kAuto behaves as kOff until the cost model chooses.
   DeltaMode delta = DeltaMode::kOff;
+  // With delta: the byte budget of a sender's bases (RuntimeConfig::delta_budget_bytes).
+  int64_t delta_budget_bytes = int64_t{16} << 30;
   // The hosted coordinator's heartbeats (host_coordinator only; docs/control_plane.md):
   // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
   // least twice the interval (Create refuses others with InvalidArgument).

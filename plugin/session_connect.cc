@@ -52,6 +52,7 @@ absl::StatusOr<RuntimeConfig> Session::MakeRuntimeConfig() const {
   runtime.calibration_file = config_.calibration_file;
   runtime.verify = config_.verify;
   runtime.delta = config_.delta;
+  runtime.delta_budget_bytes = config_.delta_budget_bytes;
   runtime.nccl_api = config_.nccl_api;
   return runtime;
 }

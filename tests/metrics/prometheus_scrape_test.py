@@ -36,7 +36,10 @@ FAMILIES = [
     "wsync_bytes_sent_total", "wsync_bytes_received_total", "wsync_direct_bytes_total",
     "wsync_staged_bytes_total", "wsync_local_copy_bytes_total", "wsync_arena_bytes",
     "wsync_arena_peak_bytes", "wsync_version", "wsync_state", "wsync_errors_total",
-    "wsync_plan_info", "wsync_calibration_age_seconds",
+    "wsync_plan_info", "wsync_calibration_age_seconds", "wsync_delta_compared_elements_total",
+    "wsync_delta_changed_elements_total", "wsync_delta_changed_fraction",
+    "wsync_delta_saved_bytes_total", "wsync_delta_encode_seconds_total",
+    "wsync_delta_apply_seconds_total",
 ]
 STEPS = 3
 LINGER_S = 20

@@ -115,6 +115,14 @@ void CheckInitArguments(const wsync_plugin_v1_t* api) {
   EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
   if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
   session = NULL;
+  /* delta_budget_bytes: 0 (the default) or more; a negative budget is refused by name. */
+  config.delta = WSYNC_DELTA_ON;
+  config.delta_budget_bytes = -1;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "delta_budget_bytes");
+  config.delta_budget_bytes = 1 << 20;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
 
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
   config.secret_file = "/nonexistent";

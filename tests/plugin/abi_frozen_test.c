@@ -60,7 +60,8 @@ int main(void) {
   CHECK_OFFSET(wsync_config_t, secret, 160);   /* Appended on 2026-12-05 (issue 42). */
   CHECK_OFFSET(wsync_config_t, secret_length, 168);
   CHECK_OFFSET(wsync_config_t, metrics_allow_any_address, 176);
-  CHECK_SIZE(wsync_config_t, 184);
+  CHECK_OFFSET(wsync_config_t, delta_budget_bytes, 184); /* Appended on 2026-12-05 (issue 44). */
+  CHECK_SIZE(wsync_config_t, 192);
   CHECK_OFFSET(wsync_stats_t, struct_size, 0);
   CHECK_OFFSET(wsync_stats_t, version, 8);
   CHECK_OFFSET(wsync_stats_t, segments, 16);
@@ -74,7 +75,13 @@ int main(void) {
   CHECK_OFFSET(wsync_stats_t, peak_arena_bytes, 80);
   CHECK_OFFSET(wsync_stats_t, seconds, 88);
   CHECK_OFFSET(wsync_stats_t, verified_chunks, 96);
-  CHECK_SIZE(wsync_stats_t, 104);
+  CHECK_OFFSET(wsync_stats_t, delta_messages, 104); /* Appended on 2026-12-05 (issue 44). */
+  CHECK_OFFSET(wsync_stats_t, delta_saved_bytes, 112);
+  CHECK_OFFSET(wsync_stats_t, delta_compared_elements, 120);
+  CHECK_OFFSET(wsync_stats_t, delta_changed_elements, 128);
+  CHECK_OFFSET(wsync_stats_t, delta_encode_seconds, 136);
+  CHECK_OFFSET(wsync_stats_t, delta_apply_seconds, 144);
+  CHECK_SIZE(wsync_stats_t, 152);
   CHECK_OFFSET(wsync_progress_t, struct_size, 0);
   CHECK_OFFSET(wsync_progress_t, version, 8);
   CHECK_OFFSET(wsync_progress_t, rounds_done, 16);

@@ -167,6 +167,16 @@ class SessionTest(unittest.TestCase):
                           metrics_address="0.0.0.0:0")
         self.assertIn("wildcard", str(wildcard.exception))
 
+    def test_the_delta_budget_reaches_init(self):
+        import wsync
+        # wsync_config_t.delta_budget_bytes: a negative budget is refused by name, one is taken.
+        with self.assertRaises(wsync.WsyncError) as budget:
+            wsync.Session("trainer", job_id="python-delta", coordinator_port=1, secret=SECRET,
+                          delta="on", delta_budget_bytes=-1)
+        self.assertIn("delta_budget_bytes", str(budget.exception))
+        wsync.Session("trainer", job_id="python-delta", coordinator_port=1, secret=SECRET,
+                      delta="on", delta_budget_bytes=1 << 20).finalize()
+
     def test_entries_past_the_loaded_table_are_refused(self):
         # The table's ELF symbol size is its length: the whole v1 table of this build. A library
         # whose table ends before an appended entry (played by shrinking the recorded size) is

@@ -77,26 +77,8 @@ void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19
   }
 }
 
-// Fails the receive this process posts after `after` others: a sync that aborts mid-transfer.
-class FailingReceives final : public ForwardingTransport {
- public:
-  FailingReceives(std::unique_ptr<Transport> inner, int32_t after)
-      : ForwardingTransport(std::move(inner)), left_(after) {}
-  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
-                                        int64_t bytes) override {
-    if (left_-- == 0) return absl::UnavailableError("injected receive failure");
-    return ForwardingTransport::PostReceive(peer, tag, data, bytes);
-  }
-
- private:
-  int32_t left_;
-};
-
-// A job's processes between syncs: trainers' bases, rollouts' held versions.
-struct DeltaJobState {
-  std::vector<std::unique_ptr<DeltaBaseStore>> bases;
-  std::vector<std::optional<uint64_t>> held;
-};
+using test::executor::DeltaJobState;
+using test::executor::FailingReceives;
 
 // Runs sync `version` on every process as threads over one loopback fabric, with delta on and
 // verify, then commits (every run OK) or aborts each store and held version, as a session does.
@@ -129,16 +111,7 @@ std::vector<absl::StatusOr<TransferStats>> Sync(const Job& job, const Plan& plan
     });
   }
   for (std::thread& thread : threads) thread.join();
-  bool committed = true;
-  for (const auto& result : results) committed = committed && result.ok();
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    if (committed) {
-      state.bases[p]->Commit(version);
-    } else {
-      state.bases[p]->Abort();
-    }
-    if (!job.IsSource(p)) state.held[p] = committed ? std::optional(version) : std::nullopt;
-  }
+  state.Decide(job, results, version);
   return results;
 }
 

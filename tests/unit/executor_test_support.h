@@ -1,13 +1,15 @@
 #ifndef WSYNC_TESTS_UNIT_EXECUTOR_TEST_SUPPORT_H_
 #define WSYNC_TESTS_UNIT_EXECUTOR_TEST_SUPPORT_H_
 
-// What the executor's tests share (executor_test.cc, executor_refusals_test.cc): every process of
-// a job run as a thread over one loopback fabric, a transport that needs round order, and lane
-// lookups in a schedule.
+// What the executor's tests share (executor_test.cc, executor_refusals_test.cc, the delta and
+// quantization tests): every process of a job run as a thread over one loopback fabric, a
+// transport that needs round order, one that fails a receive, delta sync's state between syncs,
+// and lane lookups in a schedule.
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "executor/delta_base.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -56,6 +59,44 @@ class ReceiveAfterPeerGoneTransport final : public ForwardingTransport {
  private:
   const int32_t peer_;
   absl::Notification& gone_;
+};
+
+// Fails the receive this process posts after `after` others: a sync that aborts mid-transfer.
+class FailingReceives final : public ForwardingTransport {
+ public:
+  FailingReceives(std::unique_ptr<Transport> inner, int32_t after)
+      : ForwardingTransport(std::move(inner)), left_(after) {}
+  absl::StatusOr<RequestId> PostReceive(int32_t peer, MessageTag tag, void* data,
+                                        int64_t bytes) override {
+    if (left_-- == 0) return absl::UnavailableError("injected receive failure");
+    return ForwardingTransport::PostReceive(peer, tag, data, bytes);
+  }
+
+ private:
+  int32_t left_;
+};
+
+// Delta sync's state of a job's processes between syncs: trainers' bases, rollouts' held
+// versions.
+struct DeltaJobState {
+  std::vector<std::unique_ptr<DeltaBaseStore>> bases;
+  std::vector<std::optional<uint64_t>> held;
+
+  // After sync `version` ran on every process: commits every store and held version when every
+  // run succeeded, else aborts them (no rollout holds a version then), as a session does.
+  void Decide(const Job& job, const std::vector<absl::StatusOr<TransferStats>>& results,
+              uint64_t version) {
+    bool committed = true;
+    for (const auto& result : results) committed = committed && result.ok();
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      if (committed) {
+        bases[p]->Commit(version);
+      } else {
+        bases[p]->Abort();
+      }
+      if (!job.IsSource(p)) held[p] = committed ? std::optional(version) : std::nullopt;
+    }
+  }
 };
 
 // Wraps process p's transport, or returns it as it is.

@@ -103,6 +103,7 @@ class Config(ctypes.Structure):
         ("secret", ctypes.c_void_p),
         ("secret_length", ctypes.c_size_t),
         ("metrics_allow_any_address", ctypes.c_int32),
+        ("delta_budget_bytes", ctypes.c_int64),
     ]
 
 
@@ -121,6 +122,12 @@ class Stats(ctypes.Structure):
         ("peak_arena_bytes", ctypes.c_int64),
         ("seconds", ctypes.c_double),
         ("verified_chunks", ctypes.c_int64),
+        ("delta_messages", ctypes.c_int64),
+        ("delta_saved_bytes", ctypes.c_int64),
+        ("delta_compared_elements", ctypes.c_int64),
+        ("delta_changed_elements", ctypes.c_int64),
+        ("delta_encode_seconds", ctypes.c_double),
+        ("delta_apply_seconds", ctypes.c_double),
     ]
 
 

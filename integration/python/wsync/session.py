@@ -103,7 +103,8 @@ class Session:
     HTTP /metrics exporter; port 0 picks one, listening_ports() reports it; a wildcard such as
     "0.0.0.0" only with metrics_allow_any_address=True), delta ("off", "auto": for now the same as
     off, "on": only the elements changed since the version a rollout holds travel; every process
-    of the job must pass the same).
+    of the job must pass the same), delta_budget_bytes (with delta, the most bytes a trainer keeps
+    of what it last sent, per chunk; a chunk that does not fit travels dense; 0: 16 GiB).
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
@@ -114,7 +115,8 @@ class Session:
                  node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
                  replica_policy=None, path_transports=None, verify=False,
                  heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
-                 metrics_address=None, metrics_allow_any_address=False, delta="off"):
+                 metrics_address=None, metrics_allow_any_address=False, delta="off",
+                 delta_budget_bytes=0):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
@@ -145,6 +147,7 @@ class Session:
             raise WsyncError(Status.INVALID_ARGUMENT,
                              f"delta must be 'off', 'auto' or 'on', not {delta!r}", "init")
         config.delta = _DELTA_MODES[delta]
+        config.delta_budget_bytes = int(delta_budget_bytes or 0)
         config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
         config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         if device_index is not None:

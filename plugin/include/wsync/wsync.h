@@ -165,6 +165,10 @@ typedef struct wsync_config {
                                         every interface); without it such an address is refused
                                         (WSYNC_INVALID_ARGUMENT), as the coordinator refuses one
                                         without its explicit flag. */
+  int64_t delta_budget_bytes; /* With delta: the most bytes a sender keeps as its bases (what it
+                                 last sent per chunk, in host memory); 0: the default, 16 GiB
+                                 (17179869184). A chunk that does not fit travels dense until
+                                 bytes are freed. Negative: WSYNC_INVALID_ARGUMENT. */
 } wsync_config_t;
 
 /* Values of wsync_config_t.delta. */
@@ -190,6 +194,16 @@ typedef struct wsync_stats {
   int64_t peak_arena_bytes;
   double seconds;
   int64_t verified_chunks; /* With verify: received chunks whose hash matched the sender's. */
+  /* Appended (issue 44): delta sync; zero without it. */
+  int64_t delta_messages;    /* Messages sent or received as encodings. */
+  int64_t delta_saved_bytes; /* Their dense bytes minus their encodings' (sent_bytes and
+                                received_bytes count what travelled). */
+  int64_t delta_compared_elements; /* As a sender: elements compared with a base of their
+                                      receiver's version, ... */
+  int64_t delta_changed_elements;  /* ... and of those the changed ones (a chunk sent dense
+                                      because most of it changed counts whole). */
+  double delta_encode_seconds;     /* Thread CPU time: a sender's encoding, ... */
+  double delta_apply_seconds;      /* ... a receiver's patching of its targets. */
 } wsync_stats_t;
 
 /* Where a sync stands (wsync_progress_t.phase). */
