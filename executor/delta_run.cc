@@ -121,6 +121,7 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
     delta.offsets[index] = std::ssize(delta.payload);
     delta.payload.insert(delta.payload.end(), encoded.begin(), encoded.end());
     saved_bytes_ += message.bytes - std::ssize(encoded);
+    delta.saved_bytes += message.bytes - std::ssize(encoded);
     ++messages_;
     message.bytes = std::ssize(encoded);
   }
@@ -179,6 +180,7 @@ absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
     if (delta.offsets[index] < 0) continue;
     Message& message = lane.messages[index];
     saved_bytes_ += message.bytes - encoded_bytes[index];
+    delta.saved_bytes += message.bytes - encoded_bytes[index];
     ++messages_;
     message.bytes = encoded_bytes[index];
   }
@@ -292,6 +294,12 @@ absl::Status DeltaLanes::ApplyReceived(absl::Span<const std::pair<int32_t, int32
 void DeltaLanes::WriteStats(TransferStats& stats) const {
   stats.delta_messages = messages_;
   stats.delta_saved_bytes = saved_bytes_;
+  for (size_t lane = 0; lane < lanes_.size(); ++lane) {
+    if (lanes_[lane].saved_bytes == 0) continue;
+    stats.delta_saved_by_peer.push_back({work_.lanes[lane].peer,
+                                         work_.lanes[lane].direction == Direction::kSend,
+                                         lanes_[lane].saved_bytes});
+  }
   stats.delta_compared_elements = compared_elements_;
   stats.delta_changed_elements = changed_elements_;
   stats.delta_encode_cpu_seconds = encode_cpu_seconds_;

@@ -108,6 +108,7 @@ class DeltaLanes {
     std::vector<int64_t> first_words;   // Per message: its first chunk's announcement word.
     // The encoded messages, back to back; receives land in it through Payload.
     mutable std::vector<uint8_t> payload;
+    int64_t saved_bytes = 0;  // Dense bytes of its encoded messages less their encodings.
   };
 
   bool Announces(const Lane& lane) const;

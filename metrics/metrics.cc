@@ -392,9 +392,18 @@ void SessionMetrics::BindPaths(const std::vector<PathBytes>& paths) {
   path_bytes_ = std::move(bound);
 }
 
-void SessionMetrics::RecordPathBytes() {
+void SessionMetrics::RecordPathBytes(absl::Span<const PathBytes> saved) {
+  absl::flat_hash_map<prometheus::Counter*, double> less;
+  for (const PathBytes& path : saved) {
+    auto& family = path.direction == MetricDirection::kSend ? *bytes_sent_ : *bytes_received_;
+    less[&family.Add(PathLabels(path.path_class, path.transport))] +=
+        static_cast<double>(path.bytes);
+  }
   absl::MutexLock lock(&mu_);
-  for (const auto& [counter, bytes] : path_bytes_) counter->Increment(bytes);
+  for (const auto& [counter, bytes] : path_bytes_) {
+    const auto it = less.find(counter);
+    counter->Increment(std::max(0.0, bytes - (it == less.end() ? 0.0 : it->second)));
+  }
 }
 
 void SessionMetrics::RecordSync(SyncResult result, double seconds,

@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/status.h"
 #include "common/sync_progress.h"
 
@@ -144,8 +145,10 @@ class SessionMetrics {
     int64_t bytes = 0;
   };
   void BindPaths(const std::vector<PathBytes>& paths);
-  // Adds the bytes BindPaths bound, once: what one successful sync moved on every path.
-  void RecordPathBytes();
+  // Adds the bytes BindPaths bound, once: what one successful sync moved on every path, less
+  // `saved` (bytes a delta sync did not send or receive, by path and direction; at most what
+  // BindPaths bound on that path).
+  void RecordPathBytes(absl::Span<const PathBytes> saved = {});
 
   // Semantic calls of a sync.
   // `predicted_seconds`: nullopt when there is no prediction (the gauge becomes NaN).

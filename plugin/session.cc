@@ -191,6 +191,7 @@ void Session::BindMetrics() {
   const RoutedTransport* transport = connected.transport();
   std::vector<SessionMetrics::PathBytes> bytes;
   for (int d = 0; d < 2; ++d) direct_bytes_[d] = staged_bytes_[d] = 0;
+  peer_paths_.assign(connected.job().num_processes(), {});
   for (const PeerSchedule& peer : connected.schedule().peers) {
     SessionMetrics::PathBytes path;
     path.path_class = std::string(connected.job().PathClass(connected.process(), peer.peer));
@@ -214,6 +215,7 @@ void Session::BindMetrics() {
       path.bytes += round.bytes;
       (round.direct ? direct_bytes_ : staged_bytes_)[d] += round.bytes;
     }
+    peer_paths_[peer.peer][d] = path;
     bytes.push_back(std::move(path));
   }
   metrics_->BindPaths(bytes);
@@ -236,7 +238,13 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
   // Bytes count once this process's transfer ran to the end, whatever the decision.
   if (stats.ok()) {
     metrics_->RecordRounds(stats->rounds);
-    metrics_->RecordPathBytes();
+    std::vector<SessionMetrics::PathBytes> saved;  // Of delta syncs: off the planned bytes.
+    for (const TransferStats::PeerSaving& saving : stats->delta_saved_by_peer) {
+      if (saving.peer < 0 || saving.peer >= std::ssize(peer_paths_)) continue;
+      saved.push_back(peer_paths_[saving.peer][saving.send ? 0 : 1]);
+      saved.back().bytes = saving.bytes;
+    }
+    metrics_->RecordPathBytes(saved);
     metrics_->RecordDirectStaged(MetricDirection::kSend, direct_bytes_[0], staged_bytes_[0]);
     metrics_->RecordDirectStaged(MetricDirection::kReceive, direct_bytes_[1], staged_bytes_[1]);
     metrics_->RecordLocalCopy(stats->local_copy_bytes);

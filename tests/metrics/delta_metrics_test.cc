@@ -127,6 +127,11 @@ TEST_F(DeltaMetricsTest, EachSyncMovesTheDeltaFamiliesByItsStats) {
       EXPECT_LT(travelled * 4, dense);
       EXPECT_EQ(stats.delta_saved_bytes, dense - travelled);
       EXPECT_EQ(moved("wsync_delta_saved_bytes_total"), static_cast<double>(dense - travelled));
+      // The path byte series count what travelled: the planned bytes (version 1's, dense) less
+      // what the deltas saved on those paths.
+      const char* path_family = trainer ? "wsync_bytes_sent_total" : "wsync_bytes_received_total";
+      EXPECT_EQ(moved(path_family), SampleSum(seen[p][0].text, path_family) -
+                                        static_cast<double>(stats.delta_saved_bytes));
       EXPECT_EQ(moved("wsync_delta_compared_elements_total"),
                 static_cast<double>(stats.delta_compared_elements));
       EXPECT_EQ(moved("wsync_delta_changed_elements_total"),
