@@ -8,10 +8,12 @@
 // client, the roster, the merged job, this process's plan and schedule, the routed transports with
 // this process's buffers registered, the CUDA connection and the shared calibration with its
 // prediction. What it was connected with (roster, job, plan, schedule, endpoints, calibration)
-// never changes afterwards. RunStep runs one sync on it: a roster update (a replacement's
-// addresses) and the CUDA collective when due, the agreement, the transfer (with verification when
-// configured), the caller's check and the commit vote. Test and benchmark hooks are options of
-// RunStep.
+// never changes afterwards. RunStep runs one sync on it: a roster update (a replacement joined:
+// fresh UCX workers on every process, or, with CUDA buffers, the replacement's addresses) and the
+// CUDA collective when due, the agreement, the transfer (with verification when configured), the
+// caller's check and the commit vote. The routed transport object stays the same across a
+// renewal (its UCX backends are swapped), so a reference to it stays valid. Test and benchmark
+// hooks are options of RunStep.
 //
 // Ownership: the connected job owns the coordinator, the client, the transports, the device memory
 // and the staging arenas; it destroys the transports first, then the client, and stops the
