@@ -8,10 +8,12 @@
 // client, the roster, the merged job, this process's plan and schedule, the routed transports with
 // this process's buffers registered, the CUDA connection and the shared calibration with its
 // prediction. What it was connected with (roster, job, plan, schedule, endpoints, calibration)
-// never changes afterwards. RunStep runs one sync on it: a roster update (a replacement's
-// addresses) and the CUDA collective when due, the agreement, the transfer (with verification when
-// configured), the caller's check and the commit vote. Test and benchmark hooks are options of
-// RunStep.
+// never changes afterwards. RunStep runs one sync on it: a roster update (a replacement joined:
+// fresh UCX workers on every process, or, with CUDA buffers, the replacement's addresses) and the
+// CUDA collective when due, the agreement, the transfer (with verification when configured), the
+// caller's check and the commit vote. The routed transport object stays the same across a
+// renewal (its UCX backends are swapped), so a reference to it stays valid. Test and benchmark
+// hooks are options of RunStep.
 //
 // Ownership: the connected job owns the coordinator, the client, the transports, the device memory
 // and the staging arenas; it destroys the transports first, then the client, and stops the
@@ -225,6 +227,11 @@ class ConnectedJob {
   absl::Status RegisterBuffers();
   // The roster update (a replacement's addresses) and the CUDA collective, when due.
   absl::Status PrepareStep(bool* cuda_collective_failed);
+  // Replaces this process's UCX workers by fresh ones (new receive FIFOs) connected to every
+  // process's fresh workers, whose address bundles one AllGather exchanges; the buffers'
+  // registrations move with them. Every process runs it at the same step (see
+  // workers_renewal_pending_). A job without CUDA buffers only.
+  absl::Status RenewWorkers(absl::Time deadline);
   absl::Status RunCudaCollective(absl::Time deadline);
   absl::Status ReplaceNcclBackend(std::unique_ptr<Transport> nccl);
 
@@ -233,9 +240,11 @@ class ConnectedJob {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<ControlClient> client_;
   std::unique_ptr<RoutedTransport> transport_;
-  // Guards the transport against Abort and PeerLost while RunStep swaps its NCCL backend or
-  // RebindBuffer moves a registration.
+  // Guards the transport against Abort and PeerLost while RunStep swaps its NCCL backend or its
+  // UCX workers or RebindBuffer moves a registration.
   mutable absl::Mutex transport_mu_;
+  // The first Abort's reason: a backend swapped in later is aborted with it too.
+  std::optional<absl::Status> aborted_ ABSL_GUARDED_BY(transport_mu_);
   int32_t process_ = -1;
   std::string who_;  // "trainer 0 (process 0)": log lines (runtime_log.h).
   int64_t roster_epoch_ = 0;
@@ -256,6 +265,11 @@ class ConnectedJob {
   // a failed step in a job with a communicator, after a failed collective, and at a replacement's
   // first step. Sync path only.
   bool cuda_collective_pending_ = false;
+  // The next step starts with RenewWorkers on every process (a job without CUDA buffers): at the
+  // step that takes a roster update on the survivors, which is a replacement's first step (it got
+  // its roster at Join), and again after a renewal whose AllGather failed or in which a process
+  // could not start its workers (every process sees the same gathered result). Sync path only.
+  bool workers_renewal_pending_ = false;
   // A replacement's route verdict for the ConnectCuda of its first step; cleared once it ran.
   std::optional<absl::Status> cuda_deferred_;
   // Declared before arenas_, which may hold device arenas it allocated.

@@ -257,6 +257,9 @@ absl::Status ConnectedJob::ConnectTransports(PathTransportSetup setup,
     WSYNC_RETURN_IF_ERROR(routes.status());
   }
   cuda_collective_pending_ = cuda_deferred_.has_value();
+  // A replacement renews its workers at its first step with the survivors, who take its roster
+  // there (PrepareStep).
+  workers_renewal_pending_ = roster_epoch_ > 0 && !cuda_job_;
   if (routes.ok()) {  // Otherwise a refused replacement: its first step fails with its routes.
     const PathTransportSetup::CudaIpcFactory make_cuda_ipc =
         [this](std::unique_ptr<Transport> messenger) {

@@ -79,6 +79,11 @@ void LogStepStart(absl::string_view who, int64_t version) {
   WSYNC_LOG(kSync, kInfo, who, ": sync ", version, " starts");
 }
 
+void LogWorkersRenewed(absl::string_view who, int32_t workers) {
+  WSYNC_LOG(kConnect, kInfo, who, ": moved to ", log::Count(workers, "fresh UCX worker"),
+            " after a replacement joined");
+}
+
 void LogStepEnd(absl::string_view who, int64_t version, const StepResult& result) {
   if (!result.outcome.ok()) {
     WSYNC_LOG(kFault, kError, who, ": sync ", version, " failed here: ", result.outcome.ToString());

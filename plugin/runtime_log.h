@@ -36,6 +36,8 @@ void LogPlan(absl::string_view who, const Plan& plan, const ProcessSchedule& sch
 // sync, info: a step starts; then its decision: committed (info) or aborted (warn), and, when
 // this process's own part failed, fault (error) with its reason.
 void LogStepStart(absl::string_view who, int64_t version);
+// connect, info: this process moved to fresh UCX workers (a replacement joined).
+void LogWorkersRenewed(absl::string_view who, int32_t workers);
 void LogStepEnd(absl::string_view who, int64_t version, const StepResult& result);
 
 }  // namespace wsync

@@ -27,15 +27,24 @@ absl::StatusOr<int64_t> ConnectedJob::Trigger(std::optional<int64_t> own_version
 
 absl::Status ConnectedJob::PrepareStep(bool* cuda_collective_failed) {
   absl::Status outcome;
-  // A replacement process took a lost one's rank: reach it at its new addresses, and, in a job
-  // with CUDA buffers, meet its first CUDA collective.
+  // A replacement process took a lost one's rank. Without CUDA buffers every process moves to
+  // fresh UCX workers: the lost process may have died inside a send into a survivor's
+  // shared-memory receive FIFO, which then never delivers again (transport/ucx/README.md). With
+  // them, each process reaches the replacement at its new addresses and meets its first CUDA
+  // collective.
   bool cuda_collective = cuda_collective_pending_;
+  bool renew_workers = workers_renewal_pending_;
   if (std::optional<Roster> update = client_->TakeRosterUpdate()) {
-    std::vector<std::string> bundles;
-    for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
-    if (transport_ != nullptr) outcome = PathTransportSetup::Reconnect(*transport_, bundles);
-    cuda_collective = cuda_collective || cuda_job_;
+    if (cuda_job_) {
+      std::vector<std::string> bundles;
+      for (const RosterEntry& entry : update->processes) bundles.push_back(entry.address);
+      if (transport_ != nullptr) outcome = PathTransportSetup::Reconnect(*transport_, bundles);
+      cuda_collective = true;
+    } else {
+      renew_workers = true;
+    }
   }
+  if (renew_workers) outcome = RenewWorkers(absl::Now() + config_.deadline);
   // Every process runs it here or none does (see cuda_collective_pending_); a failure fails this
   // step (after the collective, so that the numbering stays the same everywhere).
   if (cuda_collective) {
@@ -157,8 +166,40 @@ absl::Status ConnectedJob::ReplaceNcclBackend(std::unique_ptr<Transport> nccl) {
   return absl::InternalError("this process has no NCCL backend to re-form");
 }
 
+absl::Status ConnectedJob::RenewWorkers(absl::Time deadline) {
+  absl::StatusOr<PathTransportSetup> setup =
+      PathTransportSetup::Create(process_, config_.path_transports);
+  // Every process contributes, an empty bundle when its workers did not start, so that the
+  // collective numbering stays in step; every process then sees the same gathered bundles.
+  absl::StatusOr<std::vector<std::string>> bundles =
+      client_->AllGather(setup.ok() ? setup->address_bundle() : std::string(), deadline);
+  workers_renewal_pending_ = !bundles.ok();
+  WSYNC_RETURN_IF_ERROR(bundles.status());
+  for (int32_t p = 0; p < static_cast<int32_t>(bundles->size()); ++p) {
+    if (!(*bundles)[p].empty()) continue;
+    workers_renewal_pending_ = true;  // Everyone tries again at the next step.
+    if (p == process_) return setup.status();
+    return absl::UnavailableError(absl::StrCat("process ", p, " could not start new UCX workers"));
+  }
+  if (transport_ == nullptr) return absl::FailedPreconditionError("no transport to renew");
+  WSYNC_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> fresh,
+                         std::move(*setup).ConnectFreshWorkers(*transport_, *bundles));
+  // The old workers go after the lock is released (their teardown drains for a while).
+  std::vector<std::unique_ptr<Transport>> old;
+  absl::MutexLock lock(&transport_mu_);  // Abort and PeerLost must not meet a swap.
+  for (int32_t b = 0; b < static_cast<int32_t>(fresh.size()); ++b) {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> replaced,
+                           transport_->SwapBackend(b, std::move(fresh[b])));
+    old.push_back(std::move(replaced));
+  }
+  if (aborted_) transport_->Abort(*aborted_);
+  LogWorkersRenewed(who_, static_cast<int32_t>(fresh.size()));
+  return absl::OkStatus();
+}
+
 void ConnectedJob::Abort(const absl::Status& reason) {
   absl::MutexLock lock(&transport_mu_);
+  if (!aborted_) aborted_ = reason;
   if (client_ != nullptr) client_->Abort(reason);
   if (transport_ != nullptr) transport_->Abort(reason);
 }

@@ -201,28 +201,58 @@ bool ReachedThrough(const RoutedTransport& transport, int32_t peer, int32_t b) {
   return false;
 }
 
+// The address over backend `b` of every peer `transport` reaches through it (empty for the
+// others), from the peers' bundles.
+absl::StatusOr<std::vector<std::string>> AddressesThrough(const RoutedTransport& transport,
+                                                          const std::vector<std::string>& bundles,
+                                                          int32_t b) {
+  const int32_t processes = static_cast<int32_t>(bundles.size());
+  std::vector<std::string> addresses(processes);
+  for (int32_t p = 0; p < processes; ++p) {
+    if (!ReachedThrough(transport, p, b)) continue;
+    proto::AddressBundle bundle;
+    if (!bundle.ParseFromString(bundles[p]) || bundle.addresses_size() <= b) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("process ", p, " uses another path transport configuration than process ",
+                       transport.process()));
+    }
+    addresses[p] = bundle.addresses(b);
+  }
+  return addresses;
+}
+
 }  // namespace
 
 absl::Status PathTransportSetup::Reconnect(RoutedTransport& transport,
                                            const std::vector<std::string>& bundles) {
-  const int32_t processes = static_cast<int32_t>(bundles.size());
   for (int32_t b = 0; transport.backend(b) != nullptr; ++b) {
     auto* ucx = dynamic_cast<UcxTransport*>(transport.backend(b));
     if (ucx == nullptr) continue;
-    std::vector<std::string> addresses(processes);
-    for (int32_t p = 0; p < processes; ++p) {
-      if (!ReachedThrough(transport, p, b)) continue;
-      proto::AddressBundle bundle;
-      if (!bundle.ParseFromString(bundles[p]) || bundle.addresses_size() <= b) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("process ", p, " uses another path transport configuration than process ",
-                         transport.process()));
-      }
-      addresses[p] = bundle.addresses(b);
-    }
+    WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                           AddressesThrough(transport, bundles, b));
     WSYNC_RETURN_IF_ERROR(ucx->ConnectPeers(addresses));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Transport>>> PathTransportSetup::ConnectFreshWorkers(
+    const RoutedTransport& transport, const std::vector<std::string>& bundles) && {
+  const int32_t workers = static_cast<int32_t>(backends_.size());
+  for (int32_t b = 0; b < workers || transport.backend(b) != nullptr; ++b) {
+    if (b >= workers || dynamic_cast<UcxTransport*>(transport.backend(b)) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "process ", process_, ": backend ", b, " of its transport is not one of its ", workers,
+          " UCX workers; they cannot be replaced"));
+    }
+  }
+  std::vector<std::unique_ptr<Transport>> fresh;
+  for (int32_t b = 0; b < workers; ++b) {
+    WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> addresses,
+                           AddressesThrough(transport, bundles, b));
+    WSYNC_RETURN_IF_ERROR(backends_[b]->ConnectPeers(addresses));
+    fresh.push_back(std::move(backends_[b]));
+  }
+  return fresh;
 }
 
 }  // namespace wsync

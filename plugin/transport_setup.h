@@ -82,6 +82,17 @@ class PathTransportSetup {
   static absl::Status Reconnect(RoutedTransport& transport,
                                 const std::vector<std::string>& bundles);
 
+  // Fresh UCX workers for a transport made by Connect from a setup of the same configuration, in
+  // a job without NCCL or CUDA IPC backends: each of this setup's workers is connected to the
+  // peers that `transport` routes through the backend of the same index, at their addresses in
+  // `bundles` (every process's bundle of its own fresh workers, indexed by global process id), and
+  // returned by backend index, for RoutedTransport::SwapBackend. A survivor's way past a worker
+  // that a dead peer left wedged (transport/ucx/README.md). The setup is spent.
+  // FailedPrecondition when `transport` has a backend other than such a worker; InvalidArgument
+  // for a bundle of another configuration.
+  absl::StatusOr<std::vector<std::unique_ptr<Transport>>> ConnectFreshWorkers(
+      const RoutedTransport& transport, const std::vector<std::string>& bundles) &&;
+
  private:
   int32_t process_ = 0;
   PathTransports paths_;

@@ -42,6 +42,34 @@ std::optional<pid_t> PidOf(const std::string& out) {
   return std::nullopt;
 }
 
+namespace {
+
+// FaultJob::replace: once every other worker awaits the replacement, writes the version they sync
+// next to `version_file` (whole, by a rename), which starts the replacement. Returns whether it
+// did.
+bool StartReplacementWhenAwaited(const FaultJob& job, const std::vector<int>& ids,
+                                 const std::vector<std::string>& by_id,
+                                 const std::string& version_file) {
+  const std::string marker = "PHASE await_replacement version=";
+  std::string version;
+  for (int p : ids) {
+    if (p == *job.replace) continue;
+    const size_t at = by_id[p].find(marker);
+    if (at == std::string::npos) return false;
+    const size_t end = by_id[p].find('\n', at);
+    if (end == std::string::npos) return false;
+    version = by_id[p].substr(at + marker.size(), end - at - marker.size());
+  }
+  const std::string partial = version_file + ".partial";
+  FILE* file = std::fopen(partial.c_str(), "w");
+  if (file == nullptr) return false;
+  std::fprintf(file, "%s\n", version.c_str());
+  std::fclose(file);
+  return std::rename(partial.c_str(), version_file.c_str()) == 0;
+}
+
+}  // namespace
+
 FaultRun RunFaultJob(const FaultJob& job) {
   FaultRun run;
   absl::StatusOr<int> port = PickFreePort();
@@ -55,6 +83,11 @@ FaultRun RunFaultJob(const FaultJob& job) {
   }
   ProcessesSpec spec;
   spec.processes = 1 + static_cast<int>(ids.size());
+  // The replacement (job.replace) runs last; it starts once this file holds the version to start
+  // at (written below when every other worker awaits it).
+  const int replacement_index = job.replace ? spec.processes++ : -1;
+  const std::string version_file = absl::StrCat(::testing::TempDir(), job_id, ".replace");
+  bool replacement_started = false;
   spec.env = {absl::StrCat("WSYNC_SECRET=", FaultJobSecret(job_id))};
   spec.timeout = absl::Seconds(90);
   spec.failure_grace = absl::Seconds(40);
@@ -80,29 +113,41 @@ FaultRun RunFaultJob(const FaultJob& job) {
               "60",
               absl::StrCat("--silence_limit_s=", job.silence_limit_s.value_or(3))};
     }
-    const int p = ids[index - 1];
+    const bool replacement = index == replacement_index;
+    const int p = replacement ? *job.replace : ids[index - 1];
     const bool trainer = p < kTrainers;
-    auto fp = job.failpoints.find(p);
+    auto fp = replacement ? job.failpoints.end() : job.failpoints.find(p);
     auto secret = job.wrong_secrets.find(p);
-    return {"env",
-            absl::StrCat("WSYNC_FAILPOINTS=", fp == job.failpoints.end() ? "" : fp->second),
-            secret == job.wrong_secrets.end() ? "WSYNC_UNUSED=" : "WSYNC_SECRET=" + secret->second,
-            WSYNC_TEST_WORKER,
-            "--coordinator_port",
-            absl::StrCat(*port),
-            "--job",
-            job_id,
-            absl::StrCat("--role=", trainer ? "trainer" : "rollout"),
-            absl::StrCat("--rank=", trainer ? p : p - kTrainers),
-            "--node_id=local",
-            "--tls=sm,cma,self",
-            absl::StrCat("--versions=", job.versions),
-            absl::StrCat("--deadline_s=", job.deadline_s),
-            absl::StrCat("--pause_before_decide_s=", job.pause_before_decide_s),
-            absl::StrCat("--verify_hashes=", job.verify_hashes),
-            absl::StrCat("--verify=", job.check_elements),
-            "--keep_going",
-            "--markers"};
+    std::vector<std::string> args = {
+        "env",
+        absl::StrCat("WSYNC_FAILPOINTS=", fp == job.failpoints.end() ? "" : fp->second),
+        secret == job.wrong_secrets.end() ? "WSYNC_UNUSED=" : "WSYNC_SECRET=" + secret->second,
+        WSYNC_TEST_WORKER,
+        "--coordinator_port",
+        absl::StrCat(*port),
+        "--job",
+        job_id,
+        absl::StrCat("--role=", trainer ? "trainer" : "rollout"),
+        absl::StrCat("--rank=", trainer ? p : p - kTrainers),
+        "--node_id=local",
+        "--tls=sm,cma,self",
+        absl::StrCat("--versions=", job.versions),
+        absl::StrCat("--deadline_s=", job.deadline_s),
+        absl::StrCat("--pause_before_decide_s=", job.pause_before_decide_s),
+        absl::StrCat("--verify_hashes=", job.verify_hashes),
+        absl::StrCat("--verify=", job.check_elements),
+        "--keep_going",
+        "--markers"};
+    if (job.replace && !replacement) args.push_back("--await_replacement_s=20");
+    if (!replacement) return args;
+    // Waits up to 60 s for the version, then becomes the worker starting at it.
+    std::vector<std::string> wrapped = {
+        "/bin/sh", "-c",
+        "i=0; while [ ! -s \"$0\" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+        "[ -s \"$0\" ] || exit 3; exec \"$@\" --first_version=$(cat \"$0\")",
+        version_file};
+    wrapped.insert(wrapped.end(), args.begin(), args.end());
+    return wrapped;
   };
   // Kills the coordinator when the test asks for it, and once every worker that should finish
   // printed its last RESULT (the coordinator serves until it is stopped).
@@ -114,6 +159,9 @@ FaultRun RunFaultJob(const FaultJob& job) {
     std::vector<std::string> by_id(workers);
     for (size_t i = 0; i < ids.size(); ++i) by_id[ids[i]] = outputs[i + 1];
     if (job.on_poll) job.on_poll(*port, job_id, by_id);
+    if (job.replace && !replacement_started) {
+      replacement_started = StartReplacementWhenAwaited(job, ids, by_id, version_file);
+    }
     if (!run.coordinator_killed && job.kill_coordinator_when && job.kill_coordinator_when(by_id)) {
       kill(*pid, job.coordinator_signal);
       run.coordinator_killed = absl::Now();
@@ -124,6 +172,10 @@ FaultRun RunFaultJob(const FaultJob& job) {
     for (int p : ids) {
       if (job.expected_dead.count(p)) continue;
       std::vector<SyncResult> results = Results(by_id[p]);
+      if (results.empty() || results.back().version < job.versions) all_done = false;
+    }
+    if (replacement_started) {
+      std::vector<SyncResult> results = Results(outputs[replacement_index]);
       if (results.empty() || results.back().version < job.versions) all_done = false;
     }
     if (all_done && run.coordinator_killed) {
@@ -146,6 +198,18 @@ FaultRun RunFaultJob(const FaultJob& job) {
   for (size_t i = 0; i < ids.size(); ++i) {
     run.workers[ids[i]] = (*results)[i + 1];
     run.results[ids[i]] = Results(run.workers[ids[i]].stdout_text);
+  }
+  if (job.replace) {
+    std::remove(version_file.c_str());
+    run.replacement = (*results)[replacement_index];
+    run.replacement_results = Results(run.replacement.stdout_text);
+    std::printf("replacement of process %d: started %d exit %d signal %d killed %d\n", *job.replace,
+                replacement_started, run.replacement.exit_code, run.replacement.term_signal,
+                run.replacement.killed);
+    for (const SyncResult& r : run.replacement_results) {
+      std::printf("  version %lld ok %d total %.3fs %s\n", static_cast<long long>(r.version), r.ok,
+                  r.total_s, r.error.c_str());
+    }
   }
   // What happened, for the log: every worker's sync results and its last error line.
   for (int p : ids) {

@@ -49,6 +49,11 @@ struct FaultJob {
   // By global process id: a job secret other than the coordinator's (the worker is refused).
   std::map<int, std::string> wrong_secrets;
   std::set<int> expected_dead;  // Workers that do not finish (killed by a failpoint).
+  // A global process id: the other workers wait after their first failed sync for a replacement
+  // of it (--await_replacement_s), which the harness starts (same role and rank, no failpoint)
+  // once each of them printed 'PHASE await_replacement', at the version they sync next; its
+  // outcome is FaultRun::replacement. The replacement is not started when they never wait.
+  std::optional<int> replace;
   double pause_before_decide_s = 0;
   bool verify_hashes = false;  // wsync's verify=true (ExecuteOptions::verify).
   bool check_elements = true;  // The rollouts' element-by-element check (the worker's --verify).
@@ -75,6 +80,9 @@ struct FaultRun {
   std::vector<ProcessResult> workers;  // By global process id.
   ProcessResult coordinator;
   std::vector<std::vector<SyncResult>> results;  // By global process id.
+  // FaultJob::replace's replacement (empty when none was asked for or it was not started).
+  ProcessResult replacement;
+  std::vector<SyncResult> replacement_results;
   std::optional<absl::Time> coordinator_killed;
   absl::Time ended;
 };

@@ -59,6 +59,15 @@ ABSL_FLAG(std::string, relay_links, "",
 ABSL_FLAG(bool, keep_going, false,
           "After a failed sync, go on with the next version instead of exiting (exit status 1 "
           "when any version failed).");
+ABSL_FLAG(int64_t, first_version, 1,
+          "The first version this process syncs: a replacement process starts at the version "
+          "the running job syncs next.");
+ABSL_FLAG(double, await_replacement_s, 0,
+          "After the first failed sync, wait up to this long for a replacement process's roster "
+          "(a lost process's rank taken again) before the next version, printing 'PHASE "
+          "await_replacement version=<next>' first; the next version then takes the replacement "
+          "in (without a trigger this is what puts every process's roster update at the same "
+          "step). 0: no wait.");
 ABSL_FLAG(bool, markers, false,
           "Print 'PID <pid>', 'PHASE <join|transfer|decide> version=<v>' and one 'RESULT "
           "version=<v> ok=<0|1> transfer_s=<s> total_s=<s> error=<text>' line per sync.");
@@ -253,6 +262,15 @@ std::map<std::string, int64_t> PlannedBytesByPath(const ConnectedJob& connected)
 
 // Moves every buffer of this process to new memory holding the same bytes, rebinds it, and keeps
 // the new memory in `memory` (the old is freed).
+// --await_replacement_s: waits for a replacement's roster, or until the flag's time passed.
+void AwaitReplacement(ControlClient& client, int64_t next_version) {
+  const double wait_s = absl::GetFlag(FLAGS_await_replacement_s);
+  if (wait_s <= 0) return;
+  Marker(absl::StrCat("PHASE await_replacement version=", next_version));
+  const absl::Time until = absl::Now() + absl::Seconds(wait_s);
+  while (!client.HasRosterUpdate() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(5));
+}
+
 absl::Status RebindAll(ConnectedJob& connected, const Layout& part, test::HostBuffers& memory) {
   test::HostBuffers moved = memory;  // A deep copy at new addresses.
   const int32_t rank = absl::GetFlag(FLAGS_rank);
@@ -311,7 +329,8 @@ absl::Status Run() {
   }
   const bool keep_going = absl::GetFlag(FLAGS_keep_going);
   int64_t failed_versions = 0;
-  for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
+  const int64_t first_version = absl::GetFlag(FLAGS_first_version);
+  for (int64_t version = first_version; version <= absl::GetFlag(FLAGS_versions); ++version) {
     if (version == absl::GetFlag(FLAGS_rebind_version)) {
       WSYNC_RETURN_IF_ERROR(RebindAll(*connected, part, memory));
     }
@@ -376,7 +395,7 @@ absl::Status Run() {
         decision.ok() ? "" : " | decide: ", decision.ok() ? "" : decision.ToString()));
     if (!decision.ok() || !outcome.ok()) {
       if (!keep_going) return decision.ok() ? outcome : decision;
-      ++failed_versions;
+      if (++failed_versions == 1) AwaitReplacement(connected->client(), version + 1);
       continue;
     }
     PrintStats(version, job, me, *result.stats, call_seconds,
@@ -384,8 +403,9 @@ absl::Status Run() {
                quant_verified);
   }
   if (failed_versions > 0) {
-    return absl::AbortedError(
-        absl::StrCat(failed_versions, " of ", absl::GetFlag(FLAGS_versions), " versions failed"));
+    return absl::AbortedError(absl::StrCat(failed_versions, " of ",
+                                           absl::GetFlag(FLAGS_versions) - first_version + 1,
+                                           " versions failed"));
   }
   return connected->client().Barrier(absl::Now() + step_deadline);
 }

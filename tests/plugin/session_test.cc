@@ -82,21 +82,11 @@ TEST_F(SessionTest, AReplacementProcessJoinsTheRunningJobAndIsBroughtToTheCurren
   std::vector<Process> processes;
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kTrainer, r, port, "replace"));
   for (int r = 0; r < 2; ++r) processes.push_back(MakeProcess(Role::kRollout, r, port, "replace"));
-  // Runs `call` on each of `ids` in its own thread (one thread per process).
   auto on = [&](const std::vector<int>& ids, const std::function<absl::Status(int)>& call) {
-    std::vector<absl::Status> results(processes.size());
-    std::vector<std::thread> threads;
-    for (int p : ids) threads.emplace_back([&, p] { results[p] = call(p); });
-    for (std::thread& thread : threads) thread.join();
-    return results;
+    return test::OnEachProcess(processes.size(), ids, call);
   };
   auto sync = [&](int64_t v) {
-    return [&, v](int p) -> absl::Status {
-      Process& me = processes[p];
-      if (p < 2) WSYNC_RETURN_IF_ERROR(test::FillLogical(me.part, v, me.memory.get()));
-      WSYNC_RETURN_IF_ERROR(me.session->Sync(v));
-      return p >= 2 ? test::CheckLogical(me.part, *me.memory, v) : absl::OkStatus();
-    };
+    return [&, v](int p) { return test::SyncAndCheckTinyJob(processes[p], p, v); };
   };
   for (const absl::Status& s :
        on({0, 1, 2, 3}, [&](int p) { return processes[p].session->Connect(); })) {

@@ -6,9 +6,13 @@
 // the session, and its host memory. Header-only; test code.
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "integration/fill/fill.h"
 #include "integration/harness/launcher.h"
@@ -84,6 +88,25 @@ inline TinySessionProcess MakeTinySessionProcess(const SessionConfig& config,
                     .ok());
   }
   return process;
+}
+
+// Runs `call` on each of `ids` (indexes of the job's processes) in a thread of its own; the
+// results by index (OK for the others).
+inline std::vector<absl::Status> OnEachProcess(size_t processes, const std::vector<int>& ids,
+                                               const std::function<absl::Status(int)>& call) {
+  std::vector<absl::Status> results(processes);
+  std::vector<std::thread> threads;
+  for (int p : ids) threads.emplace_back([&, p] { results[p] = call(p); });
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+// Version `v` on process `p` of the 2 + 2 job (trainers first): a trainer fills its part with it,
+// every process syncs it, and a rollout then checks every element of its part.
+inline absl::Status SyncAndCheckTinyJob(TinySessionProcess& me, int p, int64_t v) {
+  if (p < 2) WSYNC_RETURN_IF_ERROR(test::FillLogical(me.part, v, me.memory.get()));
+  WSYNC_RETURN_IF_ERROR(me.session->Sync(v));
+  return p >= 2 ? test::CheckLogical(me.part, *me.memory, v) : absl::OkStatus();
 }
 
 }  // namespace wsync::test

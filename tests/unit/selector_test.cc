@@ -1,5 +1,6 @@
 #include "transport/selector/selector.h"
 
+#include <set>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -127,6 +128,55 @@ TEST(RoutedTransportTest, AReplacedBackendCarriesTheNextMessages) {
   EXPECT_FALSE(routed->PostSend(1, MakeTag(1, 0, 0), &byte, 1).ok());
   EXPECT_FALSE(routed->ReplaceBackend(1, *new_fabric.Connect(0)).ok());  // Out of range.
   ASSERT_TRUE(routed->ReplaceBackend(0, *new_fabric.Connect(0)).ok());
+  std::unique_ptr<Transport> peer = *new_fabric.Connect(1);
+  char sent = 42, received = 0;
+  const RequestId send = *routed->PostSend(1, MakeTag(2, 0, 0), &sent, 1);
+  const RequestId receive = *peer->PostReceive(0, MakeTag(2, 0, 0), &received, 1);
+  ASSERT_TRUE(routed->WaitAll({send}, absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(peer->WaitAll({receive}, absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(received, 42);
+}
+
+// Records the regions registered with it (and refuses them when `refuse` is set).
+class RecordingTransport : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  absl::StatusOr<RegistrationId> RegisterMemory(void* address, int64_t bytes,
+                                                MemoryKind kind) override {
+    if (refuse) return absl::InternalError("refused");
+    regions.insert(address);
+    return ForwardingTransport::RegisterMemory(address, bytes, kind);
+  }
+  bool refuse = false;
+  std::set<void*> regions;
+};
+
+// A swapped-in backend (a fresh UCX worker) gets every live registration, carries the next
+// messages, and the old one comes back to the caller; a backend that refuses a registration is
+// not swapped in.
+TEST(RoutedTransportTest, ASwappedBackendTakesTheRegistrationsAndTheOldOneIsHandedBack) {
+  LoopbackFabric old_fabric(2), new_fabric(2);
+  std::vector<std::unique_ptr<Transport>> backends;
+  backends.push_back(*old_fabric.Connect(0));
+  Transport* const old_backend = backends.back().get();
+  auto routed = *RoutedTransport::Create(0, std::move(backends), {0, 0});
+  char kept = 0, dropped = 0;
+  ASSERT_TRUE(routed->RegisterMemory(&kept, 1, MemoryKind::kHost).ok());
+  const RegistrationId gone = *routed->RegisterMemory(&dropped, 1, MemoryKind::kHost);
+  ASSERT_TRUE(routed->DeregisterMemory(gone).ok());
+
+  auto refusing = std::make_unique<RecordingTransport>(*new_fabric.Connect(0));
+  refusing->refuse = true;
+  EXPECT_FALSE(routed->SwapBackend(0, std::move(refusing)).ok());
+  EXPECT_EQ(routed->backend(0), old_backend);
+  EXPECT_FALSE(routed->SwapBackend(1, *new_fabric.Connect(0)).ok());  // Out of range.
+
+  auto fresh = std::make_unique<RecordingTransport>(*new_fabric.Connect(0));
+  RecordingTransport* const recorded = fresh.get();
+  absl::StatusOr<std::unique_ptr<Transport>> old = routed->SwapBackend(0, std::move(fresh));
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->get(), old_backend);
+  EXPECT_EQ(recorded->regions, std::set<void*>{&kept});
   std::unique_ptr<Transport> peer = *new_fabric.Connect(1);
   char sent = 42, received = 0;
   const RequestId send = *routed->PostSend(1, MakeTag(2, 0, 0), &sent, 1);

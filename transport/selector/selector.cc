@@ -270,9 +270,39 @@ absl::Status RoutedTransport::ReplaceBackend(int32_t index, std::unique_ptr<Tran
   for (auto it = requests_.begin(); it != requests_.end();) {
     it = it->second.backend == index ? requests_.erase(it) : std::next(it);
   }
-  for (auto& [id, ids] : registrations_) ids[index].reset();
+  for (auto& [id, registration] : registrations_) registration.ids[index].reset();
   backends_[index] = std::move(backend);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> RoutedTransport::SwapBackend(
+    int32_t index, std::unique_ptr<Transport> backend) {
+  if (index < 0 || index >= static_cast<int32_t>(backends_.size()) || backend == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot swap backend ", index, " of ", backends_.size()));
+  }
+  std::map<RegistrationId, std::optional<RegistrationId>> carried;
+  for (const auto& [id, registration] : registrations_) {
+    absl::StatusOr<RegistrationId> made =
+        backend->RegisterMemory(registration.address, registration.bytes, registration.kind);
+    if (made.ok()) {
+      carried[id] = *made;
+    } else if (made.status().code() == absl::StatusCode::kUnimplemented) {
+      carried[id] = std::nullopt;
+    } else {
+      for (const auto& [done, made_id] : carried) {
+        if (made_id.has_value()) backend->DeregisterMemory(*made_id).IgnoreError();
+      }
+      return made.status();
+    }
+  }
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = it->second.backend == index ? requests_.erase(it) : std::next(it);
+  }
+  for (auto& [id, registration] : registrations_) registration.ids[index] = carried[id];
+  std::unique_ptr<Transport> old = std::move(backends_[index]);
+  backends_[index] = std::move(backend);
+  return old;
 }
 
 absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, int64_t bytes,
@@ -301,7 +331,7 @@ absl::StatusOr<RegistrationId> RoutedTransport::RegisterMemory(void* address, in
   }
   if (!any) return refused;
   const RegistrationId id = next_registration_++;
-  registrations_[id] = std::move(ids);
+  registrations_[id] = Registration{address, bytes, kind, std::move(ids)};
   return id;
 }
 
@@ -311,8 +341,9 @@ absl::Status RoutedTransport::DeregisterMemory(RegistrationId id) {
     return absl::NotFoundError(absl::StrCat("no registration ", id));
   }
   absl::Status status;
-  for (size_t b = 0; b < it->second.size(); ++b) {
-    if (it->second[b].has_value()) status.Update(backends_[b]->DeregisterMemory(*it->second[b]));
+  const std::vector<std::optional<RegistrationId>>& ids = it->second.ids;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    if (ids[b].has_value()) status.Update(backends_[b]->DeregisterMemory(*ids[b]));
   }
   registrations_.erase(it);
   return status;

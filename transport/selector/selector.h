@@ -151,6 +151,14 @@ class RoutedTransport final : public Transport {
   // optional). Not concurrent with any other call, Abort included: the caller serialises.
   // InvalidArgument for an index out of range or a null backend.
   absl::Status ReplaceBackend(int32_t index, std::unique_ptr<Transport> backend);
+  // Replaces backend `index` by `backend` (a fresh UCX worker, e.g.) and hands the old one back,
+  // for the caller to destroy outside its lock. Every live registration is registered with the new
+  // backend first (a backend answering Unimplemented is skipped for it); on any other error the
+  // registrations made are undone, nothing is replaced and `backend` is destroyed. Requests still
+  // routed to the old backend are forgotten. Not concurrent with any other call, Abort included.
+  // InvalidArgument for an index out of range or a null backend.
+  absl::StatusOr<std::unique_ptr<Transport>> SwapBackend(int32_t index,
+                                                         std::unique_ptr<Transport> backend);
 
   // The backend carrying messages to `peer`, for reports; nullptr out of range.
   Transport* BackendFor(int32_t peer) const;
@@ -173,9 +181,15 @@ class RoutedTransport final : public Transport {
   std::vector<int32_t> route_;
   std::map<RequestId, Routed> requests_;
   RequestId next_request_ = 1;
-  // Per routed registration, each backend's id; nullopt where the backend does not carry that
-  // memory kind (Unimplemented).
-  std::map<RegistrationId, std::vector<std::optional<RegistrationId>>> registrations_;
+  // Per routed registration, the region and each backend's id; nullopt where the backend does not
+  // carry that memory kind (Unimplemented).
+  struct Registration {
+    void* address = nullptr;
+    int64_t bytes = 0;
+    MemoryKind kind = MemoryKind::kHost;
+    std::vector<std::optional<RegistrationId>> ids;
+  };
+  std::map<RegistrationId, Registration> registrations_;
   RegistrationId next_registration_ = 1;
 };
 
