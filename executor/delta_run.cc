@@ -295,10 +295,11 @@ void DeltaLanes::WriteStats(TransferStats& stats) const {
   stats.delta_messages = messages_;
   stats.delta_saved_bytes = saved_bytes_;
   for (size_t lane = 0; lane < lanes_.size(); ++lane) {
-    if (lanes_[lane].saved_bytes == 0) continue;
-    stats.delta_saved_by_peer.push_back({work_.lanes[lane].peer,
-                                         work_.lanes[lane].direction == Direction::kSend,
-                                         lanes_[lane].saved_bytes});
+    const Lane& work_lane = work_.lanes[lane];
+    const int path = PathClassIndex(job_.PathClass(work_.process, work_lane.peer));
+    if (path < 0) continue;
+    stats.delta_saved_by_path[path][work_lane.direction == Direction::kSend ? 0 : 1] +=
+        lanes_[lane].saved_bytes;
   }
   stats.delta_compared_elements = compared_elements_;
   stats.delta_changed_elements = changed_elements_;

@@ -190,14 +190,9 @@ struct TransferStats {
   // travelled.
   int64_t delta_messages = 0;
   int64_t delta_saved_bytes = 0;
-  // delta_saved_bytes by peer and direction (a peer and direction appears at most once; none
-  // that saved nothing): what the path byte metrics take off the planned bytes.
-  struct PeerSaving {
-    int32_t peer = 0;
-    bool send = true;
-    int64_t bytes = 0;
-  };
-  std::vector<PeerSaving> delta_saved_by_peer;
+  // delta_saved_bytes by the path class of the peer (PathClassIndex) and direction (0: sent,
+  // 1: received): what the path byte metrics take off the planned bytes.
+  int64_t delta_saved_by_path[kPathClassCount][2] = {};
   // Delta sync as a sender: elements of the chunks it compared with a base of their receiver's
   // version, and how many of them changed (a chunk sent dense because most of it changed, which
   // the encoder finds by sampling or stops comparing at, counts all its elements as changed);

@@ -45,16 +45,8 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
       std::max(total.quant_staging_written_bytes, wave.quant_staging_written_bytes);
   total.delta_messages += wave.delta_messages;
   total.delta_saved_bytes += wave.delta_saved_bytes;
-  for (const TransferStats::PeerSaving& saving : wave.delta_saved_by_peer) {
-    auto same = std::find_if(total.delta_saved_by_peer.begin(), total.delta_saved_by_peer.end(),
-                             [&](const TransferStats::PeerSaving& entry) {
-                               return entry.peer == saving.peer && entry.send == saving.send;
-                             });
-    if (same != total.delta_saved_by_peer.end()) {
-      same->bytes += saving.bytes;
-    } else {
-      total.delta_saved_by_peer.push_back(saving);
-    }
+  for (int c = 0; c < kPathClassCount; ++c) {
+    for (int d = 0; d < 2; ++d) total.delta_saved_by_path[c][d] += wave.delta_saved_by_path[c][d];
   }
   total.delta_compared_elements += wave.delta_compared_elements;
   total.delta_changed_elements += wave.delta_changed_elements;

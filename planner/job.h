@@ -24,6 +24,17 @@ inline constexpr absl::string_view kPathIntraNode = "intra_node";
 // copy engine and no link between them.
 inline constexpr absl::string_view kPathSameDevice = "same_device";
 inline constexpr absl::string_view kPathInterNode = "inter_node";
+// Every path class, in a fixed order: PathClassIndex's numbering.
+inline constexpr absl::string_view kPathClasses[] = {kPathLocal, kPathSameDevice, kPathIntraNode,
+                                                     kPathInterNode};
+inline constexpr int kPathClassCount = 4;
+// The index of `path_class` in kPathClasses; -1 for another string.
+inline int PathClassIndex(absl::string_view path_class) {
+  for (int c = 0; c < kPathClassCount; ++c) {
+    if (kPathClasses[c] == path_class) return c;
+  }
+  return -1;
+}
 
 struct JobProcess {
   Role role;

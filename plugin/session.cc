@@ -191,7 +191,7 @@ void Session::BindMetrics() {
   const RoutedTransport* transport = connected.transport();
   std::vector<SessionMetrics::PathBytes> bytes;
   for (int d = 0; d < 2; ++d) direct_bytes_[d] = staged_bytes_[d] = 0;
-  peer_paths_.assign(connected.job().num_processes(), {});
+  for (auto& by_direction : class_paths_) by_direction[0] = by_direction[1] = std::nullopt;
   for (const PeerSchedule& peer : connected.schedule().peers) {
     SessionMetrics::PathBytes path;
     path.path_class = std::string(connected.job().PathClass(connected.process(), peer.peer));
@@ -215,7 +215,9 @@ void Session::BindMetrics() {
       path.bytes += round.bytes;
       (round.direct ? direct_bytes_ : staged_bytes_)[d] += round.bytes;
     }
-    peer_paths_[peer.peer][d] = path;
+    const int path_class = PathClassIndex(path.path_class);
+    const bool device_pair = path.transport == "nccl" || path.transport == "cuda_ipc";
+    if (path_class >= 0 && !device_pair) class_paths_[path_class][d] = path;
     bytes.push_back(std::move(path));
   }
   metrics_->BindPaths(bytes);
@@ -239,10 +241,12 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
   if (stats.ok()) {
     metrics_->RecordRounds(stats->rounds);
     std::vector<SessionMetrics::PathBytes> saved;  // Of delta syncs: off the planned bytes.
-    for (const TransferStats::PeerSaving& saving : stats->delta_saved_by_peer) {
-      if (saving.peer < 0 || saving.peer >= std::ssize(peer_paths_)) continue;
-      saved.push_back(peer_paths_[saving.peer][saving.send ? 0 : 1]);
-      saved.back().bytes = saving.bytes;
+    for (int c = 0; c < kPathClassCount; ++c) {
+      for (int d = 0; d < 2; ++d) {
+        if (stats->delta_saved_by_path[c][d] == 0 || !class_paths_[c][d]) continue;
+        saved.push_back(*class_paths_[c][d]);
+        saved.back().bytes = stats->delta_saved_by_path[c][d];
+      }
     }
     metrics_->RecordPathBytes(saved);
     metrics_->RecordDirectStaged(MetricDirection::kSend, direct_bytes_[0], staged_bytes_[0]);

@@ -256,9 +256,10 @@ class Session {
   // from the schedule at connect. Written by Connect, read by the sync path.
   int64_t direct_bytes_[2] = {0, 0};
   int64_t staged_bytes_[2] = {0, 0};
-  // The path byte series of each peer's traffic, by peer, for [send, receive]: where a delta
-  // sync's savings come off the planned bytes. Written by Connect, read by the sync path.
-  std::vector<std::array<SessionMetrics::PathBytes, 2>> peer_paths_;
+  // The path byte series of each path class's host traffic (PathClassIndex), for [send, receive]
+  // (nullopt: no such traffic): where a delta sync's savings come off the planned bytes. Written
+  // by Connect, read by the sync path.
+  std::optional<SessionMetrics::PathBytes> class_paths_[kPathClassCount][2];
   int64_t arena_peak_bytes_ = 0;  // The largest peak_arena_bytes of any sync; sync path only.
 
   mutable absl::Mutex mu_;
