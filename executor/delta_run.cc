@@ -66,15 +66,15 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
   LaneDelta& delta = lanes_[lane_index];
   DeltaBaseStore* const bases = options_.bases;
   if (delta.announces) delta.announcement.assign(1, static_cast<int64_t>(sync_id_));
-  std::vector<uint8_t> packed;   // A chunk's current bytes when its source is strided.
-  std::vector<uint8_t> encoded;  // One message's encodings.
-  std::vector<uint8_t> chunk_encoding;
+  std::vector<uint8_t> packed;  // A chunk's current bytes when its source is strided.
   std::vector<int64_t> sizes;
   for (size_t index = 0; index < lane.messages.size(); ++index) {
     Message& message = lane.messages[index];
-    bool encodable = delta.announces && bases != nullptr;
+    // Encodings go straight into the lane's payload, cut back when the message travels as planned.
+    // A message none of whose chunks has a base (a first sync) cannot save: nothing is encoded.
+    const size_t mark = delta.payload.size();
+    bool encodable = delta.announces && bases != nullptr && HasBase(lane, message);
     bool saves = false;
-    encoded.clear();
     sizes.clear();
     for (int32_t chunk_index : message.chunks) {
       const Chunk& chunk = work_.chunks[chunk_index];
@@ -93,34 +93,45 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
       }
       const int element_bytes = static_cast<int>(chunk.element_size);
       const uint64_t key = DeltaChunkKey(wave_, chunk_index);
-      const std::optional<absl::Span<const uint8_t>> base =
-          encodable ? bases->Base(key, *held_[lane.peer]) : std::nullopt;
-      const size_t before = encoded.size();
+      // The base is advanced to `current` in place as it is compared (no copy), or recorded.
+      const std::optional<absl::Span<uint8_t>> base =
+          encodable ? bases->Advance(key, *held_[lane.peer]) : std::nullopt;
+      const size_t before = delta.payload.size();
       if (base.has_value() && base->size() == current.size() &&
           !SampledMostlyChanged(*base, current, element_bytes)) {
-        WSYNC_ASSIGN_OR_RETURN(const DeltaEncodingSummary summary,
-                               EncodeDelta(*base, current, element_bytes, &chunk_encoding));
-        encoded.insert(encoded.end(), chunk_encoding.begin(), chunk_encoding.end());
+        WSYNC_ASSIGN_OR_RETURN(
+            const DeltaEncodingSummary summary,
+            AppendDeltaAdvancingBase(*base, current, element_bytes, &delta.payload));
         saves = saves || summary.kind != DeltaKind::kDense;
-      } else if (encodable) {
-        AppendDenseDelta(current, element_bytes, &encoded);
+      } else {
+        bases->Record(key, current);
+        if (encodable) AppendDenseDelta(current, element_bytes, &delta.payload);
       }
-      sizes.push_back(static_cast<int64_t>(encoded.size() - before));
-      bases->Record(key, current);  // Invalidates `base`, used above.
+      sizes.push_back(static_cast<int64_t>(delta.payload.size() - before));
     }
-    encodable = encodable && saves && std::ssize(encoded) < message.bytes;
+    const auto encoded_bytes = static_cast<int64_t>(delta.payload.size() - mark);
+    encodable = encodable && saves && encoded_bytes < message.bytes;
+    if (!encodable) delta.payload.resize(mark);
     if (!delta.announces) continue;
     for (size_t chunk = 0; chunk < message.chunks.size(); ++chunk) {
       delta.announcement.push_back(encodable ? sizes[chunk] : -1);
     }
     if (!encodable) continue;
-    delta.offsets[index] = std::ssize(delta.payload);
-    delta.payload.insert(delta.payload.end(), encoded.begin(), encoded.end());
-    saved_bytes_ += message.bytes - std::ssize(encoded);
+    delta.offsets[index] = static_cast<int64_t>(mark);
+    saved_bytes_ += message.bytes - encoded_bytes;
     ++messages_;
-    message.bytes = std::ssize(encoded);
+    message.bytes = encoded_bytes;
   }
   return absl::OkStatus();
+}
+
+bool DeltaLanes::HasBase(const Lane& lane, const Message& message) const {
+  for (int32_t chunk_index : message.chunks) {
+    if (options_.bases->Base(DeltaChunkKey(wave_, chunk_index), *held_[lane.peer]).has_value()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {

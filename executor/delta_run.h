@@ -102,6 +102,9 @@ class DeltaLanes {
   // buffer into a weight buffer.
   bool Encodable(const Chunk& chunk) const;
   absl::Status EncodeLane(int32_t lane);
+  // Whether the store holds a base of the receiver's held version for a chunk of `message` (of a
+  // lane that announces).
+  bool HasBase(const Lane& lane, const Message& message) const;
   absl::Status CheckAnnouncement(int32_t lane);
 
   const Job& job_;
