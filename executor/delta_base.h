@@ -23,8 +23,8 @@
 
 namespace wsync {
 
-// The session's delta setting (wsync_config_t.delta). kAuto is to choose per path class from the
-// cost model; until that exists it behaves as kOff.
+// The session's delta setting (wsync_config_t.delta). kAuto chooses per path class from the
+// cost model (plugin/prediction.h DeltaPaysBelow, executor/execute.h DeltaOptions::automatic).
 enum class DeltaMode : int { kOff = 0, kAuto = 1, kOn = 2 };
 
 class DeltaBaseStore {

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/hash.h"
 #include "common/status.h"
 #include "executor/copy.h"
 #include "executor/delta_codec.h"
@@ -22,21 +24,36 @@ absl::Span<uint8_t> Bytes(char* data, int64_t bytes) {
 
 }  // namespace
 
+uint64_t DeltaRuleDigest(const DeltaOptions& options) {
+  if (!options.on || !options.automatic) return 0;
+  std::string rule = "auto";
+  for (const auto& [path_class, fraction] : options.pays_below) {
+    absl::StrAppend(&rule, ";", path_class, "=", absl::StrFormat("%a", fraction));
+  }
+  return Xxh3(rule.data(), rule.size()) | 1;  // Never 0, which is without auto.
+}
+
+DeltaClaim DeltaClaimOf(const DeltaOptions& options) {
+  return DeltaClaim{options.on, options.held_version, DeltaRuleDigest(options),
+                    options.observed.changed_elements, options.observed.compared_elements};
+}
+
 DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work& work,
-                       const DeltaOptions& options,
-                       std::vector<std::optional<uint64_t>> held_versions, uint64_t sync_id,
+                       const DeltaOptions& options, DeltaAgreed agreed, uint64_t sync_id,
                        int32_t wave, AddressOf address_of)
     : job_(job),
       segments_(segments),
       work_(work),
       options_(options),
-      held_(std::move(held_versions)),
+      held_(std::move(agreed.held_versions)),
+      changed_fraction_(agreed.changed_fraction),
       sync_id_(sync_id),
       wave_(wave),
       address_of_(std::move(address_of)),
       lanes_(work.lanes.size()) {
   for (size_t lane = 0; lane < work.lanes.size(); ++lane) {
-    lanes_[lane].announces = Announces(work.lanes[lane]);
+    lanes_[lane].runs = Runs(work.lanes[lane]);
+    lanes_[lane].announces = lanes_[lane].runs && Announces(work.lanes[lane]);
     lanes_[lane].offsets.assign(work.lanes[lane].messages.size(), -1);
     int64_t word = 1;
     for (const Message& message : work.lanes[lane].messages) {
@@ -46,11 +63,20 @@ DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work&
   }
 }
 
-bool DeltaLanes::Announces(const Lane& lane) const {
+bool DeltaLanes::Runs(const Lane& lane) const {
   if (!options_.on || job_.HasQuantizedParams() || lane.kind != MemoryKind::kHost ||
       lane.forwarding) {
     return false;
   }
+  if (!options_.automatic) return true;
+  const bool sends = lane.direction == Direction::kSend;
+  const auto it = options_.pays_below.find(std::string(
+      job_.PathClass(sends ? work_.process : lane.peer, sends ? lane.peer : work_.process)));
+  if (it == options_.pays_below.end() || !(it->second > 0)) return false;
+  return !changed_fraction_.has_value() || *changed_fraction_ < it->second;
+}
+
+bool DeltaLanes::Announces(const Lane& lane) const {
   const int32_t receiver = lane.direction == Direction::kSend ? lane.peer : work_.process;
   return receiver < std::ssize(held_) && held_[receiver].has_value();
 }
@@ -103,7 +129,14 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
             const DeltaEncodingSummary summary,
             AppendDeltaAdvancingBase(*base, current, element_bytes, &delta.payload));
         saves = saves || summary.kind != DeltaKind::kDense;
+        observed_.changed_elements +=
+            summary.mostly_changed ? summary.elements : summary.changed_elements;
+        observed_.compared_elements += summary.elements;
       } else {
+        if (base.has_value() && base->size() == current.size()) {  // Sampled: mostly changed.
+          observed_.changed_elements += chunk.bytes / element_bytes;
+          observed_.compared_elements += chunk.bytes / element_bytes;
+        }
         bases->Record(key, current);
         if (encodable) AppendDenseDelta(current, element_bytes, &delta.payload);
       }
@@ -206,7 +239,7 @@ absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
   }
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
-    if (l.direction != Direction::kSend || l.kind != MemoryKind::kHost || l.forwarding) continue;
+    if (l.direction != Direction::kSend || !lanes_[lane].runs) continue;
     WSYNC_RETURN_IF_ERROR(EncodeLane(lane));
   }
   announced_ = true;

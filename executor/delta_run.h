@@ -4,9 +4,11 @@
 // Private to the executor: the delta sync part of one run (ExecuteOptions::delta, issue 44).
 //
 // Which lanes: with delta on (every process agreed), a lane of host memory that is not
-// forwarding (its sender is a trainer), in a job without quantized parameters, whose receiver
-// holds a version (the agreement tells every sender each receiver's held version). Both ends
-// decide this alike from the work and the agreement, so both know whether a lane announces.
+// forwarding (its sender is a trainer), in a job without quantized parameters, runs delta; with
+// delta=auto only where its path class pays at the agreed changed fraction (DeltaOptions). Such a
+// lane announces when its receiver holds a version (the agreement tells every sender each
+// receiver's held version). Both ends decide this alike from the work, the rule (its digest
+// agreed) and the agreement, so both know whether a lane announces.
 //
 // Wire: before its rounds, the sender of such a lane encodes each chunk of it (delta_codec.h)
 // against its base of exactly the receiver's held version (DeltaBaseStore::Base; the dense
@@ -24,7 +26,8 @@
 // what the plan writes: the plan, its digest and its exact-once proof are unchanged.
 //
 // Bases: the sender records every chunk it sends from host memory into a host weight buffer
-// (on every lane that is not forwarding, announcing or not) as the pending base of its key (wave,
+// (on every lane that runs delta, announcing or not; a base of the receiver's version is advanced
+// in place while the chunk is encoded against it) as the pending base of its key (wave,
 // chunk index), which the caller commits or aborts with the sync's decision. Memory: the
 // encodings of a lane's encoded messages on both ends (less than those messages' planned bytes)
 // besides the staging budget, and the store's bytes within its own budget.
@@ -39,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "executor/agreement.h"
 #include "executor/execute.h"
 #include "executor/work.h"
 #include "planner/job.h"
@@ -48,6 +52,19 @@ namespace wsync::executor_internal {
 
 // The round number of the announcement in its tag (below verify.h's kVerifyRound).
 inline constexpr int64_t kDeltaRound = kMaxRounds - 2;
+
+// What the agreement settled for delta sync (AgreeOnBatch): every process's held version, and the
+// changed fraction the senders saw (nullopt: none saw any yet).
+struct DeltaAgreed {
+  std::vector<std::optional<uint64_t>> held_versions;
+  std::optional<double> changed_fraction;
+};
+
+// A digest of delta=auto's rule (DeltaOptions::automatic and pays_below; 0 without auto): equal
+// on two processes exactly when they decide every lane alike at every changed fraction.
+uint64_t DeltaRuleDigest(const DeltaOptions& options);
+// This process's claim in the agreement.
+DeltaClaim DeltaClaimOf(const DeltaOptions& options);
 
 // The DeltaBaseStore key of chunk `chunk` of wave `wave`.
 inline uint64_t DeltaChunkKey(int32_t wave, int32_t chunk) {
@@ -59,10 +76,10 @@ class DeltaLanes {
   // Where an endpoint's element `offset` is in this process's memory.
   using AddressOf = std::function<char*(const Endpoint&, int64_t offset, int64_t element_size)>;
 
-  // `held_versions`: every process's held version, from the agreement (empty: none holds one).
+  // `agreed`: from the agreement (no held versions: none holds one).
   DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work& work,
-             const DeltaOptions& options, std::vector<std::optional<uint64_t>> held_versions,
-             uint64_t sync_id, int32_t wave, AddressOf address_of);
+             const DeltaOptions& options, DeltaAgreed agreed, uint64_t sync_id, int32_t wave,
+             AddressOf address_of);
 
   // Before the rounds and before the run's progress totals: encodes, records and announces this
   // process's sends, then receives and checks the announcements of its receives and resizes its
@@ -86,9 +103,14 @@ class DeltaLanes {
 
   int64_t messages() const { return messages_; }
   int64_t saved_bytes() const { return saved_bytes_; }
+  // What this process's sends compared against bases, and the agreed fraction lanes were decided
+  // with.
+  const DeltaObservation& observed() const { return observed_; }
+  std::optional<double> changed_fraction() const { return changed_fraction_; }
 
  private:
   struct LaneDelta {
+    bool runs = false;
     bool announces = false;
     std::vector<int64_t> announcement;  // [sync id, per chunk: bytes or -1].
     std::vector<int64_t> offsets;       // Per message: its place in `payload`, or -1.
@@ -97,6 +119,8 @@ class DeltaLanes {
     mutable std::vector<uint8_t> payload;
   };
 
+  // Whether the lane runs delta (records and may announce); Announces adds the held version.
+  bool Runs(const Lane& lane) const;
   bool Announces(const Lane& lane) const;
   // A chunk whose bytes may be recorded and encoded: host memory on both sides, from a weight
   // buffer into a weight buffer.
@@ -112,6 +136,7 @@ class DeltaLanes {
   Work& work_;
   const DeltaOptions& options_;
   const std::vector<std::optional<uint64_t>> held_;
+  const std::optional<double> changed_fraction_;
   const uint64_t sync_id_;
   const int32_t wave_;
   const AddressOf address_of_;
@@ -120,6 +145,7 @@ class DeltaLanes {
   bool announced_ = false;  // Exchange posted this process's announcements.
   int64_t messages_ = 0;
   int64_t saved_bytes_ = 0;
+  DeltaObservation observed_;
 };
 
 }  // namespace wsync::executor_internal

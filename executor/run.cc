@@ -34,7 +34,7 @@ class Run final : public RunSteps {
  public:
   Run(const Job& job, absl::Span<const Segment> segments, Work& work, const QuantWork& quant,
       const LocalBuffers& buffers, Transport& transport, const ExecuteOptions& options,
-      std::vector<std::optional<uint64_t>> held_versions)
+      DeltaAgreed agreed)
       : job_(job),
         segments_(segments),
         work_(work),
@@ -46,8 +46,8 @@ class Run final : public RunSteps {
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
             device_pending_, stats_, [this] { transport_.ProgressInFlight(); }),
-        delta_(job, segments, work, options.delta, std::move(held_versions), options.sync_id,
-               options.wave, [this](const Endpoint& end, int64_t offset, int64_t element_size) {
+        delta_(job, segments, work, options.delta, std::move(agreed), options.sync_id, options.wave,
+               [this](const Endpoint& end, int64_t offset, int64_t element_size) {
                  return BufferAddress(end, offset, element_size);
                }) {
     if (options.verify != VerifyMode::kOff) {
@@ -125,6 +125,8 @@ class Run final : public RunSteps {
     delta_.Release(transport_, options_.deadline, /*failed=*/false);
     stats_.delta_messages = delta_.messages();
     stats_.delta_saved_bytes = delta_.saved_bytes();
+    stats_.delta_observed = delta_.observed();
+    stats_.delta_changed_fraction = delta_.changed_fraction();
     RejectStaleMessages();
     stats_.seconds = absl::ToDoubleSeconds(Now() - start);
     return stats_;
@@ -584,9 +586,8 @@ class Run final : public RunSteps {
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
                                       Work& work, const QuantWork& quant,
                                       const LocalBuffers& buffers, Transport& transport,
-                                      const ExecuteOptions& options,
-                                      std::vector<std::optional<uint64_t>> held_versions) {
-  Run run(job, segments, work, quant, buffers, transport, options, std::move(held_versions));
+                                      const ExecuteOptions& options, DeltaAgreed delta) {
+  Run run(job, segments, work, quant, buffers, transport, options, std::move(delta));
   return run.Go();
 }
 

@@ -45,6 +45,9 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
       std::max(total.quant_staging_written_bytes, wave.quant_staging_written_bytes);
   total.delta_messages += wave.delta_messages;
   total.delta_saved_bytes += wave.delta_saved_bytes;
+  total.delta_observed.changed_elements += wave.delta_observed.changed_elements;
+  total.delta_observed.compared_elements += wave.delta_observed.compared_elements;
+  total.delta_changed_fraction = wave.delta_changed_fraction;
 }
 
 void AddSchedule(ProcessSchedule& total, ProcessSchedule wave, int64_t segment_offset) {
