@@ -94,6 +94,9 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
   if (delta.announces) delta.announcement.assign(1, static_cast<int64_t>(sync_id_));
   std::vector<uint8_t> packed;  // A chunk's current bytes when its source is strided.
   std::vector<int64_t> sizes;
+  // Dense chunks of a message none of whose chunks saved so far: appended only once one saves
+  // (most messages whose chunks all changed never do: no copy of their bytes).
+  std::vector<int32_t> deferred;
   for (size_t index = 0; index < lane.messages.size(); ++index) {
     Message& message = lane.messages[index];
     // Encodings go straight into the lane's payload, cut back when the message travels as planned.
@@ -102,6 +105,7 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
     bool encodable = delta.announces && bases != nullptr && HasBase(lane, message);
     bool saves = false;
     sizes.clear();
+    deferred.clear();
     for (int32_t chunk_index : message.chunks) {
       const Chunk& chunk = work_.chunks[chunk_index];
       if (!Encodable(chunk)) {
@@ -109,26 +113,24 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
         continue;
       }
       if (bases == nullptr) continue;
-      const Segment& s = segments_[chunk.segment];
-      char* from = address_of_(s.from, chunk.from_offset, chunk.element_size);
-      absl::Span<const uint8_t> current = Bytes(from, chunk.bytes);
-      if (!chunk.from_packed) {
-        packed.resize(static_cast<size_t>(chunk.bytes));
-        PackRegion(packed.data(), from, s.from.strides, chunk.shape, chunk.element_size);
-        current = packed;
-      }
+      const absl::Span<const uint8_t> current = Current(chunk, &packed);
       const int element_bytes = static_cast<int>(chunk.element_size);
       const uint64_t key = DeltaChunkKey(wave_, chunk_index);
       // The base is advanced to `current` in place as it is compared (no copy), or recorded.
       const std::optional<absl::Span<uint8_t>> base =
           encodable ? bases->Advance(key, *held_[lane.peer]) : std::nullopt;
       const size_t before = delta.payload.size();
+      int64_t size = 0;  // Of the chunk's encoding.
       if (base.has_value() && base->size() == current.size() &&
           !SampledMostlyChanged(*base, current, element_bytes)) {
         WSYNC_ASSIGN_OR_RETURN(
             const DeltaEncodingSummary summary,
             AppendDeltaAdvancingBase(*base, current, element_bytes, &delta.payload));
-        saves = saves || summary.kind != DeltaKind::kDense;
+        size = static_cast<int64_t>(delta.payload.size() - before);
+        if (!saves && summary.kind != DeltaKind::kDense) {
+          saves = true;
+          AppendDeferred(deferred, mark, &delta.payload);
+        }
         observed_.changed_elements +=
             summary.mostly_changed ? summary.elements : summary.changed_elements;
         observed_.compared_elements += summary.elements;
@@ -138,9 +140,12 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
           observed_.compared_elements += chunk.bytes / element_bytes;
         }
         bases->Record(key, current);
-        if (encodable) AppendDenseDelta(current, element_bytes, &delta.payload);
+        if (encodable && saves) AppendDenseDelta(current, element_bytes, &delta.payload);
+        if (encodable && !saves) deferred.push_back(chunk_index);
+        size = encodable && !saves ? kDeltaHeaderBytes + chunk.bytes
+                                   : static_cast<int64_t>(delta.payload.size() - before);
       }
-      sizes.push_back(static_cast<int64_t>(delta.payload.size() - before));
+      sizes.push_back(size);
     }
     const auto encoded_bytes = static_cast<int64_t>(delta.payload.size() - mark);
     encodable = encodable && saves && encoded_bytes < message.bytes;
@@ -156,6 +161,27 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
     message.bytes = encoded_bytes;
   }
   return absl::OkStatus();
+}
+
+absl::Span<const uint8_t> DeltaLanes::Current(const Chunk& chunk,
+                                              std::vector<uint8_t>* packed) const {
+  const Segment& s = segments_[chunk.segment];
+  char* from = address_of_(s.from, chunk.from_offset, chunk.element_size);
+  if (chunk.from_packed) return Bytes(from, chunk.bytes);
+  packed->resize(static_cast<size_t>(chunk.bytes));
+  PackRegion(packed->data(), from, s.from.strides, chunk.shape, chunk.element_size);
+  return *packed;
+}
+
+void DeltaLanes::AppendDeferred(absl::Span<const int32_t> deferred, size_t mark,
+                                std::vector<uint8_t>* payload) const {
+  if (deferred.empty()) return;
+  std::vector<uint8_t> dense, packed;
+  for (int32_t chunk_index : deferred) {
+    const Chunk& chunk = work_.chunks[chunk_index];
+    AppendDenseDelta(Current(chunk, &packed), static_cast<int>(chunk.element_size), &dense);
+  }
+  payload->insert(payload->begin() + static_cast<std::ptrdiff_t>(mark), dense.begin(), dense.end());
 }
 
 bool DeltaLanes::HasBase(const Lane& lane, const Message& message) const {

@@ -129,6 +129,12 @@ class DeltaLanes {
   // Whether the store holds a base of the receiver's held version for a chunk of `message` (of a
   // lane that announces).
   bool HasBase(const Lane& lane, const Message& message) const;
+  // A chunk's current bytes: its source, or `packed` holding them when the source is strided.
+  absl::Span<const uint8_t> Current(const Chunk& chunk, std::vector<uint8_t>* packed) const;
+  // Inserts the dense encodings of `deferred` (chunks before the first that saved, in order) at
+  // `mark`, the start of their message in `payload`.
+  void AppendDeferred(absl::Span<const int32_t> deferred, size_t mark,
+                      std::vector<uint8_t>* payload) const;
   absl::Status CheckAnnouncement(int32_t lane);
 
   const Job& job_;

@@ -69,9 +69,11 @@ Job DeltaJob() {
 
 // Changes about `fraction` of the 2-byte words of every trainer buffer (each bf16 element, each
 // half of an fp32 one), each changed word for certain.
-void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19937_64& random) {
-  std::bernoulli_distribution change(fraction);
+// `wholly_below`: buffers of fewer bytes (the "n" ones) change in every word.
+void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19937_64& random,
+                 int64_t wholly_below = 0) {
   for (const BufferInfo& info : job.source().buffers) {
+    std::bernoulli_distribution change(info.bytes < wholly_below ? 1.0 : fraction);
     const int64_t element = 2;
     unsigned char* data = source.data(BufferKey{info.process, info.id});
     for (int64_t at = 0; at + element <= info.bytes; at += element) {
@@ -228,6 +230,29 @@ TEST(DeltaRunTest, TwentySmallUpdatesLandBitExactAsDeltasAndFallBackToDensePerRo
   std::printf("delta steps: %lld bytes received of %lld dense (%.4f)\n",
               static_cast<long long>(wire_bytes), static_cast<long long>(dense_bytes), fraction);
   EXPECT_LT(fraction, 0.2);
+}
+
+// A message whose first chunks changed everywhere (sent dense) and whose later ones saved travels
+// encoded with the dense chunks in their places (deferred until a chunk saves), bit-exact.
+TEST(DeltaRunTest, ChunksThatChangedEverywhereTravelDenseBesideDeltas) {
+  const Job job = DeltaJob();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  HostBuffers source(job.source(), test::kSourceFill);
+  ASSERT_TRUE(test::FillLogical(job.source(), 1, &source).ok());
+  HostBuffers target(job.target(), test::kPoison);
+  DeltaJobState state = NewDeltaJobState(job);
+  std::mt19937_64 random(47);
+  for (uint64_t version = 1; version <= 4; ++version) {
+    SCOPED_TRACE(testing::Message() << "version " << version);
+    if (version > 1) SmallUpdate(job, source, 0.02, random, /*wholly_below=*/4096);
+    std::vector<absl::StatusOr<TransferStats>> results =
+        Sync(job, plan, source, target, state, version, version % 2 == 0);
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p].status();
+      if (version > 1) EXPECT_GT(results[p]->delta_messages, 0) << "process " << p;
+    }
+    ASSERT_NO_FATAL_FAILURE(ExpectTargetsExact(job, plan, source, target));
+  }
 }
 
 // delta=auto decides each lane from its path class's rule and the changed fraction the agreement
