@@ -30,7 +30,8 @@ std::string VerifyModeName(int32_t mode) {
 absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan_digest,
                           double budget_bytes, int32_t verify_mode, absl::Time deadline,
                           const DeltaClaim& delta,
-                          std::vector<std::optional<uint64_t>>* held_versions) {
+                          std::vector<std::optional<uint64_t>>* held_versions,
+                          std::optional<double>* changed_fraction) {
   proto::Agreement mine;
   mine.set_ok(local.ok());
   mine.set_error(std::string(local.message()));
@@ -40,6 +41,9 @@ absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan
   mine.set_delta(delta.on);
   mine.set_holds_version(delta.held_version.has_value());
   mine.set_held_version(delta.held_version.value_or(0));
+  mine.set_delta_rule(delta.rule_digest);
+  mine.set_delta_changed_elements(delta.changed_elements);
+  mine.set_delta_compared_elements(delta.compared_elements);
   WSYNC_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
                          group.AllGather(mine.SerializeAsString(), deadline));
   std::vector<proto::Agreement> all(payloads.size());
@@ -90,6 +94,25 @@ absl::Status AgreeOnBatch(Group& group, const absl::Status& local, uint64_t plan
               "; every process of a job must set the same delta")),
           kErrorRanksDisagree);
     }
+    if (all[p].delta_rule() != delta.rule_digest) {
+      return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(
+                               "delta=auto rules differ: process ", group.process(), " has ",
+                               DigestHex(delta.rule_digest), ", process ", p, " has ",
+                               DigestHex(all[p].delta_rule()),
+                               "; every process must decide its lanes from the same calibration")),
+                           kErrorRanksDisagree);
+    }
+  }
+  if (changed_fraction != nullptr) {
+    int64_t changed = 0, compared = 0;
+    for (const proto::Agreement& claim : all) {
+      changed += claim.delta_changed_elements();
+      compared += claim.delta_compared_elements();
+    }
+    *changed_fraction =
+        compared > 0
+            ? std::optional<double>(static_cast<double>(changed) / static_cast<double>(compared))
+            : std::nullopt;
   }
   if (held_versions != nullptr) {
     held_versions->assign(all.size(), std::nullopt);

@@ -14,6 +14,7 @@
 #define WSYNC_EXECUTOR_DELTA_BASE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -22,8 +23,8 @@
 
 namespace wsync {
 
-// The session's delta setting (wsync_config_t.delta). kAuto is to choose per path class from the
-// cost model; until that exists it behaves as kOff.
+// The session's delta setting (wsync_config_t.delta). kAuto chooses per path class from the
+// cost model (plugin/prediction.h DeltaPaysBelow, executor/execute.h DeltaOptions::automatic).
 enum class DeltaMode : int { kOff = 0, kAuto = 1, kOn = 2 };
 
 class DeltaBaseStore {
@@ -34,6 +35,12 @@ class DeltaBaseStore {
   // version its receiver holds); nullopt otherwise: that chunk goes dense. Valid until the next
   // Record, Commit, Abort or Forget.
   std::optional<absl::Span<const uint8_t>> Base(uint64_t chunk, uint64_t version) const;
+
+  // The committed base of `chunk` for `version`, as Base finds it, writable: this sync overwrites
+  // it in place with what it sends (AppendDeltaAdvancingBase, delta_codec.h), so it becomes
+  // pending as after Record, with no copy and no allocation. nullopt as Base (and nothing changes):
+  // Record what is sent instead.
+  std::optional<absl::Span<uint8_t>> Advance(uint64_t chunk, uint64_t version);
 
   // Keeps `sent` (what this sync sends for `chunk`) as the chunk's pending base, replacing its
   // committed one (the receiver's old base is patched by this sync or the receiver is dirty).
@@ -51,8 +58,15 @@ class DeltaBaseStore {
   int64_t budget_bytes() const { return budget_bytes_; }
 
  private:
+  struct FreeBytes {
+    void operator()(uint8_t* bytes) const;
+  };
+  // A chunk's bytes: of 4 MiB or more 2 MiB-aligned and advised into transparent huge pages, so
+  // that a first sync's Record faults its memory in 2 MiB pages rather than 4 KiB ones (the
+  // allocation rounded up to 2 MiB, beyond what the budget counts).
   struct Entry {
-    std::vector<uint8_t> bytes;
+    std::unique_ptr<uint8_t, FreeBytes> data;
+    int64_t size = 0;
     std::optional<uint64_t> version;  // nullopt while pending.
   };
 

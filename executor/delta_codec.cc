@@ -5,8 +5,11 @@
 #include <climits>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
 
 namespace wsync {
 namespace {
@@ -14,53 +17,158 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "the header's count is stored little-endian by memcpy");
 
-using google::protobuf::io::CodedInputStream;
-using google::protobuf::io::CodedOutputStream;
-
-// Equal runs of this many bytes (a multiple of every element size) are skipped whole.
-constexpr int64_t kCompareBlockBytes = 64;
-
 bool ValidElementBytes(int element_bytes) {
   return element_bytes == 1 || element_bytes == 2 || element_bytes == 4 || element_bytes == 8;
 }
 
-// Calls `visit(index)` for each element whose bytes differ, ascending, as `Element` (an unsigned
-// integer of the element size) compares them, until it returns false; false then.
-template <typename Element, typename Visit>
-bool VisitChanged(absl::Span<const uint8_t> base, absl::Span<const uint8_t> current,
-                  Visit&& visit) {
-  const int64_t size = static_cast<int64_t>(base.size());
-  for (int64_t block = 0; block < size; block += kCompareBlockBytes) {
-    const int64_t end = std::min(block + kCompareBlockBytes, size);
-    if (std::memcmp(base.data() + block, current.data() + block, end - block) == 0) continue;
-    for (int64_t at = block; at < end; at += sizeof(Element)) {
-      Element a, b;
-      std::memcpy(&a, base.data() + at, sizeof(Element));
-      std::memcpy(&b, current.data() + at, sizeof(Element));
-      if (a != b && !visit(at / static_cast<int64_t>(sizeof(Element)))) return false;
+// A varint as CodedOutputStream writes it (LEB128); returns the byte after it.
+inline uint8_t* PutVarint(uint64_t value, uint8_t* out) {
+  while (value >= 0x80) {
+    *out++ = static_cast<uint8_t>(value | 0x80);
+    value >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(value);
+  return out;
+}
+
+// A varint this file wrote (a Scan's): no bounds to check. Returns the byte after it.
+inline const uint8_t* TakeVarint(const uint8_t* in, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0;; shift += 7) {
+    const uint8_t byte = *in++;
+    result |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if (byte < 0x80) break;
+  }
+  *value = result;
+  return in;
+}
+
+// The most bytes a varint takes.
+constexpr int64_t kMaxVarintBytes = 10;
+
+// What one pass over a chunk found: the changed elements' gap varints and difference varints,
+// back to back in the first gap_bytes of `gaps` and diff_bytes of `diffs`. Reused across
+// chunks (thread_local in Encode): no allocation per chunk once it has grown.
+struct Scan {
+  std::vector<uint8_t> gaps;
+  std::vector<uint8_t> diffs;
+  int64_t gap_bytes = 0;
+  int64_t diff_bytes = 0;
+  int64_t changed = 0;
+  bool stopped = false;  // More than the limit changed: the pass stopped there.
+};
+
+// The block a pass compares at once: one bit of a 64-bit mask per byte.
+constexpr int64_t kBlockBytes = 64;
+
+// Bit i set when byte i of the 64-byte blocks at `a` and `b` differs.
+inline uint64_t DifferingBytes(const uint8_t* a, const uint8_t* b) {
+#if defined(__SSE2__)
+  uint64_t equal = 0;
+  for (int part = 0; part < 4; ++part) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16 * part));
+    const __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * part));
+    equal |= static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, y))))
+             << (16 * part);
+  }
+  return ~equal;
+#else
+  uint64_t differing = 0;
+  for (int byte = 0; byte < kBlockBytes; ++byte) {
+    differing |= static_cast<uint64_t>(a[byte] != b[byte]) << byte;
+  }
+  return differing;
+#endif
+}
+
+// One bit per differing `kBytes`-wide element of a DifferingBytes mask, at its first byte.
+template <int kBytes>
+uint64_t DifferingElements(uint64_t bytes) {
+  if constexpr (kBytes >= 2) bytes |= bytes >> 1;
+  if constexpr (kBytes >= 4) bytes |= bytes >> 2;
+  if constexpr (kBytes >= 8) bytes |= bytes >> 4;
+  constexpr uint64_t kFirstBytes = kBytes == 1   ? ~uint64_t{0}
+                                   : kBytes == 2 ? 0x5555555555555555
+                                   : kBytes == 4 ? 0x1111111111111111
+                                                 : 0x0101010101010101;
+  return bytes & kFirstBytes;
+}
+
+// One pass over `size` bytes of `base` and `current` in 64-byte blocks (the last one zero-padded
+// alike on both sides): appends each changed element's gap and zigzag difference to `scan`, and
+// stops after the block in which more than `limit` elements changed. With kAdvance, `advance`
+// (base's bytes, writable) then holds `current`: each changed element is written once encoded
+// (after it is read: `advance` may be `base`), the rest of a chunk the pass stopped in copied.
+template <int kBytes, bool kAdvance>
+void ScanChunk(const uint8_t* base, const uint8_t* current, int64_t size, int64_t limit,
+               uint8_t* advance, Scan* scan) {
+  constexpr int kBits = 8 * kBytes;
+  constexpr int64_t kRoom = kBlockBytes / kBytes * kMaxVarintBytes;  // A block's varints at most.
+  int64_t previous = -1;
+  int64_t changed = 0;
+  uint8_t* gap = scan->gaps.data();
+  uint8_t* diff = scan->diffs.data();
+  uint8_t tail[2][kBlockBytes];
+  int64_t at = 0;
+  for (; at < size && changed <= limit; at += kBlockBytes) {
+    const int64_t bytes = std::min(kBlockBytes, size - at);
+    const uint8_t* a = base + at;
+    const uint8_t* b = current + at;
+    if (bytes < kBlockBytes) {
+      std::memset(tail, 0, sizeof(tail));
+      std::memcpy(tail[0], a, bytes);
+      std::memcpy(tail[1], b, bytes);
+      a = tail[0];
+      b = tail[1];
+    }
+    uint64_t lanes = DifferingElements<kBytes>(DifferingBytes(a, b));
+    if (lanes == 0) continue;
+    if (gap + kRoom > scan->gaps.data() + scan->gaps.size() ||
+        diff + kRoom > scan->diffs.data() + scan->diffs.size()) {
+      const int64_t gaps_at = gap - scan->gaps.data(), diffs_at = diff - scan->diffs.data();
+      scan->gaps.resize(2 * (gaps_at + kRoom));
+      scan->diffs.resize(2 * (diffs_at + kRoom));
+      gap = scan->gaps.data() + gaps_at;
+      diff = scan->diffs.data() + diffs_at;
+    }
+    for (; lanes != 0; lanes &= lanes - 1) {
+      const int offset = std::countr_zero(lanes);
+      const int64_t index = (at + offset) / kBytes;
+      gap = PutVarint(static_cast<uint64_t>(index - previous - 1), gap);
+      previous = index;
+      uint64_t x = 0, y = 0;
+      std::memcpy(&x, a + offset, kBytes);
+      std::memcpy(&y, b + offset, kBytes);
+      const int64_t signed_diff = static_cast<int64_t>((y - x) << (64 - kBits)) >> (64 - kBits);
+      diff = PutVarint(
+          (static_cast<uint64_t>(signed_diff) << 1) ^ static_cast<uint64_t>(signed_diff >> 63),
+          diff);
+      if constexpr (kAdvance) std::memcpy(advance + at + offset, &y, kBytes);
+      ++changed;
     }
   }
-  return true;
+  if constexpr (kAdvance) {
+    if (at < size) std::memcpy(advance + at, current + at, size - at);
+  }
+  scan->changed = changed;
+  scan->stopped = changed > limit;
+  scan->gap_bytes = gap - scan->gaps.data();
+  scan->diff_bytes = diff - scan->diffs.data();
 }
 
-template <typename Visit>
-bool VisitChanged(absl::Span<const uint8_t> base, absl::Span<const uint8_t> current,
-                  int element_bytes, Visit&& visit) {
+template <bool kAdvance>
+void ScanChunk(const uint8_t* base, const uint8_t* current, int64_t size, int element_bytes,
+               int64_t limit, uint8_t* advance, Scan* scan) {
   switch (element_bytes) {
     case 1:
-      return VisitChanged<uint8_t>(base, current, visit);
+      return ScanChunk<1, kAdvance>(base, current, size, limit, advance, scan);
     case 2:
-      return VisitChanged<uint16_t>(base, current, visit);
+      return ScanChunk<2, kAdvance>(base, current, size, limit, advance, scan);
     case 4:
-      return VisitChanged<uint32_t>(base, current, visit);
+      return ScanChunk<4, kAdvance>(base, current, size, limit, advance, scan);
     default:
-      return VisitChanged<uint64_t>(base, current, visit);
+      return ScanChunk<8, kAdvance>(base, current, size, limit, advance, scan);
   }
-}
-
-// The gap varint of `index` after `previous` (-1 before the first).
-uint64_t Gap(int64_t index, int64_t previous) {
-  return static_cast<uint64_t>(index - previous - 1);
 }
 
 // An element's bytes as an unsigned integer (little-endian, zero-extended).
@@ -68,15 +176,6 @@ uint64_t ElementBits(const uint8_t* element, int element_bytes) {
   uint64_t bits = 0;
   std::memcpy(&bits, element, element_bytes);
   return bits;
-}
-
-// The zigzag form of current minus base, modulo 2^(8 x element_bytes), taken as signed.
-uint64_t ZigzagDiff(const uint8_t* base, const uint8_t* current, int element_bytes) {
-  const int shift = 64 - 8 * element_bytes;
-  const uint64_t wrapped = (ElementBits(current, element_bytes) - ElementBits(base, element_bytes))
-                           << shift;
-  const int64_t diff = static_cast<int64_t>(wrapped) >> shift;  // Sign-extended.
-  return (static_cast<uint64_t>(diff) << 1) ^ static_cast<uint64_t>(diff >> 63);
 }
 
 // Adds the difference a zigzag varint holds to the element at `target` (modulo its size). False
@@ -155,16 +254,39 @@ void ApplyBitmap(absl::Span<const uint8_t> bitmap, const uint8_t* values, int el
   }
 }
 
+// Reads a varint from [*in, end) as CodedInputStream does (at most kMaxVarintBytes bytes, bits
+// past the 64th dropped), advancing *in. False when it is cut short or longer.
+inline bool ReadVarint(const uint8_t** in, const uint8_t* end, uint64_t* value) {
+  const uint8_t* at = *in;
+  if (at < end && *at < 0x80) {  // Most gaps and differences of a delta take one byte.
+    *value = *at;
+    *in = at + 1;
+    return true;
+  }
+  uint64_t result = 0;
+  for (int shift = 0; shift < 7 * kMaxVarintBytes && at < end; shift += 7) {
+    const uint8_t byte = *at++;
+    if (shift < 64) result |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if (byte < 0x80) {
+      *value = result;
+      *in = at;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Walks the gap varints of `body`: checks each index against `elements` and, when `values` and
 // `target` are given, writes the element. Returns the bytes the varints took.
 absl::StatusOr<int64_t> WalkIndices(absl::Span<const uint8_t> body, uint64_t changed,
                                     int64_t elements, int element_bytes, const uint8_t* values,
                                     uint8_t* target) {
-  CodedInputStream input(body.data(), static_cast<int>(body.size()));
+  const uint8_t* in = body.data();
+  const uint8_t* const end = body.data() + body.size();
   int64_t previous = -1;
   for (uint64_t i = 0; i < changed; ++i) {
     uint64_t gap = 0;
-    if (!input.ReadVarint64(&gap)) return Refuse(absl::StrCat("index ", i, " is cut short"));
+    if (!ReadVarint(&in, end, &gap)) return Refuse(absl::StrCat("index ", i, " is cut short"));
     if (gap >= static_cast<uint64_t>(elements - previous - 1)) {
       return Refuse(absl::StrCat("index ", i, " is past element ", elements));
     }
@@ -173,10 +295,9 @@ absl::StatusOr<int64_t> WalkIndices(absl::Span<const uint8_t> body, uint64_t cha
       std::memcpy(target + previous * element_bytes, values + i * element_bytes, element_bytes);
     }
   }
-  return input.CurrentPosition();
+  return in - body.data();
 }
 
-// The bytes the gap varints at the start of `body` take, every index checked.
 absl::StatusOr<int64_t> CheckedIndexBytes(absl::Span<const uint8_t> body, uint64_t changed,
                                           int64_t elements, int element_bytes) {
   if (body.size() > static_cast<size_t>(INT_MAX)) return Refuse("the body is over 2 GiB");
@@ -202,38 +323,75 @@ absl::Status ApplyDiffs(absl::Span<const uint8_t> body, uint64_t changed, int64_
                         int element_bytes, uint8_t* target) {
   absl::StatusOr<int64_t> index_bytes = CheckedIndexBytes(body, changed, elements, element_bytes);
   if (!index_bytes.ok()) return index_bytes.status();
-  const absl::Span<const uint8_t> diffs = body.subspan(static_cast<size_t>(*index_bytes));
-  CodedInputStream check(diffs.data(), static_cast<int>(diffs.size()));
+  const uint8_t* const diffs = body.data() + *index_bytes;
+  const uint8_t* const end = body.data() + body.size();
+  const uint8_t* in = diffs;
   for (uint64_t i = 0; i < changed; ++i) {
     uint64_t zigzag = 0;
-    if (!check.ReadVarint64(&zigzag))
+    if (!ReadVarint(&in, end, &zigzag)) {
       return Refuse(absl::StrCat("difference ", i, " is cut short"));
+    }
     if (!AddZigzagDiff(zigzag, element_bytes, nullptr)) {
       return Refuse(absl::StrCat("difference ", i, " is wider than ", element_bytes, " bytes"));
     }
   }
-  if (static_cast<size_t>(check.CurrentPosition()) != diffs.size()) {
-    return Refuse(
-        absl::StrCat(diffs.size() - check.CurrentPosition(), " bytes follow the last difference"));
-  }
-  CodedInputStream gaps(body.data(), static_cast<int>(*index_bytes));
-  CodedInputStream values(diffs.data(), static_cast<int>(diffs.size()));
+  if (in != end) return Refuse(absl::StrCat(end - in, " bytes follow the last difference"));
+  // Checked whole: read again without bounds.
+  const uint8_t* gap = body.data();
+  in = diffs;
   int64_t index = -1;
   for (uint64_t i = 0; i < changed; ++i) {
-    uint64_t gap = 0, zigzag = 0;
-    gaps.ReadVarint64(&gap);
-    values.ReadVarint64(&zigzag);
-    index += static_cast<int64_t>(gap) + 1;
+    uint64_t skip = 0, zigzag = 0;
+    gap = TakeVarint(gap, &skip);
+    in = TakeVarint(in, &zigzag);
+    index += static_cast<int64_t>(skip) + 1;
     AddZigzagDiff(zigzag, element_bytes, target + index * element_bytes);
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+// Writes the encoding `summary` chose of the chunk `scan` found changed in `current` at `out`
+// (summary.encoded_bytes bytes).
+void WriteEncoding(const DeltaEncodingSummary& summary, const Scan& scan,
+                   absl::Span<const uint8_t> current, int element_bytes, uint8_t* out) {
+  WriteHeader(summary.kind, element_bytes,
+              summary.kind == DeltaKind::kDense ? summary.elements : summary.changed_elements, out);
+  uint8_t* body = out + kDeltaHeaderBytes;
+  if (summary.kind == DeltaKind::kDense) {
+    if (!current.empty()) std::memcpy(body, current.data(), current.size());
+    return;
+  }
+  if (summary.kind == DeltaKind::kDiffs) {
+    std::memcpy(body, scan.gaps.data(), scan.gap_bytes);
+    std::memcpy(body + scan.gap_bytes, scan.diffs.data(), scan.diff_bytes);
+    return;
+  }
+  // The bitmap or the gaps, then the values, gathered along the gaps.
+  const bool bitmap = summary.kind == DeltaKind::kBitmap;
+  const int64_t index_bytes = bitmap ? (summary.elements + 7) / 8 : scan.gap_bytes;
+  if (bitmap) {
+    std::memset(body, 0, index_bytes);
+  } else {
+    std::memcpy(body, scan.gaps.data(), scan.gap_bytes);
+  }
+  uint8_t* values = body + index_bytes;
+  const uint8_t* gap = scan.gaps.data();
+  int64_t index = -1;
+  for (int64_t i = 0; i < scan.changed; ++i) {
+    uint64_t skip = 0;
+    gap = TakeVarint(gap, &skip);
+    index += static_cast<int64_t>(skip) + 1;
+    if (bitmap) body[index / 8] |= uint8_t{1} << (index % 8);
+    std::memcpy(values, current.data() + index * element_bytes, element_bytes);
+    values += element_bytes;
+  }
+}
 
-absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
-                                                 absl::Span<const uint8_t> current,
-                                                 int element_bytes, std::vector<uint8_t>* out) {
+// EncodeDelta, appending to `out`; with `advance` (base's bytes, writable), the base then holds
+// `current`.
+absl::StatusOr<DeltaEncodingSummary> Encode(absl::Span<const uint8_t> base,
+                                            absl::Span<const uint8_t> current, int element_bytes,
+                                            uint8_t* advance, std::vector<uint8_t>* out) {
   if (!ValidElementBytes(element_bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("element_bytes must be 1, 2, 4 or 8, got ", element_bytes));
@@ -246,59 +404,45 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
   DeltaEncodingSummary summary;
   summary.elements = static_cast<int64_t>(current.size()) / element_bytes;
   summary.dense_bytes = kDeltaHeaderBytes + static_cast<int64_t>(current.size());
-  // Pass 1: count the changed elements and their gaps' varint bytes, stopping above the limit.
   const auto limit =
       static_cast<int64_t>(kDenseAboveChangedFraction * static_cast<double>(summary.elements));
-  int64_t previous = -1;
-  int64_t gap_bytes = 0;
-  int64_t diff_bytes = 0;
-  const auto diff_at = [&](int64_t index) {
-    const int64_t at = index * element_bytes;
-    return ZigzagDiff(base.data() + at, current.data() + at, element_bytes);
-  };
-  summary.mostly_changed = !VisitChanged(base, current, element_bytes, [&](int64_t index) {
-    gap_bytes += CodedOutputStream::VarintSize64(Gap(index, previous));
-    diff_bytes += CodedOutputStream::VarintSize64(diff_at(index));
-    previous = index;
-    return ++summary.changed_elements <= limit;
-  });
+  thread_local Scan scan;
+  const int64_t size = static_cast<int64_t>(current.size());
+  if (advance != nullptr) {
+    ScanChunk<true>(base.data(), current.data(), size, element_bytes, limit, advance, &scan);
+  } else {
+    ScanChunk<false>(base.data(), current.data(), size, element_bytes, limit, nullptr, &scan);
+  }
+  summary.changed_elements = scan.changed;
+  summary.mostly_changed = scan.stopped;
   if (!summary.mostly_changed) {
     const int64_t values_bytes = summary.changed_elements * element_bytes;
     summary.bitmap_bytes = kDeltaHeaderBytes + (summary.elements + 7) / 8 + values_bytes;
-    summary.indices_bytes = kDeltaHeaderBytes + gap_bytes + values_bytes;
-    summary.diffs_bytes = kDeltaHeaderBytes + gap_bytes + diff_bytes;
+    summary.indices_bytes = kDeltaHeaderBytes + scan.gap_bytes + values_bytes;
+    summary.diffs_bytes = kDeltaHeaderBytes + scan.gap_bytes + scan.diff_bytes;
   }
   summary.kind = Choose(summary);
   summary.encoded_bytes = EncodedBytes(summary);
-  out->assign(summary.encoded_bytes, 0);
-  WriteHeader(summary.kind, element_bytes,
-              summary.kind == DeltaKind::kDense ? summary.elements : summary.changed_elements,
-              out->data());
-  uint8_t* body = out->data() + kDeltaHeaderBytes;
-  if (summary.kind == DeltaKind::kDense) {
-    std::memcpy(body, current.data(), current.size());
-    return summary;
-  }
-  // Pass 2: the bitmap or the gaps, then the values or differences (after the bitmap or the gaps).
-  uint8_t* values =
-      body + (summary.kind == DeltaKind::kBitmap ? (summary.elements + 7) / 8 : gap_bytes);
-  previous = -1;
-  VisitChanged(base, current, element_bytes, [&](int64_t index) {
-    if (summary.kind == DeltaKind::kBitmap) {
-      body[index / 8] |= uint8_t{1} << (index % 8);
-    } else {
-      body = CodedOutputStream::WriteVarint64ToArray(Gap(index, previous), body);
-      previous = index;
-    }
-    if (summary.kind == DeltaKind::kDiffs) {
-      values = CodedOutputStream::WriteVarint64ToArray(diff_at(index), values);
-    } else {
-      std::memcpy(values, current.data() + index * element_bytes, element_bytes);
-      values += element_bytes;
-    }
-    return true;
-  });
+  const size_t at = out->size();
+  out->resize(at + static_cast<size_t>(summary.encoded_bytes));
+  WriteEncoding(summary, scan, current, element_bytes, out->data() + at);
   return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
+                                                 absl::Span<const uint8_t> current,
+                                                 int element_bytes, std::vector<uint8_t>* out) {
+  out->clear();
+  return Encode(base, current, element_bytes, nullptr, out);
+}
+
+absl::StatusOr<DeltaEncodingSummary> AppendDeltaAdvancingBase(absl::Span<uint8_t> base,
+                                                              absl::Span<const uint8_t> current,
+                                                              int element_bytes,
+                                                              std::vector<uint8_t>* out) {
+  return Encode(base, current, element_bytes, base.data(), out);
 }
 
 bool SampledMostlyChanged(absl::Span<const uint8_t> base, absl::Span<const uint8_t> current,

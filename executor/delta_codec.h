@@ -67,6 +67,16 @@ absl::StatusOr<DeltaEncodingSummary> EncodeDelta(absl::Span<const uint8_t> base,
                                                  absl::Span<const uint8_t> current,
                                                  int element_bytes, std::vector<uint8_t>* out);
 
+// EncodeDelta's encoding (the same bytes), appended to `out`, with `base` overwritten by `current`
+// in the same pass: the changed 8-byte words are written as they are found, and the rest of a
+// mostly changed chunk copied after the comparison stops. One pass over the two chunks where
+// EncodeDelta and a copy of `current` take three: a sender's base advanced to what it sends
+// (DeltaBaseStore::Advance). On InvalidArgument nothing is written.
+absl::StatusOr<DeltaEncodingSummary> AppendDeltaAdvancingBase(absl::Span<uint8_t> base,
+                                                              absl::Span<const uint8_t> current,
+                                                              int element_bytes,
+                                                              std::vector<uint8_t>* out);
+
 // Whether more than kDenseAboveChangedFraction of `samples` evenly spaced elements of `current`
 // differ from `base` (the same size, a multiple of `element_bytes`): a cheap sign, before comparing
 // every element, that EncodeDelta would choose dense (a chunk every element of which changed). Only

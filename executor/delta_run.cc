@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cpu_time.h"
+#include "common/hash.h"
 #include "common/status.h"
 #include "executor/copy.h"
 #include "executor/delta_codec.h"
@@ -24,21 +26,36 @@ absl::Span<uint8_t> Bytes(char* data, int64_t bytes) {
 
 }  // namespace
 
+uint64_t DeltaRuleDigest(const DeltaOptions& options) {
+  if (!options.on || !options.automatic) return 0;
+  std::string rule = "auto";
+  for (const auto& [path_class, fraction] : options.pays_below) {
+    absl::StrAppend(&rule, ";", path_class, "=", absl::StrFormat("%a", fraction));
+  }
+  return Xxh3(rule.data(), rule.size()) | 1;  // Never 0, which is without auto.
+}
+
+DeltaClaim DeltaClaimOf(const DeltaOptions& options) {
+  return DeltaClaim{options.on, options.held_version, DeltaRuleDigest(options),
+                    options.observed.changed_elements, options.observed.compared_elements};
+}
+
 DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work& work,
-                       const DeltaOptions& options,
-                       std::vector<std::optional<uint64_t>> held_versions, uint64_t sync_id,
+                       const DeltaOptions& options, DeltaAgreed agreed, uint64_t sync_id,
                        int32_t wave, AddressOf address_of)
     : job_(job),
       segments_(segments),
       work_(work),
       options_(options),
-      held_(std::move(held_versions)),
+      held_(std::move(agreed.held_versions)),
+      changed_fraction_(agreed.changed_fraction),
       sync_id_(sync_id),
       wave_(wave),
       address_of_(std::move(address_of)),
       lanes_(work.lanes.size()) {
   for (size_t lane = 0; lane < work.lanes.size(); ++lane) {
-    lanes_[lane].announces = Announces(work.lanes[lane]);
+    lanes_[lane].runs = Runs(work.lanes[lane]);
+    lanes_[lane].announces = lanes_[lane].runs && Announces(work.lanes[lane]);
     lanes_[lane].offsets.assign(work.lanes[lane].messages.size(), -1);
     int64_t word = 1;
     for (const Message& message : work.lanes[lane].messages) {
@@ -48,8 +65,19 @@ DeltaLanes::DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work&
   }
 }
 
+bool DeltaLanes::Runs(const Lane& lane) const {
+  if (!options_.on || lane.kind != MemoryKind::kHost || lane.forwarding) {
+    return false;
+  }
+  if (!options_.automatic) return true;
+  const bool sends = lane.direction == Direction::kSend;
+  const auto it = options_.pays_below.find(std::string(
+      job_.PathClass(sends ? work_.process : lane.peer, sends ? lane.peer : work_.process)));
+  if (it == options_.pays_below.end() || !(it->second > 0)) return false;
+  return !changed_fraction_.has_value() || *changed_fraction_ < it->second;
+}
+
 bool DeltaLanes::Announces(const Lane& lane) const {
-  if (!options_.on || lane.kind != MemoryKind::kHost || lane.forwarding) return false;
   const int32_t receiver = lane.direction == Direction::kSend ? lane.peer : work_.process;
   return receiver < std::ssize(held_) && held_[receiver].has_value();
 }
@@ -66,16 +94,20 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
   LaneDelta& delta = lanes_[lane_index];
   DeltaBaseStore* const bases = options_.bases;
   if (delta.announces) delta.announcement.assign(1, static_cast<int64_t>(sync_id_));
-  std::vector<uint8_t> packed;   // A chunk's current bytes when its source is strided.
-  std::vector<uint8_t> encoded;  // One message's encodings.
-  std::vector<uint8_t> chunk_encoding;
+  std::vector<uint8_t> packed;  // A chunk's current bytes when its source is strided.
   std::vector<int64_t> sizes;
+  // Dense chunks of a message none of whose chunks saved so far: appended only once one saves
+  // (most messages whose chunks all changed never do: no copy of their bytes).
+  std::vector<int32_t> deferred;
   for (size_t index = 0; index < lane.messages.size(); ++index) {
     Message& message = lane.messages[index];
-    bool encodable = delta.announces && bases != nullptr;
+    // Encodings go straight into the lane's payload, cut back when the message travels as planned.
+    // A message none of whose chunks has a base (a first sync) cannot save: nothing is encoded.
+    const size_t mark = delta.payload.size();
+    bool encodable = delta.announces && bases != nullptr && HasBase(lane, message);
     bool saves = false;
-    encoded.clear();
     sizes.clear();
+    deferred.clear();
     for (int32_t chunk_index : message.chunks) {
       const Chunk& chunk = work_.chunks[chunk_index];
       if (!Encodable(chunk)) {
@@ -83,49 +115,85 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
         continue;
       }
       if (bases == nullptr) continue;
-      const Segment& s = segments_[chunk.segment];
-      char* from = address_of_(s.from, chunk.from_offset, chunk.element_size);
-      absl::Span<const uint8_t> current = Bytes(from, chunk.bytes);
-      if (!chunk.from_packed) {
-        packed.resize(static_cast<size_t>(chunk.bytes));
-        PackRegion(packed.data(), from, s.from.strides, chunk.shape, chunk.element_size);
-        current = packed;
-      }
+      const absl::Span<const uint8_t> current = Current(chunk, &packed);
       const int element_bytes = static_cast<int>(chunk.element_size);
       const uint64_t key = DeltaChunkKey(wave_, chunk_index);
-      const std::optional<absl::Span<const uint8_t>> base =
-          encodable ? bases->Base(key, *held_[lane.peer]) : std::nullopt;
-      const size_t before = encoded.size();
-      const bool compared = base.has_value() && base->size() == current.size();
-      const int64_t elements = chunk.bytes / chunk.element_size;
-      if (compared) compared_elements_ += elements;
-      if (compared && !SampledMostlyChanged(*base, current, element_bytes)) {
-        WSYNC_ASSIGN_OR_RETURN(const DeltaEncodingSummary summary,
-                               EncodeDelta(*base, current, element_bytes, &chunk_encoding));
-        encoded.insert(encoded.end(), chunk_encoding.begin(), chunk_encoding.end());
-        saves = saves || summary.kind != DeltaKind::kDense;
-        changed_elements_ += summary.mostly_changed ? elements : summary.changed_elements;
-      } else if (encodable) {
-        if (compared) changed_elements_ += elements;  // Sampled: most of it changed.
-        AppendDenseDelta(current, element_bytes, &encoded);
+      // The base is advanced to `current` in place as it is compared (no copy), or recorded.
+      const std::optional<absl::Span<uint8_t>> base =
+          encodable ? bases->Advance(key, *held_[lane.peer]) : std::nullopt;
+      const size_t before = delta.payload.size();
+      int64_t size = 0;  // Of the chunk's encoding.
+      if (base.has_value() && base->size() == current.size() &&
+          !SampledMostlyChanged(*base, current, element_bytes)) {
+        WSYNC_ASSIGN_OR_RETURN(
+            const DeltaEncodingSummary summary,
+            AppendDeltaAdvancingBase(*base, current, element_bytes, &delta.payload));
+        size = static_cast<int64_t>(delta.payload.size() - before);
+        if (!saves && summary.kind != DeltaKind::kDense) {
+          saves = true;
+          AppendDeferred(deferred, mark, &delta.payload);
+        }
+        observed_.changed_elements +=
+            summary.mostly_changed ? summary.elements : summary.changed_elements;
+        observed_.compared_elements += summary.elements;
+      } else {
+        if (base.has_value() && base->size() == current.size()) {  // Sampled: mostly changed.
+          observed_.changed_elements += chunk.bytes / element_bytes;
+          observed_.compared_elements += chunk.bytes / element_bytes;
+        }
+        bases->Record(key, current);
+        if (encodable && saves) AppendDenseDelta(current, element_bytes, &delta.payload);
+        if (encodable && !saves) deferred.push_back(chunk_index);
+        size = encodable && !saves ? kDeltaHeaderBytes + chunk.bytes
+                                   : static_cast<int64_t>(delta.payload.size() - before);
       }
-      sizes.push_back(static_cast<int64_t>(encoded.size() - before));
-      bases->Record(key, current);  // Invalidates `base`, used above.
+      sizes.push_back(size);
     }
-    encodable = encodable && saves && std::ssize(encoded) < message.bytes;
+    const auto encoded_bytes = static_cast<int64_t>(delta.payload.size() - mark);
+    encodable = encodable && saves && encoded_bytes < message.bytes;
+    if (!encodable) delta.payload.resize(mark);
     if (!delta.announces) continue;
     for (size_t chunk = 0; chunk < message.chunks.size(); ++chunk) {
       delta.announcement.push_back(encodable ? sizes[chunk] : -1);
     }
     if (!encodable) continue;
-    delta.offsets[index] = std::ssize(delta.payload);
-    delta.payload.insert(delta.payload.end(), encoded.begin(), encoded.end());
-    saved_bytes_ += message.bytes - std::ssize(encoded);
-    delta.saved_bytes += message.bytes - std::ssize(encoded);
+    delta.offsets[index] = static_cast<int64_t>(mark);
+    saved_bytes_ += message.bytes - encoded_bytes;
+    delta.saved_bytes += message.bytes - encoded_bytes;
     ++messages_;
-    message.bytes = std::ssize(encoded);
+    message.bytes = encoded_bytes;
   }
   return absl::OkStatus();
+}
+
+absl::Span<const uint8_t> DeltaLanes::Current(const Chunk& chunk,
+                                              std::vector<uint8_t>* packed) const {
+  const Segment& s = segments_[chunk.segment];
+  char* from = address_of_(s.from, chunk.from_offset, chunk.element_size);
+  if (chunk.from_packed) return Bytes(from, chunk.bytes);
+  packed->resize(static_cast<size_t>(chunk.bytes));
+  PackRegion(packed->data(), from, s.from.strides, chunk.shape, chunk.element_size);
+  return *packed;
+}
+
+void DeltaLanes::AppendDeferred(absl::Span<const int32_t> deferred, size_t mark,
+                                std::vector<uint8_t>* payload) const {
+  if (deferred.empty()) return;
+  std::vector<uint8_t> dense, packed;
+  for (int32_t chunk_index : deferred) {
+    const Chunk& chunk = work_.chunks[chunk_index];
+    AppendDenseDelta(Current(chunk, &packed), static_cast<int>(chunk.element_size), &dense);
+  }
+  payload->insert(payload->begin() + static_cast<std::ptrdiff_t>(mark), dense.begin(), dense.end());
+}
+
+bool DeltaLanes::HasBase(const Lane& lane, const Message& message) const {
+  for (int32_t chunk_index : message.chunks) {
+    if (options_.bases->Base(DeltaChunkKey(wave_, chunk_index), *held_[lane.peer]).has_value()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
@@ -201,7 +269,7 @@ absl::Status DeltaLanes::Exchange(Transport& transport, absl::Time deadline) {
   const double encode_start = ThreadCpuSeconds();
   for (int32_t lane = 0; lane < std::ssize(work_.lanes); ++lane) {
     const Lane& l = work_.lanes[lane];
-    if (l.direction != Direction::kSend || l.kind != MemoryKind::kHost || l.forwarding) continue;
+    if (l.direction != Direction::kSend || !lanes_[lane].runs) continue;
     WSYNC_RETURN_IF_ERROR(EncodeLane(lane));
   }
   encode_cpu_seconds_ += ThreadCpuSeconds() - encode_start;
@@ -294,6 +362,7 @@ absl::Status DeltaLanes::ApplyReceived(absl::Span<const std::pair<int32_t, int32
 void DeltaLanes::WriteStats(TransferStats& stats) const {
   stats.delta_messages = messages_;
   stats.delta_saved_bytes = saved_bytes_;
+  for (auto& by_direction : stats.delta_saved_by_path) by_direction[0] = by_direction[1] = 0;
   for (size_t lane = 0; lane < lanes_.size(); ++lane) {
     const Lane& work_lane = work_.lanes[lane];
     const int path = PathClassIndex(job_.PathClass(work_.process, work_lane.peer));
@@ -301,8 +370,9 @@ void DeltaLanes::WriteStats(TransferStats& stats) const {
     stats.delta_saved_by_path[path][work_lane.direction == Direction::kSend ? 0 : 1] +=
         lanes_[lane].saved_bytes;
   }
-  stats.delta_compared_elements = compared_elements_;
-  stats.delta_changed_elements = changed_elements_;
+  stats.delta_compared_elements = observed_.compared_elements;
+  stats.delta_changed_elements = observed_.changed_elements;
+  stats.delta_changed_fraction = changed_fraction_;
   stats.delta_encode_cpu_seconds = encode_cpu_seconds_;
   stats.delta_apply_cpu_seconds = apply_cpu_seconds_;
 }

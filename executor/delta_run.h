@@ -4,9 +4,11 @@
 // Private to the executor: the delta sync part of one run (ExecuteOptions::delta, issue 44).
 //
 // Which lanes: with delta on (every process agreed), a lane of host memory that is not
-// forwarding (its sender is a trainer), whose receiver holds a version (the agreement tells every
-// sender each receiver's held version). Both ends decide this alike from the work and the
-// agreement, so both know whether a lane announces.
+// forwarding (its sender is a trainer) runs delta; with delta=auto only where its path class pays
+// at the agreed changed fraction (DeltaOptions). Such a lane announces when its receiver holds a
+// version (the agreement tells every sender each receiver's held version). Both ends decide this
+// alike from the work, the rule (its digest agreed) and the agreement, so both know whether a lane
+// announces.
 //
 // FP8 targets (quant_work.h): a sender-side step's two segments, its e4m3 bytes (element size 1)
 // and its scales (4), are chunks from the sender's quantization staging into the rollout's
@@ -33,8 +35,9 @@
 // what the plan writes: the plan, its digest and its exact-once proof are unchanged.
 //
 // Bases: the sender records every chunk it sends from host memory (a weight buffer or its
-// quantization staging) into a host weight buffer (on every lane that is not forwarding,
-// announcing or not) as the pending base of its key (wave,
+// quantization staging) into a host weight buffer (on every lane that runs delta, announcing or
+// not; a base of the receiver's version is advanced in place while the chunk is encoded against
+// it) as the pending base of its key (wave,
 // chunk index), which the caller commits or aborts with the sync's decision. Memory: the
 // encodings of a lane's encoded messages on both ends (less than those messages' planned bytes)
 // besides the staging budget, the store's bytes within its own budget, and on a sender of FP8
@@ -50,6 +53,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "executor/agreement.h"
 #include "executor/execute.h"
 #include "executor/work.h"
 #include "planner/job.h"
@@ -59,6 +63,19 @@ namespace wsync::executor_internal {
 
 // The round number of the announcement in its tag (below verify.h's kVerifyRound).
 inline constexpr int64_t kDeltaRound = kMaxRounds - 2;
+
+// What the agreement settled for delta sync (AgreeOnBatch): every process's held version, and the
+// changed fraction the senders saw (nullopt: none saw any yet).
+struct DeltaAgreed {
+  std::vector<std::optional<uint64_t>> held_versions;
+  std::optional<double> changed_fraction;
+};
+
+// A digest of delta=auto's rule (DeltaOptions::automatic and pays_below; 0 without auto): equal
+// on two processes exactly when they decide every lane alike at every changed fraction.
+uint64_t DeltaRuleDigest(const DeltaOptions& options);
+// This process's claim in the agreement.
+DeltaClaim DeltaClaimOf(const DeltaOptions& options);
 
 // The DeltaBaseStore key of chunk `chunk` of wave `wave`.
 inline uint64_t DeltaChunkKey(int32_t wave, int32_t chunk) {
@@ -70,10 +87,10 @@ class DeltaLanes {
   // Where an endpoint's element `offset` is in this process's memory.
   using AddressOf = std::function<char*(const Endpoint&, int64_t offset, int64_t element_size)>;
 
-  // `held_versions`: every process's held version, from the agreement (empty: none holds one).
+  // `agreed`: from the agreement (no held versions: none holds one).
   DeltaLanes(const Job& job, absl::Span<const Segment> segments, Work& work,
-             const DeltaOptions& options, std::vector<std::optional<uint64_t>> held_versions,
-             uint64_t sync_id, int32_t wave, AddressOf address_of);
+             const DeltaOptions& options, DeltaAgreed agreed, uint64_t sync_id, int32_t wave,
+             AddressOf address_of);
 
   // Before the rounds and before the run's progress totals: encodes, records and announces this
   // process's sends, then receives and checks the announcements of its receives and resizes its
@@ -99,9 +116,14 @@ class DeltaLanes {
   int64_t saved_bytes() const { return saved_bytes_; }
   // Sets the TransferStats::delta_* figures of this run so far.
   void WriteStats(TransferStats& stats) const;
+  // What this process's sends compared against bases, and the agreed fraction lanes were decided
+  // with.
+  const DeltaObservation& observed() const { return observed_; }
+  std::optional<double> changed_fraction() const { return changed_fraction_; }
 
  private:
   struct LaneDelta {
+    bool runs = false;
     bool announces = false;
     std::vector<int64_t> announcement;  // [sync id, per chunk: bytes or -1].
     std::vector<int64_t> offsets;       // Per message: its place in `payload`, or -1.
@@ -111,11 +133,22 @@ class DeltaLanes {
     int64_t saved_bytes = 0;  // Dense bytes of its encoded messages less their encodings.
   };
 
+  // Whether the lane runs delta (records and may announce); Announces adds the held version.
+  bool Runs(const Lane& lane) const;
   bool Announces(const Lane& lane) const;
   // A chunk whose bytes may be recorded and encoded: host memory on both sides, from a weight
   // buffer or the quantization staging into a weight buffer.
   bool Encodable(const Chunk& chunk) const;
   absl::Status EncodeLane(int32_t lane);
+  // Whether the store holds a base of the receiver's held version for a chunk of `message` (of a
+  // lane that announces).
+  bool HasBase(const Lane& lane, const Message& message) const;
+  // A chunk's current bytes: its source, or `packed` holding them when the source is strided.
+  absl::Span<const uint8_t> Current(const Chunk& chunk, std::vector<uint8_t>* packed) const;
+  // Inserts the dense encodings of `deferred` (chunks before the first that saved, in order) at
+  // `mark`, the start of their message in `payload`.
+  void AppendDeferred(absl::Span<const int32_t> deferred, size_t mark,
+                      std::vector<uint8_t>* payload) const;
   absl::Status CheckAnnouncement(int32_t lane);
   absl::Status ApplyReceived(absl::Span<const std::pair<int32_t, int32_t>> received);
 
@@ -124,6 +157,7 @@ class DeltaLanes {
   Work& work_;
   const DeltaOptions& options_;
   const std::vector<std::optional<uint64_t>> held_;
+  const std::optional<double> changed_fraction_;
   const uint64_t sync_id_;
   const int32_t wave_;
   const AddressOf address_of_;
@@ -132,10 +166,9 @@ class DeltaLanes {
   bool announced_ = false;  // Exchange posted this process's announcements.
   int64_t messages_ = 0;
   int64_t saved_bytes_ = 0;
-  int64_t compared_elements_ = 0;
-  int64_t changed_elements_ = 0;
   double encode_cpu_seconds_ = 0;
   double apply_cpu_seconds_ = 0;
+  DeltaObservation observed_;  // Elements compared against bases, and how many changed.
 };
 
 }  // namespace wsync::executor_internal

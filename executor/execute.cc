@@ -117,14 +117,15 @@ absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const 
   if (local.ok() && options.verify == VerifyMode::kKeyed && options.data_key == nullptr) {
     local = absl::FailedPreconditionError("verify: keyed verification without a data key");
   }
-  std::vector<std::optional<uint64_t>> held_versions;
-  WSYNC_RETURN_IF_ERROR(AgreeOnBatch(
-      group, local, options.plan_digest, budget.bytes, static_cast<int32_t>(options.verify),
-      options.deadline, DeltaClaim{options.delta.on, options.delta.held_version}, &held_versions));
+  executor_internal::DeltaAgreed agreed;
+  WSYNC_RETURN_IF_ERROR(AgreeOnBatch(group, local, options.plan_digest, budget.bytes,
+                                     static_cast<int32_t>(options.verify), options.deadline,
+                                     executor_internal::DeltaClaimOf(options.delta),
+                                     &agreed.held_versions, &agreed.changed_fraction));
   if (options.agreed != nullptr) *options.agreed = true;
   WSYNC_ASSIGN_OR_RETURN(TransferStats stats,
                          executor_internal::RunWork(job, all, *work, *quant, buffers, transport,
-                                                    options, std::move(held_versions)));
+                                                    options, std::move(agreed)));
   stats.segments = work->segments;
   return stats;
 }

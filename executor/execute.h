@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -70,10 +72,28 @@ enum class VerifyMode : int32_t {
 absl::string_view VerifyModeName(VerifyMode mode);
 absl::StatusOr<VerifyMode> ParseVerifyMode(absl::string_view name);
 
+// What a sender saw of its chunks in delta syncs: elements compared against a base and those that
+// changed (every element of a chunk the comparison stopped in, as mostly changed).
+struct DeltaObservation {
+  int64_t changed_elements = 0;
+  int64_t compared_elements = 0;
+};
+
 // Delta sync (issue 44; executor/delta_run.h states the wire format and the rules).
 struct DeltaOptions {
   // Every process of the batch must set it alike (refused through the agreement otherwise).
   bool on = false;
+  // delta=auto (plugin/prediction.h DeltaPaysBelow): with `automatic`, a lane runs delta only
+  // when its path class (Job::PathClass of its sender and receiver) is in `pays_below` with a
+  // fraction above the agreed changed fraction (AgreeOnBatch: every process's `observed` summed),
+  // or, when no process observed any yet, above 0: a probe that measures it. Other lanes run as
+  // without delta: nothing recorded or announced. Every process must bring the same rule (the
+  // agreement compares DeltaRuleDigest), so both ends of a lane decide alike.
+  bool automatic = false;
+  std::map<std::string, double> pays_below;
+  // What this process saw as a sender in the last committed sync that compared anything
+  // (TransferStats::delta_observed): its part of the agreed changed fraction.
+  DeltaObservation observed;
   // As a sender: the bytes this process last sent per chunk, caller-owned. The run encodes each
   // chunk to a receiver against the base of exactly the version that receiver holds and records
   // what it sends as pending; the caller commits the store with the sync's decision
@@ -202,6 +222,9 @@ struct TransferStats {
   int64_t delta_changed_elements = 0;
   double delta_encode_cpu_seconds = 0;
   double delta_apply_cpu_seconds = 0;
+  // The agreed changed fraction the run decided delta=auto's lanes with (nullopt: none observed
+  // yet); delta_changed_elements / delta_compared_elements are this process's part of it.
+  std::optional<double> delta_changed_fraction;
 };
 
 // Agrees with every process of `group` on (plan digest, budget, local status), then runs.

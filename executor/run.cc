@@ -34,7 +34,7 @@ class Run final : public RunSteps {
  public:
   Run(const Job& job, absl::Span<const Segment> segments, Work& work, const QuantWork& quant,
       const LocalBuffers& buffers, Transport& transport, const ExecuteOptions& options,
-      std::vector<std::optional<uint64_t>> held_versions)
+      DeltaAgreed agreed)
       : job_(job),
         segments_(segments),
         work_(work),
@@ -46,8 +46,8 @@ class Run final : public RunSteps {
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
             device_pending_, stats_, [this] { transport_.ProgressInFlight(); }),
-        delta_(job, segments, work, options.delta, std::move(held_versions), options.sync_id,
-               options.wave, [this](const Endpoint& end, int64_t offset, int64_t element_size) {
+        delta_(job, segments, work, options.delta, std::move(agreed), options.sync_id, options.wave,
+               [this](const Endpoint& end, int64_t offset, int64_t element_size) {
                  // Before the rounds a step's bytes are in the whole staging (QuantizeWhole).
                  if (end.buffer == kQuantStagingBuffer) {
                    return delta_staging_.data() + offset * element_size;
@@ -591,9 +591,8 @@ class Run final : public RunSteps {
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
                                       Work& work, const QuantWork& quant,
                                       const LocalBuffers& buffers, Transport& transport,
-                                      const ExecuteOptions& options,
-                                      std::vector<std::optional<uint64_t>> held_versions) {
-  Run run(job, segments, work, quant, buffers, transport, options, std::move(held_versions));
+                                      const ExecuteOptions& options, DeltaAgreed delta) {
+  Run run(job, segments, work, quant, buffers, transport, options, std::move(delta));
   return run.Go();
 }
 

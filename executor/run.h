@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "executor/delta_run.h"
 #include "executor/execute.h"
 #include "executor/quant_work.h"
 #include "executor/work.h"
@@ -28,13 +29,12 @@ namespace wsync::executor_internal {
 // before the rounds, the others when their lane's first message carrying them is due),
 // receiver-side ones after the rounds and the chunk verification (quant_work.h, quant_run.h). The
 // stats equal the schedule's for the same inputs; on error the target buffers are partially written
-// (dirty) and no request is left posted. `held_versions`: every process's held version from the
-// agreement, for delta sync (delta_run.h).
+// (dirty) and no request is left posted. `delta`: what the agreement settled for delta sync
+// (delta_run.h).
 absl::StatusOr<TransferStats> RunWork(const Job& job, absl::Span<const Segment> segments,
                                       Work& work, const QuantWork& quant,
                                       const LocalBuffers& buffers, Transport& transport,
-                                      const ExecuteOptions& options,
-                                      std::vector<std::optional<uint64_t>> held_versions = {});
+                                      const ExecuteOptions& options, DeltaAgreed delta = {});
 
 }  // namespace wsync::executor_internal
 

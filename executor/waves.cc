@@ -52,6 +52,7 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
   total.delta_changed_elements += wave.delta_changed_elements;
   total.delta_encode_cpu_seconds += wave.delta_encode_cpu_seconds;
   total.delta_apply_cpu_seconds += wave.delta_apply_cpu_seconds;
+  total.delta_changed_fraction = wave.delta_changed_fraction;
 }
 
 void AddSchedule(ProcessSchedule& total, ProcessSchedule wave, int64_t segment_offset) {

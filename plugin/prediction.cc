@@ -220,4 +220,71 @@ std::string PredictionLine(const std::optional<Prediction>& prediction,
       note.empty() ? "" : absl::StrCat("; ", note));
 }
 
+std::map<std::string, double> DeltaPaysBelow(const LinkFits& fits) {
+  std::map<std::string, double> pays;
+  const double encode = fits.delta_encode_bytes_per_second;
+  const double apply = fits.delta_apply_bytes_per_second;
+  if (encode <= 0 || apply <= 0) return pays;
+  for (const auto& [path, fit] : fits.by_path) {
+    if (path == kPathLocal || fit.bytes_per_second <= 0) continue;
+    const double bandwidth = fit.bytes_per_second;
+    const double below = (1 - bandwidth / encode - bandwidth / apply) / kDeltaEncodedPerChanged;
+    if (below > 0) pays[path] = std::min(below, 1.0);
+  }
+  return pays;
+}
+
+absl::StatusOr<DeltaPrediction> PredictDeltaSync(const Job& job, const Plan& plan,
+                                                 const Prediction& dense, const LinkFits& fits,
+                                                 double changed_fraction,
+                                                 const std::map<std::string, double>* pays_below) {
+  if (fits.delta_encode_bytes_per_second <= 0 || fits.delta_apply_bytes_per_second <= 0) {
+    return absl::FailedPreconditionError(
+        "the calibration measured no delta encode and apply rates (wsync calibrate measures them)");
+  }
+  DeltaPrediction delta;
+  delta.changed_fraction = std::clamp(changed_fraction, 0.0, 1.0);
+  delta.dense_seconds = dense.seconds;
+  const double encoded = std::min(1.0, kDeltaEncodedPerChanged * delta.changed_fraction);
+  std::map<int32_t, int64_t> sent, received;
+  int64_t all_bytes = 0;
+  for (const PairTraffic& pair : PlanTraffic(job, plan).pairs) {
+    all_bytes += pair.bytes;
+    if (pair.from == pair.to || pair.path == kPathLocal) continue;
+    if (pays_below != nullptr) {
+      const auto it = pays_below->find(pair.path);
+      if (it == pays_below->end() || !(delta.changed_fraction < it->second)) continue;
+    }
+    delta.dense_bytes += pair.bytes;
+    sent[pair.from] += pair.bytes;
+    received[pair.to] += pair.bytes;
+  }
+  delta.saved_bytes = static_cast<int64_t>(static_cast<double>(delta.dense_bytes) * (1 - encoded));
+  int64_t busiest_sender = 0, busiest_receiver = 0;
+  for (const auto& [process, bytes] : sent) busiest_sender = std::max(busiest_sender, bytes);
+  for (const auto& [process, bytes] : received) {
+    busiest_receiver = std::max(busiest_receiver, bytes);
+  }
+  delta.encode_seconds = static_cast<double>(busiest_sender) / fits.delta_encode_bytes_per_second;
+  delta.apply_seconds = static_cast<double>(busiest_receiver) / fits.delta_apply_bytes_per_second;
+  const double kept =
+      all_bytes > 0 ? 1 - static_cast<double>(delta.saved_bytes) / static_cast<double>(all_bytes)
+                    : 1;
+  delta.seconds = dense.seconds - dense.transfer_seconds * (1 - kept) +
+                  (delta.dense_bytes > 0 ? delta.encode_seconds + delta.apply_seconds : 0);
+  return delta;
+}
+
+std::string DeltaPredictionLine(const absl::StatusOr<DeltaPrediction>& prediction,
+                                absl::string_view fraction_source) {
+  if (!prediction.ok())
+    return absl::StrCat("delta: no prediction: ", prediction.status().message());
+  const DeltaPrediction& d = *prediction;
+  return absl::StrFormat(
+      "delta: predicted %.4g s (dense %.4g s) at %.2f %% changed (%s), %.1f MB of %.1f MB "
+      "saved, encode %.4g s, apply %.4g s",
+      d.seconds, d.dense_seconds, 100 * d.changed_fraction, fraction_source, d.saved_bytes / 1e6,
+      d.dense_bytes / 1e6, d.encode_seconds, d.apply_seconds);
+}
+
 }  // namespace wsync

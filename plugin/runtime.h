@@ -83,8 +83,10 @@ struct RuntimeConfig {
   // one); a value (null: the bytes rule) overrides them.
   std::optional<std::shared_ptr<const LinkFits>> relay_fits;
   VerifyMode verify = VerifyMode::kOff;
-  // Delta sync (ExecuteOptions::delta): kOn on every step (kAuto as kOff until the cost model
-  // chooses); a sender's bases in host memory within delta_budget_bytes (DeltaBaseStore).
+  // Delta sync (ExecuteOptions::delta): kOn on every step; kAuto per path class where the cost
+  // model says it pays (plugin/prediction.h DeltaPaysBelow, from the shared calibration: without
+  // one, or without its delta rates, auto stays dense); a sender's bases in host memory within
+  // delta_budget_bytes (DeltaBaseStore).
   DeltaMode delta = DeltaMode::kOff;
   int64_t delta_budget_bytes = int64_t{16} << 30;
   NcclApiFactory nccl_api;  // Empty: the real CUDA module.
@@ -204,6 +206,10 @@ class ConnectedJob {
   const Endpoints& endpoints() const { return endpoints_; }
   const SharedCalibration& calibration() const { return calibration_; }
   const std::optional<Prediction>& prediction() const { return prediction_; }
+  // delta=auto's rule from the calibration (empty: dense everywhere), and the changed fraction
+  // the last committed step's senders agreed on (nullopt: none seen yet).
+  const std::map<std::string, double>& delta_pays_below() const { return delta_pays_below_; }
+  std::optional<double> delta_changed_fraction() const { return delta_changed_fraction_; }
   ControlClient& client() const { return *client_; }
   // Null for a replacement whose routes were refused (its first step fails with that reason).
   RoutedTransport* transport() const { return transport_.get(); }
@@ -281,6 +287,11 @@ class ConnectedJob {
   // only.
   std::unique_ptr<DeltaBaseStore> delta_bases_;
   std::optional<uint64_t> delta_held_;
+  std::map<std::string, double> delta_pays_below_;
+  // What this process's sends saw in the last committed step that compared anything, and the
+  // changed fraction that step agreed on.
+  DeltaObservation delta_observed_;
+  std::optional<double> delta_changed_fraction_;
 };
 
 // Processes connected without a job, for the link calibration (calibration/probe): the hosted

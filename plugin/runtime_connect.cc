@@ -222,6 +222,7 @@ absl::Status ConnectedJob::PlanJob(const std::vector<Layout>& trainer_parts,
     plan_options.relay.fits = std::make_shared<const LinkFits>(*fits);
   }
   WSYNC_ASSIGN_OR_RETURN(plan_, MakePlan(*job_, *policy, plan_options));
+  if (fits != nullptr) delta_pays_below_ = DeltaPaysBelow(*fits);
   if (fits != nullptr) {
     absl::StatusOr<Prediction> prediction =
         PredictSync(*job_, *policy, *fits, budget, plan_options.relay);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "executor/agreement.h"
+#include "executor/delta_run.h"
 #include "executor/waves.h"
 #include "plugin/runtime.h"
 #include "plugin/runtime_log.h"
@@ -77,7 +78,14 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   options.data_key = &data_key_;
   options.rejected_messages = &result.rejected_messages;
   options.progress = progress;
-  options.delta.on = config_.delta == DeltaMode::kOn;
+  // delta=auto: on where the calibration says it pays (every process derives the same rule from
+  // the same calibration; the agreement compares it), decided per lane at the agreed changed
+  // fraction (executor/delta_run.h).
+  const bool automatic = config_.delta == DeltaMode::kAuto;
+  options.delta.on = config_.delta == DeltaMode::kOn || (automatic && !delta_pays_below_.empty());
+  options.delta.automatic = automatic;
+  if (automatic) options.delta.pays_below = delta_pays_below_;
+  options.delta.observed = delta_observed_;
   if (options.delta.on && delta_bases_ == nullptr) {
     delta_bases_ = std::make_unique<DeltaBaseStore>(config_.delta_budget_bytes);
   }
@@ -109,7 +117,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
     // naming it instead of waiting for this one's transfers until their deadline.
     AgreeOnBatch(*client_, result.outcome, plan_.digest, config_.staging_budget_bytes,
                  static_cast<int32_t>(options.verify), options.deadline,
-                 DeltaClaim{options.delta.on, options.delta.held_version})
+                 executor_internal::DeltaClaimOf(options.delta))
         .IgnoreError();
   }
   if (step.on_phase) step.on_phase(StepPhase::kTransferred);
@@ -126,6 +134,13 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   // What this step sent becomes the bases of its version only when every process committed it.
   const bool committed = result.status().ok();
   if (delta_bases_ != nullptr && committed) delta_bases_->Commit(options.sync_id);
+  if (committed && result.stats.ok()) {
+    if (result.stats->delta_compared_elements > 0) {
+      delta_observed_ = DeltaObservation{result.stats->delta_changed_elements,
+                                         result.stats->delta_compared_elements};
+    }
+    delta_changed_fraction_ = result.stats->delta_changed_fraction;
+  }
   if (delta_bases_ != nullptr && !committed) delta_bases_->Abort();
   delta_held_.reset();
   if (committed && options.delta.on && !job_->IsSource(process_)) delta_held_ = options.sync_id;

@@ -85,7 +85,8 @@ struct SessionConfig {
   // uses the data key derived from the secret at connect.
   VerifyMode verify = VerifyMode::kOff;
   // Delta sync (executor/delta_run.h; RuntimeConfig::delta): kOn moves only the elements changed
-  // since the version a rollout holds; kAuto behaves as kOff until the cost model chooses.
+  // since the version a rollout holds; kAuto where the calibration's cost model says it pays
+  // (plugin/prediction.h DeltaPaysBelow; dense without a calibration measuring its rates).
   DeltaMode delta = DeltaMode::kOff;
   // With delta: the byte budget of a sender's bases (RuntimeConfig::delta_budget_bytes).
   int64_t delta_budget_bytes = int64_t{16} << 30;

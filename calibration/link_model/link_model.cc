@@ -74,6 +74,15 @@ absl::Status CheckSchemaVersion(const proto::Calibration& calibration) {
   return absl::OkStatus();
 }
 
+// The smallest bytes_per_second of `fits` (0 when empty).
+double SlowestRate(const std::map<int32_t, LinkFit>& fits) {
+  double slowest = 0;
+  for (const auto& [process, fit] : fits) {
+    if (slowest == 0 || fit.bytes_per_second < slowest) slowest = fit.bytes_per_second;
+  }
+  return slowest;
+}
+
 }  // namespace
 
 absl::StatusOr<LinkFit> FitLine(const std::vector<std::pair<int64_t, double>>& points) {
@@ -130,6 +139,7 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
   std::map<std::string, Points> relay_same_path;
   std::map<std::pair<int32_t, int32_t>, std::string> pair_path;
   std::map<int32_t, Points> quantize;  // By process.
+  std::map<int32_t, Points> delta_encode, delta_apply;
   for (int i = 0; i < calibration.samples_size(); ++i) {
     const proto::CalibrationSample& s = calibration.samples(i);
     if (s.seconds_size() == 0 || s.bytes() <= 0) {
@@ -174,6 +184,13 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
                                                          s.from(), " and ", s.to()));
         }
         quantize[s.from()].push_back(point);
+      } else if ((s.pattern() == "delta_encode" || s.pattern() == "delta_apply") &&
+                 calibration.schema_version() >= 3) {
+        if (s.from() != s.to()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("calibration sample ", i, " (", s.pattern(), ") names two processes"));
+        }
+        (s.pattern() == "delta_encode" ? delta_encode : delta_apply)[s.from()].push_back(point);
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration sample ", i, " has unknown pattern '", s.pattern(),
@@ -210,6 +227,11 @@ absl::StatusOr<LinkFits> FitLinks(const proto::Calibration& calibration) {
       fits.quantize_bytes_per_second = fit.bytes_per_second;
     }
   }
+  WSYNC_RETURN_IF_ERROR(
+      FitAll(delta_encode, &fits.delta_encode, "delta encode fit", &fits.skipped));
+  WSYNC_RETURN_IF_ERROR(FitAll(delta_apply, &fits.delta_apply, "delta apply fit", &fits.skipped));
+  fits.delta_encode_bytes_per_second = SlowestRate(fits.delta_encode);
+  fits.delta_apply_bytes_per_second = SlowestRate(fits.delta_apply);
   if (!fits.by_path.contains(kSameDevicePath) && fits.by_path.contains(kIntraNodePath)) {
     fits.by_path[kSameDevicePath] = fits.by_path.at(kIntraNodePath);
     fits.stand_ins[kSameDevicePath] = kIntraNodePath;
@@ -273,10 +295,11 @@ absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec) 
     const std::string path(absl::StripAsciiWhitespace(parts[0]));
     for (int64_t bytes : {int64_t{1} << 20, int64_t{1} << 28}) {
       proto::CalibrationSample* sample = calibration.add_samples();
-      sample->set_pattern(path == "local" || path == "quantize" ? path : "peer");
-      sample->set_from(-1);  // Stated for the path class (or quantize), not measured on a pair.
+      const bool kernel = path == "quantize" || path == "delta_encode" || path == "delta_apply";
+      sample->set_pattern(path == "local" || kernel ? path : "peer");
+      sample->set_from(-1);  // Stated for the path class (or a kernel), not measured on a pair.
       sample->set_to(-1);
-      sample->set_path(path == "quantize" ? "local" : path);
+      sample->set_path(kernel ? "local" : path);
       sample->set_bytes(bytes);
       sample->add_seconds(alpha + static_cast<double>(bytes) / bandwidth);
     }

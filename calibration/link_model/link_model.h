@@ -80,6 +80,15 @@ struct LinkFits {
   // need not run where the calibration's fastest did. 0: the calibration measured none (files
   // before schema 3, synthetic ones); predictions then use a stand-in constant and say so.
   double quantize_bytes_per_second = 0;
+  // Per process ("delta_encode" / "delta_apply" samples, schema 3 files that have them): its time
+  // to encode a bf16 chunk against its base (executor/delta_codec.h, the base advanced in place)
+  // and to patch one, against the chunk's dense bytes. The rates delta=auto and the prediction of
+  // a delta sync price them at: the slowest process's, as quantize's; 0: none measured (delta=auto
+  // then stays dense: it never turns on without a measured rate).
+  std::map<int32_t, LinkFit> delta_encode;
+  std::map<int32_t, LinkFit> delta_apply;
+  double delta_encode_bytes_per_second = 0;
+  double delta_apply_bytes_per_second = 0;
   // Pair, both-ways, fan and relay fits left out because their line does not fit (noise: time
   // not growing with size); Predict then uses the path fits for them.
   std::vector<std::string> skipped;
@@ -110,7 +119,8 @@ absl::StatusOr<proto::Calibration> ParseCalibration(absl::string_view bytes);
 // tests: "intra_node=5us,200GB/s;inter_node=20us,25GB/s" (alpha in s, ms or us; bandwidth in
 // GB/s or MB/s, 1e9 and 1e6 bytes). Each class gets peer samples at two sizes between a
 // representative pair of processes ("local" between a process and itself); "quantize=0us,3GB/s"
-// states a quantize rate (quantize samples of process -1, bytes of input).
+// states a quantize rate (quantize samples of process -1, bytes of input), "delta_encode=0us,2GB/s"
+// and "delta_apply=0us,4GB/s" delta sync's rates alike.
 absl::StatusOr<proto::Calibration> SyntheticCalibration(absl::string_view spec);
 // The stated quantities of SyntheticCalibration: "3us" -> 3e-6 seconds (s, ms or us);
 // "450GB/s" -> 4.5e11 bytes per second (GB/s or MB/s). InvalidArgument for another unit, a

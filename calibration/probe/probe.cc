@@ -15,6 +15,17 @@
 namespace wsync {
 namespace {
 
+// The kernels a probe times alone on each process, as patterns.
+constexpr const char* kKernelPatterns[] = {"quantize", "delta_encode", "delta_apply"};
+
+// The probe of a kernel pattern; nullptr for a link pattern.
+const QuantizeProbe* KernelOf(const ProbeOptions& options, absl::string_view pattern) {
+  if (pattern == "quantize") return &options.quantize;
+  if (pattern == "delta_encode") return &options.delta_encode;
+  if (pattern == "delta_apply") return &options.delta_apply;
+  return nullptr;
+}
+
 // Tags of probe messages: their own sync id, so that they never match a sync's messages.
 constexpr uint64_t kProbeSyncId = 0xCA11B;
 constexpr uint64_t kProbeTokenSyncId = 0xCA11C;
@@ -139,9 +150,12 @@ absl::Status CheckOptions(const ProbeOptions& options, int32_t n,
           absl::StrCat("fan width ", width, " is outside [1, ", n - 1, "] for ", n, " processes"));
     }
   }
-  if (options.quantize.run && options.quantize.input_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a quantize probe of ", options.quantize.input_bytes, " input bytes"));
+  for (const char* pattern : kKernelPatterns) {
+    const QuantizeProbe* kernel = KernelOf(options, pattern);
+    if (kernel->run && kernel->input_bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a ", pattern, " probe of ", kernel->input_bytes, " input bytes"));
+    }
   }
   if (!options.nodes.empty() && static_cast<int32_t>(options.nodes.size()) != n) {
     return absl::InvalidArgumentError(
@@ -224,10 +238,10 @@ class Prober {
       std::memcpy(receive_[0].data(), send_.data(), bytes);
       return absl::ToDoubleSeconds(absl::Now() - start);
     }
-    if (step.pattern == "quantize") {
+    if (const QuantizeProbe* kernel = KernelOf(options_, step.pattern)) {
       if (step.from != me_) return -1.0;
       const absl::Time start = absl::Now();
-      WSYNC_RETURN_IF_ERROR(options_.quantize.run());
+      WSYNC_RETURN_IF_ERROR(kernel->run());
       return absl::ToDoubleSeconds(absl::Now() - start);
     }
     bool takes_part = false;
@@ -404,22 +418,28 @@ absl::StatusOr<proto::Calibration> CalibrateLinks(const ProbeOptions& options, T
   (*calibration.mutable_settings())["probe.warmup"] = absl::StrCat(options.warmup);
   (*calibration.mutable_settings())["probe.node_link_messages"] =
       absl::StrCat(options.node_link_messages);
-  if (options.quantize.run) {
-    (*calibration.mutable_settings())["probe.quantize"] = options.quantize.description;
+  for (const char* pattern : kKernelPatterns) {
+    const QuantizeProbe* kernel = KernelOf(options, pattern);
+    if (kernel->run) {
+      (*calibration.mutable_settings())[absl::StrCat("probe.", pattern)] = kernel->description;
+    }
   }
 
-  // Every link step at every size, then (with a quantize probe) each process's quantize at its
-  // input size.
+  // Every link step at every size, then (with kernel probes: quantize, delta encode and apply)
+  // each process's kernel at its input size.
   std::vector<Cell> plan;
   for (const Step& step : steps) {
     for (const int64_t bytes : sizes) plan.push_back(Cell{&step, bytes});
   }
-  std::vector<Step> quantize_steps;
-  for (int32_t p = 0; options.quantize.run && p < n; ++p) {
-    quantize_steps.push_back(
-        Step{"quantize", p, p, {}, options.path_of(p, p), "", {}, nodes[p], ""});
+  std::vector<Step> kernel_steps;
+  for (const char* pattern : kKernelPatterns) {
+    for (int32_t p = 0; KernelOf(options, pattern)->run && p < n; ++p) {
+      kernel_steps.push_back(Step{pattern, p, p, {}, options.path_of(p, p), "", {}, nodes[p], ""});
+    }
   }
-  for (const Step& step : quantize_steps) plan.push_back(Cell{&step, options.quantize.input_bytes});
+  for (const Step& step : kernel_steps) {
+    plan.push_back(Cell{&step, KernelOf(options, step.pattern)->input_bytes});
+  }
   WSYNC_ASSIGN_OR_RETURN(const std::vector<std::vector<std::vector<double>>> cells,
                          prober.RunPasses(plan));
   for (size_t i = 0; i < plan.size(); ++i) {

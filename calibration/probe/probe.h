@@ -106,6 +106,11 @@ struct ProbeOptions {
   int64_t memory_budget_bytes = kDefaultProbeMemoryBudgetBytes;
   // The quantize pattern, on every process or on none; no `run`: no quantize samples.
   QuantizeProbe quantize;
+  // Delta sync's encode and apply (executor/delta_codec.h; patterns "delta_encode" and
+  // "delta_apply", bytes: the chunk's dense bytes), timed as quantize is: the rates delta=auto
+  // weighs against each path class's bandwidth. No `run`: no samples.
+  QuantizeProbe delta_encode;
+  QuantizeProbe delta_apply;
   absl::Duration step_timeout = absl::Seconds(60);  // Deadline of every collective and repeat.
   // Recorded in the calibration (e.g. UCX_TLS); the transport's name is recorded as well.
   std::map<std::string, std::string> settings;

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -21,6 +22,7 @@
 #include "calibration/probe/probe.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "executor/delta_codec.h"
 #include "integration/harness/launcher.h"
 #include "plugin/runtime.h"
 #include "quant/fp8.h"
@@ -90,6 +92,56 @@ QuantizeProbe HostQuantizeProbe(int64_t memory_budget_bytes) {
                               "calibration.quantize");
   };
   return probe;
+}
+
+std::pair<QuantizeProbe, QuantizeProbe> HostDeltaProbes(int64_t memory_budget_bytes) {
+  const int64_t elements =
+      std::clamp<int64_t>(memory_budget_bytes / 32 / 2, int64_t{1} << 19, int64_t{1} << 24);
+  struct Buffers {
+    std::vector<uint8_t> versions[2];   // Before and after the update.
+    std::vector<uint8_t> base;          // What the encoder compares against and advances.
+    std::vector<uint8_t> encodings[2];  // Of version 1 against 0 and of 0 against 1.
+    std::vector<uint8_t> target;
+    std::vector<uint8_t> scratch;
+    int encode_calls = 0;
+    int apply_calls = 0;
+  };
+  auto buffers = std::make_shared<Buffers>();
+  std::mt19937_64 random(44);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (std::vector<uint8_t>& version : buffers->versions) version.resize(elements * 2);
+  for (int64_t i = 0; i < elements; ++i) {
+    const float weight = normal(random);
+    const uint16_t before = ToBf16(weight);
+    const uint16_t after = ToBf16(weight + ((random() & 1) != 0 ? 1e-6f : -1e-6f));
+    std::memcpy(buffers->versions[0].data() + 2 * i, &before, 2);
+    std::memcpy(buffers->versions[1].data() + 2 * i, &after, 2);
+  }
+  for (int v = 0; v < 2; ++v) {
+    EncodeDelta(buffers->versions[v], buffers->versions[1 - v], 2, &buffers->encodings[v])
+        .IgnoreError();  // Sizes are right by construction.
+  }
+  buffers->base = buffers->versions[0];
+  buffers->target = buffers->versions[0];
+  const std::string what = absl::StrCat("of a bf16 chunk of ", elements,
+                                        " normal(0, 0.02) values, +-1e-6 as fp32 (about 4 %",
+                                        " of the elements change)");
+  QuantizeProbe encode, apply;
+  encode.input_bytes = apply.input_bytes = elements * 2;
+  encode.description = absl::StrCat("AppendDeltaAdvancingBase ", what);
+  apply.description = absl::StrCat("ApplyDelta ", what);
+  encode.run = [buffers] {
+    const int v = buffers->encode_calls++ % 2;  // The base holds version v.
+    buffers->scratch.clear();
+    return AppendDeltaAdvancingBase(absl::MakeSpan(buffers->base), buffers->versions[1 - v], 2,
+                                    &buffers->scratch)
+        .status();
+  };
+  apply.run = [buffers] {
+    const int v = buffers->apply_calls++ % 2;  // The target holds version v.
+    return ApplyDelta(buffers->encodings[v], 2, absl::MakeSpan(buffers->target));
+  };
+  return {std::move(encode), std::move(apply)};
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text) {
@@ -171,6 +223,7 @@ absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
   options.settings["path_transports"] = path_transports;
   options.settings["nodes"] = absl::StrJoin(nodes, ",");
   options.quantize = HostQuantizeProbe(job.memory_budget_bytes);
+  std::tie(options.delta_encode, options.delta_apply) = HostDeltaProbes(job.memory_budget_bytes);
   WSYNC_ASSIGN_OR_RETURN(const proto::Calibration calibration,
                          CalibrateLinks(options, *mesh->transport, *mesh->client));
   if (me == 0) {

@@ -51,6 +51,15 @@ absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
 // its buffers (input, e4m3 output, scales).
 QuantizeProbe HostQuantizeProbe(int64_t memory_budget_bytes);
 
+// The delta sync patterns every calibration worker runs (ProbeOptions::delta_encode and
+// delta_apply, executor/delta_codec.h): a bf16 chunk of 32 MiB (less where that exceeds 1/32 of
+// `memory_budget_bytes`, at least 1 MiB) of normal(0, 0.02) values (fixed seed) and the same
+// after an update like issue 44's (each value as fp32 moved by +-1e-6, an AdamW step at lr 1e-6,
+// and rounded to bf16 again: about 4 % of the elements change, by an ulp). encode:
+// AppendDeltaAdvancingBase, the chunk going back and forth between the two versions so that every
+// call finds the same changes; apply: ApplyDelta of the two encodings in turn.
+std::pair<QuantizeProbe, QuantizeProbe> HostDeltaProbes(int64_t memory_budget_bytes);
+
 // "4K,64K,1M" (suffixes K, M, G: powers of 1024) into bytes; InvalidArgument on a bad entry.
 absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text);
 

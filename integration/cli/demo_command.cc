@@ -46,8 +46,9 @@ ABSL_FLAG(bool, verify, false,
           "`wsync demo`: the plugin's verify=true: every chunk hashed (xxh3) by sender and "
           "receiver, checked before the commit.");
 ABSL_FLAG(std::string, delta, "off",
-          "wsync demo: the plugin's delta setting (off, auto: for now the same as off; on: only "
-          "the elements changed since the version a rollout holds travel).");
+          "wsync demo: the plugin's delta setting (off; auto: on per path class where the "
+          "calibration's cost model says it pays; on: only the elements changed since the "
+          "version a rollout holds travel).");
 ABSL_FLAG(bool, verify_keyed, false,
           "wsync demo: the plugin's keyed verify (verify=2): a MAC per chunk keyed from the job "
           "secret, which a forged chunk or digest cannot pass.");
@@ -506,8 +507,8 @@ std::string DemoUsage() {
          "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
          "receiver\n"
          "  --verify_keyed  the plugin's keyed verify: a MAC per chunk keyed from the job secret\n"
-         "  --delta     the plugin's delta setting: off (default), auto (for now the same as\n"
-         "              off) or on (only changed elements travel)\n"
+         "  --delta     the plugin's delta setting: off (default), auto (where the calibration's\n"
+         "              cost model says it pays) or on (only changed elements travel)\n"
          "  --calibration  a calibration (wsync calibrate --out) given to the plugin; the table\n"
          "              then shows each sync's predicted seconds\n";
 }

@@ -82,9 +82,10 @@ ABSL_FLAG(bool, verify, false,
 ABSL_FLAG(bool, verify_keyed, false,
           "The plugin's keyed verify (verify=2): a MAC per chunk keyed from the job secret; wins "
           "over --verify.");
-ABSL_FLAG(std::string, delta, "off",
-          "The plugin's delta setting: off, auto (for now the same as off) or on (only changed "
-          "elements travel); another value is handed to init as -1, which refuses it.");
+ABSL_FLAG(
+    std::string, delta, "off",
+    "The plugin's delta setting: off, auto (where the cost model says it pays) or on (only changed "
+    "elements travel); another value is handed to init as -1, which refuses it.");
 ABSL_FLAG(std::string, metrics_address, "",
           "Where the plugin's Prometheus exporter listens, HOST:PORT (empty: no exporter).");
 ABSL_FLAG(double, linger_s, 0,

@@ -7,9 +7,12 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -66,9 +69,11 @@ Job DeltaJob() {
 
 // Changes about `fraction` of the 2-byte words of every trainer buffer (each bf16 element, each
 // half of an fp32 one), each changed word for certain.
-void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19937_64& random) {
-  std::bernoulli_distribution change(fraction);
+// `wholly_below`: buffers of fewer bytes (the "n" ones) change in every word.
+void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19937_64& random,
+                 int64_t wholly_below = 0) {
   for (const BufferInfo& info : job.source().buffers) {
+    std::bernoulli_distribution change(info.bytes < wholly_below ? 1.0 : fraction);
     const int64_t element = 2;
     unsigned char* data = source.data(BufferKey{info.process, info.id});
     for (int64_t at = 0; at + element <= info.bytes; at += element) {
@@ -80,12 +85,22 @@ void SmallUpdate(const Job& job, HostBuffers& source, double fraction, std::mt19
 using test::executor::DeltaJobState;
 using test::executor::FailingReceives;
 
+// Every process new: an empty store, no held version.
+DeltaJobState NewDeltaJobState(const Job& job) {
+  DeltaJobState state;
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    state.bases.push_back(std::make_unique<DeltaBaseStore>(int64_t{1} << 30));
+  }
+  state.held.assign(job.num_processes(), std::nullopt);
+  return state;
+}
+
 // Runs sync `version` on every process as threads over one loopback fabric, with delta on and
 // verify, then commits (every run OK) or aborts each store and held version, as a session does.
-std::vector<absl::StatusOr<TransferStats>> Sync(const Job& job, const Plan& plan,
-                                                HostBuffers& source, HostBuffers& target,
-                                                DeltaJobState& state, uint64_t version,
-                                                bool lockstep, int32_t fail_process = -1) {
+std::vector<absl::StatusOr<TransferStats>> Sync(
+    const Job& job, const Plan& plan, HostBuffers& source, HostBuffers& target,
+    DeltaJobState& state, uint64_t version, bool lockstep, int32_t fail_process = -1,
+    std::function<void(int32_t, DeltaOptions&)> tweak = nullptr) {
   LoopbackFabric fabric(job.num_processes());
   std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
                                                      absl::UnknownError("not run"));
@@ -105,6 +120,7 @@ std::vector<absl::StatusOr<TransferStats>> Sync(const Job& job, const Plan& plan
       options.delta.on = true;
       options.delta.bases = state.bases[p].get();
       options.delta.held_version = state.held[p];
+      if (tweak) tweak(p, options.delta);
       results[p] =
           ExecuteTransfers(job, plan.segments, test::AllProcesses(job), StagingBudget{4096}, p,
                            test::BuffersOf(job, p, source, target), *used, **group, options);
@@ -136,11 +152,7 @@ TEST(DeltaRunTest, TwentySmallUpdatesLandBitExactAsDeltasAndFallBackToDensePerRo
   HostBuffers source(job.source(), test::kSourceFill);
   ASSERT_TRUE(test::FillLogical(job.source(), 1, &source).ok());
   HostBuffers target(job.target(), test::kPoison);
-  DeltaJobState state;
-  for (int32_t p = 0; p < job.num_processes(); ++p) {
-    state.bases.push_back(std::make_unique<DeltaBaseStore>(int64_t{1} << 30));
-  }
-  state.held.assign(job.num_processes(), std::nullopt);
+  DeltaJobState state = NewDeltaJobState(job);
   std::mt19937_64 random(44);
   const int32_t kFirstRollout = kTrainers;
   int64_t wire_bytes = 0, dense_bytes = 0;  // Of the rollouts that got deltas.
@@ -191,6 +203,101 @@ TEST(DeltaRunTest, TwentySmallUpdatesLandBitExactAsDeltasAndFallBackToDensePerRo
   std::printf("delta steps: %lld bytes received of %lld dense (%.4f)\n",
               static_cast<long long>(wire_bytes), static_cast<long long>(dense_bytes), fraction);
   EXPECT_LT(fraction, 0.2);
+}
+
+// A message whose first chunks changed everywhere (sent dense) and whose later ones saved travels
+// encoded with the dense chunks in their places (deferred until a chunk saves), bit-exact.
+TEST(DeltaRunTest, ChunksThatChangedEverywhereTravelDenseBesideDeltas) {
+  const Job job = DeltaJob();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  HostBuffers source(job.source(), test::kSourceFill);
+  ASSERT_TRUE(test::FillLogical(job.source(), 1, &source).ok());
+  HostBuffers target(job.target(), test::kPoison);
+  DeltaJobState state = NewDeltaJobState(job);
+  std::mt19937_64 random(47);
+  for (uint64_t version = 1; version <= 4; ++version) {
+    SCOPED_TRACE(testing::Message() << "version " << version);
+    if (version > 1) SmallUpdate(job, source, 0.02, random, /*wholly_below=*/4096);
+    std::vector<absl::StatusOr<TransferStats>> results =
+        Sync(job, plan, source, target, state, version, version % 2 == 0);
+    for (int32_t p = 0; p < job.num_processes(); ++p) {
+      ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p].status();
+      if (version > 1) EXPECT_GT(results[p]->delta_messages, 0) << "process " << p;
+    }
+    ASSERT_NO_FATAL_FAILURE(ExpectTargetsExact(job, plan, source, target));
+  }
+}
+
+// delta=auto decides each lane from its path class's rule and the changed fraction the agreement
+// sums, alike on both ends: where the class pays (a slow link) the lanes run delta once a sync has
+// measured the fraction (the first ones probe), where it does not (a class left out of the rule,
+// as shared memory is) they run dense and no base is recorded, and once the agreed fraction is
+// above the class's threshold they stop. A process with another rule is refused before any byte
+// moves, so the two ends of a lane never decide differently.
+TEST(DeltaRunTest, AutoRunsDeltaOnlyWhereItsPathClassPaysAndBothEndsDecideAlike) {
+  const Job job = DeltaJob();
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const std::string path(job.PathClass(0, kTrainers));  // Every trainer-rollout pair's class.
+  struct Case {
+    std::map<std::string, double> rule;
+    int64_t delta_from;  // The first version whose rollouts get deltas; 0: none.
+    int64_t delta_until;
+  };
+  const Case cases[] = {{{{path, 0.3}}, 2, 5},            // Pays: delta from the first base on.
+                        {{{"inter_node_x", 0.3}}, 0, 0},  // Another class: dense throughout.
+                        {{{path, 0.01}}, 2, 2}};          // Measured above 1 %: off after one.
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "threshold " << c.rule.begin()->second);
+    HostBuffers source(job.source(), test::kSourceFill);
+    ASSERT_TRUE(test::FillLogical(job.source(), 1, &source).ok());
+    HostBuffers target(job.target(), test::kPoison);
+    DeltaJobState state = NewDeltaJobState(job);
+    std::vector<DeltaObservation> observed(job.num_processes());
+    std::mt19937_64 random(46);
+    for (int64_t version = 1; version <= 5; ++version) {
+      SCOPED_TRACE(testing::Message() << "version " << version);
+      if (version > 1) SmallUpdate(job, source, 0.02, random);
+      std::vector<absl::StatusOr<TransferStats>> results =
+          Sync(job, plan, source, target, state, version, false, -1,
+               [&](int32_t p, DeltaOptions& delta) {
+                 delta.automatic = true;
+                 delta.pays_below = c.rule;
+                 delta.observed = observed[p];
+               });
+      for (int32_t p = 0; p < job.num_processes(); ++p) {
+        ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p].status();
+        if (results[p]->delta_observed.compared_elements > 0) {
+          observed[p] = results[p]->delta_observed;
+        }
+      }
+      ASSERT_NO_FATAL_FAILURE(ExpectTargetsExact(job, plan, source, target));
+      const bool deltas = version >= c.delta_from && version <= c.delta_until;
+      for (int32_t p = 0; p < job.num_processes(); ++p) {
+        EXPECT_EQ(results[p]->delta_messages > 0, deltas) << "process " << p;
+      }
+      if (c.delta_from == 0) {
+        for (int32_t p = 0; p < kTrainers; ++p) EXPECT_EQ(state.bases[p]->held_bytes(), 0);
+      }
+      if (version >= 3 && c.delta_from != 0) {
+        ASSERT_TRUE(results[0]->delta_changed_fraction.has_value());
+        EXPECT_GT(*results[0]->delta_changed_fraction, 0.01);
+        EXPECT_LT(*results[0]->delta_changed_fraction, 0.1);
+      }
+    }
+  }
+  // One process with another rule: every process refuses the batch, naming the rules.
+  HostBuffers source(job.source(), test::kSourceFill);
+  HostBuffers target(job.target(), test::kPoison);
+  DeltaJobState state = NewDeltaJobState(job);
+  std::vector<absl::StatusOr<TransferStats>> results =
+      Sync(job, plan, source, target, state, 1, false, -1, [&](int32_t p, DeltaOptions& delta) {
+        delta.automatic = true;
+        delta.pays_below = {{path, p == kTrainers ? 0.2 : 0.3}};
+      });
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    EXPECT_EQ(results[p].status().code(), absl::StatusCode::kFailedPrecondition) << p;
+    EXPECT_THAT(results[p].status().message(), HasSubstr("delta=auto rules differ")) << p;
+  }
 }
 
 // The sender's side of a one-message lane, by hand: the agreement, then `announcement` and

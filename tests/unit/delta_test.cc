@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -55,20 +56,31 @@ std::vector<uint8_t> Nudge(const std::vector<uint8_t>& base, int element_bytes, 
   return current;
 }
 
+// A random chunk of elements of 1, 2, 4 or 8 bytes (by trial) and a copy with about `fraction` of
+// them changed: odd trials nudge elements (small differences), even ones flip a random byte of
+// each.
+struct Trial {
+  int element_bytes;
+  int64_t elements;
+  std::vector<uint8_t> base;
+  std::vector<uint8_t> current;
+  int64_t changed;
+};
+Trial MakeTrial(int trial, int64_t most_elements, double fraction, std::mt19937_64& random) {
+  Trial t{1 << (trial % 4), static_cast<int64_t>(random() % most_elements), {}, {}, 0};
+  t.base = RandomBytes(t.elements * t.element_bytes, random);
+  t.current = trial % 2 == 1 ? Nudge(t.base, t.element_bytes, fraction, random, &t.changed)
+                             : Change(t.base, t.element_bytes, fraction, random, &t.changed);
+  return t;
+}
+
 TEST(DeltaCodecTest, RoundTripIsBitExactAndTheSmallestKindIsChosen) {
   std::mt19937_64 random(44);
   const double fractions[] = {0.0, 0.0005, 0.01, 0.1, 0.3, 0.49, 0.51, 0.9, 1.0};
   int kinds_seen[4] = {0, 0, 0, 0};
   for (int trial = 0; trial < 800; ++trial) {
-    const int element_bytes = 1 << (trial % 4);
-    const int64_t elements = static_cast<int64_t>(random() % 4000);
-    const double fraction = fractions[trial % std::size(fractions)];
-    const std::vector<uint8_t> base = RandomBytes(elements * element_bytes, random);
-    int64_t changed = 0;
-    // Odd trials nudge elements (small differences), even ones flip a random byte of each.
-    const std::vector<uint8_t> current =
-        trial % 2 == 1 ? Nudge(base, element_bytes, fraction, random, &changed)
-                       : Change(base, element_bytes, fraction, random, &changed);
+    const auto [element_bytes, elements, base, current, changed] =
+        MakeTrial(trial, 4000, fractions[trial % std::size(fractions)], random);
     std::vector<uint8_t> encoded;
     absl::StatusOr<DeltaEncodingSummary> summary =
         EncodeDelta(base, current, element_bytes, &encoded);
@@ -281,6 +293,66 @@ TEST(DeltaCodecTest, ApplyRefusesEncodingsThatDoNotFitTheTarget) {
   bits[first / 8] &= ~(1 << (first % 8));
   bits[12] |= 1 << 4;
   EXPECT_TRUE(refused(stray, 2, 200));
+}
+
+// The sender's one pass: the same bytes as EncodeDelta, appended, and the base left holding the
+// current bytes, for every element size, chunks with a tail shorter than the 64-byte block, and
+// chunks the comparison stops in (mostly changed).
+TEST(DeltaCodecTest, AdvancingTheBaseEncodesAlikeAndLeavesTheBaseCurrent) {
+  std::mt19937_64 random(45);
+  const double fractions[] = {0.0, 0.01, 0.04, 0.3, 0.6, 1.0};
+  for (int trial = 0; trial < 400; ++trial) {
+    const auto [element_bytes, elements, base, current, changed] =
+        MakeTrial(trial, 3000, fractions[trial % std::size(fractions)], random);
+    std::vector<uint8_t> expected;
+    absl::StatusOr<DeltaEncodingSummary> summary =
+        EncodeDelta(base, current, element_bytes, &expected);
+    ASSERT_TRUE(summary.ok());
+    std::vector<uint8_t> advanced = base;
+    std::vector<uint8_t> appended = {1, 2, 3};  // Kept: the encoding is appended.
+    absl::StatusOr<DeltaEncodingSummary> again =
+        AppendDeltaAdvancingBase(absl::MakeSpan(advanced), current, element_bytes, &appended);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->kind, summary->kind) << "trial " << trial;
+    EXPECT_EQ(again->changed_elements, summary->changed_elements) << "trial " << trial;
+    ASSERT_EQ(appended.size(), 3 + expected.size()) << "trial " << trial;
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), appended.begin() + 3))
+        << "trial " << trial;
+    EXPECT_EQ(advanced, current) << "trial " << trial;
+  }
+  std::vector<uint8_t> odd(6), out;
+  EXPECT_FALSE(AppendDeltaAdvancingBase(absl::MakeSpan(odd), odd, 4, &out).ok());
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(DeltaBaseStoreTest, AnAdvancedBaseIsPendingUntilItsSyncCommits) {
+  DeltaBaseStore store(1000);
+  ASSERT_TRUE(store.Record(1, std::vector<uint8_t>(100, 1)));
+  EXPECT_FALSE(store.Advance(1, 5).has_value());  // Pending: no version yet.
+  store.Commit(5);
+  EXPECT_FALSE(store.Advance(1, 4).has_value());
+  std::optional<absl::Span<uint8_t>> base = store.Advance(1, 5);
+  ASSERT_TRUE(base.has_value());
+  ASSERT_EQ(base->size(), 100u);
+  std::fill(base->begin(), base->end(), 2);    // What sync 6 sends.
+  EXPECT_FALSE(store.Base(1, 5).has_value());  // Pending now.
+  store.Commit(6);
+  ASSERT_TRUE(store.Base(1, 6).has_value());
+  EXPECT_EQ(std::vector<uint8_t>(store.Base(1, 6)->begin(), store.Base(1, 6)->end()),
+            std::vector<uint8_t>(100, 2));
+  ASSERT_TRUE(store.Advance(1, 6).has_value());
+  store.Abort();  // The aborted sync's advanced base is dropped: the receiver may be dirty.
+  EXPECT_FALSE(store.Base(1, 6).has_value());
+  EXPECT_EQ(store.held_bytes(), 0);
+  // A base of several huge pages (DeltaBaseStore::Entry) holds its bytes like any other.
+  std::vector<uint8_t> large(int64_t{9} << 20);
+  for (size_t i = 0; i < large.size(); i += 4096) large[i] = static_cast<uint8_t>(i >> 12);
+  DeltaBaseStore big(int64_t{16} << 20);
+  ASSERT_TRUE(big.Record(2, large));
+  big.Commit(1);
+  ASSERT_TRUE(big.Base(2, 1).has_value());
+  EXPECT_TRUE(std::equal(large.begin(), large.end(), big.Base(2, 1)->begin()));
+  EXPECT_EQ(big.held_bytes(), int64_t{9} << 20);
 }
 
 TEST(DeltaBaseStoreTest, ABaseServesOnlyTheVersionItsSyncCommitted) {

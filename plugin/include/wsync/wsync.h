@@ -144,8 +144,10 @@ typedef struct wsync_config {
                                         that names another GPU than this is refused. */
   int32_t delta;                     /* Delta sync (issue 44): WSYNC_DELTA_OFF (0, the default):
                                         every sync moves every byte of the plan;
-                                        WSYNC_DELTA_AUTO (1): delta where the cost model says it
-                                        pays, for now the same as off; WSYNC_DELTA_ON (2): senders
+                                        WSYNC_DELTA_AUTO (1): delta per path class where the
+                                        calibration's cost model says it pays (never over shared
+                                        memory; off without a calibration that measured delta's
+                                        encode and apply rates); WSYNC_DELTA_ON (2): senders
                                         move only the elements changed since the version a
                                         rollout committed last and holds (dense to a rollout that
                                         is new, dirty, rebound or was in an aborted sync since);
@@ -448,8 +450,7 @@ typedef struct wsync_plugin_v1 {
    * through untouched and must stay valid until finalize returns. REGISTERED only. */
   wsync_status_t (*set_parameter_wave)(wsync_session_t* session, const char* parameter,
                                        int32_t wave);
-  wsync_status_t (*set_wave_callback)(wsync_session_t* session, wsync_wave_fn callback,
-                                      void* user);
+  wsync_status_t (*set_wave_callback)(wsync_session_t* session, wsync_wave_fn callback, void* user);
 
   /* Appended to v1 (a library from before it ends the table at set_wave_callback): where this
    * process's log lines go and which are delivered. Process-wide (every session, a hosted
@@ -474,9 +475,9 @@ typedef struct wsync_plugin_v1 {
 
 /* Whether a v1 table of `table_size` bytes (the library's wsyncPlugin_v1 symbol size, above) has
  * entry `entry`, a member name of wsync_plugin_v1_t. */
-#define WSYNC_PLUGIN_V1_HAS(table_size, entry)                     \
-  ((size_t)(table_size) >= offsetof(wsync_plugin_v1_t, entry) + \
-                               sizeof(((const wsync_plugin_v1_t*)0)->entry))
+#define WSYNC_PLUGIN_V1_HAS(table_size, entry) \
+  ((size_t)(table_size) >=                     \
+   offsetof(wsync_plugin_v1_t, entry) + sizeof(((const wsync_plugin_v1_t*)0)->entry))
 
 #ifdef __cplusplus
 }
