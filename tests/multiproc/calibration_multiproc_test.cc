@@ -81,7 +81,7 @@ TEST(CalibrationMultiprocTest, EveryPatternOverUcx) {
   }
   EXPECT_EQ(count,
             test::ExpectedProbeSamples(n, sizes, widths, /*node_pairs=*/2, /*nodes_inside=*/2,
-                                       /*quantize=*/true));
+                                       /*quantize=*/true, /*delta=*/true));
   EXPECT_EQ(std::vector<std::string>(calibration->nodes().begin(), calibration->nodes().end()),
             std::vector<std::string>({"a", "a", "b", "b"}));
 

@@ -266,8 +266,9 @@ TEST(DeltaRunTest, AutoRunsDeltaOnlyWhereItsPathClassPaysAndBothEndsDecideAlike)
                });
       for (int32_t p = 0; p < job.num_processes(); ++p) {
         ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p].status();
-        if (results[p]->delta_observed.compared_elements > 0) {
-          observed[p] = results[p]->delta_observed;
+        if (results[p]->delta_compared_elements > 0) {
+          observed[p] = DeltaObservation{results[p]->delta_changed_elements,
+                                         results[p]->delta_compared_elements};
         }
       }
       ASSERT_NO_FATAL_FAILURE(ExpectTargetsExact(job, plan, source, target));
