@@ -29,8 +29,8 @@ struct DeltaBenchOptions {
   std::string model = "qwen2.5-0.5b";
   std::string from = "megatron(tp=2)";
   std::string to = "vllm(tp=2)";
-  int32_t steps = 3;   // Versions per job: the first primes the bases (dense), the rest timed.
-  int32_t rounds = 2;  // Jobs per row, the rows alternating.
+  int32_t steps = 4;   // Versions per job: the first primes the bases (dense), the rest timed.
+  int32_t rounds = 1;  // Jobs per row, the rows alternating.
   std::string lrs = "1e-6";    // AdamW learning rates of the timed rows, comma-separated.
   double weight_decay = 0.01;  // AdamW's decoupled weight decay (wsync_host --weight_decay).
   std::string links = "tcp,shm,netns";  // Which links' rows run (netns needs root).

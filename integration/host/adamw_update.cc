@@ -1,7 +1,11 @@
 #include "integration/host/adamw_update.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -166,11 +170,30 @@ absl::StatusOr<std::unique_ptr<AdamWShard>> AdamWShard::Create(const Layout& par
         {&piece, test::ParamKey(param.name), InitKindOf(param.name), shard->elements_});
     shard->elements_ += elements;
   }
-  shard->master_ = std::make_unique_for_overwrite<float[]>(shard->elements_);
-  shard->m_ = std::make_unique<float[]>(shard->elements_);  // Zero: value-initialised.
-  shard->v_ = std::make_unique<float[]>(shard->elements_);
+  shard->master_ = AllocateState(shard->elements_);
+  shard->m_ = AllocateState(shard->elements_);
+  shard->v_ = AllocateState(shard->elements_);
+  if (!shard->master_ || !shard->m_ || !shard->v_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate the AdamW state of ", shard->elements_, " elements (12 bytes each)"));
+  }
+  std::memset(shard->m_.get(), 0, shard->elements_ * sizeof(float));
+  std::memset(shard->v_.get(), 0, shard->elements_ * sizeof(float));
   shard->Initialize();
   return shard;
+}
+
+void AdamWShard::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+AdamWShard::StateArray AdamWShard::AllocateState(int64_t elements) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes =
+      (std::max<size_t>(1, static_cast<size_t>(elements) * sizeof(float)) + kHugePage - 1) /
+      kHugePage * kHugePage;
+  void* memory = std::aligned_alloc(kHugePage, bytes);
+  // Advice only: without huge pages it works as before.
+  if (memory != nullptr) madvise(memory, bytes, MADV_HUGEPAGE);
+  return StateArray(static_cast<float*>(memory));
 }
 
 void AdamWShard::Initialize() {

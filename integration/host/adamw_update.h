@@ -77,7 +77,14 @@ class AdamWShard {
   std::vector<PieceState> pieces_;
   int64_t elements_ = 0;
   int64_t steps_ = 0;
-  std::unique_ptr<float[]> master_, m_, v_;
+  // Each array in 2 MiB-aligned memory advised for transparent huge pages: 3 GB of state faults
+  // in 1.5 k pages instead of 786 k.
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  using StateArray = std::unique_ptr<float[], FreeDeleter>;
+  static StateArray AllocateState(int64_t elements);  // Null when out of memory.
+  StateArray master_, m_, v_;
 };
 
 // The bf16 bits nearest to `value` (ties to even); `value` must not be a NaN.

@@ -99,8 +99,8 @@ TEST_F(FlagsTest, DefaultsAreTheBenchmarksOwn) {
   EXPECT_EQ(delta.model, "qwen2.5-0.5b");
   EXPECT_EQ(delta.from, "megatron(tp=2)");
   EXPECT_EQ(delta.to, "vllm(tp=2)");
-  EXPECT_EQ(delta.steps, 3);
-  EXPECT_EQ(delta.rounds, 2);
+  EXPECT_EQ(delta.steps, 4);
+  EXPECT_EQ(delta.rounds, 1);
   EXPECT_EQ(delta.lrs, "1e-6");
   EXPECT_EQ(delta.verify_lrs, "1e-6,1e-5");
   EXPECT_EQ(delta.weight_decay, 0.01);
