@@ -76,17 +76,18 @@ ABSL_FLAG(std::string, delta, "off",
           "The plugin's delta setting (wsync_config_t.delta): off (every sync moves every byte), "
           "auto (where the cost model says it pays; for now as off) or on (senders move only the "
           "elements changed since the version a rollout holds).");
-ABSL_FLAG(std::string, update, "none",
-          "What trainers write before each version besides --verify and --fill_pattern: none, or "
-          "adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
-          "(linear and embedding weights normal(0, --init_std), norm weights 1, biases 0), one "
-          "AdamW step per version (beta1 0.9, beta2 0.999, eps 1e-8, decoupled weight decay "
-          "--weight_decay on the linear and embedding weights) on random gradients, normal and "
-          "drawn afresh per element and step (Adam normalises them, so the update's size is set "
-          "by --lr, as in real post-training), cast to bf16 (nearest even). Deterministic from "
-          "--update_seed and each element's logical index, so the shards of any layout agree; "
-          "the rollouts cannot recompute them cheaply: with adamw --verify must be false (use "
-          "--verify_hashes). Prints update_seconds= per version.");
+ABSL_FLAG(
+    std::string, update, "none",
+    "What trainers write before each version: none (--verify's or --fill_pattern's values), or "
+    "adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
+    "(linear and embedding weights normal(0, --init_std), norm weights 1, biases 0), one "
+    "AdamW step per version (beta1 0.9, beta2 0.999, eps 1e-8, decoupled weight decay "
+    "--weight_decay on the linear and embedding weights) on random gradients, normal and "
+    "drawn afresh per element and step (Adam normalises them, so the update's size is set "
+    "by --lr, as in real post-training), cast to bf16 (nearest even). Deterministic from "
+    "--update_seed and each element's logical index, so the shards of any layout agree; "
+    "the rollouts cannot recompute them cheaply: with adamw --verify must be false (use "
+    "--verify_hashes). Prints update_seconds= per version.");
 ABSL_FLAG(double, lr, 1e-6, "--update adamw: the learning rate.");
 ABSL_FLAG(double, weight_decay, 0.01,
           "--update adamw: decoupled weight decay of the linear and embedding weights (norm "
