@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -234,9 +236,7 @@ std::string VerificationText(JobCheck check) {
 // ---------------------------------------------------------------------------------------------
 // wsync jobs.
 
-namespace {
-
-double Field(const std::map<std::string, std::string>& stats, const std::string& key) {
+double StatsFigure(const std::map<std::string, std::string>& stats, const std::string& key) {
   double value = 0;
   auto it = stats.find(key);
   // A malformed figure reads as 0, as an absent one does.
@@ -244,17 +244,30 @@ double Field(const std::map<std::string, std::string>& stats, const std::string&
   return value;
 }
 
-// The sum of every field whose key starts with `prefix` (wire_sent_<path> over the path classes).
-int64_t SumFields(const std::map<std::string, std::string>& stats, const std::string& prefix) {
+int64_t SumStatsFigures(const std::map<std::string, std::string>& stats,
+                        const std::string& prefix) {
   int64_t sum = 0;
   for (auto it = stats.lower_bound(prefix); it != stats.end(); ++it) {
     if (!absl::StartsWith(it->first, prefix)) break;
-    sum += static_cast<int64_t>(Field(stats, it->first));
+    sum += static_cast<int64_t>(StatsFigure(stats, it->first));
   }
   return sum;
 }
 
-}  // namespace
+absl::StatusOr<std::optional<harness::NetnsPair>> ShapedNetnsPair(const std::string& rate,
+                                                                  std::string* reason) {
+  std::optional<harness::NetnsPair> pair = harness::NetnsPair::Create(reason);
+  if (!pair) return pair;
+  for (int side = 0; side < 2; ++side) {
+    const std::string command =
+        absl::StrCat("ip netns exec ", pair->ns(side), " tc qdisc add dev ", pair->device(side),
+                     " root tbf rate ", rate, " burst 1mb latency 100ms");
+    if (std::system(command.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("'", command, "' failed"));
+    }
+  }
+  return pair;
+}
 
 absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  const std::string& model, const std::string& from,
@@ -327,20 +340,20 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
             p, options.host, s.library));
       }
       s.library = library->second;
-      const double seconds = Field(stats, "seconds");
-      const double call = Field(stats, "sync_seconds");
+      const double seconds = StatsFigure(stats, "seconds");
+      const double call = StatsFigure(stats, "sync_seconds");
       s.seconds = std::max(s.seconds, seconds);
       s.sync_seconds = std::max(s.sync_seconds, call);
-      s.cpu_seconds += Field(stats, "cpu_seconds");
-      s.cpu_user_seconds += Field(stats, "cpu_user_seconds");
-      s.wire_bytes += SumFields(stats, "wire_sent_");
+      s.cpu_seconds += StatsFigure(stats, "cpu_seconds");
+      s.cpu_user_seconds += StatsFigure(stats, "cpu_user_seconds");
+      s.wire_bytes += SumStatsFigures(stats, "wire_sent_");
       if (p >= facts.trainers) {
-        const auto received = static_cast<int64_t>(Field(stats, "received"));
+        const auto received = static_cast<int64_t>(StatsFigure(stats, "received"));
         s.rollout_bytes = std::max(s.rollout_bytes, received);
-        rounds = std::max(rounds, static_cast<int32_t>(Field(stats, "rounds")));
+        rounds = std::max(rounds, static_cast<int32_t>(StatsFigure(stats, "rounds")));
         s.total_bytes += received;
-        verified += static_cast<int64_t>(Field(stats, "verified"));
-        quant_verified += static_cast<int64_t>(Field(stats, "quant_verified"));
+        verified += static_cast<int64_t>(StatsFigure(stats, "verified"));
+        quant_verified += static_cast<int64_t>(StatsFigure(stats, "quant_verified"));
       }
     }
     if (verify_quant && quant_verified != facts.fp8_elements) {

@@ -8,12 +8,15 @@
 // setting comes in a JobOptions (filled once per benchmark from its flags, flags.cc).
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "executor/schedule.h"
+#include "integration/harness/launcher.h"
 #include "planner/models.h"
 #include "planner/quant_plan.h"
 
@@ -157,6 +160,19 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
                                                  int32_t warmup, int32_t syncs, JobCheck check,
                                                  const JobOptions& options,
                                                  std::vector<int64_t>* peak_rss_bytes = nullptr);
+
+// The figure `key` of a STATS line (harness::WorkerResult::stats), 0 when absent or malformed.
+double StatsFigure(const std::map<std::string, std::string>& stats, const std::string& key);
+
+// The sum of a STATS line's figures whose keys start with `prefix` (wire_sent_<path> over the
+// path classes).
+int64_t SumStatsFigures(const std::map<std::string, std::string>& stats, const std::string& prefix);
+
+// Two network namespaces joined by a veth shaped by tc tbf to `rate` (tc's syntax: "1000mbit") on
+// both ends (burst 1 MB). nullopt with *reason where namespaces cannot be made (not root, no
+// iproute2); Internal when tc fails.
+absl::StatusOr<std::optional<harness::NetnsPair>> ShapedNetnsPair(const std::string& rate,
+                                                                  std::string* reason);
 
 // This program's path (/proc/self/exe).
 absl::StatusOr<std::string> SelfPath();

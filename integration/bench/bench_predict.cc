@@ -92,19 +92,8 @@ absl::StatusOr<std::optional<harness::NetnsPair>> ShapedPair(bool wanted, const 
                                                              std::FILE* out) {
   if (!wanted) return std::optional<harness::NetnsPair>();
   std::string reason;
-  std::optional<harness::NetnsPair> pair = harness::NetnsPair::Create(&reason);
-  if (!pair) {
-    absl::FPrintF(out, "  skipped: %s\n", reason);
-    return pair;
-  }
-  for (int side = 0; side < 2; ++side) {
-    const std::string command =
-        absl::StrCat("ip netns exec ", pair->ns(side), " tc qdisc add dev ", pair->device(side),
-                     " root tbf rate ", rate, " burst 1mb latency 100ms");
-    if (std::system(command.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("'", command, "' failed"));
-    }
-  }
+  WSYNC_ASSIGN_OR_RETURN(std::optional<harness::NetnsPair> pair, ShapedNetnsPair(rate, &reason));
+  if (!pair) absl::FPrintF(out, "  skipped: %s\n", reason);
   return pair;
 }
 

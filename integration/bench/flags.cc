@@ -168,6 +168,29 @@ ABSL_FLAG(int32_t, relay_rounds, wsync::bench::RelayBenchOptions().rounds,
 ABSL_FLAG(double, relay_timeout_s, wsync::bench::RelayBenchOptions().timeout_s,
           "Limit of each job, seconds.");
 
+// delta.
+ABSL_FLAG(int32_t, delta_steps, wsync::bench::DeltaBenchOptions().steps,
+          "delta: versions per job (one AdamW step each); the first is dense for every mode (it "
+          "primes the senders' bases), the others are timed.");
+ABSL_FLAG(int32_t, delta_rounds, wsync::bench::DeltaBenchOptions().rounds,
+          "delta: jobs per row, the rows taking turns.");
+ABSL_FLAG(std::string, delta_lrs, wsync::bench::DeltaBenchOptions().lrs,
+          "delta: AdamW learning rates of the timed rows, comma-separated; every link's rows run "
+          "at each.");
+ABSL_FLAG(std::string, delta_verify_lrs, wsync::bench::DeltaBenchOptions().verify_lrs,
+          "delta: learning rates of the verified delta=on jobs before the rounds (verify=hash; "
+          "their bytes sent per version printed), comma-separated; empty: none.");
+ABSL_FLAG(double, delta_weight_decay, wsync::bench::DeltaBenchOptions().weight_decay,
+          "delta: AdamW's decoupled weight decay of the linear and embedding weights.");
+ABSL_FLAG(std::string, delta_links, wsync::bench::DeltaBenchOptions().links,
+          "delta: the links whose rows run, comma-separated: tcp (off, on), shm (off, on, auto), "
+          "netns (off, on; root, else skipped).");
+ABSL_FLAG(int32_t, delta_rate_mbit, wsync::bench::DeltaBenchOptions().rate_mbit,
+          "delta: rate tc gives the veth between the namespaces, Mbit/s.");
+ABSL_FLAG(bool, delta_verify_timed, wsync::bench::DeltaBenchOptions().verify_timed,
+          "delta: verify=hash in the timed jobs too (every sync's chunk digests checked; the "
+          "hashing is then in every figure).");
+
 namespace wsync::bench {
 namespace {
 
@@ -288,6 +311,26 @@ RelayBenchOptions RelayOptionsFromFlags() {
   o.syncs = absl::GetFlag(FLAGS_relay_syncs);
   o.rounds = absl::GetFlag(FLAGS_relay_rounds);
   o.timeout_s = absl::GetFlag(FLAGS_relay_timeout_s);
+  o.job = JobOptionsFromFlags();
+  return o;
+}
+
+DeltaBenchOptions DeltaOptionsFromFlags() {
+  DeltaBenchOptions o;
+  o.model = Or(absl::GetFlag(FLAGS_model), o.model);
+  o.from = Or(absl::GetFlag(FLAGS_from), o.from);
+  o.to = Or(absl::GetFlag(FLAGS_to), o.to);
+  o.steps = absl::GetFlag(FLAGS_delta_steps);
+  o.rounds = absl::GetFlag(FLAGS_delta_rounds);
+  o.lrs = absl::GetFlag(FLAGS_delta_lrs);
+  o.weight_decay = absl::GetFlag(FLAGS_delta_weight_decay);
+  o.links = absl::GetFlag(FLAGS_delta_links);
+  o.rate_mbit = absl::GetFlag(FLAGS_delta_rate_mbit);
+  o.verify_lrs = absl::GetFlag(FLAGS_delta_verify_lrs);
+  o.verify_timed = absl::GetFlag(FLAGS_delta_verify_timed);
+  o.shm_tls = absl::GetFlag(FLAGS_sync_shm_tls);
+  o.tcp_tls = absl::GetFlag(FLAGS_sync_tcp_tls);
+  o.tcp_devices = absl::GetFlag(FLAGS_sync_tcp_devices);
   o.job = JobOptionsFromFlags();
   return o;
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "integration/bench/bench_compare.h"
+#include "integration/bench/bench_delta.h"
 #include "integration/bench/bench_executor.h"
 #include "integration/bench/bench_predict.h"
 #include "integration/bench/bench_relay.h"
@@ -23,6 +24,7 @@ SyncBenchOptions SyncOptionsFromFlags();
 CompareBenchOptions CompareOptionsFromFlags(const std::string& command);
 PredictBenchOptions PredictOptionsFromFlags();
 RelayBenchOptions RelayOptionsFromFlags();
+DeltaBenchOptions DeltaOptionsFromFlags();
 
 // `wsync-bench memcpy`'s bytes and the source's byte value.
 struct MemcpyOptions {

@@ -48,10 +48,13 @@ std::string MachineDescription() {
   }
   utsname name = {};
   uname(&name);
-  std::string load = std::string(absl::StripAsciiWhitespace(ReadWholeFile("/proc/loadavg")));
   return absl::StrFormat("%d cores (%s), %.0f GiB, Linux %s; load average at start %s",
-                         sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib, name.release,
-                         load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)));
+                         sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib, name.release, LoadAverage());
+}
+
+std::string LoadAverage() {
+  const std::string load(absl::StripAsciiWhitespace(ReadWholeFile("/proc/loadavg")));
+  return load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1));
 }
 
 std::string CpuVectorFlags() {

@@ -11,6 +11,9 @@ namespace wsync::bench {
 // "2 cores (AMD EPYC), 23 GiB, Linux 6.1.0; load average at start 0.52 0.31 0.20".
 std::string MachineDescription();
 
+// /proc/loadavg's 1, 5 and 15 minute load averages now: "0.52 0.31 0.20".
+std::string LoadAverage();
+
 // The CPU's vector extensions that decide the kernels' speed, from /proc/cpuinfo's flags ("avx2
 // fma avx512f avx512bw avx512cd avx512dq avx512vl"; "none of ..." when it has none of them).
 std::string CpuVectorFlags();

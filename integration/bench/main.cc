@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "integration/bench/bench_compare.h"
+#include "integration/bench/bench_delta.h"
 #include "integration/bench/bench_executor.h"
 #include "integration/bench/bench_predict.h"
 #include "integration/bench/bench_relay.h"
@@ -32,7 +33,8 @@ std::string MemcpyUsage() {
 }
 
 std::string CommonUsage() {
-  return "flags of every benchmark that launches wsync jobs (sync, compare, predict, relay):\n"
+  return "flags of every benchmark that launches wsync jobs (sync, compare, predict, relay, "
+         "delta):\n"
          "  --sync_worker PATH  the jobs' host program, wsync_host (libwsync.so through its\n"
          "                      C ABI; default: next to wsync-bench, else integration/host/\n"
          "                      of its build tree)\n"
@@ -73,6 +75,7 @@ absl::Status Compare(int argc, char** argv) {
 }
 absl::Status Predict(int, char**) { return RunPredictBench(PredictOptionsFromFlags(), stdout); }
 absl::Status Relay(int, char**) { return RunRelayBench(RelayOptionsFromFlags(), stdout); }
+absl::Status Delta(int, char**) { return RunDeltaBench(DeltaOptionsFromFlags(), stdout); }
 absl::Status Memcpy(int, char**) {
   const MemcpyOptions options = MemcpyOptionsFromFlags();
   return RunMemcpyProbe(options.bytes, options.pattern, stdout);
@@ -90,6 +93,7 @@ constexpr cli::Subcommand kBenchmarks[] = {
     {"compare", Help<CompareBenchUsage>, Main<Compare>},
     {"predict", Help<PredictBenchUsage>, Main<Predict>},
     {"relay", Help<RelayBenchUsage>, Main<Relay>},
+    {"delta", Help<DeltaBenchUsage>, Main<Delta>},
     {"memcpy", Help<MemcpyUsage>, Main<Memcpy>},
 };
 
@@ -103,12 +107,15 @@ std::string Usage() {
       "  predict   the cost model's predictions against measured syncs, per scenario\n"
       "  relay     relay never against auto across two tc-shaped network namespaces (root;\n"
       "            refused for now: the C ABI has no relay setting)\n"
+      "  delta     issue 44's scenario: AdamW updates synced dense against delta=on and auto\n"
+      "            over TCP, shared memory and a tc-shaped 1 Gbit/s link (root)\n"
       "  memcpy    internal: compare's memcpy limit, run as its child\n"
       "  help      print this message; `wsync-bench help BENCHMARK` or `wsync-bench BENCHMARK\n"
       "            --help`: its usage\n\n",
       CommonUsage());
-  for (std::string (*usage)() : {ExecutorBenchUsage, SyncBenchUsage, CompareBenchUsage,
-                                 PredictBenchUsage, RelayBenchUsage, MemcpyUsage}) {
+  for (std::string (*usage)() :
+       {ExecutorBenchUsage, SyncBenchUsage, CompareBenchUsage, PredictBenchUsage, RelayBenchUsage,
+        DeltaBenchUsage, MemcpyUsage}) {
     absl::StrAppend(&text, "\n", usage());
   }
   return text;

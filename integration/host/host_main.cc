@@ -6,12 +6,14 @@
 // stats, metrics_text, finalize. So a benchmark measures the library as shipped: its Session, its
 // threads and its metrics, as an engine loads them.
 //
-// Per version: a trainer writes the version's logical values (--verify) or the memory-speed
-// pattern (--fill_pattern), or leaves its constant bytes, and syncs; a rollout syncs, then checks
-// every element's logical value (--verify) and its FP8 weights and scales against the reference
-// quantizer of the trainers' pattern (--verify_quant), and its guard bytes. The checks run in the
-// library's wave callback (set_wave_callback: after the bytes landed, before the commit vote), so
-// a wrong byte fails the sync on every process, as wsync_test_worker's checks did.
+// Per version: a trainer writes the version's logical values (--verify), the memory-speed
+// pattern (--fill_pattern) or its AdamW step's bf16 weights (--update adamw: adamw_update.h), or
+// leaves its constant bytes, and syncs (with the library's delta setting, --delta); a rollout
+// syncs, then checks every element's logical value (--verify) and its FP8 weights and scales
+// against the reference quantizer of the trainers' pattern (--verify_quant), and its guard bytes.
+// The checks run in the library's wave callback (set_wave_callback: after the bytes landed, before
+// the commit vote), so a wrong byte fails the sync on every process, as wsync_test_worker's checks
+// did.
 //
 // Output (standard output), one line per version:
 //   STATS version= process= role= rank= library=<libwsync.so as /proc/self/maps shows it mapped>
@@ -21,6 +23,8 @@
 //         (this process, every thread, during the sync call) quant_verified=<e4m3 elements>
 //         wire_sent_<path class>= wire_received_<path class>= (the library's
 //         wsync_bytes_{sent,received}_total of this sync, from metrics_text)
+//         update_seconds=<the trainer's write of the version before the sync call: fill or
+//         AdamW step, with version 1 the AdamW state's initialisation; outside every other figure>
 // Exit status: 0 when every version committed and checked, 1 otherwise (the error on standard
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
@@ -48,6 +52,7 @@
 #include "integration/fill/fill.h"
 #include "integration/fill/pattern.h"
 #include "integration/fill/quant_check.h"
+#include "integration/host/adamw_update.h"
 #include "integration/host/fast_values.h"
 #include "integration/host/job_flags.h"
 #include "integration/host/plugin_host.h"
@@ -67,6 +72,30 @@ ABSL_FLAG(int32_t, corrupt_version, 0,
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory.");
+ABSL_FLAG(std::string, delta, "off",
+          "The plugin's delta setting (wsync_config_t.delta): off (every sync moves every byte), "
+          "auto (where the cost model says it pays; for now as off) or on (senders move only the "
+          "elements changed since the version a rollout holds).");
+ABSL_FLAG(
+    std::string, update, "none",
+    "What trainers write before each version: none (--verify's or --fill_pattern's values), or "
+    "adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
+    "(linear and embedding weights normal(0, --init_std), norm weights 1, biases 0), one "
+    "AdamW step per version (beta1 0.9, beta2 0.999, eps 1e-8, decoupled weight decay "
+    "--weight_decay on the linear and embedding weights) on random gradients, normal and "
+    "drawn afresh per element and step (Adam normalises them, so the update's size is set "
+    "by --lr, as in real post-training), cast to bf16 (nearest even). Deterministic from "
+    "--update_seed and each element's logical index, so the shards of any layout agree; "
+    "the rollouts cannot recompute them cheaply: with adamw --verify must be false (use "
+    "--verify_hashes). Prints update_seconds= per version.");
+ABSL_FLAG(double, lr, 1e-6, "--update adamw: the learning rate.");
+ABSL_FLAG(double, weight_decay, 0.01,
+          "--update adamw: decoupled weight decay of the linear and embedding weights (norm "
+          "weights and biases are not decayed).");
+ABSL_FLAG(double, init_std, 0.02,
+          "--update adamw: standard deviation of the initial linear and embedding weights (the "
+          "Qwen2 family's initializer_range, 0.02 in Qwen2.5-0.5B's config.json).");
+ABSL_FLAG(uint64_t, update_seed, 1, "--update adamw: the seed of the weights and gradients.");
 
 namespace wsync::host {
 namespace {
@@ -99,6 +128,15 @@ absl::StatusOr<int32_t> VerifySetting() {
   if (mode == "keyed") return 2;
   return absl::InvalidArgumentError(
       absl::StrCat("--verify_mode is off, hash or keyed, not '", mode, "'"));
+}
+
+// The library's delta setting from --delta.
+absl::StatusOr<int32_t> DeltaSetting() {
+  const std::string mode = absl::GetFlag(FLAGS_delta);
+  if (mode == "off") return WSYNC_DELTA_OFF;
+  if (mode == "auto") return WSYNC_DELTA_AUTO;
+  if (mode == "on") return WSYNC_DELTA_ON;
+  return absl::InvalidArgumentError(absl::StrCat("--delta is off, auto or on, not '", mode, "'"));
 }
 
 // The plugin's configuration from the flags. `config`'s strings point into this object: keep it
@@ -139,6 +177,7 @@ absl::Status FillConfig(bool trainer, int32_t trainers, int32_t rollouts, Config
   config.path_transports = c->path_transports.empty() ? nullptr : c->path_transports.c_str();
   config.calibration_file = c->calibration.empty() ? nullptr : c->calibration.c_str();
   WSYNC_ASSIGN_OR_RETURN(config.verify, VerifySetting());
+  WSYNC_ASSIGN_OR_RETURN(config.delta, DeltaSetting());
   return absl::OkStatus();
 }
 
@@ -147,7 +186,8 @@ struct Process {
   bool trainer = false;
   int32_t process = 0;  // Global: trainers first.
   Layout part;
-  Layout source;  // The whole trainer layout (--verify_quant).
+  Layout source;                      // The whole trainer layout (--verify_quant).
+  std::unique_ptr<AdamWShard> adamw;  // A trainer's optimizer state (--update adamw); else null.
 };
 
 // A rollout's checks of `version` in `memory` (--verify, --verify_quant) and of its guard bytes;
@@ -185,13 +225,17 @@ wsync_status_t CheckWave(void* user, int64_t version, int32_t /*wave*/) {
 }
 
 // One sync of `version` and this process's checks of it (`check`: the wave callback's, on a
-// rollout that checks its bytes; else null); prints its STATS line.
-absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
-                        test::HostBuffers& memory, const WaveCheck* check) {
+// rollout that checks its bytes; else null); prints its STATS line, whose update_seconds adds
+// `init_seconds` (the AdamW state's initialisation, before version 1) to this version's write.
+absl::Status RunVersion(const Plugin& plugin, Process& p, int64_t version,
+                        test::HostBuffers& memory, const WaveCheck* check, double init_seconds) {
   // Read at every version: the library the process runs, not the one it meant to load.
   WSYNC_ASSIGN_OR_RETURN(const std::string library, MappedFile("libwsync.so"));
   const bool verify = absl::GetFlag(FLAGS_verify);
-  if (p.trainer && verify) {
+  const absl::Time update_start = absl::Now();
+  if (p.adamw != nullptr) {
+    p.adamw->Step(memory);  // Version v: the masters after v steps.
+  } else if (p.trainer && verify) {
     WSYNC_RETURN_IF_ERROR(FillLogicalFast(p.part, static_cast<uint64_t>(version), memory));
     if (absl::GetFlag(FLAGS_rank) == 0 && version == absl::GetFlag(FLAGS_corrupt_version)) {
       CorruptFirstElements(p.part, memory);
@@ -199,6 +243,7 @@ absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
   } else if (p.trainer && absl::GetFlag(FLAGS_fill_pattern)) {
     test::FillPattern(static_cast<uint64_t>(version), &memory);
   }
+  const double update_seconds = init_seconds + absl::ToDoubleSeconds(absl::Now() - update_start);
   WSYNC_ASSIGN_OR_RETURN(const auto sent_before, PathBytes(plugin, /*sent=*/true));
   WSYNC_ASSIGN_OR_RETURN(const auto received_before, PathBytes(plugin, /*sent=*/false));
   const CpuTimes cpu_start = ProcessCpuTimes();
@@ -237,11 +282,11 @@ absl::Status RunVersion(const Plugin& plugin, const Process& p, int64_t version,
   std::string line = absl::StrFormat(
       "STATS version=%d process=%d role=%s rank=%d library=%s seconds=%.6f sync_seconds=%.6f "
       "sent=%d received=%d direct=%d staged=%d rounds=%d chunks=%d arena=%d verified=%d "
-      "cpu_seconds=%.6f cpu_user_seconds=%.6f quant_verified=%d",
+      "cpu_seconds=%.6f cpu_user_seconds=%.6f quant_verified=%d update_seconds=%.6f",
       version, p.process, p.trainer ? "trainer" : "rollout", absl::GetFlag(FLAGS_rank), library,
       stats.seconds, sync_seconds, stats.sent_bytes, stats.received_bytes, stats.direct_bytes,
       stats.staged_bytes, stats.rounds, stats.chunks, stats.peak_arena_bytes, stats.verified_chunks,
-      user + system, user, quant_verified);
+      user + system, user, quant_verified, update_seconds);
   for (const bool sent : {true, false}) {
     WSYNC_ASSIGN_OR_RETURN(const auto after, PathBytes(plugin, sent));
     const auto& before = sent ? sent_before : received_before;
@@ -298,8 +343,22 @@ absl::Status Run() {
                      "set_wave_callback"));
   }
   WSYNC_RETURN_IF_ERROR(plugin->Call(plugin->api().connect(plugin->session()), "connect"));
+  // After connect, so that the job's rendezvous does not wait for it; version 1's update_seconds
+  // includes it.
+  const absl::Time init_start = absl::Now();
+  if (p.trainer && absl::GetFlag(FLAGS_update) == "adamw") {
+    AdamWOptions adamw;
+    adamw.lr = absl::GetFlag(FLAGS_lr);
+    adamw.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+    adamw.init_std = absl::GetFlag(FLAGS_init_std);
+    adamw.seed = absl::GetFlag(FLAGS_update_seed);
+    WSYNC_ASSIGN_OR_RETURN(p.adamw, AdamWShard::Create(p.part, memory, adamw));
+  }
+  double init_seconds = absl::ToDoubleSeconds(absl::Now() - init_start);
   for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
-    WSYNC_RETURN_IF_ERROR(RunVersion(*plugin, p, version, memory, checks ? &check : nullptr));
+    WSYNC_RETURN_IF_ERROR(
+        RunVersion(*plugin, p, version, memory, checks ? &check : nullptr, init_seconds));
+    init_seconds = 0;
   }
   return plugin->Finalize();
 }
@@ -312,6 +371,21 @@ int main(int argc, char** argv) {
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role != "trainer" && role != "rollout") {
     absl::FPrintF(stderr, "wsync_host: --role must be trainer or rollout\n");
+    return 2;
+  }
+  const std::string update = absl::GetFlag(FLAGS_update);
+  if (update != "none" && update != "adamw") {
+    absl::FPrintF(stderr, "wsync_host: --update must be none or adamw, not '%s'\n", update);
+    return 2;
+  }
+  if (update == "adamw" && absl::GetFlag(FLAGS_verify)) {
+    absl::FPrintF(stderr,
+                  "wsync_host: --update adamw writes values the rollouts cannot recompute: pass "
+                  "--verify=false (and --verify_hashes for the library's chunk digests)\n");
+    return 2;
+  }
+  if (!wsync::host::DeltaSetting().ok()) {
+    absl::FPrintF(stderr, "wsync_host: %s\n", wsync::host::DeltaSetting().status().message());
     return 2;
   }
   const absl::Status status = wsync::host::Run();

@@ -21,6 +21,10 @@ ABSL_DECLARE_FLAG(std::string, sync_single_from);
 ABSL_DECLARE_FLAG(std::string, sync_quant);
 ABSL_DECLARE_FLAG(std::string, sync_quant_from);
 ABSL_DECLARE_FLAG(std::string, sync_quant_to);
+ABSL_DECLARE_FLAG(int32_t, delta_steps);
+ABSL_DECLARE_FLAG(std::string, delta_lrs);
+ABSL_DECLARE_FLAG(std::string, delta_links);
+ABSL_DECLARE_FLAG(bool, delta_verify_timed);
 
 namespace wsync::bench {
 namespace {
@@ -90,6 +94,37 @@ TEST_F(FlagsTest, DefaultsAreTheBenchmarksOwn) {
   EXPECT_EQ(relay.to, "vllm(tp=2,dp=2)");
   EXPECT_EQ(relay.rate_mbit, 100);
   EXPECT_EQ(relay.timeout_s, 120);
+
+  const DeltaBenchOptions delta = DeltaOptionsFromFlags();
+  EXPECT_EQ(delta.model, "qwen2.5-0.5b");
+  EXPECT_EQ(delta.from, "megatron(tp=2)");
+  EXPECT_EQ(delta.to, "vllm(tp=2)");
+  EXPECT_EQ(delta.steps, 4);
+  EXPECT_EQ(delta.rounds, 1);
+  EXPECT_EQ(delta.lrs, "1e-6");
+  EXPECT_EQ(delta.verify_lrs, "1e-6,1e-5");
+  EXPECT_EQ(delta.weight_decay, 0.01);
+  EXPECT_EQ(delta.links, "tcp,shm,netns");
+  EXPECT_EQ(delta.rate_mbit, 1000);
+  EXPECT_FALSE(delta.verify_timed);
+  EXPECT_EQ(delta.shm_tls, "sm,cma,self");
+  EXPECT_EQ(delta.tcp_devices, "lo");
+}
+
+TEST_F(FlagsTest, DeltaFlagsReachItsOptions) {
+  absl::SetFlag(&FLAGS_model, "qwen2.5-tiny");
+  absl::SetFlag(&FLAGS_sync_worker, "/w");
+  absl::SetFlag(&FLAGS_delta_steps, 5);
+  absl::SetFlag(&FLAGS_delta_lrs, "1e-5");
+  absl::SetFlag(&FLAGS_delta_links, "shm");
+  absl::SetFlag(&FLAGS_delta_verify_timed, true);
+  const DeltaBenchOptions delta = DeltaOptionsFromFlags();
+  EXPECT_EQ(delta.model, "qwen2.5-tiny");
+  EXPECT_EQ(delta.job.host, "/w");
+  EXPECT_EQ(delta.steps, 5);
+  EXPECT_EQ(delta.lrs, "1e-5");
+  EXPECT_EQ(delta.links, "shm");
+  EXPECT_TRUE(delta.verify_timed);
 }
 
 TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
