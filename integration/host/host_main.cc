@@ -25,6 +25,8 @@
 //         wsync_bytes_{sent,received}_total of this sync, from metrics_text)
 //         update_seconds=<the trainer's write of the version before the sync call: fill or
 //         AdamW step, with version 1 the AdamW state's initialisation; outside every other figure>
+//         predicted_delta_seconds=<process 0, with a calibration and delta on or auto: the cost
+//         model's prediction of the next delta sync at this sync's changed fraction>
 // Exit status: 0 when every version committed and checked, 1 otherwise (the error on standard
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
@@ -44,6 +46,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -295,6 +298,22 @@ absl::Status RunVersion(const Plugin& plugin, Process& p, int64_t version,
       const int64_t delta = bytes - (it == before.end() ? 0 : it->second);
       if (delta > 0)
         absl::StrAppend(&line, sent ? " wire_sent_" : " wire_received_", path, "=", delta);
+    }
+  }
+  // The cost model's prediction of the next delta sync (the schedule report's, with a
+  // calibration and delta on or auto: at this sync's changed fraction), on process 0.
+  if (p.process == 0) {
+    const std::string report = ScheduleReport(plugin);
+    const std::string kPredicted = "delta: predicted ";
+    const size_t at = report.find(kPredicted);
+    absl::string_view figure;
+    if (at != std::string::npos) {
+      figure = absl::string_view(report).substr(at + kPredicted.size());
+      figure = figure.substr(0, figure.find(' '));
+    }
+    double predicted = 0;
+    if (absl::SimpleAtod(figure, &predicted)) {
+      absl::StrAppendFormat(&line, " predicted_delta_seconds=%.6f", predicted);
     }
   }
   Print(line);
