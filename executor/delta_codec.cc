@@ -123,9 +123,9 @@ void ScanChunk(const uint8_t* base, const uint8_t* current, int64_t size, int64_
     }
     uint64_t lanes = DifferingElements<kBytes>(DifferingBytes(a, b));
     if (lanes == 0) continue;
-    if (gap + kRoom > scan->gaps.data() + scan->gaps.size() ||
-        diff + kRoom > scan->diffs.data() + scan->diffs.size()) {
-      const int64_t gaps_at = gap - scan->gaps.data(), diffs_at = diff - scan->diffs.data();
+    // Offsets, not pointers: an empty vector's data() may be null (no arithmetic on it).
+    const int64_t gaps_at = gap - scan->gaps.data(), diffs_at = diff - scan->diffs.data();
+    if (gaps_at + kRoom > std::ssize(scan->gaps) || diffs_at + kRoom > std::ssize(scan->diffs)) {
       scan->gaps.resize(2 * (gaps_at + kRoom));
       scan->diffs.resize(2 * (diffs_at + kRoom));
       gap = scan->gaps.data() + gaps_at;
@@ -362,8 +362,8 @@ void WriteEncoding(const DeltaEncodingSummary& summary, const Scan& scan,
     return;
   }
   if (summary.kind == DeltaKind::kDiffs) {
-    std::memcpy(body, scan.gaps.data(), scan.gap_bytes);
-    std::memcpy(body + scan.gap_bytes, scan.diffs.data(), scan.diff_bytes);
+    if (scan.gap_bytes > 0) std::memcpy(body, scan.gaps.data(), scan.gap_bytes);
+    if (scan.diff_bytes > 0) std::memcpy(body + scan.gap_bytes, scan.diffs.data(), scan.diff_bytes);
     return;
   }
   // The bitmap or the gaps, then the values, gathered along the gaps.
@@ -371,7 +371,7 @@ void WriteEncoding(const DeltaEncodingSummary& summary, const Scan& scan,
   const int64_t index_bytes = bitmap ? (summary.elements + 7) / 8 : scan.gap_bytes;
   if (bitmap) {
     std::memset(body, 0, index_bytes);
-  } else {
+  } else if (scan.gap_bytes > 0) {
     std::memcpy(body, scan.gaps.data(), scan.gap_bytes);
   }
   uint8_t* values = body + index_bytes;
@@ -502,7 +502,7 @@ absl::Status ApplyDelta(absl::Span<const uint8_t> encoded, int element_bytes,
         return Refuse(absl::StrCat("a dense body of ", body.size(), " bytes for a target of ",
                                    target.size()));
       }
-      std::memcpy(target.data(), body.data(), body.size());
+      if (!body.empty()) std::memcpy(target.data(), body.data(), body.size());
       return absl::OkStatus();
     case DeltaKind::kBitmap: {
       const uint64_t bitmap_bytes = static_cast<uint64_t>(elements + 7) / 8;

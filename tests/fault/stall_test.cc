@@ -271,7 +271,9 @@ TEST(StallTest, ProcessLostForSilenceIsNamedWithItsLastProgress) {
       /*bound_s=*/10.0);
 }
 
-// A healthy job paused before the decision of version 2 (1.5 s): `wsync status` then shows every
+// A healthy job paused before the decision of version 2 (3 s: under ASan the status query comes
+// 0.6 s after the last process printed its pause, and a process whose own pause ended first must
+// not have committed yet): `wsync status` then shows every
 // process committed at version 1, voting on version 2 with every round and byte of it done, and
 // the totals equal what the run itself counted (the worker's STATS line of version 1, the same
 // plan: its rounds, and its bytes sent plus received).
@@ -279,7 +281,7 @@ TEST(StallTest, StatusShowsTheCommittedVersionAndCompleteProgress) {
   FaultJob job;
   job.versions = 2;
   job.deadline_s = 8;
-  job.pause_before_decide_s = 1.5;
+  job.pause_before_decide_s = 3.0;
   std::optional<absl::Time> deciding;
   std::string status;
   job.on_poll = [&](int port, const std::string& job_id, const std::vector<std::string>& outputs) {
