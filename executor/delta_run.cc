@@ -158,7 +158,6 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
     }
     if (!encodable) continue;
     delta.offsets[index] = static_cast<int64_t>(mark);
-    saved_bytes_ += message.bytes - encoded_bytes;
     delta.saved_bytes += message.bytes - encoded_bytes;
     ++messages_;
     message.bytes = encoded_bytes;
@@ -247,7 +246,6 @@ absl::Status DeltaLanes::CheckAnnouncement(int32_t lane_index) {
   for (size_t index = 0; index < lane.messages.size(); ++index) {
     if (delta.offsets[index] < 0) continue;
     Message& message = lane.messages[index];
-    saved_bytes_ += message.bytes - encoded_bytes[index];
     delta.saved_bytes += message.bytes - encoded_bytes[index];
     ++messages_;
     message.bytes = encoded_bytes[index];
@@ -359,9 +357,15 @@ absl::Status DeltaLanes::ApplyReceived(absl::Span<const std::pair<int32_t, int32
   return absl::OkStatus();
 }
 
+int64_t DeltaLanes::saved_bytes() const {
+  int64_t saved = 0;
+  for (const LaneDelta& delta : lanes_) saved += delta.saved_bytes;
+  return saved;
+}
+
 void DeltaLanes::WriteStats(TransferStats& stats) const {
   stats.delta_messages = messages_;
-  stats.delta_saved_bytes = saved_bytes_;
+  stats.delta_saved_bytes = saved_bytes();
   for (auto& by_direction : stats.delta_saved_by_path) by_direction[0] = by_direction[1] = 0;
   for (size_t lane = 0; lane < lanes_.size(); ++lane) {
     const Lane& work_lane = work_.lanes[lane];

@@ -113,7 +113,8 @@ class DeltaLanes {
   void Release(Transport& transport, absl::Time until, bool failed);
 
   int64_t messages() const { return messages_; }
-  int64_t saved_bytes() const { return saved_bytes_; }
+  // Dense bytes of the encoded messages less their encodings, over every lane.
+  int64_t saved_bytes() const;
   // Sets the TransferStats::delta_* figures of this run so far.
   void WriteStats(TransferStats& stats) const;
   // What this process's sends compared against bases, and the agreed fraction lanes were decided
@@ -165,7 +166,6 @@ class DeltaLanes {
   std::vector<RequestId> sends_;
   bool announced_ = false;  // Exchange posted this process's announcements.
   int64_t messages_ = 0;
-  int64_t saved_bytes_ = 0;
   double encode_cpu_seconds_ = 0;
   double apply_cpu_seconds_ = 0;
   DeltaObservation observed_;  // Elements compared against bases, and how many changed.
