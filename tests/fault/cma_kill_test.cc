@@ -10,7 +10,8 @@
 // failed within a bound with an error naming the killed process.
 //
 // The trials run in blocks (one test case each, spread over ctest shards); WSYNC_CMA_KILL_SEED
-// replaces the seed (printed by every trial) to replay one.
+// replaces the seed (printed by every trial) to replay one. The AddressSanitizer build runs 40% of
+// each block's trials (WSYNC_PROPERTY_PERCENT, tests/fault/CMakeLists.txt), the plain build all.
 
 #include <poll.h>
 #include <signal.h>
@@ -34,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/property_scale.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace wsync {
@@ -44,8 +46,8 @@ constexpr int kReceivers = 2;
 constexpr int kProcesses = kSenders + kReceivers;  // Senders are processes 0 and 1.
 constexpr int kMessages = 2;                       // Per sender and receiver.
 constexpr int64_t kBytes = 4 << 20;                // Rendezvous: copied by the receiver.
-constexpr int kTrialsPerBlock = 10;
-constexpr int kBlocks = 5;  // 50 kill points in all.
+constexpr int kTrialsPerBlock = 10;  // Scaled by WSYNC_PROPERTY_PERCENT.
+constexpr int kBlocks = 5;           // 50 kill points in all.
 // The kill lands within this long after the start (a transfer here takes tens of ms).
 constexpr absl::Duration kKillWindow = absl::Milliseconds(120);
 // A receiver's wait for the killed sender ends within this long after the kill: the transport's
@@ -378,7 +380,8 @@ TEST_P(CmaKillTest, AKilledSenderNeverKillsAReceiver) {
   const uint64_t seed = BaseSeed() * 1000 + static_cast<uint64_t>(GetParam());
   std::mt19937_64 rng(seed);
   int hits = 0, copy_failures = 0, wedged = 0;
-  for (int trial = 0; trial < kTrialsPerBlock; ++trial) {
+  const int trials = static_cast<int>(test::ScaledCases(kTrialsPerBlock, 2));
+  for (int trial = 0; trial < trials; ++trial) {
     const int victim = static_cast<int>(rng() % kSenders);
     const absl::Duration kill_after =
         absl::Microseconds(static_cast<int64_t>(rng() % absl::ToInt64Microseconds(kKillWindow)));
@@ -397,7 +400,7 @@ TEST_P(CmaKillTest, AKilledSenderNeverKillsAReceiver) {
   std::printf(
       "block %d: %d of %d receivers' waits for the killed sender failed, %d by UCX's "
       "failed copy; %d stalled on a wedged FIFO\n",
-      GetParam(), hits, kTrialsPerBlock * kReceivers, copy_failures, wedged);
+      GetParam(), hits, trials * kReceivers, copy_failures, wedged);
 }
 
 INSTANTIATE_TEST_SUITE_P(Blocks, CmaKillTest, ::testing::Range(0, kBlocks));
