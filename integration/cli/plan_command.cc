@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -35,6 +34,7 @@
 #include "integration/cli/plan_pricing.h"
 #include "integration/cli/plan_quant.h"
 #include "integration/cli/plan_simgrid.h"
+#include "integration/cli/plan_traffic.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
@@ -153,76 +153,11 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tallying what the plan moves.
-
-struct Totals {
-  int64_t bytes = 0;
-  int64_t segments = 0;
-
-  void Add(int64_t segment_bytes) {
-    bytes += segment_bytes;
-    ++segments;
-  }
-};
-
-struct TrafficTally {
-  Totals all;
-  absl::flat_hash_map<std::pair<int32_t, int32_t>, Totals> pairs;  // Keyed by (from, to).
-  std::map<std::string, Totals> paths;                             // Keyed by path class.
-  std::vector<Totals> sent;                                        // Indexed by global id.
-  std::vector<Totals> received;                                    // Indexed by global id.
-};
-
-// The segments the plan was made for: with a process, those it sends or receives (a relayed plan
-// also lists what its relays receive, which it neither sends nor receives).
-TrafficTally Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
-  TrafficTally traffic;
-  traffic.sent.resize(job.num_processes());
-  traffic.received.resize(job.num_processes());
-  for (const Segment& segment : plan.segments) {
-    const int64_t bytes = SegmentBytes(job, segment);
-    const int32_t from = segment.from.process;
-    const int32_t to = segment.to.process;
-    if (process && *process != from && *process != to) continue;
-    traffic.all.Add(bytes);
-    traffic.pairs[{from, to}].Add(bytes);
-    traffic.paths[std::string(job.PathClass(from, to))].Add(bytes);
-    traffic.sent[from].Add(bytes);
-    traffic.received[to].Add(bytes);
-  }
-  return traffic;
-}
-
-struct PairTotals {
-  int32_t from;
-  int32_t to;
-  Totals totals;
-};
-
-// All pairs, the largest first; ties by (from, to) so the listing is deterministic.
-std::vector<PairTotals> SortedPairs(const TrafficTally& traffic) {
-  std::vector<PairTotals> pairs;
-  pairs.reserve(traffic.pairs.size());
-  for (const auto& [key, totals] : traffic.pairs) pairs.push_back({key.first, key.second, totals});
-  std::sort(pairs.begin(), pairs.end(), [](const PairTotals& a, const PairTotals& b) {
-    if (a.totals.bytes != b.totals.bytes) return a.totals.bytes > b.totals.bytes;
-    return std::pair(a.from, a.to) < std::pair(b.from, b.to);
-  });
-  return pairs;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Printing.
 
 // "n/a" for a figure that could not be read.
 std::string MaybeBytes(const std::optional<int64_t>& bytes) {
   return bytes.has_value() ? HumanBytes(*bytes) : std::string("n/a");
-}
-
-// "p3 (trainer 3)": the global id, then the role and rank within its layout.
-std::string ProcessName(const Job& job, int32_t id) {
-  const JobProcess& process = job.processes()[id];
-  return absl::StrFormat("p%d (%s %d)", id, RoleName(process.role), process.rank);
 }
 
 int64_t CountNodes(const Layout& layout) {
@@ -296,57 +231,6 @@ void PrintSegments(std::FILE* out, const Job& job, const Plan& plan, int64_t cou
         segment.from.buffer, segment.from.offset, segment.to.process, segment.to.buffer,
         segment.to.offset, HumanBytes(SegmentBytes(job, segment)));
   }
-}
-
-void PrintPairRow(std::FILE* out, const Job& job, const PairTotals& pair) {
-  absl::FPrintF(out, "  %-22s -> %-22s %-11s %7d segments %12s\n", ProcessName(job, pair.from),
-                ProcessName(job, pair.to), job.PathClass(pair.from, pair.to), pair.totals.segments,
-                HumanBytes(pair.totals.bytes));
-}
-
-// With --process: every pair involving the process, and what it sends and receives in total.
-void PrintPairsOfProcess(std::FILE* out, const Job& job, const TrafficTally& traffic,
-                         int32_t process) {
-  const std::vector<PairTotals> pairs = SortedPairs(traffic);
-  absl::FPrintF(out, "\nbytes per (from, to) pair involving %s: %d pairs\n",
-                ProcessName(job, process), pairs.size());
-  for (const PairTotals& pair : pairs) PrintPairRow(out, job, pair);
-  const Totals& sent = traffic.sent[process];
-  const Totals& received = traffic.received[process];
-  absl::FPrintF(out, "  sent %s in %d segments; received %s in %d segments\n",
-                HumanBytes(sent.bytes), sent.segments, HumanBytes(received.bytes),
-                received.segments);
-}
-
-// Without --process: how many pairs, the ten largest, and the busiest sender and receiver.
-void PrintPairSummary(std::FILE* out, const Job& job, const TrafficTally& traffic) {
-  constexpr size_t kTop = 10;
-  const std::vector<PairTotals> pairs = SortedPairs(traffic);
-  absl::FPrintF(out, "\nbytes per (from, to) pair: %d pairs; the %d largest:\n", pairs.size(),
-                std::min(kTop, pairs.size()));
-  for (size_t i = 0; i < std::min(kTop, pairs.size()); ++i) PrintPairRow(out, job, pairs[i]);
-  // Ties go to the lowest id, as max_element keeps the first maximum.
-  const auto by_bytes = [](const Totals& a, const Totals& b) { return a.bytes < b.bytes; };
-  const auto busiest_sender = std::max_element(traffic.sent.begin(), traffic.sent.end(), by_bytes);
-  const auto busiest_receiver =
-      std::max_element(traffic.received.begin(), traffic.received.end(), by_bytes);
-  if (busiest_sender == traffic.sent.end() || busiest_sender->bytes == 0) return;
-  absl::FPrintF(out, "  busiest sender %s: %s; busiest receiver %s: %s\n",
-                ProcessName(job, busiest_sender - traffic.sent.begin()),
-                HumanBytes(busiest_sender->bytes),
-                ProcessName(job, busiest_receiver - traffic.received.begin()),
-                HumanBytes(busiest_receiver->bytes));
-}
-
-void PrintPaths(std::FILE* out, const TrafficTally& traffic) {
-  absl::FPrintF(out, "\nbytes per path class:\n");
-  for (const auto& [path, totals] : traffic.paths) {
-    absl::FPrintF(out, "  %-12s %9d segments %12s (%d B)\n", path, totals.segments,
-                  HumanBytes(totals.bytes), totals.bytes);
-  }
-  const auto local = traffic.paths.find(std::string(kPathLocal));
-  const int64_t local_bytes = local == traffic.paths.end() ? 0 : local->second.bytes;
-  absl::FPrintF(out, "local bytes: %s (%d B)\n", HumanBytes(local_bytes), local_bytes);
 }
 
 void PrintCost(std::FILE* out, const PlanRun& run) {
