@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "executor/schedule.h"
 #include "integration/cli/plan_compare.h"
+#include "integration/cli/plan_delta.h"
 #include "integration/cli/plan_measure.h"
 #include "integration/cli/plan_pricing.h"
 #include "integration/cli/plan_quant.h"
@@ -72,6 +73,9 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, simulate_lanes, "lockstep",
           "With --engine simgrid: lockstep (rounds, as over NCCL) or independent (each peer "
           "direction on its own, as over UCX).");
+ABSL_FLAG(std::optional<double>, delta_changed_fraction, std::nullopt,
+          "With --calibration or --simulate: predict a delta sync (delta=on and delta=auto) at "
+          "this fraction of changed elements, in [0, 1].");
 ABSL_FLAG(bool, require_prediction, false,
           "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
           "uses.");
@@ -323,9 +327,13 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
                            PrintPrediction(out, request, job, run.plan, **source));
     for (const auto& [path, bytes] : prediction.unpriced_bytes) unpriced[path] += bytes;
     if (source == &cluster) cluster_bound_seconds = prediction.seconds;
-  }
-  if (cluster && !request.process.has_value()) {
-    WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+    if (source == &cluster && !request.process.has_value()) {
+      WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+    }
+    if (request.delta_changed_fraction.has_value()) {
+      WSYNC_RETURN_IF_ERROR(PrintDeltaPrediction(out, request, job, run.plan, **source,
+                                                 /*cluster_file=*/source == &cluster, prediction));
+    }
   }
   if (cluster && !request.compare.empty()) {
     WSYNC_RETURN_IF_ERROR(PrintComparison(out, request, job, *cluster));
@@ -352,6 +360,7 @@ std::string PlanUsage() {
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "                  [--relay never|always|auto] [--require_prediction]\n"
+      "                  [--delta_changed_fraction F]\n"
       "                  [--engine cost_model|simgrid] [--compare relay,policy]\n"
       "                  [--simulate_lanes lockstep|independent]\n"
       "\n"
@@ -377,6 +386,12 @@ std::string PlanUsage() {
       "              the binding resource; traffic on a path class the file has no fit for is\n"
       "              left out, named, with the wsync calibrate command that measures it\n"
       "  --require_prediction  exit 1 when something is left out of the price\n"
+      "  --delta_changed_fraction  with --calibration or --simulate: also predict a delta sync\n"
+      "              (docs/delta.md) when a fraction F in [0, 1] of the elements changed: per\n"
+      "              path class whether delta pays (delta=auto's rule), then the delta=on and\n"
+      "              delta=auto syncs' seconds and bytes on the wire against dense, from the\n"
+      "              file's link fits and delta_encode / delta_apply rates (wsync calibrate\n"
+      "              measures them; without them the report names the command that does)\n"
       "  --simulate  price the whole plan on a cluster file's stated links\n"
       "              (integration/clusters/), next to published figures of other systems\n"
       "  --engine    with --simulate and without --process: cost_model (default) prices the\n"
@@ -422,12 +437,21 @@ int PlanMain(int argc, char** argv) {
   request.engine = absl::GetFlag(FLAGS_engine);
   request.compare = absl::GetFlag(FLAGS_compare);
   request.simulate_lanes = absl::GetFlag(FLAGS_simulate_lanes);
+  request.delta_changed_fraction = absl::GetFlag(FLAGS_delta_changed_fraction);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;
   }
   if (request.require_prediction && request.calibration.empty() && request.simulate.empty()) {
     absl::FPrintF(stderr, "wsync plan: --require_prediction needs --calibration or --simulate\n");
+    return 2;
+  }
+  if (const std::optional<double> f = request.delta_changed_fraction;
+      f.has_value() &&
+      (!(*f >= 0 && *f <= 1) || (request.calibration.empty() && request.simulate.empty()))) {
+    absl::FPrintF(stderr,
+                  "wsync plan: --delta_changed_fraction takes a fraction in [0, 1], with "
+                  "--calibration or --simulate\n");
     return 2;
   }
   if (request.engine != "cost_model" && request.engine != "simgrid") {
