@@ -58,6 +58,31 @@ void PrintFit(std::FILE* out, const std::string& what, const LinkFit& fit) {
                 fit.sizes);
 }
 
+// Each process's delta encode and apply fits, and the rates delta=auto and the prediction of a
+// delta sync use (the slowest process's), or that the file has none.
+void PrintDeltaRates(std::FILE* out, const LinkFits& fits) {
+  for (const auto& [kernel, by_process] :
+       {std::pair("encode", &fits.delta_encode), std::pair("apply", &fits.delta_apply)}) {
+    for (const auto& [process, fit] : *by_process) {
+      PrintFit(out,
+               process < 0 ? absl::StrCat("delta ", kernel, " (stated)")
+                           : absl::StrCat("delta ", kernel, " on process ", process),
+               fit);
+    }
+  }
+  if (fits.delta_encode_bytes_per_second > 0 && fits.delta_apply_bytes_per_second > 0) {
+    absl::FPrintF(out,
+                  "  delta rates (the slowest process's): encode %.3f GB/s, apply %.3f GB/s of "
+                  "the dense chunk\n",
+                  fits.delta_encode_bytes_per_second / 1e9,
+                  fits.delta_apply_bytes_per_second / 1e9);
+  } else {
+    absl::FPrintF(out,
+                  "  delta rates: not measured; delta=auto stays dense and no delta sync is "
+                  "predicted (wsync calibrate --processes N measures them)\n");
+  }
+}
+
 absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
   WSYNC_ASSIGN_OR_RETURN(const LinkFits fits, FitLinks(calibration));
   absl::FPrintF(out, "calibration: %d processes, transport %s, %d samples\n",
@@ -103,6 +128,7 @@ absl::Status Show(const proto::Calibration& calibration, std::FILE* out) {
                   "input\n",
                   kQuantizeInputBytesPerSecond / 1e9);
   }
+  PrintDeltaRates(out, fits);
   for (const std::string& skipped : fits.skipped) absl::FPrintF(out, "  left out: %s\n", skipped);
   return absl::OkStatus();
 }
@@ -223,7 +249,9 @@ std::string CalibrateUsage() {
          "  every class a plan uses: wsync calibrate --processes 4 --nodes a,a,b,b --netns --out "
          "F\n"
          "usage: wsync calibrate --synthetic 'PATH=ALPHA,BANDWIDTH;...' --out FILE | --show FILE\n"
-         "  Writes a calibration of stated link constants, or prints a saved one's fits.\n";
+         "  Writes a calibration of stated link constants, or prints a saved one's fits, its\n"
+         "  quantize rate and its delta encode and apply rates. Kernel rates are stated\n"
+         "  as links: 'quantize=0us,3GB/s;delta_encode=0us,4GB/s;delta_apply=0us,4GB/s'.\n";
 }
 
 int CalibrateMain(int argc, char** argv) {

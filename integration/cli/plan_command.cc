@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -31,10 +30,12 @@
 #include "common/status.h"
 #include "executor/schedule.h"
 #include "integration/cli/plan_compare.h"
+#include "integration/cli/plan_delta.h"
 #include "integration/cli/plan_measure.h"
 #include "integration/cli/plan_pricing.h"
 #include "integration/cli/plan_quant.h"
 #include "integration/cli/plan_simgrid.h"
+#include "integration/cli/plan_traffic.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/job.h"
@@ -72,6 +73,9 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, simulate_lanes, "lockstep",
           "With --engine simgrid: lockstep (rounds, as over NCCL) or independent (each peer "
           "direction on its own, as over UCX).");
+ABSL_FLAG(std::optional<double>, delta_changed_fraction, std::nullopt,
+          "With --calibration or --simulate: predict a delta sync (delta=on and delta=auto) at "
+          "this fraction of changed elements, in [0, 1].");
 ABSL_FLAG(bool, require_prediction, false,
           "Fail (exit 1) when --calibration or --simulate cannot price every path class the plan "
           "uses.");
@@ -153,76 +157,11 @@ absl::StatusOr<PlanRun> Execute(const PlanRequest& request,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tallying what the plan moves.
-
-struct Totals {
-  int64_t bytes = 0;
-  int64_t segments = 0;
-
-  void Add(int64_t segment_bytes) {
-    bytes += segment_bytes;
-    ++segments;
-  }
-};
-
-struct TrafficTally {
-  Totals all;
-  absl::flat_hash_map<std::pair<int32_t, int32_t>, Totals> pairs;  // Keyed by (from, to).
-  std::map<std::string, Totals> paths;                             // Keyed by path class.
-  std::vector<Totals> sent;                                        // Indexed by global id.
-  std::vector<Totals> received;                                    // Indexed by global id.
-};
-
-// The segments the plan was made for: with a process, those it sends or receives (a relayed plan
-// also lists what its relays receive, which it neither sends nor receives).
-TrafficTally Tally(const Job& job, const Plan& plan, std::optional<int32_t> process) {
-  TrafficTally traffic;
-  traffic.sent.resize(job.num_processes());
-  traffic.received.resize(job.num_processes());
-  for (const Segment& segment : plan.segments) {
-    const int64_t bytes = SegmentBytes(job, segment);
-    const int32_t from = segment.from.process;
-    const int32_t to = segment.to.process;
-    if (process && *process != from && *process != to) continue;
-    traffic.all.Add(bytes);
-    traffic.pairs[{from, to}].Add(bytes);
-    traffic.paths[std::string(job.PathClass(from, to))].Add(bytes);
-    traffic.sent[from].Add(bytes);
-    traffic.received[to].Add(bytes);
-  }
-  return traffic;
-}
-
-struct PairTotals {
-  int32_t from;
-  int32_t to;
-  Totals totals;
-};
-
-// All pairs, the largest first; ties by (from, to) so the listing is deterministic.
-std::vector<PairTotals> SortedPairs(const TrafficTally& traffic) {
-  std::vector<PairTotals> pairs;
-  pairs.reserve(traffic.pairs.size());
-  for (const auto& [key, totals] : traffic.pairs) pairs.push_back({key.first, key.second, totals});
-  std::sort(pairs.begin(), pairs.end(), [](const PairTotals& a, const PairTotals& b) {
-    if (a.totals.bytes != b.totals.bytes) return a.totals.bytes > b.totals.bytes;
-    return std::pair(a.from, a.to) < std::pair(b.from, b.to);
-  });
-  return pairs;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Printing.
 
 // "n/a" for a figure that could not be read.
 std::string MaybeBytes(const std::optional<int64_t>& bytes) {
   return bytes.has_value() ? HumanBytes(*bytes) : std::string("n/a");
-}
-
-// "p3 (trainer 3)": the global id, then the role and rank within its layout.
-std::string ProcessName(const Job& job, int32_t id) {
-  const JobProcess& process = job.processes()[id];
-  return absl::StrFormat("p%d (%s %d)", id, RoleName(process.role), process.rank);
 }
 
 int64_t CountNodes(const Layout& layout) {
@@ -296,57 +235,6 @@ void PrintSegments(std::FILE* out, const Job& job, const Plan& plan, int64_t cou
         segment.from.buffer, segment.from.offset, segment.to.process, segment.to.buffer,
         segment.to.offset, HumanBytes(SegmentBytes(job, segment)));
   }
-}
-
-void PrintPairRow(std::FILE* out, const Job& job, const PairTotals& pair) {
-  absl::FPrintF(out, "  %-22s -> %-22s %-11s %7d segments %12s\n", ProcessName(job, pair.from),
-                ProcessName(job, pair.to), job.PathClass(pair.from, pair.to), pair.totals.segments,
-                HumanBytes(pair.totals.bytes));
-}
-
-// With --process: every pair involving the process, and what it sends and receives in total.
-void PrintPairsOfProcess(std::FILE* out, const Job& job, const TrafficTally& traffic,
-                         int32_t process) {
-  const std::vector<PairTotals> pairs = SortedPairs(traffic);
-  absl::FPrintF(out, "\nbytes per (from, to) pair involving %s: %d pairs\n",
-                ProcessName(job, process), pairs.size());
-  for (const PairTotals& pair : pairs) PrintPairRow(out, job, pair);
-  const Totals& sent = traffic.sent[process];
-  const Totals& received = traffic.received[process];
-  absl::FPrintF(out, "  sent %s in %d segments; received %s in %d segments\n",
-                HumanBytes(sent.bytes), sent.segments, HumanBytes(received.bytes),
-                received.segments);
-}
-
-// Without --process: how many pairs, the ten largest, and the busiest sender and receiver.
-void PrintPairSummary(std::FILE* out, const Job& job, const TrafficTally& traffic) {
-  constexpr size_t kTop = 10;
-  const std::vector<PairTotals> pairs = SortedPairs(traffic);
-  absl::FPrintF(out, "\nbytes per (from, to) pair: %d pairs; the %d largest:\n", pairs.size(),
-                std::min(kTop, pairs.size()));
-  for (size_t i = 0; i < std::min(kTop, pairs.size()); ++i) PrintPairRow(out, job, pairs[i]);
-  // Ties go to the lowest id, as max_element keeps the first maximum.
-  const auto by_bytes = [](const Totals& a, const Totals& b) { return a.bytes < b.bytes; };
-  const auto busiest_sender = std::max_element(traffic.sent.begin(), traffic.sent.end(), by_bytes);
-  const auto busiest_receiver =
-      std::max_element(traffic.received.begin(), traffic.received.end(), by_bytes);
-  if (busiest_sender == traffic.sent.end() || busiest_sender->bytes == 0) return;
-  absl::FPrintF(out, "  busiest sender %s: %s; busiest receiver %s: %s\n",
-                ProcessName(job, busiest_sender - traffic.sent.begin()),
-                HumanBytes(busiest_sender->bytes),
-                ProcessName(job, busiest_receiver - traffic.received.begin()),
-                HumanBytes(busiest_receiver->bytes));
-}
-
-void PrintPaths(std::FILE* out, const TrafficTally& traffic) {
-  absl::FPrintF(out, "\nbytes per path class:\n");
-  for (const auto& [path, totals] : traffic.paths) {
-    absl::FPrintF(out, "  %-12s %9d segments %12s (%d B)\n", path, totals.segments,
-                  HumanBytes(totals.bytes), totals.bytes);
-  }
-  const auto local = traffic.paths.find(std::string(kPathLocal));
-  const int64_t local_bytes = local == traffic.paths.end() ? 0 : local->second.bytes;
-  absl::FPrintF(out, "local bytes: %s (%d B)\n", HumanBytes(local_bytes), local_bytes);
 }
 
 void PrintCost(std::FILE* out, const PlanRun& run) {
@@ -439,9 +327,13 @@ absl::Status RunPlan(const PlanRequest& request, std::FILE* out) {
                            PrintPrediction(out, request, job, run.plan, **source));
     for (const auto& [path, bytes] : prediction.unpriced_bytes) unpriced[path] += bytes;
     if (source == &cluster) cluster_bound_seconds = prediction.seconds;
-  }
-  if (cluster && !request.process.has_value()) {
-    WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+    if (source == &cluster && !request.process.has_value()) {
+      WSYNC_RETURN_IF_ERROR(PrintIngressFloor(out, job, run.plan, *cluster));
+    }
+    if (request.delta_changed_fraction.has_value()) {
+      WSYNC_RETURN_IF_ERROR(PrintDeltaPrediction(out, request, job, run.plan, **source,
+                                                 /*cluster_file=*/source == &cluster, prediction));
+    }
   }
   if (cluster && !request.compare.empty()) {
     WSYNC_RETURN_IF_ERROR(PrintComparison(out, request, job, *cluster));
@@ -468,6 +360,7 @@ std::string PlanUsage() {
       "                  [--segments N]\n"
       "                  [--calibration FILE] [--simulate CLUSTER_FILE]\n"
       "                  [--relay never|always|auto] [--require_prediction]\n"
+      "                  [--delta_changed_fraction F]\n"
       "                  [--engine cost_model|simgrid] [--compare relay,policy]\n"
       "                  [--simulate_lanes lockstep|independent]\n"
       "\n"
@@ -493,6 +386,12 @@ std::string PlanUsage() {
       "              the binding resource; traffic on a path class the file has no fit for is\n"
       "              left out, named, with the wsync calibrate command that measures it\n"
       "  --require_prediction  exit 1 when something is left out of the price\n"
+      "  --delta_changed_fraction  with --calibration or --simulate: also predict a delta sync\n"
+      "              (docs/delta.md) when a fraction F in [0, 1] of the elements changed: per\n"
+      "              path class whether delta pays (delta=auto's rule), then the delta=on and\n"
+      "              delta=auto syncs' seconds and bytes on the wire against dense, from the\n"
+      "              file's link fits and delta_encode / delta_apply rates (wsync calibrate\n"
+      "              measures them; without them the report names the command that does)\n"
       "  --simulate  price the whole plan on a cluster file's stated links\n"
       "              (integration/clusters/), next to published figures of other systems\n"
       "  --engine    with --simulate and without --process: cost_model (default) prices the\n"
@@ -538,12 +437,21 @@ int PlanMain(int argc, char** argv) {
   request.engine = absl::GetFlag(FLAGS_engine);
   request.compare = absl::GetFlag(FLAGS_compare);
   request.simulate_lanes = absl::GetFlag(FLAGS_simulate_lanes);
+  request.delta_changed_fraction = absl::GetFlag(FLAGS_delta_changed_fraction);
   if (request.model.empty() || request.from.empty() || request.to.empty()) {
     absl::FPrintF(stderr, "wsync plan: --model, --from and --to are required\n\n%s", PlanUsage());
     return 2;
   }
   if (request.require_prediction && request.calibration.empty() && request.simulate.empty()) {
     absl::FPrintF(stderr, "wsync plan: --require_prediction needs --calibration or --simulate\n");
+    return 2;
+  }
+  if (const std::optional<double> f = request.delta_changed_fraction;
+      f.has_value() &&
+      (!(*f >= 0 && *f <= 1) || (request.calibration.empty() && request.simulate.empty()))) {
+    absl::FPrintF(stderr,
+                  "wsync plan: --delta_changed_fraction takes a fraction in [0, 1], with "
+                  "--calibration or --simulate\n");
     return 2;
   }
   if (request.engine != "cost_model" && request.engine != "simgrid") {

@@ -46,6 +46,9 @@ struct PlanRequest {
   std::string simulate_lanes = "lockstep";
   // Processes per node for layouts whose spec gives no ppn (0: the named layouts' default, 8).
   int32_t procs_per_node = 0;
+  // With calibration or simulate: the changed fraction of the elements (in [0, 1]) at which to
+  // predict a delta sync next to the dense one (integration/cli/plan_delta.h); unset: none.
+  std::optional<double> delta_changed_fraction;
 };
 
 // Runs the request and writes the report to `out`. Returns the first error of building, validating
