@@ -6,12 +6,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -78,6 +81,7 @@ struct DeltaBench {
   std::vector<double> verify_lrs;  // Of the verified jobs.
   std::vector<DeltaLink> links;
   std::optional<harness::NetnsPair> net;
+  std::string scratch_dir;  // The links' calibration files; RunDeltaBench removes it at its end.
 };
 
 absl::StatusOr<std::vector<double>> ParseLearningRates(const std::string& text,
@@ -108,9 +112,10 @@ absl::Status SetUpDeltaBench(const DeltaBenchOptions& options, std::FILE* out, D
                          ScheduleFactsFor(model, o.from, o.to, o.job.budget, o.job.policy));
   for (const absl::string_view name : absl::StrSplit(o.links, ',', absl::SkipWhitespace())) {
     if (name == "tcp") {
-      b->links.push_back({"tcp", {"tcp", o.tcp_tls, o.tcp_devices}, false, {"off", "on", "auto"}});
+      b->links.push_back(
+          {"tcp", {"tcp", o.tcp_tls, o.tcp_devices}, false, {"off", "on", "auto"}, {}});
     } else if (name == "shm") {
-      b->links.push_back({"shm", {"shm", o.shm_tls, ""}, false, {"off", "on", "auto"}});
+      b->links.push_back({"shm", {"shm", o.shm_tls, ""}, false, {"off", "on", "auto"}, {}});
     } else if (name == "netns") {
       std::string reason;
       WSYNC_ASSIGN_OR_RETURN(std::optional<harness::NetnsPair> shaped,
@@ -120,7 +125,7 @@ absl::Status SetUpDeltaBench(const DeltaBenchOptions& options, std::FILE* out, D
         absl::FPrintF(out, "  netns rows skipped: %s\n", reason);
         continue;
       }
-      b->links.push_back({"netns", {}, true, {"off", "on", "auto"}});
+      b->links.push_back({"netns", {}, true, {"off", "on", "auto"}, {}});
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--delta_links takes tcp, shm and netns, not '", name, "'"));
@@ -313,7 +318,7 @@ absl::Status CalibrateDeltaLinks(DeltaBench& b, std::FILE* out) {
     // two minutes); the delta rates come from their own 32 MiB probe either way.
     calibration.sizes = {int64_t{256} << 10, int64_t{4} << 20, int64_t{16} << 20};
     calibration.repeats = 3;
-    link.calibration = absl::StrCat("/tmp/wsync-bench-delta-", getpid(), "-", link.name, ".pb");
+    link.calibration = absl::StrCat(b.scratch_dir, "/", link.name, ".pb");
     calibration.out = link.calibration;
     const absl::Time start = absl::Now();
     WSYNC_ASSIGN_OR_RETURN(const proto::Calibration measured,
@@ -516,6 +521,13 @@ std::string DeltaBenchUsage() {
 absl::Status RunDeltaBench(const DeltaBenchOptions& options, std::FILE* out) {
   const absl::Time bench_start = absl::Now();
   DeltaBench b;
+  char scratch_template[] = "/tmp/wsync-bench-delta-XXXXXX";
+  if (mkdtemp(scratch_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  b.scratch_dir = scratch_template;
+  const absl::Cleanup remove_scratch = [&b] {
+    std::error_code ignored;
+    std::filesystem::remove_all(b.scratch_dir, ignored);
+  };
   absl::FPrintF(out, "wsync-bench delta: %s, %s -> %s\n", options.model, options.from, options.to);
   WSYNC_RETURN_IF_ERROR(SetUpDeltaBench(options, out, &b));
   const DeltaBenchOptions& o = b.options;
