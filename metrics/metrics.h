@@ -62,7 +62,7 @@ enum class VersionState { kNone, kConsistent, kUpdating, kDirty };
 // The bounded error kinds of wsync_errors_total: the error classes' names (common/status.h).
 inline constexpr const auto& kMetricErrorKinds = kErrorClassNames;
 // The reason label values of wsync_rejected_messages_total: stale_sync, then the coordinator's
-// refusal reasons (transport/control/coordinator.h: RefusalReasonName).
+// refusal reasons (control/coordinator.h: RefusalReasonName).
 inline constexpr absl::string_view kRejectedMessageReasons[] = {"stale_sync",
                                                                 "authentication_failed",
                                                                 "unknown_job",

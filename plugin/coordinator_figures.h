@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
+#include "control/coordinator.h"
 #include "metrics/metrics.h"
-#include "transport/control/coordinator.h"
 
 namespace wsync {
 

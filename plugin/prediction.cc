@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "control/client.h"
 #include "executor/waves.h"
 #include "planner/cost_aware_policy.h"
 #include "planner/job.h"
 #include "planner/policy.h"
 #include "planner/waves.h"
-#include "transport/control/client.h"
 
 namespace wsync {
 namespace {

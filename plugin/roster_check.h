@@ -14,10 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "control/client.h"
 #include "planner/job.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
-#include "transport/control/client.h"
 
 namespace wsync {
 

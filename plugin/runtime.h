@@ -37,6 +37,8 @@
 #include "absl/time/time.h"
 #include "common/data_key.h"
 #include "common/sync_progress.h"
+#include "control/client.h"
+#include "control/coordinator.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "planner/layout.h"
@@ -46,8 +48,6 @@
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
 #include "plugin/transport_setup.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
 #include "transport/selector/selector.h"
 
 namespace wsync {

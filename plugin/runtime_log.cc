@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "control/protocol.h"
 #include "plugin/runtime.h"
-#include "transport/control/protocol.h"
 
 namespace wsync {
 namespace {

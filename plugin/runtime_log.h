@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "control/client.h"
 #include "executor/schedule.h"
 #include "planner/job.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
-#include "transport/control/client.h"
 #include "transport/selector/selector.h"
 
 namespace wsync {

@@ -6,12 +6,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "control/loss_watch.h"
 #include "executor/agreement.h"
 #include "executor/delta_run.h"
 #include "executor/waves.h"
 #include "plugin/runtime.h"
 #include "plugin/runtime_log.h"
-#include "transport/control/loss_watch.h"
 
 namespace wsync {
 

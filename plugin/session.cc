@@ -12,12 +12,12 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "control/auth.h"
+#include "control/client.h"
+#include "control/coordinator.h"
 #include "executor/schedule.h"
 #include "planner/policy.h"
 #include "plugin/runtime.h"
-#include "transport/control/auth.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
 #include "transport/selector/selector.h"
 
 namespace wsync {

@@ -41,6 +41,8 @@
 #include "absl/time/time.h"
 #include "common/data_key.h"
 #include "common/sync_progress.h"
+#include "control/auth.h"
+#include "control/coordinator.h"
 #include "executor/delta_base.h"
 #include "executor/execute.h"
 #include "metrics/metrics.h"
@@ -50,8 +52,6 @@
 #include "plugin/prediction.h"
 #include "plugin/runtime.h"
 #include "plugin/transport_setup.h"
-#include "transport/control/auth.h"
-#include "transport/control/coordinator.h"
 
 namespace wsync {
 

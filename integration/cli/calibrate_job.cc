@@ -22,11 +22,11 @@
 #include "calibration/probe/probe.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "control/auth.h"
 #include "executor/delta_codec.h"
 #include "integration/harness/launcher.h"
 #include "plugin/runtime.h"
 #include "quant/fp8.h"
-#include "transport/control/auth.h"
 #include "transport/selector/selector.h"
 
 namespace wsync::cli {

@@ -10,10 +10,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "control/auth.h"
+#include "control/coordinator.h"
 #include "metrics/metrics.h"
 #include "plugin/coordinator_figures.h"
-#include "transport/control/auth.h"
-#include "transport/control/coordinator.h"
 
 ABSL_FLAG(std::string, job, "wsync", "Job id every process must present.");
 ABSL_FLAG(std::string, address, "127.0.0.1",

@@ -1,7 +1,7 @@
 #ifndef WSYNC_INTEGRATION_CLI_COORDINATOR_COMMAND_H_
 #define WSYNC_INTEGRATION_CLI_COORDINATOR_COMMAND_H_
 
-// `wsync coordinator`: the job's standalone coordinator (transport/control/coordinator.h). It
+// `wsync coordinator`: the job's standalone coordinator (control/coordinator.h). It
 // listens, authenticates every process, serves the rendezvous and the collectives, and runs until
 // SIGINT or SIGTERM.
 

@@ -11,8 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/sync_progress.h"
-#include "transport/control/auth.h"
-#include "transport/control/protocol.h"
+#include "control/auth.h"
+#include "control/protocol.h"
 
 namespace wsync::cli {
 

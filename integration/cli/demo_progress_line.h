@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "transport/control/control.pb.h"
-#include "transport/control/status_client.h"
+#include "control/control.pb.h"
+#include "control/status_client.h"
 
 namespace wsync::cli {
 

@@ -14,10 +14,10 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "common/sync_progress.h"
+#include "control/auth.h"
+#include "control/protocol.h"
+#include "control/status_client.h"
 #include "integration/bench/bench_report.h"
-#include "transport/control/auth.h"
-#include "transport/control/protocol.h"
-#include "transport/control/status_client.h"
 
 ABSL_DECLARE_FLAG(std::string, job);
 ABSL_DECLARE_FLAG(std::string, secret_file);

@@ -3,7 +3,7 @@
 
 // `wsync status --coordinator HOST:PORT --job J (--secret_file F | --secret_env V) [--json]
 // [--watch S]`: asks a running job's coordinator (standalone or hosted by trainer rank 0) what it
-// knows, authenticated with the job secret and read-only (transport/control/status_client.h): each
+// knows, authenticated with the job secret and read-only (control/status_client.h): each
 // process's role, rank, node, state (missing, connected, joined, lost and why), how long ago it
 // was last heard, the collectives it contributed to, the missing processes and the latest
 // refusals. --json prints one JSON object per query; --watch repeats every S seconds until
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "transport/control/control.pb.h"
+#include "control/control.pb.h"
 
 namespace wsync::cli {
 

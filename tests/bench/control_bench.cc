@@ -1,4 +1,4 @@
-// The cost of the sealed control channel (transport/control/framing.h, frame_seal.h), side by side
+// The cost of the sealed control channel (control/framing.h, frame_seal.h), side by side
 // with unsealed frames: a roster of `roster_kib` KiB broadcast to `connections` connections (one
 // encoded body, hashed once when sealed, plus a tag per connection), and one small frame (a
 // contribution of 100 bytes) each way per call. Every frame is written to a socket pair and read
@@ -18,11 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/frame_seal.h"
-#include "transport/control/framing.h"
-#include "transport/control/socket.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/frame_seal.h"
+#include "control/framing.h"
+#include "control/socket.h"
 
 namespace wsync {
 namespace {

@@ -1,4 +1,4 @@
-// libFuzzer target: the control-frame parser (transport/control/framing.h DecodeFrameBody) on
+// libFuzzer target: the control-frame parser (control/framing.h DecodeFrameBody) on
 // arbitrary bytes, as an unauthenticated peer could send them; what parses re-encodes within the
 // cap. The same bytes as a sealed frame (the last kFrameTagBytes its tag) never open under a key
 // the input does not know (frame_seal.h). Any crash, sanitizer report, leak or timeout is a bug.
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "transport/control/frame_seal.h"
-#include "transport/control/framing.h"
+#include "control/frame_seal.h"
+#include "control/framing.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "calibration/link_model/link_model.h"
+#include "control/framing.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
-#include "transport/control/framing.h"
 
 namespace {
 

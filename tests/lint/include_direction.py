@@ -23,10 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import no_test_deps  # noqa: E402
 import source_limits  # noqa: E402
 
-WSYNC_FOLDERS = ("common", "quant", "calibration", "planner", "transport", "executor", "metrics",
-                 "plugin", "integration")
+WSYNC_FOLDERS = ("common", "quant", "calibration", "planner", "transport", "control", "executor",
+                 "metrics", "plugin", "integration")
 BELOW_PLUGIN = ("common/**", "quant/**", "calibration/**", "planner/**", "transport/**",
-                "executor/**", "metrics/**", "plugin/**")
+                "control/**", "executor/**", "metrics/**", "plugin/**")
 RULES = {
     "common": (),
     "quant": ("common/**",),
@@ -34,7 +34,6 @@ RULES = {
     "calibration/probe": ("common/**", "transport/transport.h", "calibration/link_model/**"),
     "planner": ("common/**", "quant/**", "calibration/link_model/**"),
     "transport": ("common/**", "quant/fp8_device.h", "planner/layout.h"),
-    "transport/control": ("common/**", "transport/transport.h"),
     "transport/cuda_ipc": ("common/**", "transport/transport.h", "transport/nccl/nccl_api.h"),
     "transport/loopback": ("common/**", "transport/transport.h"),
     "transport/nccl": ("common/**", "transport/transport.h", "transport/device_memory.h",
@@ -42,6 +41,7 @@ RULES = {
     "transport/selector": ("common/**", "transport/*"),
     "transport/simgrid": ("common/**", "transport/**"),
     "transport/ucx": ("common/**", "transport/transport.h"),
+    "control": ("common/**", "transport/transport.h"),
     # The interfaces of transport/, never a backend.
     "executor": ("common/**", "quant/**", "planner/**", "transport/*"),
     "metrics": ("common/**",),

@@ -28,7 +28,7 @@ class IncludeDirectionTest(unittest.TestCase):
                                    ("common/log.cc", "planner/layout.h"),
                                    ("executor/run.cc", "transport/ucx/ucx.h"),
                                    ("executor/run.cc", "plugin/runtime.h"),
-                                   ("transport/control/c.cc", "transport/ucx/ucx.h"),
+                                   ("control/c.cc", "transport/ucx/ucx.h"),
                                    ("plugin/session.cc", "integration/fill/fill.h")):
             text = f'#include <vector>\n\n#include "{included}"\n'
             self.assertEqual(include_direction.violations_in(relative, text), [(3, included)],

@@ -33,6 +33,8 @@
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "common/sync_progress.h"
+#include "control/auth.h"
+#include "control/client.h"
 #include "executor/execute.h"
 #include "integration/fill/fill.h"
 #include "integration/fill/quant_check.h"
@@ -45,8 +47,6 @@
 #include "planner/relay.h"
 #include "plugin/runtime.h"
 #include "tests/testing/reference.h"
-#include "transport/control/auth.h"
-#include "transport/control/client.h"
 #include "transport/forwarding_transport.h"
 #include "transport/selector/selector.h"
 

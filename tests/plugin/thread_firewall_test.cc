@@ -18,13 +18,13 @@
 #include "absl/time/clock.h"
 #include "common/failpoint.h"
 #include "common/status.h"
+#include "control/loss_watch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/fill/fill.h"
 #include "plugin/session.h"
 #include "tests/plugin/tiny_session.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/loss_watch.h"
 
 namespace wsync {
 namespace {

@@ -25,12 +25,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/status_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/status_client.h"
 
 namespace wsync {
 namespace {

@@ -20,12 +20,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
 #include "tests/unit/control_proxy.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
 
 namespace wsync {
 namespace {

@@ -20,14 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/framing.h"
+#include "control/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_fake_coordinator.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/framing.h"
-#include "transport/control/socket.h"
 
 namespace wsync {
 namespace {

@@ -22,15 +22,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "control/auth.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/framing.h"
+#include "control/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
 #include "tests/unit/control_test_messages.h"
-#include "transport/control/auth.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/framing.h"
-#include "transport/control/socket.h"
 
 namespace wsync {
 namespace {

@@ -12,13 +12,13 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "control/auth.h"
+#include "control/channel_keys.h"
+#include "control/framing.h"
+#include "control/protocol.h"
+#include "control/socket.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/auth.h"
-#include "transport/control/channel_keys.h"
-#include "transport/control/framing.h"
-#include "transport/control/protocol.h"
-#include "transport/control/socket.h"
 
 namespace wsync::control_testing {
 

@@ -8,12 +8,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/rendezvous_progress.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/rendezvous_progress.h"
 
 namespace wsync {
 namespace {

@@ -22,8 +22,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "control/socket.h"
 #include "gtest/gtest.h"
-#include "transport/control/socket.h"
 
 namespace wsync::control_testing {
 

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/loss_watch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/loss_watch.h"
 
 namespace wsync {
 namespace {

@@ -11,12 +11,12 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "control/client.h"
+#include "control/coordinator.h"
+#include "control/status_client.h"
+#include "control/sync_progress_wire.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/client.h"
-#include "transport/control/coordinator.h"
-#include "transport/control/status_client.h"
-#include "transport/control/sync_progress_wire.h"
 
 namespace wsync {
 namespace {

@@ -1,7 +1,7 @@
 #ifndef WSYNC_TESTS_UNIT_COORDINATOR_CORE_HARNESS_H_
 #define WSYNC_TESTS_UNIT_COORDINATOR_CORE_HARNESS_H_
 
-// Drives a CoordinatorCore (transport/control/coordinator_core.h) without sockets for
+// Drives a CoordinatorCore (control/coordinator_core.h) without sockets for
 // coordinator_core_test: a fake clock, connections that are ids, and per connection the frames the
 // core queued to it (decoded; no sealing, which is the driver's) and how it was closed. Clients
 // are played by the test with the real handshake MACs (auth.h). Test code.
@@ -17,13 +17,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "control/auth.h"
+#include "control/control.pb.h"
+#include "control/coordinator_core.h"
+#include "control/framing.h"
+#include "control/protocol.h"
 #include "gtest/gtest.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/auth.h"
-#include "transport/control/control.pb.h"
-#include "transport/control/coordinator_core.h"
-#include "transport/control/framing.h"
-#include "transport/control/protocol.h"
 
 namespace wsync::core_testing {
 

@@ -4,7 +4,7 @@
 // any flipped bit of a body or tag, a replay, a reordering, a frame of another key, or a frame too
 // short for its tag is refused with Unauthenticated before its body is parsed.
 
-#include "transport/control/frame_seal.h"
+#include "control/frame_seal.h"
 
 #include <sys/socket.h>
 
@@ -19,11 +19,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "control/channel_keys.h"
+#include "control/framing.h"
+#include "control/socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/control/channel_keys.h"
-#include "transport/control/framing.h"
-#include "transport/control/socket.h"
 
 namespace wsync {
 namespace {

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "control/loss_watch.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
@@ -26,7 +27,6 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "tests/unit/control_job.h"
-#include "transport/control/loss_watch.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
 
