@@ -8,7 +8,7 @@ find_package(Threads REQUIRED)
 # exposition, pull for the HTTP exporter. Only metrics/ links it.
 find_package(prometheus-cpp REQUIRED CONFIG)
 
-# SimGrid (Debian's libsimgrid-dev 3.32, S4U API): only transport/simgrid and
+# SimGrid (Debian's libsimgrid-dev 3.32, S4U API): only integration/simulation/simgrid and
 # integration/simulation link it.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(SIMGRID REQUIRED IMPORTED_TARGET simgrid)

@@ -141,8 +141,8 @@ struct ExecuteOptions {
   // the next round's messages are posted into their arenas, local copies before the run returns.
   DeviceMemory* device = nullptr;
   // The clock the run reads: the failure path's grace (now + 200 ms, never past `deadline`) and
-  // TransferStats::seconds. Null: absl::Now. A simulated transport (transport/simgrid) passes its
-  // simulated clock, in whose time `deadline` is then given too; deadlines handed to the
+  // TransferStats::seconds. Null: absl::Now. A simulated transport (integration/simulation/simgrid)
+  // passes its simulated clock, in whose time `deadline` is then given too; deadlines handed to the
   // transport and the device are always in this clock's time.
   std::function<absl::Time()> now;
   // Optional, caller-owned: where the run publishes its progress (relaxed stores, no lock): once

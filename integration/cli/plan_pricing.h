@@ -14,9 +14,9 @@
 #include "calibration/link_model/calibration.pb.h"
 #include "calibration/link_model/link_model.h"
 #include "integration/cli/plan_command.h"
+#include "integration/simulation/simgrid/cluster_platform.h"
 #include "planner/job.h"
 #include "planner/plan.h"
-#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::cli {
 

@@ -14,8 +14,8 @@
 #include "calibration/link_model/link_model.h"
 #include "common/status.h"
 #include "integration/simulation/cluster_file.h"
+#include "integration/simulation/simgrid/cluster_platform.h"
 #include "plugin/prediction.h"
-#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::cli {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "integration/simulation/simgrid/cluster_platform.h"
 #include "planner/job.h"
-#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync::simulation {
 

@@ -3,10 +3,10 @@
 
 // One sync of a whole job simulated on SimGrid: every process runs the product's executor
 // (ExecuteTransfers: agreement, rounds, lanes, arenas, relays) as a SimGrid actor over the
-// transport/simgrid backend, on a platform built in code; the sync time is the simulated time at
-// which the last process finished. No weight byte exists: every buffer must be device memory
-// (the executor then copies through VirtualDeviceMemory only), so a model of any size runs in
-// the memory of its plan and schedule.
+// integration/simulation/simgrid backend, on a platform built in code; the sync time is the
+// simulated time at which the last process finished. No weight byte exists: every buffer must be
+// device memory (the executor then copies through VirtualDeviceMemory only), so a model of any size
+// runs in the memory of its plan and schedule.
 //
 // Each simulation runs in a child process (SimGrid allows one engine per process lifetime; a
 // crash of the simulation cannot take the caller with it). Call from a single-threaded program.
@@ -23,10 +23,10 @@
 #include "absl/types/span.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
+#include "integration/simulation/simgrid/platform.h"
+#include "integration/simulation/simgrid/simgrid_transport.h"
 #include "planner/job.h"
 #include "planner/plan.h"
-#include "transport/simgrid/platform.h"
-#include "transport/simgrid/simgrid_transport.h"
 #include "transport/transport.h"
 
 namespace wsync::simulation {

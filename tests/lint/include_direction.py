@@ -39,7 +39,6 @@ RULES = {
     "transport/nccl": ("common/**", "transport/transport.h", "transport/device_memory.h",
                        "quant/fp8_device.h", "quant/fp8_device_host.h"),
     "transport/selector": ("common/**", "transport/*"),
-    "transport/simgrid": ("common/**", "transport/**"),
     "transport/ucx": ("common/**", "transport/transport.h"),
     "control": ("common/**", "transport/transport.h"),
     # The interfaces of transport/, never a backend.
@@ -47,6 +46,8 @@ RULES = {
     "metrics": ("common/**",),
     "plugin": BELOW_PLUGIN,
     "integration": BELOW_PLUGIN + ("integration/**",),
+    # The SimGrid transport: what a transport/ backend may include, nothing of integration/.
+    "integration/simulation/simgrid": ("common/**", "transport/**"),
 }
 QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

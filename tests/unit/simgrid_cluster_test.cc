@@ -1,6 +1,6 @@
-// The cluster platform (transport/simgrid/cluster_platform.h) and the cluster file's topology
-// (integration/simulation/cluster_file.h): routes follow the node, NIC and leaf structure; a
-// cross-node 1 -> 1 sync is bound by the NIC and an oversubscribed many-to-many by the spine,
+// The cluster platform (integration/simulation/simgrid/cluster_platform.h) and the cluster file's
+// topology (integration/simulation/cluster_file.h): routes follow the node, NIC and leaf structure;
+// a cross-node 1 -> 1 sync is bound by the NIC and an oversubscribed many-to-many by the spine,
 // each simulated within 5 % of its analytic bound; bad cluster files and placements are refused.
 
 #include <algorithm>
@@ -12,13 +12,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/simulation/cluster_file.h"
+#include "integration/simulation/simgrid/cluster_platform.h"
 #include "integration/simulation/simulate_sync.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/testing/random_layouts.h"
-#include "transport/simgrid/cluster_platform.h"
 
 namespace wsync {
 namespace {

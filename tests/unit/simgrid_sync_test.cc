@@ -1,7 +1,7 @@
 // The product's executor run for every process of a job on SimGrid (integration/simulation over
-// transport/simgrid): it moves exactly the scheduled messages between exactly the scheduled
-// pairs, a job bound by one link takes that link's time, and a peer that never posts its side
-// ends the simulation with errors instead of a hang.
+// integration/simulation/simgrid): it moves exactly the scheduled messages between exactly the
+// scheduled pairs, a job bound by one link takes that link's time, and a peer that never posts its
+// side ends the simulation with errors instead of a hang.
 
 #include <algorithm>
 #include <memory>
@@ -13,6 +13,7 @@
 #include "executor/schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "integration/simulation/simgrid/platform.h"
 #include "integration/simulation/simulate_sync.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
@@ -21,7 +22,6 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/testing/random_layouts.h"
 #include "transport/forwarding_transport.h"
-#include "transport/simgrid/platform.h"
 
 namespace wsync {
 namespace {

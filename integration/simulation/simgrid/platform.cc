@@ -1,4 +1,4 @@
-#include "transport/simgrid/platform.h"
+#include "integration/simulation/simgrid/platform.h"
 
 #include <cmath>
 

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TRANSPORT_SIMGRID_CLUSTER_PLATFORM_H_
-#define WSYNC_TRANSPORT_SIMGRID_CLUSTER_PLATFORM_H_
+#ifndef WSYNC_INTEGRATION_SIMULATION_SIMGRID_CLUSTER_PLATFORM_H_
+#define WSYNC_INTEGRATION_SIMULATION_SIMGRID_CLUSTER_PLATFORM_H_
 
 // A GPU cluster as a SimGrid platform: nodes of GPUs joined by NVLink through a node switch, NICs
 // shared by a node's GPUs, and a two-tier fat tree (leaf switches, an oversubscribed spine)
@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "transport/simgrid/platform.h"
+#include "integration/simulation/simgrid/platform.h"
 
 namespace wsync::simgrid_backend {
 
@@ -123,4 +123,4 @@ absl::Status ValidateTopology(const ClusterTopology& topology);
 
 }  // namespace wsync::simgrid_backend
 
-#endif  // WSYNC_TRANSPORT_SIMGRID_CLUSTER_PLATFORM_H_
+#endif  // WSYNC_INTEGRATION_SIMULATION_SIMGRID_CLUSTER_PLATFORM_H_

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TRANSPORT_SIMGRID_SIMGRID_TRANSPORT_H_
-#define WSYNC_TRANSPORT_SIMGRID_SIMGRID_TRANSPORT_H_
+#ifndef WSYNC_INTEGRATION_SIMULATION_SIMGRID_SIMGRID_TRANSPORT_H_
+#define WSYNC_INTEGRATION_SIMULATION_SIMGRID_SIMGRID_TRANSPORT_H_
 
 // A Transport, Group and DeviceMemory whose operations are SimGrid activities: each process of a
 // job runs as a SimGrid S4U actor, its messages are SimGrid communications of the posted sizes
@@ -180,4 +180,4 @@ void* UnmappedBufferAddress(int64_t index);
 
 }  // namespace wsync::simgrid_backend
 
-#endif  // WSYNC_TRANSPORT_SIMGRID_SIMGRID_TRANSPORT_H_
+#endif  // WSYNC_INTEGRATION_SIMULATION_SIMGRID_SIMGRID_TRANSPORT_H_

@@ -1,4 +1,4 @@
-#include "transport/simgrid/cluster_platform.h"
+#include "integration/simulation/simgrid/cluster_platform.h"
 
 #include <cmath>
 #include <map>

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TRANSPORT_SIMGRID_PLATFORM_H_
-#define WSYNC_TRANSPORT_SIMGRID_PLATFORM_H_
+#ifndef WSYNC_INTEGRATION_SIMULATION_SIMGRID_PLATFORM_H_
+#define WSYNC_INTEGRATION_SIMULATION_SIMGRID_PLATFORM_H_
 
 // The simulated machines a job runs on: one SimGrid host per process and the links between them,
 // built in code inside a running engine. StarPlatform is the first topology (a link per host to
@@ -51,4 +51,4 @@ class StarPlatform final : public Platform {
 
 }  // namespace wsync::simgrid_backend
 
-#endif  // WSYNC_TRANSPORT_SIMGRID_PLATFORM_H_
+#endif  // WSYNC_INTEGRATION_SIMULATION_SIMGRID_PLATFORM_H_

@@ -1,4 +1,4 @@
-#include "transport/simgrid/simgrid_transport.h"
+#include "integration/simulation/simgrid/simgrid_transport.h"
 
 #include <algorithm>
 #include <cmath>
