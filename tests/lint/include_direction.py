@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the direction of includes between folders (README.md, "Repository map": integration ->
-plugin -> executor -> planner -> link_model -> common, executor -> transport, metrics -> common,
-plugin -> calibration; each folder's README.md says what it may include).
+plugin -> executor -> planner -> link_model -> common, plugin -> control -> transport -> common,
+executor -> transport, planner and executor -> quant -> common, metrics -> common, plugin ->
+calibration; each folder's README.md says what it may include).
 
 Usage: include_direction.py [--root DIR]
 Prints one line per include a folder may not make (file:line) and exits 1 when there is any, 0

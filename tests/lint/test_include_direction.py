@@ -18,6 +18,10 @@ class IncludeDirectionTest(unittest.TestCase):
                                    ("plugin/session.cc", "executor/execute.h"),
                                    ("transport/ucx/ucx.cc", "transport/transport.h"),
                                    ("integration/cli/main.cc", "plugin/runtime.h"),
+                                   ("plugin/runtime.cc", "control/client.h"),
+                                   ("control/client.cc", "transport/transport.h"),
+                                   ("integration/simulation/simgrid/platform.cc",
+                                    "transport/transport.h"),
                                    ("common/log.cc", "absl/strings/str_cat.h"),
                                    ("common/log.cc", "common/status.h")):
             text = f'#include "{included}"\n'
@@ -29,6 +33,10 @@ class IncludeDirectionTest(unittest.TestCase):
                                    ("executor/run.cc", "transport/ucx/ucx.h"),
                                    ("executor/run.cc", "plugin/runtime.h"),
                                    ("control/c.cc", "transport/ucx/ucx.h"),
+                                   ("executor/run.cc", "control/client.h"),
+                                   ("transport/ucx/ucx.cc", "control/client.h"),
+                                   ("integration/simulation/simgrid/platform.cc",
+                                    "planner/plan.h"),
                                    ("plugin/session.cc", "integration/fill/fill.h")):
             text = f'#include <vector>\n\n#include "{included}"\n'
             self.assertEqual(include_direction.violations_in(relative, text), [(3, included)],
