@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/cpu_time.h"
 #include "common/failpoint.h"
@@ -197,11 +198,13 @@ class Run final : public RunSteps {
   // After a failure: receives, for a short while, the messages peers still send this process, so
   // that a sender blocked on a large (rendezvous) send completes and votes instead of waiting for
   // its deadline. Direct messages land in the weights (the failed sync left them dirty anyway),
-  // staged ones in one scratch buffer they all share. Waits until `grace` at most; what did not
-  // arrive by then is cancelled.
+  // the others in a scratch buffer per peer, which that peer's messages share: a peer sends its
+  // messages one after another, while two peers' writes may land at the same time (the loopback
+  // transport copies on the sending thread). Waits until `grace` at most; what did not arrive by
+  // then is cancelled.
   void DrainUnreceivedMessages(absl::Time grace) {
     // Where a drained message lands: a direct one in its weights, anything else (and a direct one
-    // into a relay arena that may not exist yet) in one shared scratch buffer.
+    // into a relay arena that may not exist yet) in its peer's scratch buffer.
     auto direct_target = [&](size_t lane, size_t index) -> void* {
       const Message& message = work_.lanes[lane].messages[index];
       if (!message.direct || delta_.Payload(lane, index) != nullptr) return nullptr;
@@ -214,23 +217,27 @@ class Run final : public RunSteps {
       return BufferAddress(to, chunk.to_offset, chunk.element_size);
     };
     std::vector<RequestId> requests;
-    int64_t scratch_bytes = 0;
+    absl::flat_hash_map<int32_t, int64_t> scratch_bytes;  // By peer.
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
-      if (work_.lanes[lane].direction != Direction::kReceive) continue;
-      for (size_t index = lanes_[lane].posted; index < work_.lanes[lane].messages.size(); ++index) {
-        const Message& message = work_.lanes[lane].messages[index];
-        if (direct_target(lane, index) == nullptr)
-          scratch_bytes = std::max(scratch_bytes, message.bytes);
+      const Lane& l = work_.lanes[lane];
+      if (l.direction != Direction::kReceive) continue;
+      for (size_t index = lanes_[lane].posted; index < l.messages.size(); ++index) {
+        if (direct_target(lane, index) == nullptr) {
+          scratch_bytes[l.peer] = std::max(scratch_bytes[l.peer], l.messages[index].bytes);
+        }
       }
     }
-    const std::unique_ptr<char[]> scratch = std::make_unique_for_overwrite<char[]>(scratch_bytes);
+    absl::flat_hash_map<int32_t, std::unique_ptr<char[]>> scratch;
+    for (const auto& [peer, bytes] : scratch_bytes) {
+      scratch[peer] = std::make_unique_for_overwrite<char[]>(bytes);
+    }
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
       if (l.direction != Direction::kReceive) continue;
       for (size_t index = lanes_[lane].posted; index < l.messages.size(); ++index) {
         const Message& message = l.messages[index];
         void* data = direct_target(lane, index);
-        if (data == nullptr) data = scratch.get();
+        if (data == nullptr) data = scratch[l.peer].get();
         absl::StatusOr<RequestId> drain = transport_.PostReceive(
             l.peer, MakeTag(options_.sync_id, message.round, l.peer), data, message.bytes);
         if (!drain.ok()) break;
