@@ -198,13 +198,10 @@ class Run final : public RunSteps {
   // After a failure: receives, for a short while, the messages peers still send this process, so
   // that a sender blocked on a large (rendezvous) send completes and votes instead of waiting for
   // its deadline. Direct messages land in the weights (the failed sync left them dirty anyway),
-  // the others in a scratch buffer per peer, which that peer's messages share: a peer sends its
-  // messages one after another, while two peers' writes may land at the same time (the loopback
-  // transport copies on the sending thread). Waits until `grace` at most; what did not arrive by
-  // then is cancelled.
+  // the others (and direct ones into an arena not made yet) in their peer's scratch buffer: two
+  // peers may write at once (loopback copies on the sending thread), one peer's messages never.
+  // Waits until `grace` at most; what did not arrive by then is cancelled.
   void DrainUnreceivedMessages(absl::Time grace) {
-    // Where a drained message lands: a direct one in its weights, anything else (and a direct one
-    // into a relay arena that may not exist yet) in its peer's scratch buffer.
     auto direct_target = [&](size_t lane, size_t index) -> void* {
       const Message& message = work_.lanes[lane].messages[index];
       if (!message.direct || delta_.Payload(lane, index) != nullptr) return nullptr;
@@ -220,17 +217,14 @@ class Run final : public RunSteps {
     absl::flat_hash_map<int32_t, int64_t> scratch_bytes;  // By peer.
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
-      if (l.direction != Direction::kReceive) continue;
       for (size_t index = lanes_[lane].posted; index < l.messages.size(); ++index) {
-        if (direct_target(lane, index) == nullptr) {
-          scratch_bytes[l.peer] = std::max(scratch_bytes[l.peer], l.messages[index].bytes);
-        }
+        int64_t& bytes = scratch_bytes[l.peer];
+        if (l.direction == Direction::kReceive && direct_target(lane, index) == nullptr)
+          bytes = std::max(bytes, l.messages[index].bytes);
       }
     }
     absl::flat_hash_map<int32_t, std::unique_ptr<char[]>> scratch;
-    for (const auto& [peer, bytes] : scratch_bytes) {
-      scratch[peer] = std::make_unique_for_overwrite<char[]>(bytes);
-    }
+    for (const auto& [peer, bytes] : scratch_bytes) scratch[peer].reset(new char[bytes]);
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
       if (l.direction != Direction::kReceive) continue;
