@@ -218,9 +218,8 @@ class Run final : public RunSteps {
     for (size_t lane = 0; lane < work_.lanes.size(); ++lane) {
       const Lane& l = work_.lanes[lane];
       for (size_t index = lanes_[lane].posted; index < l.messages.size(); ++index) {
-        int64_t& bytes = scratch_bytes[l.peer];
         if (l.direction == Direction::kReceive && direct_target(lane, index) == nullptr)
-          bytes = std::max(bytes, l.messages[index].bytes);
+          scratch_bytes[l.peer] = std::max(scratch_bytes[l.peer], l.messages[index].bytes);
       }
     }
     absl::flat_hash_map<int32_t, std::unique_ptr<char[]>> scratch;

@@ -1,7 +1,5 @@
 #include "integration/bench/bench_delta.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
