@@ -112,8 +112,9 @@ SANITIZER_ENV := WSYNC_ABI_TEST_NO_OOM=1 UCX_MEM_EVENTS=no
 # 2.36 it records bogus blocks: its tracer then faults at exit ("DTLS 10 at 0x000000000392-...",
 # "Tracer caught signal 11: addr=0x398", "LeakSanitizer has encountered a fatal error") and the
 # process exits 1 after a clean run. It failed CI's bench_sync_smoke (2026-12-05); here it failed
-# 2 of 2 loaded repeats of that test, and with the option 0 of 8 (no leak reported either: glibc allocates the blocks with the intercepted
-# malloc and the thread's DTV points to them, so they stay reachable and scanned).
+# 2 of 2 loaded repeats of that test, and with the option 0 of 8 (no leak reported either: glibc
+# allocates the blocks with the intercepted malloc and the thread's DTV points to them, so they
+# stay reachable and scanned).
 ASAN_ENV := $(SANITIZER_ENV) \
 	ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:intercept_tls_get_addr=0 \
 	LSAN_OPTIONS=suppressions=$(SANITIZER_SUPPRESSIONS)/lsan.supp:print_suppressions=0 \
