@@ -2,7 +2,7 @@
 #define WSYNC_EXECUTOR_QUANT_DEVICE_H_
 
 // Private to the executor: the quantization steps of quant_work.h on a CUDA process, by the FP8
-// kernels of its DeviceMemory (DeviceMemory::QuantizeFp8Async, transport/nccl's
+// kernels of its DeviceMemory (DeviceMemory::QuantizeFp8Async, device/'s
 // cuda_quant_kernel.cu), bit-identical to the host kernels (quant/fp8_device.h says why).
 //
 // A CUDA process's quantization staging and arena are device memory (memory_kinds.h), and every

@@ -13,9 +13,9 @@
 #include "transport/selector/selector.h"
 
 #if WSYNC_HAVE_NCCL
+#include "device/cuda_device_memory.h"
+#include "device/cuda_module.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
-#include "transport/nccl/cuda_device_memory.h"
-#include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_transport.h"
 #endif
 

@@ -16,7 +16,7 @@
 // carries the unique ids of the communicators each process roots (the first member of each).
 // A verdict is "no" when this process's transport routes were refused (selector), when it holds
 // CUDA buffers and the build has no NCCL, when the CUDA module (libwsync_cuda.so, which links
-// libcudart and libnccl: transport/nccl/cuda_module.h) cannot be loaded, or when its device cannot
+// libcudart and libnccl: device/cuda_module.h) cannot be loaded, or when its device cannot
 // be used ("no CUDA device"). Only processes holding CUDA buffers load the module, so a host-only
 // process never maps the CUDA libraries. Any "no", a pair of processes on one GPU (Unimplemented:
 // NCCL cannot connect them) or a root that cannot make a unique id fails the connect of every
@@ -42,7 +42,7 @@ namespace wsync {
 
 class NcclApi;
 // Makes the NcclApi the session calls (empty: the real one of the CUDA module, loaded on first use:
-// transport/nccl/cuda_module.h); tests pass a fake.
+// device/cuda_module.h); tests pass a fake.
 using NcclApiFactory = std::function<std::unique_ptr<NcclApi>()>;
 
 // Whether this build has the NCCL backend.

@@ -3,7 +3,7 @@
 
 // FP8 e4m3 quantization on a CUDA device: the request one quantization carries (Fp8DeviceQuant),
 // its tiling, and the per-element arithmetic, as inline functions that compile for the host and,
-// under nvcc, for the device. The CUDA kernels (transport/nccl/cuda_quant_kernel.cu) and their
+// under nvcc, for the device. The CUDA kernels (device/cuda_quant_kernel.cu) and their
 // host emulation (fp8_device_host.h: the fake device of the unit tests) run this same code.
 // C++17 and <cstdint>/<cstring> only, so that nvcc compiles it.
 //

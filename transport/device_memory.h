@@ -4,7 +4,7 @@
 // The device-memory operations the executor needs for buffers that are not host memory: staging
 // arenas allocated on the device, and stream-ordered strided copies between any two memory kinds
 // (pack, unpack, local copies). The executor calls only this interface; the plugin wires in an
-// implementation (transport/nccl: CudaDeviceMemory over the CUDA runtime) when a process holds
+// implementation (device/: CudaDeviceMemory over the CUDA runtime) when a process holds
 // CUDA buffers, so the executor never includes a CUDA or NCCL header.
 //
 // Ordering: copies run in the order they were enqueued, asynchronously to the caller; Synchronize

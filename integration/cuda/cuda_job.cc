@@ -20,6 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "device/cuda_device_memory.h"
+#include "device/cuda_module.h"
 #include "integration/fill/fill.h"
 #include "integration/harness/launcher.h"
 #include "integration/model_config/hf_config.h"
@@ -27,8 +29,6 @@
 #include "planner/models.h"
 #include "planner/named_layouts.h"
 #include "plugin/session.h"
-#include "transport/nccl/cuda_device_memory.h"
-#include "transport/nccl/cuda_module.h"
 #include "transport/nccl/nccl_api.h"
 #include "transport/selector/selector.h"
 

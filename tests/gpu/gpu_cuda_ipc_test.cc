@@ -11,10 +11,10 @@
 
 #include <vector>
 
+#include "device/cuda_module.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_count.h"
 #include "tests/unit/cuda_ipc_pair.h"
-#include "transport/nccl/cuda_module.h"
 
 namespace wsync {
 namespace {

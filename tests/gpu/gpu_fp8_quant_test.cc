@@ -1,4 +1,4 @@
-// The CUDA FP8 quantization kernels (transport/nccl/cuda_quant_kernel.cu) on GPU 0 (label gpu):
+// The CUDA FP8 quantization kernels (device/cuda_quant_kernel.cu) on GPU 0 (label gpu):
 // random shapes, blockings, windows and strides (ragged last blocks, zeros, values at and past
 // 448, fp32 input) and every finite bf16 at several scales give bytes and scales identical to the
 // reference quantizer, to quant::QuantizeFp8 and to the kernels' host emulation, bit for bit; NaN
@@ -12,12 +12,12 @@
 #include <random>
 #include <vector>
 
+#include "device/cuda_quant_kernel.h"
 #include "gtest/gtest.h"
 #include "quant/fp8_device.h"
 #include "quant/fp8_device_host.h"
 #include "tests/gpu/gpu_count.h"
 #include "tests/unit/fp8_device_support.h"
-#include "transport/nccl/cuda_quant_kernel.h"
 
 namespace wsync::fp8_test {
 namespace {

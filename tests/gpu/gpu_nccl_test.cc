@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "device/cuda_copy.h"
 #include "gtest/gtest.h"
 #include "integration/fill/fill.h"
 #include "planner/job.h"
@@ -26,7 +27,6 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "tests/gpu/gpu_count.h"
-#include "transport/nccl/cuda_copy.h"
 #include "transport/nccl/nccl_api_real.h"
 #include "transport/nccl/nccl_transport.h"
 

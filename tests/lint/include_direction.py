@@ -2,7 +2,7 @@
 """Checks the direction of includes between folders (README.md, "Repository map": integration ->
 plugin -> executor -> planner -> link_model -> common, plugin -> control -> transport -> common,
 executor -> transport, planner and executor -> quant -> common, metrics -> common, plugin ->
-calibration; each folder's README.md says what it may include).
+calibration, plugin -> device -> transport; each folder's README.md says what it may include).
 
 Usage: include_direction.py [--root DIR]
 Prints one line per include a folder may not make (file:line) and exits 1 when there is any, 0
@@ -25,9 +25,9 @@ import no_test_deps  # noqa: E402
 import source_limits  # noqa: E402
 
 WSYNC_FOLDERS = ("common", "quant", "calibration", "planner", "transport", "control", "executor",
-                 "metrics", "plugin", "integration")
+                 "metrics", "plugin", "integration", "device")
 BELOW_PLUGIN = ("common/**", "quant/**", "calibration/**", "planner/**", "transport/**",
-                "control/**", "executor/**", "metrics/**", "plugin/**")
+                "control/**", "executor/**", "metrics/**", "plugin/**", "device/**")
 RULES = {
     "common": (),
     "quant": ("common/**",),
@@ -37,11 +37,15 @@ RULES = {
     "transport": ("common/**", "quant/fp8_device.h", "planner/layout.h"),
     "transport/cuda_ipc": ("common/**", "transport/transport.h", "transport/nccl/nccl_api.h"),
     "transport/loopback": ("common/**", "transport/transport.h"),
-    "transport/nccl": ("common/**", "transport/transport.h", "transport/device_memory.h",
-                       "quant/fp8_device.h", "quant/fp8_device_host.h"),
+    # The real NcclApi (nccl_api_real.cc) launches device/'s kernels: an arrow back up.
+    "transport/nccl": ("common/**", "transport/transport.h", "quant/fp8_device.h",
+                       "device/cuda_copy_kernel.h", "device/cuda_quant_kernel.h"),
     "transport/selector": ("common/**", "transport/*"),
     "transport/ucx": ("common/**", "transport/transport.h"),
     "control": ("common/**", "transport/transport.h"),
+    # The NcclApi interface; the module's entry also the real one (nccl_api_real.h).
+    "device": ("common/**", "transport/device_memory.h", "transport/nccl/nccl_api.h",
+               "transport/nccl/nccl_api_real.h", "quant/fp8_device.h", "quant/fp8_device_host.h"),
     # The interfaces of transport/, never a backend.
     "executor": ("common/**", "quant/**", "planner/**", "transport/*"),
     "metrics": ("common/**",),

@@ -1,5 +1,5 @@
 /* libwsync.so loads the CUDA libraries only where CUDA memory needs them (docs/cuda.md;
- * transport/nccl/cuda_module.h).
+ * device/cuda_module.h).
  *
  * One trainer (this process, hosting the coordinator) and one rollout (a forked partner) load
  * libwsync.so through its C ABI and run three jobs of one 16x16 fp32 matrix, one after another:

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "device/cuda_device_memory.h"
 #include "executor/execute.h"
 #include "executor/schedule.h"
 #include "gtest/gtest.h"
@@ -23,7 +24,6 @@
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/loopback/loopback.h"
-#include "transport/nccl/cuda_device_memory.h"
 
 namespace wsync {
 namespace {

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "device/cuda_module.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_count.h"
 #include "tests/unit/cuda_ipc_pair.h"
 #include "tests/unit/fake_cuda_fabric.h"
-#include "transport/nccl/cuda_module.h"
 
 namespace wsync {
 namespace {

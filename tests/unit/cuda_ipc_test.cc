@@ -15,13 +15,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "device/cuda_module.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/forwarding_transport.h"
 #include "transport/loopback/loopback.h"
-#include "transport/nccl/cuda_module.h"
 
 namespace wsync {
 namespace {

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "control/loss_watch.h"
+#include "device/cuda_device_memory.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
 #include "executor/schedule.h"
@@ -29,7 +30,6 @@
 #include "tests/unit/control_job.h"
 #include "tests/unit/fake_cuda_fabric.h"
 #include "transport/loopback/loopback.h"
-#include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/nccl_transport.h"
 #include "transport/selector/selector.h"
 

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/status.h"
 #include "control/loss_watch.h"
+#include "device/cuda_device_memory.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
 #include "executor/schedule.h"
@@ -28,7 +29,6 @@
 #include "tests/unit/fake_cuda_fabric.h"
 #include "tests/unit/nccl_executor_support.h"
 #include "transport/loopback/loopback.h"
-#include "transport/nccl/cuda_device_memory.h"
 #include "transport/nccl/nccl_transport.h"
 #include "transport/selector/selector.h"
 

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "device/cuda_copy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/nccl/cuda_copy.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace wsync {

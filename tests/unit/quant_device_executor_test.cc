@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status.h"
+#include "device/cuda_device_memory.h"
 #include "executor/execute.h"
 #include "executor/memory_kinds.h"
 #include "executor/schedule.h"
@@ -33,7 +34,6 @@
 #include "tests/testing/executor_checks.h"
 #include "tests/unit/quant_loopback_run.h"
 #include "tests/unit/quant_plan_support.h"
-#include "transport/nccl/cuda_device_memory.h"
 #ifdef WSYNC_QUANT_DEVICE_REAL_CUDA
 #include "tests/gpu/gpu_count.h"
 #include "transport/nccl/nccl_api_real.h"

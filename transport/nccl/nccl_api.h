@@ -6,8 +6,8 @@
 // machines without a GPU. This header does not include <nccl.h> or the CUDA headers: handles are
 // opaque pointers and results are absl::Status. The real API (nccl_api_real.h, the only code that
 // includes <nccl.h> and <cuda_runtime_api.h>) lives in the module libwsync_cuda.so, which links
-// libcudart and libnccl; the rest of wsync reaches it through cuda_module.h (LoadRealNcclApi), so
-// that a process maps the CUDA libraries only once it needs them.
+// libcudart and libnccl; the rest of wsync reaches it through device/cuda_module.h
+// (LoadRealNcclApi), so that a process maps the CUDA libraries only once it needs them.
 //
 // Non-blocking NCCL: communicators are created with config.blocking = 0, so NCCL calls return at
 // once; a call whose work continues in the background returns "in progress" (false below), and
@@ -72,9 +72,9 @@ class NcclApi {
   virtual absl::Status MemcpyAsync(void* dst, const void* src, size_t bytes, CudaStream stream) {
     return Memcpy2DAsync(dst, bytes, src, bytes, bytes, 1, stream);
   }
-  // The strided copy kernel (cuda_copy.h: CopyStridedKernelAsync) on `stream`, when this API has
-  // one: the real API when nvcc built it, a fake that implements it on the host. The defaults say
-  // there is none (cuda_copy then uses Memcpy2DAsync only).
+  // The strided copy kernel (device/cuda_copy.h: CopyStridedKernelAsync) on `stream`, when this
+  // API has one: the real API when nvcc built it, a fake that implements it on the host. The
+  // defaults say there is none (cuda_copy then uses Memcpy2DAsync only).
   virtual bool HasCopyKernel() { return false; }
   virtual absl::Status CopyKernelAsync(void* dst, absl::Span<const int64_t> dst_strides,
                                        const void* src, absl::Span<const int64_t> src_strides,
@@ -82,7 +82,7 @@ class NcclApi {
                                        CudaStream stream) {
     return absl::UnimplementedError("this NcclApi has no strided copy kernel");
   }
-  // The FP8 quantization kernels (transport/nccl/cuda_quant_kernel.h) on `stream`, when this API
+  // The FP8 quantization kernels (device/cuda_quant_kernel.h) on `stream`, when this API
   // has them: the real API when nvcc built them, a fake that runs their host emulation
   // (quant/fp8_device_host.h). `q` passed quant::CheckFp8DeviceQuant; its pointers are device
   // memory. The defaults say there are none.

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
-#include "transport/nccl/cuda_copy_kernel.h"
-#include "transport/nccl/cuda_quant_kernel.h"
+#include "device/cuda_copy_kernel.h"
+#include "device/cuda_quant_kernel.h"
 
 namespace wsync {
 namespace {
@@ -50,8 +50,8 @@ absl::StatusOr<bool> NcclProgress(ncclResult_t result, const char* call, ncclCom
   return NcclError(result, call, comm);
 }
 
-// One launch of the strided copy kernel (cuda_copy_kernel.cu) for any geometry; Unimplemented in
-// a build without it (nvcc not found at configure time).
+// One launch of the strided copy kernel (device/cuda_copy_kernel.cu) for any geometry;
+// Unimplemented in a build without it (nvcc not found at configure time).
 absl::Status CopyStridedKernelAsync(CudaStream stream, void* dst,
                                     absl::Span<const int64_t> dst_strides, const void* src,
                                     absl::Span<const int64_t> src_strides,

@@ -1,4 +1,4 @@
-#include "transport/nccl/cuda_device_memory.h"
+#include "device/cuda_device_memory.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "device/cuda_copy.h"
 #include "quant/fp8_device_host.h"
-#include "transport/nccl/cuda_copy.h"
 
 namespace wsync {
 

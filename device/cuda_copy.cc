@@ -1,10 +1,10 @@
-#include "transport/nccl/cuda_copy.h"
+#include "device/cuda_copy.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "transport/nccl/cuda_copy_kernel.h"
+#include "device/cuda_copy_kernel.h"
 
 namespace wsync {
 namespace {

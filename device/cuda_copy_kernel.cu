@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "transport/nccl/cuda_copy_kernel.h"
+#include "device/cuda_copy_kernel.h"
 
 namespace wsync {
 namespace {

@@ -1,9 +1,9 @@
-#ifndef WSYNC_TRANSPORT_NCCL_CUDA_COPY_KERNEL_H_
-#define WSYNC_TRANSPORT_NCCL_CUDA_COPY_KERNEL_H_
+#ifndef WSYNC_DEVICE_CUDA_COPY_KERNEL_H_
+#define WSYNC_DEVICE_CUDA_COPY_KERNEL_H_
 
 // Launches the strided copy kernel (cuda_copy_kernel.cu) on `stream` (a cudaStream_t). Strides in
 // elements; element_size 1, 2, 4 or 8; at most kMaxKernelAxes axes. Returns the cudaError_t of
-// the launch as an int (0: enqueued). Internal to transport/nccl: use CopyStridedAsync.
+// the launch as an int (0: enqueued). Internal to the real NcclApi: use CopyStridedAsync.
 
 #include <cstdint>
 
@@ -17,4 +17,4 @@ int LaunchStridedCopy(void* dst, const int64_t* dst_strides, const void* src,
 
 }  // namespace wsync
 
-#endif  // WSYNC_TRANSPORT_NCCL_CUDA_COPY_KERNEL_H_
+#endif  // WSYNC_DEVICE_CUDA_COPY_KERNEL_H_

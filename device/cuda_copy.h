@@ -1,5 +1,5 @@
-#ifndef WSYNC_TRANSPORT_NCCL_CUDA_COPY_H_
-#define WSYNC_TRANSPORT_NCCL_CUDA_COPY_H_
+#ifndef WSYNC_DEVICE_CUDA_COPY_H_
+#define WSYNC_DEVICE_CUDA_COPY_H_
 
 // Strided copies of CUDA memory on a stream: the pack and unpack of staged chunks and the local
 // copies when buffers are CUDA memory. Same geometry as executor/copy.h (element strides; axes of
@@ -48,4 +48,4 @@ int64_t CountCopies2D(absl::Span<const int64_t> dst_strides, absl::Span<const in
 
 }  // namespace wsync
 
-#endif  // WSYNC_TRANSPORT_NCCL_CUDA_COPY_H_
+#endif  // WSYNC_DEVICE_CUDA_COPY_H_

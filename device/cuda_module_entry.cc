@@ -3,7 +3,7 @@
 
 #include <new>
 
-#include "transport/nccl/cuda_module.h"
+#include "device/cuda_module.h"
 #include "transport/nccl/nccl_api_real.h"
 
 namespace {

@@ -1,5 +1,5 @@
-#ifndef WSYNC_TRANSPORT_NCCL_CUDA_DEVICE_MEMORY_H_
-#define WSYNC_TRANSPORT_NCCL_CUDA_DEVICE_MEMORY_H_
+#ifndef WSYNC_DEVICE_CUDA_DEVICE_MEMORY_H_
+#define WSYNC_DEVICE_CUDA_DEVICE_MEMORY_H_
 
 // DeviceMemory (transport/device_memory.h) over the CUDA runtime calls of an NcclApi: arenas by
 // cudaMalloc on the process's device, strided copies by cuda_copy (cudaMemcpy2DAsync, or the copy
@@ -55,4 +55,4 @@ absl::Status RequireCudaDevice(NcclApi& api, int device, absl::string_view what)
 
 }  // namespace wsync
 
-#endif  // WSYNC_TRANSPORT_NCCL_CUDA_DEVICE_MEMORY_H_
+#endif  // WSYNC_DEVICE_CUDA_DEVICE_MEMORY_H_

@@ -1,4 +1,4 @@
-#include "transport/nccl/cuda_module.h"
+#include "device/cuda_module.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

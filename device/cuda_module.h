@@ -1,11 +1,11 @@
-#ifndef WSYNC_TRANSPORT_NCCL_CUDA_MODULE_H_
-#define WSYNC_TRANSPORT_NCCL_CUDA_MODULE_H_
+#ifndef WSYNC_DEVICE_CUDA_MODULE_H_
+#define WSYNC_DEVICE_CUDA_MODULE_H_
 
-// libwsync_cuda.so, the CUDA module: the real NcclApi (nccl_api_real.h) and the copy kernel, and
-// the only wsync binary with libcudart and libnccl as DT_NEEDED. The rest of wsync (libwsync.so,
-// the wsync CLI) loads it with dlopen when a process first needs CUDA (at connect, in a process
-// holding CUDA buffers: plugin/cuda_setup.h), so a host-only process never maps the CUDA
-// libraries, and a host without them can load libwsync.so.
+// libwsync_cuda.so, the CUDA module: the real NcclApi (transport/nccl/nccl_api_real.h) and the
+// copy kernel, and the only wsync binary with libcudart and libnccl as DT_NEEDED. The rest of
+// wsync (libwsync.so, the wsync CLI) loads it with dlopen when a process first needs CUDA (at
+// connect, in a process holding CUDA buffers: plugin/cuda_setup.h), so a host-only process never
+// maps the CUDA libraries, and a host without them can load libwsync.so.
 //
 // The boundary: the module exports one C symbol, `wsyncCudaModule_v1`, a function returning a
 // WsyncCudaModuleV1 table that hands out NcclApi objects. Both sides compile nccl_api.h with the
@@ -60,4 +60,4 @@ absl::StatusOr<std::unique_ptr<NcclApi>> LoadRealNcclApi();
 
 }  // namespace wsync
 
-#endif  // WSYNC_TRANSPORT_NCCL_CUDA_MODULE_H_
+#endif  // WSYNC_DEVICE_CUDA_MODULE_H_

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "transport/nccl/cuda_quant_kernel.h"
+#include "device/cuda_quant_kernel.h"
 
 namespace wsync {
 namespace {
