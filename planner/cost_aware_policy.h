@@ -2,7 +2,7 @@
 #define WSYNC_PLANNER_COST_AWARE_POLICY_H_
 
 // cost_aware: answers all replica requests of a sync at once to lower the predicted time of the
-// whole sync under the calibrated cost model (calibration/link_model TrafficLoads: pair links,
+// whole sync under the calibrated cost model (cost/ TrafficLoads: pair links,
 // egress, ingress, path aggregates, node links (the capacity every pair from one node to another
 // shares) and the pairs inside a node), starting from the sync's fixed traffic (the bytes and
 // regions every pair carries whatever the answers; ReplicaPolicy::Choose), so that replica bytes
@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "planner/plan.h"
 
 namespace wsync {

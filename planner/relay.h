@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "planner/geometry.h"
 #include "planner/layout.h"  // kRelayArenaBuffer
 

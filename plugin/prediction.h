@@ -10,7 +10,7 @@
 // answers everywhere. The other processes' calibration_file is not read.
 //
 // Prediction: the traffic of the whole sync (every process's segments, whatever this process
-// plans) priced by the link model (calibration/link_model Predict): seconds and binding resource.
+// plans) priced by the link model (cost/ Predict): seconds and binding resource.
 
 #include <cstdint>
 #include <map>
@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "executor/schedule.h"
 #include "planner/job.h"
 #include "planner/plan.h"

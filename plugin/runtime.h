@@ -294,7 +294,7 @@ class ConnectedJob {
   std::optional<double> delta_changed_fraction_;
 };
 
-// Processes connected without a job, for the link calibration (calibration/probe): the hosted
+// Processes connected without a job, for the link calibration (calibration/): the hosted
 // coordinator (when config.host_coordinator), the control client and host-memory transports routed
 // by `path_class(this process, peer)`. Destroys the transport, then the client, then the
 // coordinator. Not thread-safe.

@@ -2,7 +2,7 @@
 #define WSYNC_INTEGRATION_CLI_CALIBRATE_COMMAND_H_
 
 // `wsync calibrate`: writes or shows a calibration file. Today: `--synthetic SPEC --out FILE`
-// states link constants (calibration/link_model/link_model.h, SyntheticCalibration), and
+// states link constants (cost/link_model.h, SyntheticCalibration), and
 // `--show FILE` prints the fits of a saved calibration. Measuring a job's links over a transport
 // (`--out` without `--synthetic`) arrives with the calibration issue's probing.
 

@@ -4,7 +4,7 @@
 // A calibration over real processes of this machine: `processes` copies of `wsync calibrate
 // --probe_worker P` (optionally inside network namespaces), process 0 hosting the coordinator,
 // each with its UCX transports per path class (as the session builds them), all running
-// CalibrateLinks (calibration/probe) together. Process 0 writes the calibration file.
+// CalibrateLinks (calibration/) together. Process 0 writes the calibration file.
 
 #include <cstdint>
 #include <string>
@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "calibration/link_model/calibration.pb.h"
-#include "calibration/probe/probe.h"
+#include "calibration/probe.h"
+#include "cost/calibration.pb.h"
 
 namespace wsync::cli {
 
@@ -43,7 +43,7 @@ struct CalibrationJob {
 absl::StatusOr<proto::Calibration> RunCalibrationJob(const CalibrationJob& job,
                                                      const std::string& wsync);
 
-// The quantize pattern every calibration worker runs (calibration/probe QuantizeProbe): one
+// The quantize pattern every calibration worker runs (calibration/ QuantizeProbe): one
 // quant::QuantizeFp8 with 128 x 128 block scales of a bf16 matrix of 4096 columns and 4096 rows
 // (32 MiB), fewer rows (a multiple of 128, at least 128) where that exceeds 1/32 of
 // `memory_budget_bytes`; its values drawn once from a normal distribution of standard deviation

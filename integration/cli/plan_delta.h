@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "absl/status/status.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "integration/cli/plan_command.h"
 #include "integration/cli/plan_pricing.h"
 #include "planner/job.h"

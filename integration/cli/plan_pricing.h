@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "calibration/link_model/calibration.pb.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/calibration.pb.h"
+#include "cost/link_model.h"
 #include "integration/cli/plan_command.h"
 #include "integration/simulation/simgrid/cluster_platform.h"
 #include "planner/job.h"

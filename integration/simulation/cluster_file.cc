@@ -12,8 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/types/span.h"
-#include "calibration/link_model/link_model.h"
 #include "common/status.h"
+#include "cost/link_model.h"
 
 namespace wsync::simulation {
 namespace {

@@ -1,4 +1,4 @@
-// libFuzzer target: the calibration loader (calibration/link_model/link_model.h ParseCalibration,
+// libFuzzer target: the calibration loader (cost/link_model.h ParseCalibration,
 // then FitLinks over whatever it accepted) on arbitrary bytes, as a corrupt or hostile
 // calibration file could hold them. Any crash, sanitizer report, leak or timeout is a bug.
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view bytes(reinterpret_cast<const char*>(data), size);

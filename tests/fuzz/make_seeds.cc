@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "calibration/link_model/link_model.h"
 #include "control/framing.h"
+#include "cost/link_model.h"
 #include "planner/layout_parts.h"
 #include "planner/manifest_codec.h"
 #include "planner/models.h"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks the direction of includes between folders (README.md, "Repository map": integration ->
-plugin -> executor -> planner -> link_model -> common, plugin -> control -> transport -> common,
+plugin -> executor -> planner -> cost -> common, plugin -> control -> transport -> common,
 executor -> transport, planner and executor -> quant -> common, metrics -> common, plugin ->
-calibration, plugin -> device -> transport; each folder's README.md says what it may include).
+calibration -> transport, cost, plugin -> device -> transport; each folder's README.md says what
+it may include).
 
 Usage: include_direction.py [--root DIR]
 Prints one line per include a folder may not make (file:line) and exits 1 when there is any, 0
@@ -24,16 +25,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import no_test_deps  # noqa: E402
 import source_limits  # noqa: E402
 
-WSYNC_FOLDERS = ("common", "quant", "calibration", "planner", "transport", "control", "executor",
-                 "metrics", "plugin", "integration", "device")
-BELOW_PLUGIN = ("common/**", "quant/**", "calibration/**", "planner/**", "transport/**",
-                "control/**", "executor/**", "metrics/**", "plugin/**", "device/**")
+WSYNC_FOLDERS = ("common", "quant", "cost", "calibration", "planner", "transport", "control",
+                 "executor", "metrics", "plugin", "integration", "device")
+BELOW_PLUGIN = ("common/**", "quant/**", "cost/**", "calibration/**", "planner/**",
+                "transport/**", "control/**", "executor/**", "metrics/**", "plugin/**", "device/**")
 RULES = {
     "common": (),
     "quant": ("common/**",),
-    "calibration/link_model": ("common/**",),
-    "calibration/probe": ("common/**", "transport/transport.h", "calibration/link_model/**"),
-    "planner": ("common/**", "quant/**", "calibration/link_model/**"),
+    "cost": ("common/**",),
+    "calibration": ("common/**", "transport/transport.h", "cost/**"),
+    "planner": ("common/**", "quant/**", "cost/**"),
     "transport": ("common/**", "quant/fp8_device.h", "planner/layout.h"),
     "transport/cuda_ipc": ("common/**", "transport/transport.h", "transport/nccl/nccl_api.h"),
     "transport/loopback": ("common/**", "transport/transport.h"),

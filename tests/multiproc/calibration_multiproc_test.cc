@@ -15,7 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "gtest/gtest.h"
 #include "tests/testing/probe_samples.h"
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/models.h"

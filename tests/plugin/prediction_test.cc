@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/plugin/tiny_session.h"

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_format.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "executor/schedule.h"
 #include "executor/waves.h"
 #include "gmock/gmock.h"

@@ -6,7 +6,7 @@
 // of at least two processes (each probed inside: half to half), and with a quantize probe
 // (`quantize`: one sample per process) and the delta probes (`delta`: one `delta_encode` and one
 // `delta_apply` sample per process), must hold, counted from the patterns' definitions
-// (calibration/probe/probe.h), independently of the probe's own loops. Header-only; test code.
+// (calibration/probe.h), independently of the probe's own loops. Header-only; test code.
 
 #include <cstdint>
 #include <map>

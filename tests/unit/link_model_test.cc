@@ -1,4 +1,4 @@
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The quantize rate of a calibration (calibration/link_model, schema 3): "quantize" samples fit
+// The quantize rate of a calibration (cost/, schema 3): "quantize" samples fit
 // per process, the slowest process's rate is the one predictions use, files of schema 1 and 2
 // still load (without a rate), and StandInNote names a prediction priced at a stand-in rate.
 
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "calibration/link_model/link_model.h"
+#include "cost/link_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "calibration/probe/probe.h"
+#include "calibration/probe.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "calibration/link_model/link_model.h"
 #include "common/status.h"
+#include "cost/link_model.h"
 
 namespace wsync {
 namespace {

@@ -2,7 +2,7 @@
 #define WSYNC_CALIBRATION_PROBE_PROBE_H_
 
 // Link probing: CalibrateLinks times the links of a job's processes over a real Transport and
-// returns the raw samples (calibration.proto) that calibration/link_model fits. It is a
+// returns the raw samples (calibration.proto) that cost/ fits. It is a
 // collective: every process of the Group calls it with equal options, and every process returns
 // the same Calibration.
 //
@@ -65,7 +65,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "calibration/link_model/calibration.pb.h"
+#include "cost/calibration.pb.h"
 #include "transport/transport.h"
 
 namespace wsync {

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "calibration/link_model/calibration.pb.h"
+#include "cost/calibration.pb.h"
 
 namespace wsync {
 
