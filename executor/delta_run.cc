@@ -104,6 +104,7 @@ absl::Status DeltaLanes::EncodeLane(int32_t lane_index) {
     // Encodings go straight into the lane's payload, cut back when the message travels as planned.
     // A message none of whose chunks has a base (a first sync) cannot save: nothing is encoded.
     const size_t mark = delta.payload.size();
+    if (delta.announces) delta.announced_bytes += message.bytes;
     bool encodable = delta.announces && bases != nullptr && HasBase(lane, message);
     bool saves = false;
     sizes.clear();
@@ -373,6 +374,13 @@ void DeltaLanes::WriteStats(TransferStats& stats) const {
     if (path < 0) continue;
     stats.delta_saved_by_path[path][work_lane.direction == Direction::kSend ? 0 : 1] +=
         lanes_[lane].saved_bytes;
+  }
+  stats.delta_announced_sent_bytes = stats.delta_announced_wire_bytes = 0;
+  for (const LaneDelta& delta : lanes_) {
+    stats.delta_announced_sent_bytes += delta.announced_bytes;
+    if (delta.announced_bytes > 0) {
+      stats.delta_announced_wire_bytes += delta.announced_bytes - delta.saved_bytes;
+    }
   }
   stats.delta_compared_elements = observed_.compared_elements;
   stats.delta_changed_elements = observed_.changed_elements;

@@ -132,6 +132,7 @@ class DeltaLanes {
     // The encoded messages, back to back; receives land in it through Payload.
     mutable std::vector<uint8_t> payload;
     int64_t saved_bytes = 0;  // Dense bytes of its encoded messages less their encodings.
+    int64_t announced_bytes = 0;  // Sender: dense bytes of the messages it announced.
   };
 
   // Whether the lane runs delta (records and may announce); Announces adds the held version.

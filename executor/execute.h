@@ -220,6 +220,11 @@ struct TransferStats {
   // the thread CPU time of patching its targets with the encodings it received.
   int64_t delta_compared_elements = 0;
   int64_t delta_changed_elements = 0;
+  // As a sender: the dense bytes of its messages to receivers holding a base (announced: they
+  // travelled encoded, or dense where no encoding saved), and the bytes they took. Their ratio
+  // over the changed fraction is what an encoding costs per changed element (PredictDeltaSync).
+  int64_t delta_announced_sent_bytes = 0;
+  int64_t delta_announced_wire_bytes = 0;
   double delta_encode_cpu_seconds = 0;
   double delta_apply_cpu_seconds = 0;
   // The agreed changed fraction the run decided delta=auto's lanes with (nullopt: none observed

@@ -50,6 +50,8 @@ void AddStats(TransferStats& total, const TransferStats& wave) {
   }
   total.delta_compared_elements += wave.delta_compared_elements;
   total.delta_changed_elements += wave.delta_changed_elements;
+  total.delta_announced_sent_bytes += wave.delta_announced_sent_bytes;
+  total.delta_announced_wire_bytes += wave.delta_announced_wire_bytes;
   total.delta_encode_cpu_seconds += wave.delta_encode_cpu_seconds;
   total.delta_apply_cpu_seconds += wave.delta_apply_cpu_seconds;
   total.delta_changed_fraction = wave.delta_changed_fraction;

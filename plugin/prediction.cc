@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -237,15 +238,21 @@ std::map<std::string, double> DeltaPaysBelow(const LinkFits& fits) {
 absl::StatusOr<DeltaPrediction> PredictDeltaSync(const Job& job, const Plan& plan,
                                                  const Prediction& dense, const LinkFits& fits,
                                                  double changed_fraction,
+                                                 double encoded_per_changed,
                                                  const std::map<std::string, double>* pays_below) {
   if (fits.delta_encode_bytes_per_second <= 0 || fits.delta_apply_bytes_per_second <= 0) {
     return absl::FailedPreconditionError(
         "the calibration measured no delta encode and apply rates (wsync calibrate measures them)");
   }
+  if (!(encoded_per_changed > 0) || !std::isfinite(encoded_per_changed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoded bytes per changed byte must be above 0, got ", encoded_per_changed));
+  }
   DeltaPrediction delta;
   delta.changed_fraction = std::clamp(changed_fraction, 0.0, 1.0);
+  delta.encoded_per_changed = encoded_per_changed;
   delta.dense_seconds = dense.seconds;
-  const double encoded = std::min(1.0, kDeltaEncodedPerChanged * delta.changed_fraction);
+  const double encoded = std::min(1.0, encoded_per_changed * delta.changed_fraction);
   std::map<int32_t, int64_t> sent, received;
   int64_t all_bytes = 0;
   for (const PairTraffic& pair : PlanTraffic(job, plan).pairs) {
@@ -281,10 +288,10 @@ std::string DeltaPredictionLine(const absl::StatusOr<DeltaPrediction>& predictio
     return absl::StrCat("delta: no prediction: ", prediction.status().message());
   const DeltaPrediction& d = *prediction;
   return absl::StrFormat(
-      "delta: predicted %.4g s (dense %.4g s) at %.2f %% changed (%s), %.1f MB of %.1f MB "
-      "saved, encode %.4g s, apply %.4g s",
-      d.seconds, d.dense_seconds, 100 * d.changed_fraction, fraction_source, d.saved_bytes / 1e6,
-      d.dense_bytes / 1e6, d.encode_seconds, d.apply_seconds);
+      "delta: predicted %.4g s (dense %.4g s) at %.2f %% changed and %.3g encoded bytes per "
+      "changed byte (%s), %.1f MB of %.1f MB saved, encode %.4g s, apply %.4g s",
+      d.seconds, d.dense_seconds, 100 * d.changed_fraction, d.encoded_per_changed, fraction_source,
+      d.saved_bytes / 1e6, d.dense_bytes / 1e6, d.encode_seconds, d.apply_seconds);
 }
 
 }  // namespace wsync

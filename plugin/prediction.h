@@ -97,8 +97,10 @@ absl::StatusOr<Prediction> PredictSync(const Job& job, const ReplicaPolicy& poli
                                        const RelayOptions& relay = RelayOptions{});
 
 // Delta sync (issue 44) in the cost model. Bytes an encoding takes per dense byte per changed
-// fraction: a bf16 element moved by an ulp or two costs a gap byte and a difference byte (kDiffs),
-// two bytes where dense takes two (delta_codec.h); other updates take up to 1.5 (kIndices).
+// fraction, before any sync measured it: a bf16 element moved by an ulp or two costs at most a gap
+// byte and a difference byte (kDiffs), two bytes where dense takes two (delta_codec.h); other
+// updates take up to 1.5 (kIndices). Runs of changed elements cost less (ConnectedJob::
+// delta_encoded_per_changed measures it).
 inline constexpr double kDeltaEncodedPerChanged = 1.0;
 // The changed fraction a prediction assumes before any sync measured one: issue 44's bf16 cast
 // of fp32 masters after an AdamW step at lr 1e-6 (about 4 % of the elements).
@@ -117,29 +119,32 @@ std::map<std::string, double> DeltaPaysBelow(const LinkFits& fits);
 
 // The prediction of a delta sync (PredictDeltaSync).
 struct DeltaPrediction {
-  double seconds = 0;           // The whole sync with delta.
-  double dense_seconds = 0;     // The same sync dense (the dense prediction's seconds).
-  double changed_fraction = 0;  // The input.
-  int64_t dense_bytes = 0;      // What the pairs that run delta carry dense.
-  int64_t saved_bytes = 0;      // Of dense_bytes, not on the wire.
-  double encode_seconds = 0;    // The busiest sender's encoding, before its rounds.
-  double apply_seconds = 0;     // The busiest receiver's patching, after them.
+  double seconds = 0;              // The whole sync with delta.
+  double dense_seconds = 0;        // The same sync dense (the dense prediction's seconds).
+  double changed_fraction = 0;     // The input.
+  double encoded_per_changed = 0;  // The input.
+  int64_t dense_bytes = 0;         // What the pairs that run delta carry dense.
+  int64_t saved_bytes = 0;         // Of dense_bytes, not on the wire.
+  double encode_seconds = 0;       // The busiest sender's encoding, before its rounds.
+  double apply_seconds = 0;        // The busiest receiver's patching, after them.
 };
 
 // The prediction of a sync of `plan` with delta at `changed_fraction` (in [0, 1]): the pairs
 // between two processes that run delta (with `pays_below`, delta=auto: those of a class that pays
-// at that fraction; null: all, delta=on) carry kDeltaEncodedPerChanged x the fraction of their
-// dense bytes (at most all of them); `dense`'s transfer term shrinks by the bytes saved (its
-// busiest resource assumed to carry them in proportion), and the busiest sender's encoding and the
-// busiest receiver's patching at the calibrated rates are added (not overlapped: the executor
-// encodes before its rounds and patches after them). FailedPrecondition without measured rates.
+// at that fraction; null: all, delta=on) carry `encoded_per_changed` (> 0; the last sync's
+// measure, or kDeltaEncodedPerChanged) x the fraction of their dense bytes (at most all of them);
+// `dense`'s transfer term shrinks by the bytes saved (its busiest resource assumed to carry them in
+// proportion), and the busiest sender's encoding and the busiest receiver's patching at the
+// calibrated rates are added (not overlapped: the executor encodes before its rounds and patches
+// after them). FailedPrecondition without measured rates.
 absl::StatusOr<DeltaPrediction> PredictDeltaSync(const Job& job, const Plan& plan,
                                                  const Prediction& dense, const LinkFits& fits,
                                                  double changed_fraction,
+                                                 double encoded_per_changed,
                                                  const std::map<std::string, double>* pays_below);
 
-// "delta: predicted 0.0123 s (dense 0.25 s) at 4.2 % changed (the last sync's), 473.0 MB of
-// 494.0 MB saved, encode 0.05 s, apply 0.04 s" or why not.
+// "delta: predicted 0.0123 s (dense 0.25 s) at 4.20 % changed and 0.56 encoded bytes per changed
+// byte (the last sync's), 473.0 MB of 494.0 MB saved, encode 0.05 s, apply 0.04 s" or why not.
 std::string DeltaPredictionLine(const absl::StatusOr<DeltaPrediction>& prediction,
                                 absl::string_view fraction_source);
 

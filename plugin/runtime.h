@@ -210,6 +210,9 @@ class ConnectedJob {
   // the last committed step's senders agreed on (nullopt: none seen yet).
   const std::map<std::string, double>& delta_pays_below() const { return delta_pays_below_; }
   std::optional<double> delta_changed_fraction() const { return delta_changed_fraction_; }
+  // What an encoding cost this process's sends in that step: wire bytes per dense byte per
+  // changed fraction (TransferStats::delta_announced_sent_bytes; nullopt: none seen yet).
+  std::optional<double> delta_encoded_per_changed() const { return delta_encoded_per_changed_; }
   ControlClient& client() const { return *client_; }
   // Null for a replacement whose routes were refused (its first step fails with that reason).
   RoutedTransport* transport() const { return transport_.get(); }
@@ -292,6 +295,7 @@ class ConnectedJob {
   // changed fraction that step agreed on.
   DeltaObservation delta_observed_;
   std::optional<double> delta_changed_fraction_;
+  std::optional<double> delta_encoded_per_changed_;
 };
 
 // Processes connected without a job, for the link calibration (calibration/): the hosted

@@ -135,9 +135,15 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   const bool committed = result.status().ok();
   if (delta_bases_ != nullptr && committed) delta_bases_->Commit(options.sync_id);
   if (committed && result.stats.ok()) {
-    if (result.stats->delta_compared_elements > 0) {
-      delta_observed_ = DeltaObservation{result.stats->delta_changed_elements,
-                                         result.stats->delta_compared_elements};
+    const TransferStats& s = *result.stats;
+    if (s.delta_compared_elements > 0) {
+      delta_observed_ = DeltaObservation{s.delta_changed_elements, s.delta_compared_elements};
+    }
+    if (s.delta_announced_sent_bytes > 0 && s.delta_changed_elements > 0) {
+      const double wire = static_cast<double>(s.delta_announced_wire_bytes) /
+                          static_cast<double>(s.delta_announced_sent_bytes);
+      delta_encoded_per_changed_ = wire * static_cast<double>(s.delta_compared_elements) /
+                                   static_cast<double>(s.delta_changed_elements);
     }
     delta_changed_fraction_ = result.stats->delta_changed_fraction;
   }

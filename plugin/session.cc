@@ -310,14 +310,18 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
   if (config_.delta != DeltaMode::kOff && connected.prediction().has_value() &&
       connected.calibration().fits.has_value()) {
     const std::optional<double> seen = connected.delta_changed_fraction();
+    const std::optional<double> encoded = connected.delta_encoded_per_changed();
     absl::StrAppend(
         &report,
         DeltaPredictionLine(
             PredictDeltaSync(
                 connected.job(), connected.plan(), *connected.prediction(),
                 *connected.calibration().fits, seen.value_or(kAssumedDeltaFraction),
+                encoded.value_or(kDeltaEncodedPerChanged),
                 config_.delta == DeltaMode::kAuto ? &connected.delta_pays_below() : nullptr),
-            seen.has_value() ? "the last sync's" : "assumed, none seen yet"),
+            !seen.has_value()     ? "assumed, none seen yet"
+            : encoded.has_value() ? "the last sync's"
+                                  : "the last sync's; the encoding's cost assumed"),
         "\n");
   }
   return report;

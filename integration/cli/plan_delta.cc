@@ -105,15 +105,17 @@ absl::Status PrintDeltaPrediction(std::FILE* out, const PlanRequest& request, co
     return absl::OkStatus();
   }
   const absl::StatusOr<DeltaPrediction> on =
-      PredictDeltaSync(job, plan, dense, fits, fraction, /*pays_below=*/nullptr);
+      PredictDeltaSync(job, plan, dense, fits, fraction, kDeltaEncodedPerChanged,
+                       /*pays_below=*/nullptr);
   if (absl::IsFailedPrecondition(on.status())) {
     PrintMissingRates(out, request, cluster_file, traffic);
     return absl::OkStatus();
   }
   WSYNC_RETURN_IF_ERROR(on.status());
   const std::map<std::string, double> pays = DeltaPaysBelow(fits);
-  WSYNC_ASSIGN_OR_RETURN(const DeltaPrediction automatic,
-                         PredictDeltaSync(job, plan, dense, fits, fraction, &pays));
+  WSYNC_ASSIGN_OR_RETURN(
+      const DeltaPrediction automatic,
+      PredictDeltaSync(job, plan, dense, fits, fraction, kDeltaEncodedPerChanged, &pays));
   absl::FPrintF(out,
                 "\ndelta sync at %s changed (%s):\n"
                 "  rates: encode %.3f GB/s, apply %.3f GB/s (the slowest process's)\n",

@@ -3,7 +3,9 @@
 // such as shared memory; on over a slow link), and the prediction of a delta sync at a changed
 // fraction.
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -64,7 +66,8 @@ TEST(DeltaPredictionTest, ADeltaSyncIsPredictedFromTheChangedFraction) {
   const LinkFits fits = FitsOf(kLinks);
   const Prediction dense =
       *PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{int64_t{1} << 30});
-  absl::StatusOr<DeltaPrediction> small = PredictDeltaSync(job, plan, dense, fits, 0.04, nullptr);
+  absl::StatusOr<DeltaPrediction> small =
+      PredictDeltaSync(job, plan, dense, fits, 0.04, kDeltaEncodedPerChanged, nullptr);
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_GT(small->dense_bytes, 0);
   EXPECT_NEAR(static_cast<double>(small->saved_bytes),
@@ -74,22 +77,54 @@ TEST(DeltaPredictionTest, ADeltaSyncIsPredictedFromTheChangedFraction) {
   EXPECT_GT(small->encode_seconds, 0);
   EXPECT_GT(small->apply_seconds, 0);
   // Every element changed: nothing saved, and the encode and apply cost on top.
-  absl::StatusOr<DeltaPrediction> all = PredictDeltaSync(job, plan, dense, fits, 1.0, nullptr);
+  absl::StatusOr<DeltaPrediction> all =
+      PredictDeltaSync(job, plan, dense, fits, 1.0, kDeltaEncodedPerChanged, nullptr);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->saved_bytes, 0);
   EXPECT_GT(all->seconds, dense.seconds);
   // delta=auto at a fraction above every class's threshold runs nothing as delta.
   const std::map<std::string, double> pays = DeltaPaysBelow(fits);
-  absl::StatusOr<DeltaPrediction> off = PredictDeltaSync(job, plan, dense, fits, 0.99, &pays);
+  absl::StatusOr<DeltaPrediction> off =
+      PredictDeltaSync(job, plan, dense, fits, 0.99, kDeltaEncodedPerChanged, &pays);
   ASSERT_TRUE(off.ok());
   EXPECT_EQ(off->dense_bytes, 0);
   EXPECT_DOUBLE_EQ(off->seconds, dense.seconds);
-  EXPECT_THAT(DeltaPredictionLine(small, "the last sync's"),
-              HasSubstr("at 4.00 % changed (the last sync's)"));
   EXPECT_THAT(
-      DeltaPredictionLine(
-          PredictDeltaSync(job, plan, dense, FitsOf("inter_node=5us,1GB/s"), 0.04, nullptr), "x"),
-      HasSubstr("no prediction"));
+      DeltaPredictionLine(small, "the last sync's"),
+      HasSubstr("at 4.00 % changed and 1 encoded bytes per changed byte (the last sync's)"));
+  EXPECT_THAT(DeltaPredictionLine(PredictDeltaSync(job, plan, dense, FitsOf("inter_node=5us,1GB/s"),
+                                                   0.04, kDeltaEncodedPerChanged, nullptr),
+                                  "x"),
+              HasSubstr("no prediction"));
+}
+
+TEST(DeltaPredictionTest, TheMeasuredEncodingCostSetsTheBytesOnTheWire) {
+  const ModelSpec model = *GetModel("qwen2.5-tiny");
+  const NamedJobLayouts layouts =
+      *BuildNamedJobLayouts(model, "megatron(tp=2,ppn=1)", "vllm(tp=2,ppn=1)");
+  const Job job = *Job::Create(layouts.source, layouts.target);
+  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
+  const LinkFits fits = FitsOf(kLinks);
+  const Prediction dense =
+      *PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{int64_t{1} << 30});
+  const DeltaPrediction assumed =
+      *PredictDeltaSync(job, plan, dense, fits, 0.04, kDeltaEncodedPerChanged, nullptr);
+  // Half a byte per changed byte (runs of changed elements): half the wire bytes of the assumed.
+  const DeltaPrediction measured = *PredictDeltaSync(job, plan, dense, fits, 0.04, 0.5, nullptr);
+  EXPECT_EQ(measured.dense_bytes, assumed.dense_bytes);
+  EXPECT_NEAR(static_cast<double>(measured.saved_bytes),
+              0.98 * static_cast<double>(measured.dense_bytes), 1.0);
+  EXPECT_LT(measured.seconds, assumed.seconds);
+  EXPECT_DOUBLE_EQ(measured.encode_seconds, assumed.encode_seconds);
+  EXPECT_THAT(DeltaPredictionLine(measured, "the last sync's"),
+              HasSubstr("0.5 encoded bytes per changed byte"));
+  // At most every byte: 3 bytes per changed byte at 40 % changed saves nothing.
+  EXPECT_EQ(PredictDeltaSync(job, plan, dense, fits, 0.4, 3.0, nullptr)->saved_bytes, 0);
+  for (const double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(PredictDeltaSync(job, plan, dense, fits, 0.04, bad, nullptr).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

@@ -3,12 +3,17 @@
 // travel dense for one sync, while every other pair keeps moving deltas; every element of every
 // version is checked on every rollout.
 
+#include <fstream>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
+#include "cost/link_model.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "integration/fill/fill.h"
 #include "plugin/session.h"
@@ -18,13 +23,16 @@ namespace wsync {
 namespace {
 
 using Process = test::TinySessionProcess;
+using ::testing::HasSubstr;
 
 constexpr int32_t kChangedPerMille = 20;  // Each version after the first changes ~2 %.
 
-Process MakeDeltaProcess(Role role, int32_t rank, int port, const std::string& job) {
+Process MakeDeltaProcess(Role role, int32_t rank, int port, const std::string& job,
+                         const std::string& calibration_file = "") {
   SessionConfig config = test::TinyJobConfig(role, rank, port, job, "WSYNC_SESSION_TEST_SECRET");
   config.deadline = absl::Seconds(20);
   config.delta = DeltaMode::kOn;
+  config.calibration_file = calibration_file;
   return test::MakeTinySessionProcess(config);
 }
 
@@ -32,12 +40,16 @@ class SessionDeltaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     setenv("WSYNC_SESSION_TEST_SECRET", "session-delta-secret-0123456789abcdef", 1);
-    const int port = test::FreeLoopbackPort();
+    port_ = test::FreeLoopbackPort();
+    MakeProcesses("");
+  }
+
+  void MakeProcesses(const std::string& calibration_file) {
+    processes_.clear();
     for (int r = 0; r < 2; ++r)
-      processes_.push_back(MakeDeltaProcess(Role::kTrainer, r, port, job_));
+      processes_.push_back(MakeDeltaProcess(Role::kTrainer, r, port_, job_, calibration_file));
     for (int r = 0; r < 2; ++r)
-      processes_.push_back(MakeDeltaProcess(Role::kRollout, r, port, job_));
-    port_ = port;
+      processes_.push_back(MakeDeltaProcess(Role::kRollout, r, port_, job_, calibration_file));
   }
 
   // Runs `call` for each process of `ids`, one thread each; the results by process.
@@ -137,6 +149,45 @@ TEST_F(SessionDeltaTest, AReplacedTrainerSendsDenseWhileTheOtherTrainerKeepsSend
   EXPECT_EQ(DeltaMessages(1), 0) << "a replaced trainer has no bases: dense";
   SyncAll(4);
   EXPECT_GT(DeltaMessages(1), 0) << "the replacement recorded its bases at version 3";
+}
+
+// The schedule report's delta prediction uses what the last sync's encodings cost: before any
+// sync the assumed kDeltaEncodedPerChanged, after delta syncs this process's wire bytes per dense
+// byte over its changed fraction, exactly as its stats state them.
+TEST_F(SessionDeltaTest, ThePredictionUsesTheLastSyncsEncodingCost) {
+  const std::string calibration_file =
+      absl::StrCat(::testing::TempDir(), "/session_delta_calibration.pb");
+  {
+    const absl::StatusOr<proto::Calibration> calibration = SyntheticCalibration(
+        "intra_node=5us,1GB/s;inter_node=5us,1GB/s;delta_encode=0us,4GB/s;"
+        "delta_apply=0us,4GB/s");
+    ASSERT_TRUE(calibration.ok()) << calibration.status();
+    std::ofstream out(calibration_file, std::ios::binary);
+    ASSERT_TRUE(calibration->SerializeToOstream(&out));
+  }
+  MakeProcesses(calibration_file);
+  for (const absl::Status& s :
+       On({0, 1, 2, 3}, [&](int p) { return processes_[p].session->Connect(); })) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  const absl::StatusOr<std::string> before = processes_[0].session->ScheduleReport();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_THAT(*before, HasSubstr("changed and 1 encoded bytes per changed byte (assumed, none "
+                                 "seen yet)"));
+  for (int64_t v = 1; v <= 3; ++v) SyncAll(v);
+  const TransferStats stats = processes_[0].session->LastStats().stats;
+  ASSERT_GT(stats.delta_announced_sent_bytes, 0);
+  ASSERT_GT(stats.delta_changed_elements, 0);
+  EXPECT_LT(stats.delta_announced_wire_bytes, stats.delta_announced_sent_bytes);
+  const double expected = static_cast<double>(stats.delta_announced_wire_bytes) /
+                          static_cast<double>(stats.delta_announced_sent_bytes) /
+                          (static_cast<double>(stats.delta_changed_elements) /
+                           static_cast<double>(stats.delta_compared_elements));
+  const absl::StatusOr<std::string> after = processes_[0].session->ScheduleReport();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_THAT(*after,
+              HasSubstr(absl::StrFormat(
+                  "changed and %.3g encoded bytes per changed byte (the last sync's)", expected)));
 }
 
 }  // namespace
