@@ -57,15 +57,28 @@ TEST(DeltaPredictionTest, AutoPaysOverASlowLinkAndNeverOverSharedMemory) {
   EXPECT_TRUE(DeltaPaysBelow(FitsOf("inter_node=50us,125MB/s")).empty());
 }
 
+// qwen2.5-tiny, megatron(tp=2) -> vllm(tp=2), priced with kLinks.
+struct TinyJob {
+  TinyJob()
+      : layouts(*BuildNamedJobLayouts(*GetModel("qwen2.5-tiny"), "megatron(tp=2,ppn=1)",
+                                      "vllm(tp=2,ppn=1)")),
+        job(*Job::Create(layouts.source, layouts.target)),
+        plan(*MakePlan(job, *MakeFirstHolderPolicy())),
+        fits(FitsOf(kLinks)),
+        dense(*PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{int64_t{1} << 30})) {}
+  NamedJobLayouts layouts;
+  Job job;
+  Plan plan;
+  LinkFits fits;
+  Prediction dense;
+};
+
 TEST(DeltaPredictionTest, ADeltaSyncIsPredictedFromTheChangedFraction) {
-  const ModelSpec model = *GetModel("qwen2.5-tiny");
-  const NamedJobLayouts layouts =
-      *BuildNamedJobLayouts(model, "megatron(tp=2,ppn=1)", "vllm(tp=2,ppn=1)");
-  const Job job = *Job::Create(layouts.source, layouts.target);
-  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
-  const LinkFits fits = FitsOf(kLinks);
-  const Prediction dense =
-      *PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{int64_t{1} << 30});
+  const TinyJob tiny;
+  const Job& job = tiny.job;
+  const Plan& plan = tiny.plan;
+  const LinkFits& fits = tiny.fits;
+  const Prediction& dense = tiny.dense;
   absl::StatusOr<DeltaPrediction> small =
       PredictDeltaSync(job, plan, dense, fits, 0.04, kDeltaEncodedPerChanged, nullptr);
   ASSERT_TRUE(small.ok()) << small.status();
@@ -99,14 +112,11 @@ TEST(DeltaPredictionTest, ADeltaSyncIsPredictedFromTheChangedFraction) {
 }
 
 TEST(DeltaPredictionTest, TheMeasuredEncodingCostSetsTheBytesOnTheWire) {
-  const ModelSpec model = *GetModel("qwen2.5-tiny");
-  const NamedJobLayouts layouts =
-      *BuildNamedJobLayouts(model, "megatron(tp=2,ppn=1)", "vllm(tp=2,ppn=1)");
-  const Job job = *Job::Create(layouts.source, layouts.target);
-  const Plan plan = *MakePlan(job, *MakeFirstHolderPolicy());
-  const LinkFits fits = FitsOf(kLinks);
-  const Prediction dense =
-      *PredictSync(job, *MakeFirstHolderPolicy(), fits, StagingBudget{int64_t{1} << 30});
+  const TinyJob tiny;
+  const Job& job = tiny.job;
+  const Plan& plan = tiny.plan;
+  const LinkFits& fits = tiny.fits;
+  const Prediction& dense = tiny.dense;
   const DeltaPrediction assumed =
       *PredictDeltaSync(job, plan, dense, fits, 0.04, kDeltaEncodedPerChanged, nullptr);
   // Half a byte per changed byte (runs of changed elements): half the wire bytes of the assumed.
