@@ -106,6 +106,9 @@ struct DeltaOptions {
   std::optional<uint64_t> held_version;
 };
 
+// What one run reads: the wrappers' options (ExecuteTransfers, ExecuteWaves), and what an
+// Executor (executor.h) hands each of its waves, composed from its ExecutorDeps, ExecutorHooks
+// and the SyncRequest.
 struct ExecuteOptions {
   uint64_t sync_id = 0;  // Goes into every message tag.
   // The wave of a streamed sync this run moves (ExecuteWaves sets it; 0 otherwise). The waves of
@@ -237,6 +240,10 @@ struct TransferStats {
 // fails every process with the reason, before any byte moves. Transport errors and the deadline
 // end the run with the error; the target buffers are then partially written and must be treated
 // as dirty by the caller.
+//
+// A thin wrapper over Executor (executor.h; one code path): an Executor over `segments` as the one
+// wave options.wave, with options.arenas (or arenas of its own, freed on return), Run once. A
+// caller that syncs repeatedly builds an Executor once instead.
 absl::StatusOr<TransferStats> ExecuteTransfers(const Job& job, absl::Span<const Segment> segments,
                                                const Endpoints& endpoints,
                                                const StagingBudget& budget, int32_t process,

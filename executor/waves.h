@@ -21,6 +21,9 @@
 // elements, seconds; the most arena and quantization staging bytes of any wave).
 //
 // Thread safety: as ExecuteTransfers (one run at a time per process).
+//
+// ExecuteWaves is a thin wrapper over Executor (executor.h), which runs the waves (one code path):
+// an Executor over `waves` Run once. A caller that syncs repeatedly builds an Executor once.
 
 #include <cstdint>
 #include <functional>

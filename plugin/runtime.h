@@ -16,8 +16,9 @@
 // hooks are options of RunStep.
 //
 // Ownership: the connected job owns the coordinator, the client, the transports, the device memory
-// and the staging arenas; it destroys the transports first, then the client, and stops the
-// coordinator last. Buffers stay the caller's: they must outlive the connected job.
+// and the executor (executor/executor.h, built once at connect, with the staging arenas); it
+// destroys the executor first, then the transports, then the client, and stops the coordinator
+// last. Buffers stay the caller's: they must outlive the connected job.
 //
 // Thread safety: RunStep and the accessors are called from one thread at a time (the sync path);
 // Abort and Heartbeats may be called from any thread, also while RunStep runs.
@@ -40,6 +41,7 @@
 #include "control/client.h"
 #include "control/coordinator.h"
 #include "executor/execute.h"
+#include "executor/executor.h"
 #include "executor/schedule.h"
 #include "planner/layout.h"
 #include "planner/plan.h"
@@ -136,7 +138,8 @@ struct StepOptions {
   // rejection, so that every process fails at once naming it, and votes no).
   absl::Status rejection;
   // Test and benchmark hooks (none in the session):
-  // The transfer posts through this transport when set (it must forward to transport()).
+  // The transfer posts through this transport when set (it must forward to transport()): the
+  // executor's per-run override (SyncRequest::transport), this step only.
   Transport* transport = nullptr;
   // After a successful transfer: its error becomes this process's vote. `check_time` is added to
   // the decision's deadline (a check outside wsync's protocol takes time of its own).
@@ -144,8 +147,9 @@ struct StepOptions {
   absl::Duration check_time = absl::ZeroDuration();
   absl::Duration pause_before_decide = absl::ZeroDuration();
   std::function<void(StepPhase)> on_phase;
-  // A streamed sync's callback (executor/waves.h ExecuteWaves): called on the step's thread after
-  // each wave this process finished; its error fails the step (this process votes no).
+  // A streamed sync's callback (executor/executor.h SyncRequest::after_wave): called on the
+  // step's thread after each wave this process finished; its error fails the step (this process
+  // votes no).
   std::function<absl::Status(int32_t wave)> after_wave;
 };
 
@@ -217,7 +221,10 @@ class ConnectedJob {
   // Null for a replacement whose routes were refused (its first step fails with that reason).
   RoutedTransport* transport() const { return transport_.get(); }
   Coordinator* coordinator() const { return coordinator_.get(); }  // Hosted only.
-  const ArenaCache& arenas() const { return *arenas_; }
+  // The bytes of the staging arenas the executor keeps across steps (0 without a transport).
+  int64_t arena_held_bytes() const {
+    return executor_ != nullptr ? executor_->arenas().held_bytes() : 0;
+  }
 
  private:
   explicit ConnectedJob(RuntimeConfig config) : config_(std::move(config)) {}
@@ -234,6 +241,10 @@ class ConnectedJob {
   absl::Status ConnectTransports(PathTransportSetup setup, const std::vector<std::string>& bundles,
                                  absl::Time deadline);
   absl::Status RegisterBuffers();
+  // (Re)builds executor_ over the job, its waves, the buffers, the transport and the device: at
+  // connect and when a replacement's first step brings its device. None without a transport (a
+  // replacement whose routes were refused: its steps fail before the transfer).
+  void BuildExecutor();
   // The roster update (a replacement's addresses) and the CUDA collective, when due.
   absl::Status PrepareStep(bool* cuda_collective_failed);
   // Replaces this process's UCX workers by fresh ones (new receive FIFOs) connected to every
@@ -281,9 +292,12 @@ class ConnectedJob {
   bool workers_renewal_pending_ = false;
   // A replacement's route verdict for the ConnectCuda of its first step; cleared once it ran.
   std::optional<absl::Status> cuda_deferred_;
-  // Declared before arenas_, which may hold device arenas it allocated.
+  // Declared before executor_, whose arenas may hold device memory it allocated.
   std::unique_ptr<DeviceMemory> device_;
-  std::unique_ptr<ArenaCache> arenas_ = std::make_unique<ArenaCache>();
+  // Runs each step's transfer (executor/executor.h): built once at connect (BuildExecutor), over
+  // buffers_ (RebindBuffer's addresses are read by the next step), the transport and the client;
+  // it owns the staging arenas every step reuses. Null without a transport. Sync path only.
+  std::unique_ptr<Executor> executor_;
   // Delta sync: this process's bases as a sender (committed or aborted with each step's
   // decision), and as a rollout the version it committed last and holds unchanged: none when
   // new, after a failed step and after RebindBuffer, so that its senders send it dense. Sync path

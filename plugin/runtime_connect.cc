@@ -123,11 +123,13 @@ absl::StatusOr<std::unique_ptr<ConnectedJob>> ConnectedJob::Connect(RuntimeConfi
                     StagingBudget{job.config_.staging_budget_bytes}, job.process_);
   WSYNC_RETURN_IF_ERROR(WithErrorKind(schedule.status(), kErrorLayoutRefused));
   job.schedule_ = *std::move(schedule);
+  job.BuildExecutor();
   LogPlan(job.who_, job.plan_, job.schedule_, static_cast<int64_t>(job.waves_.size()));
   return connected;
 }
 
 ConnectedJob::~ConnectedJob() {
+  executor_.reset();  // It refers to the transport, the client and the device.
   std::unique_ptr<RoutedTransport> transport;
   {
     absl::MutexLock lock(&transport_mu_);
@@ -273,10 +275,19 @@ absl::Status ConnectedJob::ConnectTransports(PathTransportSetup setup,
     transport_ = std::move(transport);
   }
   if (cuda.device != nullptr) {
-    arenas_ = std::make_unique<ArenaCache>();  // Arenas of an earlier device go first.
+    executor_.reset();  // Its arenas of an earlier device go first.
     device_ = std::move(cuda.device);
   }
   return absl::OkStatus();
+}
+
+void ConnectedJob::BuildExecutor() {
+  executor_.reset();  // Its arenas first: they may be memory of an earlier device.
+  if (transport_ == nullptr) return;
+  executor_ = std::make_unique<Executor>(
+      *job_, waves_, &plan_.quant, endpoints_, StagingBudget{config_.staging_budget_bytes},
+      process_, buffers_, *transport_, *client_,
+      ExecutorDeps{.device = device_.get(), .data_key = &data_key_, .progress = config_.progress});
 }
 
 absl::Status ConnectedJob::RegisterBuffers() {

@@ -9,7 +9,6 @@
 #include "control/loss_watch.h"
 #include "executor/agreement.h"
 #include "executor/delta_run.h"
-#include "executor/waves.h"
 #include "plugin/runtime.h"
 #include "plugin/runtime_log.h"
 
@@ -68,36 +67,37 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   // The transfer, after agreeing on digest and budget. It and the decision share one deadline
   // (plus kDecisionGrace for the decision), so a failed step ends within D + 1 s of its start.
   const absl::Time sync_deadline = absl::Now() + config_.deadline;
-  ExecuteOptions options;
-  options.sync_id = static_cast<uint64_t>(step.version);
-  options.plan_digest = plan_.digest;
-  options.deadline = sync_deadline;
-  options.arenas = arenas_.get();
-  options.device = device_.get();
-  options.verify = config_.verify;
-  options.data_key = &data_key_;
-  options.rejected_messages = &result.rejected_messages;
-  options.progress = progress;
+  SyncRequest sync;
+  sync.sync_id = static_cast<uint64_t>(step.version);
+  sync.plan_digest = plan_.digest;
+  sync.deadline = sync_deadline;
+  sync.verify = config_.verify;
+  sync.rejected_messages = &result.rejected_messages;
   // delta=auto: on where the calibration says it pays (every process derives the same rule from
   // the same calibration; the agreement compares it), decided per lane at the agreed changed
   // fraction (executor/delta_run.h).
   const bool automatic = config_.delta == DeltaMode::kAuto;
-  options.delta.on = config_.delta == DeltaMode::kOn || (automatic && !delta_pays_below_.empty());
-  options.delta.automatic = automatic;
-  if (automatic) options.delta.pays_below = delta_pays_below_;
-  options.delta.observed = delta_observed_;
-  if (options.delta.on && delta_bases_ == nullptr) {
+  sync.delta.on = config_.delta == DeltaMode::kOn || (automatic && !delta_pays_below_.empty());
+  sync.delta.automatic = automatic;
+  if (automatic) sync.delta.pays_below = delta_pays_below_;
+  sync.delta.observed = delta_observed_;
+  if (sync.delta.on && delta_bases_ == nullptr) {
     delta_bases_ = std::make_unique<DeltaBaseStore>(config_.delta_budget_bytes);
   }
-  options.delta.bases = delta_bases_.get();
-  options.delta.held_version = delta_held_;
+  sync.delta.bases = delta_bases_.get();
+  sync.delta.held_version = delta_held_;
   // A local failure votes no before the peers are told (execute.h), so that the decision names
   // this process's reason.
   std::optional<absl::Status> early_decision;
-  options.before_notices = [&](const absl::Status& failure) {
+  sync.before_notices = [&](const absl::Status& failure) {
     if (progress != nullptr) progress->SetPhase(SyncPhase::kVoting);
     early_decision = client_->Decide(false, failure.message(), sync_deadline + kDecisionGrace);
   };
+  sync.after_wave = step.after_wave;
+  sync.transport = step.transport;  // A test's or benchmark's, for this step only.
+  if (result.outcome.ok() && executor_ == nullptr) {
+    result.outcome = absl::FailedPreconditionError("this process has no transport");
+  }
   if (result.outcome.ok()) {
     // A process lost meanwhile (the coordinator's notice, within a round trip of its connection
     // ending) fails this process's requests with it at once (NCCL: the communicator is aborted
@@ -106,18 +106,15 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
       absl::MutexLock lock(&transport_mu_);
       if (transport_ != nullptr) transport_->PeerLost(process, reason);
     });
-    Transport& transport = step.transport != nullptr ? *step.transport : *transport_;
     // FP8 targets, host or device (executor/quant_work.h), in wave 0; the waves in order.
-    result.stats = ExecuteWaves(*job_, waves_, plan_.quant, endpoints_,
-                                StagingBudget{config_.staging_budget_bytes}, process_, buffers_,
-                                transport, *client_, options, step.after_wave);
+    result.stats = executor_->Run(sync);
     result.outcome = result.stats.status();
   } else {
     // Take part in the agreement with the rejection, so that the other processes fail at once
     // naming it instead of waiting for this one's transfers until their deadline.
     AgreeOnBatch(*client_, result.outcome, plan_.digest, config_.staging_budget_bytes,
-                 static_cast<int32_t>(options.verify), options.deadline,
-                 executor_internal::DeltaClaimOf(options.delta))
+                 static_cast<int32_t>(sync.verify), sync.deadline,
+                 executor_internal::DeltaClaimOf(sync.delta))
         .IgnoreError();
   }
   if (step.on_phase) step.on_phase(StepPhase::kTransferred);
@@ -133,7 +130,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
                                                      decide_deadline);
   // What this step sent becomes the bases of its version only when every process committed it.
   const bool committed = result.status().ok();
-  if (delta_bases_ != nullptr && committed) delta_bases_->Commit(options.sync_id);
+  if (delta_bases_ != nullptr && committed) delta_bases_->Commit(sync.sync_id);
   if (committed && result.stats.ok()) {
     const TransferStats& s = *result.stats;
     if (s.delta_compared_elements > 0) {
@@ -149,7 +146,7 @@ StepResult ConnectedJob::RunStep(const StepOptions& step) {
   }
   if (delta_bases_ != nullptr && !committed) delta_bases_->Abort();
   delta_held_.reset();
-  if (committed && options.delta.on && !job_->IsSource(process_)) delta_held_ = options.sync_id;
+  if (committed && sync.delta.on && !job_->IsSource(process_)) delta_held_ = sync.sync_id;
   if (progress != nullptr) progress->End(result.status().ok());
   LogStepEnd(who_, step.version, result);
   cuda_collective_pending_ =
@@ -165,8 +162,9 @@ absl::Status ConnectedJob::RunCudaCollective(absl::Time deadline) {
                                        *cuda_deferred_, *client_, deadline, config_.nccl_api));
     cuda_deferred_.reset();
     if (cuda.device != nullptr) {
-      arenas_ = std::make_unique<ArenaCache>();
+      executor_.reset();  // Its arenas of an earlier device go first.
       device_ = std::move(cuda.device);
+      BuildExecutor();
     }
     return cuda.nccl == nullptr ? absl::OkStatus() : ReplaceNcclBackend(std::move(cuda.nccl));
   }

@@ -257,7 +257,7 @@ void Session::RecordSyncMetrics(const absl::StatusOr<TransferStats>& stats,
                            stats->delta_apply_cpu_seconds});
     arena_peak_bytes_ = std::max(arena_peak_bytes_, stats->peak_arena_bytes);
   }
-  metrics_->SetArenaBytes(connected_->arenas().held_bytes(), arena_peak_bytes_);
+  metrics_->SetArenaBytes(connected_->arena_held_bytes(), arena_peak_bytes_);
   metrics_->RecordError(outcome);
   PublishState();
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "common/cpu_time.h"
 #include "common/status.h"
 #include "executor/execute.h"
+#include "executor/executor.h"
 #include "executor/schedule.h"
 #include "integration/bench/bench_quant.h"
 #include "integration/bench/bench_report.h"
@@ -52,7 +54,6 @@ class HostMemory {
 
 struct ProcessMemory {
   LocalBuffers buffers;
-  ArenaCache arenas;
   std::vector<std::unique_ptr<HostMemory>> owned;
 };
 
@@ -84,29 +85,47 @@ struct SyncResult {
   int64_t unpacked_bytes = 0;  // Staged by rollouts (they only receive): unpacked from arenas.
 };
 
-absl::StatusOr<SyncResult> RunSync(const Job& job, const Plan& plan, const StagingBudget& budget,
-                                   std::vector<ProcessMemory>& memory, uint64_t sync_id) {
-  LoopbackFabric fabric(job.num_processes());
+// Every process of a scenario over one loopback fabric, each with its Executor built once (as a
+// connected job builds its own) and Run once per sync, reusing its arenas. Destroy before the
+// memory its executors read.
+struct Processes {
+  explicit Processes(int32_t n) : fabric(n) {}
+  LoopbackFabric fabric;
   Endpoints endpoints;
-  for (int32_t p = 0; p < job.num_processes(); ++p) endpoints.processes.push_back(p);
+  std::vector<std::unique_ptr<Transport>> transports;
+  std::vector<std::unique_ptr<Group>> groups;
+  std::vector<std::unique_ptr<Executor>> executors;
+};
+
+absl::StatusOr<std::unique_ptr<Processes>> ConnectProcesses(const Job& job, const Plan& plan,
+                                                            const StagingBudget& budget,
+                                                            std::vector<ProcessMemory>& memory) {
+  auto processes = std::make_unique<Processes>(job.num_processes());
+  for (int32_t p = 0; p < job.num_processes(); ++p) processes->endpoints.processes.push_back(p);
+  for (int32_t p = 0; p < job.num_processes(); ++p) {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, processes->fabric.Connect(p));
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, processes->fabric.MakeGroup(p));
+    processes->executors.push_back(
+        std::make_unique<Executor>(job, plan.segments, /*quant=*/nullptr, processes->endpoints,
+                                   budget, p, memory[p].buffers, *transport, *group));
+    processes->transports.push_back(std::move(transport));
+    processes->groups.push_back(std::move(group));
+  }
+  return processes;
+}
+
+absl::StatusOr<SyncResult> RunSync(const Job& job, const Plan& plan, Processes& processes,
+                                   uint64_t sync_id) {
   std::vector<absl::StatusOr<TransferStats>> results(job.num_processes(),
                                                      absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int32_t p = 0; p < job.num_processes(); ++p) {
     threads.emplace_back([&, p] {
-      auto transport = fabric.Connect(p);
-      auto group = fabric.MakeGroup(p);
-      if (!transport.ok() || !group.ok()) {
-        results[p] = transport.ok() ? group.status() : transport.status();
-        return;
-      }
-      ExecuteOptions options;
-      options.sync_id = sync_id;
-      options.plan_digest = plan.digest;
-      options.deadline = absl::Now() + absl::Minutes(5);
-      options.arenas = &memory[p].arenas;
-      results[p] = ExecuteTransfers(job, plan.segments, endpoints, budget, p, memory[p].buffers,
-                                    **transport, **group, options);
+      SyncRequest sync;
+      sync.sync_id = sync_id;
+      sync.plan_digest = plan.digest;
+      sync.deadline = absl::Now() + absl::Minutes(5);
+      results[p] = processes.executors[p]->Run(sync);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -162,13 +181,15 @@ absl::Status RunScenario(const ModelSpec& model, const std::string& from, const 
                 "direction\n",
                 from, to, job.num_processes(), plan.segments.size(), budget.bytes);
   WSYNC_ASSIGN_OR_RETURN(std::vector<ProcessMemory> memory, Allocate(job));
+  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Processes> processes,
+                         ConnectProcesses(job, plan, budget, memory));
 
   std::vector<double> sync_seconds, pack_rates, unpack_rates, memcpy_rates, staged_rates;
   SyncResult last;
   // One untimed warm-up sync fills the arena caches.
-  WSYNC_RETURN_IF_ERROR(RunSync(job, plan, budget, memory, 0).status());
+  WSYNC_RETURN_IF_ERROR(RunSync(job, plan, *processes, 0).status());
   for (int32_t r = 0; r < repeats; ++r) {
-    WSYNC_ASSIGN_OR_RETURN(last, RunSync(job, plan, budget, memory, r + 1));
+    WSYNC_ASSIGN_OR_RETURN(last, RunSync(job, plan, *processes, r + 1));
     const double packed = last.total.pack_cpu_seconds;
     const double unpacked = last.total.unpack_cpu_seconds;
     sync_seconds.push_back(last.seconds);

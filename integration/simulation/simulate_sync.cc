@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "executor/executor.h"
 #include "simgrid/s4u.hpp"
 
 namespace wsync::simulation {
@@ -173,25 +174,24 @@ absl::StatusOr<SimulationResult> RunEngine(const Job& job, absl::Span<const Segm
       simgrid_backend::SimGridGroup group(fabric, p);
       simgrid_backend::VirtualDeviceMemory device(options.copy_bytes_per_second);
       const LocalBuffers buffers = UnmappedBuffers(job, p);
-      ExecuteOptions execute;
-      execute.sync_id = 1;
-      execute.plan_digest = options.plan_digest;
-      execute.deadline = options.deadline == absl::InfiniteDuration()
-                             ? absl::InfiniteFuture()
-                             : simgrid_backend::SimulatedNow() + options.deadline;
-      execute.device = &device;
-      execute.now = simgrid_backend::SimulatedNow;
-      execute.quant = options.quant;
+      SyncRequest sync;
+      sync.sync_id = 1;
+      sync.plan_digest = options.plan_digest;
+      sync.deadline = options.deadline == absl::InfiniteDuration()
+                          ? absl::InfiniteFuture()
+                          : simgrid_backend::SimulatedNow() + options.deadline;
+      ExecutorHooks hooks;
+      hooks.now = simgrid_backend::SimulatedNow;
       if (options.quant != nullptr) {
-        execute.simulated_quantize = [&device, &options,
-                                      deadline = execute.deadline](int64_t input_bytes) {
-          device.Occupy(static_cast<double>(input_bytes) / options.quantize_bytes_per_second);
+        hooks.simulated_quantize = [&device, &options, deadline = sync.deadline](int64_t bytes) {
+          device.Occupy(static_cast<double>(bytes) / options.quantize_bytes_per_second);
           return device.Synchronize(deadline);
         };
       }
-      absl::StatusOr<TransferStats> stats =
-          ExecuteTransfers(job, segments, endpoints, options.budget, p, buffers,
-                           wrapped ? *wrapped : transport, group, execute);
+      Executor executor(job, segments, options.quant, endpoints, options.budget, p, buffers,
+                        wrapped ? *wrapped : transport, group, ExecutorDeps{.device = &device},
+                        std::move(hooks));
+      absl::StatusOr<TransferStats> stats = executor.Run(sync);
       ProcessOutcome& outcome = result.processes[p];
       outcome.finish_seconds = sg4::Engine::get_clock();
       outcome.status = stats.status();

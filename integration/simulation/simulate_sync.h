@@ -41,7 +41,7 @@ struct SimulationOptions {
   StagingBudget budget;
   // The plan's quantization steps (Plan::quant), caller-owned; required when the job has
   // quantized parameters. Each process's quantize step then occupies its device stream for its
-  // input bytes / quantize_bytes_per_second (ExecuteOptions::simulated_quantize): nothing is
+  // input bytes / quantize_bytes_per_second (ExecutorHooks::simulated_quantize): nothing is
   // quantized, the FP8 bytes and scales travel as scheduled.
   const QuantPlan* quant = nullptr;
   double quantize_bytes_per_second = 0;  // Required (> 0) with `quant`.
