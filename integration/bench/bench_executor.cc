@@ -94,7 +94,7 @@ struct Processes {
   Endpoints endpoints;
   std::vector<std::unique_ptr<Transport>> transports;
   std::vector<std::unique_ptr<Group>> groups;
-  std::vector<std::unique_ptr<Executor>> executors;
+  std::vector<std::unique_ptr<wsync::Executor>> executors;
 };
 
 absl::StatusOr<std::unique_ptr<Processes>> ConnectProcesses(const Job& job, const Plan& plan,
@@ -105,9 +105,9 @@ absl::StatusOr<std::unique_ptr<Processes>> ConnectProcesses(const Job& job, cons
   for (int32_t p = 0; p < job.num_processes(); ++p) {
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, processes->fabric.Connect(p));
     WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, processes->fabric.MakeGroup(p));
-    processes->executors.push_back(
-        std::make_unique<Executor>(job, plan.segments, /*quant=*/nullptr, processes->endpoints,
-                                   budget, p, memory[p].buffers, *transport, *group));
+    processes->executors.push_back(std::make_unique<wsync::Executor>(
+        job, plan.segments, /*quant=*/nullptr, processes->endpoints, budget, p, memory[p].buffers,
+        *transport, *group));
     processes->transports.push_back(std::move(transport));
     processes->groups.push_back(std::move(group));
   }

@@ -222,7 +222,9 @@ TEST(DeltaRunTest, ChunksThatChangedEverywhereTravelDenseBesideDeltas) {
         Sync(job, plan, source, target, state, version, version % 2 == 0);
     for (int32_t p = 0; p < job.num_processes(); ++p) {
       ASSERT_TRUE(results[p].ok()) << "process " << p << ": " << results[p].status();
-      if (version > 1) EXPECT_GT(results[p]->delta_messages, 0) << "process " << p;
+      if (version > 1) {
+        EXPECT_GT(results[p]->delta_messages, 0) << "process " << p;
+      }
     }
     ASSERT_NO_FATAL_FAILURE(ExpectTargetsExact(job, plan, source, target));
   }
