@@ -125,6 +125,11 @@ struct CoordinatorCounters {
   int64_t TotalRefused() const;
 };
 
+// The heartbeats' defaults (CoordinatorOptions; the plugin's settings heartbeat_interval_seconds
+// and silence_limit_seconds, plugin/settings.h).
+inline constexpr absl::Duration kDefaultHeartbeatInterval = absl::Milliseconds(250);
+inline constexpr absl::Duration kDefaultSilenceLimit = absl::Seconds(3);
+
 struct CoordinatorOptions {
   std::string job_id;  // CheckIdentifier rules.
   std::string secret;  // At least kMinSecretBytes; see LoadSecret. Wiped when the coordinator ends.
@@ -149,8 +154,8 @@ struct CoordinatorOptions {
   // See "Heartbeats" above. Zero heartbeat_interval: none (no silence limit either). Otherwise
   // silence_limit must be at least 2 * heartbeat_interval; a few intervals leave room for a loaded
   // machine's scheduling delays.
-  absl::Duration heartbeat_interval = absl::Milliseconds(250);
-  absl::Duration silence_limit = absl::Seconds(3);
+  absl::Duration heartbeat_interval = kDefaultHeartbeatInterval;
+  absl::Duration silence_limit = kDefaultSilenceLimit;
 
   int64_t max_frame_bytes = kDefaultMaxFrameBytes;
   int64_t max_handshake_frame_bytes = int64_t{64} << 10;

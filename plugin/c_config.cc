@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <string>
 #include <tuple>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "plugin/settings.h"
 #include "quant/fp8.h"
 
 namespace wsync {
@@ -80,7 +85,115 @@ absl::StatusOr<Fp8Declaration> ToFp8Declaration(const wsync_fp8_parameter_t& cal
   return declared;
 }
 
-absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
+namespace {
+
+// Whether the field of `setting` in `c` is unset (zero or NULL).
+bool Unset(const wsync_config_t& c, const Setting& setting) {
+  const char* field = reinterpret_cast<const char*>(&c) + setting.offset;
+  switch (setting.type) {
+    case SettingType::kBool:
+    case SettingType::kPort:
+    case SettingType::kEnum: {
+      int32_t value;
+      std::memcpy(&value, field, sizeof(value));
+      return value == 0;
+    }
+    case SettingType::kBytes: {
+      int64_t value;
+      std::memcpy(&value, field, sizeof(value));
+      return value == 0;
+    }
+    case SettingType::kSeconds: {
+      double value;
+      std::memcpy(&value, field, sizeof(value));
+      return value == 0;
+    }
+    case SettingType::kString:
+    case SettingType::kSecret: {
+      const char* value;
+      std::memcpy(&value, field, sizeof(value));
+      return value == nullptr;
+    }
+  }
+  return false;
+}
+
+// Stores `value` in the field of `setting` in `c`; a text is kept in `texts` (which must outlive
+// `c`'s use).
+void Store(wsync_config_t& c, const Setting& setting, const SettingValue& value,
+           std::deque<std::string>& texts) {
+  char* field = reinterpret_cast<char*>(&c) + setting.offset;
+  if (const auto* text = std::get_if<std::string>(&value)) {
+    const char* stored = texts.emplace_back(*text).c_str();
+    std::memcpy(field, &stored, sizeof(stored));
+  } else if (const auto* seconds = std::get_if<double>(&value)) {
+    std::memcpy(field, seconds, sizeof(*seconds));
+  } else if (setting.type == SettingType::kBytes) {
+    std::memcpy(field, &std::get<int64_t>(value), sizeof(int64_t));
+  } else {
+    const int32_t number = static_cast<int32_t>(std::get<int64_t>(value));
+    std::memcpy(field, &number, sizeof(number));
+  }
+}
+
+// The table's default of a kSeconds setting.
+double DefaultSeconds(absl::string_view name) {
+  return std::get<double>(FindSetting(name)->default_value);
+}
+
+// verify, delta, delta_budget_bytes and the heartbeats of `c` into `config`.
+absl::Status ConvertSyncSettings(const wsync_config_t& c, SessionConfig& config) {
+  if (c.verify < 0 || c.verify > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("verify must be 0 (off), 1 (xxh3 hashes) or 2 (keyed MACs), got ", c.verify));
+  }
+  config.verify = static_cast<VerifyMode>(c.verify);
+  if (c.delta_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("delta_budget_bytes must be at least 0 (0: the default, ",
+                     log::Bytes(kDefaultDeltaBudgetBytes), "), got ", c.delta_budget_bytes));
+  }
+  config.delta_budget_bytes =
+      c.delta_budget_bytes > 0 ? c.delta_budget_bytes : kDefaultDeltaBudgetBytes;
+  switch (c.delta) {
+    case WSYNC_DELTA_OFF:
+    case WSYNC_DELTA_AUTO:
+    case WSYNC_DELTA_ON:
+      config.delta = static_cast<DeltaMode>(c.delta);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "delta must be WSYNC_DELTA_OFF (0), WSYNC_DELTA_AUTO (1) or WSYNC_DELTA_ON (2), got ",
+          c.delta));
+  }
+  for (const auto& [name, seconds, duration] :
+       {std::tuple{"heartbeat_interval_seconds", c.heartbeat_interval_seconds,
+                   &config.heartbeat_interval},
+        std::tuple{"silence_limit_seconds", c.silence_limit_seconds, &config.silence_limit}}) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be a finite number of seconds, at least 0 (0: the default), got ", seconds));
+    }
+    *duration = absl::Seconds(seconds != 0 ? seconds : DefaultSeconds(name));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyEnvironment(wsync_config_t& c, std::deque<std::string>& texts) {
+  for (const Setting& setting : Settings()) {
+    if (setting.variable.empty() || !Unset(c, setting)) continue;
+    WSYNC_ASSIGN_OR_RETURN(std::optional<SettingValue> value, SettingFromEnvironment(setting));
+    if (value.has_value()) Store(c, setting, *value, texts);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& caller) {
+  wsync_config_t c = caller;
+  std::deque<std::string> texts;  // What `c` points to from the environment.
+  WSYNC_RETURN_IF_ERROR(ApplyEnvironment(c, texts));
   SessionConfig config;
   const int role = EnumValue(c.role);
   if (role != WSYNC_ROLE_TRAINER && role != WSYNC_ROLE_ROLLOUT) {
@@ -93,9 +206,11 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   config.num_rollouts = c.num_rollouts;
   if (c.job_id == nullptr) return absl::InvalidArgumentError("job_id is required");
   config.job_id = c.job_id;
+  config.coordinator_host = std::string(kDefaultCoordinatorHost);
   if (c.coordinator_host != nullptr) {
     if (c.coordinator_host[0] == '\0') {
-      return absl::InvalidArgumentError("coordinator_host is empty (NULL means 127.0.0.1)");
+      return absl::InvalidArgumentError(
+          absl::StrCat("coordinator_host is empty (NULL means ", kDefaultCoordinatorHost, ")"));
     }
     config.coordinator_host = c.coordinator_host;
   }
@@ -108,6 +223,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   if ((c.secret_file != nullptr) + (c.secret_env != nullptr) + (c.secret != nullptr) > 1) {
     return absl::InvalidArgumentError("give one of secret_file, secret_env and secret, not more");
   }
+  config.secret = SecretSource::Environment(std::string(kDefaultSecretEnv));
   if (c.secret != nullptr) {
     if (c.secret_length > static_cast<size_t>(kMaxSecretBytes)) {
       return absl::InvalidArgumentError(absl::StrCat("secret_length is ", c.secret_length,
@@ -132,15 +248,16 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("staging_budget_bytes must be positive, got ", c.staging_budget_bytes));
   }
-  if (c.staging_budget_bytes != 0) {
-    config.staging_budget_bytes = static_cast<double>(c.staging_budget_bytes);
-  }
+  config.staging_budget_bytes = static_cast<double>(
+      c.staging_budget_bytes != 0 ? c.staging_budget_bytes : kDefaultStagingBudgetBytes);
   if (std::isnan(c.deadline_seconds) || c.deadline_seconds < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("deadline_seconds must be positive, got ", c.deadline_seconds));
   }
-  if (c.deadline_seconds != 0) config.deadline = absl::Seconds(c.deadline_seconds);
-  if (c.replica_policy != nullptr) config.replica_policy = c.replica_policy;
+  config.deadline =
+      absl::Seconds(c.deadline_seconds != 0 ? c.deadline_seconds : kDefaultDeadlineSeconds);
+  config.replica_policy = c.replica_policy != nullptr ? std::string(c.replica_policy)
+                                                      : std::string(kDefaultReplicaPolicy);
   if (c.path_transports != nullptr) config.path_transports = c.path_transports;
   if (c.metrics_address != nullptr) {
     if (c.metrics_address[0] == '\0') {
@@ -150,38 +267,7 @@ absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c) {
   }
   config.metrics_allow_any_address = c.metrics_allow_any_address != 0;
   if (c.calibration_file != nullptr) config.calibration_file = c.calibration_file;
-  if (c.verify < 0 || c.verify > 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("verify must be 0 (off), 1 (xxh3 hashes) or 2 (keyed MACs), got ", c.verify));
-  }
-  config.verify = static_cast<VerifyMode>(c.verify);
-  if (c.delta_budget_bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("delta_budget_bytes must be at least 0 (0: the default, 16 GiB), got ",
-                     c.delta_budget_bytes));
-  }
-  if (c.delta_budget_bytes > 0) config.delta_budget_bytes = c.delta_budget_bytes;
-  switch (c.delta) {
-    case WSYNC_DELTA_OFF:
-    case WSYNC_DELTA_AUTO:
-    case WSYNC_DELTA_ON:
-      config.delta = static_cast<DeltaMode>(c.delta);
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "delta must be WSYNC_DELTA_OFF (0), WSYNC_DELTA_AUTO (1) or WSYNC_DELTA_ON (2), got ",
-          c.delta));
-  }
-  for (const auto& [name, seconds, duration] :
-       {std::tuple{"heartbeat_interval_seconds", c.heartbeat_interval_seconds,
-                   &config.heartbeat_interval},
-        std::tuple{"silence_limit_seconds", c.silence_limit_seconds, &config.silence_limit}}) {
-    if (!std::isfinite(seconds) || seconds < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " must be a finite number of seconds, at least 0 (0: the default), got ", seconds));
-    }
-    *duration = absl::Seconds(seconds);
-  }
+  WSYNC_RETURN_IF_ERROR(ConvertSyncSettings(c, config));
   return config;
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -89,10 +90,18 @@ struct Fp8Declaration {
 // rest (DeclareFp8Parameter).
 absl::StatusOr<Fp8Declaration> ToFp8Declaration(const wsync_fp8_parameter_t& caller);
 
-// The SessionConfig of a config already copied into a zeroed full-size struct: defaults for zero
-// and NULL fields, and the checks that the conversion itself needs (enums, NULL strings, port
-// range, NaN or negative numbers, reserved fields). Session::Create checks the rest (ranks, world
-// sizes, who may host the coordinator, whether a port is needed) and loads the secret.
+// Each setting of `c` (plugin/settings.h) whose field is unset (zero or NULL) and whose variable
+// is set in the environment, taken from the variable; the texts it stores live in `texts`, which
+// must outlive the use of `c`. InvalidArgument naming the variable for a value that does not
+// parse (only variables of unset fields are read).
+absl::Status ApplyEnvironment(wsync_config_t& c, std::deque<std::string>& texts);
+
+// The SessionConfig of a config already copied into a zeroed full-size struct: the environment's
+// values for unset settings (ApplyEnvironment), the table's defaults (plugin/settings.h) for the
+// rest of the zero and NULL fields, and the checks that the conversion itself needs (enums, NULL
+// strings, port range, NaN or negative numbers, reserved fields). Session::Create checks the rest
+// (ranks, world sizes, who may host the coordinator, whether a port is needed, the heartbeats'
+// bounds) and loads the secret.
 absl::StatusOr<SessionConfig> ToSessionConfig(const wsync_config_t& c);
 
 // The ABI status of a failed Session call (OK for OK), from its class (ClassifyError,

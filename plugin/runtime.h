@@ -49,6 +49,7 @@
 #include "planner/waves.h"
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
+#include "plugin/settings.h"
 #include "plugin/transport_setup.h"
 #include "transport/selector/selector.h"
 
@@ -61,7 +62,7 @@ struct RuntimeConfig {
   int32_t num_trainers = 0;  // Read with host_coordinator only.
   int32_t num_rollouts = 0;  // Read with host_coordinator only.
   std::string job_id;
-  std::string coordinator_host = "127.0.0.1";
+  std::string coordinator_host = std::string(kDefaultCoordinatorHost);
   int32_t coordinator_port = 0;   // With host_coordinator: the port to listen on (0: any).
   bool host_coordinator = false;  // This process runs the job's coordinator.
   absl::Duration heartbeat_interval = absl::ZeroDuration();  // host_coordinator; 0: default.
@@ -73,10 +74,11 @@ struct RuntimeConfig {
   std::vector<void*> buffer_addresses;
   int32_t cuda_device = -1;  // The device of this process's CUDA buffers; -1: none.
   double staging_budget_bytes = static_cast<double>(kDefaultStagingBudgetBytes);
-  absl::Duration deadline = absl::Seconds(60);  // Of connect, and of each step's transfer.
+  absl::Duration deadline =
+      absl::Seconds(kDefaultDeadlineSeconds);  // Of connect, and of each step's transfer.
   // The control client's connect and handshake; nullopt: `deadline`.
   std::optional<absl::Duration> control_connect_timeout;
-  std::string replica_policy = "local_first_least_loaded";
+  std::string replica_policy = std::string(kDefaultReplicaPolicy);
   PathTransports path_transports;  // UCX defaults when default-constructed.
   // Read by global process 0 only and shared through the roster (plugin/prediction.h).
   std::string calibration_file;
@@ -90,7 +92,7 @@ struct RuntimeConfig {
   // one, or without its delta rates, auto stays dense); a sender's bases in host memory within
   // delta_budget_bytes (DeltaBaseStore).
   DeltaMode delta = DeltaMode::kOff;
-  int64_t delta_budget_bytes = int64_t{16} << 30;
+  int64_t delta_budget_bytes = kDefaultDeltaBudgetBytes;
   NcclApiFactory nccl_api;  // Empty: the real CUDA module.
   // Where this process stands in its steps (common/sync_progress.h): RunStep and the executor
   // write it, the control client sends it with every heartbeat (`wsync status`). Owned by the

@@ -99,11 +99,10 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
   if (config.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the deadline must be positive");
   }
-  const CoordinatorOptions defaults;
   if (config.heartbeat_interval == absl::ZeroDuration()) {
-    config.heartbeat_interval = defaults.heartbeat_interval;
+    config.heartbeat_interval = kDefaultHeartbeatInterval;
   }
-  if (config.silence_limit == absl::ZeroDuration()) config.silence_limit = defaults.silence_limit;
+  if (config.silence_limit == absl::ZeroDuration()) config.silence_limit = kDefaultSilenceLimit;
   if (config.heartbeat_interval < absl::Milliseconds(1) ||
       config.silence_limit < 2 * config.heartbeat_interval) {
     return absl::InvalidArgumentError(absl::StrCat(

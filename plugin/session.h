@@ -51,6 +51,7 @@
 #include "plugin/cuda_setup.h"
 #include "plugin/prediction.h"
 #include "plugin/runtime.h"
+#include "plugin/settings.h"
 #include "plugin/transport_setup.h"
 
 namespace wsync {
@@ -61,16 +62,16 @@ struct SessionConfig {
   int32_t num_trainers = 0;
   int32_t num_rollouts = 0;
   std::string job_id;
-  std::string coordinator_host = "127.0.0.1";
+  std::string coordinator_host = std::string(kDefaultCoordinatorHost);
   int32_t coordinator_port = 0;
   bool host_coordinator = false;  // Trainer rank 0 runs the coordinator in-process.
-  SecretSource secret = SecretSource::Environment("WSYNC_SECRET");
+  SecretSource secret = SecretSource::Environment(std::string(kDefaultSecretEnv));
   std::string node_id;  // Empty: the host name.
   // This process's GPU on its node (ProcessInfo::device); kUnknownDevice: unknown.
   int32_t device = kUnknownDevice;
   double staging_budget_bytes = static_cast<double>(kDefaultStagingBudgetBytes);
-  absl::Duration deadline = absl::Seconds(60);
-  std::string replica_policy = "local_first_least_loaded";
+  absl::Duration deadline = absl::Seconds(kDefaultDeadlineSeconds);
+  std::string replica_policy = std::string(kDefaultReplicaPolicy);
   std::string path_transports;  // ParsePathTransports syntax; empty: UCX defaults.
   // Where the Prometheus exporter listens (ParseMetricsAddress: "HOST:PORT", port 0 picks one);
   // empty: no exporter (the metrics text is still kept).
@@ -89,10 +90,11 @@ struct SessionConfig {
   // (plugin/prediction.h DeltaPaysBelow; dense without a calibration measuring its rates).
   DeltaMode delta = DeltaMode::kOff;
   // With delta: the byte budget of a sender's bases (RuntimeConfig::delta_budget_bytes).
-  int64_t delta_budget_bytes = int64_t{16} << 30;
+  int64_t delta_budget_bytes = kDefaultDeltaBudgetBytes;
   // The hosted coordinator's heartbeats (host_coordinator only; docs/control_plane.md):
-  // zero takes its default (250 ms, 3 s); the interval is at least 1 ms and the silence limit at
-  // least twice the interval (Create refuses others with InvalidArgument).
+  // zero takes its default (kDefaultHeartbeatInterval, kDefaultSilenceLimit); the interval is at
+  // least 1 ms and the silence limit at least twice the interval (Create refuses others with
+  // InvalidArgument).
   absl::Duration heartbeat_interval = absl::ZeroDuration();
   absl::Duration silence_limit = absl::ZeroDuration();
   // The CUDA runtime and NCCL calls of a job with CUDA buffers (plugin/cuda_setup.h); empty: the

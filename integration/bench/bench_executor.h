@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "executor/schedule.h"
+#include "plugin/settings.h"
 
 namespace wsync::bench {
 
@@ -23,7 +24,7 @@ struct ExecutorBenchOptions {
   // vllm(tp=2)); both empty: tp=2 -> tp=2, 4 -> 2 and 2 -> 4.
   std::string from;
   std::string to;
-  std::string policy = "local_first_least_loaded";
+  std::string policy = std::string(kDefaultReplicaPolicy);
   double budget = static_cast<double>(kDefaultStagingBudgetBytes);  // Per peer direction.
   int32_t repeats = 5;                                              // Syncs per scenario.
   bool one_core = true;  // Pin every thread to the core the benchmark starts on.

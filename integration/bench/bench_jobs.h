@@ -19,6 +19,7 @@
 #include "integration/harness/launcher.h"
 #include "planner/models.h"
 #include "planner/quant_plan.h"
+#include "plugin/settings.h"
 
 namespace wsync::bench {
 
@@ -28,7 +29,7 @@ struct JobOptions {
   // coordinator`): paths, or empty until ResolveBinaries finds them.
   std::string host;
   std::string wsync;
-  std::string policy = "local_first_least_loaded";  // Replica policy of the plan and processes.
+  std::string policy = std::string(kDefaultReplicaPolicy);          // Of the plan and processes.
   double budget = static_cast<double>(kDefaultStagingBudgetBytes);  // Per peer direction.
   // Base of each job's limit (WsyncJobLimit) and the limit of each ucx_perftest run.
   double timeout_s = 60;

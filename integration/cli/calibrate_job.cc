@@ -205,7 +205,6 @@ absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
   config.coordinator_port = port;
   config.host_coordinator = me == 0;
   config.node_id = nodes[me];
-  config.deadline = absl::Seconds(60);
   WSYNC_ASSIGN_OR_RETURN(config.path_transports, ParsePathTransports(path_transports));
   const PathOf path_of = PathOfNodes(nodes);
   absl::StatusOr<ConnectedMesh> mesh = ConnectMesh(config, secret, path_of);

@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/status.h"
 #include "control/auth.h"
 #include "control/coordinator.h"
@@ -27,9 +28,10 @@ ABSL_FLAG(std::string, secret_file, "", "File holding the job secret (mode 0600)
 ABSL_FLAG(std::string, secret_env, "", "Environment variable holding the job secret.");
 ABSL_FLAG(std::string, port_file, "", "Write the bound port to this file once listening.");
 ABSL_FLAG(double, rendezvous_timeout_s, 600, "Seconds every process has to join.");
-ABSL_FLAG(int32_t, heartbeat_interval_ms, 250,
+ABSL_FLAG(int32_t, heartbeat_interval_ms,
+          static_cast<int32_t>(absl::ToInt64Milliseconds(wsync::kDefaultHeartbeatInterval)),
           "Milliseconds between heartbeats; 0: none, and no silence limit.");
-ABSL_FLAG(double, silence_limit_s, 3,
+ABSL_FLAG(double, silence_limit_s, absl::ToDoubleSeconds(wsync::kDefaultSilenceLimit),
           "Seconds of silence (no frame, not even a heartbeat) after which a process is lost.");
 ABSL_FLAG(std::string, metrics_address, "",
           "`wsync coordinator`: serve its Prometheus metrics (wsync_coordinator_*, refused "

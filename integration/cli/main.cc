@@ -12,6 +12,7 @@
 #include "integration/cli/coordinator_command.h"
 #include "integration/cli/demo_command.h"
 #include "integration/cli/plan_command.h"
+#include "integration/cli/settings_command.h"
 #include "integration/cli/status_command.h"
 #include "integration/cli/subcommands.h"
 
@@ -28,16 +29,17 @@ std::string Usage() {
       "  coordinator  run a job's coordinator\n"
       "  demo   run the main job here: trainers sync rollouts through libwsync.so\n"
       "  status  ask a running job's coordinator who is joined, missing, lost or refused\n"
+      "  settings  print every session setting, its value here, default and WSYNC_* variable\n"
       "  help   print this message; `wsync help COMMAND` or `wsync COMMAND --help`: its usage\n"
       "\n",
       PlanUsage(), "\n", CoordinatorUsage(), "\n", DemoUsage(), "\n", CalibrateUsage(), "\n",
-      StatusUsage());
+      StatusUsage(), "\n", SettingsUsage());
 }
 
 constexpr Subcommand kCommands[] = {
     {"plan", PlanUsage, PlanMain},       {"coordinator", CoordinatorUsage, CoordinatorMain},
     {"demo", DemoUsage, DemoMain},       {"calibrate", CalibrateUsage, CalibrateMain},
-    {"status", StatusUsage, StatusMain},
+    {"status", StatusUsage, StatusMain}, {"settings", SettingsUsage, SettingsMain},
 };
 
 int Main(int argc, char** argv) {

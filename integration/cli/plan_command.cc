@@ -55,7 +55,7 @@ ABSL_FLAG(std::string, from, "", "Named layout of the source (trainer) side.");
 ABSL_FLAG(std::string, to, "", "Named layout of the target (rollout) side.");
 ABSL_FLAG(std::optional<int32_t>, process, std::nullopt,
           "Global process id to plan for; all processes when unset.");
-ABSL_FLAG(std::string, policy, "local_first_least_loaded",
+ABSL_FLAG(std::string, policy, std::string(wsync::kDefaultReplicaPolicy),
           "Replica policy: first_holder, local_first_least_loaded or cost_aware (with "
           "--calibration or --simulate).");
 ABSL_FLAG(int64_t, segments, 10, "Number of segments to list.");

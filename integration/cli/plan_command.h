@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "plugin/settings.h"
 
 namespace wsync::cli {
 
@@ -23,7 +24,7 @@ struct PlanRequest {
   // processes when unset.
   std::optional<int32_t> process;
   // A name MakeSessionPolicy accepts (cost_aware with calibration or simulate).
-  std::string policy = "local_first_least_loaded";
+  std::string policy = std::string(kDefaultReplicaPolicy);
   int64_t segments_to_show = 10;  // How many segments to list (>= 0).
   // A saved calibration (wsync calibrate --out); when set, the plan's traffic is priced with it.
   std::string calibration;

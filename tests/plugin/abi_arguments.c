@@ -124,6 +124,29 @@ void CheckInitArguments(const wsync_plugin_v1_t* api) {
   if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
   session = NULL;
 
+  /* Settings from the environment (plugin/settings.h): a field left unset takes its WSYNC_<NAME>
+   * variable; a value the setting cannot take fails init naming the variable; a field the host set
+   * wins, and its variable is then not read. */
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  config.deadline_seconds = 0;
+  setenv("WSYNC_DEADLINE_SECONDS", "soon", 1);
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT,
+                "WSYNC_DEADLINE_SECONDS='soon'");
+  CHECK(session == NULL);
+  config.deadline_seconds = 30;
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
+  unsetenv("WSYNC_DEADLINE_SECONDS");
+  config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
+  setenv("WSYNC_DELTA", "3", 1);
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_INVALID_ARGUMENT, "WSYNC_DELTA='3'");
+  setenv("WSYNC_DELTA", "on", 1);
+  EXPECT_STATUS(NULL, api->init(&config, &session), WSYNC_OK, NULL);
+  if (session != NULL) EXPECT_STATUS(NULL, api->finalize(session), WSYNC_OK, NULL);
+  session = NULL;
+  unsetenv("WSYNC_DELTA");
+
   config = BaseConfig(WSYNC_ROLE_ROLLOUT, 1);
   config.secret_file = "/nonexistent";
   config.secret_env = "WSYNC_SECRET";

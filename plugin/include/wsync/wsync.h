@@ -90,7 +90,14 @@ typedef enum wsync_state {
 /* Configuration. `struct_size` must be sizeof(wsync_config_t) as the caller compiled it: fields
  * past it take their defaults, so a caller built against an older header keeps working (it must
  * reach at least through job_id); fields of a newer header that this library does not know are
- * not read. Zero or NULL fields take the defaults given here. Strings are copied by init. */
+ * not read. Zero or NULL fields are unset: a setting's field that is unset takes its environment
+ * variable WSYNC_<FIELD> (e.g. WSYNC_DEADLINE_SECONDS, WSYNC_DELTA=auto) when that is set, else its
+ * default (given here); a variable whose value is refused fails init with WSYNC_INVALID_ARGUMENT
+ * naming it. Which fields are settings, with their defaults, variables and help: the settings
+ * table (plugin/settings.h); `wsync settings` prints it with the values in effect. Not settings
+ * (never read from the environment): role, rank, num_trainers, num_rollouts, job_id,
+ * host_coordinator, has_device_index, device_index; secret_file, secret_env and secret have no
+ * variable. Strings are copied by init. */
 typedef struct wsync_config {
   size_t struct_size;
   wsync_role_t role;
