@@ -63,6 +63,8 @@ struct DeltaSync {
   // (RunDeltaRounds); -1 without one.
   double predicted_next_seconds = -1;
   double predicted_seconds = -1;
+  // The dense sync's prediction on the same report line (what the delta one's wire term scales).
+  double predicted_dense_seconds = -1;
 };
 
 struct DeltaRow {
@@ -233,6 +235,9 @@ absl::StatusOr<std::vector<DeltaSync>> RunDeltaJob(const DeltaBench& b, const De
       s.cpu_seconds += StatsFigure(stats, "cpu_seconds");
       if (p == 0 && stats.count("predicted_delta_seconds") > 0) {
         s.predicted_next_seconds = StatsFigure(stats, "predicted_delta_seconds");
+        if (stats.count("predicted_dense_seconds") > 0) {
+          s.predicted_dense_seconds = StatsFigure(stats, "predicted_dense_seconds");
+        }
       }
       s.wire_bytes += SumStatsFigures(stats, "wire_sent_");
       s.sent_bytes += static_cast<int64_t>(StatsFigure(stats, "sent"));
@@ -440,9 +445,10 @@ std::string GoalText(double value, double goal) {
 void PrintDeltaPredictions(const std::vector<DeltaRow>& rows, std::FILE* out) {
   bool header = false;
   for (const DeltaRow& row : rows) {
-    std::vector<double> predicted, measured, errors;
+    std::vector<double> predicted, measured, errors, dense;
     for (const DeltaSync& sync : row.syncs) {
       if (sync.predicted_seconds <= 0 || sync.seconds <= 0) continue;
+      if (sync.predicted_dense_seconds > 0) dense.push_back(sync.predicted_dense_seconds);
       predicted.push_back(sync.predicted_seconds);
       measured.push_back(sync.seconds);
       errors.push_back((sync.predicted_seconds - sync.seconds) / sync.seconds);
@@ -459,6 +465,11 @@ void PrintDeltaPredictions(const std::vector<DeltaRow>& rows, std::FILE* out) {
                   "syncs): error %+.1f %% (goal within 30 %%: %s)\n",
                   LrText(row.lr), row.link->name, row.mode, Median(predicted), Median(measured),
                   errors.size(), 100 * error, std::abs(error) <= 0.3 ? "met" : "NOT met");
+    const DeltaRow* dense_row = DenseRowOf(rows, row);
+    if (!dense.empty() && dense_row != nullptr && !dense_row->syncs.empty()) {
+      absl::FPrintF(out, "%34s the dense sync predicted %.4f s, the off row measured %.4f s\n", "",
+                    Median(dense), MediansOf(*dense_row).seconds);
+    }
   }
 }
 

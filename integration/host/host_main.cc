@@ -27,6 +27,7 @@
 //         AdamW step, with version 1 the AdamW state's initialisation; outside every other figure>
 //         predicted_delta_seconds=<process 0, with a calibration and delta on or auto: the cost
 //         model's prediction of the next delta sync at this sync's changed fraction>
+//         predicted_dense_seconds=<beside it: the same report line's dense prediction>
 // Exit status: 0 when every version committed and checked, 1 otherwise (the error on standard
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
@@ -314,6 +315,16 @@ absl::Status RunVersion(const Plugin& plugin, Process& p, int64_t version,
     double predicted = 0;
     if (absl::SimpleAtod(figure, &predicted)) {
       absl::StrAppendFormat(&line, " predicted_delta_seconds=%.6f", predicted);
+      // The same line's dense prediction: "(dense 0.25 s)".
+      const std::string kDense = "(dense ";
+      const size_t dense_at = report.find(kDense, at);
+      double dense = 0;
+      if (dense_at != std::string::npos) {
+        absl::string_view text = absl::string_view(report).substr(dense_at + kDense.size());
+        if (absl::SimpleAtod(text.substr(0, text.find(' ')), &dense)) {
+          absl::StrAppendFormat(&line, " predicted_dense_seconds=%.6f", dense);
+        }
+      }
     }
   }
   Print(line);
