@@ -219,6 +219,13 @@ class ConnectedJob {
   // What an encoding cost this process's sends in that step: wire bytes per dense byte per
   // changed fraction (TransferStats::delta_announced_sent_bytes; nullopt: none seen yet).
   std::optional<double> delta_encoded_per_changed() const { return delta_encoded_per_changed_; }
+  // The changed fraction this process's sends saw in that step (what the next step's agreement
+  // sums with the other senders'; nullopt: it compared nothing).
+  std::optional<double> delta_observed_fraction() const {
+    if (delta_observed_.compared_elements <= 0) return std::nullopt;
+    return static_cast<double>(delta_observed_.changed_elements) /
+           static_cast<double>(delta_observed_.compared_elements);
+  }
   ControlClient& client() const { return *client_; }
   // Null for a replacement whose routes were refused (its first step fails with that reason).
   RoutedTransport* transport() const { return transport_.get(); }

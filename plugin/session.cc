@@ -304,11 +304,15 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
   }
   absl::StrAppend(&report, "plan digest ", DigestHex(connected.plan().digest), "; ",
                   PredictionLine(connected.prediction(), connected.calibration()), "\n");
-  // Delta sync: the prediction at the changed fraction the last committed sync agreed on (none
-  // yet: issue 44's 4 % of a bf16 step at lr 1e-6, said so).
+  // Delta sync: the prediction at the changed fraction the last committed sync saw (none yet:
+  // issue 44's 4 % of a bf16 step at lr 1e-6, said so).
   if (config_.delta != DeltaMode::kOff && connected.prediction().has_value() &&
       connected.calibration().fits.has_value()) {
-    const std::optional<double> seen = connected.delta_changed_fraction();
+    // The fraction the next sync will agree on is summed from what the senders saw in this one:
+    // this process's own when it is a sender (the agreed one of this sync is one sync older).
+    const std::optional<double> seen = connected.delta_observed_fraction().has_value()
+                                           ? connected.delta_observed_fraction()
+                                           : connected.delta_changed_fraction();
     const std::optional<double> encoded = connected.delta_encoded_per_changed();
     absl::StrAppend(
         &report,

@@ -179,15 +179,17 @@ TEST_F(SessionDeltaTest, ThePredictionUsesTheLastSyncsEncodingCost) {
   ASSERT_GT(stats.delta_announced_sent_bytes, 0);
   ASSERT_GT(stats.delta_changed_elements, 0);
   EXPECT_LT(stats.delta_announced_wire_bytes, stats.delta_announced_sent_bytes);
+  const double fraction = static_cast<double>(stats.delta_changed_elements) /
+                          static_cast<double>(stats.delta_compared_elements);
   const double expected = static_cast<double>(stats.delta_announced_wire_bytes) /
-                          static_cast<double>(stats.delta_announced_sent_bytes) /
-                          (static_cast<double>(stats.delta_changed_elements) /
-                           static_cast<double>(stats.delta_compared_elements));
+                          static_cast<double>(stats.delta_announced_sent_bytes) / fraction;
   const absl::StatusOr<std::string> after = processes_[0].session->ScheduleReport();
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_THAT(*after,
-              HasSubstr(absl::StrFormat(
-                  "changed and %.3g encoded bytes per changed byte (the last sync's)", expected)));
+  // At the fraction this sender saw in the last sync (what the next agreement sums), not the one
+  // that sync ran with.
+  EXPECT_THAT(*after, HasSubstr(absl::StrFormat("at %.2f %% changed and %.3g encoded bytes per "
+                                                "changed byte (the last sync's)",
+                                                100 * fraction, expected)));
 }
 
 }  // namespace
