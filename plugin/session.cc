@@ -310,9 +310,8 @@ absl::StatusOr<std::string> Session::ScheduleReport() const {
       connected.calibration().fits.has_value()) {
     // The fraction the next sync will agree on is summed from what the senders saw in this one:
     // this process's own when it is a sender (the agreed one of this sync is one sync older).
-    const std::optional<double> seen = connected.delta_observed_fraction().has_value()
-                                           ? connected.delta_observed_fraction()
-                                           : connected.delta_changed_fraction();
+    std::optional<double> seen = connected.delta_observed_fraction();
+    if (!seen.has_value()) seen = connected.delta_changed_fraction();
     const std::optional<double> encoded = connected.delta_encoded_per_changed();
     absl::StrAppend(
         &report,
