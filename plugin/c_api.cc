@@ -111,26 +111,6 @@ wsync_status_t Guarded(wsync_session_t* session, absl::string_view call, Body&& 
   }
 }
 
-// Copies `text` and its NUL into buffer[0, *size) with snprintf semantics: a smaller buffer gets
-// a NUL-terminated prefix (nothing when *size is 0); *size becomes the bytes needed.
-void CopyOut(const std::string& text, char* buffer, size_t* size) {
-  if (buffer != nullptr && *size > 0) {
-    const size_t count = std::min(text.size(), *size - 1);
-    std::memcpy(buffer, text.data(), count);
-    buffer[count] = '\0';
-  }
-  *size = text.size() + 1;
-}
-
-// The size-protocol arguments of schedule_report and metrics_text.
-absl::Status CheckOutBuffer(const char* buffer, const size_t* size) {
-  if (size == nullptr) return absl::InvalidArgumentError("size is NULL");
-  if (buffer == nullptr && *size != 0) {
-    return absl::InvalidArgumentError("buffer is NULL but *size is not 0");
-  }
-  return absl::OkStatus();
-}
-
 // ---- The entry points, in the order of wsync_plugin_v1_t. ----
 
 wsync_status_t Init(const wsync_config_t* config, wsync_session_t** session) {
@@ -536,6 +516,22 @@ wsync_status_t SetLog(wsync_log_fn callback, void* user, const char* categories,
   });
 }
 
+wsync_status_t SettingInfo(int32_t index, wsync_setting_info_t* info) {
+  constexpr absl::string_view kCall = "setting_info";
+  return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
+    const absl::Status described = DescribeSetting(index, info);
+    return described.ok() ? WSYNC_OK : Invalid(nullptr, kCall, described.message());
+  });
+}
+
+wsync_status_t ConfigSet(wsync_config_t* config, const char* name, const char* text) {
+  constexpr absl::string_view kCall = "config_set";
+  return Guarded(nullptr, kCall, [&]() -> wsync_status_t {
+    const absl::Status set = SetConfigText(config, name, text);
+    return set.ok() ? WSYNC_OK : Invalid(nullptr, kCall, set.message());
+  });
+}
+
 const char* LastError(wsync_session_t* session) {
   try {
     if (session == nullptr) return detached_error.c_str();
@@ -593,4 +589,7 @@ extern "C" __attribute__((visibility("default"))) const wsync_plugin_v1_t wsyncP
     .set_parameter_wave = wsync::SetParameterWave,
     .set_wave_callback = wsync::SetWaveCallback,
     .set_log = wsync::SetLog,
+    .setting_count = wsync::SettingCount,
+    .setting_info = wsync::SettingInfo,
+    .config_set = wsync::ConfigSet,
 };

@@ -7,8 +7,10 @@
 #include <string>
 #include <tuple>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -118,14 +120,13 @@ bool Unset(const wsync_config_t& c, const Setting& setting) {
   return false;
 }
 
-// Stores `value` in the field of `setting` in `c`; a text is kept in `texts` (which must outlive
-// `c`'s use).
-void Store(wsync_config_t& c, const Setting& setting, const SettingValue& value,
-           std::deque<std::string>& texts) {
-  char* field = reinterpret_cast<char*>(&c) + setting.offset;
-  if (const auto* text = std::get_if<std::string>(&value)) {
-    const char* stored = texts.emplace_back(*text).c_str();
-    std::memcpy(field, &stored, sizeof(stored));
+// Stores `value` in the field of `setting` in the config at `c` (bytes, so that a caller's shorter
+// struct is written only where it has the field); a text field gets `text`, which holds the
+// value's text and must outlive the config's use.
+void StoreField(char* c, const Setting& setting, const SettingValue& value, const char* text) {
+  char* field = c + setting.offset;
+  if (std::holds_alternative<std::string>(value)) {
+    std::memcpy(field, &text, sizeof(text));
   } else if (const auto* seconds = std::get_if<double>(&value)) {
     std::memcpy(field, seconds, sizeof(*seconds));
   } else if (setting.type == SettingType::kBytes) {
@@ -134,6 +135,49 @@ void Store(wsync_config_t& c, const Setting& setting, const SettingValue& value,
     const int32_t number = static_cast<int32_t>(std::get<int64_t>(value));
     std::memcpy(field, &number, sizeof(number));
   }
+}
+
+// Stores `value` in the field of `setting` in `c`; a text is kept in `texts` (which must outlive
+// `c`'s use).
+void Store(wsync_config_t& c, const Setting& setting, const SettingValue& value,
+           std::deque<std::string>& texts) {
+  const auto* text = std::get_if<std::string>(&value);
+  StoreField(reinterpret_cast<char*>(&c), setting, value,
+             text != nullptr ? texts.emplace_back(*text).c_str() : nullptr);
+}
+
+// The bytes of a setting's field in wsync_config_t.
+size_t FieldSize(SettingType type) {
+  switch (type) {
+    case SettingType::kBytes:
+      return sizeof(int64_t);
+    case SettingType::kSeconds:
+      return sizeof(double);
+    case SettingType::kString:
+    case SettingType::kSecret:
+      return sizeof(const char*);
+    default:
+      return sizeof(int32_t);
+  }
+}
+
+// A row's strings as setting_info hands them out: built once, kept while the library is loaded.
+struct SettingStrings {
+  std::string name, type, default_value, default_note, variable, help, choices;
+};
+
+const std::vector<SettingStrings>& AllSettingStrings() {
+  static const std::vector<SettingStrings>* const all = [] {
+    auto* rows = new std::vector<SettingStrings>();
+    for (const Setting& setting : Settings()) {
+      rows->push_back({std::string(setting.name), std::string(SettingTypeName(setting.type)),
+                       SettingVariableText(setting, setting.default_value),
+                       std::string(setting.default_note), std::string(setting.variable),
+                       std::string(setting.help), absl::StrJoin(setting.choices, ",")});
+    }
+    return rows;
+  }();
+  return *all;
 }
 
 // The table's default of a kSeconds setting.
@@ -187,6 +231,67 @@ absl::Status ApplyEnvironment(wsync_config_t& c, std::deque<std::string>& texts)
     WSYNC_ASSIGN_OR_RETURN(std::optional<SettingValue> value, SettingFromEnvironment(setting));
     if (value.has_value()) Store(c, setting, *value, texts);
   }
+  return absl::OkStatus();
+}
+
+int32_t SettingCount() noexcept {
+  try {
+    return static_cast<int32_t>(Settings().size());
+  } catch (...) {
+    return 0;
+  }
+}
+
+absl::Status DescribeSetting(int32_t index, wsync_setting_info_t* info) {
+  const int32_t count = SettingCount();
+  if (index < 0 || index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index ", index, " is not a setting: there are ", count, " (0..", count - 1,
+                     ")"));
+  }
+  if (info == nullptr) return absl::InvalidArgumentError("info is NULL");
+  WSYNC_RETURN_IF_ERROR(
+      CheckStructSize(info->struct_size, kMinSettingInfoSize, "info", "wsync_setting_info_t"));
+  const Setting& setting = Settings()[index];
+  const SettingStrings& strings = AllSettingStrings()[index];
+  wsync_setting_info_t full = {};
+  full.struct_size = sizeof(full);
+  full.name = strings.name.c_str();
+  full.type = strings.type.c_str();
+  full.offset = setting.offset;
+  full.default_value = strings.default_value.c_str();
+  full.default_note = strings.default_note.c_str();
+  full.variable = strings.variable.c_str();
+  full.help = strings.help.c_str();
+  full.choices = strings.choices.c_str();
+  CopyPrefix(full, *info);
+  return absl::OkStatus();
+}
+
+absl::Status SetConfigText(wsync_config_t* config, const char* name, const char* text) {
+  if (config == nullptr) return absl::InvalidArgumentError("config is NULL");
+  if (name == nullptr) return absl::InvalidArgumentError("name is NULL");
+  if (text == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": text is NULL"));
+  const Setting* setting = FindSetting(name);
+  if (setting == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is not a setting (setting_info lists them)"));
+  }
+  if (setting->type == SettingType::kSecret) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is never given as text: set secret and secret_length (or secret_file, secret_env)"));
+  }
+  if (setting->offset + FieldSize(setting->type) > config->struct_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " lies past config->struct_size (", config->struct_size, "; the field ends at ",
+        setting->offset + FieldSize(setting->type), ")"));
+  }
+  absl::StatusOr<SettingValue> value = ParseSettingValue(*setting, text);
+  if (!value.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", text, "': ", name, " ", value.status().message()));
+  }
+  StoreField(reinterpret_cast<char*>(config), *setting, *value, text);
   return absl::OkStatus();
 }
 

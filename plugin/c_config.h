@@ -53,6 +53,26 @@ void CopyPrefix(const Struct& full, Struct& out) {
               reinterpret_cast<const char*>(&full) + sizeof(size_t), end - sizeof(size_t));
 }
 
+// Copies `text` and its NUL into buffer[0, *size) with snprintf semantics: a smaller buffer gets
+// a NUL-terminated prefix (nothing when *size is 0); *size becomes the bytes needed.
+inline void CopyOut(const std::string& text, char* buffer, size_t* size) {
+  if (buffer != nullptr && *size > 0) {
+    const size_t count = std::min(text.size(), *size - 1);
+    std::memcpy(buffer, text.data(), count);
+    buffer[count] = '\0';
+  }
+  *size = text.size() + 1;
+}
+
+// The size-protocol arguments of schedule_report and metrics_text.
+inline absl::Status CheckOutBuffer(const char* buffer, const size_t* size) {
+  if (size == nullptr) return absl::InvalidArgumentError("size is NULL");
+  if (buffer == nullptr && *size != 0) {
+    return absl::InvalidArgumentError("buffer is NULL but *size is not 0");
+  }
+  return absl::OkStatus();
+}
+
 // The integer a C host stored in an enum-typed field or argument. C lets a host store any int
 // there; reading a value that is no enumerator through the C++ enum type is undefined behaviour
 // (UBSan: "not a valid value for type"), so the argument checks read the representation.
@@ -95,6 +115,23 @@ absl::StatusOr<Fp8Declaration> ToFp8Declaration(const wsync_fp8_parameter_t& cal
 // must outlive the use of `c`. InvalidArgument naming the variable for a value that does not
 // parse (only variables of unset fields are read).
 absl::Status ApplyEnvironment(wsync_config_t& c, std::deque<std::string>& texts);
+
+// The smallest wsync_setting_info_t: every field (through choices).
+inline constexpr size_t kMinSettingInfoSize =
+    offsetof(wsync_setting_info_t, choices) + sizeof(const char*);
+
+// The C ABI's settings table (wsync.h: setting_count, setting_info, config_set), over Settings()
+// (plugin/settings.h). The strings handed out live as long as the library. SettingCount never
+// throws (0 when the table cannot be built: out of memory).
+int32_t SettingCount() noexcept;
+// Row `index` into the caller's `info` (up to info->struct_size); InvalidArgument naming the index
+// and the count, a NULL info or a struct_size too small, with `info` untouched.
+absl::Status DescribeSetting(int32_t index, wsync_setting_info_t* info);
+// Parses `text` as setting `name`'s variable does and writes its field in `config` (a text field:
+// the pointer `text`). InvalidArgument naming the setting, the text and what it takes, with
+// `config` unchanged: NULL arguments, an unknown name, the secret, a field past
+// config->struct_size, text that does not parse.
+absl::Status SetConfigText(wsync_config_t* config, const char* name, const char* text);
 
 // The SessionConfig of a config already copied into a zeroed full-size struct: the environment's
 // values for unset settings (ApplyEnvironment), the table's defaults (plugin/settings.h) for the

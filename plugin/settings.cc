@@ -80,7 +80,9 @@ std::vector<Setting> MakeSettings() {
   };
 }
 
-absl::string_view TypeName(SettingType type) {
+}  // namespace
+
+absl::string_view SettingTypeName(SettingType type) {
   switch (type) {
     case SettingType::kBool:
       return "bool";
@@ -99,6 +101,8 @@ absl::string_view TypeName(SettingType type) {
   }
   return "?";
 }
+
+namespace {
 
 absl::StatusOr<SettingValue> ParseInteger(const Setting& setting, absl::string_view text) {
   int64_t value = 0;
@@ -195,6 +199,17 @@ std::string FormatSettingValue(const Setting& setting, const SettingValue& value
   return absl::StrCat(number);
 }
 
+std::string SettingVariableText(const Setting& setting, const SettingValue& value) {
+  if (setting.type == SettingType::kSecret) return "";
+  if (const auto* text = std::get_if<std::string>(&value)) return *text;
+  if (const auto* seconds = std::get_if<double>(&value)) return absl::StrCat(*seconds);
+  if (setting.type == SettingType::kEnum) return FormatSettingValue(setting, value);
+  const int64_t number = std::get<int64_t>(value);
+  // Port 0: none (the variable takes 1..65535).
+  if (setting.type == SettingType::kPort && number == 0) return "";
+  return absl::StrCat(number);
+}
+
 absl::StatusOr<std::optional<SettingValue>> SettingFromEnvironment(const Setting& setting) {
   if (setting.variable.empty()) return std::nullopt;
   const char* text = std::getenv(std::string(setting.variable).c_str());
@@ -216,7 +231,7 @@ absl::Status SettingsText(std::string* text) {
   for (const Setting& setting : Settings()) {
     absl::StrAppend(
         text, "#\n",
-        Comment(absl::StrCat(setting.name, " (", TypeName(setting.type), "): ", setting.help)));
+        Comment(absl::StrCat(setting.name, " (", SettingTypeName(setting.type), "): ", setting.help)));
     std::string default_text = FormatSettingValue(setting, setting.default_value);
     if (setting.variable.empty()) {
       if (setting.name == "secret_env") {
@@ -241,18 +256,7 @@ absl::Status SettingsText(std::string* text) {
     const SettingValue& value = set ? **from_environment : setting.default_value;
     absl::StrAppend(text, Comment(absl::StrCat("default ", default_text, "; value from ",
                                                set ? "the environment" : "the default")));
-    // The value as the variable takes it: bytes and choices as numbers and names, no notes.
-    std::string raw;
-    if (const auto* s = std::get_if<std::string>(&value)) {
-      raw = *s;
-    } else if (const auto* seconds = std::get_if<double>(&value)) {
-      raw = absl::StrCat(*seconds);
-    } else if (setting.type == SettingType::kEnum) {
-      raw = FormatSettingValue(setting, value);
-    } else if (setting.type != SettingType::kPort || std::get<int64_t>(value) != 0) {
-      raw = absl::StrCat(std::get<int64_t>(value));  // Port 0: none (the variable takes 1..65535).
-    }
-    absl::StrAppend(text, setting.variable, "=", raw, "\n");
+    absl::StrAppend(text, setting.variable, "=", SettingVariableText(setting, value), "\n");
   }
   return first;
 }

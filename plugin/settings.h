@@ -81,6 +81,13 @@ absl::StatusOr<SettingValue> ParseSettingValue(const Setting& setting, absl::str
 // name, an empty string as the default note or "none".
 std::string FormatSettingValue(const Setting& setting, const SettingValue& value);
 
+// The value as the setting's variable takes it (what ParseSettingValue reads back): a number, a
+// choice by name, the text; "" for none (an empty text, port 0) and for the secret.
+std::string SettingVariableText(const Setting& setting, const SettingValue& value);
+// The type's name as the C ABI's setting_info gives it: "bool", "port", "bytes", "seconds",
+// "choice", "text", "secret".
+absl::string_view SettingTypeName(SettingType type);
+
 // The value of `setting`'s variable in the environment: nullopt when the setting has none or it is
 // unset; InvalidArgument "WSYNC_X='text': ..." when it does not parse.
 absl::StatusOr<std::optional<SettingValue>> SettingFromEnvironment(const Setting& setting);

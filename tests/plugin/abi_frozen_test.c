@@ -118,6 +118,19 @@ int main(void) {
   CHECK_OFFSET(wsync_plugin_v1_t, set_parameter_wave, 192);
   CHECK_OFFSET(wsync_plugin_v1_t, set_wave_callback, 200);
   CHECK_OFFSET(wsync_plugin_v1_t, set_log, 208);
+  CHECK_OFFSET(wsync_plugin_v1_t, setting_count, 216); /* Appended on 2026-12-05 (issue 43). */
+  CHECK_OFFSET(wsync_plugin_v1_t, setting_info, 224);
+  CHECK_OFFSET(wsync_plugin_v1_t, config_set, 232);
+  CHECK_OFFSET(wsync_setting_info_t, struct_size, 0); /* Added on 2026-12-05 (issue 43). */
+  CHECK_OFFSET(wsync_setting_info_t, name, 8);
+  CHECK_OFFSET(wsync_setting_info_t, type, 16);
+  CHECK_OFFSET(wsync_setting_info_t, offset, 24);
+  CHECK_OFFSET(wsync_setting_info_t, default_value, 32);
+  CHECK_OFFSET(wsync_setting_info_t, default_note, 40);
+  CHECK_OFFSET(wsync_setting_info_t, variable, 48);
+  CHECK_OFFSET(wsync_setting_info_t, help, 56);
+  CHECK_OFFSET(wsync_setting_info_t, choices, 64);
+  CHECK_SIZE(wsync_setting_info_t, 72);
   CHECK_VALUE(WSYNC_OK, 0);
   CHECK_VALUE(WSYNC_IN_PROGRESS, 1);
   CHECK_VALUE(WSYNC_INVALID_ARGUMENT, 2);

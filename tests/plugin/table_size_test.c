@@ -45,6 +45,8 @@ int main(void) {
   Check(WSYNC_PLUGIN_V1_HAS(size, declare_fp8_parameter), "has declare_fp8_parameter", __LINE__);
   Check(WSYNC_PLUGIN_V1_HAS(size, set_wave_callback), "has set_wave_callback", __LINE__);
   Check(WSYNC_PLUGIN_V1_HAS(size, set_log), "has set_log", __LINE__);
+  Check(WSYNC_PLUGIN_V1_HAS(size, setting_count), "has setting_count", __LINE__);
+  Check(WSYNC_PLUGIN_V1_HAS(size, config_set), "has config_set", __LINE__);
   /* A table that ends at finalize (a library from before progress was appended). */
   const size_t before_progress = offsetof(wsync_plugin_v1_t, progress);
   Check(WSYNC_PLUGIN_V1_HAS(before_progress, finalize), "an old table has finalize", __LINE__);
@@ -56,6 +58,10 @@ int main(void) {
         "a table ending at declare_fp8_parameter lacks set_wave_callback", __LINE__);
   Check(!WSYNC_PLUGIN_V1_HAS(offsetof(wsync_plugin_v1_t, set_log), set_log),
         "a table ending at set_wave_callback lacks set_log", __LINE__);
+  Check(!WSYNC_PLUGIN_V1_HAS(offsetof(wsync_plugin_v1_t, setting_count), setting_count),
+        "a table ending at set_log lacks setting_count", __LINE__);
+  Check(!WSYNC_PLUGIN_V1_HAS(offsetof(wsync_plugin_v1_t, setting_count), config_set),
+        "a table ending at set_log lacks config_set", __LINE__);
   printf("table_size_test: %d passed, %d failed\n", test_passed, test_failed);
   return test_failed == 0 ? 0 : 1;
 }

@@ -308,6 +308,26 @@ typedef enum wsync_log_level {
  * inside it is refused). */
 typedef void (*wsync_log_fn)(void* user, int32_t level, const char* category, const char* line);
 
+/* One row of the settings table (setting_info): a setting of wsync_config_t. Every string is the
+ * library's, NUL-terminated and valid while the library is loaded. */
+typedef struct wsync_setting_info {
+  size_t struct_size;        /* Set by the caller to sizeof(wsync_setting_info_t) (at least
+                                through choices); fields past it are left. */
+  const char* name;          /* The wsync_config_t field, e.g. "deadline_seconds". */
+  const char* type;          /* "bool" (int32_t 0 or 1), "port" (int32_t), "bytes" (int64_t),
+                                "seconds" (double), "choice" (int32_t: an index of choices),
+                                "text" (const char*), "secret" (the secret's bytes: never text). */
+  size_t offset;             /* offsetof(wsync_config_t, <name>). */
+  const char* default_value; /* The default as its variable would be written ("60", "off",
+                                "67108864"); "" when there is none. */
+  const char* default_note;  /* How the default reads where the value says nothing ("the host
+                                name", "none"); "" otherwise. */
+  const char* variable;      /* "WSYNC_<NAME>"; "" for a setting without one. */
+  const char* help;          /* One line. */
+  const char* choices;       /* "choice": the names of 0, 1, ... comma-separated
+                                ("off,hash,keyed"); "" for other types. */
+} wsync_setting_info_t;
+
 typedef struct wsync_plugin_v1 {
   const char* name;    /* "wsync" */
   int32_t abi_version; /* WSYNC_ABI_VERSION */
@@ -478,6 +498,33 @@ typedef struct wsync_plugin_v1 {
    * naming it, for an unknown category or a level outside 0..4; nothing changes then. */
   wsync_status_t (*set_log)(wsync_log_fn callback, void* user, const char* categories,
                             int32_t level);
+
+  /* Appended to v1 (a library from before them ends the table at set_log): the settings table,
+   * from which a host derives its command-line flags, keyword arguments and help (plugin/settings.h
+   * is the same table inside the library; `wsync settings` prints it). Session-free: any thread,
+   * any time, also before init. Every string they return is the library's, valid while it is
+   * loaded.
+   *
+   * setting_count returns the number of rows (one per setting of wsync_config_t, in its order).
+   *
+   * setting_info fills `info` (up to info->struct_size) with row `index`. WSYNC_INVALID_ARGUMENT,
+   * with last_error(NULL) naming the index and the count, for an index outside
+   * [0, setting_count()), and for a NULL info or an info->struct_size too small; `info` is left
+   * untouched then.
+   *
+   * config_set parses `text` with exactly the syntax the setting's variable WSYNC_<NAME> takes
+   * and writes the field `name` of `config`: "bool" 1, 0, true, false, yes, no, on, off; "port"
+   * 1..65535; "bytes" at least 1; "seconds" finite and positive; "choice" a name or its index;
+   * "text" non-empty. A text field gets the pointer `text` itself: the caller keeps it alive
+   * until init has returned (init copies it). A value that writes 0 ("off", "false") leaves the
+   * field unset, as 0 always is: the setting's variable, when set, still wins at init.
+   * WSYNC_INVALID_ARGUMENT, with last_error(NULL) naming the setting, the text and what the
+   * setting takes, and `config` unchanged, for a NULL config, name or text, an unknown name, the
+   * secret (never text: set secret and secret_length), a field that lies past
+   * config->struct_size, or text that does not parse. */
+  int32_t (*setting_count)(void);
+  wsync_status_t (*setting_info)(int32_t index, wsync_setting_info_t* info);
+  wsync_status_t (*config_set)(wsync_config_t* config, const char* name, const char* text);
 } wsync_plugin_v1_t;
 
 /* Whether a v1 table of `table_size` bytes (the library's wsyncPlugin_v1 symbol size, above) has
