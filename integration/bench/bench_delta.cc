@@ -179,18 +179,18 @@ harness::JobSpec DeltaJobSpec(const DeltaBench& b, const DeltaLink& link, const 
                              absl::StrCat(b.facts.trainers),
                              "--rollouts",
                              absl::StrCat(b.facts.rollouts),
-                             "--policy",
+                             "--replica_policy",
                              o.job.policy,
-                             "--verify=false",
+                             "--check_values=false",
                              "--fill_pattern=false",
-                             absl::StrCat("--verify_hashes=", verify ? "true" : "false"),
+                             absl::StrCat("--verify=", verify ? "hash" : "off"),
                              absl::StrCat("--delta=", mode),
                              "--update=adamw",
                              absl::StrFormat("--lr=%.17g", lr),
                              absl::StrFormat("--weight_decay=%.17g", o.weight_decay),
-                             absl::StrCat("--deadline_s=", limit)};
+                             absl::StrCat("--deadline_seconds=", limit)};
   if (mode != "off" && !link.calibration.empty()) {
-    spec.extra_worker_flags.push_back(absl::StrCat("--calibration=", link.calibration));
+    spec.extra_worker_flags.push_back(absl::StrCat("--calibration_file=", link.calibration));
   }
   return spec;
 }

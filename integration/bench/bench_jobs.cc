@@ -299,14 +299,15 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       absl::StrCat(facts.trainers),
       "--rollouts",
       absl::StrCat(facts.rollouts),
-      "--policy",
+      "--replica_policy",
       options.policy,
-      absl::StrCat("--verify=", elements ? "true" : "false"),
+      absl::StrCat("--check_values=", elements ? "true" : "false"),
       absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
-      absl::StrCat("--verify_hashes=", hashes ? "true" : "false"),
+      absl::StrCat("--verify=", check == JobCheck::kTimedKeyed ? "keyed"
+                                : hashes                        ? "hash"
+                                                                : "off"),
       absl::StrCat("--verify_quant=", verify_quant ? "true" : "false"),
-      absl::StrCat("--verify_mode=", check == JobCheck::kTimedKeyed ? "keyed" : ""),
-      absl::StrCat("--deadline_s=", absl::ToDoubleSeconds(limit))};
+      absl::StrCat("--deadline_seconds=", absl::ToDoubleSeconds(limit))};
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
                          harness::RunJob(spec, options.host, options.wsync));
   const int total = facts.trainers + facts.rollouts;

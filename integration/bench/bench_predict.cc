@@ -128,7 +128,8 @@ absl::StatusOr<SyncMeasurement> MeasureSync(
     placement.extra_flags = {absl::StrCat("--path_transports=", paths[p])};
     spec.placement.push_back(placement);
   }
-  spec.extra_worker_flags = {"--policy", policy, "--calibration", calibration, "--verify=false"};
+  spec.extra_worker_flags = {"--replica_policy", policy, "--calibration_file", calibration,
+                             "--check_values=false"};
   WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
                          harness::RunJob(spec, options.job.host, options.job.wsync));
   SyncMeasurement measured;

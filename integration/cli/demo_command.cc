@@ -34,6 +34,7 @@
 #include "planner/layout.h"
 #include "planner/models.h"
 #include "planner/named_layouts.h"
+#include "plugin/settings.h"
 
 // Shared with `wsync plan` and `wsync coordinator` (one flag registry per binary).
 ABSL_DECLARE_FLAG(std::string, model);
@@ -84,7 +85,8 @@ constexpr absl::string_view kDefaultModel = "qwen2.5-0.5b";
 constexpr absl::string_view kDefaultFrom = "megatron(tp=2)";
 constexpr absl::string_view kDefaultTo = "vllm(tp=2)";
 constexpr absl::string_view kDefaultTls = "sm,cma,self";
-constexpr absl::string_view kSecretEnv = "WSYNC_SECRET";
+// The job secret's variable: the processes' secret_env default (they are given no --secret_env).
+constexpr absl::string_view kSecretEnv = kDefaultSecretEnv;
 
 struct DemoRequest {
   std::string model;
@@ -244,9 +246,7 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
       absl::StrCat("--trainers=", job.trainers),
       absl::StrCat("--rollouts=", job.rollouts),
       absl::StrCat("--job=", job.name),
-      "--coordinator_host=127.0.0.1",
       absl::StrCat("--coordinator_port=", job.port),
-      absl::StrCat("--secret_env=", kSecretEnv),
       absl::StrCat("--model=", request.model),
       absl::StrCat("--layers=", request.layers),
       absl::StrCat("--layout=", trainer ? request.from : request.to),
@@ -270,8 +270,9 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
     argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", job.metrics_ports[p]));
   }
   if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
-  if (request.verify) argv.push_back("--verify");
-  if (request.verify_keyed) argv.push_back("--verify_keyed");
+  if (request.verify || request.verify_keyed) {
+    argv.push_back(absl::StrCat("--verify=", request.verify_keyed ? "keyed" : "hash"));
+  }
   if (request.delta != "off") argv.push_back(absl::StrCat("--delta=", request.delta));
   if (!request.calibration.empty()) {
     argv.push_back(absl::StrCat("--calibration_file=", request.calibration));

@@ -18,7 +18,9 @@
 //   METRICS url=<the exporter's URL>                  (with --metrics_address, after init)
 //   LINGER seconds=<s>                                (with --linger_s, after the last step)
 // Exit status: 0 when every step committed and, on a rollout, verified; 1 otherwise (the error on
-// standard error); 2 for bad flags.
+// standard error); 2 for bad flags. The library's settings (--coordinator_host, --deadline_seconds,
+// --verify, --delta, --metrics_address, ...) are arguments derived from the loaded library's table
+// (integration/host/setting_args.h): `wsync_demo_process --help` lists them.
 
 #include <algorithm>
 #include <cstdio>
@@ -42,6 +44,7 @@
 #include "integration/fill/fill.h"
 #include "integration/host/fast_values.h"
 #include "integration/host/plugin_host.h"
+#include "integration/host/setting_args.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/geometry.h"
 #include "planner/layout.h"
@@ -55,50 +58,25 @@ ABSL_FLAG(int32_t, rank, 0, "Rank within the role.");
 ABSL_FLAG(int32_t, trainers, 2, "Trainer processes in the job.");
 ABSL_FLAG(int32_t, rollouts, 2, "Rollout processes in the job.");
 ABSL_FLAG(std::string, job, "wsync-demo", "Job id.");
-ABSL_FLAG(std::string, coordinator_host, "127.0.0.1", "Coordinator address.");
-ABSL_FLAG(int32_t, coordinator_port, 0,
-          "Coordinator port (with --host_coordinator: to listen on).");
 ABSL_FLAG(bool, host_coordinator, false, "Trainer rank 0 only: run the coordinator in-process.");
-ABSL_FLAG(std::string, secret_env, "WSYNC_SECRET", "Environment variable holding the job secret.");
 ABSL_FLAG(std::string, model, "qwen2.5-0.5b",
           "Built-in model or config.json path (`wsync help` lists them).");
 ABSL_FLAG(int32_t, layers, 0, "Keep only the first N transformer layers (0: all).");
 ABSL_FLAG(std::string, layout, "",
           "Named layout of this process's side; default megatron(tp=2) for trainers, vllm(tp=2) "
           "for rollouts.");
-ABSL_FLAG(std::string, path_transports, "",
-          "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp'.");
 ABSL_FLAG(std::string, tls, "",
           "UCX transports for every peer (shorthand for --path_transports='*=ucx:<tls>').");
 ABSL_FLAG(int32_t, steps, 5, "RL steps (syncs of versions 1..steps).");
-ABSL_FLAG(double, deadline_s, 60, "Deadline of every blocking step of the plugin, seconds.");
-ABSL_FLAG(int64_t, budget, 0, "Staging budget per peer and direction in bytes (0: the default).");
 ABSL_FLAG(int32_t, corrupt_step, 0,
           "Testing only: at this step trainer rank 0 flips a bit of the first element of each of "
           "its pieces after writing them, so that the rollouts must refuse that version.");
-ABSL_FLAG(bool, verify, false,
-          "The plugin's verify=true: every chunk is hashed (xxh3) by its sender and its receiver "
-          "and compared before the commit.");
-ABSL_FLAG(bool, verify_keyed, false,
-          "The plugin's keyed verify (verify=2): a MAC per chunk keyed from the job secret; wins "
-          "over --verify.");
-ABSL_FLAG(
-    std::string, delta, "off",
-    "The plugin's delta setting: off, auto (where the cost model says it pays) or on (only changed "
-    "elements travel); another value is handed to init as -1, which refuses it.");
-ABSL_FLAG(std::string, metrics_address, "",
-          "Where the plugin's Prometheus exporter listens, HOST:PORT (empty: no exporter).");
 ABSL_FLAG(double, linger_s, 0,
           "Seconds to keep the session (and its metrics exporter) alive after the last step, so "
           "that Prometheus can scrape the final figures.");
-ABSL_FLAG(std::string, node_id, "",
-          "The node this process reports (the plugin's node_id); default: the host name.");
 ABSL_FLAG(int32_t, device_index, -1,
           "The GPU this process reports (the plugin's device_index; a colocated trainer and "
           "rollout on one GPU are then same_device); -1: unknown.");
-ABSL_FLAG(std::string, calibration_file, "",
-          "A link calibration (wsync calibrate --out) for the plugin's calibration_file: trainer "
-          "rank 0 shares it at connect and every sync is then predicted (empty: none).");
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory (its place in the build tree).");
@@ -149,58 +127,36 @@ absl::StatusOr<Layout> BuildPart(bool trainer, const std::string& role, int32_t 
   return part;
 }
 
-// The plugin's configuration from the flags. `config`'s strings point into this object: keep it
-// alive until init returns.
+// The plugin's configuration: this process's place in the job, the settings given as arguments
+// (`settings`), then --tls as the path_transports of every peer where no --path_transports was
+// given. `config`'s strings point into this object and `settings`: keep both alive until init
+// returns.
 struct ConfigFromFlags {
-  ConfigFromFlags(bool trainer, int32_t rank)
-      : job(absl::GetFlag(FLAGS_job)),
-        host(absl::GetFlag(FLAGS_coordinator_host)),
-        secret_env(absl::GetFlag(FLAGS_secret_env)),
-        path_transports(absl::GetFlag(FLAGS_path_transports)),
-        metrics_address(absl::GetFlag(FLAGS_metrics_address)),
-        node_id(absl::GetFlag(FLAGS_node_id)),
-        calibration_file(absl::GetFlag(FLAGS_calibration_file)) {
-    if (path_transports.empty() && !absl::GetFlag(FLAGS_tls).empty()) {
-      path_transports = absl::StrCat("*=ucx:", absl::GetFlag(FLAGS_tls));
-    }
-    std::memset(&config, 0, sizeof(config));
-    config.struct_size = sizeof(config);
-    config.role = trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
-    config.rank = rank;
-    config.num_trainers = absl::GetFlag(FLAGS_trainers);
-    config.num_rollouts = absl::GetFlag(FLAGS_rollouts);
-    config.job_id = job.c_str();
-    config.coordinator_host = host.c_str();
-    config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
-    config.host_coordinator = absl::GetFlag(FLAGS_host_coordinator) ? 1 : 0;
-    config.secret_env = secret_env.c_str();
-    config.staging_budget_bytes = absl::GetFlag(FLAGS_budget);
-    config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
-    config.verify = absl::GetFlag(FLAGS_verify_keyed) ? 2 : absl::GetFlag(FLAGS_verify) ? 1 : 0;
-    const std::string delta = absl::GetFlag(FLAGS_delta);
-    config.delta = delta == "off"    ? WSYNC_DELTA_OFF
-                   : delta == "auto" ? WSYNC_DELTA_AUTO
-                   : delta == "on"   ? WSYNC_DELTA_ON
-                                     : -1;
-    config.path_transports = path_transports.empty() ? nullptr : path_transports.c_str();
-    config.metrics_address = metrics_address.empty() ? nullptr : metrics_address.c_str();
-    config.node_id = node_id.empty() ? nullptr : node_id.c_str();
-    config.calibration_file = calibration_file.empty() ? nullptr : calibration_file.c_str();
-    config.has_device_index = absl::GetFlag(FLAGS_device_index) >= 0 ? 1 : 0;
-    config.device_index = std::max(0, absl::GetFlag(FLAGS_device_index));
-  }
-  ConfigFromFlags(const ConfigFromFlags&) = delete;
-  ConfigFromFlags& operator=(const ConfigFromFlags&) = delete;
-
-  std::string job;
-  std::string host;
-  std::string secret_env;
+  std::string job = absl::GetFlag(FLAGS_job);
   std::string path_transports;
-  std::string metrics_address;
-  std::string node_id;
-  std::string calibration_file;
   wsync_config_t config;
 };
+
+absl::Status FillConfig(const Plugin& plugin, const host::SettingArgs& settings, bool trainer,
+                        int32_t rank, ConfigFromFlags* c) {
+  wsync_config_t& config = c->config;
+  std::memset(&config, 0, sizeof(config));
+  config.struct_size = sizeof(config);
+  config.role = trainer ? WSYNC_ROLE_TRAINER : WSYNC_ROLE_ROLLOUT;
+  config.rank = rank;
+  config.num_trainers = absl::GetFlag(FLAGS_trainers);
+  config.num_rollouts = absl::GetFlag(FLAGS_rollouts);
+  config.job_id = c->job.c_str();
+  config.host_coordinator = absl::GetFlag(FLAGS_host_coordinator) ? 1 : 0;
+  config.has_device_index = absl::GetFlag(FLAGS_device_index) >= 0 ? 1 : 0;
+  config.device_index = std::max(0, absl::GetFlag(FLAGS_device_index));
+  WSYNC_RETURN_IF_ERROR(settings.Apply(plugin, &config));
+  if (config.path_transports == nullptr && !absl::GetFlag(FLAGS_tls).empty()) {
+    c->path_transports = absl::StrCat("*=ucx:", absl::GetFlag(FLAGS_tls));
+    config.path_transports = c->path_transports.c_str();
+  }
+  return absl::OkStatus();
+}
 
 // Prints the session's schedule report, one SCHEDULE line per line (nothing when it has none).
 void PrintScheduleReport(const Plugin& plugin) {
@@ -264,7 +220,7 @@ absl::StatusOr<StepOutcome> RunStep(const Plugin& plugin, const Layout& part, bo
   return outcome;
 }
 
-absl::Status Run() {
+absl::Status Run(host::LoadedHost& loaded) {
   WSYNC_RETURN_IF_ERROR(host::CheckFastValues());
   const std::string role = absl::GetFlag(FLAGS_role);
   const bool trainer = role == "trainer";
@@ -272,14 +228,13 @@ absl::Status Run() {
   WSYNC_ASSIGN_OR_RETURN(const Layout part, BuildPart(trainer, role, rank));
   test::HostBuffers memory(part, trainer ? test::kSourceFill : test::kPoison);
 
-  const std::string library =
-      absl::GetFlag(FLAGS_library).empty() ? host::DefaultLibrary() : absl::GetFlag(FLAGS_library);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
+  Plugin* plugin = loaded.plugin.get();
   {
-    const ConfigFromFlags flags(trainer, rank);
+    ConfigFromFlags flags;
+    WSYNC_RETURN_IF_ERROR(FillConfig(*plugin, loaded.settings, trainer, rank, &flags));
     WSYNC_RETURN_IF_ERROR(plugin->Init(flags.config));
-    if (!flags.metrics_address.empty()) {
-      Print(absl::StrCat("METRICS url=http://", flags.metrics_address, "/metrics"));
+    if (flags.config.metrics_address != nullptr) {
+      Print(absl::StrCat("METRICS url=http://", flags.config.metrics_address, "/metrics"));
     }
   }
   WSYNC_RETURN_IF_ERROR(host::Declare(*plugin, part, memory));
@@ -310,13 +265,21 @@ absl::Status Run() {
 }  // namespace wsync::demo
 
 int main(int argc, char** argv) {
+  absl::StatusOr<wsync::host::LoadedHost> loaded = wsync::host::LoadHostSettings(
+      &argc, argv,
+      "wsync_demo_process: one trainer or rollout process of `wsync demo`, through libwsync.so's "
+      "C ABI (integration/demo/README.md).");
+  if (!loaded.ok()) {
+    absl::FPrintF(stderr, "wsync_demo_process: %s\n", loaded.status().message());
+    return loaded.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
   absl::ParseCommandLine(argc, argv);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role != "trainer" && role != "rollout") {
     absl::FPrintF(stderr, "wsync_demo_process: --role must be trainer or rollout\n");
     return 2;
   }
-  const absl::Status status = wsync::demo::Run();
+  const absl::Status status = wsync::demo::Run(*loaded);
   if (!status.ok()) {
     absl::FPrintF(stderr, "wsync_demo_process: %s %d: %s\n", role, absl::GetFlag(FLAGS_rank),
                   status.message());

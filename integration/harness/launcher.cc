@@ -178,8 +178,8 @@ absl::StatusOr<JobResult> RunJob(const JobSpec& spec, const std::string& worker_
                                      placement.net_devices,
                                      "--versions",
                                      absl::StrCat(spec.versions),
-                                     "--budget",
-                                     absl::StrCat(spec.budget)};
+                                     "--staging_budget_bytes",
+                                     absl::StrCat(static_cast<int64_t>(spec.budget))};
     argv.insert(argv.end(), spec.extra_worker_flags.begin(), spec.extra_worker_flags.end());
     argv.insert(argv.end(), placement.extra_flags.begin(), placement.extra_flags.end());
     absl::StatusOr<pid_t> pid =

@@ -6,10 +6,10 @@
 // stats, metrics_text, finalize. So a benchmark measures the library as shipped: its Session, its
 // threads and its metrics, as an engine loads them.
 //
-// Per version: a trainer writes the version's logical values (--verify), the memory-speed
+// Per version: a trainer writes the version's logical values (--check_values), the memory-speed
 // pattern (--fill_pattern) or its AdamW step's bf16 weights (--update adamw: adamw_update.h), or
 // leaves its constant bytes, and syncs (with the library's delta setting, --delta); a rollout
-// syncs, then checks every element's logical value (--verify) and its FP8 weights and scales
+// syncs, then checks every element's logical value (--check_values) and its FP8 weights and scales
 // against the reference quantizer of the trainers' pattern (--verify_quant), and its guard bytes.
 // The checks run in the library's wave callback (set_wave_callback: after the bytes landed, before
 // the commit vote), so a wrong byte fails the sync on every process, as wsync_test_worker's checks
@@ -31,7 +31,9 @@
 // Exit status: 0 when every version committed and checked, 1 otherwise (the error on standard
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
-// here (the ABI has no relay setting and no test hooks).
+// here (the ABI has no relay setting and no test hooks). The library's settings (--deadline_seconds,
+// --staging_budget_bytes, --verify, --delta, ...) come from the loaded library's table
+// (setting_args.h): `wsync_host --help` lists them.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -60,6 +62,7 @@
 #include "integration/host/fast_values.h"
 #include "integration/host/job_flags.h"
 #include "integration/host/plugin_host.h"
+#include "integration/host/setting_args.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/layout.h"
 #include "planner/layout_parts.h"
@@ -72,17 +75,14 @@ ABSL_FLAG(int32_t, trainers, 0, "Trainer processes in the job (0: the --from lay
 ABSL_FLAG(int32_t, rollouts, 0, "Rollout processes in the job (0: the --to layout's).");
 ABSL_FLAG(int32_t, corrupt_version, 0,
           "Testing only: trainer rank 0 flips a bit of the first element of each of its pieces "
-          "after writing this version (--verify), so that the rollouts' checks fail its sync.");
+          "after writing this version (--check_values), so that the rollouts' checks fail its sync.");
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory.");
-ABSL_FLAG(std::string, delta, "off",
-          "The plugin's delta setting (wsync_config_t.delta): off (every sync moves every byte), "
-          "auto (where the cost model says it pays; for now as off) or on (senders move only the "
-          "elements changed since the version a rollout holds).");
 ABSL_FLAG(
     std::string, update, "none",
-    "What trainers write before each version: none (--verify's or --fill_pattern's values), or "
+    "What trainers write before each version: none (--check_values' or --fill_pattern's values), "
+    "or "
     "adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
     "(linear and embedding weights normal(0, --init_std), norm weights 1, biases 0), one "
     "AdamW step per version (beta1 0.9, beta2 0.999, eps 1e-8, decoupled weight decay "
@@ -90,8 +90,8 @@ ABSL_FLAG(
     "drawn afresh per element and step (Adam normalises them, so the update's size is set "
     "by --lr, as in real post-training), cast to bf16 (nearest even). Deterministic from "
     "--update_seed and each element's logical index, so the shards of any layout agree; "
-    "the rollouts cannot recompute them cheaply: with adamw --verify must be false (use "
-    "--verify_hashes). Prints update_seconds= per version.");
+    "the rollouts cannot recompute them cheaply: with adamw --check_values must be false (use "
+    "the library's --verify=hash). Prints update_seconds= per version.");
 ABSL_FLAG(double, lr, 1e-6, "--update adamw: the learning rate.");
 ABSL_FLAG(double, weight_decay, 0.01,
           "--update adamw: decoupled weight decay of the linear and embedding weights (norm "
@@ -123,46 +123,18 @@ CpuTimes ProcessCpuTimes() {
   return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
-// The library's verify setting from --verify_mode, or with it empty --verify_hashes.
-absl::StatusOr<int32_t> VerifySetting() {
-  const std::string mode = absl::GetFlag(FLAGS_verify_mode);
-  if (mode.empty()) return absl::GetFlag(FLAGS_verify_hashes) ? 1 : 0;
-  if (mode == "off") return 0;
-  if (mode == "hash") return 1;
-  if (mode == "keyed") return 2;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--verify_mode is off, hash or keyed, not '", mode, "'"));
-}
-
-// The library's delta setting from --delta.
-absl::StatusOr<int32_t> DeltaSetting() {
-  const std::string mode = absl::GetFlag(FLAGS_delta);
-  if (mode == "off") return WSYNC_DELTA_OFF;
-  if (mode == "auto") return WSYNC_DELTA_AUTO;
-  if (mode == "on") return WSYNC_DELTA_ON;
-  return absl::InvalidArgumentError(absl::StrCat("--delta is off, auto or on, not '", mode, "'"));
-}
-
-// The plugin's configuration from the flags. `config`'s strings point into this object: keep it
-// alive until init returns.
+// The plugin's configuration: this process's place in the job, then the settings given as
+// arguments (`settings`), then --tls and --net_devices as the path_transports of every peer where
+// no --path_transports was given. `config`'s strings point into this object and `settings`: keep
+// both alive until init returns.
 struct Config {
   std::string job = absl::GetFlag(FLAGS_job);
-  std::string host = absl::GetFlag(FLAGS_coordinator_host);
-  std::string secret_env = absl::GetFlag(FLAGS_secret_env);
-  std::string node_id = absl::GetFlag(FLAGS_node_id);
-  std::string policy = absl::GetFlag(FLAGS_policy);
-  std::string calibration = absl::GetFlag(FLAGS_calibration);
-  std::string path_transports = absl::GetFlag(FLAGS_path_transports);
+  std::string path_transports;
   wsync_config_t config;
 };
 
-absl::Status FillConfig(bool trainer, int32_t trainers, int32_t rollouts, Config* c) {
-  if (c->path_transports.empty() &&
-      (!absl::GetFlag(FLAGS_tls).empty() || !absl::GetFlag(FLAGS_net_devices).empty())) {
-    c->path_transports = absl::StrCat(
-        "*=ucx", absl::GetFlag(FLAGS_tls).empty() ? "" : ":", absl::GetFlag(FLAGS_tls),
-        absl::GetFlag(FLAGS_net_devices).empty() ? "" : "@", absl::GetFlag(FLAGS_net_devices));
-  }
+absl::Status FillConfig(const Plugin& plugin, const SettingArgs& settings, bool trainer,
+                        int32_t trainers, int32_t rollouts, Config* c) {
   wsync_config_t& config = c->config;
   std::memset(&config, 0, sizeof(config));
   config.struct_size = sizeof(config);
@@ -171,17 +143,14 @@ absl::Status FillConfig(bool trainer, int32_t trainers, int32_t rollouts, Config
   config.num_trainers = trainers;
   config.num_rollouts = rollouts;
   config.job_id = c->job.c_str();
-  config.coordinator_host = c->host.c_str();
-  config.coordinator_port = absl::GetFlag(FLAGS_coordinator_port);
-  config.secret_env = c->secret_env.c_str();
-  config.node_id = c->node_id.empty() ? nullptr : c->node_id.c_str();
-  config.staging_budget_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_budget));
-  config.deadline_seconds = absl::GetFlag(FLAGS_deadline_s);
-  config.replica_policy = c->policy.c_str();
-  config.path_transports = c->path_transports.empty() ? nullptr : c->path_transports.c_str();
-  config.calibration_file = c->calibration.empty() ? nullptr : c->calibration.c_str();
-  WSYNC_ASSIGN_OR_RETURN(config.verify, VerifySetting());
-  WSYNC_ASSIGN_OR_RETURN(config.delta, DeltaSetting());
+  WSYNC_RETURN_IF_ERROR(settings.Apply(plugin, &config));
+  const std::string tls = absl::GetFlag(FLAGS_tls);
+  const std::string devices = absl::GetFlag(FLAGS_net_devices);
+  if (config.path_transports == nullptr && (!tls.empty() || !devices.empty())) {
+    c->path_transports = absl::StrCat("*=ucx", tls.empty() ? "" : ":", tls,
+                                      devices.empty() ? "" : "@", devices);
+    config.path_transports = c->path_transports.c_str();
+  }
   return absl::OkStatus();
 }
 
@@ -194,11 +163,11 @@ struct Process {
   std::unique_ptr<AdamWShard> adamw;  // A trainer's optimizer state (--update adamw); else null.
 };
 
-// A rollout's checks of `version` in `memory` (--verify, --verify_quant) and of its guard bytes;
+// A rollout's checks of `version` in `memory` (--check_values, --verify_quant) and of its guard bytes;
 // sets *quant_verified to the e4m3 elements checked.
 absl::Status CheckRollout(const Process& p, int64_t version, const test::HostBuffers& memory,
                           int64_t* quant_verified) {
-  if (absl::GetFlag(FLAGS_verify)) {
+  if (absl::GetFlag(FLAGS_check_values)) {
     WSYNC_RETURN_IF_ERROR(CheckLogicalFast(p.part, static_cast<uint64_t>(version), memory));
   }
   *quant_verified = 0;
@@ -235,7 +204,7 @@ absl::Status RunVersion(const Plugin& plugin, Process& p, int64_t version,
                         test::HostBuffers& memory, const WaveCheck* check, double init_seconds) {
   // Read at every version: the library the process runs, not the one it meant to load.
   WSYNC_ASSIGN_OR_RETURN(const std::string library, MappedFile("libwsync.so"));
-  const bool verify = absl::GetFlag(FLAGS_verify);
+  const bool verify = absl::GetFlag(FLAGS_check_values);
   const absl::Time update_start = absl::Now();
   if (p.adamw != nullptr) {
     p.adamw->Step(memory);  // Version v: the masters after v steps.
@@ -331,7 +300,7 @@ absl::Status RunVersion(const Plugin& plugin, Process& p, int64_t version,
   return absl::OkStatus();
 }
 
-absl::Status Run() {
+absl::Status Run(LoadedHost& loaded) {
   WSYNC_RETURN_IF_ERROR(CheckFastValues());
   Process p;
   p.trainer = absl::GetFlag(FLAGS_role) == "trainer";
@@ -353,12 +322,11 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_verify_quant)) p.source = source;
   test::HostBuffers memory(p.part, test::kPoison);
 
-  const std::string library =
-      absl::GetFlag(FLAGS_library).empty() ? DefaultLibrary() : absl::GetFlag(FLAGS_library);
-  WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, Plugin::Load(library));
+  Plugin* plugin = loaded.plugin.get();
   {
     Config config;
-    WSYNC_RETURN_IF_ERROR(FillConfig(p.trainer, trainers, rollouts, &config));
+    WSYNC_RETURN_IF_ERROR(
+        FillConfig(*plugin, loaded.settings, p.trainer, trainers, rollouts, &config));
     WSYNC_RETURN_IF_ERROR(plugin->Init(config.config));
   }
   WSYNC_RETURN_IF_ERROR(Declare(*plugin, p.part, memory));
@@ -366,7 +334,7 @@ absl::Status Run() {
   check.process = &p;
   check.memory = &memory;
   const bool checks =
-      !p.trainer && (absl::GetFlag(FLAGS_verify) || absl::GetFlag(FLAGS_verify_quant));
+      !p.trainer && (absl::GetFlag(FLAGS_check_values) || absl::GetFlag(FLAGS_verify_quant));
   if (checks) {
     WSYNC_RETURN_IF_ERROR(
         plugin->Call(plugin->api().set_wave_callback(plugin->session(), CheckWave, &check),
@@ -397,6 +365,14 @@ absl::Status Run() {
 }  // namespace wsync::host
 
 int main(int argc, char** argv) {
+  absl::StatusOr<wsync::host::LoadedHost> loaded = wsync::host::LoadHostSettings(
+      &argc, argv,
+      "wsync_host: one trainer or rollout process of a wsync-bench job, through libwsync.so's C "
+      "ABI (integration/host/README.md).");
+  if (!loaded.ok()) {
+    absl::FPrintF(stderr, "wsync_host: %s\n", loaded.status().message());
+    return loaded.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
   absl::ParseCommandLine(argc, argv);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role != "trainer" && role != "rollout") {
@@ -408,17 +384,20 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "wsync_host: --update must be none or adamw, not '%s'\n", update);
     return 2;
   }
-  if (update == "adamw" && absl::GetFlag(FLAGS_verify)) {
+  if (update == "adamw" && absl::GetFlag(FLAGS_check_values)) {
     absl::FPrintF(stderr,
                   "wsync_host: --update adamw writes values the rollouts cannot recompute: pass "
-                  "--verify=false (and --verify_hashes for the library's chunk digests)\n");
+                  "--check_values=false (and --verify=hash for the library's chunk digests)\n");
     return 2;
   }
-  if (!wsync::host::DeltaSetting().ok()) {
-    absl::FPrintF(stderr, "wsync_host: %s\n", wsync::host::DeltaSetting().status().message());
+  wsync_config_t probe;  // The settings' arguments refused here are bad flags.
+  std::memset(&probe, 0, sizeof(probe));
+  probe.struct_size = sizeof(probe);
+  if (const absl::Status applied = loaded->settings.Apply(*loaded->plugin, &probe); !applied.ok()) {
+    absl::FPrintF(stderr, "wsync_host: %s\n", applied.message());
     return 2;
   }
-  const absl::Status status = wsync::host::Run();
+  const absl::Status status = wsync::host::Run(*loaded);
   if (!status.ok()) {
     absl::FPrintF(stderr, "wsync_host: %s %d: %s\n", role, absl::GetFlag(FLAGS_rank),
                   status.message());

@@ -1,6 +1,7 @@
 #include "integration/host/plugin_host.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -94,7 +95,13 @@ absl::StatusOr<std::unique_ptr<Plugin>> Plugin::Load(const std::string& path) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " has ABI version ", table->abi_version, ", not ", WSYNC_ABI_VERSION));
   }
-  return std::unique_ptr<Plugin>(new Plugin(table));  // `handle` stays open.
+  Dl_info info;
+  void* symbol = nullptr;  // The table's const ElfW(Sym).
+  const size_t table_size =
+      dladdr1(table, &info, &symbol, RTLD_DL_SYMENT) != 0 && symbol != nullptr
+          ? static_cast<size_t>(static_cast<const ElfW(Sym)*>(symbol)->st_size)
+          : 0;
+  return std::unique_ptr<Plugin>(new Plugin(table, table_size));  // `handle` stays open.
 }
 
 Plugin::~Plugin() {

@@ -6,6 +6,7 @@
 // the session, a layout part declared piece by piece (FP8 targets included), the schedule report,
 // the library's own metrics. Shared by the demo process and the bench host (wsync_host).
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,6 +45,9 @@ class Plugin {
   Plugin& operator=(const Plugin&) = delete;
 
   const wsync_plugin_v1_t& api() const { return *api_; }
+  // The size of the library's wsyncPlugin_v1 symbol (wsync.h, "Loading"): with
+  // WSYNC_PLUGIN_V1_HAS(table_size(), entry), whether the library has an appended entry.
+  size_t table_size() const { return table_size_; }
   wsync_session_t* session() const { return session_; }
   // PluginStatus of this session.
   absl::Status Call(wsync_status_t code, absl::string_view call) const;
@@ -51,8 +55,9 @@ class Plugin {
   absl::Status Finalize();
 
  private:
-  explicit Plugin(const wsync_plugin_v1_t* api) : api_(api) {}
+  Plugin(const wsync_plugin_v1_t* api, size_t table_size) : api_(api), table_size_(table_size) {}
   const wsync_plugin_v1_t* api_;
+  size_t table_size_;
   wsync_session_t* session_ = nullptr;
 };
 

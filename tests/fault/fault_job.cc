@@ -132,10 +132,10 @@ FaultRun RunFaultJob(const FaultJob& job) {
         "--node_id=local",
         "--tls=sm,cma,self",
         absl::StrCat("--versions=", job.versions),
-        absl::StrCat("--deadline_s=", job.deadline_s),
+        absl::StrCat("--deadline_seconds=", job.deadline_s),
         absl::StrCat("--pause_before_decide_s=", job.pause_before_decide_s),
-        absl::StrCat("--verify_hashes=", job.verify_hashes),
-        absl::StrCat("--verify=", job.check_elements),
+        absl::StrCat("--verify=", job.verify_hashes ? "hash" : "off"),
+        absl::StrCat("--check_values=", job.check_elements),
         "--keep_going",
         "--markers"};
     if (job.replace && !replacement) args.push_back("--await_replacement_s=20");

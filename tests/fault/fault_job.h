@@ -56,7 +56,7 @@ struct FaultJob {
   std::optional<int> replace;
   double pause_before_decide_s = 0;
   bool verify_hashes = false;  // wsync's verify=true (ExecuteOptions::verify).
-  bool check_elements = true;  // The rollouts' element-by-element check (the worker's --verify).
+  bool check_elements = true;  // The rollouts' element-by-element check (--check_values).
   // How long the coordinator outlives the last RESULT line (for the workers' closing barrier);
   // default D + 1 s.
   std::optional<double> coordinator_linger_s;

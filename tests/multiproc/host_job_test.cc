@@ -39,7 +39,7 @@ JobSpec VerifiedJob() {
   spec.tls = "sm,cma,self";
   spec.versions = 2;
   spec.timeout = absl::Seconds(120);
-  spec.extra_worker_flags = {"--verify=true", "--deadline_s=30"};
+  spec.extra_worker_flags = {"--check_values=true", "--deadline_seconds=30"};
   return spec;
 }
 

@@ -179,7 +179,7 @@ void ExpectDeltaSyncsExact(const std::string& tls) {
   JobSpec spec;
   spec.tls = tls;
   spec.versions = 20;
-  spec.extra_worker_flags = {"--delta", "--changed_per_mille=20", "--verify_hashes",
+  spec.extra_worker_flags = {"--delta=on", "--changed_per_mille=20", "--verify=hash",
                              "--keep_going"};
   spec.placement.assign(
       4, tls == "tcp" ? ProcessPlacement{"", "local", "lo", {}} : ProcessPlacement{});
@@ -233,7 +233,7 @@ TEST(MultiprocTest, DeltaSyncThroughRelaysAcrossTwoNetworkNamespaces) {
   std::optional<NetnsPair> net = NetnsPair::Create(&reason);
   if (!net) GTEST_SKIP() << "network namespaces unavailable: " << reason;
   JobResult result = ExpectJobSucceeds(TwoReplicasAcrossNodes(
-      *net, 4, {"--relay", "always", "--delta", "--changed_per_mille=20", "--verify_hashes"}));
+      *net, 4, {"--relay", "always", "--delta=on", "--changed_per_mille=20", "--verify=hash"}));
   ASSERT_EQ(result.workers.size(), 6u);
   int64_t forwarded = 0, delta_messages = 0;
   for (int p = 2; p < 6; ++p) {

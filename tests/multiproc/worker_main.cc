@@ -3,7 +3,7 @@
 // named layout (coordinator, join, plan, transports) and runs `--versions` sync steps. A trainer
 // writes each version's logical values (a function of parameter, index and version) before the
 // sync; a rollout checks every element of its pieces after it, so a stale or misplaced byte fails
-// the run (--verify; --fill_pattern with --verify_hashes instead fills at memory speed and lets
+// the run (--check_values; --fill_pattern with --verify=hash instead fills at memory speed and lets
 // wsync's chunk hashes compare every chunk, and --verify_quant has FP8 rollouts check their e4m3
 // bytes and scales against the reference quantizer of that pattern). Every process then votes in
 // the commit decision.
@@ -46,11 +46,34 @@
 #include "planner/plan.h"
 #include "planner/relay.h"
 #include "plugin/runtime.h"
+#include "plugin/settings.h"
 #include "tests/testing/reference.h"
 #include "transport/forwarding_transport.h"
 #include "transport/selector/selector.h"
 
-// The job's flags are integration/host/job_flags.h (shared with wsync_host); these are its own.
+// The job's flags are integration/host/job_flags.h (shared with wsync_host); the library's
+// settings under their names (wsync_host takes them from the library's table: the same names, the
+// table's defaults); then its own.
+ABSL_FLAG(std::string, coordinator_host, std::string(wsync::kDefaultCoordinatorHost),
+          "Coordinator address.");
+ABSL_FLAG(int32_t, coordinator_port, 0, "Coordinator port.");
+ABSL_FLAG(std::string, secret_env, std::string(wsync::kDefaultSecretEnv),
+          "Environment variable holding the secret.");
+ABSL_FLAG(std::string, node_id, "", "Node id (default: the host name).");
+ABSL_FLAG(std::string, replica_policy, std::string(wsync::kDefaultReplicaPolicy),
+          "Replica policy (cost_aware needs --calibration_file).");
+ABSL_FLAG(std::string, calibration_file, "",
+          "A calibration file (wsync calibrate --out) whose fits --replica_policy cost_aware uses.");
+ABSL_FLAG(std::string, path_transports, "",
+          "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0'; "
+          "empty: one UCX transport with --tls and --net_devices for every peer.");
+ABSL_FLAG(std::string, verify, "off",
+          "wsync's end-to-end integrity: off, hash (xxh3 per chunk) or keyed (a MAC per chunk).");
+ABSL_FLAG(int64_t, staging_budget_bytes, 0,
+          "Staging budget in bytes per peer and direction (0: the default).");
+ABSL_FLAG(double, deadline_seconds, wsync::kDefaultDeadlineSeconds,
+          "Deadline of each step in seconds.");
+ABSL_FLAG(std::string, delta, "off", "Delta sync: off, auto or on (RuntimeConfig::delta).");
 ABSL_FLAG(std::string, relay, "auto", "Relay mode: never, always or auto (planner/relay.h).");
 ABSL_FLAG(std::string, relay_links, "",
           "Stated links (SyntheticCalibration syntax) for the cost model of --relay=auto; empty: "
@@ -73,9 +96,8 @@ ABSL_FLAG(bool, markers, false,
           "version=<v> ok=<0|1> transfer_s=<s> total_s=<s> error=<text>' line per sync.");
 ABSL_FLAG(double, pause_before_decide_s, 0, "Sleep this long before each commit decision.");
 // Delta sync (issue 44).
-ABSL_FLAG(bool, delta, false, "Delta sync on (RuntimeConfig::delta = kOn).");
 ABSL_FLAG(int32_t, changed_per_mille, 1000,
-          "With --verify: each version after 1 changes about this many elements per 1000 "
+          "With --check_values: each version after 1 changes about this many elements per 1000 "
           "(test::FillSparseLogical); 1000: every element, every version.");
 ABSL_FLAG(int64_t, fail_version, 0,
           "This process votes no in the commit decision of this version (after its transfer and "
@@ -182,12 +204,15 @@ void PrintStats(int64_t version, const Job& job, int32_t me, const TransferStats
   std::fflush(stdout);
 }
 
-// --verify_mode, or with it empty: hash with --verify_hashes, else off.
-absl::StatusOr<VerifyMode> WorkerVerifyMode() {
-  const std::string mode = absl::GetFlag(FLAGS_verify_mode);
-  if (mode.empty())
-    return absl::GetFlag(FLAGS_verify_hashes) ? VerifyMode::kHash : VerifyMode::kOff;
-  return ParseVerifyMode(mode);
+// --delta as the settings table parses WSYNC_DELTA.
+absl::StatusOr<DeltaMode> WorkerDeltaMode() {
+  const std::string text = absl::GetFlag(FLAGS_delta);
+  absl::StatusOr<SettingValue> value = ParseSettingValue(*FindSetting("delta"), text);
+  if (!value.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--delta=", text, ": delta ", value.status().message()));
+  }
+  return static_cast<DeltaMode>(std::get<int64_t>(*value));
 }
 
 // The runtime's configuration of this worker (plugin/runtime.h) from the flags; `part` is its part
@@ -205,12 +230,12 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
   for (const BufferInfo& info : part.buffers) {
     config.buffer_addresses.push_back(memory.data(test::BufferKey{config.rank, info.id}));
   }
-  config.staging_budget_bytes = absl::GetFlag(FLAGS_budget) > 0
-                                    ? absl::GetFlag(FLAGS_budget)
-                                    : static_cast<double>(kDefaultStagingBudgetBytes);
-  config.deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  const int64_t budget = absl::GetFlag(FLAGS_staging_budget_bytes);
+  config.staging_budget_bytes =
+      static_cast<double>(budget > 0 ? budget : kDefaultStagingBudgetBytes);
+  config.deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_seconds));
   config.control_connect_timeout = ControlClientOptions{}.connect_timeout;
-  config.replica_policy = absl::GetFlag(FLAGS_policy);
+  config.replica_policy = absl::GetFlag(FLAGS_replica_policy);
   if (absl::GetFlag(FLAGS_path_transports).empty()) {
     config.path_transports.fallback =
         TransportChoice{"ucx", absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_net_devices)};
@@ -219,7 +244,7 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
                            ParsePathTransports(absl::GetFlag(FLAGS_path_transports)));
   }
   // Every worker is given the same file; global process 0's copy goes to all (plugin/prediction.h).
-  config.calibration_file = absl::GetFlag(FLAGS_calibration);
+  config.calibration_file = absl::GetFlag(FLAGS_calibration_file);
   WSYNC_ASSIGN_OR_RETURN(config.relay_mode, ParseRelayMode(absl::GetFlag(FLAGS_relay)));
   config.relay_fits = nullptr;  // The bytes rule, unless --relay_links states the links.
   if (!absl::GetFlag(FLAGS_relay_links).empty()) {
@@ -228,8 +253,8 @@ absl::StatusOr<RuntimeConfig> WorkerConfig(bool trainer, const Layout& part,
     WSYNC_ASSIGN_OR_RETURN(LinkFits relay_fits, FitLinks(links));
     config.relay_fits = std::make_shared<const LinkFits>(std::move(relay_fits));
   }
-  WSYNC_ASSIGN_OR_RETURN(config.verify, WorkerVerifyMode());
-  if (absl::GetFlag(FLAGS_delta)) config.delta = DeltaMode::kOn;
+  WSYNC_ASSIGN_OR_RETURN(config.verify, ParseVerifyMode(absl::GetFlag(FLAGS_verify)));
+  WSYNC_ASSIGN_OR_RETURN(config.delta, WorkerDeltaMode());
   return config;
 }
 
@@ -288,7 +313,7 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--role must be trainer or rollout");
   }
   const int32_t rank = absl::GetFlag(FLAGS_rank);
-  const absl::Duration step_deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_s));
+  const absl::Duration step_deadline = absl::Seconds(absl::GetFlag(FLAGS_deadline_seconds));
   WSYNC_ASSIGN_OR_RETURN(std::string secret,
                          LoadSecret(SecretSource::Environment(absl::GetFlag(FLAGS_secret_env))));
 
@@ -321,7 +346,7 @@ absl::Status Run() {
   const std::map<std::string, int64_t> bytes_by_path = PlannedBytesByPath(*connected);
   CountingTransport wire(*connected->transport(), job.num_processes());
 
-  const bool verify = absl::GetFlag(FLAGS_verify);
+  const bool verify = absl::GetFlag(FLAGS_check_values);
   const bool verify_quant = !trainer && absl::GetFlag(FLAGS_verify_quant);
   Layout source;  // The whole trainer layout, for --verify_quant.
   if (verify_quant) {
