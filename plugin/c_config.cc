@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -161,20 +160,11 @@ size_t FieldSize(SettingType type) {
   }
 }
 
-// A row's strings as setting_info hands them out: built once, kept while the library is loaded.
-struct SettingStrings {
-  std::string name, type, default_value, default_note, variable, help, choices;
-};
-
-const std::vector<SettingStrings>& AllSettingStrings() {
-  static const std::vector<SettingStrings>* const all = [] {
-    auto* rows = new std::vector<SettingStrings>();
-    for (const Setting& setting : Settings()) {
-      rows->push_back({std::string(setting.name), std::string(SettingTypeName(setting.type)),
-                       SettingVariableText(setting, setting.default_value),
-                       std::string(setting.default_note), std::string(setting.variable),
-                       std::string(setting.help), absl::StrJoin(setting.choices, ",")});
-    }
+// Every row's strings as setting_info hands them out: built once, kept while the library is loaded.
+const std::vector<SettingTexts>& AllSettingTexts() {
+  static const std::vector<SettingTexts>* const all = [] {
+    auto* rows = new std::vector<SettingTexts>();
+    for (const Setting& setting : Settings()) rows->push_back(DescribeSettingTexts(setting));
     return rows;
   }();
   return *all;
@@ -245,15 +235,14 @@ int32_t SettingCount() noexcept {
 absl::Status DescribeSetting(int32_t index, wsync_setting_info_t* info) {
   const int32_t count = SettingCount();
   if (index < 0 || index >= count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("index ", index, " is not a setting: there are ", count, " (0..", count - 1,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat("index ", index, " is not a setting: there are ",
+                                                   count, " (0..", count - 1, ")"));
   }
   if (info == nullptr) return absl::InvalidArgumentError("info is NULL");
   WSYNC_RETURN_IF_ERROR(
       CheckStructSize(info->struct_size, kMinSettingInfoSize, "info", "wsync_setting_info_t"));
   const Setting& setting = Settings()[index];
-  const SettingStrings& strings = AllSettingStrings()[index];
+  const SettingTexts& strings = AllSettingTexts()[index];
   wsync_setting_info_t full = {};
   full.struct_size = sizeof(full);
   full.name = strings.name.c_str();
@@ -279,12 +268,13 @@ absl::Status SetConfigText(wsync_config_t* config, const char* name, const char*
   }
   if (setting->type == SettingType::kSecret) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, " is never given as text: set secret and secret_length (or secret_file, secret_env)"));
+        name,
+        " is never given as text: set secret and secret_length (or secret_file, secret_env)"));
   }
   if (setting->offset + FieldSize(setting->type) > config->struct_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " lies past config->struct_size (", config->struct_size, "; the field ends at ",
-        setting->offset + FieldSize(setting->type), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " lies past config->struct_size (", config->struct_size,
+                     "; the field ends at ", setting->offset + FieldSize(setting->type), ")"));
   }
   absl::StatusOr<SettingValue> value = ParseSettingValue(*setting, text);
   if (!value.ok()) {

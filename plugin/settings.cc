@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "control/coordinator.h"
 #include "executor/schedule.h"
@@ -210,6 +211,16 @@ std::string SettingVariableText(const Setting& setting, const SettingValue& valu
   return absl::StrCat(number);
 }
 
+SettingTexts DescribeSettingTexts(const Setting& setting) {
+  return {std::string(setting.name),
+          std::string(SettingTypeName(setting.type)),
+          SettingVariableText(setting, setting.default_value),
+          std::string(setting.default_note),
+          std::string(setting.variable),
+          std::string(setting.help),
+          absl::StrJoin(setting.choices, ",")};
+}
+
 absl::StatusOr<std::optional<SettingValue>> SettingFromEnvironment(const Setting& setting) {
   if (setting.variable.empty()) return std::nullopt;
   const char* text = std::getenv(std::string(setting.variable).c_str());
@@ -229,9 +240,9 @@ absl::Status SettingsText(std::string* text) {
                           "variable, which wins over the default."),
                   Comment("Zero or NULL fields are unset. The secret is never printed."));
   for (const Setting& setting : Settings()) {
-    absl::StrAppend(
-        text, "#\n",
-        Comment(absl::StrCat(setting.name, " (", SettingTypeName(setting.type), "): ", setting.help)));
+    absl::StrAppend(text, "#\n",
+                    Comment(absl::StrCat(setting.name, " (", SettingTypeName(setting.type),
+                                         "): ", setting.help)));
     std::string default_text = FormatSettingValue(setting, setting.default_value);
     if (setting.variable.empty()) {
       if (setting.name == "secret_env") {

@@ -81,6 +81,14 @@ absl::StatusOr<SettingValue> ParseSettingValue(const Setting& setting, absl::str
 // name, an empty string as the default note or "none".
 std::string FormatSettingValue(const Setting& setting, const SettingValue& value);
 
+// A row's texts as the C ABI's setting_info hands them out and host programs show them: the type's
+// name (SettingTypeName), the default as its variable takes it (SettingVariableText), the choices
+// comma-separated; empty strings for none.
+struct SettingTexts {
+  std::string name, type, default_value, default_note, variable, help, choices;
+};
+SettingTexts DescribeSettingTexts(const Setting& setting);
+
 // The value as the setting's variable takes it (what ParseSettingValue reads back): a number, a
 // choice by name, the text; "" for none (an empty text, port 0) and for the secret.
 std::string SettingVariableText(const Setting& setting, const SettingValue& value);

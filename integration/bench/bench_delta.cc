@@ -192,6 +192,8 @@ harness::JobSpec DeltaJobSpec(const DeltaBench& b, const DeltaLink& link, const 
   if (mode != "off" && !link.calibration.empty()) {
     spec.extra_worker_flags.push_back(absl::StrCat("--calibration_file=", link.calibration));
   }
+  spec.extra_worker_flags.insert(spec.extra_worker_flags.begin(), o.job.settings.begin(),
+                                 o.job.settings.end());
   return spec;
 }
 
@@ -503,8 +505,9 @@ std::string DeltaBenchUsage() {
   return "wsync-bench delta [--model M] [--from L] [--to L] [--delta_steps S]\n"
          "                  [--delta_rounds R] [--delta_lrs LR,...] [--delta_verify_lrs LR,...]\n"
          "                  [--delta_weight_decay W] [--delta_links tcp,shm,netns]\n"
-         "                  [--delta_rate_mbit N] [--delta_verify_timed] [--budget B]\n"
-         "                  [--policy P] [--sync_shm_tls T] [--sync_tcp_tls T]\n"
+         "                  [--delta_rate_mbit N] [--delta_verify_timed]\n"
+         "                  [--staging_budget_bytes B] [--replica_policy P]\n"
+         "                  [--sync_shm_tls T] [--sync_tcp_tls T]\n"
          "                  [--sync_tcp_devices D] [--sync_timeout_s S]\n"
          "  Issue 44's scenario: M (default qwen2.5-0.5b) from L (megatron(tp=2)) to L\n"
          "  (vllm(tp=2)), trainers of wsync_host --update adamw: fp32 masters initialised as the\n"

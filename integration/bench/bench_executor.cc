@@ -271,8 +271,9 @@ absl::Status RunExecutorBench(const ExecutorBenchOptions& options, std::FILE* ou
 }
 
 std::string ExecutorBenchUsage() {
-  return "wsync-bench executor [--model M] [--layers N] [--from L] [--to L] [--budget B]\n"
-         "                     [--repeats K] [--policy P] [--one_core]\n"
+  return "wsync-bench executor [--model M] [--layers N] [--from L] [--to L]\n"
+         "                     [--staging_budget_bytes B] [--repeats K] [--replica_policy P]\n"
+         "                     [--one_core]\n"
          "  Runs M (default llama-3-8b cut to 2 layers) between two layouts (default: tp=2 to\n"
          "  tp=2, 4 to 2 and 2 to 4) over the loopback transport and prints the direct and\n"
          "  staged bytes and pack+unpack throughput against memcpy of the same bytes; then\n"

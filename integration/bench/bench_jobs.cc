@@ -304,10 +304,13 @@ absl::StatusOr<std::vector<SyncSample>> RunWsync(const ScheduleFacts& facts,
       absl::StrCat("--check_values=", elements ? "true" : "false"),
       absl::StrCat("--fill_pattern=", check == JobCheck::kChunkHashes ? "true" : "false"),
       absl::StrCat("--verify=", check == JobCheck::kTimedKeyed ? "keyed"
-                                : hashes                        ? "hash"
-                                                                : "off"),
+                                : hashes                       ? "hash"
+                                                               : "off"),
       absl::StrCat("--verify_quant=", verify_quant ? "true" : "false"),
       absl::StrCat("--deadline_seconds=", absl::ToDoubleSeconds(limit))};
+  // The settings given to wsync-bench first: the job's own of the same name win (the last counts).
+  spec.extra_worker_flags.insert(spec.extra_worker_flags.begin(), options.settings.begin(),
+                                 options.settings.end());
   WSYNC_ASSIGN_OR_RETURN(harness::JobResult result,
                          harness::RunJob(spec, options.host, options.wsync));
   const int total = facts.trainers + facts.rollouts;

@@ -35,6 +35,10 @@ struct JobOptions {
   double timeout_s = 60;
   // Verification jobs check every rollout element instead of every chunk's hash.
   bool verify_elements = false;
+  // The session settings given to wsync-bench ("--<setting>=<value>", plugin/settings.h), handed
+  // to every wsync_host of every job before the job's own arguments (which win where a job sets
+  // the same setting: a contestant's verify, a row's delta, a policy compared).
+  std::vector<std::string> settings;
 };
 
 // What the schedule sends to the rollout processes (every process on one node, as the benchmark

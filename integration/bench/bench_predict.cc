@@ -130,6 +130,8 @@ absl::StatusOr<SyncMeasurement> MeasureSync(
   }
   spec.extra_worker_flags = {"--replica_policy", policy, "--calibration_file", calibration,
                              "--check_values=false"};
+  spec.extra_worker_flags.insert(spec.extra_worker_flags.begin(), options.job.settings.begin(),
+                                 options.job.settings.end());
   WSYNC_ASSIGN_OR_RETURN(const harness::JobResult result,
                          harness::RunJob(spec, options.job.host, options.job.wsync));
   SyncMeasurement measured;

@@ -26,6 +26,7 @@
 #include "planner/plan.h"
 #include "planner/policy.h"
 #include "planner/relay.h"
+#include "plugin/settings.h"
 
 namespace wsync::bench {
 namespace {
@@ -65,7 +66,7 @@ absl::StatusOr<Projection> Project(const ModelSpec& model, const std::string& fr
   for (ProcessInfo& p : source.processes) p.node_id = "node-a";
   for (ProcessInfo& p : target.processes) p.node_id = "node-b";
   WSYNC_ASSIGN_OR_RETURN(Job job, Job::Create(std::move(source), std::move(target)));
-  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy("local_first_least_loaded"));
+  WSYNC_ASSIGN_OR_RETURN(auto policy, MakeReplicaPolicy(std::string(kDefaultReplicaPolicy)));
   PlanOptions options;
   options.relay.mode = mode;
   options.relay.fits = fits;
@@ -161,7 +162,7 @@ absl::Status RunMode(const std::string& mode, const harness::NetnsPair& net, int
 std::string RelayBenchUsage() {
   return "wsync-bench relay [--relay_model M] [--relay_from L] [--relay_to L]\n"
          "                  [--relay_rate_mbit R] [--relay_intra_link LINK] [--relay_syncs K]\n"
-         "                  [--relay_rounds N] [--relay_timeout_s S] [--budget B]\n"
+         "                  [--relay_rounds N] [--relay_timeout_s S] [--staging_budget_bytes B]\n"
          "  Trainers of L (megatron(tp=2)) in one network namespace, rollouts of L\n"
          "  (vllm(tp=2,dp=2)) in another, the veth between them shaped by tc to R Mbit/s (100);\n"
          "  M (qwen2.5-tiny) synced with relay never and auto, N jobs of K verified syncs each,\n"

@@ -45,9 +45,9 @@ std::string Join(const std::vector<double>& values, int digits) {
 }  // namespace
 
 std::string SyncBenchUsage() {
-  return "wsync-bench sync [--model M] [--from L] [--to L] [--budget B] [--policy P]\n"
-         "                 [--sync_syncs K] [--sync_warmup W] [--sync_rounds R]\n"
-         "                 [--sync_verify] [--verify_elements] [--verify]\n"
+  return "wsync-bench sync [--model M] [--from L] [--to L] [--staging_budget_bytes B]\n"
+         "                 [--replica_policy P] [--sync_syncs K] [--sync_warmup W]\n"
+         "                 [--sync_rounds R] [--sync_verify] [--verify_elements] [--verify_costs]\n"
          "                 [--sync_shm_tls T] [--sync_tcp_tls T]\n"
          "                 [--sync_tcp_devices D] [--sync_worker PATH] [--wsync PATH]\n"
          "                 [--sync_perftest PATH]\n"
@@ -68,7 +68,8 @@ std::string SyncBenchUsage() {
          "  concurrent pairs as the schedule has busy sender -> receiver pairs) at the largest\n"
          "  message the schedule sends. Prints seconds per sync, GB/s per rollout and in total,\n"
          "  and per transport the ratios of wsync to ucx_perftest: per receiver against one pair\n"
-         "  and against the concurrent pairs, in aggregate, and 1->1 against one pair. --verify\n"
+         "  and against the concurrent pairs, in aggregate, and 1->1 against one pair.\n"
+         "  --verify_costs"
          "  adds wsync+verify (xxh3 per chunk) and wsync+keyed (a MAC per chunk) to the same "
          "rounds and\n"
          "  prints its cost as a ratio. Each wsync job's limit is S (default 60) seconds plus,\n"

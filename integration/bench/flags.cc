@@ -1,9 +1,15 @@
 #include "integration/bench/flags.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "integration/host/table_setting_args.h"
+#include "plugin/settings.h"
 
 // Defaults come from the options structs, so that a flag and its field cannot disagree. A string
 // flag whose default is "" means the benchmark's own default (they differ between benchmarks).
@@ -14,10 +20,6 @@ ABSL_FLAG(std::string, model, "",
           "the benchmark's.");
 ABSL_FLAG(std::string, from, "", "Trainer layout; default: the benchmark's.");
 ABSL_FLAG(std::string, to, "", "Rollout layout; default: the benchmark's.");
-ABSL_FLAG(std::string, policy, wsync::bench::JobOptions().policy,
-          "Replica policy: first_holder, local_first_least_loaded or cost_aware.");
-ABSL_FLAG(double, budget, wsync::bench::JobOptions().budget,
-          "Staging budget in bytes per peer and direction.");
 ABSL_FLAG(int32_t, layers, 0,
           "executor: keep only the first N transformer layers (0: the benchmark's 2).");
 ABSL_FLAG(int32_t, repeats, 0,
@@ -52,7 +54,7 @@ ABSL_FLAG(bool, sync_verify, wsync::bench::SyncBenchOptions().verify_first,
           "First run one verification job of 2 versions per scenario and transport: every chunk's "
           "hash compared (--verify_elements: every rollout element checked).");
 ABSL_FLAG(
-    bool, verify, false,
+    bool, verify_costs, false,
     "Also time wsync with verify=true (xxh3 per chunk, checked before the commit) and with keyed "
     "verify (a MAC per chunk) in the same rounds, and print their costs as ratios of seconds per "
     "sync with and without them.");
@@ -194,6 +196,23 @@ ABSL_FLAG(bool, delta_verify_timed, wsync::bench::DeltaBenchOptions().verify_tim
 namespace wsync::bench {
 namespace {
 
+// The settings TakeSettingFlags took.
+host::SettingArgs& GivenSettings() {
+  static host::SettingArgs* const given = new host::SettingArgs(host::CompiledSettingArgs());
+  return *given;
+}
+
+// The replica policy and staging budget of the plans: the settings given, else the defaults.
+std::string Policy() {
+  return GivenSettings().Value("replica_policy").value_or(JobOptions().policy);
+}
+double Budget() {
+  int64_t bytes = 0;  // Checked by TakeCompiledSettings.
+  const std::optional<std::string> given = GivenSettings().Value("staging_budget_bytes");
+  return given.has_value() && absl::SimpleAtoi(*given, &bytes) ? static_cast<double>(bytes)
+                                                               : JobOptions().budget;
+}
+
 // `flag` unless it is empty, else `fallback`.
 std::string Or(const std::string& flag, const std::string& fallback) {
   return flag.empty() ? fallback : flag;
@@ -203,8 +222,9 @@ JobOptions JobOptionsFromFlags() {
   JobOptions job;
   job.host = absl::GetFlag(FLAGS_sync_worker);
   job.wsync = absl::GetFlag(FLAGS_wsync);
-  job.policy = absl::GetFlag(FLAGS_policy);
-  job.budget = absl::GetFlag(FLAGS_budget);
+  job.policy = Policy();
+  job.budget = Budget();
+  job.settings = GivenSettings().Arguments();
   job.timeout_s = absl::GetFlag(FLAGS_sync_timeout_s);
   job.verify_elements = absl::GetFlag(FLAGS_verify_elements);
   return job;
@@ -212,14 +232,21 @@ JobOptions JobOptionsFromFlags() {
 
 }  // namespace
 
+absl::Status TakeSettingFlags(int* argc, char** argv) {
+  absl::StatusOr<host::SettingArgs> taken = host::TakeCompiledSettings(argc, argv);
+  if (!taken.ok()) return taken.status();
+  GivenSettings() = *std::move(taken);
+  return absl::OkStatus();
+}
+
 ExecutorBenchOptions ExecutorOptionsFromFlags() {
   ExecutorBenchOptions o;
   o.model = Or(absl::GetFlag(FLAGS_model), o.model);
   if (absl::GetFlag(FLAGS_layers) > 0) o.layers = absl::GetFlag(FLAGS_layers);
   o.from = absl::GetFlag(FLAGS_from);
   o.to = absl::GetFlag(FLAGS_to);
-  o.policy = absl::GetFlag(FLAGS_policy);
-  o.budget = absl::GetFlag(FLAGS_budget);
+  o.policy = Policy();
+  o.budget = Budget();
   if (absl::GetFlag(FLAGS_repeats) > 0) o.repeats = absl::GetFlag(FLAGS_repeats);
   o.one_core = absl::GetFlag(FLAGS_one_core);
   return o;
@@ -235,7 +262,7 @@ SyncBenchOptions SyncOptionsFromFlags() {
   o.warmup = absl::GetFlag(FLAGS_sync_warmup);
   o.rounds = absl::GetFlag(FLAGS_sync_rounds);
   o.verify_first = absl::GetFlag(FLAGS_sync_verify);
-  o.verify = absl::GetFlag(FLAGS_verify);
+  o.verify = absl::GetFlag(FLAGS_verify_costs);
   o.shm_tls = absl::GetFlag(FLAGS_sync_shm_tls);
   o.tcp_tls = absl::GetFlag(FLAGS_sync_tcp_tls);
   o.tcp_devices = absl::GetFlag(FLAGS_sync_tcp_devices);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "integration/bench/bench_compare.h"
 #include "integration/bench/bench_delta.h"
 #include "integration/bench/bench_executor.h"
@@ -17,6 +18,14 @@
 #include "integration/bench/bench_sync.h"
 
 namespace wsync::bench {
+
+// Takes the session settings given as arguments (every --<setting>=<value> or --<setting> <value>
+// of the settings table, plugin/settings.h: --replica_policy, --staging_budget_bytes, --verify,
+// --delta, ...) out of argv, before absl::ParseCommandLine, and keeps them for the functions
+// below: the plans' replica policy and staging budget, and the arguments handed to every
+// wsync_host (JobOptions::settings). A later call replaces them (argv with none: none).
+// InvalidArgument naming the flag for a value its setting does not take.
+absl::Status TakeSettingFlags(int* argc, char** argv);
 
 ExecutorBenchOptions ExecutorOptionsFromFlags();
 SyncBenchOptions SyncOptionsFromFlags();

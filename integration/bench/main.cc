@@ -41,7 +41,10 @@ std::string CommonUsage() {
          "  --wsync PATH        the wsync CLI, for `wsync coordinator` and `wsync calibrate`\n"
          "                      (default: next to wsync-bench, else integration/cli/ of its\n"
          "                      build tree)\n"
-         "  --budget B, --policy P, --sync_timeout_s S, --verify_elements: see each benchmark\n";
+         "  --sync_timeout_s S, --verify_elements: see each benchmark\n"
+         "  --<setting>=VALUE   any session setting (`wsync settings` lists them), handed to\n"
+         "                      every wsync_host; --replica_policy and --staging_budget_bytes\n"
+         "                      also set the plans the benchmarks make themselves\n";
 }
 
 // The command line as one string (words with spaces or shell characters quoted), for the JSON;
@@ -59,6 +62,10 @@ std::string CommandLine(int argc, char** argv) {
 // with its options, and turns its status into the exit status.
 template <absl::Status (*Run)(int argc, char** argv)>
 int Main(int argc, char** argv) {
+  if (const absl::Status taken = TakeSettingFlags(&argc, argv); !taken.ok()) {
+    absl::FPrintF(stderr, "wsync-bench %s: %s\n", argv[0], taken.message());
+    return 2;
+  }
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = Run(argc, argv);
   if (!status.ok()) {

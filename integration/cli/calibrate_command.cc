@@ -28,7 +28,9 @@ ABSL_FLAG(std::string, show, "", "Print the fits of this calibration file.");
 ABSL_FLAG(bool, netns, false,
           "With --nodes naming two nodes: each node's processes in a network namespace of its "
           "own, the two joined by a veth, so inter_node pairs cross a network link (root).");
-ABSL_DECLARE_FLAG(std::string, path_transports);
+ABSL_FLAG(std::string, path_transports, "",
+          "`wsync calibrate`: transport per path class of the probe workers, e.g. "
+          "'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp'.");
 ABSL_FLAG(int32_t, probe_worker, -1,
           "Internal: run as process P of a calibration job (started by `wsync calibrate`).");
 ABSL_FLAG(std::string, probe_coordinator, "", "Internal: host:port of the job's coordinator.");

@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,6 +31,7 @@
 #include "integration/cli/demo_progress_line.h"
 #include "integration/cli/demo_report.h"
 #include "integration/harness/launcher.h"
+#include "integration/host/table_setting_args.h"
 #include "integration/model_config/hf_config.h"
 #include "planner/layout.h"
 #include "planner/models.h"
@@ -43,22 +45,10 @@ ABSL_DECLARE_FLAG(std::string, to);
 ABSL_DECLARE_FLAG(int32_t, trainers);
 ABSL_DECLARE_FLAG(int32_t, rollouts);
 ABSL_FLAG(int32_t, layers, 0, "`wsync demo`: keep only the first N transformer layers (0: all).");
-ABSL_FLAG(bool, verify, false,
-          "`wsync demo`: the plugin's verify=true: every chunk hashed (xxh3) by sender and "
-          "receiver, checked before the commit.");
-ABSL_FLAG(std::string, delta, "off",
-          "wsync demo: the plugin's delta setting (off; auto: on per path class where the "
-          "calibration's cost model says it pays; on: only the elements changed since the "
-          "version a rollout holds travel).");
-ABSL_FLAG(bool, verify_keyed, false,
-          "wsync demo: the plugin's keyed verify (verify=2): a MAC per chunk keyed from the job "
-          "secret, which a forged chunk or digest cannot pass.");
 ABSL_DECLARE_FLAG(std::string, calibration);
 ABSL_FLAG(int32_t, steps, 5, "`wsync demo`: RL steps to run.");
 ABSL_FLAG(std::string, tls, "",
           "`wsync demo`: UCX transports of every path (default sm,cma,self).");
-ABSL_FLAG(std::string, path_transports, "",
-          "`wsync demo`: transport per path class, e.g. 'intra_node=ucx:sm,cma,self'.");
 ABSL_FLAG(std::string, demo_process, "",
           "`wsync demo`: the wsync_demo_process binary (default: next to this build's wsync).");
 ABSL_FLAG(std::string, library, "",
@@ -103,11 +93,11 @@ struct DemoRequest {
   absl::Duration timeout;
   bool metrics = false;
   double linger_s = 0;
-  bool verify = false;        // The plugin's verify=true (xxh3 per chunk).
-  bool verify_keyed = false;  // The plugin's keyed verify (a MAC per chunk); wins over verify.
-  std::string calibration;    // The plugin's calibration_file; empty: none.
-  std::string delta = "off";  // The plugin's delta setting: off, auto or on.
-  bool progress = true;       // The progress line on stderr (demo_progress_line.h).
+  std::string calibration;  // The plugin's calibration_file; empty: none.
+  // The settings given as arguments ("--<setting>=<value>"), handed to every process; those the
+  // demo sets per process (port, node, metrics address, transports, calibration) are not here.
+  std::vector<std::string> settings;
+  bool progress = true;  // The progress line on stderr (demo_progress_line.h).
 };
 
 std::string SelfDirectory() {
@@ -198,7 +188,7 @@ absl::StatusOr<DemoJob> PrepareDemo(const DemoRequest& request) {
                                             "--library or $WSYNC_LIBRARY)"));
   }
   WSYNC_ASSIGN_OR_RETURN(job.secret, NewSecret());
-  WSYNC_ASSIGN_OR_RETURN(job.port, harness::PickFreePort("127.0.0.1"));
+  WSYNC_ASSIGN_OR_RETURN(job.port, harness::PickFreePort(std::string(kDefaultCoordinatorHost)));
   job.name = absl::StrCat("demo-", getpid());
   if (request.metrics) {
     for (int p = 0; p < job.trainers + job.rollouts; ++p) {
@@ -216,8 +206,8 @@ void PrintDemoHeader(const DemoRequest& request, const DemoJob& job) {
       job.trainers, request.from, job.rollouts, request.to, request.steps);
   absl::PrintF("  transports: %s; every process loads %s with dlopen\n", request.path_transports,
                request.library);
-  absl::PrintF("  coordinator: in trainer rank 0, 127.0.0.1:%d (job %s, secret in $%s)\n", job.port,
-               job.name, kSecretEnv);
+  absl::PrintF("  coordinator: in trainer rank 0, %s:%d (job %s, secret in $%s)\n",
+               kDefaultCoordinatorHost, job.port, job.name, kSecretEnv);
   absl::PrintF("  each step: trainers write version v, sync it; rollouts verify all %s they hold\n",
                DemoBytes(job.layouts.target.PieceBytes()));
   absl::PrintF("  calibration: %s\n",
@@ -246,6 +236,7 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
       absl::StrCat("--trainers=", job.trainers),
       absl::StrCat("--rollouts=", job.rollouts),
       absl::StrCat("--job=", job.name),
+      absl::StrCat("--coordinator_host=", kDefaultCoordinatorHost),
       absl::StrCat("--coordinator_port=", job.port),
       absl::StrCat("--model=", request.model),
       absl::StrCat("--layers=", request.layers),
@@ -270,10 +261,7 @@ std::vector<std::string> DemoProcessArgv(const DemoRequest& request, const DemoJ
     argv.push_back(absl::StrCat("--metrics_address=127.0.0.1:", job.metrics_ports[p]));
   }
   if (request.linger_s > 0) argv.push_back(absl::StrCat("--linger_s=", request.linger_s));
-  if (request.verify || request.verify_keyed) {
-    argv.push_back(absl::StrCat("--verify=", request.verify_keyed ? "keyed" : "hash"));
-  }
-  if (request.delta != "off") argv.push_back(absl::StrCat("--delta=", request.delta));
+  argv.insert(argv.end(), request.settings.begin(), request.settings.end());
   if (!request.calibration.empty()) {
     argv.push_back(absl::StrCat("--calibration_file=", request.calibration));
   }
@@ -483,9 +471,8 @@ std::string DemoUsage() {
   return "usage: wsync demo [--model M] [--from LAYOUT] [--to LAYOUT] [--trainers N]\n"
          "                  [--rollouts N] [--steps K] [--tls T | --path_transports P]\n"
          "                  [--layers N] [--demo_process BIN] [--library SO]\n"
-         "                  [--metrics] [--linger_s S] [--verify] [--verify_keyed] [--calibration "
-         "FILE]\n"
-         "                  [--delta off|auto|on]\n"
+         "                  [--metrics] [--linger_s S] [--calibration FILE]\n"
+         "                  [--<setting>=VALUE ...] (--verify=hash, --delta=on, ...)\n"
          "\n"
          "  Runs the main job on this machine: trainer and rollout processes that load\n"
          "  libwsync.so with dlopen and use its C ABI (trainer rank 0 hosts the coordinator),\n"
@@ -501,20 +488,27 @@ std::string DemoUsage() {
          "  --trainers, --rollouts  process counts; default (and they must equal) the layouts'\n"
          "  --steps     default 5\n"
          "  --tls       UCX transports of every path, default sm,cma,self (shared memory)\n"
-         "  --path_transports  per path class, e.g. 'intra_node=ucx:sm,cma,self;*=ucx:tcp'\n"
+         "  --path_transports  (a setting) per path class, e.g.\n"
+         "              'intra_node=ucx:sm,cma,self;*=ucx:tcp'\n"
          "  --layers    keep only the first N transformer layers (default: all)\n"
          "  --metrics   each process serves Prometheus metrics on 127.0.0.1 (URLs printed)\n"
          "  --linger_s  keep the processes alive S seconds after the last step (for a scrape)\n"
-         "  --verify    the plugin's verify=true: every chunk hashed (xxh3) by sender and "
-         "receiver\n"
-         "  --verify_keyed  the plugin's keyed verify: a MAC per chunk keyed from the job secret\n"
-         "  --delta     the plugin's delta setting: off (default), auto (where the calibration's\n"
-         "              cost model says it pays) or on (only changed elements travel)\n"
-         "  --calibration  a calibration (wsync calibrate --out) given to the plugin; the table\n"
-         "              then shows each sync's predicted seconds\n";
+         "  --calibration  a calibration (wsync calibrate --out) given to the plugin (its\n"
+         "              calibration_file); the table then shows each sync's predicted seconds\n"
+         "  --<setting>=VALUE  any setting of the plugin (`wsync settings` lists them, with\n"
+         "              their defaults and variables), handed to every process: e.g.\n"
+         "              --verify=hash|keyed (a digest or MAC per chunk, checked before the\n"
+         "              commit), --delta=off|auto|on, --deadline_seconds S,\n"
+         "              --staging_budget_bytes B, --replica_policy P\n";
 }
 
 int DemoMain(int argc, char** argv) {
+  // The settings first: absl does not know them (the compiled table, plugin/settings.h).
+  absl::StatusOr<host::SettingArgs> settings = host::TakeCompiledSettings(&argc, argv);
+  if (!settings.ok()) {
+    absl::FPrintF(stderr, "wsync demo: %s\n", settings.status().message());
+    return 2;
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     absl::FPrintF(stderr, "wsync demo: unexpected argument '%s'\n\n%s", positional[1], DemoUsage());
@@ -530,11 +524,12 @@ int DemoMain(int argc, char** argv) {
   request.trainers = absl::GetFlag(FLAGS_trainers);
   request.rollouts = absl::GetFlag(FLAGS_rollouts);
   request.steps = absl::GetFlag(FLAGS_steps);
-  if (!absl::GetFlag(FLAGS_tls).empty() && !absl::GetFlag(FLAGS_path_transports).empty()) {
+  const std::optional<std::string> path_transports = settings->Value("path_transports");
+  if (!absl::GetFlag(FLAGS_tls).empty() && path_transports.has_value()) {
     absl::FPrintF(stderr, "wsync demo: give --tls or --path_transports, not both\n");
     return 2;
   }
-  request.path_transports = absl::GetFlag(FLAGS_path_transports);
+  request.path_transports = path_transports.value_or("");
   if (request.path_transports.empty()) {
     request.path_transports = absl::StrCat(
         "*=ucx:", absl::GetFlag(FLAGS_tls).empty() ? kDefaultTls : absl::GetFlag(FLAGS_tls));
@@ -560,20 +555,31 @@ int DemoMain(int argc, char** argv) {
   request.metrics = absl::GetFlag(FLAGS_metrics);
   request.linger_s = absl::GetFlag(FLAGS_linger_s);
   request.progress = absl::GetFlag(FLAGS_progress);
-  request.verify = absl::GetFlag(FLAGS_verify);
-  request.verify_keyed = absl::GetFlag(FLAGS_verify_keyed);
-  request.delta = absl::GetFlag(FLAGS_delta);
-  if (request.delta != "off" && request.delta != "auto" && request.delta != "on") {
-    absl::FPrintF(stderr, "wsync demo: --delta must be off, auto or on, not '%s'\n", request.delta);
-    return 2;
-  }
-  if (!absl::GetFlag(FLAGS_calibration).empty()) {
-    if (!IsFile(absl::GetFlag(FLAGS_calibration))) {
-      absl::FPrintF(stderr, "wsync demo: cannot read --calibration %s\n",
-                    absl::GetFlag(FLAGS_calibration));
+  // Every other setting goes to every process as given; the demo sets these per process itself.
+  for (const std::string& argument : settings->Arguments()) {
+    const absl::string_view name = absl::string_view(argument).substr(2, argument.find('=') - 2);
+    if (name == "path_transports" || name == "calibration_file") continue;  // Read here.
+    if (name == "coordinator_host" || name == "coordinator_port" || name == "secret_env" ||
+        name == "node_id" || name == "metrics_address") {
+      absl::FPrintF(stderr, "wsync demo: %s: the demo sets %s for each process\n", argument, name);
       return 2;
     }
-    request.calibration = Canonical(absl::GetFlag(FLAGS_calibration));
+    request.settings.push_back(argument);
+  }
+  std::string calibration = absl::GetFlag(FLAGS_calibration);
+  if (const std::optional<std::string> file = settings->Value("calibration_file")) {
+    if (!calibration.empty() && calibration != *file) {
+      absl::FPrintF(stderr, "wsync demo: give --calibration or --calibration_file, not both\n");
+      return 2;
+    }
+    calibration = *file;
+  }
+  if (!calibration.empty()) {
+    if (!IsFile(calibration)) {
+      absl::FPrintF(stderr, "wsync demo: cannot read --calibration %s\n", calibration);
+      return 2;
+    }
+    request.calibration = Canonical(calibration);
   }
   if (request.linger_s < 0) {
     absl::FPrintF(stderr, "wsync demo: --linger_s must be >= 0\n");

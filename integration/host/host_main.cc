@@ -31,7 +31,8 @@
 // Exit status: 0 when every version committed and checked, 1 otherwise (the error on standard
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
-// here (the ABI has no relay setting and no test hooks). The library's settings (--deadline_seconds,
+// here (the ABI has no relay setting and no test hooks). The library's settings
+// (--deadline_seconds,
 // --staging_budget_bytes, --verify, --delta, ...) come from the loaded library's table
 // (setting_args.h): `wsync_host --help` lists them.
 
@@ -73,9 +74,10 @@
 // The job's flags (job_flags.h), and this program's own.
 ABSL_FLAG(int32_t, trainers, 0, "Trainer processes in the job (0: the --from layout's).");
 ABSL_FLAG(int32_t, rollouts, 0, "Rollout processes in the job (0: the --to layout's).");
-ABSL_FLAG(int32_t, corrupt_version, 0,
-          "Testing only: trainer rank 0 flips a bit of the first element of each of its pieces "
-          "after writing this version (--check_values), so that the rollouts' checks fail its sync.");
+ABSL_FLAG(
+    int32_t, corrupt_version, 0,
+    "Testing only: trainer rank 0 flips a bit of the first element of each of its pieces "
+    "after writing this version (--check_values), so that the rollouts' checks fail its sync.");
 ABSL_FLAG(std::string, library, "",
           "Path of libwsync.so; default $WSYNC_LIBRARY, else ../../plugin/libwsync.so relative to "
           "this binary's directory.");
@@ -147,8 +149,8 @@ absl::Status FillConfig(const Plugin& plugin, const SettingArgs& settings, bool 
   const std::string tls = absl::GetFlag(FLAGS_tls);
   const std::string devices = absl::GetFlag(FLAGS_net_devices);
   if (config.path_transports == nullptr && (!tls.empty() || !devices.empty())) {
-    c->path_transports = absl::StrCat("*=ucx", tls.empty() ? "" : ":", tls,
-                                      devices.empty() ? "" : "@", devices);
+    c->path_transports =
+        absl::StrCat("*=ucx", tls.empty() ? "" : ":", tls, devices.empty() ? "" : "@", devices);
     config.path_transports = c->path_transports.c_str();
   }
   return absl::OkStatus();
@@ -163,8 +165,8 @@ struct Process {
   std::unique_ptr<AdamWShard> adamw;  // A trainer's optimizer state (--update adamw); else null.
 };
 
-// A rollout's checks of `version` in `memory` (--check_values, --verify_quant) and of its guard bytes;
-// sets *quant_verified to the e4m3 elements checked.
+// A rollout's checks of `version` in `memory` (--check_values, --verify_quant) and of its guard
+// bytes; sets *quant_verified to the e4m3 elements checked.
 absl::Status CheckRollout(const Process& p, int64_t version, const test::HostBuffers& memory,
                           int64_t* quant_verified) {
   if (absl::GetFlag(FLAGS_check_values)) {

@@ -78,7 +78,8 @@ absl::Status SettingArgs::Take(int* argc, char** argv) {
     }
     if (row->type == "secret") {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", row->name, " is never given as an argument (secret_file or the "
+          absl::StrCat("--", row->name,
+                       " is never given as an argument (secret_file or the "
                        "variable that secret_env names hold the job secret)"));
     }
     std::optional<std::string> value = std::move(flag->second);
@@ -145,13 +146,12 @@ std::string SettingArgs::HelpText() const {
     if (row.type == "secret") continue;
     const std::string type =
         row.choices.empty() ? row.type : absl::StrReplaceAll(row.choices, {{",", "|"}});
-    const std::string default_text =
-        row.default_value.empty() ? (row.default_note.empty() ? "none" : row.default_note)
-                                  : row.default_value;
-    absl::StrAppend(&text, "  --", row.name, "=", type, "\n    ", row.help, "\n    default ",
-                    default_text,
-                    row.variable.empty() ? "; no variable" : absl::StrCat("; ", row.variable),
-                    "\n");
+    const std::string default_text = row.default_value.empty()
+                                         ? (row.default_note.empty() ? "none" : row.default_note)
+                                         : row.default_value;
+    absl::StrAppend(
+        &text, "  --", row.name, "=", type, "\n    ", row.help, "\n    default ", default_text,
+        row.variable.empty() ? "; no variable" : absl::StrCat("; ", row.variable), "\n");
   }
   return text;
 }

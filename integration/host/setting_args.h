@@ -47,6 +47,8 @@ class SettingArgs {
   // The table of the loaded `plugin`; FailedPrecondition when the library is older than the table
   // entries (its wsyncPlugin_v1 ends before config_set).
   static absl::StatusOr<SettingArgs> FromLibrary(const Plugin& plugin);
+  // The given rows (a table compiled into the program: table_setting_args.h), none taken yet.
+  static SettingArgs FromRows(std::vector<SettingRow> rows) { return SettingArgs(std::move(rows)); }
 
   // Takes every --<setting>=<value> and --<setting> <value> out of argv[1, *argc) (a bool setting
   // also as --<setting> alone: 1), keeping the values (a setting given twice: the last), and

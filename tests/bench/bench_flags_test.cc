@@ -1,4 +1,5 @@
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -15,7 +16,6 @@ ABSL_DECLARE_FLAG(std::string, sync_worker);
 ABSL_DECLARE_FLAG(std::string, wsync);
 ABSL_DECLARE_FLAG(double, sync_timeout_s);
 ABSL_DECLARE_FLAG(bool, verify_elements);
-ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(int32_t, sync_rounds);
 ABSL_DECLARE_FLAG(std::string, sync_single_from);
 ABSL_DECLARE_FLAG(std::string, sync_quant);
@@ -29,9 +29,23 @@ ABSL_DECLARE_FLAG(bool, delta_verify_timed);
 namespace wsync::bench {
 namespace {
 
-// Every test starts from the flags' defaults.
+// Every test starts from the flags' defaults and no session setting given.
 class FlagsTest : public ::testing::Test {
  protected:
+  FlagsTest() { Take({}); }
+  ~FlagsTest() override { Take({}); }
+
+  // TakeSettingFlags of "wsync-bench" followed by `arguments`; the arguments it leaves.
+  static std::vector<std::string> Take(std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), "wsync-bench");
+    std::vector<char*> argv;
+    for (std::string& argument : arguments) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    int argc = static_cast<int>(arguments.size());
+    EXPECT_TRUE(TakeSettingFlags(&argc, argv.data()).ok());
+    return std::vector<std::string>(argv.begin() + 1, argv.begin() + argc);
+  }
+
   absl::FlagSaver saver_;
 };
 
@@ -135,12 +149,15 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
   absl::SetFlag(&FLAGS_wsync, "/c");
   absl::SetFlag(&FLAGS_sync_timeout_s, 9.5);
   absl::SetFlag(&FLAGS_verify_elements, true);
-  absl::SetFlag(&FLAGS_policy, "first_holder");
   absl::SetFlag(&FLAGS_sync_rounds, 1);
   absl::SetFlag(&FLAGS_sync_single_from, "");
   absl::SetFlag(&FLAGS_sync_quant, "fp8_channel");
   absl::SetFlag(&FLAGS_sync_quant_from, "megatron(tp=1)");
   absl::SetFlag(&FLAGS_sync_quant_to, "vllm(dp=2)");
+  // The session settings are no Abseil flags: taken out of argv, the others left in order.
+  EXPECT_EQ(Take({"--replica_policy=first_holder", "--sync_rounds=1", "--staging_budget_bytes",
+                  "4096", "--verify=keyed"}),
+            std::vector<std::string>({"--sync_rounds=1"}));
   const ExecutorBenchOptions executor = ExecutorOptionsFromFlags();
   EXPECT_EQ(executor.model, "qwen2.5-tiny");
   EXPECT_EQ(executor.layers, 3);
@@ -160,6 +177,10 @@ TEST_F(FlagsTest, FlagsReachTheOptionsOfEachBenchmark) {
     EXPECT_EQ(job.timeout_s, 9.5);
     EXPECT_TRUE(job.verify_elements);
     EXPECT_EQ(job.policy, "first_holder");
+    EXPECT_EQ(job.budget, 4096);
+    EXPECT_EQ(job.settings,
+              std::vector<std::string>({"--staging_budget_bytes=4096",
+                                        "--replica_policy=first_holder", "--verify=keyed"}));
   }
   EXPECT_EQ(CompareOptionsFromFlags("").repeats, 7);
   EXPECT_EQ(CompareOptionsFromFlags("").models, "qwen2.5-tiny");
@@ -173,6 +194,17 @@ TEST_F(FlagsTest, CompareLongRunsBothModelsAndBothRolloutLayoutsUnlessNamed) {
   absl::SetFlag(&FLAGS_to, "vllm(tp=1)");
   compare = CompareOptionsFromFlags("");
   EXPECT_EQ(compare.tos, "vllm(tp=1)");
+}
+
+TEST_F(FlagsTest, ASettingsValueIsCheckedAsItsVariableIs) {
+  std::vector<std::string> arguments = {"wsync-bench", "--staging_budget_bytes=64MiB"};
+  std::vector<char*> argv = {arguments[0].data(), arguments[1].data(), nullptr};
+  int argc = 2;
+  const absl::Status status = TakeSettingFlags(&argc, argv.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("--staging_budget_bytes=64MiB: staging_budget_bytes takes"),
+            std::string::npos)
+      << status;
 }
 
 }  // namespace

@@ -62,8 +62,9 @@ ABSL_FLAG(std::string, secret_env, std::string(wsync::kDefaultSecretEnv),
 ABSL_FLAG(std::string, node_id, "", "Node id (default: the host name).");
 ABSL_FLAG(std::string, replica_policy, std::string(wsync::kDefaultReplicaPolicy),
           "Replica policy (cost_aware needs --calibration_file).");
-ABSL_FLAG(std::string, calibration_file, "",
-          "A calibration file (wsync calibrate --out) whose fits --replica_policy cost_aware uses.");
+ABSL_FLAG(
+    std::string, calibration_file, "",
+    "A calibration file (wsync calibrate --out) whose fits --replica_policy cost_aware uses.");
 ABSL_FLAG(std::string, path_transports, "",
           "Transport per path class, e.g. 'intra_node=ucx:sm,cma,self;inter_node=ucx:tcp@eth0'; "
           "empty: one UCX transport with --tls and --net_devices for every peer.");

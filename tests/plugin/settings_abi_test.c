@@ -32,7 +32,7 @@ typedef struct {
 } Expected;
 
 #define ROW(field, type, variable, default_value, choices) \
-  {#field, type, offsetof(wsync_config_t, field), variable, default_value, choices}
+  { #field, type, offsetof(wsync_config_t, field), variable, default_value, choices }
 
 static const Expected kExpected[] = {
     ROW(coordinator_host, "text", "WSYNC_COORDINATOR_HOST", "127.0.0.1", ""),
@@ -80,8 +80,7 @@ static void CheckRows(void) {
     Check(info.help != NULL && strlen(info.help) > 10, "a line of help", __LINE__);
     Check(info.default_note != NULL, "a default note (maybe empty)", __LINE__);
     if (info.default_value[0] == '\0') {
-      Check(info.default_note[0] != '\0', "a default without a value says how it reads",
-            __LINE__);
+      Check(info.default_note[0] != '\0', "a default without a value says how it reads", __LINE__);
       continue;
     }
     wsync_config_t config;
