@@ -177,6 +177,48 @@ class SessionTest(unittest.TestCase):
         wsync.Session("trainer", job_id="python-delta", coordinator_port=1, secret=SECRET,
                       delta="on", delta_budget_bytes=1 << 20).finalize()
 
+    def test_the_keywords_are_the_librarys_settings(self):
+        # Issue 43: the keywords come from the loaded library's table (setting_count,
+        # setting_info), whose rows name wsync_config_t's fields at the offsets this binding's
+        # Config has; config_set parses each value as the setting's variable would be parsed.
+        import ctypes
+        import wsync
+        from wsync import _lib
+        rows = wsync.settings()
+        self.assertIn("deadline_seconds", [row["name"] for row in rows])
+        for row in rows:
+            with self.subTest(setting=row["name"]):
+                self.assertEqual(getattr(_lib.Config, row["name"]).offset, row["offset"])
+                self.assertIn(row["type"], ("bool", "port", "bytes", "seconds", "choice", "text",
+                                            "secret"))
+                if row["variable"]:
+                    self.assertEqual(row["variable"], "WSYNC_" + row["name"].upper())
+        by_name = {row["name"]: row for row in rows}
+        self.assertEqual(by_name["verify"]["choices"], ("off", "hash", "keyed"))
+        self.assertEqual(float(by_name["deadline_seconds"]["default"]), 60)
+        with self.assertRaises(TypeError) as unknown:
+            wsync.Session("trainer", job_id="python-kw", coordinator_port=1, secret=SECRET,
+                          deadline_secs=5)
+        self.assertIn("deadline_secs", str(unknown.exception))
+        self.assertIn("deadline_seconds", str(unknown.exception))
+        with self.assertRaises(wsync.WsyncError) as refused:
+            wsync.Session("trainer", job_id="python-kw", coordinator_port=1, secret=SECRET,
+                          verify="sometimes")
+        self.assertEqual(refused.exception.code, wsync.Status.INVALID_ARGUMENT)
+        self.assertIn("verify", str(refused.exception))
+        # A keyword left out is unset: the variable applies (here one that does not parse, which
+        # init refuses naming it); given, the keyword wins over the variable.
+        os.environ["WSYNC_REPLICA_POLICY"] = "no_such_policy"
+        try:
+            self.assertEqual(_lib.setting_value("replica_policy"), "no_such_policy")
+            with self.assertRaises(wsync.WsyncError) as from_variable:
+                wsync.Session("trainer", job_id="python-kw", coordinator_port=1, secret=SECRET)
+            self.assertIn("no_such_policy", str(from_variable.exception))
+            wsync.Session("trainer", job_id="python-kw", coordinator_port=1, secret=SECRET,
+                          replica_policy="first_holder").finalize()
+        finally:
+            del os.environ["WSYNC_REPLICA_POLICY"]
+
     def test_entries_past_the_loaded_table_are_refused(self):
         # The table's ELF symbol size is its length: the whole v1 table of this build. A library
         # whose table ends before an appended entry (played by shrinking the recorded size) is

@@ -27,7 +27,7 @@ def _process(index, port):
 
     c = tq.CONFIG
     os.environ["WSYNC_SECRET"] = SECRET
-    os.environ["WSYNC_COORDINATOR"] = f"127.0.0.1:{port}"  # The engine's launch configuration.
+    os.environ["WSYNC_COORDINATOR_PORT"] = str(port)  # The engine's launch configuration.
     if index == 0:
         model = tq.MegatronTiny(0, 1, None)
         config = layouts.ModelConfig(c["heads"], c["kv_heads"], c["head_dim"], c["vocab"])

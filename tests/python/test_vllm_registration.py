@@ -395,7 +395,8 @@ class EngineRequestTrustTest(unittest.TestCase):
 
     def setUp(self):
         self._environ = dict(os.environ)
-        os.environ["WSYNC_COORDINATOR"] = "127.0.0.1:1"
+        os.environ["WSYNC_COORDINATOR_PORT"] = "1"  # The host: the setting's default.
+        os.environ.pop("WSYNC_COORDINATOR_HOST", None)
         os.environ.pop("WSYNC_RULES", None)
         os.environ.pop("WSYNC_SECRET_FILE", None)
 
@@ -440,11 +441,11 @@ class EngineRequestTrustTest(unittest.TestCase):
         wv, worker = self._worker()
         with self.assertRaisesRegex(WsyncError, r"init_info field 'coordinator' "
                                     r"\('evil:9'\) is not the engine's launch configuration "
-                                    r"\(WSYNC_COORDINATOR='127\.0\.0\.1:1'\)"):
+                                    r"\(WSYNC_COORDINATOR_HOST/_PORT: '127\.0\.0\.1:1'\)"):
             worker.init_weight_transfer_engine(
                 {"coordinator": "evil:9", "num_trainers": 1, "num_rollouts": 1})
-        del os.environ["WSYNC_COORDINATOR"]  # Without one at launch, no request supplies it.
-        with self.assertRaisesRegex(WsyncError, "set WSYNC_COORDINATOR"):
+        del os.environ["WSYNC_COORDINATOR_PORT"]  # Without one at launch, no request supplies it.
+        with self.assertRaisesRegex(WsyncError, "set WSYNC_COORDINATOR_PORT"):
             worker.init_weight_transfer_engine(
                 {"coordinator": "127.0.0.1:1", "num_trainers": 1, "num_rollouts": 1})
         self.assertIsNone(worker.weight_transfer_engine.session)

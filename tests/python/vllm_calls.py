@@ -234,7 +234,8 @@ def job_process(index, ports, tp, secret, standin, trainer, rollout):
     # The engine's launch configuration (what `vllm serve` would be started with): its secret
     # and coordinator; the trainer's own secret comes from the same variable.
     os.environ["WSYNC_SECRET"] = secret
-    os.environ["WSYNC_COORDINATOR"] = f"127.0.0.1:{wsync_port}"
+    os.environ["WSYNC_COORDINATOR_HOST"] = "127.0.0.1"
+    os.environ["WSYNC_COORDINATOR_PORT"] = str(wsync_port)
     import wsync.vllm
     wsync.vllm.register()
     if index < tp:

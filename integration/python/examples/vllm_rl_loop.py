@@ -10,7 +10,8 @@ Rollout: vLLM on GPUs 0-1, backend wsync (the dev-mode routes carry the weight-u
 coordinator, which trainer rank 0 hosts at --coordinator, is the engine's launch configuration:
 an init request cannot choose it):
 
-    CUDA_VISIBLE_DEVICES=0,1 VLLM_SERVER_DEV_MODE=1 WSYNC_COORDINATOR=127.0.0.1:29700 \
+    CUDA_VISIBLE_DEVICES=0,1 VLLM_SERVER_DEV_MODE=1 \
+        WSYNC_COORDINATOR_HOST=127.0.0.1 WSYNC_COORDINATOR_PORT=29700 \
         vllm serve Qwen/Qwen2.5-0.5B-Instruct --tensor-parallel-size 2 \
         --weight-transfer-config '{"backend": "wsync"}'
 

@@ -1,11 +1,12 @@
 """wsync: weight sync from RL trainers to rollout engines (Python binding of libwsync.so)."""
 
-from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError, library_path
+from ._lib import MemoryKind, QuantScheme, Role, State, Status, WsyncError, library_path, settings
 from .log import route_to_logging, stop_routing
 from .session import Session
 
-__all__ = ["MemoryKind", "QuantScheme", "Role", "State", "Status", "WsyncError", "Session", "library_path",
-           "TrainerSync", "RolloutSync", "route_to_logging", "stop_routing"]
+__all__ = ["MemoryKind", "QuantScheme", "Role", "State", "Status", "WsyncError", "Session",
+           "library_path", "settings", "TrainerSync", "RolloutSync", "route_to_logging",
+           "stop_routing"]
 __version__ = "0.1.0"
 
 

@@ -171,6 +171,21 @@ class Fp8Parameter(ctypes.Structure):
     ]
 
 
+class SettingInfo(ctypes.Structure):
+    """wsync_setting_info_t: one row of the library's settings table (setting_info)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_char_p),
+        ("offset", ctypes.c_size_t),
+        ("default_value", ctypes.c_char_p),
+        ("default_note", ctypes.c_char_p),
+        ("variable", ctypes.c_char_p),
+        ("help", ctypes.c_char_p),
+        ("choices", ctypes.c_char_p),
+    ]
+
+
 class PluginV1(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -210,6 +225,10 @@ class PluginV1(ctypes.Structure):
         ("set_wave_callback", ctypes.CFUNCTYPE(_status, _session, WaveFn, ctypes.c_void_p)),
         ("set_log", ctypes.CFUNCTYPE(_status, LogFn, ctypes.c_void_p, ctypes.c_char_p,
                                      ctypes.c_int32)),
+        ("setting_count", ctypes.CFUNCTYPE(ctypes.c_int32)),
+        ("setting_info", ctypes.CFUNCTYPE(_status, ctypes.c_int32, ctypes.POINTER(SettingInfo))),
+        ("config_set", ctypes.CFUNCTYPE(_status, ctypes.POINTER(Config), ctypes.c_char_p,
+                                        ctypes.c_char_p)),
     ]
 
 
@@ -334,6 +353,50 @@ def check(code, session, call):
     if code == Status.OK or code == Status.IN_PROGRESS:
         return Status(code)
     raise WsyncError(code, last_error(session), call)
+
+
+_settings = None
+
+
+def settings():
+    """The loaded library's settings table (setting_count, setting_info), in wsync_config_t's
+    order: one dict per setting with name, type ("bool", "port", "bytes", "seconds", "choice",
+    "text", "secret"), offset (in wsync_config_t), default (as its variable is written; "" none),
+    default_note, variable ("WSYNC_<NAME>"; "" none), help and choices (a tuple of names for
+    "choice")."""
+    global _settings
+    if _settings is None:
+        api = require("config_set")
+        rows = []
+        for index in range(api.setting_count()):
+            info = SettingInfo()
+            info.struct_size = ctypes.sizeof(SettingInfo)
+            check(api.setting_info(index, ctypes.byref(info)), None, "setting_info")
+            text = {name: (getattr(info, name) or b"").decode("utf-8")
+                    for name in ("name", "type", "default_value", "default_note", "variable",
+                                 "help", "choices")}
+            rows.append({"name": text["name"], "type": text["type"], "offset": info.offset,
+                         "default": text["default_value"], "default_note": text["default_note"],
+                         "variable": text["variable"], "help": text["help"],
+                         "choices": tuple(c for c in text["choices"].split(",") if c)})
+        _settings = rows
+    return _settings
+
+
+def setting(name):
+    """The row of setting `name` (settings()); WsyncError(INVALID_ARGUMENT) when there is none."""
+    row = next((row for row in settings() if row["name"] == name), None)
+    if row is None:
+        raise WsyncError(Status.INVALID_ARGUMENT, f"no setting {name!r}", "setting")
+    return row
+
+
+def setting_value(name):
+    """The text of setting `name` in effect where a host leaves its field unset: its variable
+    WSYNC_<NAME> when set in this process's environment, else the table's default ("" none)."""
+    row = setting(name)
+    value = os.environ.get(row["variable"]) if row["variable"] else None
+    return value if value else row["default"]
 
 
 def int64_array(values):

@@ -80,51 +80,63 @@ def _secret_from_environment(name):
     return _env_secrets.get(name)
 
 
-# wsync_config_t.verify by the value of Session(verify=...).
-_VERIFY_MODES = {False: 0, None: 0, "off": 0, True: 1, "hash": 1, "keyed": 2}
-# wsync_config_t.delta by the value of Session(delta=...).
-_DELTA_MODES = {None: 0, "off": 0, "auto": 1, "on": 2}
+def _setting_text(row, value):
+    """A keyword's value as the text config_set takes (WSYNC_<NAME>'s syntax); None: unset (None,
+    False, 0 and "" leave the field unset, as a zero field does in the C ABI)."""
+    if value is None or value is False or value == "" or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
+        return None
+    if value is True:
+        if row["name"] == "verify":  # verify=True: per-chunk hashes.
+            return "hash"
+        if row["type"] == "bool":
+            return "true"
+    return str(value)
+
 
 class Session:
-    """One process's session. Keyword arguments are the fields of wsync_config_t:
+    """One process's session.
 
-    role ('trainer' | 'rollout'), rank, num_trainers, num_rollouts, job_id, coordinator
-    ('host:port', or coordinator_host and coordinator_port), host_coordinator (trainer rank 0),
-    secret (the job secret itself, str or bytes: handed to init in memory, in a buffer wiped after
-    it; no file) or secret_file or secret_env (the variable, default WSYNC_SECRET, is removed from
-    the environment once read, so that processes started later do not inherit it; later sessions
-    of this process find it in the process's memory), node_id, staging_budget_bytes, deadline_seconds, replica_policy,
-    path_transports, verify (end-to-end check per chunk before the commit: True or "hash" for
-    xxh3, "keyed" for a MAC keyed from the job secret that attackers cannot forge),
-    heartbeat_interval_seconds and silence_limit_seconds (the hosted coordinator's heartbeats;
-    0: 0.25 s and 3 s), device_index (this process's GPU as its node numbers it, not relative to
-    CUDA_VISIBLE_DEVICES; None: unknown; processes of one node on one GPU are "same_device",
-    wsync.placement.device gives the named layouts' choice), metrics_address ("HOST:PORT" of an
-    HTTP /metrics exporter; port 0 picks one, listening_ports() reports it; a wildcard such as
-    "0.0.0.0" only with metrics_allow_any_address=True), delta ("off", "auto": for now the same as
-    off, "on": only the elements changed since the version a rollout holds travel; every process
-    of the job must pass the same), delta_budget_bytes (with delta, the most bytes a trainer keeps
-    of what it last sent, per chunk; a chunk that does not fit travels dense; 0: 16 GiB).
+    Who this process is: role ('trainer' | 'rollout'), rank, num_trainers, num_rollouts, job_id,
+    host_coordinator (trainer rank 0 runs the coordinator), device_index (this process's GPU as
+    its node numbers it, not relative to CUDA_VISIBLE_DEVICES; None: unknown; processes of one
+    node on one GPU are "same_device", wsync.placement.device gives the named layouts' choice),
+    coordinator ('host:port', instead of coordinator_host and coordinator_port), and secret (the
+    job secret itself, str or bytes: handed to init in memory, in a buffer wiped after it).
+
+    Every other keyword is a setting of the loaded library's table (wsync.settings(), `wsync
+    settings`: name, type, default, variable, help), e.g. deadline_seconds, staging_budget_bytes,
+    replica_policy, path_transports, verify ("off", "hash" or True, "keyed"), delta ("off",
+    "auto", "on"; every process of the job must pass the same), metrics_address, secret_file,
+    secret_env (default WSYNC_SECRET: the variable is removed from the environment once read, so
+    that processes started later do not inherit it; later sessions of this process find it in
+    the process's memory). The library parses each value as it parses the setting's variable and
+    refuses one that does not parse, naming it. A keyword left out (or None, False, 0, "") is
+    unset: the setting's variable WSYNC_<NAME> applies, else its default. An unknown keyword is a
+    TypeError listing the settings.
 
     Buffers registered here must stay allocated, at the same address, until finalize().
     """
 
     def __init__(self, role, rank=0, num_trainers=1, num_rollouts=1, job_id="wsync",
-                 coordinator=None, coordinator_host=None, coordinator_port=0,
-                 host_coordinator=False, secret=None, secret_file=None, secret_env=None,
-                 node_id=None, staging_budget_bytes=0, deadline_seconds=0.0,
-                 replica_policy=None, path_transports=None, verify=False,
-                 heartbeat_interval_seconds=0.0, silence_limit_seconds=0.0, device_index=None,
-                 metrics_address=None, metrics_allow_any_address=False, delta="off",
-                 delta_budget_bytes=0):
+                 coordinator=None, host_coordinator=False, device_index=None, secret=None,
+                 **settings):
         self._api = _lib.load()
         self._handle = None
         self._callbacks = None
         self._wave_callback = None
         self._wave_error = None  # What the wave callback raised in the running sync.
         self._keep = {}  # Buffer id -> the object whose memory the session was given.
+        rows = {row["name"]: row for row in _lib.settings()}
+        unknown = sorted(name for name in settings if name not in rows or name == "secret")
+        if unknown:
+            raise TypeError(f"Session() got unknown keyword argument(s) {', '.join(unknown)}; the "
+                            f"settings are: {', '.join(n for n in rows if n != 'secret')}")
         if coordinator is not None:
-            coordinator_host, coordinator_port = parse_coordinator(coordinator)
+            settings["coordinator_host"], settings["coordinator_port"] = \
+                parse_coordinator(coordinator)
+        secret_file = settings.get("secret_file")
+        secret_env = settings.pop("secret_env", None)
         config = _lib.Config()
         config.struct_size = ctypes.sizeof(_lib.Config)
         config.role = int(_role(role))
@@ -132,28 +144,18 @@ class Session:
         config.num_trainers = int(num_trainers)
         config.num_rollouts = int(num_rollouts)
         config.job_id = _bytes(job_id)
-        config.coordinator_host = _bytes(coordinator_host)
-        config.coordinator_port = int(coordinator_port or 0)
         config.host_coordinator = 1 if host_coordinator else 0
-        config.node_id = _bytes(node_id)
-        config.staging_budget_bytes = int(staging_budget_bytes or 0)
-        config.deadline_seconds = float(deadline_seconds or 0.0)
-        config.replica_policy = _bytes(replica_policy)
-        config.path_transports = _bytes(path_transports)
-        config.metrics_address = _bytes(metrics_address)
-        config.metrics_allow_any_address = 1 if metrics_allow_any_address else 0
-        config.verify = _VERIFY_MODES[verify]
-        if delta not in _DELTA_MODES:
-            raise WsyncError(Status.INVALID_ARGUMENT,
-                             f"delta must be 'off', 'auto' or 'on', not {delta!r}", "init")
-        config.delta = _DELTA_MODES[delta]
-        config.delta_budget_bytes = int(delta_budget_bytes or 0)
-        config.heartbeat_interval_seconds = float(heartbeat_interval_seconds or 0.0)
-        config.silence_limit_seconds = float(silence_limit_seconds or 0.0)
         if device_index is not None:
             config.has_device_index = 1
             config.device_index = int(device_index)
-        config.secret_file = _bytes(secret_file)
+        texts = []  # config_set keeps pointers to text settings until init returns.
+        for name, value in settings.items():
+            text = _setting_text(rows[name], value)
+            if text is None:
+                continue
+            texts.append(text.encode("utf-8"))
+            _lib.check(self._api.config_set(ctypes.byref(config), name.encode("utf-8"),
+                                            texts[-1]), None, f"init ({name}={value!r})")
         secret_buffer = None
         try:
             if secret is not None:
@@ -161,7 +163,7 @@ class Session:
                     raise WsyncError(Status.INVALID_ARGUMENT,
                                      "give one of secret, secret_file, secret_env", "init")
             elif secret_file is None:
-                secret = _secret_from_environment(secret_env or "WSYNC_SECRET")
+                secret = _secret_from_environment(secret_env or rows["secret_env"]["default"])
                 if secret is None:  # The library names the variable in its error.
                     config.secret_env = _bytes(secret_env)
             else:

@@ -104,7 +104,7 @@ class WsyncSGLangAdapter:
 
     def connect(self, master_address, master_port, rank_offset, world_size,
                 group_name=DEFAULT_GROUP, backend="wsync", num_trainers=1, job_id=None,
-                secret_env="WSYNC_SECRET", secret_file=None, deadline_seconds=60.0,
+                secret_env=None, secret_file=None, deadline_seconds=None,
                 path_transports=None):
         """init_weights_update_group, raising WsyncError instead of returning (False, ...)."""
         if backend not in ("wsync", None):
@@ -120,7 +120,7 @@ class WsyncSGLangAdapter:
                           num_rollouts=num_rollouts, job_id=job_id or group_name,
                           coordinator=f"{master_address}:{int(master_port)}",
                           secret_env=None if secret_file else secret_env,
-                          secret_file=secret_file, deadline_seconds=float(deadline_seconds),
+                          secret_file=secret_file, deadline_seconds=deadline_seconds,
                           path_transports=path_transports)
         try:
             layout.register(session)

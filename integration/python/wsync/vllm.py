@@ -190,14 +190,14 @@ class WsyncInitInfo(_InitBase):
     secret source, the coordinator and the rule regexes are the engine's launch configuration
     (:class:`LaunchConfig`, read from the engine process's environment), and a request naming
     one of :data:`LAUNCH_ONLY_FIELDS` is refused by ``parse_init_info``."""
-    coordinator: Optional[str]       # must be $WSYNC_COORDINATOR's (or None): never chosen here
+    coordinator: Optional[str]  # must be the launch's WSYNC_COORDINATOR_HOST:_PORT (or None)
     num_trainers: int
     num_rollouts: int                # rollout processes of the job (all engines' workers)
     job_id: str = "wsync"
     rank: Optional[int] = None       # this worker's rollout rank; default: dp * tp + tp_rank
     tp_rank: Optional[int] = None    # default: vLLM's tensor-parallel rank
     tp_size: Optional[int] = None    # default: parallel_config.tensor_parallel_size
-    deadline_seconds: float = 60.0
+    deadline_seconds: Optional[float] = None  # None: the setting (WSYNC_DEADLINE_SECONDS, 60)
     path_transports: Optional[str] = None
     staging_budget_bytes: int = 0
     node_id: Optional[str] = None

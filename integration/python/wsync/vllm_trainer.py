@@ -35,7 +35,7 @@ import logging
 import threading
 from typing import ClassVar, List, Optional
 
-from . import layouts
+from . import _lib, layouts
 from ._lib import Status, WsyncError
 from .fsdp import fsdp2_layout
 from .trainer import TrainerSync
@@ -77,8 +77,8 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
     tied_embeddings: bool = False
     host_coordinator: Optional[bool] = None  # default: rank == 0
     secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"  # this rank's; the workers read their own
-    deadline_seconds: float = 60.0
+    secret_env: Optional[str] = None  # this rank's (None: the setting's default, WSYNC_SECRET)
+    deadline_seconds: Optional[float] = None  # None: the setting (WSYNC_DEADLINE_SECONDS, 60)
     path_transports: Optional[str] = None
     staging_budget_bytes: int = 0
     node_id: Optional[str] = None
@@ -93,7 +93,7 @@ class WsyncTrainerInitInfo(_TrainerInitBase):
         """The workers' init request (a JSON-able dict of WsyncInitInfo's fields): the job, not
         this rank's layout, nor trust: no secret source, no rules. The coordinator is this
         job's, which each worker checks against its own launch configuration
-        ($WSYNC_COORDINATOR)."""
+        ($WSYNC_COORDINATOR_HOST, $WSYNC_COORDINATOR_PORT)."""
         info = WsyncInitInfo(coordinator=self.coordinator, num_trainers=self.num_trainers,
                              num_rollouts=self.num_rollouts, job_id=self.job_id,
                              deadline_seconds=self.deadline_seconds,
@@ -175,7 +175,7 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
         self.sync = None          # The TrainerSync of this rank.
         self.version = 0          # The last version sent (committed or not).
         self.committed = -1       # The last version that committed.
-        self._deadline = 60.0
+        self._deadline = float(_lib.setting_value("deadline_seconds"))
         self._executor = None
         self._lock = threading.Lock()
         self._closed = False
@@ -192,7 +192,8 @@ class WsyncTrainerWeightTransferEngine(_TrainerEngineBase):
                              "WeightSource (e.g. ModuleSource(model))", "trainer_init")
         module = _module_of(source)
         engine = cls(client=client, source=source, is_sender=init_info.is_sender)
-        engine._deadline = float(init_info.deadline_seconds or 60.0)
+        engine._deadline = float(init_info.deadline_seconds
+                                 or _lib.setting_value("deadline_seconds"))
         host = init_info.host_coordinator
         options = session_options(init_info)
         engine.sync = TrainerSync(module, lambda m: _layout_of(init_info, m), init_info.rank,

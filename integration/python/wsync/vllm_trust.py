@@ -9,6 +9,7 @@ import json
 import os
 from typing import List, Optional
 
+from . import _lib
 from ._lib import Status, WsyncError
 
 # Init-info fields an engine request may not set, with where the engine takes each from.
@@ -29,8 +30,10 @@ class LaunchConfig:
     """What the engine trusts, fixed when the engine process was launched (its environment,
     which no engine request can change):
 
-    WSYNC_COORDINATOR  'host:port' of the job's coordinator (required); a request's
-                       ``coordinator`` must be this one (or absent)
+    WSYNC_COORDINATOR_PORT, WSYNC_COORDINATOR_HOST
+                       the job's coordinator: the settings' variables (`wsync settings`; the
+                       port required, the host defaulting as the setting does); a request's
+                       ``coordinator`` must be this one, 'host:port' (or absent)
     WSYNC_SECRET_FILE  a file holding the job secret; else WSYNC_SECRET holds the secret
     WSYNC_RULES        optional JSON object: "extra_rules" ([pattern, kind, targets...] rows),
                        "landing_rules" ([pattern, "direct" | "loader"] rows), "skip" (patterns
@@ -38,7 +41,7 @@ class LaunchConfig:
     """
     coordinator: str
     secret_file: Optional[str] = None
-    secret_env: Optional[str] = "WSYNC_SECRET"
+    secret_env: Optional[str] = None  # None: the setting's default (WSYNC_SECRET)
     extra_rules: List[List[str]] = dataclasses.field(default_factory=list)
     landing_rules: List[List[str]] = dataclasses.field(default_factory=list)
     skip: List[str] = dataclasses.field(default_factory=list)
@@ -47,11 +50,15 @@ class LaunchConfig:
     def from_environment(cls, environ=None):
         environ = os.environ if environ is None else environ
         call = "init_transfer_engine"
-        coordinator = environ.get("WSYNC_COORDINATOR", "").strip()
-        if not coordinator:
+        port = environ.get("WSYNC_COORDINATOR_PORT", "").strip()
+        if not port:
             raise WsyncError(Status.INVALID_ARGUMENT, "the engine's launch configuration names "
-                             "no coordinator: set WSYNC_COORDINATOR='host:port' in the vLLM "
-                             "engine's environment (an init request cannot choose it)", call)
+                             "no coordinator: set WSYNC_COORDINATOR_PORT (and "
+                             "WSYNC_COORDINATOR_HOST) in the vLLM engine's environment (an init "
+                             "request cannot choose it)", call)
+        host = (environ.get("WSYNC_COORDINATOR_HOST", "").strip()
+                or _lib.setting("coordinator_host")["default"])
+        coordinator = f"{host}:{port}"
         secret_file = environ.get("WSYNC_SECRET_FILE") or None
         rules = {}
         text = environ.get("WSYNC_RULES", "").strip()
@@ -67,7 +74,7 @@ class LaunchConfig:
                                  f"with keys among {', '.join(_RULE_KEYS)}"
                                  + (f", not {', '.join(unknown)}" if unknown else ""), call)
         return cls(coordinator=coordinator, secret_file=secret_file,
-                   secret_env=None if secret_file else "WSYNC_SECRET",
+                   secret_env=None if secret_file else _lib.setting("secret_env")["default"],
                    **{k: list(rules.get(k, [])) for k in _RULE_KEYS})
 
     def check_request(self, info):
@@ -75,7 +82,8 @@ class LaunchConfig:
         if info.coordinator is not None and info.coordinator != self.coordinator:
             raise WsyncError(Status.INVALID_ARGUMENT, f"init_info field 'coordinator' "
                              f"({info.coordinator!r}) is not the engine's launch configuration "
-                             f"(WSYNC_COORDINATOR={self.coordinator!r}): a request cannot "
+                             f"(WSYNC_COORDINATOR_HOST/_PORT: {self.coordinator!r}): a request "
+                             "cannot "
                              "redirect the engine", "init_transfer_engine")
 
 
