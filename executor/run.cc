@@ -17,6 +17,7 @@
 #include "executor/lane_drivers.h"
 #include "executor/lane_state.h"
 #include "executor/memory_kinds.h"
+#include "executor/packing.h"
 #include "executor/quant_run.h"
 #include "executor/run_progress.h"
 #include "executor/verify.h"
@@ -43,10 +44,16 @@ class Run final : public RunSteps {
         transport_(transport),
         options_(options),
         progress_(work, options.progress, options.sync_id),
+        packer_(
+            work, segments,
+            [this](const Endpoint& end, int64_t offset, int64_t element_size) {
+              return BufferAddress(end, offset, element_size);
+            },
+            options.device),
         quant_steps_(
             job, quant, buffers, options,
             work.any_cuda && kinds_.Buffer(work.process, kQuantArenaBuffer) == MemoryKind::kCuda,
-            device_pending_, stats_, [this] { transport_.ProgressInFlight(); }),
+            packer_.device_pending(), stats_, [this] { transport_.ProgressInFlight(); }),
         delta_(job, segments, work, options.delta, std::move(agreed), options.sync_id, options.wave,
                [this](const Endpoint& end, int64_t offset, int64_t element_size) {
                  // Before the rounds a step's bytes are in the whole staging (QuantizeWhole).
@@ -292,37 +299,8 @@ class Run final : public RunSteps {
     return absl::OkStatus();
   }
 
-  // Copies a strided region between memory kinds: on the host when both sides are host memory,
-  // otherwise enqueued on the device (SynchronizeDevice waits for it).
-  absl::Status Copy(void* dst, MemoryKind dst_kind, const Dims& dst_strides, const void* src,
-                    MemoryKind src_kind, const Dims& src_strides, const Dims& shape,
-                    int64_t element_size) {
-    if (dst_kind == MemoryKind::kHost && src_kind == MemoryKind::kHost) {
-      CopyStrided(dst, dst_strides, src, src_strides, shape, element_size);
-      return absl::OkStatus();
-    }
-    device_pending_ = true;
-    return options_.device->CopyStridedAsync(dst, dst_strides, src, src_strides, shape,
-                                             element_size);
-  }
-
-  // Appends `copy` to `host_batch` (for CopyStridedBatch) when both sides are host memory;
-  // otherwise enqueues it on the device at once (SynchronizeDevice waits for it).
-  absl::Status CopyOrBatch(const StridedCopy& copy, MemoryKind dst_kind, MemoryKind src_kind,
-                           std::vector<StridedCopy>& host_batch) {
-    if (dst_kind == MemoryKind::kHost && src_kind == MemoryKind::kHost) {
-      host_batch.push_back(copy);
-      return absl::OkStatus();
-    }
-    return Copy(copy.dst, dst_kind, copy.dst_strides, copy.src, src_kind, copy.src_strides,
-                copy.shape, copy.element_size);
-  }
-
-  absl::Status SynchronizeDevice(absl::Time deadline) {
-    if (!device_pending_) return absl::OkStatus();
-    device_pending_ = false;
-    return options_.device->Synchronize(deadline);
-  }
+  // Waits for the device work pending: packs, unpacks, local copies and quantization steps.
+  absl::Status SynchronizeDevice(absl::Time deadline) { return packer_.Synchronize(deadline); }
 
   char* BufferAddress(const Endpoint& end, int64_t offset, int64_t element_size) const {
     char* base;
@@ -344,9 +322,9 @@ class Run final : public RunSteps {
   absl::Status CopyLocal(const Segment& s) {
     const int64_t element_size = SegmentElementSize(job_, s);
     WSYNC_RETURN_IF_ERROR(
-        Copy(BufferAddress(s.to, s.to.offset, element_size), LocalKind(s.to.buffer), s.to.strides,
-             BufferAddress(s.from, s.from.offset, element_size), LocalKind(s.from.buffer),
-             s.from.strides, s.box.extent, element_size));
+        packer_.Copy(BufferAddress(s.to, s.to.offset, element_size), LocalKind(s.to.buffer),
+                     s.to.strides, BufferAddress(s.from, s.from.offset, element_size),
+                     LocalKind(s.from.buffer), s.from.strides, s.box.extent, element_size));
     stats_.local_copy_bytes += Volume(s.box) * element_size;
     ++stats_.chunks;
     return absl::OkStatus();
@@ -362,23 +340,10 @@ class Run final : public RunSteps {
     return lanes_[lane].arena + message.slot * work_.lanes[lane].slot_bytes;
   }
 
-  // Packs staged send `index` of `lane` into its arena slot: host-to-host copies are appended
-  // to `packs` (run later as one batch), copies touching CUDA memory are enqueued on the device.
+  // Packs staged send `index` of `lane` into its arena slot (MessagePacker::AppendPack).
   absl::Status AppendPacks(int32_t lane, int32_t index, std::vector<StridedCopy>& packs) {
-    const Lane& l = work_.lanes[lane];
-    const Message& message = l.messages[index];
-    char* cursor = SlotAddress(lane, message);
-    for (int32_t chunk_index : message.chunks) {
-      const Chunk& chunk = work_.chunks[chunk_index];
-      const Segment& s = segments_[chunk.segment];
-      WSYNC_RETURN_IF_ERROR(
-          CopyOrBatch({cursor, RowMajorStrides(chunk.shape),
-                       BufferAddress(s.from, chunk.from_offset, chunk.element_size), s.from.strides,
-                       chunk.shape, chunk.element_size},
-                      l.kind, chunk.from_kind, packs));
-      cursor += chunk.bytes;
-    }
-    return absl::OkStatus();
+    const Message& message = work_.lanes[lane].messages[index];
+    return packer_.AppendPack(work_.lanes[lane], message, SlotAddress(lane, message), packs);
   }
 
   // Keeps `lane` in look_ahead_lanes_ while PackableAhead may find a message of it: a sending
@@ -543,16 +508,8 @@ class Run final : public RunSteps {
     for (const auto& [lane, index] : received) {
       const Message& message = work_.lanes[lane].messages[index];
       if (message.direct || delta_.Payload(lane, index) != nullptr) continue;  // Applied in Land.
-      const char* cursor = SlotAddress(lane, message);
-      for (int32_t chunk_index : message.chunks) {
-        const Chunk& chunk = work_.chunks[chunk_index];
-        const Segment& s = segments_[chunk.segment];
-        WSYNC_RETURN_IF_ERROR(
-            CopyOrBatch({BufferAddress(s.to, chunk.to_offset, chunk.element_size), s.to.strides,
-                         cursor, RowMajorStrides(chunk.shape), chunk.shape, chunk.element_size},
-                        chunk.to_kind, work_.lanes[lane].kind, unpacks));
-        cursor += chunk.bytes;
-      }
+      WSYNC_RETURN_IF_ERROR(
+          packer_.AppendUnpack(work_.lanes[lane], message, SlotAddress(lane, message), unpacks));
     }
     CopyStridedBatch(unpacks);
     stats_.unpack_cpu_seconds += ThreadCpuSeconds() - start;
@@ -566,8 +523,10 @@ class Run final : public RunSteps {
   Transport& transport_;
   const ExecuteOptions& options_;
   const JobMemoryKinds kinds_{job_};
-  bool device_pending_ = false;  // Device copies enqueued since the last SynchronizeDevice.
-  RunProgress progress_;         // Into options_.progress.
+  RunProgress progress_;  // Into options_.progress.
+  // Packs and unpacks staged messages; every strided copy of the run, and the device's pending
+  // work (packing.h). Before quant_steps_, which marks its device work pending there.
+  MessagePacker packer_;
   TransferStats stats_;
   QuantSteps quant_steps_;           // When this process quantizes (quant_run.h).
   std::vector<char> delta_staging_;  // Every quantize step at once, for delta_'s Exchange.

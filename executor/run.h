@@ -2,10 +2,10 @@
 #define WSYNC_EXECUTOR_RUN_H_
 
 // Private to the executor: one run of a process's work once every process agreed (execute.h,
-// ExecuteTransfers): arenas, local copies, packing, posting, landing and verifying each lane's
-// messages in the order a lane driver (lane_drivers.h) gives, and on failure telling the peers,
-// draining what they still send and releasing every request within a short grace. Not
-// thread-safe: the calling thread runs it all.
+// ExecuteTransfers): arenas, local copies, packing (through packing.h's MessagePacker), posting,
+// landing and verifying each lane's messages in the order a lane driver (lane_drivers.h) gives,
+// and on failure telling the peers, draining what they still send and releasing every request
+// within a short grace. Not thread-safe: the calling thread runs it all.
 
 #include <cstdint>
 #include <optional>

@@ -136,9 +136,8 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(SessionConfig config) {
 Session::Session(SessionConfig config, std::string secret)
     : config_(std::move(config)),
       secret_(std::move(secret)),
+      layout_(config_.role, config_.rank, config_.node_id, config_.device),
       metrics_(std::make_unique<SessionMetrics>(RoleName(config_.role))) {
-  part_.role = config_.role;
-  part_.processes.push_back(ProcessInfo{config_.rank, config_.node_id, config_.device});
   LogSessionConfig(config_);
 }
 

@@ -49,6 +49,7 @@
 #include "planner/layout.h"
 #include "planner/plan.h"
 #include "plugin/cuda_setup.h"
+#include "plugin/local_layout.h"
 #include "plugin/prediction.h"
 #include "plugin/runtime.h"
 #include "plugin/settings.h"
@@ -114,32 +115,23 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Layout of this process; REGISTERED only.
+  // Layout of this process; REGISTERED only (else FailedPrecondition with kErrorWrongState), then
+  // forwarded to the session's LocalLayoutBuilder: local_layout.h states what each call declares,
+  // how SetManifest and SetNamedLayout place the process, and each refusal.
   absl::Status RegisterBuffer(uint64_t id, void* address, int64_t bytes, MemoryKind kind,
                               int32_t device);
   absl::Status DeclareParameter(const std::string& name, DType dtype, const Dims& shape);
   absl::Status DeclarePiece(const std::string& parameter, uint64_t buffer, const Box& box,
                             int64_t offset, const Dims& strides);
-  // Marks declared parameter `name` (fp8_e4m3, 2 or 3 axes, not yet quantized) as quantized by
-  // `quant` and declares its scale parameter quant.scale_param (scale_dtype fp32, shape
-  // QuantScaleShape of the parameter's blocks). Rollout processes only. InvalidArgument naming the
-  // parameter otherwise (the ABI's declare_fp8_parameter states each refusal).
   absl::Status DeclareFp8Parameter(const std::string& name, const ParamQuant& quant,
                                    DType scale_dtype, const Dims& scale_shape);
   absl::Status SetManifest(absl::string_view bytes);
-  // SetManifest keeps the manifest's device of this rank (ProcessInfo::device) and places the
-  // process on node_id. SetNamedLayout with placement keys in `layout` (ppn=K, colocated=0|1)
-  // places it as BuildNamedLayout does (its node, which replaces node_id, and with colocated=1 its
-  // GPU), as `wsync plan` places this rank when both sides give the keys; without them, on
-  // node_id with an unknown device.
   absl::Status SetNamedLayout(const std::string& model, const std::string& layout);
   using BeforeUpdate = std::function<void(int64_t version)>;
   using AfterUpdate = std::function<void(int64_t version, const absl::Status& status)>;
   absl::Status SetUpdateCallbacks(BeforeUpdate before, AfterUpdate after);
-  // Streamed syncs (wsync.h, set_parameter_wave): puts declared parameter `name` of this rollout
-  // in `wave` (ParamInfo::wave); REGISTERED only; InvalidArgument naming the parameter for a
-  // trainer, a wave outside [0, kMaxWaves), an undeclared parameter, or a quantized parameter or
-  // scale put in a wave other than 0.
+  // Streamed syncs (wsync.h, set_parameter_wave): REGISTERED only, then forwarded to
+  // LocalLayoutBuilder::SetParameterWave.
   absl::Status SetParameterWave(const std::string& name, int32_t wave);
   // Called on the sync's thread after each wave this process finished (executor/waves.h); its
   // error fails the sync (this process votes no). REGISTERED only; empty: none.
@@ -151,7 +143,7 @@ class Session {
   absl::Status RebindBuffer(uint64_t id, void* address);
 
   // The layout part declared so far (after SetNamedLayout: that layout's part of this rank).
-  const Layout& part() const { return part_; }
+  const Layout& part() const { return layout_.part(); }
   // Host coordinator only: the port it listens on, once Connect started it (0 before, and
   // without host_coordinator). Any thread, also while Connect waits for the job.
   int32_t coordinator_port() const { return coordinator_port_.load(std::memory_order_acquire); }
@@ -225,9 +217,9 @@ class Session {
   // The job secret, from `config.secret` at Create; wiped (WipeSecret) once Connect succeeded and
   // at destruction. A hosted coordinator and the control client keep copies of their own.
   std::string secret_;
-  Layout part_;
-  std::vector<void*> buffer_addresses_;  // Parallel to part_.buffers.
-  int32_t cuda_device_ = -1;  // The device of this process's CUDA buffers; -1: none registered.
+  // The layout until Connect (and the buffers' addresses as rebind_buffer moves them): the
+  // layout calls check the state and forward to it. Caller's thread only.
+  LocalLayoutBuilder layout_;
 
   // Set by Connect and released by DropConnection, both under handles_mu_ on the caller's thread
   // (or in Finalize once the sync threads ended); Abort reads it under handles_mu_ from any

@@ -41,10 +41,10 @@ absl::StatusOr<RuntimeConfig> Session::MakeRuntimeConfig() const {
   runtime.host_coordinator = config_.host_coordinator;
   runtime.heartbeat_interval = config_.heartbeat_interval;
   runtime.silence_limit = config_.silence_limit;
-  runtime.node_id = config_.node_id;
-  runtime.part = part_;
-  runtime.buffer_addresses = buffer_addresses_;
-  runtime.cuda_device = cuda_device_;
+  runtime.node_id = layout_.node_id();
+  runtime.part = layout_.part();
+  runtime.buffer_addresses = layout_.buffer_addresses();
+  runtime.cuda_device = layout_.cuda_device();
   runtime.staging_budget_bytes = config_.staging_budget_bytes;
   runtime.deadline = config_.deadline;
   runtime.replica_policy = config_.replica_policy;
