@@ -26,13 +26,15 @@
 #include "executor/delta_codec.h"
 #include "integration/harness/launcher.h"
 #include "plugin/runtime.h"
+#include "plugin/settings.h"
 #include "quant/fp8.h"
 #include "transport/selector/selector.h"
 
 namespace wsync::cli {
 namespace {
 
-constexpr char kSecretEnv[] = "WSYNC_SECRET";
+// The job's secret travels to its processes in the variable a session reads by default.
+constexpr absl::string_view kSecretEnv = kDefaultSecretEnv;
 
 absl::StatusOr<std::string> NewHexSecret() {
   unsigned char bytes[32];
@@ -189,7 +191,8 @@ absl::Status RunCalibrationWorker(const CalibrationJob& job, int32_t me,
     return absl::InvalidArgumentError("a calibration worker takes one path transport spec");
   }
   const std::string path_transports = job.path_transports.empty() ? "" : job.path_transports[0];
-  WSYNC_ASSIGN_OR_RETURN(std::string secret, LoadSecret(SecretSource::Environment(kSecretEnv)));
+  WSYNC_ASSIGN_OR_RETURN(std::string secret,
+                         LoadSecret(SecretSource::Environment(std::string(kSecretEnv))));
   std::vector<std::string> nodes = job.nodes;
   if (nodes.empty()) nodes.assign(n, "local");
   if (static_cast<int32_t>(nodes.size()) != n) {
