@@ -448,6 +448,11 @@ class EngineRequestTrustTest(unittest.TestCase):
         with self.assertRaisesRegex(WsyncError, "set WSYNC_COORDINATOR_PORT"):
             worker.init_weight_transfer_engine(
                 {"coordinator": "127.0.0.1:1", "num_trainers": 1, "num_rollouts": 1})
+        os.environ["WSYNC_COORDINATOR"] = "127.0.0.1:1"  # The variable of before issue 43.
+        with self.assertRaisesRegex(WsyncError, "WSYNC_COORDINATOR='127.0.0.1:1' is no longer "
+                                    "read"):
+            worker.init_weight_transfer_engine(
+                {"coordinator": "127.0.0.1:1", "num_trainers": 1, "num_rollouts": 1})
         self.assertIsNone(worker.weight_transfer_engine.session)
 
     def test_rules_and_secret_come_from_the_launch_configuration(self):

@@ -52,10 +52,13 @@ class LaunchConfig:
         call = "init_transfer_engine"
         port = environ.get("WSYNC_COORDINATOR_PORT", "").strip()
         if not port:
+            old = environ.get("WSYNC_COORDINATOR", "").strip()
             raise WsyncError(Status.INVALID_ARGUMENT, "the engine's launch configuration names "
                              "no coordinator: set WSYNC_COORDINATOR_PORT (and "
                              "WSYNC_COORDINATOR_HOST) in the vLLM engine's environment (an init "
-                             "request cannot choose it)", call)
+                             "request cannot choose it)"
+                             + (f"; WSYNC_COORDINATOR={old!r} is no longer read" if old else ""),
+                             call)
         host = (environ.get("WSYNC_COORDINATOR_HOST", "").strip()
                 or _lib.setting("coordinator_host")["default"])
         coordinator = f"{host}:{port}"
