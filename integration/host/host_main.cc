@@ -32,9 +32,8 @@
 // error), 2 for bad flags. The flags are wsync_test_worker's where the C ABI can express them;
 // the worker's --relay, --relay_links, --keep_going, --markers and --pause_before_decide_s are not
 // here (the ABI has no relay setting and no test hooks). The library's settings
-// (--deadline_seconds,
-// --staging_budget_bytes, --verify, --delta, ...) come from the loaded library's table
-// (setting_args.h): `wsync_host --help` lists them.
+// (--deadline_seconds, --staging_budget_bytes, --verify, --delta, ...) come from the loaded
+// library's table (setting_args.h): `wsync_host --help` lists them.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -84,8 +83,7 @@ ABSL_FLAG(std::string, library, "",
 ABSL_FLAG(
     std::string, update, "none",
     "What trainers write before each version: none (--check_values' or --fill_pattern's values), "
-    "or "
-    "adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
+    "or adamw: fp32 masters of their pieces initialised as the Qwen2 family initialises them "
     "(linear and embedding weights normal(0, --init_std), norm weights 1, biases 0), one "
     "AdamW step per version (beta1 0.9, beta2 0.999, eps 1e-8, decoupled weight decay "
     "--weight_decay on the linear and embedding weights) on random gradients, normal and "
