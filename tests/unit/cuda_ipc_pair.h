@@ -157,6 +157,12 @@ inline int PairChild(int process, const IpcPairOptions& options, int to_peer, in
   addresses[1 - process] = theirs;
   const absl::Status connected = (*messenger)->ConnectPeers(addresses);
   WSYNC_PAIR_CHECK(connected.ok(), connected.ToString());
+  // Both processes' endpoints exist before the sender may be killed: an endpoint to a process that
+  // has exited cannot be made (UCX cannot attach its shared-memory FIFO any more), and the kill is
+  // meant to land mid-transfer, not mid-connect.
+  char connected_byte = 1;
+  WSYNC_PAIR_CHECK(WriteAll(to_peer, &connected_byte, 1) && ReadAll(from_peer, &connected_byte, 1),
+                   "connected exchange");
 
   CudaIpcOptions ipc;
   ipc.process = process;
